@@ -1,0 +1,13 @@
+"""archlab: build, train, compare and extend modern transformer language models.
+
+Every architecture choice of the modern LLM is a field of `ModelConfig`; `TransformerLM` builds it.
+"""
+
+from archlab.config import ConfigError, ModelConfig
+from archlab.nn.kv_cache import KVCache
+from archlab.nn.model import TransformerLM
+from archlab.nn.rope import RopeScaling
+from archlab.presets import PRESETS, SIZES
+
+__all__ = ["ConfigError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM"]
+__version__ = "0.1.0"

@@ -1,0 +1,53 @@
+"""The `archlab` command line: one sub-command per module in `archlab.commands`.
+
+Each command module owns its flags and calls one library function; this file only dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# sub-command name -> module exposing `register(subparsers)`; the module sets `func` on its parser.
+COMMANDS = {
+    "inspect": "archlab.commands.inspect",
+    "data": "archlab.commands.data",
+    "train": "archlab.commands.train",
+    "generate": "archlab.commands.generate",
+    "plot": "archlab.commands.plot",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="archlab", description="Build, train and compare transformer LMs.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as err:  # a command whose module is not written yet is simply absent
+            if err.name != module:
+                raise
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    if extra and not getattr(args, "accepts_overrides", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as err:  # user errors: one line, no traceback
+        print(f"archlab {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

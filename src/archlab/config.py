@@ -1,0 +1,284 @@
+"""`ModelConfig`: every architecture switch as one typed field, validated on construction.
+
+Each string-valued switch is checked against the registry of the module that owns it (NORMS, ACTIVATIONS,
+FFNS, POSITIONS, ROPE_SCALINGS, ...), so a new variant registered there is accepted here, on the CLI and
+in error messages without further edits. Derived sizes (n_kv_heads, head_dim, d_ff) are resolved in
+`__post_init__`, so a saved config always holds the numbers the model was built with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, fields
+from typing import Any
+
+from archlab.nn.activations import ACTIVATIONS
+from archlab.nn.ffn import FFNS, GLU_SHORTHANDS, default_d_ff
+from archlab.nn.norms import NORMS
+from archlab.nn.positions import POSITIONS
+from archlab.nn.rope import ROPE_LAYOUTS, ROPE_SCALINGS, RopeScaling
+
+NORM_POSITIONS = ("pre", "post", "double", "nonresidual_post")
+BLOCKS = ("serial", "parallel")
+QK_NORMS = ("none", *NORMS)
+QK_NORM_SCOPES = ("head", "proj")
+EMBED_SCALES = ("none", "sqrt_d")
+INITS = ("trunc_normal", "gpt2")
+ATTN_IMPLS = ("auto", "sdpa", "eager")
+WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
+
+
+class ConfigError(ValueError):
+    """A bad config value: the message names the field, the value and what is allowed."""
+
+
+def _bad(name: str, value: object, allowed: str) -> ConfigError:
+    return ConfigError(f"ModelConfig.{name}={value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    # --- sizes ---
+    vocab_size: int = 256  # tokens; 256 = the byte tokenizer
+    d_model: int = 64  # residual stream width
+    n_layers: int = 2  # transformer blocks
+    n_heads: int = 4  # query heads
+    n_kv_heads: int | None = None  # K/V heads: None = n_heads (MHA), 1 = MQA, between = GQA
+    head_dim: int | None = None  # None = d_model / n_heads; may differ (Gemma, Qwen3)
+    d_ff: int | None = None  # FFN hidden width; None = 4*d_model (mlp) or 8/3*d_model (glu), rounded up
+    d_ff_multiple_of: int = 64  # round the default d_ff up to this, for matmul-friendly shapes
+    max_seq_len: int = 256  # context length trained for; learned positions have this many rows
+    # --- normalization ---
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    norm_eps: float = 1e-5  # added to the variance / mean square
+    norm_bias: bool = False  # LayerNorm's beta (RMSNorm never has one)
+    norm_unit_offset: bool = False  # store w zero-centred and scale by (1 + w), as Gemma checkpoints do
+    norm_position: str = "pre"  # pre | post | double | nonresidual_post (see nn/block.py)
+    final_norm: bool | None = None  # norm before the head; None = yes unless post-norm (already normed)
+    # --- block and feed-forward ---
+    block: str = "serial"  # serial | parallel (attention and MLP read the same input)
+    parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
+    ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu set the activation too
+    activation: str = "silu"  # relu | gelu | gelu_tanh | silu | swish | sigmoid | tanh | leaky_relu
+    swish_beta: float = 1.0  # beta of swish(x) = x * sigmoid(beta x)
+    bias: bool = False  # biases on the attention and FFN linears (modern LMs drop them)
+    attn_bias: bool | None = None  # biases on q, k, v, o; None = follow `bias`
+    mlp_bias: bool | None = None  # biases on the FFN linears; None = follow `bias` (GPT-J: attention none, MLP yes)
+    lm_head_bias: bool = False  # a bias on the output projection (GPT-J, Phi)
+    # --- positions ---
+    position: str = "rope"  # rope | sinusoidal | learned | relative | alibi | none
+    rope_theta: float = 10000.0  # RoPE base: w_i = theta^(-2i/d_rot)
+    rope_layout: str = "half"  # half (rotate_half) | interleaved (pairs 2i, 2i+1: RoFormer, GPT-J)
+    rope_fraction: float = 1.0  # share of each head that rotates (NeoX 0.25)
+    rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/rope.py)
+    relative_buckets: int = 32  # T5 relative bias: number of distance buckets
+    relative_max_distance: int = 128  # T5 relative bias: distance of the last bucket
+    # --- attention ---
+    qk_norm: str = "none"  # none | rmsnorm | layernorm on q and k before RoPE
+    qk_norm_scope: str = "head"  # head (weight [head_dim], Qwen3) | proj (whole projection, OLMo 2)
+    key_norm: bool = False  # Su's KeyNorm: L2-normalised keys; attn_scale then defaults to 1
+    attn_softcap: float | None = None  # cap * tanh(scores / cap) (Gemma 2: 50)
+    attn_scale: float | None = None  # score scale; None = 1/sqrt(head_dim) (1 with key_norm)
+    sliding_window: int | None = None  # keys a windowed layer sees (itself and window-1 before it)
+    window_pattern: str = "S"  # cycled over layers: S = windowed, F = full ("SF" = Gemma 2)
+    attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
+    # --- embeddings and output ---
+    tie_embeddings: bool = False  # lm_head shares the embedding matrix
+    embed_scale: str = "none"  # none | sqrt_d (multiply embeddings by sqrt(d_model): Vaswani, Gemma)
+    final_softcap: float | None = None  # cap * tanh(logits / cap) (Gemma 2: 30)
+    dropout: float = 0.0  # embedding and residual dropout (modern LMs: 0)
+    attn_dropout: float = 0.0  # dropout on attention probabilities
+    init: str = "trunc_normal"  # trunc_normal (the seeds) | gpt2 (see TransformerLM.init_weights)
+
+    def __post_init__(self) -> None:
+        self._resolve()
+        self._check_choices()
+        self._check_sizes()
+        self._check_positions()
+        self._check_attention()
+
+    # ----- derived values -----
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # frozen dataclass: only __post_init__ resolves fields
+
+    def _resolve(self) -> None:
+        if self.ffn in GLU_SHORTHANDS:
+            kind, act = GLU_SHORTHANDS[self.ffn]
+            self._set("ffn", kind)
+            self._set("activation", act)
+        if isinstance(self.rope_scaling, dict):
+            self._set("rope_scaling", RopeScaling(**self.rope_scaling))
+        for name in ("d_model", "n_heads", "d_ff_multiple_of"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise _bad(name, getattr(self, name), "a positive integer")
+        if self.n_kv_heads is None:
+            self._set("n_kv_heads", self.n_heads)
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise _bad("n_heads", self.n_heads, f"must divide d_model={self.d_model} (or set head_dim)")
+            self._set("head_dim", self.d_model // self.n_heads)
+        if self.d_ff is None and self.ffn in FFNS:
+            self._set("d_ff", default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of))
+        for name in ("attn_bias", "mlp_bias"):
+            if getattr(self, name) is None:
+                self._set(name, self.bias)
+        if self.final_norm is None:
+            self._set("final_norm", self.norm_position != "post")
+
+    # ----- checks -----
+    def _check_choices(self) -> None:
+        choices = {
+            "norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFNS, *GLU_SHORTHANDS),
+            "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
+            "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise _bad(name, getattr(self, name), "one of " + ", ".join(allowed))
+        if self.rope_scaling is not None and self.rope_scaling.kind not in ROPE_SCALINGS:
+            raise _bad("rope_scaling.kind", self.rope_scaling.kind, "one of " + ", ".join(ROPE_SCALINGS))
+        if self.parallel_norms not in (1, 2):
+            raise _bad("parallel_norms", self.parallel_norms, "1 (shared input norm) or 2")
+
+    def _check_sizes(self) -> None:
+        for name in ("vocab_size", "n_layers", "n_kv_heads", "head_dim", "d_ff", "max_seq_len",
+                     "relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _bad(name, value, "a positive integer")
+        if self.n_heads % self.n_kv_heads:
+            raise _bad("n_kv_heads", self.n_kv_heads, f"must divide n_heads={self.n_heads} (1 = MQA)")
+        for name in ("dropout", "attn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise _bad(name, getattr(self, name), "a probability in [0, 1)")
+        if self.norm_eps <= 0:
+            raise _bad("norm_eps", self.norm_eps, "a positive number")
+        if self.norm_bias and self.norm != "layernorm":
+            raise _bad("norm_bias", self.norm_bias, "True only with norm='layernorm' (RMSNorm has no beta)")
+
+    def _check_positions(self) -> None:
+        if self.position != "rope":
+            defaults = {f.name: f.default for f in fields(self)}
+            for name in ("rope_theta", "rope_layout", "rope_fraction", "rope_scaling"):
+                if getattr(self, name) != defaults[name]:
+                    raise _bad(name, getattr(self, name), f"only with position='rope' (position={self.position!r})")
+            if self.position == "sinusoidal" and self.d_model % 2:
+                raise _bad("d_model", self.d_model, "an even number with sinusoidal positions")
+            return
+        if not 0.0 < self.rope_fraction <= 1.0:
+            raise _bad("rope_fraction", self.rope_fraction, "a fraction in (0, 1]")
+        if self.rope_dim % 2 or self.rope_dim == 0:
+            raise _bad("rope_fraction", self.rope_fraction,
+                       f"must give an even, non-zero rotary dim (head_dim={self.head_dim} * fraction = "
+                       f"{self.head_dim * self.rope_fraction:g})")
+        if self.rope_theta <= 1:
+            raise _bad("rope_theta", self.rope_theta, "a base > 1")
+
+    def _check_attention(self) -> None:
+        for name in ("attn_softcap", "final_softcap", "attn_scale"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise _bad(name, value, "None or a positive number")
+        if self.attn_softcap is not None and self.attn_impl == "sdpa":
+            raise _bad("attn_impl", "sdpa", "auto or eager when attn_softcap is set (SDPA never exposes scores)")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise _bad("sliding_window", self.sliding_window, "None or a positive integer")
+        if not self.window_pattern or set(self.window_pattern) - set(WINDOW_LAYERS):
+            raise _bad("window_pattern", self.window_pattern, "a non-empty string of S (window) and F (full)")
+        if self.qk_norm != "none" and self.key_norm:
+            raise _bad("key_norm", True, "not together with qk_norm (KeyNorm is its own key normalisation)")
+
+    # ----- derived properties -----
+    @property
+    def rope_dim(self) -> int:
+        """Rotary dims per head: head_dim * rope_fraction, rounded down."""
+        return int(self.head_dim * self.rope_fraction)
+
+    @property
+    def resolved_attn_scale(self) -> float:
+        if self.attn_scale is not None:
+            return self.attn_scale
+        return 1.0 if self.key_norm else 1.0 / math.sqrt(self.head_dim)
+
+    def layer_is_sliding(self, layer_idx: int) -> bool:
+        """Whether layer `layer_idx` uses the sliding window (window_pattern cycled over the layers)."""
+        if self.sliding_window is None:
+            return False
+        return self.window_pattern[layer_idx % len(self.window_pattern)] == "S"
+
+    # ----- construction and serialisation -----
+    @classmethod
+    def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
+        """A named architecture at a named size, then `overrides` (field=value) on top."""
+        from archlab.presets import build_preset  # presets import this module
+
+        return build_preset(name, size, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+# ----- CLI / YAML values -> typed fields -----
+def parse_value(cls: type, name: str, text: str) -> Any:
+    """Turn the string `text` into the type of dataclass field `cls.name` (int, float, bool, str, None)."""
+    hints = typing.get_type_hints(cls)
+    if name not in hints:
+        known = ", ".join(f.name for f in fields(cls))
+        raise ConfigError(f"{cls.__name__} has no field {name!r}; known fields: {known}")
+    hint = hints[name]
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if text.lower() in ("none", "null") and type(None) in options:
+        return None
+    for kind in options:
+        if kind is bool:
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+        elif kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                continue
+        elif kind is str:
+            return text
+        elif dataclasses.is_dataclass(kind):
+            return kind(**json.loads(text)) if text.startswith("{") else kind(kind=text)
+    raise ConfigError(f"{cls.__name__}.{name}={text!r}: expected {hint}")
+
+
+def parse_overrides(cls: type, args: list[str]) -> dict[str, Any]:
+    """`--name value` / `--name=value` / `--model.name value` pairs -> {name: typed value} for `cls`."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if not flag.startswith("--"):
+            raise ConfigError(f"expected --field value, got {flag!r}")
+        key, _, value = flag[2:].partition("=")
+        if not _:
+            if i + 1 >= len(args):
+                raise ConfigError(f"flag {flag} needs a value")
+            value, i = args[i + 1], i + 1
+        key = key.removeprefix("model.").replace("-", "_")
+        out[key] = parse_value(cls, key, value)
+        i += 1
+    return out
+
+
+__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "parse_overrides", "parse_value"]

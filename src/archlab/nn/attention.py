@@ -1,0 +1,138 @@
+"""Causal self-attention with every switch of the seeds in one module.
+
+- MHA / GQA / MQA: `n_kv_heads` K/V heads, query head h reads K/V head h // (H / K) (Ainslie et al.
+  arXiv 2305.13245; Shazeer arXiv 1911.02150).
+- QK-norm: RMSNorm or LayerNorm on q and k before RoPE, per head (`head`, Qwen3) or over the whole
+  projection (`proj`, OLMo 2) (Dehghani et al. arXiv 2302.05442).
+- KeyNorm: keys L2-normalised, and the scale defaults to 1 since |q| now sets the temperature
+  (Su, "Transformer upgrade 15", kexue.fm/archives/9859).
+- attention logit softcapping: cap * tanh(scores / cap) before the mask (Gemma 2).
+- sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2 alternates).
+- RoPE, or an additive bias from positions.py (relative, ALiBi), or nothing.
+The fast path is F.scaled_dot_product_attention (is_causal, no mask tensor, when nothing needs one); the
+eager path in functional.eager_attention supports everything and is tested against it.
+
+Shapes: B batch, T queries, S keys, D model width, H query heads, K KV heads, Dh head dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from archlab.config import ModelConfig
+from archlab.functional import eager_attention
+from archlab.nn.kv_cache import KVCache
+from archlab.nn.norms import build_norm
+from archlab.nn.rope import apply_rope
+
+
+@dataclass
+class AttentionInputs:
+    """What every layer's attention needs besides x, computed once per forward by the model."""
+
+    cos_sin: tuple[torch.Tensor, torch.Tensor] | None  # RoPE tables (B, 1, T, d_rot/2) or None
+    mask: torch.Tensor | None  # bool (B|1, 1, T, S), True = visible; None = plain causal
+    window_mask: torch.Tensor | None  # the same with the sliding window applied (window layers)
+    bias: torch.Tensor | None  # additive (1, H, T, S) position bias, or None
+    cache: KVCache | None
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, K, S, Dh) -> (B, K * n_rep, S, Dh), each K/V head serving n_rep consecutive query heads."""
+    if n_rep == 1:
+        return x
+    b, k, s, d = x.shape
+    return x[:, :, None].expand(b, k, n_rep, s, d).reshape(b, k * n_rep, s, d)
+
+
+class Attention(nn.Module):
+    """Fused-QKV causal self-attention; see the module docstring for the switches."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        c = config
+        self.layer_idx = layer_idx
+        self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
+        self.sliding = c.layer_is_sliding(layer_idx)
+        self.qkv_proj = nn.Linear(c.d_model, (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, bias=c.attn_bias)  # [q|k|v]
+        self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.d_model, bias=c.attn_bias)
+        self.qk_norm_scope = c.qk_norm_scope
+        if c.qk_norm != "none":
+            q_dim, k_dim = (c.head_dim, c.head_dim) if c.qk_norm_scope == "head" else (
+                c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim)
+            norm_args = dict(eps=c.norm_eps, unit_offset=c.norm_unit_offset)
+            self.q_norm = build_norm(c.qk_norm, q_dim, **norm_args)
+            self.k_norm = build_norm(c.qk_norm, k_dim, **norm_args)
+        else:
+            self.q_norm = self.k_norm = None
+        self.key_norm = c.key_norm
+        self.scale = c.resolved_attn_scale
+        self.softcap = c.attn_softcap
+        self.use_sdpa = c.attn_impl == "sdpa" or (c.attn_impl == "auto" and c.attn_softcap is None)
+        self.rope_layout = c.rope_layout
+        self.dropout = c.attn_dropout
+
+    def project(self, x: torch.Tensor, inp: AttentionInputs) -> tuple[torch.Tensor, ...]:
+        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied."""
+        B, T, _ = x.shape
+        H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
+        q, k, v = self.qkv_proj(x).split([H * Dh, K * Dh, K * Dh], dim=-1)
+        if self.q_norm is not None and self.qk_norm_scope == "proj":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = (t.view(B, T, -1, Dh).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, Dh)
+        if self.q_norm is not None and self.qk_norm_scope == "head":
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.key_norm:
+            k = F.normalize(k, dim=-1)
+        if inp.cos_sin is not None:
+            q = apply_rope(q, *inp.cos_sin, self.rope_layout)
+            k = apply_rope(k, *inp.cos_sin, self.rope_layout)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.project(x, inp)
+        if inp.cache is not None:
+            k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, Dh)
+        mask = inp.window_mask if self.sliding else inp.mask
+        if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa):
+            mask = causal_mask(T, k.shape[2], k.shape[2] - T, None, None, x.device)  # plain causal, explicit
+        dropout = self.dropout if self.training else 0.0
+        if self.use_sdpa:
+            y = self._sdpa(q, k, v, mask, inp.bias, dropout)
+        else:
+            y = eager_attention(q, k, v, self.scale, inp.bias, mask, self.softcap, dropout, self.training)
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*Dh)
+        return self.o_proj(y)  # (B, T, D)
+
+    def _sdpa(self, q, k, v, mask, bias, dropout: float) -> torch.Tensor:
+        """SDPA with is_causal when no mask tensor is needed, else with a bool or additive float mask."""
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        is_causal = mask is None and q.shape[2] > 1
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=self.scale
+        )  # (B, H, T, Dh)
+
+
+def causal_mask(
+    t: int, s: int, offset: int, window: int | None, key_mask: torch.Tensor | None, device: torch.device
+) -> torch.Tensor:
+    """bool (B|1, 1, T, S): query slot offset+i sees key slot j iff j <= offset+i, within `window`, and
+    j holds a real token; a query always sees itself, so padded rows stay finite."""
+    q_slot = torch.arange(offset, offset + t, device=device)[:, None]  # (T, 1)
+    k_slot = torch.arange(s, device=device)[None, :]  # (1, S)
+    visible = k_slot <= q_slot
+    if window is not None:
+        visible = visible & (q_slot - k_slot < window)
+    visible = visible[None, None]  # (1, 1, T, S)
+    if key_mask is not None:
+        visible = visible & (key_mask[:, None, None, :s] | (k_slot == q_slot))
+    return visible

@@ -1,0 +1,72 @@
+"""One transformer layer: attention and feed-forward sublayers, their norms and the residual stream.
+
+Norm placement (`norm_position`), with F a sublayer and N a norm:
+    pre               x = x + F(N(x))          GPT-2 onwards, Llama (Xiong et al. arXiv 2002.04745)
+    post              x = N(x + F(x))          the original transformer
+    double            x = x + N'(F(N(x)))      Gemma 2 "sandwich"
+    nonresidual_post  x = x + N'(F(x))         OLMo 2 (arXiv 2501.00656)
+Block type (`block`):
+    serial            x = x + Attn(..x..); x = x + MLP(..x..)     two residual steps
+    parallel          x = x + Attn(..x..) + MLP(..x..)            both read the same x (GPT-J, PaLM)
+For a parallel block, `parallel_norms` = 1 shares one input norm (GPT-J, PaLM), 2 gives each its own (NeoX).
+Norm names: attn_norm / mlp_norm (the sublayers' input norms, or the post norms of `post`), attn_out_norm /
+mlp_out_norm (the norms on a sublayer's output, `double` and `nonresidual_post`).
+
+Shapes: x (B, T, D) -> (B, T, D).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from archlab.config import ModelConfig
+from archlab.nn.attention import Attention, AttentionInputs
+from archlab.nn.ffn import FFNS
+from archlab.nn.norms import build_norm
+
+def _norm_names(position: str, block: str, parallel_norms: int) -> list[str]:
+    """Which norms a layer owns for a placement and block type."""
+    inputs = ["attn_norm", "mlp_norm"]
+    if block == "parallel" and (parallel_norms == 1 or position == "post"):
+        inputs = ["attn_norm"]  # one shared input norm (or, for post, one norm after the sum)
+    outputs = ["attn_out_norm", "mlp_out_norm"]
+    return {"pre": inputs, "post": inputs, "double": inputs + outputs, "nonresidual_post": outputs}[position]
+
+
+class Block(nn.Module):
+    """Attention + FFN with the configured norm placement and residual layout."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        c = config
+        self.position, self.parallel = c.norm_position, c.block == "parallel"
+        self.attn = Attention(c, layer_idx)
+        self.mlp = FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
+        for name in _norm_names(c.norm_position, c.block, c.parallel_norms):
+            setattr(self, name, build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset))
+        self.drop = nn.Dropout(c.dropout)
+
+    def _norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """Apply the norm called `name` if this layer has one, else pass x through."""
+        norm = getattr(self, name, None)
+        return x if norm is None else norm(x)
+
+    def _out(self, name: str, y: torch.Tensor) -> torch.Tensor:
+        """A sublayer's output on its way into the residual: its output norm (if any), then dropout."""
+        return self.drop(self._norm(name, y))
+
+    def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        match self.position, self.parallel:
+            case "post", False:  # x = N(x + F(x)), twice
+                x = self.attn_norm(x + self.drop(self.attn(x, inp)))
+                return self.mlp_norm(x + self.drop(self.mlp(x)))
+            case "post", True:  # x = N(x + A(x) + M(x))
+                return self.attn_norm(x + self.drop(self.attn(x, inp)) + self.drop(self.mlp(x)))
+            case _, False:  # pre / double / nonresidual_post: the residual stays outside every norm
+                x = x + self._out("attn_out_norm", self.attn(self._norm("attn_norm", x), inp))
+                return x + self._out("mlp_out_norm", self.mlp(self._norm("mlp_norm", x)))
+            case _, True:  # both branches read the same x; a shared input norm is computed once
+                h = self._norm("attn_norm", x)
+                m = self._norm("mlp_norm", x) if hasattr(self, "mlp_norm") else h
+                return x + self._out("attn_out_norm", self.attn(h, inp)) + self._out("mlp_out_norm", self.mlp(m))

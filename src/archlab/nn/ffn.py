@@ -1,0 +1,59 @@
+"""Feed-forward sublayers: the plain MLP and the gated GLU family, and the d_ff rule.
+
+- `mlp`: down(act(up(x))), with d_ff = 4 * d_model by default (Vaswani et al. 2017).
+- `glu`: down(act(gate(x)) * up(x)) (Shazeer 2020, arXiv 2002.05202): SwiGLU = glu + silu, GeGLU = glu +
+  gelu, ReGLU = glu + relu. A GLU has three matrices instead of two, so d_ff defaults to 8/3 * d_model to
+  keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls.
+gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice.
+
+Shapes: x (B, T, D) -> (B, T, D); the hidden is (B, T, F).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from archlab.nn.activations import get_activation
+
+FFN_WIDTH_FACTOR = {"mlp": 4.0, "glu": 8.0 / 3.0}  # d_ff / d_model that keeps the two kinds at equal size
+
+
+def default_d_ff(kind: str, d_model: int, multiple_of: int = 64) -> int:
+    """4 * d_model (mlp) or 8/3 * d_model (glu), rounded up to a multiple of `multiple_of`."""
+    raw = FFN_WIDTH_FACTOR[kind] * d_model
+    return multiple_of * math.ceil(raw / multiple_of)
+
+
+class MLP(nn.Module):
+    """Two matrices and an activation: down(act(up(x)))."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool, swish_beta: float = 1.0) -> None:
+        super().__init__()
+        self.act = get_activation(activation, swish_beta)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.up_proj(x)))  # (B, T, D)
+
+
+class GatedMLP(nn.Module):
+    """Gated linear unit: down(act(gate(x)) * up(x)); the activation sits on the gate branch only."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool, swish_beta: float = 1.0) -> None:
+        super().__init__()
+        self.act = get_activation(activation, swish_beta)
+        self.gate_up_proj = nn.Linear(d_model, 2 * d_ff, bias=bias)  # rows [gate | up]
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (B, T, F) each
+        return self.down_proj(self.act(gate) * up)  # (B, T, D)
+
+
+FFNS: dict[str, type[nn.Module]] = {"mlp": MLP, "glu": GatedMLP}
+# Shorthands accepted by ModelConfig.ffn: name -> (ffn kind, activation)
+GLU_SHORTHANDS = {"swiglu": ("glu", "silu"), "geglu": ("glu", "gelu"), "reglu": ("glu", "relu")}

@@ -1,0 +1,147 @@
+"""TransformerLM: token embedding (+ scale, + absolute positions), N blocks, final norm, head, softcap.
+
+One forward serves training, evaluation and decoding: `forward(input_ids, positions=None, cache=None)`.
+Positions default to the cache offset + arange(T); with a KVCache the same forward appends the new
+tokens' keys and values and returns only their logits.
+
+Shapes: B batch, T new tokens, S keys (cache + new), D d_model, V vocabulary, H heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from archlab.config import ModelConfig
+from archlab.functional import softcap
+from archlab.nn.attention import AttentionInputs, causal_mask
+from archlab.nn.block import Block
+from archlab.nn.kv_cache import KVCache
+from archlab.nn.norms import RMSNorm, build_norm
+from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
+from archlab.nn.rope import RotaryEmbedding
+
+GPT2_INIT_STD = 0.02  # Radford et al. 2019
+TRUNC_STDS = 3.0  # the seeds' trunc_normal clips at +-3 standard deviations
+
+
+class TransformerLM(nn.Module):
+    """A decoder-only language model whose every architectural choice comes from `config`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.d_model)
+        self.embed_multiplier = math.sqrt(c.d_model) if c.embed_scale == "sqrt_d" else 1.0
+        self.pos_embed = ABSOLUTE_POSITIONS[c.position](c.d_model, c.max_seq_len) if c.position in ABSOLUTE_POSITIONS else None
+        self.rel_bias = self._build_attention_bias(c)
+        self.rotary = RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling) if c.position == "rope" else None
+        self.drop = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
+        self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
+        if c.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.init_weights()
+
+    @staticmethod
+    def _build_attention_bias(c: ModelConfig) -> nn.Module | None:
+        if c.position == "relative":
+            return ATTENTION_BIASES["relative"](c.n_heads, c.relative_buckets, c.relative_max_distance)
+        if c.position == "alibi":
+            return ATTENTION_BIASES["alibi"](c.n_heads)
+        return None
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise every parameter; safe to call again (e.g. after building on the meta device).
+
+        | parameter                     | trunc_normal (the seeds)                  | gpt2                         |
+        |-------------------------------|-------------------------------------------|------------------------------|
+        | Linear weight [out, in]       | N(0, 2/(in+out)) clipped at +-3 std       | N(0, 0.02^2)                 |
+        | o_proj, down_proj (residual)  | same                                      | std 0.02 / sqrt(2 n_layers)  |
+        | token embedding               | N(0, 1) clipped at +-3; tied: std d^-1/2  | N(0, 0.02^2)                 |
+        | learned positions, rel. bias  | N(0, 0.02^2)                              | N(0, 0.02^2)                 |
+        | biases                        | 0                                         | 0                            |
+        | norm gains                    | 1 (0 when stored as 1 + w)                | same                         |
+        A tied embedding is also the output matrix, so under trunc_normal it takes std d^-1/2 (unit-scale
+        logits from unit-RMS features) instead of 1, which would start the loss far above log V.
+        """
+        c = self.config
+        residual_std = GPT2_INIT_STD / math.sqrt(2 * c.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                if c.init == "gpt2":
+                    std = residual_std if name.endswith(("o_proj", "down_proj")) else GPT2_INIT_STD
+                else:
+                    std = math.sqrt(2.0 / (module.in_features + module.out_features))
+                if not (c.tie_embeddings and module is self.lm_head):
+                    _trunc_normal(module.weight, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, RMSNorm):  # LayerNorm derives from it
+                module.reset_parameters()
+            elif isinstance(module, LearnedPositions) or module is self.rel_bias and self.rel_bias is not None:
+                for p in module.parameters():
+                    _trunc_normal(p, GPT2_INIT_STD)
+        embed_std = GPT2_INIT_STD if c.init == "gpt2" else (c.d_model**-0.5 if c.tie_embeddings else 1.0)
+        _trunc_normal(self.embed_tokens.weight, embed_std)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """input_ids (B, T) -> logits (B, T, V); positions (T,) or (B, T) default to offset + arange(T)."""
+        B, T = input_ids.shape
+        offset = cache.pos if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(offset, offset + T, device=input_ids.device)
+        positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
+        self._check_positions(positions)
+        x = self.embed_tokens(input_ids) * self.embed_multiplier  # (B, T, D)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(positions).to(x.dtype)
+        x = self.drop(x)
+        inputs = self._attention_inputs(positions, T, offset, cache)
+        for layer in self.layers:
+            x = layer(x, inputs)  # (B, T, D)
+        if cache is not None:
+            cache.advance(T)
+        if self.norm is not None:
+            x = self.norm(x)
+        return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
+
+    def _check_positions(self, positions: torch.Tensor) -> None:
+        if self.pos_embed is not None and isinstance(self.pos_embed, LearnedPositions):
+            top = int(positions.max())
+            if top >= self.config.max_seq_len:
+                raise ValueError(f"position {top} is past the learned position table (max_seq_len="
+                                 f"{self.config.max_seq_len}); learned positions cannot extrapolate")
+
+    def _attention_inputs(self, positions: torch.Tensor, t: int, offset: int, cache: KVCache | None) -> AttentionInputs:
+        """RoPE tables, masks and position bias shared by all layers of one forward."""
+        c, device = self.config, positions.device
+        s = offset + t
+        key_mask = cache.key_mask if cache is not None else None
+        plain = offset == 0 and key_mask is None  # then SDPA's is_causal (or no mask at T=1) is exact
+        mask = None if plain or (t == 1 and key_mask is None) else causal_mask(t, s, offset, None, key_mask, device)
+        window_mask = None
+        if c.sliding_window is not None and s > c.sliding_window:
+            window_mask = causal_mask(t, s, offset, c.sliding_window, key_mask, device)
+        elif c.sliding_window is not None:
+            window_mask = mask  # the window covers every key
+        bias = None
+        if self.rel_bias is not None:
+            q_slot = torch.arange(offset, s, device=device)[:, None]
+            bias = self.rel_bias(q_slot - torch.arange(s, device=device)[None, :])  # (1, H, T, S)
+        cos_sin = self.rotary(positions) if self.rotary is not None else None
+        return AttentionInputs(cos_sin, mask, window_mask, bias, cache)
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied head counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def _trunc_normal(t: torch.Tensor, std: float) -> None:
+    nn.init.trunc_normal_(t, mean=0.0, std=std, a=-TRUNC_STDS * std, b=TRUNC_STDS * std)

@@ -1,0 +1,58 @@
+"""Normalization layers: RMSNorm and LayerNorm (bias optional), plus the QK-norm builder.
+
+Variants
+- `rmsnorm`: x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019, arXiv 1910.07467); no mean, no bias.
+- `layernorm`: (x - mean) / sqrt(var + eps) * w + b (Ba et al. 2016, arXiv 1607.06450); `bias=False` drops b.
+- `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function is the same.
+
+Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic.
+Shapes: (..., D) -> (..., D).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm: no re-centring, one gain per feature."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = False, unit_offset: bool = False) -> None:
+        super().__init__()
+        self.eps, self.unit_offset = eps, unit_offset
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.weight, 0.0 if self.unit_offset else 1.0)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def gain(self) -> torch.Tensor:
+        return 1.0 + self.weight.float() if self.unit_offset else self.weight.float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain()
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype)
+
+
+class LayerNorm(RMSNorm):
+    """Mean-and-variance norm (biased variance, as torch and every HF family compute it)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.bias.float() if self.bias is not None else None
+        return F.layer_norm(x.float(), x.shape[-1:], self.gain(), b, self.eps).to(x.dtype)
+
+
+NORMS: dict[str, type[RMSNorm]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+
+
+def build_norm(kind: str, dim: int, eps: float, bias: bool = False, unit_offset: bool = False) -> RMSNorm:
+    """The norm named `kind` (a key of NORMS) over the last `dim` features."""
+    return NORMS[kind](dim, eps=eps, bias=bias, unit_offset=unit_offset)

@@ -1,0 +1,1 @@
+"""Training: data, tokenizers, optimizers, schedules, checkpoints, the loop, distributed wrapping."""

@@ -1,0 +1,430 @@
+"""Training data: corpora -> token memmaps (`prepare_data`), and random windows from them (`TokenData`).
+
+A prepared folder holds `train.bin` and `val.bin` (raw uint16/uint32 token ids, read back with
+`np.memmap`), `tokenizer.json` and `meta.json` (source hash, tokenizer description, dtype, token counts).
+
+Corpora (`--data`):
+- a text file, or a folder read recursively in sorted relative-path order (hidden entries, `__pycache__`
+  and binary files -- a NUL byte in the first 8 KiB, git's rule -- are skipped); one file is one document;
+- JSONL (`*.jsonl`, alone or inside a folder): one document per line, from the field `text_field`;
+- `stdlib`: the running Python's standard library `.py` files (no site-packages, no test folders), offline;
+- `hf:NAME` or `hf:NAME:CONFIG`: the `train` split of a Hugging Face hub dataset (needs `datasets`).
+
+Split: document i (in corpus order) goes to val when floor((i+1)*f) > floor(i*f), i.e. every 1/f-th
+document. Fallback: when that gives no val document (a single file, or fewer than 1/f documents), the last
+ceil(f * tokens) tokens of the stream become val. Non-UTF-8 bytes decode to U+FFFD and are counted.
+Documents are separated by the tokenizer's EOS id, or by "\\n\\n" when it has none (the byte tokenizer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import sysconfig
+import tempfile
+import time
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from archlab.train.tokenizer import Tokenizer, build_tokenizer
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # bump when the folder layout or split rule changes, so old caches are rebuilt
+SPLITS = ("train", "val")
+STDLIB = "stdlib"
+HF_PREFIX = "hf:"
+BATCH_CHARS = 8 << 20  # encode ~8M characters at a time: enough for encode_batch's threads, bounded memory
+BINARY_SNIFF = 8192  # bytes searched for NUL to call a file binary (git's heuristic)
+SKIPPED_DIRS = {"__pycache__", "site-packages", "dist-packages"}
+STDLIB_TEST_DIRS = {"test", "tests", "idle_test"}  # skipped: some hold deliberately broken encodings
+UINT16_VOCAB = 2**16
+UINT32_VOCAB = 2**32
+
+Document = tuple[str, int]  # (text, bytes of source it came from, for the progress bar)
+
+
+# ---------------------------------------------------------------------------------------------- corpora
+class FileCorpus:
+    """Local text and JSONL files in a fixed order; counts the bytes it had to replace."""
+
+    def __init__(self, spec: str, root: Path, files: list[Path], text_field: str = "text") -> None:
+        self.spec, self.root, self.files, self.text_field = spec, root, files, text_field
+        self.total_bytes = sum(f.stat().st_size for f in files)
+        self.replaced = 0  # invalid UTF-8 sequences turned into U+FFFD by the last documents() pass
+
+    def fingerprint(self) -> str:
+        """Hash of the relative paths and contents: changes exactly when the prepared data would."""
+        digest = hashlib.sha256(f"files\0{self.text_field}\0".encode())
+        for file in self.files:
+            digest.update(f"{file.relative_to(self.root).as_posix()}\0".encode())
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+        return digest.hexdigest()
+
+    def documents(self) -> Iterator[Document]:
+        self.replaced = 0
+        for file in self.files:
+            if file.suffix == ".jsonl":
+                yield from self._jsonl_documents(file)
+            else:
+                raw = file.read_bytes()
+                yield self._decode(raw), len(raw)
+
+    def _decode(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            # U+FFFD already present in the source is valid UTF-8 (EF BF BD) and is not a replacement.
+            self.replaced += text.count("\ufffd") - raw.count(b"\xef\xbf\xbd")
+            return text
+
+    def _jsonl_documents(self, file: Path) -> Iterator[Document]:
+        with file.open("rb") as lines:
+            for lineno, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(self._decode(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{file}:{lineno} is not valid JSON ({err.msg})") from err
+                text = record.get(self.text_field) if isinstance(record, dict) else None
+                if not isinstance(text, str):
+                    keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+                    raise ValueError(
+                        f"{file}:{lineno} has no string field {self.text_field!r} (found: {keys}); "
+                        "choose the field with --text-field"
+                    )
+                yield _drop_surrogates(text), len(line)
+
+
+class HubCorpus:
+    """The `train` split of a Hugging Face hub dataset; `datasets` is imported only here."""
+
+    def __init__(self, spec: str, text_field: str = "text") -> None:
+        try:
+            import datasets
+        except ImportError as err:
+            raise ValueError(f"--data {spec} needs the optional package 'datasets' (pip install datasets)") from err
+        name, _, config = spec.removeprefix(HF_PREFIX).partition(":")
+        self.spec, self.text_field, self.total_bytes, self.replaced = spec, text_field, None, 0
+        self.dataset = datasets.load_dataset(name, config or None, split="train")
+        if text_field not in self.dataset.column_names:
+            raise ValueError(f"--data {spec} has no field {text_field!r} (columns: {self.dataset.column_names})")
+
+    def fingerprint(self) -> str:
+        fingerprint = getattr(self.dataset, "_fingerprint", "")  # datasets' own content hash
+        return hashlib.sha256(f"hf\0{self.spec}\0{self.text_field}\0{fingerprint}".encode()).hexdigest()
+
+    def documents(self) -> Iterator[Document]:
+        for rows in self.dataset.iter(batch_size=1000):
+            for text in rows[self.text_field]:
+                yield _drop_surrogates(text or ""), len(text or "")
+
+
+def _drop_surrogates(text: str) -> str:
+    """JSON can hold lone surrogates (\\ud800), which no UTF-8 tokenizer accepts: replace them."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+def _is_binary(file: Path) -> bool:
+    with file.open("rb") as handle:
+        return b"\0" in handle.read(BINARY_SNIFF)
+
+
+def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) -> list[Path]:
+    """Files under `folder` in sorted relative-path order, skipping hidden, cache and binary files."""
+    files, binary = [], 0
+    for path in folder.rglob(f"*{suffix}"):
+        parts = path.relative_to(folder).parts
+        if any(p.startswith(".") or p in SKIPPED_DIRS or p in skip_dirs for p in parts) or not path.is_file():
+            continue
+        if _is_binary(path):
+            binary += 1
+            continue
+        files.append(path)
+    if binary:
+        logger.info("skipped %d binary files under %s (NUL byte in the first %d bytes)", binary, folder, BINARY_SNIFF)
+    return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
+
+
+def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
+    """The running Python's standard library `.py` files (root, sorted files): a corpus on any machine."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return root, list_files(root, ".py", set() if include_tests else STDLIB_TEST_DIRS)
+
+
+def open_corpus(data: str, text_field: str = "text", max_files: int | None = None) -> FileCorpus | HubCorpus:
+    """`data` -> a corpus: a file or folder path, `stdlib`, or `hf:NAME[:CONFIG]`."""
+    if max_files is not None and max_files < 1:
+        raise ValueError(f"max_files must be >= 1 (got {max_files})")
+    if data.startswith(HF_PREFIX):
+        return HubCorpus(data, text_field)
+    if data == STDLIB:
+        root, files = stdlib_files()
+    else:
+        path = Path(data).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(
+                f"corpus path {data} does not exist (expected a text/JSONL file, a folder, '{STDLIB}' or 'hf:NAME')"
+            )
+        root, files = (path, list_files(path)) if path.is_dir() else (path.parent, [path])
+    if not files:
+        raise ValueError(f"corpus {data} holds no readable text files")
+    return FileCorpus(data, root, files[:max_files], text_field)
+
+
+# ------------------------------------------------------------------------------------------ preparation
+def dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (vocab <= 65536), else uint32; larger vocabularies are refused."""
+    if vocab_size <= UINT16_VOCAB:
+        return np.dtype(np.uint16)
+    if vocab_size <= UINT32_VOCAB:
+        return np.dtype(np.uint32)
+    raise ValueError(f"tokenizer vocab_size {vocab_size} does not fit a uint32 token memmap (at most {UINT32_VOCAB})")
+
+
+def to_token_array(ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast ids to the memmap dtype, refusing any id that would wrap around."""
+    limit = np.iinfo(dtype).max
+    if ids.size and (ids.max() > limit or ids.min() < 0):
+        bad = int(ids.max()) if ids.max() > limit else int(ids.min())
+        raise ValueError(f"token id {bad} does not fit the memmap dtype {dtype} (ids must be in 0..{limit})")
+    return ids.astype(dtype)
+
+
+def _is_val(index: int, val_fraction: float) -> bool:
+    """Every 1/f-th document goes to val, spread evenly and fixed by the document's position."""
+    return math.floor((index + 1) * val_fraction) > math.floor(index * val_fraction)
+
+
+def _tokenizer_request(tokenizer: str, vocab_size: int) -> dict[str, str | int | None]:
+    """What the user asked for, known before any training: the cache key's tokenizer half."""
+    if tokenizer == "bpe":
+        return {"kind": "bpe", "vocab_size": vocab_size}
+    return build_tokenizer(tokenizer, vocab_size, None).describe()  # byte or a file: cheap to build
+
+
+def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction: float, out: Path) -> dict:
+    """Stream the corpus through the tokenizer into out/{train,val}.bin; return counts for meta.json."""
+    dtype = dtype_for_vocab(tok.vocab_size)
+    tokens, docs, chars = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0), 0
+    sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
+    bar = tqdm(total=corpus.total_bytes, unit="B", unit_scale=True, desc=f"tokenizing {corpus.spec}", disable=None)
+
+    def flush(batch: dict[str, list[str]]) -> None:
+        for split, texts in batch.items():
+            ids = to_token_array(tok.encode_documents(texts), dtype)
+            ids.tofile(sinks[split])
+            tokens[split] += len(ids)
+            texts.clear()
+
+    try:
+        batch: dict[str, list[str]] = {split: [] for split in SPLITS}
+        pending = 0
+        for index, (text, nbytes) in enumerate(corpus.documents()):
+            split = "val" if _is_val(index, val_fraction) else "train"
+            batch[split].append(text)
+            docs[split] += 1
+            pending += len(text)
+            chars += len(text)
+            bar.update(nbytes)
+            if pending >= BATCH_CHARS:
+                flush(batch)
+                pending = 0
+        flush(batch)
+    finally:
+        bar.close()
+        for sink in sinks.values():
+            sink.close()
+    if chars == 0:
+        raise ValueError(f"corpus {corpus.spec} is empty (no text in {sum(docs.values())} documents)")
+    rule = "documents" if docs["val"] else _split_tail(out, dtype, tokens, val_fraction)
+    return {"dtype": dtype.name, "tokens": tokens, "documents": docs, "split_rule": rule}
+
+
+def _split_tail(out: Path, dtype: np.dtype, tokens: dict[str, int], val_fraction: float) -> str:
+    """Fallback split for corpora with too few documents: the stream's last tokens become val."""
+    n_val = math.ceil(val_fraction * tokens["train"])
+    n_train = tokens["train"] - n_val
+    train = out / "train.bin"
+    np.fromfile(train, dtype=dtype, offset=n_train * dtype.itemsize).tofile(out / "val.bin")
+    os.truncate(train, n_train * dtype.itemsize)
+    tokens.update(train=n_train, val=n_val)
+    logger.info("fewer documents than 1/val_fraction: val is the last %d tokens of the stream", n_val)
+    return "tail"
+
+
+def _prepare_into(out: Path, corpus: FileCorpus | HubCorpus, tokenizer: str, vocab_size: int, val_fraction: float) -> dict:
+    """Build the tokenizer (training BPE on the train documents), encode, and save it into `out`."""
+    texts = None
+    if tokenizer == "bpe":  # train on the documents that will be train, so val stays unseen
+        texts = (text for i, (text, _) in enumerate(corpus.documents()) if not _is_val(i, val_fraction))
+    tok = build_tokenizer(tokenizer, vocab_size, texts)
+    counts = _encode_splits(corpus, tok, val_fraction, out)
+    tok.save(out)
+    if corpus.replaced:
+        logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD", corpus.spec, corpus.replaced)
+    files = len(corpus.files) if isinstance(corpus, FileCorpus) else None
+    source = {"spec": corpus.spec, "files": files, "bytes": corpus.total_bytes, "replaced_sequences": corpus.replaced}
+    return {"source": source, "tokenizer": tok.describe(), **counts}
+
+
+def _is_complete(folder: Path, meta: dict) -> bool:
+    """Whether both token files are there with the sizes meta.json promises (a reusable cache)."""
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    sizes = {split: folder / f"{split}.bin" for split in SPLITS}
+    return all(p.is_file() and p.stat().st_size == meta["tokens"][s] * itemsize for s, p in sizes.items())
+
+
+def _read_meta(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move the finished temp folder to `out` (same filesystem, so each rename is atomic)."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+    os.rename(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_sizes(spec: str, meta: dict, min_tokens: int) -> None:
+    need = max(min_tokens, 2)  # one (x, y) pair needs two tokens even with block_size 1
+    for split in SPLITS:
+        have = meta["tokens"][split]
+        if have < need:
+            raise ValueError(
+                f"corpus {spec}: {split} split has {have} tokens, need at least {need} (one context window + 1); "
+                "use more text, a smaller block size or another val_fraction"
+            )
+
+
+def prepare_data(
+    data: str,
+    out_dir: str | Path,
+    tokenizer: str = "byte",
+    vocab_size: int = 8192,
+    val_fraction: float = 0.05,
+    min_tokens: int = 0,
+    *,
+    text_field: str = "text",
+    max_files: int | None = None,
+) -> Path:
+    """Tokenize `data` into the folder `out_dir` (train.bin, val.bin, meta.json, tokenizer.json).
+
+    Cached: when `out_dir/meta.json` records the same source hash, tokenizer request and split, the folder
+    is reused as is. Otherwise it is built in a temp folder beside `out_dir` and renamed into place.
+    `min_tokens` (the trainer passes block_size + 1) is the least each split must hold.
+    """
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1) (got {val_fraction})")
+    out = Path(out_dir)
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and _read_meta(out) is None):
+        raise ValueError(f"out dir {out} exists and is not a prepared data folder (no meta.json); choose another")
+    corpus = open_corpus(data, text_field, max_files)
+    request = {
+        "format": FORMAT_VERSION,
+        "source_hash": corpus.fingerprint(),
+        "tokenizer": _tokenizer_request(tokenizer, vocab_size),
+        "val_fraction": val_fraction,
+    }
+    meta = _read_meta(out)
+    if meta is not None and meta.get("request") == request and _is_complete(out, meta):
+        logger.info("reusing prepared data in %s", out)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            start = time.perf_counter()
+            meta = {"request": request, **_prepare_into(tmp, corpus, tokenizer, vocab_size, val_fraction)}
+            meta["seconds"] = round(time.perf_counter() - start, 3)
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            _publish(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        logger.info("prepared %s -> %s: %s tokens (%s)", data, out, meta["tokens"], meta["dtype"])
+    _check_sizes(data, meta, min_tokens)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- batches
+class TokenData:
+    """Read-only view of a prepared folder that draws random (x, y) windows, sharded by rank.
+
+    Each call draws `batch_size * world_size` window starts from `generator` and keeps this rank's slice,
+    so the ranks of a run together see exactly the batch a single process with the global batch would,
+    and every rank must hold an identically seeded generator.
+    """
+
+    def __init__(self, data_dir: str | Path, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
+        self.data_dir, self.rank, self.world_size = Path(data_dir), rank, world_size
+        meta = _read_meta(self.data_dir)
+        if meta is None:
+            raise FileNotFoundError(f"{self.data_dir / 'meta.json'} does not exist; run `archlab data prepare` first")
+        self.meta = meta
+        dtype = np.dtype(meta["dtype"])
+        self.splits = {split: _open_tokens(self.data_dir / f"{split}.bin", dtype) for split in SPLITS}
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["tokenizer"]["vocab_size"])
+
+    def tokenizer(self) -> Tokenizer:
+        return Tokenizer.load(self.data_dir)
+
+    def num_tokens(self, split: str) -> int:
+        return len(self._split(split))
+
+    def _split(self, split: str) -> np.ndarray:
+        if split not in self.splits:
+            raise ValueError(f"split {split!r} is not one of {SPLITS}")
+        return self.splits[split]
+
+    def get_batch(
+        self, split: str, batch_size: int, block_size: int, generator: torch.Generator, device: str | torch.device = "cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random windows x (B, T) and targets y = x shifted left by one, both int64 on `device`."""
+        data = self._split(split)
+        n_starts = len(data) - block_size  # start i needs tokens i .. i + block_size inclusive
+        if batch_size < 1 or block_size < 1 or n_starts < 1:
+            raise ValueError(
+                f"cannot draw batch_size {batch_size} x block_size {block_size} from split {split!r} of "
+                f"{self.data_dir} ({len(data)} tokens; need block_size + 1 and sizes >= 1)"
+            )
+        starts = torch.randint(n_starts, (batch_size * self.world_size,), generator=generator)
+        starts = starts[self.rank * batch_size : (self.rank + 1) * batch_size].numpy()  # this rank's slice
+        window = data[starts[:, None] + np.arange(block_size + 1)]  # (B, T + 1), one gather from the memmap
+        xy = torch.from_numpy(window.astype(np.int64))
+        x, y = xy[:, :-1], xy[:, 1:]  # (B, T) each
+        if torch.device(device).type == "cuda":  # pinned memory lets the copy overlap the previous step
+            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        return x.contiguous().to(device), y.contiguous().to(device)
+
+
+def _open_tokens(path: Path, dtype: np.dtype) -> np.ndarray:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; re-run `archlab data prepare`")
+    if path.stat().st_size == 0:  # np.memmap refuses empty files
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
