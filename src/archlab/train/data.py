@@ -113,12 +113,16 @@ class HubCorpus:
         try:
             import datasets
         except ImportError as err:
-            raise ValueError(f"--data {spec} needs the optional package 'datasets' (pip install datasets)") from err
+            raise ValueError(
+                f"--data {spec} needs the optional package 'datasets' (pip install datasets)"
+            ) from err
         name, _, config = spec.removeprefix(HF_PREFIX).partition(":")
         self.spec, self.text_field, self.total_bytes, self.replaced = spec, text_field, None, 0
         self.dataset = datasets.load_dataset(name, config or None, split="train")
         if text_field not in self.dataset.column_names:
-            raise ValueError(f"--data {spec} has no field {text_field!r} (columns: {self.dataset.column_names})")
+            raise ValueError(
+                f"--data {spec} has no field {text_field!r} (columns: {self.dataset.column_names})"
+            )
 
     def fingerprint(self) -> str:
         fingerprint = getattr(self.dataset, "_fingerprint", "")  # datasets' own content hash
@@ -147,23 +151,28 @@ def _is_binary(file: Path) -> bool:
 def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) -> list[Path]:
     """Files under `folder` in sorted relative-path order, skipping hidden, cache and binary files."""
     files, binary = [], 0
-    for path in folder.rglob(f"*{suffix}"):
-        parts = path.relative_to(folder).parts
-        if any(p.startswith(".") or p in SKIPPED_DIRS or p in skip_dirs for p in parts) or not path.is_file():
-            continue
-        if _is_binary(path):
-            binary += 1
-            continue
-        files.append(path)
+    for parent, dirs, names in os.walk(folder):
+        # Prune in place so os.walk never descends into site-packages and friends.
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS and d not in skip_dirs]
+        for name in names:
+            path = Path(parent) / name
+            if name.startswith(".") or not name.endswith(suffix) or not path.is_file():
+                continue
+            if _is_binary(path):
+                binary += 1
+                continue
+            files.append(path)
     if binary:
-        logger.info("skipped %d binary files under %s (NUL byte in the first %d bytes)", binary, folder, BINARY_SNIFF)
+        logger.info(
+            "skipped %d binary files under %s (NUL byte in the first %d bytes)", binary, folder, BINARY_SNIFF
+        )
     return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
 
 
 def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
     """The running Python's standard library `.py` files (root, sorted files): a corpus on any machine."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    return root, list_files(root, ".py", set() if include_tests else STDLIB_TEST_DIRS)
+    return root, list_files(root, ".py", () if include_tests else STDLIB_TEST_DIRS)
 
 
 def open_corpus(data: str, text_field: str = "text", max_files: int | None = None) -> FileCorpus | HubCorpus:
@@ -178,7 +187,8 @@ def open_corpus(data: str, text_field: str = "text", max_files: int | None = Non
         path = Path(data).expanduser()
         if not path.exists():
             raise FileNotFoundError(
-                f"corpus path {data} does not exist (expected a text/JSONL file, a folder, '{STDLIB}' or 'hf:NAME')"
+                f"corpus path {data} does not exist "
+                f"(expected a text/JSONL file, a folder, '{STDLIB}' or 'hf:NAME')"
             )
         root, files = (path, list_files(path)) if path.is_dir() else (path.parent, [path])
     if not files:
@@ -193,7 +203,9 @@ def dtype_for_vocab(vocab_size: int) -> np.dtype:
         return np.dtype(np.uint16)
     if vocab_size <= UINT32_VOCAB:
         return np.dtype(np.uint32)
-    raise ValueError(f"tokenizer vocab_size {vocab_size} does not fit a uint32 token memmap (at most {UINT32_VOCAB})")
+    raise ValueError(
+        f"tokenizer vocab_size {vocab_size} does not fit a uint32 token memmap (at most {UINT32_VOCAB})"
+    )
 
 
 def to_token_array(ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -222,7 +234,9 @@ def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction:
     dtype = dtype_for_vocab(tok.vocab_size)
     tokens, docs, chars = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0), 0
     sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
-    bar = tqdm(total=corpus.total_bytes, unit="B", unit_scale=True, desc=f"tokenizing {corpus.spec}", disable=None)
+    bar = tqdm(
+        total=corpus.total_bytes, unit="B", unit_scale=True, desc=f"tokenizing {corpus.spec}", disable=None
+    )
 
     def flush(batch: dict[str, list[str]]) -> None:
         for split, texts in batch.items():
@@ -267,7 +281,9 @@ def _split_tail(out: Path, dtype: np.dtype, tokens: dict[str, int], val_fraction
     return "tail"
 
 
-def _prepare_into(out: Path, corpus: FileCorpus | HubCorpus, tokenizer: str, vocab_size: int, val_fraction: float) -> dict:
+def _prepare_into(
+    out: Path, corpus: FileCorpus | HubCorpus, tokenizer: str, vocab_size: int, val_fraction: float
+) -> dict:
     """Build the tokenizer (training BPE on the train documents), encode, and save it into `out`."""
     texts = None
     if tokenizer == "bpe":  # train on the documents that will be train, so val stays unseen
@@ -278,7 +294,12 @@ def _prepare_into(out: Path, corpus: FileCorpus | HubCorpus, tokenizer: str, voc
     if corpus.replaced:
         logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD", corpus.spec, corpus.replaced)
     files = len(corpus.files) if isinstance(corpus, FileCorpus) else None
-    source = {"spec": corpus.spec, "files": files, "bytes": corpus.total_bytes, "replaced_sequences": corpus.replaced}
+    source = {
+        "spec": corpus.spec,
+        "files": files,
+        "bytes": corpus.total_bytes,
+        "replaced_sequences": corpus.replaced,
+    }
     return {"source": source, "tokenizer": tok.describe(), **counts}
 
 
@@ -307,14 +328,41 @@ def _publish(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _build(out: Path, corpus: FileCorpus | HubCorpus, request: dict, tokenizer: str, vocab_size: int) -> dict:
+    """Prepare into a temp folder beside `out`, then publish it; return its meta."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the published folder should read like any other
+    try:
+        start = time.perf_counter()
+        meta = {
+            "request": request,
+            **_prepare_into(tmp, corpus, tokenizer, vocab_size, request["val_fraction"]),
+        }
+        meta["seconds"] = round(time.perf_counter() - start, 3)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        try:
+            _publish(tmp, out)
+        except OSError:
+            # Another process (e.g. a second rank) published the same folder first: use theirs.
+            theirs = _read_meta(out)
+            if theirs is None or theirs.get("request") != request:
+                raise
+            meta = theirs
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("prepared %s -> %s: %s tokens (%s)", corpus.spec, out, meta["tokens"], meta["dtype"])
+    return meta
+
+
 def _check_sizes(spec: str, meta: dict, min_tokens: int) -> None:
     need = max(min_tokens, 2)  # one (x, y) pair needs two tokens even with block_size 1
     for split in SPLITS:
         have = meta["tokens"][split]
         if have < need:
             raise ValueError(
-                f"corpus {spec}: {split} split has {have} tokens, need at least {need} (one context window + 1); "
-                "use more text, a smaller block size or another val_fraction"
+                f"corpus {spec}: {split} split has {have} tokens, need at least {need} "
+                "(one context window + 1); use more text, a smaller block size or another val_fraction"
             )
 
 
@@ -334,12 +382,15 @@ def prepare_data(
     Cached: when `out_dir/meta.json` records the same source hash, tokenizer request and split, the folder
     is reused as is. Otherwise it is built in a temp folder beside `out_dir` and renamed into place.
     `min_tokens` (the trainer passes block_size + 1) is the least each split must hold.
+    Under torchrun, call it on rank 0 and barrier before the other ranks open the folder.
     """
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1) (got {val_fraction})")
     out = Path(out_dir)
     if out.is_file() or (out.is_dir() and any(out.iterdir()) and _read_meta(out) is None):
-        raise ValueError(f"out dir {out} exists and is not a prepared data folder (no meta.json); choose another")
+        raise ValueError(
+            f"out dir {out} exists and is not a prepared data folder (no meta.json); choose another"
+        )
     corpus = open_corpus(data, text_field, max_files)
     request = {
         "format": FORMAT_VERSION,
@@ -351,17 +402,7 @@ def prepare_data(
     if meta is not None and meta.get("request") == request and _is_complete(out, meta):
         logger.info("reusing prepared data in %s", out)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        try:
-            start = time.perf_counter()
-            meta = {"request": request, **_prepare_into(tmp, corpus, tokenizer, vocab_size, val_fraction)}
-            meta["seconds"] = round(time.perf_counter() - start, 3)
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-            _publish(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        logger.info("prepared %s -> %s: %s tokens (%s)", data, out, meta["tokens"], meta["dtype"])
+        meta = _build(out, corpus, request, tokenizer, vocab_size)
     _check_sizes(data, meta, min_tokens)
     return out
 
@@ -381,7 +422,9 @@ class TokenData:
         self.data_dir, self.rank, self.world_size = Path(data_dir), rank, world_size
         meta = _read_meta(self.data_dir)
         if meta is None:
-            raise FileNotFoundError(f"{self.data_dir / 'meta.json'} does not exist; run `archlab data prepare` first")
+            raise FileNotFoundError(
+                f"{self.data_dir / 'meta.json'} does not exist; run `archlab data prepare` first"
+            )
         self.meta = meta
         dtype = np.dtype(meta["dtype"])
         self.splits = {split: _open_tokens(self.data_dir / f"{split}.bin", dtype) for split in SPLITS}
@@ -402,7 +445,12 @@ class TokenData:
         return self.splits[split]
 
     def get_batch(
-        self, split: str, batch_size: int, block_size: int, generator: torch.Generator, device: str | torch.device = "cpu"
+        self,
+        split: str,
+        batch_size: int,
+        block_size: int,
+        generator: torch.Generator,
+        device: str | torch.device = "cpu",
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random windows x (B, T) and targets y = x shifted left by one, both int64 on `device`."""
         data = self._split(split)

@@ -41,7 +41,11 @@ def bytes_to_unicode() -> dict[int, str]:
 
     Printable Latin-1 bytes map to themselves; the other 68 bytes map to U+0100 onwards, in byte order.
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     extra = (b for b in range(256) if b not in printable)
     mapping = {b: chr(b) for b in printable}
     mapping.update((b, chr(256 + i)) for i, b in enumerate(extra))
@@ -111,20 +115,24 @@ class Tokenizer:
         ids = [int(i) for i in ids]
         bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
         if bad is not None:
-            raise ValueError(f"token id {bad} is out of range for a {self.kind} tokenizer (0..{self.vocab_size - 1})")
+            raise ValueError(
+                f"token id {bad} is out of range for a {self.kind} tokenizer (0..{self.vocab_size - 1})"
+            )
         if self.kind == "byte":
             return bytes(ids).decode("utf-8", errors="replace")
         # Keep special tokens: a sample should show where the model ended a document.
         return self.inner.decode(ids, skip_special_tokens=False)
 
     def save(self, directory: str | Path) -> Path:
-        """Write `tokenizer.json` into `directory` (created if needed) and return its path."""
+        """Write `tokenizer.json` (and `tokenizer_config.json` naming the EOS, if any) into `directory`."""
         path = Path(directory) / "tokenizer.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self._json, encoding="utf-8")
         if self.eos_id is not None:  # HF's place for the EOS, read back by `load`
             token = self.inner.id_to_token(self.eos_id)
-            (path.parent / "tokenizer_config.json").write_text(json.dumps({"eos_token": token}), encoding="utf-8")
+            (path.parent / "tokenizer_config.json").write_text(
+                json.dumps({"eos_token": token}), encoding="utf-8"
+            )
         return path
 
     @classmethod
@@ -133,7 +141,9 @@ class Tokenizer:
         path = Path(path)
         file = path / "tokenizer.json" if path.is_dir() else path
         if not file.is_file():
-            raise FileNotFoundError(f"tokenizer file {file} does not exist (expected a tokenizer.json or a folder holding one)")
+            raise FileNotFoundError(
+                f"tokenizer file {file} does not exist (expected a tokenizer.json or a folder holding one)"
+            )
         try:
             inner = HFTokenizer.from_file(str(file))
         except Exception as err:  # tokenizers raises a bare Exception on malformed json

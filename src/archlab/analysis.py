@@ -1,0 +1,96 @@
+"""What a configuration costs, computed from the config alone: parameters by part, FLOPs per token and
+KV-cache bytes. Tests check the parameter count against `sum(p.numel())` of the built model.
+
+FLOPs per token (one multiply-add = 2 FLOPs; PaLM, arXiv 2204.02311, appendix B):
+    forward  = 2 * N_matmul + 4 * sum over layers of (H * Dh * T_layer)
+    training = 3 * forward                       (backward costs twice the forward)
+N_matmul counts every weight that multiplies activations (all linear layers, the head included even when
+tied; the embedding lookup is free). The attention term is QK^T plus probs @ V for one query against
+T_layer keys: T_layer = T for full layers and min(T, window) for sliding-window layers, T the context.
+Norms, activations, softmax and RoPE are elementwise and left out, as in PaLM's count.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from archlab.config import ModelConfig
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1}
+
+
+def _norm_params(c: ModelConfig, dim: int) -> int:
+    return dim * (2 if c.norm_bias else 1)
+
+
+def _norms_per_layer(c: ModelConfig) -> int:
+    inputs = 1 if c.block == "parallel" and (c.parallel_norms == 1 or c.norm_position == "post") else 2
+    return {"pre": inputs, "post": inputs, "double": inputs + 2, "nonresidual_post": 2}[c.norm_position]
+
+
+def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
+    """Parameters by part; `total` counts a tied head once, exactly as `model.parameters()` does."""
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    attn = c.d_model * (q + 2 * kv) + q * c.d_model + (q + 2 * kv + c.d_model if c.attn_bias else 0)
+    if c.qk_norm != "none":
+        per = (c.head_dim, c.head_dim) if c.qk_norm_scope == "head" else (q, kv)
+        attn += sum(per)  # QK-norms carry a gain only
+    n_mats = 3 if c.ffn == "glu" else 2
+    mlp = n_mats * c.d_model * c.d_ff + ((n_mats - 1) * c.d_ff + c.d_model if c.mlp_bias else 0)
+    counts: OrderedDict[str, int] = OrderedDict()
+    counts["embedding"] = c.vocab_size * c.d_model
+    counts["positions"] = c.max_seq_len * c.d_model if c.position == "learned" else 0
+    counts["position bias"] = c.relative_buckets * c.n_heads if c.position == "relative" else 0
+    counts["attention"] = c.n_layers * attn
+    counts["mlp"] = c.n_layers * mlp
+    counts["norms"] = c.n_layers * _norms_per_layer(c) * _norm_params(c, c.d_model) + (
+        _norm_params(c, c.d_model) if c.final_norm else 0)
+    head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
+    counts["lm_head"] = head + (c.vocab_size if c.lm_head_bias else 0)
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def matmul_params(c: ModelConfig) -> int:
+    """Weights that multiply activations: attention and FFN matrices of every layer, plus the head."""
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    per_layer = c.d_model * (q + 2 * kv) + q * c.d_model + (3 if c.ffn == "glu" else 2) * c.d_model * c.d_ff
+    return c.n_layers * per_layer + c.vocab_size * c.d_model
+
+
+def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int]:
+    """Forward and training FLOPs per token at `context` tokens (default max_seq_len); see module doc."""
+    t = context or c.max_seq_len
+    keys = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
+    attention = 4 * c.n_heads * c.head_dim * keys
+    forward = 2 * matmul_params(c) + attention
+    return {"matmul": 2 * matmul_params(c), "attention": attention, "forward": forward, "training": 3 * forward}
+
+
+def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf16", batch: int = 1) -> dict[str, int]:
+    """Bytes of K and V: per token (2 * layers * kv_heads * head_dim * bytes) and for a full `context`
+    (sliding-window layers need only their window)."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is not allowed: one of {', '.join(DTYPE_BYTES)}")
+    t = context or c.max_seq_len
+    per_layer_token = 2 * c.n_kv_heads * c.head_dim * DTYPE_BYTES[dtype]
+    slots = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
+    return {"per_token": c.n_layers * per_layer_token, "context": batch * slots * per_layer_token}
+
+
+@dataclass
+class Report:
+    """Everything `archlab inspect` shows for one config."""
+
+    config: ModelConfig
+    params: OrderedDict[str, int]
+    flops: dict[str, int]
+    kv: dict[str, int]
+    context: int
+    dtype: str
+
+
+def report(c: ModelConfig, context: int | None = None, dtype: str = "bf16") -> Report:
+    t = context or c.max_seq_len
+    return Report(c, parameter_counts(c), flops_per_token(c, t), kv_cache_bytes(c, t, dtype), t, dtype)

@@ -1,0 +1,62 @@
+"""`archlab data prepare`: tokenize a corpus into a prepared folder (see `archlab.train.data`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from archlab.train.data import prepare_data
+
+
+def default_out_dir(data: str, tokenizer: str, vocab_size: int) -> Path:
+    """data/<corpus>-<tokenizer>, e.g. data/stdlib-byte or data/tinystories-bpe8192.
+
+    Two runs that share this folder with different settings rebuild it (the cache key is in meta.json).
+    """
+    corpus = Path(data.removeprefix("hf:").rstrip("/")).stem or "corpus"
+    tok = f"bpe{vocab_size}" if tokenizer == "bpe" else tokenizer
+    if tokenizer not in ("byte", "bpe"):  # a tokenizer.json path: name it after its folder (e.g. gpt2)
+        path = Path(tokenizer).resolve()
+        tok = (path if path.is_dir() else path.parent).name
+    return Path("data") / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{corpus}-{tok}".lower())
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="prepare training data (token memmaps)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    prepare = actions.add_parser("prepare", help="tokenize a corpus into train.bin / val.bin / meta.json")
+    prepare.add_argument(
+        "--data", default="stdlib", help="text/JSONL file, folder, 'stdlib' or 'hf:NAME[:CONFIG]'"
+    )
+    prepare.add_argument("--tokenizer", default="byte", help="'byte', 'bpe' or a path to a tokenizer.json")
+    prepare.add_argument("--vocab-size", type=int, default=8192, help="ids of a trained bpe tokenizer")
+    prepare.add_argument("--val-fraction", type=float, default=0.05, help="share of documents held out")
+    prepare.add_argument("--text-field", default="text", help="JSONL / hub field holding the text")
+    prepare.add_argument("--max-files", type=int, default=None, help="use only the first N files (sorted)")
+    prepare.add_argument(
+        "--out", type=Path, default=None, help="output folder (default data/<corpus>-<tokenizer>)"
+    )
+    prepare.set_defaults(func=run_prepare)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    out = args.out or default_out_dir(args.data, args.tokenizer, args.vocab_size)
+    folder = prepare_data(
+        args.data,
+        out,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        val_fraction=args.val_fraction,
+        text_field=args.text_field,
+        max_files=args.max_files,
+    )
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    tok = meta["tokenizer"]
+    print(
+        f"{folder}: train {meta['tokens']['train']:,} / val {meta['tokens']['val']:,} tokens "
+        f"({meta['dtype']}), tokenizer {tok['kind']} vocab {tok['vocab_size']}, "
+        f"prepared in {meta['seconds']} s"
+    )
+    return 0

@@ -1,0 +1,68 @@
+"""`archlab inspect --preset llama --size small [--n_layers 4 ...]`: parameters by part, FLOPs per token
+and KV-cache bytes of a configuration, without building the model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from archlab.analysis import DTYPE_BYTES, Report, report
+from archlab.config import ModelConfig, parse_overrides
+from archlab.presets import PRESETS, SIZES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="parameter count, FLOPs per token and KV-cache bytes of a config",
+                       description="Any ModelConfig field can follow as --field value (e.g. --n_kv_heads 1).")
+    p.add_argument("--preset", default="llama", help=f"architecture: {', '.join(PRESETS)}")
+    p.add_argument("--size", default="tiny", help=f"size: {', '.join(SIZES)}")
+    p.add_argument("--context", type=int, default=None, help="context length for FLOPs and KV bytes (default max_seq_len)")
+    p.add_argument("--dtype", default="bf16", help=f"KV-cache dtype: {', '.join(DTYPE_BYTES)}")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=run, accepts_overrides=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = parse_overrides(ModelConfig, args.overrides)
+    config = ModelConfig.from_preset(args.preset, args.size, **overrides)
+    if args.context is not None and args.context < 1:
+        raise ValueError(f"--context={args.context} is not allowed: a positive number of tokens")
+    r = report(config, args.context, args.dtype)
+    if args.json:
+        print(json.dumps({"config": config.to_dict(), "params": r.params, "flops_per_token": r.flops,
+                          "kv_cache_bytes": r.kv, "context": r.context, "dtype": r.dtype}, indent=2))
+    else:
+        _print_tables(args.preset, args.size, r)
+    return 0
+
+
+def _human(n: float, unit: str = "") -> str:
+    for suffix in ("", "K", "M", "G", "T", "P"):
+        if abs(n) < 1000:
+            return f"{n:.4g}{suffix}{unit}"
+        n /= 1000
+    return f"{n:.4g}E{unit}"
+
+
+def _print_tables(preset: str, size: str, r: Report) -> None:
+    c = r.config
+    console = Console()
+    title = (f"{preset} / {size}: d_model={c.d_model} n_layers={c.n_layers} heads={c.n_heads} "
+             f"kv_heads={c.n_kv_heads} head_dim={c.head_dim} d_ff={c.d_ff} vocab={c.vocab_size}")
+    params = Table(title=title, title_justify="left")
+    params.add_column("part"), params.add_column("parameters", justify="right"), params.add_column("share", justify="right")
+    for part, n in r.params.items():
+        params.add_row(part, f"{n:,}", f"{100 * n / r.params['total']:.1f}%")
+    console.print(params)
+    cost = Table(title=f"cost per token at context {r.context}", title_justify="left")
+    cost.add_column("quantity"), cost.add_column("value", justify="right"), cost.add_column("formula")
+    cost.add_row("FLOPs forward", _human(r.flops["forward"]), "2*N_matmul + 4*H*Dh*sum(keys per layer)")
+    cost.add_row("  of which matmuls", _human(r.flops["matmul"]), f"2*N_matmul, N_matmul={r.flops['matmul'] // 2:,}")
+    cost.add_row("  of which attention", _human(r.flops["attention"]), "QK^T + probs@V")
+    cost.add_row("FLOPs training", _human(r.flops["training"]), "3 * forward")
+    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), "2*layers*kv_heads*head_dim*bytes")
+    cost.add_row(f"KV cache / {r.context} tokens", _human(r.kv["context"], "B"), "windowed layers keep their window")
+    console.print(cost)

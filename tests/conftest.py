@@ -1,0 +1,21 @@
+"""Shared test helpers: tiny configs and deterministic seeds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+def randomize_(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:
+    """Re-draw every parameter (norm gains and biases included) so a dropped term cannot hide at 1 or 0."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, std)
+            if p.dim() == 1:
+                p.add_(1.0 if p.numel() > 0 else 0.0)
+    return model

@@ -1,0 +1,85 @@
+"""analysis.py against the built model: parameter counts by part, FLOPs by torch's FLOP counter, KV bytes
+by the cache's buffers; and `archlab inspect` end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from archlab import KVCache, ModelConfig, TransformerLM
+from archlab.analysis import flops_per_token, kv_cache_bytes, parameter_counts
+from archlab.presets import PRESETS
+
+PART_OF = [  # parameter-name fragment -> part in parameter_counts
+    ("embed_tokens", "embedding"), ("pos_embed", "positions"), ("rel_bias", "position bias"),
+    ("attn.", "attention"), ("mlp.", "mlp"), ("norm", "norms"), ("lm_head", "lm_head"),
+]
+
+
+def _by_part(model: TransformerLM) -> dict[str, int]:
+    parts = {part: 0 for _, part in PART_OF}
+    for name, p in model.named_parameters():
+        part = next(part for frag, part in PART_OF if frag in name)
+        parts[part] += p.numel()
+    return parts
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("size", ["tiny", "small", "gpt2-small"])
+def test_parameter_count_by_part_matches_model(preset, size):
+    cfg = ModelConfig.from_preset(preset, size)
+    with torch.device("meta"):
+        model = TransformerLM(cfg)
+    counts = parameter_counts(cfg)
+    assert counts["total"] == sum(p.numel() for p in model.parameters())
+    for part, n in _by_part(model).items():
+        assert counts[part] == n, part
+
+
+def test_gpt2_small_is_124m():
+    assert abs(parameter_counts(ModelConfig.from_preset("gpt2", "gpt2-small"))["total"] - 124.4e6) < 0.1e6
+
+
+@pytest.mark.parametrize("preset", ["llama", "gemma2", "neox", "palm", "original"])
+def test_flops_match_torch_flop_counter(preset):
+    cfg = ModelConfig.from_preset(preset, "tiny", attn_impl="eager", max_seq_len=32)
+    model = TransformerLM(cfg)
+    t = 24
+    with FlopCounterMode(display=False) as counter:
+        model(torch.randint(0, cfg.vocab_size, (1, t)))
+    # the eager path multiplies every query with all T keys (masked afterwards); for sliding layers the
+    # formula counts only the window, so compare the full-attention count with sliding_window ignored
+    full = ModelConfig(**{**cfg.to_dict(), "sliding_window": None})
+    assert counter.get_total_flops() == t * flops_per_token(full, t)["forward"]
+
+
+def test_sliding_window_reduces_attention_flops():
+    full = ModelConfig(max_seq_len=1024)
+    windowed = ModelConfig(max_seq_len=1024, sliding_window=128, window_pattern="SF")
+    f, w = flops_per_token(full)["attention"], flops_per_token(windowed)["attention"]
+    assert w == f // 2 + f // 2 // 8
+
+
+@pytest.mark.parametrize("n_kv", [4, 2, 1])
+def test_kv_bytes_match_cache_buffers(n_kv):
+    cfg = ModelConfig(n_heads=4, n_kv_heads=n_kv, max_seq_len=64)
+    cache = KVCache.for_model(TransformerLM(cfg), batch_size=3, max_len=64)
+    assert cache.nbytes() == kv_cache_bytes(cfg, 64, "fp32", batch=3)["context"]
+    assert kv_cache_bytes(cfg, dtype="fp32")["per_token"] == 2 * cfg.n_layers * n_kv * cfg.head_dim * 4
+
+
+def test_inspect_cli_json_and_errors():
+    run = [sys.executable, "-m", "archlab", "inspect", "--preset", "qwen3", "--size", "small", "--json"]
+    out = subprocess.run(run + ["--n_layers", "3"], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    cfg = ModelConfig.from_preset("qwen3", "small", n_layers=3)
+    assert got["params"]["total"] == sum(p.numel() for p in TransformerLM(cfg).parameters())
+    bad = subprocess.run(run + ["--n_kv_heads", "3"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "archlab inspect: error: ModelConfig.n_kv_heads=3 is not allowed: must divide n_heads=8 (1 = MQA)"]
+    table = subprocess.run(run[:-1], capture_output=True, text=True, check=True).stdout
+    assert "total" in table and "KV cache / token" in table

@@ -1,0 +1,131 @@
+"""Attention against a per-head float64 reference; SDPA equals eager; GQA/MQA relate to MHA."""
+
+import math
+
+import pytest
+import torch
+
+from archlab import ModelConfig, TransformerLM
+from archlab.nn.rope import apply_rope
+from tests.conftest import randomize_
+
+
+def reference_attention(attn, x, inp, cfg: ModelConfig) -> torch.Tensor:
+    """Loop over heads in float64; query head h reads K/V head h // (H / K)."""
+    B, T, D = x.shape
+    H, K, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    W, b = attn.qkv_proj.weight.double(), attn.qkv_proj.bias
+    qkv = x.double() @ W.T + (b.double() if b is not None else 0)
+    q, k, v = qkv.split([H * Dh, K * Dh, K * Dh], -1)
+    if cfg.qk_norm != "none" and cfg.qk_norm_scope == "proj":
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k, v = (t.view(B, T, -1, Dh).transpose(1, 2) for t in (q, k, v))
+    if cfg.qk_norm != "none" and cfg.qk_norm_scope == "head":
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    if cfg.key_norm:
+        k = k / k.norm(dim=-1, keepdim=True)
+    if inp.cos_sin is not None:
+        cos, sin = (t.double() for t in inp.cos_sin)
+        q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
+    scale = cfg.attn_scale or (1.0 if cfg.key_norm else 1 / math.sqrt(Dh))
+    outs = []
+    for h in range(H):
+        g = h // (H // K)
+        s = q[:, h] @ k[:, g].transpose(-1, -2) * scale  # (B, T, T)
+        if cfg.attn_softcap:
+            s = cfg.attn_softcap * torch.tanh(s / cfg.attn_softcap)
+        if inp.bias is not None:
+            s = s + inp.bias[0, h].double()
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        visible = j <= i
+        if cfg.sliding_window and attn.sliding:
+            visible &= i - j < cfg.sliding_window
+        s = s.masked_fill(~visible, float("-inf"))
+        outs.append(torch.softmax(s, -1) @ v[:, g])
+    y = torch.cat(outs, -1)  # (B, T, H*Dh), heads in order
+    Wo, bo = attn.o_proj.weight.double(), attn.o_proj.bias
+    return y @ Wo.T + (bo.double() if bo is not None else 0)
+
+
+VARIANTS = {
+    "mha": {},
+    "gqa": dict(n_kv_heads=2),
+    "mqa": dict(n_kv_heads=1),
+    "qk_rms_head": dict(qk_norm="rmsnorm"),
+    "qk_ln_proj": dict(qk_norm="layernorm", qk_norm_scope="proj", n_kv_heads=2),
+    "key_norm": dict(key_norm=True),
+    "softcap": dict(attn_softcap=5.0, attn_scale=0.7),
+    "window": dict(sliding_window=3, window_pattern="S"),
+    "alibi": dict(position="alibi"),
+    "relative": dict(position="relative", relative_buckets=8, relative_max_distance=16),
+    "partial_interleaved": dict(rope_layout="interleaved", rope_fraction=0.5),
+    "bias": dict(bias=True),
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("impl", ["auto", "eager"])
+def test_attention_matches_reference(name, impl):
+    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, attn_impl=impl, **VARIANTS[name])
+    model = randomize_(TransformerLM(cfg), std=0.5)
+    attn = model.layers[0].attn
+    x = torch.randn(2, 7, 32)
+    inp = model._attention_inputs(torch.arange(7)[None].expand(2, 7), 7, 0, None)
+    torch.testing.assert_close(attn(x, inp).double(), reference_attention(attn, x, inp, cfg), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n != "softcap"])
+def test_sdpa_equals_eager(name):
+    kw = dict(d_model=32, n_heads=4, n_layers=2, vocab_size=40, **VARIANTS[name])
+    fast = randomize_(TransformerLM(ModelConfig(attn_impl="sdpa", **kw)), std=0.3)
+    eager = TransformerLM(ModelConfig(attn_impl="eager", **kw))
+    eager.load_state_dict(fast.state_dict())
+    ids = torch.randint(0, 40, (2, 9))
+    torch.testing.assert_close(fast(ids), eager(ids), rtol=1e-5, atol=1e-5)
+
+
+def _mha_from_grouped(grouped: TransformerLM) -> TransformerLM:
+    """An MHA model whose K/V heads are copies of the grouped model's, head h taking group h // r."""
+    c = grouped.config
+    mha = TransformerLM(ModelConfig(**{**c.to_dict(), "n_kv_heads": c.n_heads}))
+    sd = grouped.state_dict()
+    H, K, Dh, r = c.n_heads, c.n_kv_heads, c.head_dim, c.n_heads // c.n_kv_heads
+    for i in range(c.n_layers):
+        key = f"layers.{i}.attn.qkv_proj.weight"
+        q, k, v = sd[key].split([H * Dh, K * Dh, K * Dh])
+        expand = lambda t: t.view(K, 1, Dh, -1).expand(K, r, Dh, t.shape[-1]).reshape(H * Dh, -1)  # noqa: E731
+        sd[key] = torch.cat([q, expand(k), expand(v)])
+    mha.load_state_dict(sd)
+    return mha
+
+
+@pytest.mark.parametrize("n_kv", [1, 2])
+def test_grouped_attention_equals_mha_with_shared_heads(n_kv):
+    grouped = randomize_(TransformerLM(ModelConfig(d_model=32, n_heads=4, n_kv_heads=n_kv, vocab_size=40)), 0.3)
+    mha = _mha_from_grouped(grouped)
+    ids = torch.randint(0, 40, (2, 8))
+    torch.testing.assert_close(grouped(ids), mha(ids), rtol=1e-5, atol=1e-5)
+    kv_rows = grouped.layers[0].attn.qkv_proj.weight.shape[0] - 32
+    assert kv_rows == 2 * n_kv * 8  # MQA keeps one K and one V head: fewer parameters, smaller cache
+
+
+def test_gqa_with_all_kv_heads_is_mha():
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=4, n_layers=1, vocab_size=40)
+    assert cfg == ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40)  # n_kv_heads=None resolves to H
+    model = randomize_(TransformerLM(cfg), 0.5)
+    attn = model.layers[0].attn
+    x = torch.randn(1, 5, 32)
+    inp = model._attention_inputs(torch.arange(5)[None], 5, 0, None)
+    torch.testing.assert_close(attn(x, inp).double(), reference_attention(attn, x, inp, cfg), rtol=1e-4, atol=1e-5)
+
+
+def test_key_norm_scores_are_bounded_by_query_norm():
+    """Under KeyNorm with scale 1, |score| = |q . k/|k|| <= |q| whatever the keys' size."""
+    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, key_norm=True, position="none", attn_impl="eager")
+    assert cfg.resolved_attn_scale == 1.0
+    model = randomize_(TransformerLM(cfg), 0.5)
+    attn = model.layers[0].attn
+    x = torch.randn(1, 6, 32) * 100
+    q, k, _ = attn.project(x, model._attention_inputs(torch.arange(6)[None], 6, 0, None))
+    assert torch.allclose(k.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5)
+    assert ((q @ k.transpose(-1, -2)).abs() <= q.norm(dim=-1, keepdim=True) + 1e-4).all()

@@ -1,0 +1,88 @@
+"""Every norm placement and both block types match their equations on a one-layer model (float64).
+
+The attention and FFN sublayers are used as black boxes A and M (they have their own tests); what is
+checked here is the wiring of norms and residuals around them.
+"""
+
+import pytest
+import torch
+
+from archlab import ModelConfig, TransformerLM
+from tests.conftest import randomize_
+
+PLACEMENTS = ["pre", "post", "double", "nonresidual_post"]
+
+
+def _block_and_inputs(position: str, block: str, parallel_norms: int):
+    c = ModelConfig(d_model=32, n_layers=1, n_heads=4, norm="layernorm", norm_bias=True, norm_position=position,
+                    block=block, parallel_norms=parallel_norms, position="rope", vocab_size=50)
+    model = randomize_(TransformerLM(c)).double()
+    pos = torch.arange(6)[None]
+    inputs = model._attention_inputs(pos, 6, 0, None)
+    return model.layers[0], inputs
+
+
+def _expected(blk, x, inp, position: str, parallel: bool, shared: bool) -> torch.Tensor:
+    A = lambda h: blk.attn(h, inp)  # noqa: E731
+    M = blk.mlp
+    N = lambda name: getattr(blk, name)  # noqa: E731
+    m_in = "attn_norm" if shared else "mlp_norm"
+    if not parallel:
+        if position == "pre":
+            x = x + A(N("attn_norm")(x))
+            return x + M(N("mlp_norm")(x))
+        if position == "post":
+            x = N("attn_norm")(x + A(x))
+            return N("mlp_norm")(x + M(x))
+        if position == "double":
+            x = x + N("attn_out_norm")(A(N("attn_norm")(x)))
+            return x + N("mlp_out_norm")(M(N("mlp_norm")(x)))
+        x = x + N("attn_out_norm")(A(x))  # nonresidual_post
+        return x + N("mlp_out_norm")(M(x))
+    if position == "pre":
+        return x + A(N("attn_norm")(x)) + M(N(m_in)(x))
+    if position == "post":
+        return N("attn_norm")(x + A(x) + M(x))
+    if position == "double":
+        return x + N("attn_out_norm")(A(N("attn_norm")(x))) + N("mlp_out_norm")(M(N(m_in)(x)))
+    return x + N("attn_out_norm")(A(x)) + N("mlp_out_norm")(M(x))
+
+
+EXPECTED_NORMS = {
+    ("pre", "serial", 1): {"attn_norm", "mlp_norm"},
+    ("post", "serial", 1): {"attn_norm", "mlp_norm"},
+    ("double", "serial", 1): {"attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm"},
+    ("nonresidual_post", "serial", 1): {"attn_out_norm", "mlp_out_norm"},
+    ("pre", "parallel", 1): {"attn_norm"},
+    ("pre", "parallel", 2): {"attn_norm", "mlp_norm"},
+    ("post", "parallel", 1): {"attn_norm"},
+    ("double", "parallel", 1): {"attn_norm", "attn_out_norm", "mlp_out_norm"},
+    ("double", "parallel", 2): {"attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm"},
+    ("nonresidual_post", "parallel", 1): {"attn_out_norm", "mlp_out_norm"},
+}
+
+
+@pytest.mark.parametrize("position,block,n_norms", list(EXPECTED_NORMS))
+def test_block_matches_equation(position, block, n_norms):
+    blk, inp = _block_and_inputs(position, block, n_norms)
+    present = {name for name, _ in blk.named_children() if "norm" in name}
+    assert present == EXPECTED_NORMS[(position, block, n_norms)]
+    x = torch.randn(1, 6, 32, dtype=torch.float64)
+    ref = _expected(blk, x, inp, position, block == "parallel", n_norms == 1)
+    torch.testing.assert_close(blk(x, inp), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_post_norm_has_no_final_norm_and_pre_norm_has_one():
+    assert TransformerLM(ModelConfig(norm_position="post")).norm is None
+    for p in ("pre", "double", "nonresidual_post"):
+        assert TransformerLM(ModelConfig(norm_position=p)).norm is not None
+
+
+def test_prenorm_residual_is_identity_path():
+    """d x_{l+1} / d x_l = I + J_F J_N for pre-norm: with the sublayers' outputs zeroed, the block is x."""
+    blk, inp = _block_and_inputs("pre", "serial", 1)
+    with torch.no_grad():
+        blk.attn.o_proj.weight.zero_()
+        blk.mlp.down_proj.weight.zero_()
+    x = torch.randn(1, 6, 32, dtype=torch.float64)
+    torch.testing.assert_close(blk(x, inp), x)
