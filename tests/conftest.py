@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+# pytest-xdist runs two workers on CI's two cores: one intra-op thread each keeps OpenMP from spin-waiting
+# against the other worker (tests are tiny; threads buy nothing there).
+torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:

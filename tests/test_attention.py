@@ -25,7 +25,7 @@ def reference_attention(attn, x, inp, cfg: ModelConfig) -> torch.Tensor:
     if cfg.key_norm:
         k = k / k.norm(dim=-1, keepdim=True)
     if inp.cos_sin is not None:
-        cos, sin = (t.double() for t in inp.cos_sin)
+        cos, sin = (t.double().transpose(1, 2) for t in inp.cos_sin)  # (B, 1, T, d/2) for (B, H, T, Dh)
         q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
     scale = cfg.attn_scale or (1.0 if cfg.key_norm else 1 / math.sqrt(Dh))
     outs = []

@@ -70,6 +70,6 @@ def test_interleaved_equals_half_after_permutation():
 
 
 def test_position_zero_is_identity():
-    x = torch.randn(1, 2, 3, 8)
+    x = torch.randn(1, 3, 2, 8)  # (B, T, heads, Dh)
     cos, sin = RotaryEmbedding(8, 10000.0)(torch.zeros(1, 3, dtype=torch.long))
     torch.testing.assert_close(apply_rope(x, cos, sin, "half"), x)

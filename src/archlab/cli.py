@@ -20,10 +20,14 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every sub-command, or with `only` that one (so `archlab inspect` never imports the
+    trainer's dependencies)."""
     parser = argparse.ArgumentParser(prog="archlab", description="Build, train and compare transformer LMs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             importlib.import_module(module).register(sub)
         except ModuleNotFoundError as err:  # a command whose module is not written yet is simply absent
@@ -34,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args, extra = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -34,11 +34,13 @@ from archlab.nn.rope import apply_rope
 class AttentionInputs:
     """What every layer's attention needs besides x, computed once per forward by the model."""
 
-    cos_sin: tuple[torch.Tensor, torch.Tensor] | None  # RoPE tables (B, 1, T, d_rot/2) or None
+    cos_sin: tuple[torch.Tensor, torch.Tensor] | None  # RoPE tables (B, T, 1, d_rot/2) or None
     mask: torch.Tensor | None  # bool (B|1, 1, T, S), True = visible; None = plain causal
     window_mask: torch.Tensor | None  # the same with the sliding window applied (window layers)
     bias: torch.Tensor | None  # additive (1, H, T, S) position bias, or None
     cache: KVCache | None
+    # RoPE tables (B, 1, S, d_rot/2) for all keys, set when keys are rotated after caching (Dynamic NTK)
+    key_cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -77,49 +79,73 @@ class Attention(nn.Module):
         self.dropout = c.attn_dropout
 
     def project(self, x: torch.Tensor, inp: AttentionInputs) -> tuple[torch.Tensor, ...]:
-        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied."""
+        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied.
+
+        Norms and RoPE act in the (B, T, heads, Dh) layout that the fused projection gives; when q and k
+        get the same treatment, one RoPE call rotates both, which halves the small ops of a decode step."""
         B, T, _ = x.shape
         H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).split([H * Dh, K * Dh, K * Dh], dim=-1)
+        qkv = self.qkv_proj(x)  # (B, T, (H + 2K) * Dh)
+        q, k, v = qkv.split([H * Dh, K * Dh, K * Dh], dim=-1)
         if self.q_norm is not None and self.qk_norm_scope == "proj":
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = (t.view(B, T, -1, Dh).transpose(1, 2) for t in (q, k, v))  # (B, heads, T, Dh)
+        q, k, v = q.view(B, T, H, Dh), k.view(B, T, K, Dh), v.view(B, T, K, Dh)
         if self.q_norm is not None and self.qk_norm_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.key_norm:
             k = F.normalize(k, dim=-1)
-        if inp.cos_sin is not None:
+        rotate_k = inp.key_cos_sin is None  # else the cache holds unrotated keys, rotated in forward
+        if inp.cos_sin is not None and rotate_k and self.q_norm is None and not self.key_norm:
+            qk = apply_rope(qkv.view(B, T, H + 2 * K, Dh)[:, :, : H + K], *inp.cos_sin, self.rope_layout)
+            q, k = qk.split([H, K], dim=2)  # (B, T, H, Dh), (B, T, K, Dh)
+        elif inp.cos_sin is not None:
             q = apply_rope(q, *inp.cos_sin, self.rope_layout)
-            k = apply_rope(k, *inp.cos_sin, self.rope_layout)
-        return q, k, v
+            k = apply_rope(k, *inp.cos_sin, self.rope_layout) if rotate_k else k
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, Dh)
 
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         B, T, _ = x.shape
         q, k, v = self.project(x, inp)
         if inp.cache is not None:
             k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
-        n_rep = self.n_heads // self.n_kv_heads
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, Dh)
+        if inp.key_cos_sin is not None:
+            k = apply_rope(k, *inp.key_cos_sin, self.rope_layout)  # all S keys at the current length
         mask = inp.window_mask if self.sliding else inp.mask
         if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa):
             mask = causal_mask(T, k.shape[2], k.shape[2] - T, None, None, x.device)  # plain causal, explicit
+        causal = mask is None and T > 1  # SDPA's is_causal: no mask tensor needed
+        q, k, v, bias = self._match_heads(q, k, v, inp.bias)
         dropout = self.dropout if self.training else 0.0
         if self.use_sdpa:
-            y = self._sdpa(q, k, v, mask, inp.bias, dropout)
+            y = self._sdpa(q, k, v, mask, bias, dropout, causal)
         else:
-            y = eager_attention(q, k, v, self.scale, inp.bias, mask, self.softcap, dropout, self.training)
-        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*Dh)
-        return self.o_proj(y)  # (B, T, D)
+            y = eager_attention(q, k, v, self.scale, bias, mask, self.softcap, dropout, self.training)
+        y = y.reshape(B, self.n_heads, T, self.head_dim).transpose(1, 2)  # (B, T, H, Dh)
+        return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, D)
 
-    def _sdpa(self, q, k, v, mask, bias, dropout: float) -> torch.Tensor:
+    def _match_heads(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Pair query heads with their K/V head. For one query (decoding) the n_rep query heads of a group
+        become that group's query rows, q (B, K, n_rep, Dh), so the cache is read in place; repeating K/V
+        would copy the whole cache every step. Otherwise K/V are repeated to (B, H, S, Dh)."""
+        n_rep = self.n_heads // self.n_kv_heads
+        if n_rep == 1:
+            return q, k, v, bias
+        if q.shape[2] == 1:
+            B, _, _, Dh = q.shape
+            bias = None if bias is None else bias.reshape(bias.shape[0], self.n_kv_heads, n_rep, -1)  # (1, K, n_rep, S)
+            return q.reshape(B, self.n_kv_heads, n_rep, Dh), k, v, bias
+        return q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), bias
+
+    def _sdpa(self, q, k, v, mask, bias, dropout: float, causal: bool) -> torch.Tensor:
         """SDPA with is_causal when no mask tensor is needed, else with a bool or additive float mask."""
         if bias is not None:
             bias = bias.to(q.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        is_causal = mask is None and q.shape[2] > 1
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=self.scale
-        )  # (B, H, T, Dh)
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal, scale=self.scale
+        )  # (B, H, T, Dh) or grouped (B, K, n_rep, Dh)
 
 
 def causal_mask(

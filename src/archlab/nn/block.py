@@ -45,7 +45,7 @@ class Block(nn.Module):
         self.mlp = FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
         for name in _norm_names(c.norm_position, c.block, c.parallel_norms):
             setattr(self, name, build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset))
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = nn.Dropout(c.dropout) if c.dropout else nn.Identity()
 
     def _norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Apply the norm called `name` if this layer has one, else pass x through."""

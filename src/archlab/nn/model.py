@@ -38,7 +38,7 @@ class TransformerLM(nn.Module):
         self.pos_embed = ABSOLUTE_POSITIONS[c.position](c.d_model, c.max_seq_len) if c.position in ABSOLUTE_POSITIONS else None
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling) if c.position == "rope" else None
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = nn.Dropout(c.dropout) if c.dropout else nn.Identity()  # p=0 still costs a call per use
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
@@ -90,16 +90,24 @@ class TransformerLM(nn.Module):
         _trunc_normal(self.embed_tokens.weight, embed_std)
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        logits_to_keep: int | None = None,
     ) -> torch.Tensor:
-        """input_ids (B, T) -> logits (B, T, V); positions (T,) or (B, T) default to offset + arange(T)."""
+        """input_ids (B, T) -> logits (B, T, V); positions (T,) or (B, T) default to arange(T), or with a
+        cache to the next positions of each row (`KVCache.positions`). `logits_to_keep` = n returns only the
+        last n positions' logits (B, n, V): a generation prefill needs one, not a (B, T, V) tensor."""
         B, T = input_ids.shape
         offset = cache.pos if cache is not None else 0
-        if positions is None:
-            positions = torch.arange(offset, offset + T, device=input_ids.device)
+        if positions is None:  # a cache knows each row's real-token count (left padding)
+            positions = cache.positions(T) if cache is not None else torch.arange(T, device=input_ids.device)
         positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
         self._check_positions(positions)
-        x = self.embed_tokens(input_ids) * self.embed_multiplier  # (B, T, D)
+        x = self.embed_tokens(input_ids)  # (B, T, D)
+        if self.embed_multiplier != 1.0:
+            x = x * self.embed_multiplier
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions).to(x.dtype)
         x = self.drop(x)
@@ -108,6 +116,8 @@ class TransformerLM(nn.Module):
             x = layer(x, inputs)  # (B, T, D)
         if cache is not None:
             cache.advance(T)
+        if logits_to_keep is not None:
+            x = x[:, -logits_to_keep:]  # (B, n, D)
         if self.norm is not None:
             x = self.norm(x)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
@@ -135,8 +145,22 @@ class TransformerLM(nn.Module):
         if self.rel_bias is not None:
             q_slot = torch.arange(offset, s, device=device)[:, None]
             bias = self.rel_bias(q_slot - torch.arange(s, device=device)[None, :])  # (1, H, T, S)
-        cos_sin = self.rotary(positions) if self.rotary is not None else None
-        return AttentionInputs(cos_sin, mask, window_mask, bias, cache)
+        cos_sin, key_cos_sin = self._rope_tables(positions, s, cache) if self.rotary is not None else (None, None)
+        return AttentionInputs(cos_sin, mask, window_mask, bias, cache, key_cos_sin)
+
+    def _rope_tables(
+        self, positions: torch.Tensor, s: int, cache: KVCache | None
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
+        """cos/sin (B, 1, T, d_rot/2) for the new tokens, and for all S keys when the schedule depends on the
+        current length and a cache is used: Dynamic NTK's base changes with every decoded token, so the cache
+        keeps keys unrotated and every step rotates all of them at the current length, as a full forward on
+        the prefix would (caching rotated keys would freeze each key at the base of the step it was made)."""
+        if not (self.rotary.length_dependent and cache is not None):
+            return self.rotary(positions), None
+        seq_len = positions.amax(dim=-1) + 1  # (B,) each row's length after this step
+        key_positions = cache.slot_positions(s).expand(positions.shape[0], s)  # (B, S)
+        key_cos, key_sin = self.rotary(key_positions, seq_len)  # (B, S, 1, d_rot/2)
+        return self.rotary(positions, seq_len), (key_cos.transpose(1, 2), key_sin.transpose(1, 2))  # cached keys: (B, K, S, Dh)
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

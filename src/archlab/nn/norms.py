@@ -35,8 +35,7 @@ class RMSNorm(nn.Module):
         return 1.0 + self.weight.float() if self.unit_offset else self.weight.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain()
+        y = F.rms_norm(x.float(), x.shape[-1:], self.gain(), self.eps)  # one fused kernel
         if self.bias is not None:
             y = y + self.bias.float()
         return y.to(x.dtype)

@@ -1,20 +1,31 @@
-"""Rotary position embedding (RoPE, Su et al., arXiv 2104.09864).
+"""Rotary position embedding (RoPE, Su et al., arXiv 2104.09864) and its frequency schedules.
 
 Each pair of dimensions of q and k is rotated by the angle p * w_i, w_i = theta^(-2i/d_rot), so that
 q_m . k_n depends only on m - n. Options:
 - layout `half` (rotate_half: pairs (i, i + d_rot/2), as Llama in transformers, NeoX, nanochat) or
   `interleaved` (pairs (2i, 2i+1), as the RoFormer paper, the seeds' code and GPT-J);
 - partial rotary: only the first d_rot = fraction * head_dim dims rotate, the rest pass through (NeoX 25%);
-- a frequency schedule from `ROPE_SCALINGS`: pure functions (d_rot, theta, scaling) -> (inv_freq,
-  attention_factor), with attention_factor multiplying cos and sin (YaRN's temperature).
+- a frequency schedule from `ROPE_SCALINGS`, a pure function (d_rot, theta, scaling[, seq_len]) ->
+  (inv_freq, attention_factor); attention_factor multiplies cos and sin (YaRN's temperature):
+    none          w_i
+    linear        w_i / s                                  Position Interpolation (Chen et al., arXiv 2306.15595)
+    ntk           base theta * s^(d/(d-2)), static          NTK-aware (bloc97; YaRN paper, arXiv 2309.00071, 3.1)
+    ntk_by_parts  ramp linear in r = L0/lambda_i            YaRN paper eq. 17-18 (alpha=beta_slow, beta=beta_fast)
+    dynamic       NTK-aware with the scale set by the current length, as transformers' `dynamic`
+    yarn          by-parts ramp linear in the pair index, plus temperature 0.1 ln s + 1 (arXiv 2309.00071)
+    llama3        by-parts with alpha/beta = low_freq_factor/high_freq_factor (Llama 3.1)
+  The exact transformers 5 formulas are in shared/reference/hf-families.md section 6; each schedule's
+  `rope_parameters` mapping sits beside it in `_HF_KEYS` (`RopeScaling.to_hf` / `RopeScaling.from_hf`).
 
-Shapes: x (B, H, T, Dh); positions (B, T); cos/sin (B, 1, T, d_rot/2).
+Shapes: x (B, H, T, Dh); positions (B, T); cos/sin (B, 1, T, d_rot/2); seq_len (B,).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -22,15 +33,104 @@ import torch.nn as nn
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
+def _bad(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"RopeScaling.{name}={value!r} is not allowed: {allowed}")
+
+
 @dataclass(frozen=True)
 class RopeScaling:
-    """How to stretch RoPE's frequencies past the training length; `kind` is a key of ROPE_SCALINGS."""
+    """How to stretch RoPE's frequencies past the training length; `kind` is a key of ROPE_SCALINGS.
 
-    kind: str = "none"  # "none" keeps theta^(-2i/d); more schedules are registered in ROPE_SCALINGS
-    factor: float = 1.0  # context extension ratio s
+    Each kind reads only the fields listed for it in `SCALING_FIELDS`; setting any other field away from
+    its default is an error, so a typo'd schedule never silently falls back to defaults.
+    """
+
+    kind: str = "none"  # a key of ROPE_SCALINGS; "none" keeps theta^(-2i/d)
+    factor: float = 1.0  # context extension ratio s (>= 1); 1 reproduces plain RoPE for every kind
+    original_max_seq_len: int | None = None  # L0, the length trained at (dynamic: M, where scaling starts)
+    beta_fast: float = 32.0  # by-parts ramp end: pairs with > beta_fast rotations in L0 keep w_i (paper beta)
+    beta_slow: float = 1.0  # by-parts ramp start: pairs with < beta_slow rotations in L0 get w_i / s (alpha)
+    low_freq_factor: float | None = None  # llama3: alpha of the by-parts ramp (Llama 3.1 uses 1)
+    high_freq_factor: float | None = None  # llama3: beta of the by-parts ramp (Llama 3.1 uses 4)
+    attention_factor: float | None = None  # yarn: explicit cos/sin multiplier; None = 0.1 ln s + 1
+    mscale: float | None = None  # yarn (DeepSeek): numerator k of m(s, k) = 0.1 k ln s + 1
+    mscale_all_dim: float | None = None  # yarn (DeepSeek): denominator k; both set -> m(s, mscale)/m(s, all_dim)
+    truncate: bool = True  # yarn: floor/ceil the ramp ends to whole pairs, as the authors' code does
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROPE_SCALINGS:
+            raise _bad("kind", self.kind, "one of " + ", ".join(ROPE_SCALINGS))
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor >= 1:
+            raise _bad("factor", self.factor, "a number >= 1 (the context extension ratio)")
+        if self.kind == "none" and self.factor != 1:
+            raise _bad("factor", self.factor, "1 with kind='none' (pick a scaling kind to stretch the context)")
+        required, optional = SCALING_FIELDS[self.kind]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in required and value is None:
+                raise _bad(f.name, None, f"required with kind={self.kind!r}")
+            if f.name not in ("kind", "factor", *required, *optional) and value != f.default:
+                users = [k for k, (req, opt) in SCALING_FIELDS.items() if f.name in req + opt]
+                raise _bad(f.name, value, f"only with kind in {users} (kind={self.kind!r})")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        if self.original_max_seq_len is not None and (
+            isinstance(self.original_max_seq_len, bool) or not isinstance(self.original_max_seq_len, int)
+            or self.original_max_seq_len < 1
+        ):
+            raise _bad("original_max_seq_len", self.original_max_seq_len, "a positive integer")
+        if not 0 < self.beta_slow < self.beta_fast:
+            raise _bad("beta_fast", self.beta_fast, f"> beta_slow={self.beta_slow} > 0")
+        if self.low_freq_factor is not None and not 0 < self.low_freq_factor < (self.high_freq_factor or math.inf):
+            raise _bad("high_freq_factor", self.high_freq_factor, f"> low_freq_factor={self.low_freq_factor} > 0")
+        for name in ("attention_factor", "mscale", "mscale_all_dim"):
+            if getattr(self, name) is not None and not getattr(self, name) >= 0:
+                raise _bad(name, getattr(self, name), "None or a number >= 0")
+
+    # ----- Hugging Face `rope_parameters` -----
+    def to_hf(self, theta: float, d_rot: int) -> dict[str, Any]:
+        """transformers 5 `rope_parameters` (rope_theta included) that give the same frequencies.
+
+        `ntk` has no HF type, so it exports as `default` with the stretched base (needs d_rot);
+        `ntk_by_parts` exports as `llama3`, the same formula. For `dynamic`, transformers takes M from
+        `max_position_embeddings`, so write `hf_max_position_embeddings(...)` there.
+        """
+        if self.kind == "ntk":
+            return {"rope_type": "default", "rope_theta": ntk_theta(theta, d_rot, self.factor)}
+        out: dict[str, Any] = {"rope_type": _HF_TYPE[self.kind], "rope_theta": theta}
+        for hf_key, name in _HF_KEYS[self.kind].items():
+            if getattr(self, name) is not None:
+                out[hf_key] = getattr(self, name)
+        return out
+
+    def hf_max_position_embeddings(self, max_seq_len: int) -> int:
+        """The `max_position_embeddings` to export: dynamic NTK reads its M from there; others keep ours."""
+        return self.original_max_seq_len if self.kind == "dynamic" else max_seq_len
+
+    @classmethod
+    def from_hf(cls, params: dict[str, Any] | None, max_position_embeddings: int) -> RopeScaling:
+        """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers 5 fills them)."""
+        params = dict(params or {})
+        hf_type = params.get("rope_type", params.get("type", "default"))
+        kinds = {"default": "none", **{v: k for k, v in _HF_TYPE.items() if k not in ("none", "ntk_by_parts")}}
+        if hf_type not in kinds:
+            raise ValueError(f"rope_type={hf_type!r} is not supported: one of {', '.join(kinds)}")
+        kind = kinds[hf_type]
+        if kind in ("yarn", "llama3"):  # transformers' standardize_rope_params does the same
+            params.setdefault("original_max_position_embeddings", max_position_embeddings)
+        if kind == "yarn":
+            if params.get("factor") is None:
+                params["factor"] = max_position_embeddings / params["original_max_position_embeddings"]
+            params["beta_fast"] = params.get("beta_fast") or 32.0  # HF reads these with `or`: 0/None -> default
+            params["beta_slow"] = params.get("beta_slow") or 1.0
+        values = {name: params[key] for key, name in _HF_KEYS[kind].items() if params.get(key) is not None}
+        if kind == "dynamic":  # transformers' M is max_position_embeddings
+            values["original_max_seq_len"] = max_position_embeddings
+        return cls(kind=kind, **values)
 
 
-ScalingFn = Callable[[int, float, RopeScaling], tuple[torch.Tensor, float]]
+ScalingFn = Callable[..., tuple[torch.Tensor, float]]
 
 
 def base_inv_freq(d_rot: int, theta: float) -> torch.Tensor:
@@ -42,35 +142,160 @@ def no_scaling(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Te
     return base_inv_freq(d_rot, theta), 1.0
 
 
-ROPE_SCALINGS: dict[str, ScalingFn] = {"none": no_scaling}
+def linear(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
+    """Position Interpolation: positions / s, i.e. every frequency / s."""
+    return base_inv_freq(d_rot, theta) / scaling.factor, 1.0
+
+
+def ntk_theta(theta: float, d_rot: int, factor: float) -> float:
+    """NTK-aware base b' = b * s^(d/(d-2)): the lowest frequency is interpolated by exactly s."""
+    return theta * factor ** (d_rot / (d_rot - 2))
+
+
+def ntk(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
+    return base_inv_freq(d_rot, ntk_theta(theta, d_rot, scaling.factor)), 1.0
+
+
+def by_parts(inv0: torch.Tensor, factor: float, l0: int, alpha: float, beta: float) -> torch.Tensor:
+    """YaRN eq. 18: h(w) = (1 - g) w / s + g w, g = clip((r - alpha) / (beta - alpha), 0, 1), r = L0 / lambda."""
+    r = l0 * inv0 / (2 * math.pi)  # rotations each pair makes over the training length
+    gamma = ((r - alpha) / (beta - alpha)).clamp(0, 1)
+    return (1 - gamma) * inv0 / factor + gamma * inv0
+
+
+def ntk_by_parts(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
+    inv0 = base_inv_freq(d_rot, theta)
+    return by_parts(inv0, scaling.factor, scaling.original_max_seq_len, scaling.beta_slow, scaling.beta_fast), 1.0
+
+
+def llama3(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
+    inv0 = base_inv_freq(d_rot, theta)
+    s = scaling
+    return by_parts(inv0, s.factor, s.original_max_seq_len, s.low_freq_factor, s.high_freq_factor), 1.0
+
+
+def dynamic(
+    d_rot: int, theta: float, scaling: RopeScaling, seq_len: torch.Tensor | int | None = None
+) -> tuple[torch.Tensor, float]:
+    """transformers' Dynamic NTK at current length l = max(seq_len, M), M = original_max_seq_len:
+    b' = b * (s l / M - (s - 1))^(d/(d-2)). The paper (and bloc97's post) scale by s = l / M instead; the two
+    agree only for s = 1 (for s = 2 at l = 2M transformers stretches by 3). A (B,) seq_len gives (B, d/2)."""
+    if seq_len is None:
+        return base_inv_freq(d_rot, theta), 1.0
+    m = scaling.original_max_seq_len
+    ell = torch.as_tensor(seq_len).double().clamp_min(m)
+    base = theta * (scaling.factor * ell / m - (scaling.factor - 1)) ** (d_rot / (d_rot - 2))  # (B,) or ()
+    exponent = torch.arange(0, d_rot, 2, dtype=torch.float64, device=ell.device) / d_rot
+    return base[..., None] ** -exponent, 1.0
+
+
+def yarn_mscale(factor: float, k: float = 1.0) -> float:
+    """m(s, k) = 0.1 k ln s + 1 (1 for s <= 1): YaRN's sqrt(1/t), applied to cos and sin."""
+    return 1.0 if factor <= 1 else 0.1 * k * math.log(factor) + 1.0
+
+
+def yarn(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
+    """By-parts with the ramp linear in the pair index between the pairs making beta_fast and beta_slow
+    rotations over L0 (the authors' code, which transformers follows; the paper's ramp is linear in r)."""
+    s = scaling
+
+    def pair_with_rotations(n: float) -> float:  # solves L0 / lambda_i = n for the pair index
+        return d_rot * math.log(s.original_max_seq_len / (2 * math.pi * n)) / (2 * math.log(theta))
+
+    lo, hi = pair_with_rotations(s.beta_fast), pair_with_rotations(s.beta_slow)
+    if s.truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d_rot - 1)
+    hi = hi + 0.001 if lo == hi else hi  # as transformers: avoid 0/0 when the band is empty
+    ramp = ((torch.arange(d_rot // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+    inv0 = base_inv_freq(d_rot, theta)
+    inv_freq = inv0 * (1 - ramp) + inv0 / s.factor * ramp
+    if s.attention_factor is not None:
+        factor = s.attention_factor
+    elif s.mscale and s.mscale_all_dim:
+        factor = yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim)
+    else:
+        factor = yarn_mscale(s.factor)
+    return inv_freq, factor
+
+
+ROPE_SCALINGS: dict[str, ScalingFn] = {
+    "none": no_scaling, "linear": linear, "ntk": ntk, "ntk_by_parts": ntk_by_parts,
+    "dynamic": dynamic, "yarn": yarn, "llama3": llama3,
+}
+LENGTH_DEPENDENT = ("dynamic",)  # schedules whose frequencies change with the current length
+
+# kind -> (required fields, optional fields) besides `kind` and `factor`
+SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "none": ((), ()), "linear": ((), ()), "ntk": ((), ()),
+    "ntk_by_parts": (("original_max_seq_len",), ("beta_fast", "beta_slow")),
+    "dynamic": (("original_max_seq_len",), ()),
+    "yarn": (("original_max_seq_len",),
+             ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
+    "llama3": (("original_max_seq_len", "low_freq_factor", "high_freq_factor"), ()),
+}
+# kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default`, see to_hf)
+_HF_TYPE = {"none": "default", "linear": "linear", "ntk_by_parts": "llama3", "dynamic": "dynamic",
+            "yarn": "yarn", "llama3": "llama3"}
+_HF_KEYS: dict[str, dict[str, str]] = {
+    "none": {},
+    "linear": {"factor": "factor"},
+    "dynamic": {"factor": "factor"},
+    "ntk_by_parts": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
+                     "low_freq_factor": "beta_slow", "high_freq_factor": "beta_fast"},
+    "yarn": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
+             "beta_fast": "beta_fast", "beta_slow": "beta_slow", "attention_factor": "attention_factor",
+             "mscale": "mscale", "mscale_all_dim": "mscale_all_dim", "truncate": "truncate"},
+    "llama3": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
+               "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor"},
+}
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """Rotate the first 2 * cos.size(-1) dims of x; the rest pass through unchanged."""
     d_rot = 2 * cos.size(-1)
-    x_rot, x_pass = x[..., :d_rot], x[..., d_rot:]
+    x_rot = x[..., :d_rot]
     if layout == "half":
         x1, x2 = x_rot.chunk(2, dim=-1)  # (B, H, T, d_rot/2) each
         rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     else:
         x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    return torch.cat((rotated.to(x.dtype), x_pass), dim=-1)  # (B, H, T, Dh)
+    if d_rot == x.size(-1):  # whole head rotates: skip the pass-through concat (a copy per call)
+        return rotated.to(x.dtype)  # (B, H, T, Dh)
+    return torch.cat((rotated.to(x.dtype), x[..., d_rot:]), dim=-1)  # (B, H, T, Dh)
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin of p * inv_freq for given positions; holds no per-length cache, so any position works."""
+    """cos/sin of p * inv_freq for given positions; holds no per-length cache, so any position works.
+
+    For a length-dependent schedule (`dynamic`) the frequencies are recomputed per call from each row's
+    length l_b = seq_len[b] (default: its largest position + 1). transformers uses one l for the whole
+    batch (the max) and keeps it between calls; per row is what makes a left-padded batch equal each row
+    run alone, and equal for B = 1.
+    """
 
     def __init__(self, d_rot: int, theta: float, layout: str = "half", scaling: RopeScaling | None = None) -> None:
         super().__init__()
         self.d_rot, self.theta, self.layout = d_rot, theta, layout
         self.scaling = scaling or RopeScaling()
+        self.length_dependent = self.scaling.kind in LENGTH_DEPENDENT
         inv_freq, self.attention_factor = ROPE_SCALINGS[self.scaling.kind](d_rot, theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
-    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (B, T) -> cos, sin (B, 1, T, d_rot/2) in float32."""
-        angles = positions.float()[..., None] * self.inv_freq  # (B, T, d_rot/2)
-        cos = angles.cos() * self.attention_factor
-        sin = angles.sin() * self.attention_factor
-        return cos.unsqueeze(1), sin.unsqueeze(1)
+    def forward(
+        self, positions: torch.Tensor, seq_len: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (B, T), seq_len (B,) or None -> cos, sin (B, T, 1, d_rot/2) in float32, the head axis
+        third, to broadcast over q and k in the (B, T, heads, Dh) layout of the fused projection."""
+        if self.length_dependent:
+            seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
+            inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling, seq_len)
+            inv_freq = inv_freq.float()[:, None, :]  # (B, 1, d_rot/2)
+        else:
+            inv_freq = self.inv_freq  # (d_rot/2,)
+        angles = positions.float()[..., None] * inv_freq  # (B, T, d_rot/2)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return cos.unsqueeze(2), sin.unsqueeze(2)

@@ -1,0 +1,184 @@
+"""Decoding benchmark: KV-cache bytes and decode speed for MHA / GQA / MQA, and archlab vs transformers.
+
+1. KV cache: for MHA, GQA (n_heads/4 KV heads) and MQA at the same width, the bytes `KVCache` allocates
+   against 2 * n_layers * n_kv_heads * head_dim * bytes * tokens, and greedy decode tokens/s at batch 1.
+2. archlab `generate` vs transformers `LlamaForCausalLM.generate` on the same weights, for several model
+   sizes and prompt lengths: transformers' Llama is built from the same shapes and given our weights by name
+   (q/k/v are row slices of our fused `qkv_proj`, gate/up of `gate_up_proj`); logits and greedy tokens are
+   checked to match before timing. Greedy, batch 1, no EOS, runs interleaved, median of `--repeats`.
+   Decode tokens/s counts tokens 2..N over their time for both (archlab: `Generation.decode_seconds`;
+   transformers: a streamer noting when each token arrives), so prefill and first token are excluded alike.
+
+    .venv/bin/python benchmarks/bench_generate.py            # the figures in docs/inference.md
+    .venv/bin/python benchmarks/bench_generate.py --quick    # a minute: fewer tokens and sizes
+
+Prints markdown tables. CPU threads default to 1: on a shared machine OpenMP spin-waits make multi-thread
+timings of small matmuls meaningless; pass --threads to change it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from archlab import KVCache, ModelConfig, TransformerLM
+from archlab.generate import SamplingConfig, generate
+
+# (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a
+# model whose 32k-token head dominates a decode step, as in real LLMs
+SIZES = [("tiny", 64, 2, 4, 256), ("small", 256, 6, 8, 256), ("medium", 512, 8, 16, 32000)]
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prompt-lens", default="32,1024", help="comma-separated prompt lengths for part 2")
+    p.add_argument("--kv-prompt-len", type=int, default=1024, help="prompt length for the MHA/GQA/MQA table")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--quick", action="store_true", help="32 new tokens, prompts 32 and 256, 2 repeats")
+    return p.parse_args()
+
+
+def build(d_model: int, n_layers: int, n_heads: int, vocab_size: int, n_kv_heads: int, max_len: int) -> TransformerLM:
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                         n_kv_heads=n_kv_heads, max_seq_len=max_len)
+    return TransformerLM(config).eval()
+
+
+def ours(model: TransformerLM, prompt: list[int], n: int) -> Callable[[], float]:
+    """A run of archlab greedy generation returning its decode tokens/s (timed inside `generate`)."""
+
+    def run() -> float:
+        g = generate(model, [prompt], SamplingConfig(max_new_tokens=n, temperature=0))
+        return g.decode_steps / g.decode_seconds
+
+    return run
+
+
+class TokenClock:
+    """A transformers streamer that only notes when each token arrives (put: the prompt, then every token)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def theirs(hf: LlamaForCausalLM, prompt: list[int], n: int) -> Callable[[], float]:
+    """A run of transformers greedy generation returning its decode tokens/s: tokens 2..n over their time."""
+    ids = torch.tensor([prompt])
+
+    def run() -> float:
+        clock = TokenClock()
+        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, streamer=clock)
+        return (len(clock.times) - 2) / (clock.times[-1] - clock.times[1])
+
+    return run
+
+
+def decode_rates(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Decode tokens/s of each run (the prefill and first token excluded alike), runs interleaved."""
+    for run in runs.values():
+        run()  # warm-up
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            with torch.inference_mode():
+                rates[name].append(run())
+    return rates
+
+
+def kv_table(args: argparse.Namespace) -> None:
+    _, d, layers, h, vocab = SIZES[1]
+    context = args.kv_prompt_len + args.new_tokens
+    prompt = [i % vocab for i in range(args.kv_prompt_len)]
+    print(f"\n## KV cache: d_model={d}, {layers} layers, {h} heads of {d // h}, fp32, batch 1, "
+          f"context {args.kv_prompt_len}+{args.new_tokens}\n")
+    print("| attention | KV heads | bytes/token (formula) | cache bytes allocated | formula x context | "
+          "decode tok/s (median) |")
+    print("|---|---|---|---|---|---|")
+    models = {name: build(d, layers, h, vocab, k, context) for name, k in (("MHA", h), ("GQA", h // 4), ("MQA", 1))}
+    rates = decode_rates({name: ours(m, prompt, args.new_tokens) for name, m in models.items()}, args.repeats)
+    for name, model in models.items():
+        c = model.config
+        per_token = KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, torch.float32)
+        allocated = KVCache.for_model(model, 1, context).nbytes()
+        print(f"| {name} | {c.n_kv_heads} | {per_token:,} | {allocated:,} | {per_token * context:,} | "
+              f"{statistics.median(rates[name]):.1f} |")
+
+
+def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
+    """transformers' Llama with our weights (the interop loader will own this mapping)."""
+    c = model.config
+    hf = LlamaForCausalLM(LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
+        max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
+        bos_token_id=None, eos_token_id=None, pad_token_id=0))
+    state = {"model.embed_tokens.weight": model.embed_tokens.weight, "model.norm.weight": model.norm.weight,
+             "lm_head.weight": model.lm_head.weight}
+    sizes = [c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim]
+    for i, layer in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        q, k, v = layer.attn.qkv_proj.weight.split(sizes)
+        gate, up = layer.mlp.gate_up_proj.weight.chunk(2)
+        state.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                      p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": layer.attn.o_proj.weight,
+                      p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                      p + "mlp.down_proj.weight": layer.mlp.down_proj.weight,
+                      p + "input_layernorm.weight": layer.attn_norm.weight,
+                      p + "post_attention_layernorm.weight": layer.mlp_norm.weight})
+    hf.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+    return hf.eval()
+
+
+def versus_transformers(args: argparse.Namespace) -> None:
+    print(f"\n## archlab vs transformers {transformers.__version__}: Llama, GQA (n_heads/4 KV heads), greedy, "
+          f"batch 1, {args.new_tokens} new tokens, decode tokens/s (median of {args.repeats})\n")
+    print("| model | prompt | max logit diff | same tokens | archlab tok/s | transformers tok/s | speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    lengths = [int(n) for n in args.prompt_lens.split(",")]
+    for name, d, layers, h, vocab in SIZES:
+        model = build(d, layers, h, vocab, h // 4, max(lengths) + args.new_tokens)
+        hf = to_transformers(model)
+        for length in lengths:
+            prompt = [(7 * i + 3) % vocab for i in range(length)]
+            with torch.inference_mode():
+                ids = torch.tensor([prompt])
+                diff = (model(ids) - hf(ids).logits).abs().max().item()
+                greedy = SamplingConfig(max_new_tokens=args.new_tokens, temperature=0)
+                same = generate(model, [prompt], greedy).tokens[0] == hf.generate(
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
+                    do_sample=False)[0, length:].tolist()
+            rates = decode_rates({"archlab": ours(model, prompt, args.new_tokens),
+                                  "transformers": theirs(hf, prompt, args.new_tokens)}, args.repeats)
+            a, b = statistics.median(rates["archlab"]), statistics.median(rates["transformers"])
+            print(f"| {name} (d={d}, {layers} layers, V={vocab}) | {length} | {diff:.1e} | {same} | {a:.0f} | "
+                  f"{b:.0f} | {a / b:.2f}x |", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.quick:
+        args.new_tokens, args.prompt_lens, args.kv_prompt_len, args.repeats = 32, "32,256", 256, 2
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
+    kv_table(args)
+    versus_transformers(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""`archlab generate`: sample text from a checkpoint, streaming it to the terminal (see `archlab.generate`).
+
+Prompts come from --prompt (repeatable), --prompt-file (one prompt per line; '-' = stdin), or stdin lines
+when it is piped; --interactive reads one prompt per line until EOF or /quit. --report-memory prints, on
+stderr, the KV-cache bytes per token and for the whole context for MHA / GQA / MQA at this model's width,
+the context length at which the cache outweighs the weights, and the measured peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from archlab.generate import (
+    Generation, SamplingConfig, TokenizerLike, generate_text, kv_bytes_table, peak_memory,
+)
+from archlab.nn.model import TransformerLM
+
+QUIT = "/quit"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("generate", help="generate text from a checkpoint (streams to the terminal)")
+    p.add_argument("--checkpoint", required=True, help="archlab checkpoint or run folder")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
+    p.add_argument("--prompt-file", help="one prompt per line; '-' reads stdin")
+    p.add_argument("--interactive", action="store_true", help="a REPL: one prompt per line, /quit or EOF ends")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None, help="same seed, same text")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
+    p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
+    p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    p.set_defaults(func=run_generate)
+
+
+def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
+    """Model and tokenizer from an archlab checkpoint or run folder (archlab.train.checkpoint.load_model)."""
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
+    config_file = folder / "config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        if "model_type" in config and "model" not in config:
+            raise ValueError(f"--checkpoint {path} is a Hugging Face model folder (model_type "
+                             f"{config['model_type']!r}); reading those needs archlab's HF interop, not in this "
+                             f"version yet: give an archlab checkpoint or run folder")
+    try:
+        from archlab.train.checkpoint import load_model  # imported here: generating needs no training code
+    except ImportError as err:
+        raise ValueError(f"loading checkpoints needs archlab.train.checkpoint.load_model ({err})") from err
+    return load_model(folder)
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are skipped."""
+    prompts = list(args.prompt)
+    if args.prompt_file:
+        source = sys.stdin if args.prompt_file == "-" else Path(args.prompt_file).open(encoding="utf-8")
+        with source:
+            prompts += _lines(source)
+    elif not prompts and not sys.stdin.isatty():
+        prompts = _lines(sys.stdin)
+    if not prompts:
+        raise ValueError("no prompt: give --prompt, --prompt-file, pipe prompts on stdin, or use --interactive")
+    return prompts
+
+
+def _lines(source: Iterable[str]) -> list[str]:
+    return [line.rstrip("\r\n") for line in source if line.strip()]
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed, stop=tuple(args.stop),
+                              allow_extrapolation=args.allow_extrapolation)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
+    prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
+    model, tokenizer = load_checkpoint(args.checkpoint)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    model.to(device).eval()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
+    if args.interactive:
+        results = _interactive(model, tokenizer, sampling)
+    else:
+        results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling)
+                   for i in range(0, len(prompts), args.batch_size)]
+    if args.report_memory and results:
+        report_memory(model, max(results, key=lambda g: g.cache_bytes), device)
+    return 0
+
+
+def _stream(row: int, piece: str) -> None:
+    """The streaming callback: write each confirmed piece of text as soon as it is known."""
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def _run_batch(model: TransformerLM, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig) -> Generation:
+    if len(prompts) == 1:  # one prompt: echo it and stream the continuation
+        sys.stdout.write(prompts[0])
+        result = generate_text(model, tokenizer, prompts, sampling, on_text=_stream)
+        sys.stdout.write("\n")
+        return result
+    result = generate_text(model, tokenizer, prompts, sampling)
+    for prompt, text in zip(prompts, result.texts):
+        sys.stdout.write(f"{prompt}{text}\n\n")
+    return result
+
+
+def _interactive(model: TransformerLM, tokenizer: TokenizerLike, sampling: SamplingConfig) -> list[Generation]:
+    results = []
+    tty = sys.stdin.isatty()
+    while True:
+        if tty:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line or line.strip() == QUIT:
+            return results
+        if line.strip():
+            results.append(_run_batch(model, tokenizer, [line.rstrip("\r\n")], sampling))
+
+
+def report_memory(model: TransformerLM, result: Generation, device: torch.device) -> None:
+    """KV bytes per token and per context for MHA / GQA / MQA at this width, and the measured peak, on stderr."""
+    config = model.config
+    dtype = next(model.parameters()).dtype
+    batch = len(result.tokens)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    lines = [f"KV cache ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
+             f"{result.context_len} tokens x batch {batch}); allocated {result.cache_bytes:,} bytes"]
+    for row in kv_bytes_table(config, dtype, result.context_len, batch):
+        marker = "  <- this model" if row["this_model"] else ""
+        outweighs = param_bytes // row["bytes_per_token"]
+        lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
+                     f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "
+                     f"past {outweighs:,} tokens{marker}")
+    label, peak = peak_memory(device)
+    lines.append(f"{label}: {peak / 2**20:,.1f} MiB")
+    sys.stderr.write("\n".join(lines) + "\n")

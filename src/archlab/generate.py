@@ -1,0 +1,344 @@
+"""Incremental decoding: prefill + one-token steps through `TransformerLM.forward` with a `KVCache`, and sampling.
+
+- Prompts of different lengths run as one batch, left-padded: the cache records which slots are padding,
+  masks them for every later query, and positions count only each row's real tokens, so a row decodes
+  exactly as it would alone.
+- Sampling: greedy (temperature 0), temperature, top-k, top-p (nucleus, Holtzman et al., arXiv 1904.09751),
+  with a seeded `torch.Generator` of its own, so the same seed gives the same text.
+- Stops: EOS id, stop strings (matched on the decoded text, in O(1) Python work per token), max new tokens.
+- Streaming: `generate_text` hands each piece of confirmed text to a callback as soon as it is known; it
+  never emits half a UTF-8 character or text that may still turn out to start a stop string.
+- Context limit: prompt + max_new_tokens past the model's context fails before any compute
+  (`context_limit`), unless extrapolation is asked for explicitly.
+Every decode step costs the same Python work at any length: the cache is preallocated and masks, positions
+and RoPE tables are built for the new token only.
+
+Shapes: B batch, T prompt length (padded), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from archlab.config import ModelConfig
+from archlab.nn.kv_cache import KVCache
+from archlab.nn.model import TransformerLM
+
+PAD_ID = 0  # any valid id: padded slots are masked out and never attended to
+MAX_PENDING_TOKENS = 8  # a UTF-8 character spans <= 4 byte tokens; longer unfinished tails are invalid bytes
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How to pick tokens and when to stop."""
+
+    max_new_tokens: int = 128  # tokens generated per prompt at most
+    temperature: float = 1.0  # logits / temperature before softmax; 0 = greedy (argmax)
+    top_k: int | None = None  # sample among the k most likely tokens only; None = all
+    top_p: float | None = None  # nucleus: the smallest set of tokens with probability >= top_p; None = all
+    seed: int | None = None  # seeds the sampler's own generator (same seed, same text); None = torch's RNG
+    stop: tuple[str, ...] = ()  # stop strings: the text ends before the first one generated
+    allow_extrapolation: bool = False  # run past the model's context (never possible for learned positions)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", tuple(self.stop))  # frozen: normalise a list given by a caller
+        checks = {
+            "max_new_tokens": (self.max_new_tokens >= 1, "a positive integer"),
+            "temperature": (self.temperature >= 0, "a number >= 0 (0 = greedy)"),
+            "top_k": (self.top_k is None or self.top_k >= 1, "None or an integer >= 1"),
+            "top_p": (self.top_p is None or 0 < self.top_p <= 1, "None or a probability in (0, 1]"),
+            "stop": (all(self.stop), "non-empty strings"),
+        }
+        for name, (ok, allowed) in checks.items():
+            if not ok:
+                raise ValueError(f"SamplingConfig.{name}={getattr(self, name)!r} is not allowed: {allowed}")
+
+
+@dataclass
+class Generation:
+    """What `generate` produced, and what it cost."""
+
+    tokens: list[list[int]]  # new tokens per prompt, without the EOS; up to the token completing a stop string
+    texts: list[str] = field(default_factory=list)  # decoded new text per prompt (generate_text only)
+    cache_bytes: int = 0  # bytes the KV cache allocated
+    context_len: int = 0  # slots per row in the cache: longest prompt + max_new_tokens
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    decode_steps: int = 0  # forwards after the prefill (one token per row each)
+
+
+def context_limit(config: ModelConfig) -> int:
+    """Tokens a model handles: max_seq_len, or with a RoPE scaling the stretched length factor * L0."""
+    s = config.rope_scaling
+    if config.position == "rope" and s is not None and s.kind != "none":
+        return max(config.max_seq_len, int((s.original_max_seq_len or config.max_seq_len) * s.factor))
+    return config.max_seq_len
+
+
+def check_context(config: ModelConfig, prompt_len: int, max_new_tokens: int, allow_extrapolation: bool) -> None:
+    """Fail before any compute if prompt + new tokens do not fit the model's context."""
+    total, limit = prompt_len + max_new_tokens, context_limit(config)
+    if total <= limit or (allow_extrapolation and config.position != "learned"):
+        return
+    how = ("learned positions cannot extrapolate" if config.position == "learned"
+           else "pass allow_extrapolation (--allow-extrapolation) to run past it anyway")
+    raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds the "
+                     f"model's context of {limit} tokens: shorten the prompt or generate fewer tokens; {how}")
+
+
+def left_pad(prompts: list[list[int]], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Token lists -> ids (B, T) padded on the left, and the attention mask (B, T) (None if none is padded)."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long)
+    mask = torch.zeros(len(prompts), longest, dtype=torch.bool)
+    for row, p in enumerate(prompts):
+        ids[row, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[row, longest - len(p) :] = True
+    return ids.to(device), (None if bool(mask.all()) else mask.to(device))
+
+
+def sampling_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """logits (B, V) -> the distribution sampled from (B, V): softmax(logits / temperature), restricted to the
+    top-k tokens and then to the top-p nucleus, renormalised. Needs temperature > 0."""
+    logits = logits.float() / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if sampling.top_p is not None and sampling.top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs >= sampling.top_p  # the tokens before already reach top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, -math.inf))
+    return logits.softmax(dim=-1)  # (B, V)
+
+
+def sample_next(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
+    """logits (B, V) -> next token ids (B,): argmax at temperature 0, else a draw from `sampling_probs`."""
+    if sampling.temperature == 0:
+        return logits.argmax(dim=-1)
+    return torch.multinomial(sampling_probs(logits, sampling), 1, generator=generator).squeeze(-1)  # (B,)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def generate(
+    model: TransformerLM,
+    prompts: list[list[int]],
+    sampling: SamplingConfig = SamplingConfig(),
+    eos_id: int | None = None,
+    on_step: Callable[[list[int | None]], list[bool]] | None = None,
+) -> Generation:
+    """Generate up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch.
+
+    `on_step(tokens)` sees each step's new token per row (None for rows already finished) and returns, per
+    row, whether it must stop (e.g. a stop string appeared). The model runs in eval mode, then gets its mode back.
+    """
+    if not prompts or not all(prompts):
+        raise ValueError("generate needs at least one prompt, and every prompt at least one token")
+    n_new, longest, batch = sampling.max_new_tokens, max(len(p) for p in prompts), len(prompts)
+    check_context(model.config, longest, n_new, sampling.allow_extrapolation)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(sampling.seed) if sampling.seed is not None else None
+    was_training = model.training
+    model.eval()
+    try:
+        ids, mask = left_pad(prompts, device)
+        cache = KVCache.for_model(model, batch, longest + n_new)
+        if mask is not None:
+            cache.set_padding(mask)
+        start = time.perf_counter()
+        logits = model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
+        _sync(device)
+        prefill = time.perf_counter() - start
+        out, ends, steps = _decode(model, cache, logits, sampling, generator, eos_id, on_step)
+        _sync(device)
+        decode = time.perf_counter() - start - prefill
+    finally:
+        model.train(was_training)
+    tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
+    return Generation(tokens, [], cache.nbytes(), cache.max_len, prefill, decode, steps - 1)
+
+
+def _decode(
+    model: TransformerLM,
+    cache: KVCache,
+    logits: torch.Tensor,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    eos_id: int | None,
+    on_step: Callable[[list[int | None]], list[bool]] | None,
+) -> tuple[torch.Tensor, list[int], int]:
+    """The decode loop: sample, record, feed back. Returns tokens (B, N), each row's length, steps taken."""
+    n_new, batch = sampling.max_new_tokens, logits.shape[0]
+    out = torch.empty(batch, n_new, dtype=torch.long, device=logits.device)
+    ends = [n_new] * batch  # a row's tokens end before its EOS / after the token that completed a stop string
+    watch = eos_id is not None or on_step is not None  # otherwise no per-step host sync at all
+    for step in range(n_new):
+        token = sample_next(logits, sampling, generator)  # (B,)
+        out[:, step] = token
+        if watch:
+            _update_ends(token.tolist(), step, ends, eos_id, on_step)
+            if all(end <= step + 1 for end in ends):
+                return out, ends, step + 1
+        if step + 1 < n_new:
+            logits = model(token[:, None], cache=cache)[:, -1]  # (B, V)
+    return out, ends, n_new
+
+
+def _update_ends(
+    tokens: list[int], step: int, ends: list[int], eos_id: int | None,
+    on_step: Callable[[list[int | None]], list[bool]] | None,
+) -> None:
+    """Close rows that produced EOS at `step`, then those the callback stops (O(B) Python per step)."""
+    active = [end > step for end in ends]
+    for row, tok in enumerate(tokens):
+        if active[row] and tok == eos_id:
+            ends[row], active[row] = step, False
+    if on_step is not None:
+        stops = on_step([tok if live else None for tok, live in zip(tokens, active)])
+        for row, stop in enumerate(stops):
+            if active[row] and stop:
+                ends[row] = step + 1
+
+
+class TextStream:
+    """Turns one row's tokens into text as they come (the incremental detokenizer of vLLM).
+
+    Each push decodes only the few tokens since the last confirmed text, together with the token before
+    them (tokenizers such as SentencePiece drop a leading space at the start of a decode), so the work per
+    token does not grow with the text. Text is held back while it ends in an unfinished UTF-8 character or
+    might be the beginning of a stop string.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
+        self.decode, self.stop = decode, stop
+        self.hold = max((len(s) for s in stop), default=1) - 1  # chars that may start a stop string
+        self.ids: list[int] = []
+        self.prefix_offset = self.read_offset = 0
+        self.held = ""
+        self.chunks: list[str] = []
+        self.stopped = False
+
+    def push(self, token: int) -> str:
+        """Add a token; return the text it confirms ("" while undecided or after a stop string)."""
+        if self.stopped:
+            return ""
+        self.ids.append(token)
+        prefix = self.decode(self.ids[self.prefix_offset : self.read_offset])
+        text = self.decode(self.ids[self.prefix_offset :])
+        unfinished = text.endswith("\ufffd") and len(self.ids) - self.read_offset < MAX_PENDING_TOKENS
+        if len(text) <= len(prefix) or unfinished:
+            return ""
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return self._emit(self.held + text[len(prefix) :])
+
+    def _emit(self, pending: str) -> str:
+        hits = [i for i in (pending.find(s) for s in self.stop) if i >= 0]
+        if hits:
+            self.stopped, self.held = True, ""
+            return self._keep(pending[: min(hits)])
+        cut = len(pending) - self.hold
+        self.held = pending[max(cut, 0) :]
+        return self._keep(pending[: max(cut, 0)])
+
+    def _keep(self, text: str) -> str:
+        self.chunks.append(text)
+        return text
+
+    def finish(self) -> str:
+        """The row has ended: flush held-back text and any unfinished tail (as replacement characters)."""
+        if self.stopped:
+            return ""
+        tail = ""
+        if self.read_offset < len(self.ids):
+            prefix = self.decode(self.ids[self.prefix_offset : self.read_offset])
+            tail = self.decode(self.ids[self.prefix_offset :])[len(prefix) :]
+        self.hold = 0  # nothing can follow any more, so nothing needs holding back
+        return self._emit(self.held + tail)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+
+class TokenizerLike(Protocol):
+    """What generate_text needs of a tokenizer (archlab.train.tokenizer.Tokenizer has it)."""
+
+    eos_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def generate_text(
+    model: TransformerLM,
+    tokenizer: TokenizerLike,
+    prompts: list[str],
+    sampling: SamplingConfig = SamplingConfig(),
+    on_text: Callable[[int, str], None] | None = None,
+) -> Generation:
+    """`generate` on text: encode, decode incrementally, apply stop strings, stream `on_text(row, piece)`.
+
+    Rows stop at the tokenizer's EOS id (if it has one), at a stop string, or after max_new_tokens.
+    """
+    streams = [TextStream(tokenizer.decode, sampling.stop) for _ in prompts]
+
+    def on_step(tokens: list[int | None]) -> list[bool]:
+        for row, tok in enumerate(tokens):
+            if tok is not None and (piece := streams[row].push(tok)) and on_text is not None:
+                on_text(row, piece)
+        return [s.stopped for s in streams]
+
+    result = generate(model, [tokenizer.encode(p) for p in prompts], sampling, tokenizer.eos_id, on_step)
+    for row, stream in enumerate(streams):
+        if (rest := stream.finish()) and on_text is not None:
+            on_text(row, rest)
+    result.texts = [s.text for s in streams]
+    return result
+
+
+def kv_bytes_table(config: ModelConfig, dtype: torch.dtype, context_len: int, batch_size: int = 1) -> list[dict]:
+    """KV-cache bytes per token and for the whole context, for this model and for MHA / GQA / MQA at its width."""
+    h = config.n_heads
+    gqa = config.n_kv_heads if 1 < config.n_kv_heads < h else _gqa_heads(h)
+    variants = [("MHA", h), *([("GQA", gqa)] if gqa else []), ("MQA", 1)]
+    rows = []
+    for name, k in variants:
+        per_token = KVCache.bytes_per_token(config.n_layers, k, config.head_dim, dtype)
+        rows.append(dict(attention=name, n_kv_heads=k, this_model=k == config.n_kv_heads,
+                         bytes_per_token=per_token, context_bytes=per_token * context_len * batch_size))
+    return rows
+
+
+def _gqa_heads(n_heads: int) -> int | None:
+    """A GQA example for an MHA model: the divisor of n_heads strictly between 1 and n_heads nearest n_heads/4."""
+    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
+    return min(divisors, key=lambda k: abs(k - n_heads / 4), default=None)
+
+
+def peak_memory(device: torch.device) -> tuple[str, int]:
+    """The measured peak: CUDA's allocator high-water mark, or on CPU the process's peak resident set."""
+    if device.type == "cuda":
+        return "peak CUDA memory allocated", torch.cuda.max_memory_allocated(device)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return "peak process resident memory (RSS)", rss if sys.platform == "darwin" else rss * 1024
+
+
+__all__ = [
+    "Generation", "KVCache", "SamplingConfig", "TextStream", "check_context", "context_limit", "generate",
+    "generate_text", "kv_bytes_table", "left_pad", "peak_memory", "sample_next", "sampling_probs",
+    "TokenizerLike",
+]

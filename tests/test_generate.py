@@ -1,0 +1,320 @@
+"""generate.py and `archlab generate`: sampling distributions, seeds, batched left-padded generation equal to
+each prompt alone, EOS / stop strings / max tokens, streaming text, the context limit, O(1) Python work per
+decode step, and the CLI (prompt, file, stdin, interactive, memory report, errors)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
+from archlab.cli import main
+from archlab.commands import generate as command
+from archlab.generate import (
+    SamplingConfig, TextStream, check_context, generate, generate_text, kv_bytes_table, sample_next, sampling_probs,
+)
+from archlab.train.tokenizer import build_tokenizer
+
+GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: extra OpenMP threads only add synchronisation (and spin when the machine is busy)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(**fields: object) -> TransformerLM:
+    torch.manual_seed(0)
+    base = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=48, vocab_size=256)
+    return TransformerLM(ModelConfig(**{**base, **fields})).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer("byte", 256, None)
+
+
+class EosTokenizer:
+    """The byte tokenizer with a chosen EOS id."""
+
+    def __init__(self, eos_id: int) -> None:
+        self.inner, self.eos_id = build_tokenizer("byte", 256, None), eos_id
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.inner.decode(ids)
+
+
+# ----- sampling -----
+def test_sampling_distribution_matches_its_definition() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]], dtype=torch.float64)
+    p = (logits / 0.7).softmax(-1)[0]
+    probs = sampling_probs(logits, SamplingConfig(temperature=0.7))[0].double()
+    torch.testing.assert_close(probs, p, rtol=1e-6, atol=1e-7)
+    top3 = sampling_probs(logits, SamplingConfig(temperature=0.7, top_k=3))[0].double()
+    expected = torch.where(torch.tensor([1, 1, 1, 0, 0]).bool(), p, 0.0)
+    torch.testing.assert_close(top3, expected / expected.sum(), rtol=1e-6, atol=1e-7)
+    # nucleus: the smallest prefix (by probability) whose mass reaches top_p
+    cum = p.sort(descending=True).values.cumsum(0)
+    n_keep = int((cum < 0.8).sum()) + 1
+    nucleus = sampling_probs(logits, SamplingConfig(temperature=0.7, top_p=0.8))[0]
+    assert int((nucleus > 0).sum()) == n_keep and 1 < n_keep < 5
+    assert math.isclose(float(nucleus.sum()), 1.0, rel_tol=1e-6)
+
+
+def test_greedy_and_top_k_one_pick_the_argmax() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sample_next(logits, SamplingConfig(temperature=0), None), logits.argmax(-1))
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(sample_next(logits, SamplingConfig(temperature=5.0, top_k=1), g), logits.argmax(-1))
+
+
+def test_same_seed_same_text(tokenizer) -> None:
+    model = tiny()
+    sampling = SamplingConfig(max_new_tokens=20, temperature=1.0, top_k=50, top_p=0.95, seed=7)
+    first = generate_text(model, tokenizer, ["Once upon", "a"], sampling)
+    again = generate_text(model, tokenizer, ["Once upon", "a"], sampling)
+    other = generate_text(model, tokenizer, ["Once upon", "a"], SamplingConfig(**{**vars(sampling), "seed": 8}))
+    assert first.tokens == again.tokens and first.texts == again.texts
+    assert first.tokens != other.tokens
+
+
+# ----- batching -----
+@pytest.mark.parametrize("fields", [dict(), dict(position="learned"), dict(position="alibi", sliding_window=5),
+                                    dict(rope_scaling=RopeScaling("dynamic", 2.0, 10))],
+                         ids=["rope", "learned", "alibi-window", "dynamic"])
+def test_left_padded_batch_generates_what_each_prompt_generates_alone(fields: dict) -> None:
+    model = tiny(**fields)
+    prompts = [[5, 9, 200], [17] * 9, [3, 1, 4, 1, 5, 9]]
+    batched = generate(model, prompts, GREEDY).tokens
+    assert batched == [generate(model, [p], GREEDY).tokens[0] for p in prompts]
+    assert all(len(t) == GREEDY.max_new_tokens for t in batched)
+
+
+# ----- stopping -----
+def test_eos_ends_a_row_and_is_not_returned() -> None:
+    model = tiny()
+    free = generate(model, [[1, 2, 3], [60, 61]], GREEDY).tokens
+    eos = free[0][4]
+    stopped = generate(model, [[1, 2, 3], [60, 61]], GREEDY, eos_id=eos).tokens
+    assert stopped[0] == free[0][: free[0].index(eos)]
+    assert stopped[1] == (free[1][: free[1].index(eos)] if eos in free[1] else free[1])
+
+
+def test_eos_through_the_text_api() -> None:
+    model = tiny()
+    free = generate_text(model, EosTokenizer(-1), ["hi"], GREEDY)
+    eos = free.tokens[0][5]
+    result = generate_text(model, EosTokenizer(eos), ["hi"], GREEDY)
+    assert result.tokens[0] == free.tokens[0][: free.tokens[0].index(eos)]
+    assert result.decode_steps < GREEDY.max_new_tokens - 1  # the loop ended early
+
+
+def test_stop_string_cuts_the_text_and_the_stream(tokenizer) -> None:
+    model = tiny()
+    sampling = SamplingConfig(max_new_tokens=30, temperature=1.0, seed=1)
+    free = generate_text(model, tokenizer, ["ab"], sampling).texts[0]
+    stop = free[10:12]
+    pieces: list[str] = []
+    result = generate_text(model, tokenizer, ["ab"], SamplingConfig(**{**vars(sampling), "stop": (stop,)}),
+                           on_text=lambda row, piece: pieces.append(piece))
+    assert result.texts[0] == free[: free.index(stop)]
+    assert "".join(pieces) == result.texts[0]
+
+
+def test_streamed_pieces_add_up_to_the_text(tokenizer) -> None:
+    model = tiny()
+    pieces: dict[int, list[str]] = {0: [], 1: []}
+    result = generate_text(model, tokenizer, ["x", "hello"], SamplingConfig(max_new_tokens=25, seed=3),
+                           on_text=lambda row, piece: pieces[row].append(piece))
+    assert ["".join(pieces[r]) for r in (0, 1)] == result.texts
+    assert result.texts == [tokenizer.decode(t) for t in result.tokens]
+
+
+def test_text_stream_waits_for_whole_characters_and_holds_back_stop_prefixes(tokenizer) -> None:
+    text = "héllo €uro — ok"
+    stream = TextStream(tokenizer.decode, stop=("uro —",))
+    pieces = [stream.push(b) for b in text.encode("utf-8")] + [stream.finish()]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == stream.text == "héllo €"
+    assert stream.stopped
+    bad = TextStream(tokenizer.decode)
+    assert "".join([bad.push(0xE2), bad.push(0x82), bad.finish()]) == "\ufffd"  # a cut-off character
+
+
+def test_text_stream_decodes_a_bounded_window(tokenizer) -> None:
+    windows: list[int] = []
+
+    def decode(ids: list[int]) -> str:
+        windows.append(len(ids))
+        return tokenizer.decode(ids)
+
+    stream = TextStream(decode, stop=("zz",))
+    for b in ("ab€" * 200).encode("utf-8"):
+        stream.push(b)
+    stream.finish()
+    assert max(windows) <= 4 and stream.text == "ab€" * 200  # the window never grows with the text
+
+
+# ----- limits -----
+def test_context_limit_fails_up_front() -> None:
+    model = tiny(max_seq_len=16)
+    with pytest.raises(ValueError, match=r"prompt \(10 tokens\) \+ max_new_tokens \(7\) = 17 exceeds the model's "
+                                         r"context of 16 tokens"):
+        generate(model, [[1] * 10], SamplingConfig(max_new_tokens=7))
+    assert len(generate(model, [[1] * 10], SamplingConfig(max_new_tokens=7, temperature=0,
+                                                          allow_extrapolation=True)).tokens[0]) == 7
+    learned = tiny(position="learned", max_seq_len=16)
+    with pytest.raises(ValueError, match="learned positions cannot extrapolate"):
+        check_context(learned.config, 10, 7, allow_extrapolation=True)
+    stretched = tiny(max_seq_len=16, rope_scaling=RopeScaling("yarn", 4.0, 16))
+    check_context(stretched.config, 10, 54, allow_extrapolation=False)  # 4 x 16 tokens
+    with pytest.raises(ValueError, match="context of 64 tokens"):
+        check_context(stretched.config, 10, 55, allow_extrapolation=False)
+
+
+def test_bad_sampling_settings_fail_with_one_line() -> None:
+    with pytest.raises(ValueError, match=r"SamplingConfig.top_p=1.5 is not allowed: None or a probability"):
+        SamplingConfig(top_p=1.5)
+    with pytest.raises(ValueError, match=r"SamplingConfig.max_new_tokens=0 is not allowed"):
+        SamplingConfig(max_new_tokens=0)
+    with pytest.raises(ValueError, match="every prompt at least one token"):
+        generate(tiny(), [[1], []], GREEDY)
+
+
+def test_generation_reports_its_cache_and_restores_training_mode() -> None:
+    model = tiny().train()
+    result = generate(model, [[1, 2], [3, 4, 5, 6]], GREEDY)
+    c = model.config
+    assert result.context_len == 4 + GREEDY.max_new_tokens
+    assert result.cache_bytes == KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim) * 2 * result.context_len
+    assert result.decode_steps == GREEDY.max_new_tokens - 1
+    assert model.training
+
+
+def test_kv_bytes_table_for_mha_gqa_mqa() -> None:
+    rows = kv_bytes_table(tiny(n_heads=8, n_kv_heads=8, d_model=64).config, torch.float32, context_len=100)
+    assert [(r["attention"], r["n_kv_heads"]) for r in rows] == [("MHA", 8), ("GQA", 2), ("MQA", 1)]
+    assert [r["bytes_per_token"] for r in rows] == [2 * 2 * k * 8 * 4 for k in (8, 2, 1)]
+    assert rows[0]["this_model"] and rows[1]["context_bytes"] == rows[1]["bytes_per_token"] * 100
+
+
+# ----- per-step Python work -----
+def python_calls(fn) -> int:
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(rope_scaling=RopeScaling("dynamic", 2.0, 8), sliding_window=4)])
+def test_decode_step_python_work_does_not_grow_with_length(fields: dict) -> None:
+    model = tiny(max_seq_len=128, **fields)
+    cache = KVCache.for_model(model, 2, 128)
+    cache.set_padding(torch.tensor([[0, 1, 1], [1, 1, 1]]))
+    token = torch.tensor([[3], [4]])
+    counts = {}
+    with torch.inference_mode():
+        model(torch.tensor([[0, 1, 2], [3, 4, 5]]), cache=cache)
+        for length in (10, 100):
+            while cache.pos < length:
+                model(token, cache=cache)
+            counts[length] = python_calls(lambda: model(token, cache=cache))
+    assert counts[10] == counts[100]
+
+
+# ----- the CLI -----
+@pytest.fixture
+def fake_checkpoint(monkeypatch, tokenizer) -> None:
+    monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(max_seq_len=64), tokenizer))
+
+
+def test_cli_streams_a_prompt_and_is_reproducible(fake_checkpoint, capsys) -> None:
+    argv = ["generate", "--checkpoint", "ckpt", "--prompt", "Hello", "--max-new-tokens", "9", "--seed", "4",
+            "--top-k", "20", "--top-p", "0.9", "--temperature", "0.8"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert first.startswith("Hello") and capsys.readouterr().out == first
+
+
+def test_cli_reads_a_prompt_file_and_stdin(fake_checkpoint, capsys, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "prompts.txt").write_text("one\n\ntwo\n", encoding="utf-8")
+    assert main(["generate", "--checkpoint", "c", "--prompt-file", str(tmp_path / "prompts.txt"),
+                 "--max-new-tokens", "4", "--temperature", "0"]) == 0
+    from_file = capsys.readouterr().out
+    assert from_file.startswith("one") and "\n\ntwo" in from_file
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\n"))
+    assert main(["generate", "--checkpoint", "c", "--max-new-tokens", "4", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == from_file
+
+
+def test_cli_interactive(fake_checkpoint, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first\n\nsecond\n/quit\nnever\n"))
+    assert main(["generate", "--checkpoint", "c", "--interactive", "--max-new-tokens", "3", "--temperature", "0",
+                 "--report-memory"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("first") and lines[1].startswith("second")
+    assert "never" not in captured.out
+    assert "GQA (2 KV heads)" in captured.err and "<- this model" in captured.err
+
+
+def test_cli_report_memory(fake_checkpoint, capsys) -> None:
+    assert main(["generate", "--checkpoint", "c", "--prompt", "abc", "--max-new-tokens", "5",
+                 "--report-memory"]) == 0
+    err = capsys.readouterr().err
+    c = tiny().config
+    per_token = KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim)
+    assert f"context 8 tokens x batch 1); allocated {per_token * 8:,} bytes" in err
+    for name, k in (("MHA", 4), ("GQA", 2), ("MQA", 1)):
+        assert f"{name} ({k} KV heads): {KVCache.bytes_per_token(c.n_layers, k, c.head_dim):,} B/token" in err
+    assert "peak process resident memory (RSS)" in err
+
+
+def test_cli_errors_are_one_line(fake_checkpoint, capsys) -> None:
+    assert main(["generate", "--checkpoint", "c", "--prompt", "x" * 60, "--max-new-tokens", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("archlab generate: error: prompt (60 tokens)") and "\n" not in err
+    assert main(["generate", "--checkpoint", "c", "--prompt", "x", "--top-p", "2"]) == 2
+    assert "SamplingConfig.top_p=2.0 is not allowed" in capsys.readouterr().err
+
+
+def test_cli_checkpoint_errors(capsys, tmp_path: Path) -> None:
+    assert main(["generate", "--checkpoint", str(tmp_path / "missing"), "--prompt", "x"]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
+    assert main(["generate", "--checkpoint", str(tmp_path), "--prompt", "x"]) == 2
+    assert "is a Hugging Face model folder (model_type 'llama')" in capsys.readouterr().err
+
+
+def test_cli_with_a_saved_run(capsys, tmp_path: Path, tokenizer) -> None:
+    from archlab.train.checkpoint import save_checkpoint, tied_aliases
+
+    model = tiny(max_seq_len=64, tie_embeddings=True)
+    save_checkpoint(tmp_path / "run", 1, model.state_dict(), {}, {}, {"model": model.config.to_dict()},
+                    tokenizer.save(tmp_path / "tok"), aliases=tied_aliases(model))
+    assert main(["generate", "--checkpoint", str(tmp_path / "run"), "--prompt", "ab", "--max-new-tokens", "6",
+                 "--temperature", "0", "--device", "cpu"]) == 0
+    expected = generate_text(model, tokenizer, ["ab"], SamplingConfig(max_new_tokens=6, temperature=0)).texts[0]
+    assert capsys.readouterr().out == "ab" + expected + "\n"
