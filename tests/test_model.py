@@ -163,3 +163,20 @@ def test_switch_combinations_train(switches):
     for name, p in model.named_parameters():
         assert p.grad is not None, name
         assert torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "relative", "learned"])
+def test_meta_device_build_then_init_equals_eager_build(position):
+    cfg = ModelConfig(position=position, d_model=32, n_heads=4)
+    eager = TransformerLM(cfg)
+    torch.manual_seed(1)
+    eager.init_weights()  # same RNG stream as the lazy model's single init below
+    with torch.device("meta"):
+        lazy = TransformerLM(cfg)
+    lazy.to_empty(device="cpu")
+    torch.manual_seed(1)
+    lazy.init_weights()
+    for (name, a), (_, b) in zip(eager.state_dict().items(), lazy.state_dict().items()):
+        assert torch.equal(a, b), name
+    ids = torch.randint(0, 256, (2, 9))
+    torch.testing.assert_close(lazy(ids), eager(ids))

@@ -95,9 +95,10 @@ class KVCache:
         end = self.pos + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} tokens needed, capacity max_len={self.max_len}")
-        self.k[layer][:, :, self.pos : end] = k
-        self.v[layer][:, :, self.pos : end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+        k_buf, v_buf = self.k[layer], self.v[layer]
+        k_buf.narrow(2, self.pos, k.shape[2]).copy_(k)  # narrow: one view op, where [:, :, a:b] costs three
+        v_buf.narrow(2, self.pos, v.shape[2]).copy_(v)
+        return k_buf.narrow(2, 0, end), v_buf.narrow(2, 0, end)
 
     def advance(self, n: int) -> None:
         """Mark n more slots as written (the model calls this once all layers have been updated)."""

@@ -56,7 +56,8 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """Initialise every parameter; safe to call again (e.g. after building on the meta device).
+        """Initialise every parameter and computed buffer; safe to call again, and the way to materialise a
+        model built on the meta device: `model.to_empty(device=d); model.init_weights()`.
 
         | parameter                     | trunc_normal (the seeds)                  | gpt2                         |
         |-------------------------------|-------------------------------------------|------------------------------|
@@ -83,6 +84,8 @@ class TransformerLM(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):  # LayerNorm derives from it
                 module.reset_parameters()
+            elif hasattr(module, "reset_buffers"):  # RoPE frequencies, ALiBi slopes
+                module.reset_buffers()
             elif isinstance(module, LearnedPositions) or module is self.rel_bias and self.rel_bias is not None:
                 for p in module.parameters():
                     _trunc_normal(p, GPT2_INIT_STD)

@@ -32,13 +32,15 @@ class RMSNorm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def gain(self) -> torch.Tensor:
-        return 1.0 + self.weight.float() if self.unit_offset else self.weight.float()
+        w = self.weight if self.weight.dtype == torch.float32 else self.weight.float()
+        return 1.0 + w if self.unit_offset else w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.rms_norm(x.float(), x.shape[-1:], self.gain(), self.eps)  # one fused kernel
+        xf = x if x.dtype == torch.float32 else x.float()  # skip no-op casts: each is a call per decode step
+        y = F.rms_norm(xf, x.shape[-1:], self.gain(), self.eps)
         if self.bias is not None:
             y = y + self.bias.float()
-        return y.to(x.dtype)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 class LayerNorm(RMSNorm):

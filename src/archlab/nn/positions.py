@@ -105,6 +105,10 @@ class ALiBi(nn.Module):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
+    def reset_buffers(self) -> None:
+        """Recompute the slopes in place (after `to_empty` from the meta device they hold garbage)."""
+        self.slopes.copy_(alibi_slopes(self.slopes.numel()))
+
     def forward(self, distance: torch.Tensor) -> torch.Tensor:
         """distance (T, S) = query slot - key slot -> bias (1, H, T, S)."""
         return -(self.slopes[:, None, None] * distance.clamp_min(0).float()).unsqueeze(0)

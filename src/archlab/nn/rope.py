@@ -254,16 +254,18 @@ _HF_KEYS: dict[str, dict[str, str]] = {
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """Rotate the first 2 * cos.size(-1) dims of x; the rest pass through unchanged."""
     d_rot = 2 * cos.size(-1)
-    x_rot = x[..., :d_rot]
+    whole = d_rot == x.size(-1)
+    x_rot = x if whole else x[..., :d_rot]
     if layout == "half":
-        x1, x2 = x_rot.chunk(2, dim=-1)  # (B, H, T, d_rot/2) each
+        x1, x2 = x_rot.chunk(2, dim=-1)  # (..., d_rot/2) each
         rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     else:
         x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    if d_rot == x.size(-1):  # whole head rotates: skip the pass-through concat (a copy per call)
-        return rotated.to(x.dtype)  # (B, H, T, Dh)
-    return torch.cat((rotated.to(x.dtype), x[..., d_rot:]), dim=-1)  # (B, H, T, Dh)
+    rotated = rotated.to(x.dtype)
+    if whole:  # whole head rotates: no pass-through slice and concat (a copy per call)
+        return rotated
+    return torch.cat((rotated, x[..., d_rot:]), dim=-1)
 
 
 class RotaryEmbedding(nn.Module):
@@ -282,6 +284,11 @@ class RotaryEmbedding(nn.Module):
         self.length_dependent = self.scaling.kind in LENGTH_DEPENDENT
         inv_freq, self.attention_factor = ROPE_SCALINGS[self.scaling.kind](d_rot, theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def reset_buffers(self) -> None:
+        """Recompute inv_freq in place (after `to_empty` from the meta device it holds garbage)."""
+        inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling)
+        self.inv_freq.copy_(inv_freq.float())
 
     def forward(
         self, positions: torch.Tensor, seq_len: torch.Tensor | None = None
