@@ -17,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import math
+
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 # name -> default betas; the builders below read them when the config leaves betas unset.
 DEFAULT_BETAS: dict[str, tuple[float, ...]] = {
@@ -36,15 +39,15 @@ class ParamGroupNames:
     no_decay: list[str]
 
 
-def _classify(module: nn.Module, name: str, decay_embeddings: bool) -> bool:
-    """True when weight decay applies: weight matrices of linear maps (and embeddings if asked)."""
-    if isinstance(module, nn.Embedding):
-        return decay_embeddings
+def _classify(module: nn.Module, name: str, param: nn.Parameter, decay_embeddings: bool) -> bool:
+    """True when weight decay applies: weight matrices of linear maps (and embeddings if asked).
+
+    Any other matrix is a lookup table (token embedding, learned positions, relative-position bias) and
+    counts as an embedding; vectors (norm gains, biases) are never decayed.
+    """
     if isinstance(module, nn.Linear) and name == "weight":
         return True
-    # Norm gains, biases, and stand-alone tables such as relative-position biases stay undecayed: they
-    # are vectors or lookup tables, not linear maps.
-    return False
+    return param.dim() >= 2 and decay_embeddings
 
 
 def split_param_names(model: nn.Module, decay_embeddings: bool = False) -> ParamGroupNames:
@@ -62,17 +65,17 @@ def split_param_names(model: nn.Module, decay_embeddings: bool = False) -> Param
                 continue
             seen.add(id(param))
             full = f"{mod_name}.{p_name}" if mod_name else p_name
-            (decay if _classify(module, p_name, decay_embeddings) else no_decay).append(full)
+            (decay if _classify(module, p_name, param, decay_embeddings) else no_decay).append(full)
     return ParamGroupNames(decay=decay, no_decay=no_decay)
 
 
 def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
-    """Two optimizer groups, `{"params", "weight_decay", "names"}`; an empty group is dropped."""
+    """Two optimizer groups, `{"params", "weight_decay"}` (decayed first); an empty group is dropped."""
     names = split_param_names(model, decay_embeddings)
     by_name = dict(model.named_parameters())  # named_parameters already drops the tied duplicate
     groups = [
-        {"params": [by_name[n] for n in names.decay], "weight_decay": weight_decay, "names": names.decay},
-        {"params": [by_name[n] for n in names.no_decay], "weight_decay": 0.0, "names": names.no_decay},
+        {"params": [by_name[n] for n in names.decay], "weight_decay": weight_decay},
+        {"params": [by_name[n] for n in names.no_decay], "weight_decay": 0.0},
     ]
     return [g for g in groups if g["params"]]
 
@@ -211,3 +214,13 @@ def build_optimizer(
         raise ValueError(f"optimizer.lr must be >= 0, got {lr}")
     groups = param_groups(model, weight_decay, decay_embeddings)
     return OPTIMIZERS[name](groups, lr, tuple(betas) if betas is not None else DEFAULT_BETAS[name], eps)
+
+
+def clip_gradients(parameters: Iterable[torch.Tensor], max_norm: float) -> float:
+    """Scale all gradients together so their global L2 norm is at most `max_norm`; return the norm before.
+
+    max_norm 0 turns clipping off but still measures the norm (for the logs). Under FSDP the norm is
+    reduced over the shards, so every rank gets the same number.
+    """
+    norm = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm if max_norm > 0 else math.inf)
+    return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)

@@ -1,0 +1,71 @@
+"""`archlab train`: resolve the run config (defaults < preset < --config YAML < flags) and train.
+
+The common case stays short: `archlab train --preset llama --size tiny --data FILE --steps 200 --out RUN`.
+Every other knob is a `--section.field value` flag generated from `TrainConfig` (`--optimizer.lr 3e-4`,
+`--model.n_layers 4`); the few named flags below are aliases for the most used keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from archlab.presets import PRESETS, SIZES
+from archlab.train.checkpoint import read_run_config
+from archlab.train.config import config_keys, load_yaml, parse_flags, resolve_config
+from archlab.train.trainer import TrainingDiverged, train
+
+# named flag (argparse dest) -> the config key it sets
+ALIASES = {
+    "preset": "preset",
+    "size": "size",
+    "data": "data.source",
+    "steps": "steps",
+    "out": "out",
+    "save_every": "checkpoint.save_every",
+    "distributed": "distributed",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model (single process, or under torchrun with --distributed ddp|fsdp)",
+        description=__doc__,
+        epilog="every config key (set with --KEY VALUE; model fields with --model.FIELD VALUE):\n  "
+        + "\n  ".join(config_keys()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # so --data.batch_size is never mistaken for --data
+    )
+    parser.add_argument("--config", help="YAML run config, e.g. configs/tiny-llama.yaml")
+    parser.add_argument("--preset", help="architecture: " + ", ".join(PRESETS))
+    parser.add_argument("--size", help="model size: " + ", ".join(SIZES))
+    parser.add_argument("--data", help="text/JSONL file or folder, 'stdlib', 'hf:NAME' or a prepared folder")
+    parser.add_argument("--steps", help="optimizer steps of the whole run")
+    parser.add_argument("--out", help="run directory (checkpoints, metrics.jsonl, tb/, config.json)")
+    parser.add_argument("--save-every", help="steps between checkpoints (0 = only at the end)")
+    parser.add_argument("--distributed", help="none | ddp | fsdp (with torchrun)")
+    parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
+    parser.set_defaults(func=run, accepts_overrides=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = parse_flags(list(args.overrides or []))
+    flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
+    layers = ([load_yaml(args.config)] if args.config else []) + [flags]
+    train_cfg, model_cfg = resolve_config(layers)
+    if args.resume:
+        train_cfg, model_cfg = resolve_config(layers, read_run_config(train_cfg.out))
+    try:
+        result = train(train_cfg, model_cfg, resume=args.resume)
+    except TrainingDiverged as err:
+        print(f"archlab train: {err}", file=sys.stderr)
+        return 1
+    if int(os.environ.get("RANK", "0")) == 0:
+        val = f"{result.val_loss:.4f}" if result.val_loss is not None else "-"
+        loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "-"
+        stopped = f" (stopped by {result.interrupted})" if result.interrupted else ""
+        print(f"step {result.step}{stopped}: train loss {loss}, val loss {val}, "
+              f"{result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}")
+    return 0

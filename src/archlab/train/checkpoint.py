@@ -1,0 +1,299 @@
+"""Checkpoints: one folder per step, written atomically, verified on load, pruned to the last N + best.
+
+    RUN_DIR/checkpoints/step_0000100/
+        model.safetensors   weights (a tied head is stored once; metadata names its aliases)
+        optimizer.pt        optimizer state, keyed by parameter name (independent of DDP/FSDP wrapping)
+        state.pt            step, RNG states (torch, cuda, python, numpy) per rank, batch generator, stats
+        config.json         {"model": ModelConfig, "train": TrainConfig}, resolved
+        tokenizer.json      the tokenizer the token ids belong to
+        manifest.json       step, val loss, size and sha256 of every file above; written last
+
+A checkpoint is built in a hidden temp folder beside its final name, every file fsynced, then renamed:
+a crash leaves either the old set of checkpoints or the new one, never a half-written `step_*` folder.
+Leftover temp folders are ignored and removed by the next save. `verify_checkpoint` re-hashes every
+file, so truncation or bit rot is reported with the checkpoint and file named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from archlab.config import ModelConfig
+from archlab.nn.model import TransformerLM
+from archlab.train.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+FILES = ("model.safetensors", "optimizer.pt", "state.pt", "config.json", "tokenizer.json")
+STEP_DIR = re.compile(r"^step_(\d{7,})$")
+TMP_PREFIX = ".tmp-"
+HASH_CHUNK = 1 << 20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, incomplete or corrupt; the message names the folder and file."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: full (unsharded) state dicts on CPU and the saved configs."""
+
+    path: Path
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict
+    state: dict
+    config: dict
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Finished checkpoint folders of a run, oldest first (temp folders are not listed)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def tied_aliases(module: nn.Module) -> dict[str, str]:
+    """{alias: canonical name} for parameters registered under several names (a tied lm_head)."""
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return aliases
+
+
+# ------------------------------------------------------------------------------------------------ save
+def _fsync_file(path: Path) -> None:
+    with path.open("rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_files(
+    tmp: Path,
+    model_state: dict[str, torch.Tensor],
+    aliases: dict[str, str],
+    optimizer_state: dict,
+    state: dict,
+    config: dict,
+    tokenizer_file: Path,
+) -> None:
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items() if k not in aliases}
+    save_file(weights, tmp / "model.safetensors", metadata={"tied": json.dumps(aliases), "format": "pt"})
+    torch.save(optimizer_state, tmp / "optimizer.pt")
+    torch.save(state, tmp / "state.pt")
+    (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model_state: dict[str, torch.Tensor],
+    optimizer_state: dict,
+    state: dict,
+    config: dict,
+    tokenizer_file: str | Path,
+    aliases: dict[str, str] | None = None,
+    val_loss: float | None = None,
+) -> Path:
+    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is kept)."""
+    root = Path(run_dir) / CHECKPOINTS
+    final = root / checkpoint_name(step)
+    if final.exists():  # same step, same state (e.g. a signal right after a periodic save)
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(f"{TMP_PREFIX}*"):  # left by a crash mid-save; never a finished checkpoint
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run folder
+    try:
+        _write_files(tmp, model_state, aliases or {}, optimizer_state, state, config, Path(tokenizer_file))
+        files = {}
+        for name in FILES:
+            _fsync_file(tmp / name)
+            files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+        manifest = {"step": step, "val_loss": val_loss, "files": files}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        _fsync_file(tmp / MANIFEST)
+        _fsync_dir(tmp)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
+    return final
+
+
+def prune_checkpoints(run_dir: str | Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` checkpoints and the one with the lowest val loss."""
+    found = list_checkpoints(run_dir)
+    keep = set(found[-keep_last:])
+    scored = [(m["val_loss"], p) for p in found if (m := _read_manifest(p)) and m.get("val_loss") is not None]
+    if scored:
+        keep.add(min(scored, key=lambda item: item[0])[1])
+    removed = [p for p in found if p not in keep]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+# ------------------------------------------------------------------------------------------------ load
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        return json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def verify_checkpoint(path: str | Path) -> dict:
+    """The manifest of checkpoint `path`, after checking every file's presence, size and sha256."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    manifest = _read_manifest(path)
+    if manifest is None:
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable")
+    for name in FILES:
+        file, want = path / name, manifest["files"].get(name)
+        if want is None or not file.is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+        size = file.stat().st_size
+        if size != want["bytes"]:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} has {size} bytes, expected {want['bytes']} "
+                                  "(truncated?)")
+        if _sha256(file) != want["sha256"]:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its sha256 in {MANIFEST}")
+    return manifest
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The full state dict from model.safetensors, with tied aliases filled back in."""
+    file = path / "model.safetensors"
+    try:
+        weights = load_file(file)
+        with safe_open(file, framework="pt") as handle:
+            aliases = json.loads((handle.metadata() or {}).get("tied", "{}"))
+    except (SafetensorError, OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: model.safetensors cannot be read ({err})") from err
+    for alias, canonical in aliases.items():
+        weights[alias] = weights[canonical]
+    return weights
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Verify and read every file of checkpoint `path` onto the CPU."""
+    path = Path(path)
+    manifest = verify_checkpoint(path)
+    try:
+        optimizer = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except Exception as err:  # torch.load raises several unrelated types on a damaged zip
+        raise CheckpointError(f"checkpoint {path} is corrupt: {err}") from err
+    return Checkpoint(path, int(manifest["step"]), load_weights(path), optimizer, state, config)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or a run folder's latest checkpoint."""
+    path = Path(path)
+    if (path / MANIFEST).is_file() or STEP_DIR.match(path.name):
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise FileNotFoundError(f"{path} is neither a checkpoint nor a run folder with checkpoints "
+                                f"(no {path / CHECKPOINTS}/step_*)")
+    return latest
+
+
+def read_run_config(run_dir: str | Path) -> dict:
+    """The config.json of a run's latest checkpoint (verified), which a resumed run starts from."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINTS} to resume from")
+    verify_checkpoint(latest)
+    return json.loads((latest / "config.json").read_text(encoding="utf-8"))
+
+
+def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -> tuple[TransformerLM, Tokenizer]:
+    """The trained model (eval mode) and its tokenizer from a checkpoint, or from a run's latest one."""
+    path = resolve_checkpoint(checkpoint_dir)
+    verify_checkpoint(path)
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    model = TransformerLM(ModelConfig.from_dict(config["model"]))
+    missing, unexpected = model.load_state_dict(load_weights(path), strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {path} does not fit its config: missing {missing}, unexpected {unexpected}")
+    return model.to(device).eval(), Tokenizer.load(path)
+
+
+# ------------------------------------------------------------------------------------------ RNG state
+def capture_rng_state() -> dict:
+    """Every global random stream a step can draw from: torch (CPU, CUDA), python `random`, numpy.
+
+    Stored as tensors and plain values so `torch.load(weights_only=True)` can read it back.
+    """
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "python": random.getstate(),
+        "numpy": {"name": name, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+    }
+
+
+def restore_rng_state(state: dict) -> None:
+    """Put back what `capture_rng_state` saved (CUDA states only where this machine has the devices)."""
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))

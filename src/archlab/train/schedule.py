@@ -1,0 +1,96 @@
+"""Learning-rate schedules as pure functions of the step.
+
+`step` counts the optimizer updates already taken (0 for the first update). Every schedule starts with a
+linear warmup, `max_lr * (step + 1) / warmup_steps` for `step < warmup_steps`, because Adam's second-moment
+estimate is noisy for the first steps and a full lr then can blow the model up. After the warmup:
+
+- cosine: `min_lr + (max_lr - min_lr) * (1 + cos(pi * p)) / 2`, p = (step - warmup) / (total - warmup)
+  (GPT-3, LLaMA; nanoGPT's `get_lr`).
+- constant: `max_lr`.
+- wsd (warmup-stable-decay): `max_lr` until the last `decay_steps`, then a cooldown to `min_lr` with
+  p = (step - decay_start) / decay_steps, shaped `linear` (1 - p) or `1-sqrt` (1 - sqrt(p)); the 1-sqrt
+  cooldown is from Hägele et al., arXiv 2405.18392. A run can be extended from the stable phase.
+
+p is clamped to [0, 1], so steps past the end stay at `min_lr`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+# cooldown shape name -> f(p) in [0, 1], the fraction of (max_lr - min_lr) left at progress p
+DECAY_SHAPES: dict[str, Callable[[float], float]] = {
+    "linear": lambda p: 1.0 - p,
+    "1-sqrt": lambda p: 1.0 - math.sqrt(p),
+}
+
+
+def _progress(step: int, start: int, length: int) -> float:
+    return min(1.0, max(0.0, (step - start) / max(1, length)))
+
+
+def warmup_cosine(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
+    """Linear warmup, then a half cosine from max_lr down to min_lr at `total_steps`."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    p = _progress(step, warmup_steps, total_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * p))
+
+
+def warmup_constant(step: int, max_lr: float, warmup_steps: int) -> float:
+    """Linear warmup, then max_lr for ever."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    return max_lr
+
+
+def warmup_stable_decay(
+    step: int,
+    max_lr: float,
+    min_lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    decay_steps: int,
+    shape: str = "linear",
+) -> float:
+    """Linear warmup, max_lr, then the last `decay_steps` cool down to min_lr along `shape`."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    start = total_steps - decay_steps
+    if step < start:
+        return max_lr
+    return min_lr + (max_lr - min_lr) * DECAY_SHAPES[shape](_progress(step, start, decay_steps))
+
+
+# schedule name -> its pure function; config.py validates `schedule.name` against these keys.
+SCHEDULES: dict[str, Callable[..., float]] = {
+    "cosine": warmup_cosine,
+    "constant": warmup_constant,
+    "wsd": warmup_stable_decay,
+}
+
+
+def build_schedule(
+    name: str,
+    max_lr: float,
+    total_steps: int,
+    warmup_steps: int = 0,
+    min_lr: float = 0.0,
+    decay_fraction: float = 0.2,
+    decay_shape: str = "linear",
+) -> Callable[[int], float]:
+    """`lr_at(step) -> float` for the named schedule with every other argument bound."""
+    if name == "cosine":
+        return partial(warmup_cosine, max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps,
+                       total_steps=total_steps)
+    if name == "constant":
+        return partial(warmup_constant, max_lr=max_lr, warmup_steps=warmup_steps)
+    if name == "wsd":
+        if decay_shape not in DECAY_SHAPES:
+            raise ValueError(f"schedule.decay_shape: unknown shape {decay_shape!r}; choose one of {sorted(DECAY_SHAPES)}")
+        decay_steps = max(1, round(decay_fraction * total_steps))
+        return partial(warmup_stable_decay, max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps,
+                       total_steps=total_steps, decay_steps=decay_steps, shape=decay_shape)
+    raise ValueError(f"schedule.name: unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")

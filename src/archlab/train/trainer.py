@@ -1,0 +1,372 @@
+"""The training loop: batches -> loss -> clipped gradients -> optimizer step, with evals and checkpoints.
+
+One step: the lr from the schedule; `grad_accum` micro-batches (autocast forward, backward, gradient sync
+only on the last); loss and a stop flag all-reduced in one call; global-norm clipping; and, only when
+loss and gradient norm are finite, the optimizer update. A non-finite step is skipped and logged;
+`checkpoint.max_bad_steps` in a row stop the run (`TrainingDiverged`) naming the last good checkpoint.
+SIGINT / SIGTERM finish the current step, save a checkpoint and return. Resuming restores weights,
+optimizer, every RNG stream and the batch generator, so the run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from archlab.config import ModelConfig
+from archlab.functional import cross_entropy, z_loss
+from archlab.generate import SamplingConfig, check_context, generate_text
+from archlab.nn.model import TransformerLM
+from archlab.train import distributed as dist_utils
+from archlab.train.checkpoint import (
+    Checkpoint,
+    capture_rng_state,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    restore_rng_state,
+    save_checkpoint,
+    tied_aliases,
+)
+from archlab.train.config import TrainConfig
+from archlab.train.data import TokenData, prepare_data
+from archlab.train.metrics import MetricsLogger, grouped_norms
+from archlab.train.optim import build_optimizer, clip_gradients
+from archlab.train.schedule import build_schedule
+
+logger = logging.getLogger(__name__)
+
+EVAL_SEED_OFFSET = 1  # validation batches come from their own generator: the same windows every eval
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive non-finite steps; the message names the last good checkpoint."""
+
+
+@dataclass
+class TrainStats:
+    """Counters that travel with checkpoints (state.pt), so a resumed run keeps them."""
+
+    tokens_seen: int = 0
+    bad_steps: int = 0  # consecutive skipped steps
+    skipped: int = 0  # skipped steps in the whole run
+    best_val_loss: float | None = None
+    best_step: int | None = None
+
+
+@dataclass
+class TrainResult:
+    """What `Trainer.fit` returns: where the run ended and how it went."""
+
+    step: int
+    train_loss: float | None
+    val_loss: float | None
+    checkpoint: Path | None
+    interrupted: str | None  # the signal name when SIGINT/SIGTERM stopped the run
+    tokens_per_s: float
+
+
+def _data_dir(train: TrainConfig, run_dir: Path) -> Path:
+    if (Path(train.data.source) / "meta.json").is_file():  # already prepared: use it as it is
+        return Path(train.data.source)
+    return Path(train.data.dir) if train.data.dir else run_dir / "data"
+
+
+class Trainer:
+    """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
+
+    def __init__(self, train: TrainConfig, model_config: ModelConfig, ctx: dist_utils.DistContext,
+                 resume: bool = False) -> None:
+        self.cfg, self.model_config, self.ctx = train, model_config, ctx
+        self.run_dir = Path(train.out)
+        resume_from = self._check_setup(resume)
+        self._prepare_data()
+        torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
+        self.raw = TransformerLM(model_config).to(ctx.device)
+        self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
+        o = train.optimizer
+        self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
+        s = train.schedule
+        self.lr_at = build_schedule(s.name, o.lr, train.steps, s.warmup_steps, o.lr * s.min_lr_ratio,
+                                    s.decay_fraction, s.decay_shape)
+        torch.manual_seed(train.seed + ctx.rank)  # per-rank dropout streams
+        self.generator = torch.Generator().manual_seed(train.seed)  # the batch order: same on every rank
+        self.stats, self.step = TrainStats(), 0
+        self.micro_batch = train.data.batch_size // (ctx.world_size * o.grad_accum)
+        if resume_from is not None:
+            self._restore(load_checkpoint(resume_from))
+        self.metrics = MetricsLogger(self.run_dir, self.step, train.logging.tensorboard, ctx.is_main)
+        self._signal: str | None = None  # set by the handler, on this rank only
+        self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
+        self._write_config()
+
+    # ------------------------------------------------------------------------------------------ setup
+    def _check_setup(self, resume: bool) -> Path | None:
+        """Refuse a resume without checkpoints, a restart over checkpoints and a batch that does not split."""
+        latest = latest_checkpoint(self.run_dir)
+        if resume and latest is None:
+            raise FileNotFoundError(f"--resume: no checkpoint in {self.run_dir}/checkpoints to resume from")
+        if not resume and latest is not None:
+            raise ValueError(f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
+                             "or choose another --out")
+        d = self.cfg.data
+        if d.batch_size % (self.ctx.world_size * self.cfg.optimizer.grad_accum):
+            raise ValueError(f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
+                             f"{self.ctx.world_size} ranks x {self.cfg.optimizer.grad_accum} accumulation steps")
+        return latest if resume else None
+
+    def _prepare_data(self) -> None:
+        d = self.cfg.data
+        folder = _data_dir(self.cfg, self.run_dir)
+        if self.ctx.is_main and folder != Path(d.source):
+            prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1)
+        dist_utils.barrier(self.ctx)  # the other ranks read what rank 0 wrote
+        self.data = TokenData(folder, self.ctx.rank, self.ctx.world_size)
+        self.tokenizer_file = folder / "tokenizer.json"
+        self.tokenizer = self.data.tokenizer()
+        if self.data.vocab_size > self.model_config.vocab_size:
+            raise ValueError(f"model.vocab_size={self.model_config.vocab_size} is not allowed: the tokenizer of "
+                             f"{folder} has {self.data.vocab_size} ids")
+        lg = self.cfg.logging
+        if lg.samples:  # fail now rather than at the first evaluation
+            check_context(self.model_config, len(self.tokenizer.encode(lg.sample_prompt)), lg.sample_tokens, False)
+
+    def _restore(self, ckpt: Checkpoint) -> None:
+        dist_utils.load_full_state(self.raw, self.optimizer, ckpt.model, ckpt.optimizer)
+        state = ckpt.state
+        rng = state["rng"]
+        if len(rng) != self.ctx.world_size:
+            logger.warning("checkpoint saved by %d ranks, resuming on %d: dropout streams restart from rank 0's",
+                           len(rng), self.ctx.world_size)
+        restore_rng_state(rng[self.ctx.rank] if self.ctx.rank < len(rng) else rng[0])
+        self.generator.set_state(state["generator"])
+        self.stats = TrainStats(**state["stats"])
+        self.step = int(state["step"])
+        if self.ctx.is_main:
+            logger.info("resumed %s at step %d", ckpt.path, self.step)
+
+    def _write_config(self) -> None:
+        if not self.ctx.is_main:
+            return
+        config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
+        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        logger.info("resolved config:\n%s", yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False))
+        logger.info("model: %s parameters; data: %s train tokens; run: %s", f"{self.raw.num_parameters():,}",
+                    f"{self.data.num_tokens('train'):,}", self.run_dir)
+
+    # ------------------------------------------------------------------------------------------- step
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision.dtype == "bf16")
+
+    def _micro_steps(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward over grad_accum micro-batches; returns summed CE and z-loss (detached)."""
+        accum, block = self.cfg.optimizer.grad_accum, self.cfg.data.block_size
+        ce_sum = torch.zeros((), device=self.ctx.device)
+        z_sum = torch.zeros((), device=self.ctx.device)
+        for i in range(accum):
+            x, y = self.data.get_batch("train", self.micro_batch, block, self.generator, self.ctx.device)
+            with dist_utils.gradient_sync(self.model, enabled=i == accum - 1):
+                with self._autocast():
+                    ce, z = loss_terms(self.model(x), y, self.cfg.z_loss_coef)
+                ((ce + z) / accum).backward()
+            ce_sum += ce.detach()
+            z_sum += z.detach()
+        return ce_sum, z_sum
+
+    def train_step(self) -> dict[str, float | bool]:
+        """One optimizer step (or a skipped one); returns what the logs show."""
+        start = time.perf_counter()
+        lr = self.lr_at(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        ce_sum, z_sum = self._micro_steps()
+        vote = torch.tensor(1.0 if self._signal else 0.0, device=ce_sum.device)
+        packed = dist_utils.all_reduce_sum(torch.stack([ce_sum, z_sum, vote]).float(), self.ctx).tolist()
+        scale = self.ctx.world_size * self.cfg.optimizer.grad_accum
+        loss, zl, stop_votes = packed[0] / scale, packed[1] / scale, packed[2]
+        grad_norm = clip_gradients(self.raw.parameters(), self.cfg.optimizer.grad_clip)
+        ok = math.isfinite(loss + zl) and math.isfinite(grad_norm)
+        ratios = self._ratio_step() if ok and self._due(self.cfg.logging.ratio_every) else None
+        if ok and ratios is None:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.stats.bad_steps = 0 if ok else self.stats.bad_steps + 1
+        self.stats.skipped += 0 if ok else 1
+        tokens = self.cfg.data.batch_size * self.cfg.data.block_size
+        self.stats.tokens_seen += tokens
+        self.step += 1
+        self.stopping = stop_votes > 0  # the same on every rank, so all of them stop after this step
+        row = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / (time.perf_counter() - start)}
+        if self.cfg.z_loss_coef:
+            row["z_loss"] = zl
+        return {**row, "skipped": not ok, **({"ratios": ratios} if ratios else {})}
+
+    def _due(self, every: int) -> bool:
+        """Whether the step about to finish (self.step + 1) is a multiple of `every` (0 = never)."""
+        return every > 0 and (self.step + 1) % every == 0
+
+    def _ratio_step(self) -> dict[str, float]:
+        """The optimizer step, measuring per-layer ||update|| / ||param|| (spikes show up here first)."""
+        params = dict(self.raw.named_parameters())
+        before = {n: p.detach().clone() for n, p in params.items()}
+        self.optimizer.step()
+        updates = grouped_norms({n: p.detach() - before[n] for n, p in params.items()})
+        norms = grouped_norms(before)
+        return {g: updates[g] / max(norms[g], 1e-12) for g in updates}
+
+    # ------------------------------------------------------------------------------------ eval, samples
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation CE over `eval_batches` fixed batches (all ranks together)."""
+        self.model.eval()
+        gen = torch.Generator().manual_seed(self.cfg.seed + EVAL_SEED_OFFSET)
+        total = torch.zeros((), device=self.ctx.device)
+        for _ in range(self.cfg.logging.eval_batches):
+            x, y = self.data.get_batch("val", self.micro_batch, self.cfg.data.block_size, gen, self.ctx.device)
+            with self._autocast():
+                total += cross_entropy(self.model(x), y).float()
+        self.model.train()
+        total = dist_utils.all_reduce_sum(total, self.ctx)
+        return float(total) / (self.cfg.logging.eval_batches * self.ctx.world_size)
+
+    def samples(self) -> list[str]:
+        """A few continuations of the sample prompt, decoded with the KV cache (archlab.generate).
+
+        Every rank runs them (FSDP forwards are collective); the sampler's own seeded generator leaves the
+        training RNG streams alone, so samples never change the run itself.
+        """
+        lg = self.cfg.logging
+        sampling = SamplingConfig(max_new_tokens=lg.sample_tokens, temperature=lg.temperature, seed=self.cfg.seed)
+        return generate_text(self.raw, self.tokenizer, [lg.sample_prompt] * lg.samples, sampling).texts
+
+    # -------------------------------------------------------------------------------------- checkpoints
+    def save(self, val_loss: float | None = None) -> Path | None:
+        """Checkpoint the current step (all ranks gather; rank 0 writes and prunes)."""
+        model_state, optim_state = dist_utils.full_state_dicts(self.raw, self.optimizer)
+        rng = dist_utils.all_gather_objects(capture_rng_state(), self.ctx)
+        path = None
+        if self.ctx.is_main:
+            state = {"step": self.step, "rng": rng, "generator": self.generator.get_state(),
+                     "stats": asdict(self.stats)}
+            config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
+            path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
+                                   self.tokenizer_file, tied_aliases(self.raw), val_loss)
+            prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
+        dist_utils.barrier(self.ctx)
+        return path
+
+    # ------------------------------------------------------------------------------------------- loop
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self._signal = signal.Signals(signum).name
+        # a second Ctrl-C interrupts at once instead of waiting for the checkpoint
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+    def _install_signals(self) -> dict[int, object]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _after_step(self, row: dict, bar: tqdm) -> float | None:
+        """Log the step, then evaluate / sample / checkpoint when due; returns the val loss if measured."""
+        lg, steps = self.cfg.logging, self.cfg.steps
+        ratios = row.pop("ratios", None)
+        bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", gnorm=f"{row['grad_norm']:.3f}",
+                        tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
+        bar.update(1)
+        if row["skipped"]:
+            if self.ctx.is_main:
+                logger.warning("step %d skipped: non-finite loss %s or grad norm %s (%d in a row)", self.step,
+                               row["loss"], row["grad_norm"], self.stats.bad_steps)
+            self.metrics.log(self.step, "skip", {"loss": str(row["loss"]), "grad_norm": str(row["grad_norm"])})
+        if self.step % lg.log_every == 0 or self.step == steps:
+            self.metrics.log(self.step, "train", row)
+        if ratios:
+            self.metrics.log(self.step, "ratios", ratios)
+        if self.stats.bad_steps >= self.cfg.checkpoint.max_bad_steps:
+            last = latest_checkpoint(self.run_dir)
+            raise TrainingDiverged(
+                f"training diverged: {self.stats.bad_steps} consecutive steps (up to step {self.step}) had a "
+                f"non-finite loss or gradient; last good checkpoint: {last or 'none (no checkpoint saved yet)'}")
+        if not ((lg.eval_every and self.step % lg.eval_every == 0) or self.step == steps):
+            return None
+        return self._evaluate_and_log()
+
+    def _evaluate_and_log(self) -> float:
+        val = self.evaluate()
+        if self.stats.best_val_loss is None or val < self.stats.best_val_loss:
+            self.stats.best_val_loss, self.stats.best_step = val, self.step
+        self.metrics.log(self.step, "eval", {"loss": val})
+        texts = self.samples() if self.cfg.logging.samples else []
+        if self.ctx.is_main:
+            logger.info("step %d: val loss %.4f", self.step, val)
+            for text in texts:
+                logger.info("sample at step %d:\n%s%s", self.step, self.cfg.logging.sample_prompt, text)
+                self.metrics.log(self.step, "sample", {"text": text})
+        return val
+
+    def _loop(self, bar: tqdm) -> tuple[dict, float | None, Path | None]:
+        """Steps until the end or a signal; returns the last step's row, the last val loss, the checkpoint."""
+        steps, every = self.cfg.steps, self.cfg.checkpoint.save_every
+        row, val, path = {}, None, latest_checkpoint(self.run_dir)
+        while self.step < steps:
+            row = self.train_step()
+            measured = self._after_step(row, bar)
+            val = measured if measured is not None else val
+            # no periodic saves inside a run of skipped steps: they could prune the last good checkpoint
+            periodic = every and self.step % every == 0 and self.stats.bad_steps == 0
+            if self.stopping or periodic or self.step == steps:
+                path = self.save(measured)
+            if self.stopping:
+                if self.ctx.is_main:
+                    logger.info("%s: stopped at step %d, checkpoint %s; continue with --resume",
+                                self._signal or "a signal on another rank", self.step, path)
+                break
+        return row, val, path
+
+    def fit(self) -> TrainResult:
+        """Train from the current step up to `train.steps`; checkpoint when due, at the end and on a signal."""
+        previous = self._install_signals()
+        bar = tqdm(total=self.cfg.steps, initial=self.step, desc="train", dynamic_ncols=True,
+                   disable=not (self.ctx.is_main and self.cfg.logging.progress))
+        start, start_step = time.perf_counter(), self.step
+        try:
+            with logging_redirect_tqdm():  # log lines print above the progress bar, not through it
+                row, val, path = self._loop(bar)
+        finally:
+            bar.close()
+            self.metrics.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        seconds = max(time.perf_counter() - start, 1e-9)
+        tokens = (self.step - start_step) * self.cfg.data.batch_size * self.cfg.data.block_size
+        interrupted = (self._signal or "a signal on another rank") if self.stopping else None
+        return TrainResult(self.step, row.get("loss"), val, path, interrupted, tokens / seconds)
+
+
+def loss_terms(logits: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross entropy, PaLM z-loss coef * mean log(Z)^2); their sum is what the step minimises.
+
+    Kept apart so the logs show the CE that validation measures; the z term is exactly zero when off.
+    """
+    ce = cross_entropy(logits, targets)
+    return ce, (z_loss(logits, z_loss_coef) if z_loss_coef else torch.zeros_like(ce))
+
+
+def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False) -> TrainResult:
+    """Join the process group (if any), train, and leave it again."""
+    ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
+    try:
+        return Trainer(train_config, model_config, ctx, resume).fit()
+    finally:
+        dist_utils.teardown(ctx)

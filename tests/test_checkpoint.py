@@ -1,0 +1,168 @@
+"""Checkpoints: tied weights stored once and re-tied, atomic writes, corruption named, pruning, RNG state,
+and `load_model` from a checkpoint or a run folder."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from archlab import ModelConfig, TransformerLM
+from archlab.train.checkpoint import (
+    CheckpointError,
+    capture_rng_state,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_model,
+    prune_checkpoints,
+    read_run_config,
+    restore_rng_state,
+    save_checkpoint,
+    tied_aliases,
+    verify_checkpoint,
+)
+from archlab.train.tokenizer import build_tokenizer
+
+
+@pytest.fixture
+def tokenizer_file(tmp_path: Path) -> Path:
+    return build_tokenizer("byte", 256, None).save(tmp_path / "tok")
+
+
+def tiny_model(preset: str = "gpt2") -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(ModelConfig.from_preset(preset, "tiny", d_model=32, n_layers=1))
+
+
+def save(run: Path, step: int, model: TransformerLM, tokenizer_file: Path, val_loss: float | None = None) -> Path:
+    opt = torch.optim.AdamW(model.parameters())
+    config = {"model": model.config.to_dict(), "train": {"steps": 10}}
+    state = {"step": step, "rng": [capture_rng_state()]}
+    return save_checkpoint(run, step, model.state_dict(), opt.state_dict(), state, config, tokenizer_file,
+                           tied_aliases(model), val_loss)
+
+
+def test_tied_head_is_stored_once_and_retied_on_load(tmp_path: Path, tokenizer_file: Path) -> None:
+    model = tiny_model("gpt2")
+    assert tied_aliases(model) == {"lm_head.weight": "embed_tokens.weight"}
+    path = save(tmp_path / "run", 3, model, tokenizer_file)
+    with safe_open(path / "model.safetensors", framework="pt") as f:
+        assert "lm_head.weight" not in f.keys() and "embed_tokens.weight" in f.keys()
+    loaded, tok = load_model(path)
+    assert loaded.lm_head.weight is loaded.embed_tokens.weight
+    assert tok.vocab_size == 256 and not loaded.training
+    ids = torch.randint(0, 256, (2, 9))
+    assert torch.equal(loaded(ids), model.eval()(ids))
+
+
+def test_load_model_accepts_a_run_folder_and_picks_the_latest(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    model = tiny_model("llama")
+    save(run, 2, model, tokenizer_file)
+    with torch.no_grad():
+        model.norm.weight.add_(1.0)
+    save(run, 5, model, tokenizer_file)
+    loaded, _ = load_model(run)
+    assert torch.equal(loaded.norm.weight, model.norm.weight)
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000002", "step_0000005"]
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint nor a run folder"):
+        load_model(tmp_path / "empty")
+
+
+def test_checkpoint_holds_every_file_and_round_trips(tmp_path: Path, tokenizer_file: Path) -> None:
+    model = tiny_model("llama")
+    path = save(tmp_path / "run", 7, model, tokenizer_file, val_loss=1.5)
+    assert sorted(p.name for p in path.iterdir()) == [
+        "config.json", "manifest.json", "model.safetensors", "optimizer.pt", "state.pt", "tokenizer.json"]
+    ckpt = load_checkpoint(path)
+    assert ckpt.step == 7 and ckpt.state["step"] == 7
+    assert all(torch.equal(ckpt.model[k], v) for k, v in model.state_dict().items())
+    assert json.loads((path / "manifest.json").read_text())["val_loss"] == 1.5
+    assert read_run_config(tmp_path / "run")["model"] == model.config.to_dict()
+
+
+def test_a_temp_folder_left_by_a_crash_is_ignored_then_removed(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    save(run, 1, tiny_model(), tokenizer_file)
+    crashed = run / "checkpoints" / ".tmp-step_0000002-abc"
+    crashed.mkdir()
+    (crashed / "model.safetensors").write_bytes(b"half")
+    assert latest_checkpoint(run).name == "step_0000001"
+    save(run, 3, tiny_model(), tokenizer_file)
+    assert not crashed.exists()
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000001", "step_0000003"]
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("truncate", r"model.safetensors has \d+ bytes, expected \d+ \(truncated\?\)"),
+    ("delete", "incomplete: optimizer.pt is missing"),
+    ("flip", "state.pt does not match its sha256"),
+    ("manifest", "manifest.json is missing or unreadable"),
+])
+def test_corrupt_checkpoints_are_named(tmp_path: Path, tokenizer_file: Path, damage: str, message: str) -> None:
+    path = save(tmp_path / "run", 4, tiny_model(), tokenizer_file)
+    if damage == "truncate":
+        data = (path / "model.safetensors").read_bytes()
+        (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "delete":
+        (path / "optimizer.pt").unlink()
+    elif damage == "flip":
+        data = bytearray((path / "state.pt").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (path / "state.pt").write_bytes(bytes(data))
+    else:
+        (path / "manifest.json").unlink()
+    for load in (verify_checkpoint, load_checkpoint, load_model):
+        with pytest.raises(CheckpointError, match=f"checkpoint {path}.*{message}"):
+            load(path)
+
+
+def test_unreadable_safetensors_is_named_even_with_a_matching_manifest(tmp_path: Path, tokenizer_file: Path) -> None:
+    path = save(tmp_path / "run", 4, tiny_model(), tokenizer_file)
+    (path / "model.safetensors").write_bytes(b"\x00" * 16)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["model.safetensors"] = {"bytes": 16, "sha256": hashlib.sha256(b"\x00" * 16).hexdigest()}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="model.safetensors cannot be read"):
+        load_model(path)
+
+
+def test_prune_keeps_the_last_n_and_the_best(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    model = tiny_model()
+    for step, val in [(1, 3.0), (2, 1.0), (3, 2.0), (4, 2.5), (5, None)]:
+        save(run, step, model, tokenizer_file, val)
+    removed = prune_checkpoints(run, keep_last=2)
+    assert [p.name for p in removed] == ["step_0000001", "step_0000003"]
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000002", "step_0000004", "step_0000005"]
+
+
+def test_saving_an_existing_step_keeps_it(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    first = save(run, 2, tiny_model(), tokenizer_file)
+    stamp = (first / "manifest.json").stat().st_mtime_ns
+    assert save(run, 2, tiny_model(), tokenizer_file) == first
+    assert (first / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_rng_state_round_trips_through_a_weights_only_load(tmp_path: Path) -> None:
+    state = capture_rng_state()
+    torch.save(state, tmp_path / "rng.pt")
+    want = (torch.rand(3), random.random(), np.random.rand(2))
+    restore_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
+    got = (torch.rand(3), random.random(), np.random.rand(2))
+    assert torch.equal(want[0], got[0]) and want[1] == got[1] and np.array_equal(want[2], got[2])
+
+
+def test_missing_checkpoint_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        verify_checkpoint(tmp_path / "checkpoints" / "step_0000009")
+    with pytest.raises(FileNotFoundError, match="no checkpoint in"):
+        read_run_config(tmp_path)

@@ -1,0 +1,182 @@
+"""Optimizers: weight-decay groups by name, AdamW parity with torch, Lion/Tiger against hand-computed
+float64 steps, global-norm clipping, and the trainer's loss terms (cross entropy + z-loss)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from archlab import ModelConfig, TransformerLM
+from archlab.train import optim
+from archlab.train.optim import Lion, Tiger, build_optimizer, clip_gradients, param_groups, split_param_names
+from archlab.train.trainer import loss_terms
+
+LINEAR_WEIGHTS = ("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight", "up_proj.weight", "down_proj.weight")
+
+
+def tiny(preset: str, **overrides: object) -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(ModelConfig.from_preset(preset, "tiny", d_model=32, n_layers=2, vocab_size=64, **overrides))
+
+
+def expected_split(model: TransformerLM, decay_embeddings: bool) -> tuple[set[str], set[str]]:
+    """The intended groups, written from the parameter names alone."""
+    names = set(dict(model.named_parameters()))  # the tied head appears once, as embed_tokens.weight
+    decay = {n for n in names if n.endswith(LINEAR_WEIGHTS) or n == "lm_head.weight"}
+    if decay_embeddings:
+        decay |= {n for n in names if n in ("embed_tokens.weight", "pos_embed.weight", "rel_bias.weight")}
+    return decay, names - decay
+
+
+@pytest.mark.parametrize("preset", ["llama", "gpt2", "gemma2", "olmo2", "original"])
+@pytest.mark.parametrize("decay_embeddings", [False, True])
+def test_decay_groups_hold_exactly_the_matrices(preset: str, decay_embeddings: bool) -> None:
+    model = tiny(preset)
+    split = split_param_names(model, decay_embeddings)
+    want_decay, want_rest = expected_split(model, decay_embeddings)
+    assert set(split.decay) == want_decay
+    assert set(split.no_decay) == want_rest
+    assert len(split.decay) + len(split.no_decay) == len(want_decay | want_rest)  # nothing listed twice
+
+
+def test_tied_head_counted_once_and_learned_positions_are_embeddings() -> None:
+    model = tiny("gpt2")  # tied head, learned positions, biases, LayerNorm
+    assert model.lm_head.weight is model.embed_tokens.weight
+    groups = param_groups(model, weight_decay=0.1)
+    params = [p for g in groups for p in g["params"]]
+    assert len({id(p) for p in params}) == len(params)
+    assert sum(p.numel() for p in params) == model.num_parameters()
+    split = split_param_names(model)
+    assert "lm_head.weight" not in split.decay + split.no_decay
+    assert {"embed_tokens.weight", "pos_embed.weight"} <= set(split.no_decay)
+    assert all(n.endswith(".bias") or "norm" in n or "embed" in n for n in split.no_decay)
+
+
+def test_relative_position_table_counts_as_embedding() -> None:
+    model = tiny("llama", position="relative")
+    assert "rel_bias.weight" in split_param_names(model).no_decay
+    assert "rel_bias.weight" in split_param_names(model, decay_embeddings=True).decay
+
+
+def test_adamw_matches_torch_adamw_with_the_same_groups() -> None:
+    ours_model = tiny("llama")
+    ref_model = copy.deepcopy(ours_model)
+    ours = build_optimizer(ours_model, "adamw", lr=1e-2, weight_decay=0.1)
+    assert isinstance(ours, torch.optim.AdamW)
+    assert ours.defaults["betas"] == (0.9, 0.95)
+    decay, rest = expected_split(ref_model, decay_embeddings=False)
+    by_name = dict(ref_model.named_parameters())
+    ref = torch.optim.AdamW([
+        {"params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in decay], "weight_decay": 0.1},
+        {"params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in rest], "weight_decay": 0.0},
+    ], lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    assert [g["weight_decay"] for g in ours.param_groups] == [0.1, 0.0]
+    x = torch.randint(0, 64, (2, 16))
+    for _ in range(3):
+        for model, opt in ((ours_model, ours), (ref_model, ref)):
+            model(x).logsumexp(-1).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, a), b in zip(ours_model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def two_params() -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(1)
+    return [torch.nn.Parameter(torch.randn(4, 3, generator=gen, dtype=torch.float64)),
+            torch.nn.Parameter(torch.randn(5, generator=gen, dtype=torch.float64))]
+
+
+def sign_reference(p: list[torch.Tensor], grads: list[list[torch.Tensor]], lr: float, wd: float, b1: float,
+                   b2: float) -> list[torch.Tensor]:
+    """Lion, Algorithm 2 of arXiv 2302.06675, step by step in float64 (Tiger: b1 == b2)."""
+    p = [t.detach().clone() for t in p]
+    m = [torch.zeros_like(t) for t in p]
+    for step_grads in grads:
+        for i, g in enumerate(step_grads):
+            c = b1 * m[i] + (1 - b1) * g
+            p[i] = p[i] - lr * (torch.sign(c) + wd * p[i])
+            m[i] = b2 * m[i] + (1 - b2) * g
+    return p
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+@pytest.mark.parametrize("kind", ["lion", "tiger"])
+def test_lion_and_tiger_match_their_update_equations(kind: str, foreach: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(optim, "_use_foreach", lambda params: foreach)
+    params = two_params()
+    gen = torch.Generator().manual_seed(2)
+    grads = [[torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params] for _ in range(3)]
+    lr, wd = 0.01, 0.3
+    if kind == "lion":
+        opt, b1, b2 = Lion(params, lr=lr, betas=(0.9, 0.99), weight_decay=wd), 0.9, 0.99
+    else:
+        opt, b1, b2 = Tiger(params, lr=lr, beta=0.945, weight_decay=wd), 0.945, 0.945
+    want = sign_reference(params, grads, lr, wd, b1, b2)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.grad = g.clone()
+        opt.step()
+    for got, ref in zip(params, want):
+        torch.testing.assert_close(got.detach(), ref, rtol=1e-13, atol=1e-13)
+
+
+def test_tiger_default_beta_and_built_by_name() -> None:
+    opt = build_optimizer(tiny("llama"), "tiger", lr=1e-4)
+    assert isinstance(opt, Tiger)
+    assert opt.defaults["betas"] == (0.945, 0.945)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"name": "sgdx"}, "unknown optimizer 'sgdx'; choose one of ['adamw', 'lion', 'tiger']"),
+    ({"lr": -1.0}, "optimizer.lr must be >= 0, got -1.0"),
+    ({"name": "tiger", "betas": (0.9, 0.99)}, "tiger takes one beta"),
+    ({"name": "lion", "betas": (0.9,)}, "lion takes two betas"),
+])
+def test_bad_optimizer_arguments_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        build_optimizer(tiny("llama"), **kwargs)
+
+
+def test_clipping_gives_the_exact_global_norm() -> None:
+    params = [torch.nn.Parameter(torch.zeros(s)) for s in ((7, 5), (5,), (3, 2, 2))]
+    gen = torch.Generator().manual_seed(3)
+    grads = [torch.randn(p.shape, generator=gen) * 3 for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    want = math.sqrt(sum(float(g.double().square().sum()) for g in grads))  # float64 by hand
+    norm = clip_gradients(params, 1.0)
+    assert norm == pytest.approx(want, rel=1e-6)
+    after = math.sqrt(sum(float(p.grad.double().square().sum()) for p in params))
+    assert after == pytest.approx(1.0, rel=1e-5)
+    for p, g in zip(params, grads):  # one common factor: directions are kept
+        torch.testing.assert_close(p.grad, g * (1.0 / (want + 1e-6)), rtol=1e-5, atol=1e-7)
+
+
+def test_clipping_leaves_small_gradients_and_zero_turns_it_off() -> None:
+    p = torch.nn.Parameter(torch.zeros(3))
+    p.grad = torch.tensor([0.3, 0.4, 0.0])
+    assert clip_gradients([p], 1.0) == pytest.approx(0.5)
+    assert torch.equal(p.grad, torch.tensor([0.3, 0.4, 0.0]))
+    p.grad = torch.tensor([30.0, 40.0, 0.0])
+    assert clip_gradients([p], 0.0) == pytest.approx(50.0)
+    assert torch.equal(p.grad, torch.tensor([30.0, 40.0, 0.0]))
+
+
+def test_loss_terms_are_cross_entropy_plus_z_loss() -> None:
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(2, 5, 11, generator=gen) * 4
+    targets = torch.randint(0, 11, (2, 5), generator=gen)
+    coef = 1e-2
+    ce, z = loss_terms(logits, targets, coef)
+    lg = logits.double().reshape(-1, 11)
+    lse = torch.log(torch.exp(lg).sum(-1))  # log Z per position
+    want_ce = float((lse - lg.gather(1, targets.reshape(-1, 1)).squeeze(1)).mean())
+    want_z = coef * float(lse.square().mean())
+    assert float(ce) == pytest.approx(want_ce, rel=1e-6)
+    assert float(z) == pytest.approx(want_z, rel=1e-6)
+    assert float(loss_terms(logits, targets, 0.0)[1]) == 0.0
