@@ -34,12 +34,12 @@ from archlab.nn.rope import apply_rope
 class AttentionInputs:
     """What every layer's attention needs besides x, computed once per forward by the model."""
 
-    cos_sin: tuple[torch.Tensor, torch.Tensor] | None  # RoPE tables (B, T, 1, d_rot/2) or None
+    cos_sin: tuple[torch.Tensor, torch.Tensor] | None  # RoPE tables (B, T, 1, d_rot) or None
     mask: torch.Tensor | None  # bool (B|1, 1, T, S), True = visible; None = plain causal
     window_mask: torch.Tensor | None  # the same with the sliding window applied (window layers)
     bias: torch.Tensor | None  # additive (1, H, T, S) position bias, or None
     cache: KVCache | None
-    # RoPE tables (B, 1, S, d_rot/2) for all keys, set when keys are rotated after caching (Dynamic NTK)
+    # RoPE tables (B, 1, S, d_rot) for all keys, set when keys are rotated after caching (Dynamic NTK)
     key_cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
@@ -85,19 +85,18 @@ class Attention(nn.Module):
         get the same treatment, one RoPE call rotates both, which halves the small ops of a decode step."""
         B, T, _ = x.shape
         H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self.qkv_proj(x)  # (B, T, (H + 2K) * Dh)
-        q, k, v = qkv.split([H * Dh, K * Dh, K * Dh], dim=-1)
-        if self.q_norm is not None and self.qk_norm_scope == "proj":
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = q.view(B, T, H, Dh), k.view(B, T, K, Dh), v.view(B, T, K, Dh)
-        if self.q_norm is not None and self.qk_norm_scope == "head":
+        heads = self.qkv_proj(x).view(B, T, H + 2 * K, Dh)  # [q heads | k heads | v heads]
+        q, k, v = heads.split([H, K, K], dim=2)  # (B, T, H, Dh), (B, T, K, Dh) x 2
+        if self.q_norm is not None and self.qk_norm_scope == "proj":  # over all heads at once (OLMo 2)
+            q = self.q_norm(q.flatten(2)).view(B, T, H, Dh)
+            k = self.k_norm(k.flatten(2)).view(B, T, K, Dh)
+        elif self.q_norm is not None:  # per head (Qwen3)
             q, k = self.q_norm(q), self.k_norm(k)
         if self.key_norm:
             k = F.normalize(k, dim=-1)
         rotate_k = inp.key_cos_sin is None  # else the cache holds unrotated keys, rotated in forward
         if inp.cos_sin is not None and rotate_k and self.q_norm is None and not self.key_norm:
-            qk = apply_rope(qkv.view(B, T, H + 2 * K, Dh)[:, :, : H + K], *inp.cos_sin, self.rope_layout)
-            q, k = qk.split([H, K], dim=2)  # (B, T, H, Dh), (B, T, K, Dh)
+            q, k = apply_rope(heads[:, :, : H + K], *inp.cos_sin, self.rope_layout).split([H, K], dim=2)
         elif inp.cos_sin is not None:
             q = apply_rope(q, *inp.cos_sin, self.rope_layout)
             k = apply_rope(k, *inp.cos_sin, self.rope_layout) if rotate_k else k

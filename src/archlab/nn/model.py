@@ -154,7 +154,7 @@ class TransformerLM(nn.Module):
     def _rope_tables(
         self, positions: torch.Tensor, s: int, cache: KVCache | None
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
-        """cos/sin (B, 1, T, d_rot/2) for the new tokens, and for all S keys when the schedule depends on the
+        """cos/sin (B, T, 1, d_rot) for the new tokens, and for all S keys when the schedule depends on the
         current length and a cache is used: Dynamic NTK's base changes with every decoded token, so the cache
         keeps keys unrotated and every step rotates all of them at the current length, as a full forward on
         the prefix would (caching rotated keys would freeze each key at the base of the step it was made)."""
@@ -162,7 +162,7 @@ class TransformerLM(nn.Module):
             return self.rotary(positions), None
         seq_len = positions.amax(dim=-1) + 1  # (B,) each row's length after this step
         key_positions = cache.slot_positions(s).expand(positions.shape[0], s)  # (B, S)
-        key_cos, key_sin = self.rotary(key_positions, seq_len)  # (B, S, 1, d_rot/2)
+        key_cos, key_sin = self.rotary(key_positions, seq_len)  # (B, S, 1, d_rot)
         return self.rotary(positions, seq_len), (key_cos.transpose(1, 2), key_sin.transpose(1, 2))  # cached keys: (B, K, S, Dh)
 
     def num_parameters(self) -> int:

@@ -17,7 +17,8 @@ q_m . k_n depends only on m - n. Options:
   The exact transformers 5 formulas are in shared/reference/hf-families.md section 6; each schedule's
   `rope_parameters` mapping sits beside it in `_HF_KEYS` (`RopeScaling.to_hf` / `RopeScaling.from_hf`).
 
-Shapes: x (B, H, T, Dh); positions (B, T); cos/sin (B, 1, T, d_rot/2); seq_len (B,).
+Shapes: x (B, T, H, Dh) (or any layout the tables broadcast over); positions (B, T); cos/sin (B, T, 1, d_rot);
+seq_len (B,).
 """
 
 from __future__ import annotations
@@ -251,21 +252,34 @@ _HF_KEYS: dict[str, dict[str, str]] = {
 }
 
 
+def rope_partner(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """Each dim's partner in its rotation pair: [x2 | x1] for halves, (x1, x0, x3, x2, ...) for pairs."""
+    if layout == "half":
+        return x.roll(x.size(-1) // 2, dims=-1)
+    return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Rotate the first 2 * cos.size(-1) dims of x; the rest pass through unchanged."""
-    d_rot = 2 * cos.size(-1)
+    """x * cos + partner(x) * sin on the first cos.size(-1) dims of x; the rest pass through unchanged.
+
+    cos and sin are the full-width tables of `RotaryEmbedding` (sin carries the rotation's minus sign), so
+    a rotation costs four tensor ops, where the textbook two-halves form costs ten; the arithmetic is the
+    same: [x1 cos - x2 sin | x2 cos + x1 sin] for halves."""
+    d_rot = cos.size(-1)
     whole = d_rot == x.size(-1)
     x_rot = x if whole else x[..., :d_rot]
-    if layout == "half":
-        x1, x2 = x_rot.chunk(2, dim=-1)  # (..., d_rot/2) each
-        rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    else:
-        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
-        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    rotated = rotated.to(x.dtype)
+    rotated = (x_rot * cos + rope_partner(x_rot, layout) * sin).to(x.dtype)
     if whole:  # whole head rotates: no pass-through slice and concat (a copy per call)
         return rotated
     return torch.cat((rotated, x[..., d_rot:]), dim=-1)
+
+
+def full_tables(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-pair cos/sin (..., d_rot/2) -> per-dim tables (..., d_rot) in the layout's order, with the
+    minus sign of the rotation on the first element of each pair."""
+    if layout == "half":
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+    return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
 
 
 class RotaryEmbedding(nn.Module):
@@ -293,8 +307,9 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, seq_len: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (B, T), seq_len (B,) or None -> cos, sin (B, T, 1, d_rot/2) in float32, the head axis
-        third, to broadcast over q and k in the (B, T, heads, Dh) layout of the fused projection."""
+        """positions (B, T), seq_len (B,) or None -> cos, sin (B, T, 1, d_rot) in float32: full-width tables
+        for `apply_rope` (see `full_tables`), the head axis third to broadcast over q and k in the
+        (B, T, heads, Dh) layout of the fused projection."""
         if self.length_dependent:
             seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
             inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling, seq_len)
@@ -305,4 +320,5 @@ class RotaryEmbedding(nn.Module):
         cos, sin = angles.cos(), angles.sin()
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        cos, sin = full_tables(cos, sin, self.layout)  # once per forward, shared by every layer
         return cos.unsqueeze(2), sin.unsqueeze(2)
