@@ -19,8 +19,18 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
+# trains a small Llama-style model on the Python standard library sources (~5 min on 2 CPU cores), then samples
+demo: $(STAMP)
+	rm -rf runs/demo
+	$(BIN)/archlab train --config configs/demo.yaml --out runs/demo
+	$(BIN)/archlab generate --checkpoint runs/demo --prompt "def " --prompt "class " --prompt "import " \
+		--max-new-tokens 120 --temperature 0.7 --seed 0
+
+# speed and memory figures (not tests): data preparation, trainer overhead, decoding vs transformers
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python benchmarks/bench_data.py
+	$(BIN)/python benchmarks/bench_train.py
+	$(BIN)/python benchmarks/bench_generate.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) build dist src/*.egg-info runs/demo

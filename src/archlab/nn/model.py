@@ -37,7 +37,8 @@ class TransformerLM(nn.Module):
         self.embed_multiplier = math.sqrt(c.d_model) if c.embed_scale == "sqrt_d" else 1.0
         self.pos_embed = ABSOLUTE_POSITIONS[c.position](c.d_model, c.max_seq_len) if c.position in ABSOLUTE_POSITIONS else None
         self.rel_bias = self._build_attention_bias(c)
-        self.rotary = RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling) if c.position == "rope" else None
+        self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
+                       if c.position == "rope" else None)
         self.drop = nn.Dropout(c.dropout) if c.dropout else nn.Identity()  # p=0 still costs a call per use
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
@@ -104,17 +105,19 @@ class TransformerLM(nn.Module):
         last n positions' logits (B, n, V): a generation prefill needs one, not a (B, T, V) tensor."""
         B, T = input_ids.shape
         offset = cache.pos if cache is not None else 0
+        bound = None  # an upper bound on the positions known without reading them (no host sync)
         if positions is None:  # a cache knows each row's real-token count (left padding)
             positions = cache.positions(T) if cache is not None else torch.arange(T, device=input_ids.device)
+            bound = offset + T - 1  # a padded row has fewer real tokens than slots, never more
         positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
-        self._check_positions(positions)
+        self._check_positions(positions, bound)
         x = self.embed_tokens(input_ids)  # (B, T, D)
         if self.embed_multiplier != 1.0:
             x = x * self.embed_multiplier
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions).to(x.dtype)
         x = self.drop(x)
-        inputs = self._attention_inputs(positions, T, offset, cache)
+        inputs = self._attention_inputs(positions, T, offset, cache, bound)
         for layer in self.layers:
             x = layer(x, inputs)  # (B, T, D)
         if cache is not None:
@@ -125,14 +128,18 @@ class TransformerLM(nn.Module):
             x = self.norm(x)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
 
-    def _check_positions(self, positions: torch.Tensor) -> None:
-        if self.pos_embed is not None and isinstance(self.pos_embed, LearnedPositions):
+    def _check_positions(self, positions: torch.Tensor, bound: int | None) -> None:
+        if isinstance(self.pos_embed, LearnedPositions):
+            if bound is not None and bound < self.config.max_seq_len:
+                return
             top = int(positions.max())
             if top >= self.config.max_seq_len:
                 raise ValueError(f"position {top} is past the learned position table (max_seq_len="
                                  f"{self.config.max_seq_len}); learned positions cannot extrapolate")
 
-    def _attention_inputs(self, positions: torch.Tensor, t: int, offset: int, cache: KVCache | None) -> AttentionInputs:
+    def _attention_inputs(
+        self, positions: torch.Tensor, t: int, offset: int, cache: KVCache | None, bound: int | None = None
+    ) -> AttentionInputs:
         """RoPE tables, masks and position bias shared by all layers of one forward."""
         c, device = self.config, positions.device
         s = offset + t
@@ -148,18 +155,18 @@ class TransformerLM(nn.Module):
         if self.rel_bias is not None:
             q_slot = torch.arange(offset, s, device=device)[:, None]
             bias = self.rel_bias(q_slot - torch.arange(s, device=device)[None, :])  # (1, H, T, S)
-        cos_sin, key_cos_sin = self._rope_tables(positions, s, cache) if self.rotary is not None else (None, None)
+        cos_sin, key_cos_sin = self._rope_tables(positions, s, cache, bound) if self.rotary is not None else (None, None)
         return AttentionInputs(cos_sin, mask, window_mask, bias, cache, key_cos_sin)
 
     def _rope_tables(
-        self, positions: torch.Tensor, s: int, cache: KVCache | None
+        self, positions: torch.Tensor, s: int, cache: KVCache | None, bound: int | None
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
         """cos/sin (B, T, 1, d_rot) for the new tokens, and for all S keys when the schedule depends on the
         current length and a cache is used: Dynamic NTK's base changes with every decoded token, so the cache
         keeps keys unrotated and every step rotates all of them at the current length, as a full forward on
         the prefix would (caching rotated keys would freeze each key at the base of the step it was made)."""
         if not (self.rotary.length_dependent and cache is not None):
-            return self.rotary(positions), None
+            return self.rotary(positions, max_position=bound), None
         seq_len = positions.amax(dim=-1) + 1  # (B,) each row's length after this step
         key_positions = cache.slot_positions(s).expand(positions.shape[0], s)  # (B, S)
         key_cos, key_sin = self.rotary(key_positions, seq_len)  # (B, S, 1, d_rot)

@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 
 ROPE_LAYOUTS = ("half", "interleaved")
+MAX_TABLE_POSITIONS = 8192  # longest precomputed cos/sin table (2 x 8192 x d_rot floats); later positions are computed
 
 
 def _bad(name: str, value: object, allowed: str) -> ValueError:
@@ -291,34 +292,55 @@ class RotaryEmbedding(nn.Module):
     run alone, and equal for B = 1.
     """
 
-    def __init__(self, d_rot: int, theta: float, layout: str = "half", scaling: RopeScaling | None = None) -> None:
+    def __init__(
+        self, d_rot: int, theta: float, layout: str = "half", scaling: RopeScaling | None = None,
+        max_positions: int = 0,
+    ) -> None:
         super().__init__()
         self.d_rot, self.theta, self.layout = d_rot, theta, layout
         self.scaling = scaling or RopeScaling()
         self.length_dependent = self.scaling.kind in LENGTH_DEPENDENT
         inv_freq, self.attention_factor = ROPE_SCALINGS[self.scaling.kind](d_rot, theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        # tables for positions 0..n-1, gathered instead of recomputed (ten small ops per forward, which
+        # is a few percent of a decode step); length-dependent schedules cannot have one
+        n = 0 if self.length_dependent else min(max_positions, MAX_TABLE_POSITIONS)
+        self.register_buffer("cos_table", torch.empty(n, d_rot), persistent=False)
+        self.register_buffer("sin_table", torch.empty(n, d_rot), persistent=False)
+        self.reset_buffers()
 
     def reset_buffers(self) -> None:
-        """Recompute inv_freq in place (after `to_empty` from the meta device it holds garbage)."""
+        """Recompute inv_freq and the tables in place (after `to_empty` from the meta device they hold garbage)."""
+        if self.inv_freq.is_meta:
+            return
         inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling)
         self.inv_freq.copy_(inv_freq.float())
+        positions = torch.arange(self.cos_table.shape[0], device=self.inv_freq.device)
+        cos, sin = self._tables(positions, self.inv_freq)
+        self.cos_table.copy_(cos)
+        self.sin_table.copy_(sin)
 
-    def forward(
-        self, positions: torch.Tensor, seq_len: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (B, T), seq_len (B,) or None -> cos, sin (B, T, 1, d_rot) in float32: full-width tables
-        for `apply_rope` (see `full_tables`), the head axis third to broadcast over q and k in the
-        (B, T, heads, Dh) layout of the fused projection."""
-        if self.length_dependent:
-            seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
-            inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling, seq_len)
-            inv_freq = inv_freq.float()[:, None, :]  # (B, 1, d_rot/2)
-        else:
-            inv_freq = self.inv_freq  # (d_rot/2,)
-        angles = positions.float()[..., None] * inv_freq  # (B, T, d_rot/2)
+    def _tables(self, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full-width cos/sin (..., d_rot) of positions * inv_freq, times the attention factor."""
+        angles = positions.float()[..., None] * inv_freq  # (..., d_rot/2)
         cos, sin = angles.cos(), angles.sin()
         if self.attention_factor != 1.0:
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        cos, sin = full_tables(cos, sin, self.layout)  # once per forward, shared by every layer
+        return full_tables(cos, sin, self.layout)
+
+    def forward(
+        self, positions: torch.Tensor, seq_len: torch.Tensor | None = None, max_position: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (B, T), seq_len (B,) or None -> cos, sin (B, T, 1, d_rot) in float32: full-width tables
+        for `apply_rope` (see `full_tables`), the head axis third to broadcast over q and k in the
+        (B, T, heads, Dh) layout of the fused projection. `max_position`, a bound on the positions known
+        without reading them (no host sync), lets positions inside the precomputed table be gathered."""
+        if self.length_dependent:
+            seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
+            inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling, seq_len)
+            cos, sin = self._tables(positions, inv_freq.float()[:, None, :])  # (B, T, d_rot)
+        elif max_position is not None and max_position < self.cos_table.shape[0]:
+            cos, sin = self.cos_table[positions], self.sin_table[positions]  # (B, T, d_rot)
+        else:
+            cos, sin = self._tables(positions, self.inv_freq)
         return cos.unsqueeze(2), sin.unsqueeze(2)
