@@ -73,7 +73,7 @@ class TokenClock:
         self.times.append(time.perf_counter())
 
     def end(self) -> None:
-        pass
+        """Called once generation finishes; the times are already noted."""
 
 
 def theirs(hf: LlamaForCausalLM, prompt: list[int], n: int) -> Callable[[], float]:

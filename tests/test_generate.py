@@ -24,15 +24,6 @@ from archlab.train.tokenizer import build_tokenizer
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: extra OpenMP threads only add synchronisation (and spin when the machine is busy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny(**fields: object) -> TransformerLM:
     torch.manual_seed(0)
     base = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=48, vocab_size=256)

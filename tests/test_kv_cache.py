@@ -16,15 +16,6 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=48, vocab_size=VOCAB)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: extra OpenMP threads only add synchronisation (and spin when the machine is busy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny(**fields: object) -> TransformerLM:
     torch.manual_seed(0)
     return TransformerLM(ModelConfig(**{**SMALL, **fields})).eval()

@@ -26,15 +26,6 @@ SCALINGS = {
     "llama3": RopeScaling("llama3", 8.0, L0, low_freq_factor=1.0, high_freq_factor=4.0),
 }
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: extra OpenMP threads only add synchronisation (and spin when the machine is busy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def hf_config(scaling: RopeScaling, d_rot: int, **sizes: int) -> LlamaConfig:
     """A transformers Llama config carrying `scaling` through our exporter, with head_dim HEAD_DIM."""
     params = scaling.to_hf(THETA, d_rot)

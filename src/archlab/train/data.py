@@ -3,12 +3,7 @@
 A prepared folder holds `train.bin` and `val.bin` (raw uint16/uint32 token ids, read back with
 `np.memmap`), `tokenizer.json` and `meta.json` (source hash, tokenizer description, dtype, token counts).
 
-Corpora (`--data`):
-- a text file, or a folder read recursively in sorted relative-path order (hidden entries, `__pycache__`
-  and binary files -- a NUL byte in the first 8 KiB, git's rule -- are skipped); one file is one document;
-- JSONL (`*.jsonl`, alone or inside a folder): one document per line, from the field `text_field`;
-- `stdlib`: the running Python's standard library `.py` files (no site-packages, no test folders), offline;
-- `hf:NAME` or `hf:NAME:CONFIG`: the `train` split of a Hugging Face hub dataset (needs `datasets`).
+The corpora (`--data`: files, folders, JSONL, `stdlib`, `hf:NAME`) are read by `corpus.py`.
 
 Split: document i (in corpus order) goes to val when floor((i+1)*f) > floor(i*f), i.e. every 1/f-th
 document. Fallback: when that gives no val document (a single file, or fewer than 1/f documents), the last
@@ -18,182 +13,32 @@ Documents are separated by the tokenizer's EOS id, or by "\\n\\n" when it has no
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
 import shutil
-import sysconfig
 import tempfile
 import time
-from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from archlab.train.corpus import FileCorpus, HubCorpus, open_corpus, stdlib_files
 from archlab.train.tokenizer import Tokenizer, build_tokenizer
+
+__all__ = ["TokenData", "dtype_for_vocab", "open_corpus", "prepare_data", "stdlib_files", "to_token_array"]
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1  # bump when the folder layout or split rule changes, so old caches are rebuilt
 SPLITS = ("train", "val")
-STDLIB = "stdlib"
-HF_PREFIX = "hf:"
 BATCH_CHARS = 8 << 20  # encode ~8M characters at a time: enough for encode_batch's threads, bounded memory
-BINARY_SNIFF = 8192  # bytes searched for NUL to call a file binary (git's heuristic)
-SKIPPED_DIRS = {"__pycache__", "site-packages", "dist-packages"}
-STDLIB_TEST_DIRS = {"test", "tests", "idle_test"}  # skipped: some hold deliberately broken encodings
 UINT16_VOCAB = 2**16
 UINT32_VOCAB = 2**32
 
-Document = tuple[str, int]  # (text, bytes of source it came from, for the progress bar)
-
-
-# ---------------------------------------------------------------------------------------------- corpora
-class FileCorpus:
-    """Local text and JSONL files in a fixed order; counts the bytes it had to replace."""
-
-    def __init__(self, spec: str, root: Path, files: list[Path], text_field: str = "text") -> None:
-        self.spec, self.root, self.files, self.text_field = spec, root, files, text_field
-        self.total_bytes = sum(f.stat().st_size for f in files)
-        self.replaced = 0  # invalid UTF-8 sequences turned into U+FFFD by the last documents() pass
-
-    def fingerprint(self) -> str:
-        """Hash of the relative paths and contents: changes exactly when the prepared data would."""
-        digest = hashlib.sha256(f"files\0{self.text_field}\0".encode())
-        for file in self.files:
-            digest.update(f"{file.relative_to(self.root).as_posix()}\0".encode())
-            digest.update(hashlib.sha256(file.read_bytes()).digest())
-        return digest.hexdigest()
-
-    def documents(self) -> Iterator[Document]:
-        self.replaced = 0
-        for file in self.files:
-            if file.suffix == ".jsonl":
-                yield from self._jsonl_documents(file)
-            else:
-                raw = file.read_bytes()
-                yield self._decode(raw), len(raw)
-
-    def _decode(self, raw: bytes) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            # U+FFFD already present in the source is valid UTF-8 (EF BF BD) and is not a replacement.
-            self.replaced += text.count("\ufffd") - raw.count(b"\xef\xbf\xbd")
-            return text
-
-    def _jsonl_documents(self, file: Path) -> Iterator[Document]:
-        with file.open("rb") as lines:
-            for lineno, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(self._decode(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{file}:{lineno} is not valid JSON ({err.msg})") from err
-                text = record.get(self.text_field) if isinstance(record, dict) else None
-                if not isinstance(text, str):
-                    keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-                    raise ValueError(
-                        f"{file}:{lineno} has no string field {self.text_field!r} (found: {keys}); "
-                        "choose the field with --text-field"
-                    )
-                yield _drop_surrogates(text), len(line)
-
-
-class HubCorpus:
-    """The `train` split of a Hugging Face hub dataset; `datasets` is imported only here."""
-
-    def __init__(self, spec: str, text_field: str = "text") -> None:
-        try:
-            import datasets
-        except ImportError as err:
-            raise ValueError(
-                f"--data {spec} needs the optional package 'datasets' (pip install datasets)"
-            ) from err
-        name, _, config = spec.removeprefix(HF_PREFIX).partition(":")
-        self.spec, self.text_field, self.total_bytes, self.replaced = spec, text_field, None, 0
-        self.dataset = datasets.load_dataset(name, config or None, split="train")
-        if text_field not in self.dataset.column_names:
-            raise ValueError(
-                f"--data {spec} has no field {text_field!r} (columns: {self.dataset.column_names})"
-            )
-
-    def fingerprint(self) -> str:
-        fingerprint = getattr(self.dataset, "_fingerprint", "")  # datasets' own content hash
-        return hashlib.sha256(f"hf\0{self.spec}\0{self.text_field}\0{fingerprint}".encode()).hexdigest()
-
-    def documents(self) -> Iterator[Document]:
-        for rows in self.dataset.iter(batch_size=1000):
-            for text in rows[self.text_field]:
-                yield _drop_surrogates(text or ""), len(text or "")
-
-
-def _drop_surrogates(text: str) -> str:
-    """JSON can hold lone surrogates (\\ud800), which no UTF-8 tokenizer accepts: replace them."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace").decode("utf-8")
-
-
-def _is_binary(file: Path) -> bool:
-    with file.open("rb") as handle:
-        return b"\0" in handle.read(BINARY_SNIFF)
-
-
-def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) -> list[Path]:
-    """Files under `folder` in sorted relative-path order, skipping hidden, cache and binary files."""
-    files, binary = [], 0
-    for parent, dirs, names in os.walk(folder):
-        # Prune in place so os.walk never descends into site-packages and friends.
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS and d not in skip_dirs]
-        for name in names:
-            path = Path(parent) / name
-            if name.startswith(".") or not name.endswith(suffix) or not path.is_file():
-                continue
-            if _is_binary(path):
-                binary += 1
-                continue
-            files.append(path)
-    if binary:
-        logger.info(
-            "skipped %d binary files under %s (NUL byte in the first %d bytes)", binary, folder, BINARY_SNIFF
-        )
-    return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
-
-
-def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
-    """The running Python's standard library `.py` files (root, sorted files): a corpus on any machine."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    return root, list_files(root, ".py", () if include_tests else STDLIB_TEST_DIRS)
-
-
-def open_corpus(data: str, text_field: str = "text", max_files: int | None = None) -> FileCorpus | HubCorpus:
-    """`data` -> a corpus: a file or folder path, `stdlib`, or `hf:NAME[:CONFIG]`."""
-    if max_files is not None and max_files < 1:
-        raise ValueError(f"max_files must be >= 1 (got {max_files})")
-    if data.startswith(HF_PREFIX):
-        return HubCorpus(data, text_field)
-    if data == STDLIB:
-        root, files = stdlib_files()
-    else:
-        path = Path(data).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(
-                f"corpus path {data} does not exist "
-                f"(expected a text/JSONL file, a folder, '{STDLIB}' or 'hf:NAME')"
-            )
-        root, files = (path, list_files(path)) if path.is_dir() else (path.parent, [path])
-    if not files:
-        raise ValueError(f"corpus {data} holds no readable text files")
-    return FileCorpus(data, root, files[:max_files], text_field)
 
 
 # ------------------------------------------------------------------------------------------ preparation
