@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from archlab.generate import (
-    Generation, SamplingConfig, TokenizerLike, generate_text, kv_bytes_table, peak_memory,
+    Generation, SamplingConfig, TokenizerLike, check_context, generate_text, kv_bytes_table, peak_memory,
 )
 from archlab.nn.model import TransformerLM
 
@@ -95,6 +95,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.interactive:
         results = _interactive(model, tokenizer, sampling)
     else:
+        for prompt in prompts:  # every prompt fits, or nothing is printed at all
+            check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
+                          sampling.allow_extrapolation)
         results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling)
                    for i in range(0, len(prompts), args.batch_size)]
     if args.report_memory and results:
@@ -131,7 +134,14 @@ def _interactive(model: TransformerLM, tokenizer: TokenizerLike, sampling: Sampl
         if not line or line.strip() == QUIT:
             return results
         if line.strip():
-            results.append(_run_batch(model, tokenizer, [line.rstrip("\r\n")], sampling))
+            prompt = line.rstrip("\r\n")
+            try:  # a prompt too long for the context is reported, and the session goes on
+                check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
+                              sampling.allow_extrapolation)
+            except ValueError as err:
+                sys.stderr.write(f"error: {err}\n")
+                continue
+            results.append(_run_batch(model, tokenizer, [prompt], sampling))
 
 
 def report_memory(model: TransformerLM, result: Generation, device: torch.device) -> None:
