@@ -25,6 +25,9 @@ from archlab.nn.attention import Attention, AttentionInputs
 from archlab.nn.ffn import FFNS
 from archlab.nn.norms import build_norm
 
+NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
+
+
 def _norm_names(position: str, block: str, parallel_norms: int) -> list[str]:
     """Which norms a layer owns for a placement and block type."""
     inputs = ["attn_norm", "mlp_norm"]
@@ -43,30 +46,33 @@ class Block(nn.Module):
         self.position, self.parallel = c.norm_position, c.block == "parallel"
         self.attn = Attention(c, layer_idx)
         self.mlp = FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
-        for name in _norm_names(c.norm_position, c.block, c.parallel_norms):
-            setattr(self, name, build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset))
-        self.drop = nn.Dropout(c.dropout) if c.dropout else nn.Identity()
+        present = _norm_names(c.norm_position, c.block, c.parallel_norms)
+        for name in NORM_NAMES:  # an absent norm is None, so forward never probes with getattr/hasattr
+            norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if name in present else None
+            setattr(self, name, norm)
+        self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all (decode speed)
 
-    def _norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        """Apply the norm called `name` if this layer has one, else pass x through."""
-        norm = getattr(self, name, None)
-        return x if norm is None else norm(x)
-
-    def _out(self, name: str, y: torch.Tensor) -> torch.Tensor:
+    def _out(self, norm: nn.Module | None, y: torch.Tensor) -> torch.Tensor:
         """A sublayer's output on its way into the residual: its output norm (if any), then dropout."""
-        return self.drop(self._norm(name, y))
+        y = _maybe(norm, y)
+        return y if self.drop is None else self.drop(y)
 
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         match self.position, self.parallel:
             case "post", False:  # x = N(x + F(x)), twice
-                x = self.attn_norm(x + self.drop(self.attn(x, inp)))
-                return self.mlp_norm(x + self.drop(self.mlp(x)))
+                x = self.attn_norm(x + self._out(None, self.attn(x, inp)))
+                return self.mlp_norm(x + self._out(None, self.mlp(x)))
             case "post", True:  # x = N(x + A(x) + M(x))
-                return self.attn_norm(x + self.drop(self.attn(x, inp)) + self.drop(self.mlp(x)))
+                return self.attn_norm(x + self._out(None, self.attn(x, inp)) + self._out(None, self.mlp(x)))
             case _, False:  # pre / double / nonresidual_post: the residual stays outside every norm
-                x = x + self._out("attn_out_norm", self.attn(self._norm("attn_norm", x), inp))
-                return x + self._out("mlp_out_norm", self.mlp(self._norm("mlp_norm", x)))
+                x = x + self._out(self.attn_out_norm, self.attn(_maybe(self.attn_norm, x), inp))
+                return x + self._out(self.mlp_out_norm, self.mlp(_maybe(self.mlp_norm, x)))
             case _, True:  # both branches read the same x; a shared input norm is computed once
-                h = self._norm("attn_norm", x)
-                m = self._norm("mlp_norm", x) if hasattr(self, "mlp_norm") else h
-                return x + self._out("attn_out_norm", self.attn(h, inp)) + self._out("mlp_out_norm", self.mlp(m))
+                h = _maybe(self.attn_norm, x)
+                m = h if self.mlp_norm is None else self.mlp_norm(x)
+                return x + self._out(self.attn_out_norm, self.attn(h, inp)) + self._out(self.mlp_out_norm, self.mlp(m))
+
+
+def _maybe(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+    """norm(x), or x where the placement has no norm there."""
+    return x if norm is None else norm(x)

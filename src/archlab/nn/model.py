@@ -39,7 +39,7 @@ class TransformerLM(nn.Module):
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
                        if c.position == "rope" else None)
-        self.drop = nn.Dropout(c.dropout) if c.dropout else nn.Identity()  # p=0 still costs a call per use
+        self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
@@ -116,7 +116,8 @@ class TransformerLM(nn.Module):
             x = x * self.embed_multiplier
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions).to(x.dtype)
-        x = self.drop(x)
+        if self.drop is not None:
+            x = self.drop(x)
         inputs = self._attention_inputs(positions, T, offset, cache, bound)
         for layer in self.layers:
             x = layer(x, inputs)  # (B, T, D)
