@@ -119,8 +119,10 @@ class Attention(nn.Module):
             y = self._sdpa(q, k, v, mask, bias, dropout, causal)
         else:
             y = eager_attention(q, k, v, self.scale, bias, mask, self.softcap, dropout, self.training)
-        y = y.reshape(B, self.n_heads, T, self.head_dim).transpose(1, 2)  # (B, T, H, Dh)
-        return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, D)
+        if T == 1:  # heads are already consecutive in memory (also in the grouped decode layout)
+            return self.o_proj(y.reshape(B, 1, self.n_heads * self.head_dim))  # (B, 1, D)
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*Dh)
+        return self.o_proj(y)  # (B, T, D)
 
     def _match_heads(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None

@@ -264,12 +264,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: st
     """x * cos + partner(x) * sin on the first cos.size(-1) dims of x; the rest pass through unchanged.
 
     cos and sin are the full-width tables of `RotaryEmbedding` (sin carries the rotation's minus sign), so
-    a rotation costs four tensor ops, where the textbook two-halves form costs ten; the arithmetic is the
+    a rotation costs three tensor ops, where the textbook two-halves form costs ten; the arithmetic is the
     same: [x1 cos - x2 sin | x2 cos + x1 sin] for halves."""
     d_rot = cos.size(-1)
     whole = d_rot == x.size(-1)
     x_rot = x if whole else x[..., :d_rot]
-    rotated = (x_rot * cos + rope_partner(x_rot, layout) * sin).to(x.dtype)
+    rotated = torch.addcmul(x_rot * cos, rope_partner(x_rot, layout), sin).to(x.dtype)
     if whole:  # whole head rotates: no pass-through slice and concat (a copy per call)
         return rotated
     return torch.cat((rotated, x[..., d_rot:]), dim=-1)
