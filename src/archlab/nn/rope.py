@@ -269,7 +269,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: st
     d_rot = cos.size(-1)
     whole = d_rot == x.size(-1)
     x_rot = x if whole else x[..., :d_rot]
-    rotated = torch.addcmul(x_rot * cos, rope_partner(x_rot, layout), sin).to(x.dtype)
+    rotated = torch.addcmul(x_rot * cos, rope_partner(x_rot, layout), sin)
+    rotated = rotated if rotated.dtype == x.dtype else rotated.to(x.dtype)  # float32 tables, bf16 activations
     if whole:  # whole head rotates: no pass-through slice and concat (a copy per call)
         return rotated
     return torch.cat((rotated, x[..., d_rot:]), dim=-1)
@@ -305,8 +306,8 @@ class RotaryEmbedding(nn.Module):
         # tables for positions 0..n-1, gathered instead of recomputed (ten small ops per forward, which
         # is a few percent of a decode step); length-dependent schedules cannot have one
         n = 0 if self.length_dependent else min(max_positions, MAX_TABLE_POSITIONS)
-        self.register_buffer("cos_table", torch.empty(n, d_rot), persistent=False)
-        self.register_buffer("sin_table", torch.empty(n, d_rot), persistent=False)
+        self.register_buffer("cos_table", torch.empty(n, 1, d_rot), persistent=False)  # (n, heads=1, d_rot)
+        self.register_buffer("sin_table", torch.empty(n, 1, d_rot), persistent=False)
         self.reset_buffers()
 
     def reset_buffers(self) -> None:
@@ -317,8 +318,8 @@ class RotaryEmbedding(nn.Module):
         self.inv_freq.copy_(inv_freq.float())
         positions = torch.arange(self.cos_table.shape[0], device=self.inv_freq.device)
         cos, sin = self._tables(positions, self.inv_freq)
-        self.cos_table.copy_(cos)
-        self.sin_table.copy_(sin)
+        self.cos_table.copy_(cos.unsqueeze(1))
+        self.sin_table.copy_(sin.unsqueeze(1))
 
     def _tables(self, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Full-width cos/sin (..., d_rot) of positions * inv_freq, times the attention factor."""
@@ -335,12 +336,12 @@ class RotaryEmbedding(nn.Module):
         for `apply_rope` (see `full_tables`), the head axis third to broadcast over q and k in the
         (B, T, heads, Dh) layout of the fused projection. `max_position`, a bound on the positions known
         without reading them (no host sync), lets positions inside the precomputed table be gathered."""
+        if max_position is not None and max_position < self.cos_table.shape[0]:
+            return self.cos_table[positions], self.sin_table[positions]  # (B, T, 1, d_rot)
         if self.length_dependent:
             seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
             inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling, seq_len)
             cos, sin = self._tables(positions, inv_freq.float()[:, None, :])  # (B, T, d_rot)
-        elif max_position is not None and max_position < self.cos_table.shape[0]:
-            cos, sin = self.cos_table[positions], self.sin_table[positions]  # (B, T, d_rot)
         else:
             cos, sin = self._tables(positions, self.inv_freq)
         return cos.unsqueeze(2), sin.unsqueeze(2)
