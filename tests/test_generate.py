@@ -309,3 +309,9 @@ def test_cli_with_a_saved_run(capsys, tmp_path: Path, tokenizer) -> None:
                  "--temperature", "0", "--device", "cpu"]) == 0
     expected = generate_text(model, tokenizer, ["ab"], SamplingConfig(max_new_tokens=6, temperature=0)).texts[0]
     assert capsys.readouterr().out == "ab" + expected + "\n"
+
+
+def test_token_ids_outside_the_vocabulary_fail_before_compute() -> None:
+    model = tiny()
+    with pytest.raises(ValueError, match=r"token id 256 is outside the model's vocabulary \(0..255\)"):
+        generate(model, [[1, 2], [3, 256]], GREEDY)

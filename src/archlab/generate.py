@@ -149,6 +149,9 @@ def generate(
         raise ValueError("generate needs at least one prompt, and every prompt at least one token")
     n_new, longest, batch = sampling.max_new_tokens, max(len(p) for p in prompts), len(prompts)
     check_context(model.config, longest, n_new, sampling.allow_extrapolation)
+    bad = next((t for p in prompts for t in p if not 0 <= t < model.config.vocab_size), None)
+    if bad is not None:  # e.g. a tokenizer larger than the model's vocabulary; torch would only say "index out of range"
+        raise ValueError(f"token id {bad} is outside the model's vocabulary (0..{model.config.vocab_size - 1})")
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(sampling.seed) if sampling.seed is not None else None
     was_training = model.training
