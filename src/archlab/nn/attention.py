@@ -139,7 +139,10 @@ class Attention(nn.Module):
             return q.reshape(B, self.n_kv_heads, n_rep, Dh), k, v, bias
         return q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), bias
 
-    def _sdpa(self, q, k, v, mask, bias, dropout: float, causal: bool) -> torch.Tensor:
+    def _sdpa(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+        bias: torch.Tensor | None, dropout: float, causal: bool,
+    ) -> torch.Tensor:
         """SDPA with is_causal when no mask tensor is needed, else with a bool or additive float mask."""
         if bias is not None:
             bias = bias.to(q.dtype)
