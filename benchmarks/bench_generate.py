@@ -30,6 +30,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
 from archlab.generate import SamplingConfig, generate
+from archlab.interop.llama import llama_state_dict
 
 # (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a
 # model whose 32k-token head dominates a decode step, as in real LLMs
@@ -121,7 +122,7 @@ def kv_table(args: argparse.Namespace) -> None:
 
 
 def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
-    """transformers' Llama with our weights (the interop loader will own this mapping)."""
+    """transformers' Llama with our weights."""
     c = model.config
     hf = LlamaForCausalLM(LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
@@ -129,20 +130,7 @@ def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
         max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
         bos_token_id=None, eos_token_id=None, pad_token_id=0))
-    state = {"model.embed_tokens.weight": model.embed_tokens.weight, "model.norm.weight": model.norm.weight,
-             "lm_head.weight": model.lm_head.weight}
-    sizes = [c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim]
-    for i, layer in enumerate(model.layers):
-        p = f"model.layers.{i}."
-        q, k, v = layer.attn.qkv_proj.weight.split(sizes)
-        gate, up = layer.mlp.gate_up_proj.weight.chunk(2)
-        state.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                      p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": layer.attn.o_proj.weight,
-                      p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-                      p + "mlp.down_proj.weight": layer.mlp.down_proj.weight,
-                      p + "input_layernorm.weight": layer.attn_norm.weight,
-                      p + "post_attention_layernorm.weight": layer.mlp_norm.weight})
-    hf.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+    hf.load_state_dict({k: v.clone() for k, v in llama_state_dict(model).items()}, strict=True)
     return hf.eval()
 
 

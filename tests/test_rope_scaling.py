@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from archlab import ModelConfig, RopeScaling, TransformerLM
+from archlab.interop.llama import llama_state_dict
 from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding, base_inv_freq
 
 THETA, HEAD_DIM, L0 = 10000.0, 32, 64
@@ -195,19 +196,7 @@ def llama_pair(scaling: RopeScaling) -> tuple[TransformerLM, LlamaForCausalLM]:
     hf = LlamaForCausalLM(hf_config(scaling, c.rope_dim, hidden_size=c.d_model, num_attention_heads=c.n_heads,
                                     num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, vocab_size=c.vocab_size,
                                     intermediate_size=c.d_ff, num_hidden_layers=c.n_layers, rms_norm_eps=c.norm_eps))
-    hf_state = {"model.embed_tokens.weight": ours.embed_tokens.weight, "model.norm.weight": ours.norm.weight,
-                "lm_head.weight": ours.lm_head.weight}
-    for i, layer in enumerate(ours.layers):
-        p = f"model.layers.{i}."
-        q, k, v = layer.attn.qkv_proj.weight.split([c.n_heads * c.head_dim, *[c.n_kv_heads * c.head_dim] * 2])
-        gate, up = layer.mlp.gate_up_proj.weight.chunk(2)
-        hf_state.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-                         p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": layer.attn.o_proj.weight,
-                         p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
-                         p + "mlp.down_proj.weight": layer.mlp.down_proj.weight,
-                         p + "input_layernorm.weight": layer.attn_norm.weight,
-                         p + "post_attention_layernorm.weight": layer.mlp_norm.weight})
-    hf.load_state_dict(hf_state, strict=True)
+    hf.load_state_dict(llama_state_dict(ours), strict=True)
     return ours, hf.eval()
 
 
