@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from archlab.generate import (
-    Generation, SamplingConfig, TokenizerLike, check_context, generate_text, kv_bytes_table, peak_memory,
+    Generation, SamplingConfig, TokenizerLike, check_context, column_major_linears, generate_text, kv_bytes_table,
+    peak_memory,
 )
 from archlab.nn.model import TransformerLM
 
@@ -39,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
     p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
     p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the decode step: faster tokens after a one-off compile of seconds")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.set_defaults(func=run_generate)
 
@@ -90,15 +93,16 @@ def run_generate(args: argparse.Namespace) -> int:
     model, tokenizer = load_checkpoint(args.checkpoint)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     model.to(device).eval()
+    column_major_linears(model)  # the decode layout once, rather than on and off around every prompt
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
     if args.interactive:
-        results = _interactive(model, tokenizer, sampling)
+        results = _interactive(model, tokenizer, sampling, args.compile)
     else:
         for prompt in prompts:  # every prompt fits, or nothing is printed at all
             check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
                           sampling.allow_extrapolation)
-        results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling)
+        results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile)
                    for i in range(0, len(prompts), args.batch_size)]
     if args.report_memory and results:
         report_memory(model, max(results, key=lambda g: g.cache_bytes), device)
@@ -111,19 +115,23 @@ def _stream(row: int, piece: str) -> None:
     sys.stdout.flush()
 
 
-def _run_batch(model: TransformerLM, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig) -> Generation:
+def _run_batch(
+    model: TransformerLM, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig, compile_decode: bool
+) -> Generation:
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
-        result = generate_text(model, tokenizer, prompts, sampling, on_text=_stream)
+        result = generate_text(model, tokenizer, prompts, sampling, on_text=_stream, compile_decode=compile_decode)
         sys.stdout.write("\n")
         return result
-    result = generate_text(model, tokenizer, prompts, sampling)
+    result = generate_text(model, tokenizer, prompts, sampling, compile_decode=compile_decode)
     for prompt, text in zip(prompts, result.texts):
         sys.stdout.write(f"{prompt}{text}\n\n")
     return result
 
 
-def _interactive(model: TransformerLM, tokenizer: TokenizerLike, sampling: SamplingConfig) -> list[Generation]:
+def _interactive(
+    model: TransformerLM, tokenizer: TokenizerLike, sampling: SamplingConfig, compile_decode: bool
+) -> list[Generation]:
     results = []
     tty = sys.stdin.isatty()
     while True:
@@ -141,7 +149,7 @@ def _interactive(model: TransformerLM, tokenizer: TokenizerLike, sampling: Sampl
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(model, tokenizer, [prompt], sampling))
+            results.append(_run_batch(model, tokenizer, [prompt], sampling, compile_decode))
 
 
 def report_memory(model: TransformerLM, result: Generation, device: torch.device) -> None:
