@@ -9,6 +9,10 @@
    over repeats of the paired ratio (both runs of a repeat back to back, so machine drift cancels).
    Decode tokens/s counts tokens 2..N over their time for both (archlab: `Generation.decode_seconds`;
    transformers: a streamer noting when each token arrives), so prefill and first token are excluded alike.
+   archlab runs twice: eager (the default) and with `compile_decode=True` (torch.compile'd decode step).
+3. Why the speed-up shrinks with size: an eager step with row-major and column-major Linear weights (what
+   `generate`'s decode layout buys), and the time to stream the weights' bytes once (torch.sum over a buffer
+   as large), the floor for a memory-bound step and so a ceiling on any speed-up over transformers.
 
     .venv/bin/python benchmarks/bench_generate.py            # the figures in docs/inference.md
     .venv/bin/python benchmarks/bench_generate.py --quick    # a minute: fewer tokens and sizes
@@ -29,7 +33,7 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
-from archlab.generate import SamplingConfig, generate
+from archlab.generate import SamplingConfig, decode_layout, generate
 from archlab.interop.llama import llama_state_dict
 
 # (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a
@@ -55,11 +59,11 @@ def build(d_model: int, n_layers: int, n_heads: int, vocab_size: int, n_kv_heads
     return TransformerLM(config).eval()
 
 
-def ours(model: TransformerLM, prompt: list[int], n: int) -> Callable[[], float]:
+def ours(model: TransformerLM, prompt: list[int], n: int, compile_decode: bool = False) -> Callable[[], float]:
     """A run of archlab greedy generation returning its decode tokens/s (timed inside `generate`)."""
 
     def run() -> float:
-        g = generate(model, [prompt], SamplingConfig(max_new_tokens=n, temperature=0))
+        g = generate(model, [prompt], SamplingConfig(max_new_tokens=n, temperature=0), compile_decode=compile_decode)
         return g.decode_steps / g.decode_seconds
 
     return run
@@ -134,32 +138,92 @@ def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
     return hf.eval()
 
 
-def versus_transformers(args: argparse.Namespace) -> None:
+def versus_transformers(args: argparse.Namespace) -> list[tuple[str, TransformerLM, float]]:
+    """Part 2; returns each model with transformers' step milliseconds at the first prompt length, for part 3."""
     print(f"\n## archlab vs transformers {transformers.__version__}: Llama, GQA (n_heads/4 KV heads), greedy, "
           f"batch 1, {args.new_tokens} new tokens, decode tokens/s (median of {args.repeats})\n")
-    print("| model | prompt | max logit diff | same tokens | archlab tok/s | transformers tok/s | "
-          "speed-up: median of paired ratios (min-max) |")
-    print("|---|---|---|---|---|---|---|")
+    print("Speed-ups are medians of paired ratios (min-max). `compiled` is `generate(..., compile_decode=True)`; "
+          "its compile time is that of the first call (0 when the graph was already built for this model).\n")
+    print("| model | prompt | max logit diff | same tokens | transformers tok/s | archlab tok/s | speed-up | "
+          "archlab compiled tok/s | speed-up | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     lengths = [int(n) for n in args.prompt_lens.split(",")]
+    compared = []
     for name, d, layers, h, vocab in SIZES:
         model = build(d, layers, h, vocab, h // 4, max(lengths) + args.new_tokens)
         hf = to_transformers(model)
         for length in lengths:
             prompt = [(7 * i + 3) % vocab for i in range(length)]
+            greedy = SamplingConfig(max_new_tokens=args.new_tokens, temperature=0)
+            start = time.perf_counter()
+            compiled_tokens = generate(model, [prompt], greedy, compile_decode=True).tokens[0]
+            compile_s = time.perf_counter() - start
             with torch.inference_mode():
                 ids = torch.tensor([prompt])
                 diff = (model(ids) - hf(ids).logits).abs().max().item()
-                greedy = SamplingConfig(max_new_tokens=args.new_tokens, temperature=0)
-                same = generate(model, [prompt], greedy).tokens[0] == hf.generate(
-                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
-                    do_sample=False)[0, length:].tolist()
+                hf_tokens = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
+                                        do_sample=False)[0, length:].tolist()
+            same = generate(model, [prompt], greedy).tokens[0] == hf_tokens == compiled_tokens
             rates = decode_rates({"archlab": ours(model, prompt, args.new_tokens),
+                                  "compiled": ours(model, prompt, args.new_tokens, compile_decode=True),
                                   "transformers": theirs(hf, prompt, args.new_tokens)}, args.repeats)
-            a, b = statistics.median(rates["archlab"]), statistics.median(rates["transformers"])
-            # each repeat runs both back to back, so their ratio cancels the machine's drift between repeats
-            ratios = sorted(x / y for x, y in zip(rates["archlab"], rates["transformers"]))
-            print(f"| {name} (d={d}, {layers} layers, V={vocab}) | {length} | {diff:.1e} | {same} | {a:.0f} | "
-                  f"{b:.0f} | {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}) |", flush=True)
+            hf_rate = statistics.median(rates["transformers"])
+            if length == lengths[0]:
+                first_hf_ms = 1e3 / hf_rate
+            cells = []
+            for run in ("archlab", "compiled"):
+                # each repeat runs all back to back, so their ratio cancels the machine's drift between repeats
+                ratios = sorted(x / y for x, y in zip(rates[run], rates["transformers"]))
+                cells += [f"{statistics.median(rates[run]):.0f}",
+                          f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"]
+            print(f"| {name} (d={d}, {layers} layers, V={vocab}) | {length} | {diff:.1e} | {same} | {hf_rate:.0f} | "
+                  f"{' | '.join(cells)} | {compile_s:.1f} |", flush=True)
+        compared.append((name, model, first_hf_ms))
+    return compared
+
+
+def step_ms(model: TransformerLM, prompt_len: int, steps: int) -> float:
+    """Median milliseconds of an eager one-token step (cache filled with prompt_len tokens)."""
+    cache = KVCache.for_model(model, 1, prompt_len + steps + 1)
+    token = torch.tensor([[1]])
+    times = []
+    with torch.inference_mode():
+        model(torch.ones(1, prompt_len, dtype=torch.long), cache=cache)
+        for _ in range(steps):
+            start = time.perf_counter()
+            model(token, cache=cache)
+            times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, TransformerLM, float]]) -> None:
+    """What the column-major weights buy, and the fastest step that memory bandwidth allows."""
+    print(f"\n## Weight layout and the bandwidth bound: archlab's eager one-token steps, prompt 32, median ms of "
+          f"{args.new_tokens} steps, best of {args.repeats} rounds\n")
+    print("`weight MB` is what a step reads (every weight once; of an untied embedding table only a row). "
+          "`stream` is torch.sum over as many bytes, the fastest a memory-bound step can be; `best speed-up` "
+          "divides transformers' step (part 2, first prompt length) by it.\n")
+    print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | stream ms | transformers ms "
+          "| best speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, model, hf_ms in compared:
+        rows, cols = [], []
+        for _ in range(args.repeats):
+            rows.append(step_ms(model, 32, args.new_tokens))
+            with decode_layout(model):
+                cols.append(step_ms(model, 32, args.new_tokens))
+        table = model.embed_tokens.weight  # a step reads one row of it, unless it is also the head
+        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
+                           if p is not table or model.config.tie_embeddings)
+        buf = torch.ones(weight_bytes // 4)
+        streams = []
+        for _ in range(args.repeats * 5):
+            start = time.perf_counter()
+            buf.sum()
+            streams.append(time.perf_counter() - start)
+        stream = 1e3 * min(streams)
+        print(f"| {name} | {weight_bytes / 1e6:.1f} | {min(rows):.2f} | {min(cols):.2f} | {min(rows) / min(cols):.2f}x | "
+              f"{stream:.2f} | {hf_ms:.2f} | {hf_ms / stream:.1f}x |", flush=True)
 
 
 def main() -> None:
@@ -169,7 +233,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
     kv_table(args)
-    versus_transformers(args)
+    layout_and_roofline(args, versus_transformers(args))
 
 
 if __name__ == "__main__":

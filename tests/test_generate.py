@@ -304,6 +304,13 @@ def test_compiled_generation_samples_the_same_text(tokenizer) -> None:
     assert compiled.tokens == eager.tokens and compiled.texts == eager.texts
 
 
+def test_compile_without_a_cpp_compiler_fails_before_compute(monkeypatch) -> None:
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ValueError, match=r"compile_decode=True \(--compile\) on the CPU needs a C\+\+ compiler"):
+        generate(tiny(), [[1, 2]], GREEDY, compile_decode=True)
+
+
 # ----- the CLI -----
 @pytest.fixture
 def fake_checkpoint(monkeypatch, tokenizer) -> None:

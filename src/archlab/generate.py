@@ -19,7 +19,9 @@ Shapes: B batch, T prompt length (padded), V vocabulary.
 from __future__ import annotations
 
 import math
+import os
 import resource
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -209,6 +211,9 @@ def generate(
     bad = next((t for p in prompts for t in p if not 0 <= t < model.config.vocab_size), None)
     if bad is not None:  # e.g. a tokenizer larger than the model's vocabulary; torch would only say "index out of range"
         raise ValueError(f"token id {bad} is outside the model's vocabulary (0..{model.config.vocab_size - 1})")
+    if compile_decode and next(model.parameters()).device.type == "cpu" and not _cpp_compiler():
+        raise ValueError("compile_decode=True (--compile) on the CPU needs a C++ compiler, which torch.compile "
+                         "builds its kernels with: none found (install g++ or set CXX), or decode without it")
     was_training = model.training
     model.eval()
     try:
@@ -245,6 +250,11 @@ def _generate(
     decode = time.perf_counter() - start - prefill
     tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
     return Generation(tokens, [], cache.nbytes(), cache.max_len, prefill, decode, steps - 1)
+
+
+def _cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend would find: $CXX, else g++, c++ or clang++ on the PATH."""
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 
 
 def _compiled(model: TransformerLM) -> Callable[..., torch.Tensor]:
