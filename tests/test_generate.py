@@ -311,6 +311,14 @@ def test_compile_without_a_cpp_compiler_fails_before_compute(monkeypatch) -> Non
         generate(tiny(), [[1, 2]], GREEDY, compile_decode=True)
 
 
+def test_cli_compile_without_a_cpp_compiler_prints_nothing_but_the_error(fake_checkpoint, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert main(["generate", "--checkpoint", "c", "--prompt", "Hi", "--max-new-tokens", "4", "--compile"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "needs a C++ compiler" in captured.err and captured.err.count("\n") == 1
+
+
 # ----- the CLI -----
 @pytest.fixture
 def fake_checkpoint(monkeypatch, tokenizer) -> None:

@@ -211,9 +211,8 @@ def generate(
     bad = next((t for p in prompts for t in p if not 0 <= t < model.config.vocab_size), None)
     if bad is not None:  # e.g. a tokenizer larger than the model's vocabulary; torch would only say "index out of range"
         raise ValueError(f"token id {bad} is outside the model's vocabulary (0..{model.config.vocab_size - 1})")
-    if compile_decode and next(model.parameters()).device.type == "cpu" and not _cpp_compiler():
-        raise ValueError("compile_decode=True (--compile) on the CPU needs a C++ compiler, which torch.compile "
-                         "builds its kernels with: none found (install g++ or set CXX), or decode without it")
+    if compile_decode:
+        check_compile_decode(next(model.parameters()).device)
     was_training = model.training
     model.eval()
     try:
@@ -252,9 +251,14 @@ def _generate(
     return Generation(tokens, [], cache.nbytes(), cache.max_len, prefill, decode, steps - 1)
 
 
-def _cpp_compiler() -> str | None:
-    """The C++ compiler torch.compile's CPU backend would find: $CXX, else g++, c++ or clang++ on the PATH."""
-    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+def check_compile_decode(device: torch.device) -> None:
+    """Fail before any compute where `compile_decode` cannot work: on the CPU, torch.compile builds C++ kernels
+    and needs a compiler ($CXX, else g++, c++ or clang++ on the PATH)."""
+    if device.type == "cpu" and not (
+        os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    ):
+        raise ValueError("compile_decode=True (--compile) on the CPU needs a C++ compiler, which torch.compile "
+                         "builds its kernels with: none found (install g++ or set CXX), or decode without it")
 
 
 def _compiled(model: TransformerLM) -> Callable[..., torch.Tensor]:
@@ -432,7 +436,8 @@ def peak_memory(device: torch.device) -> tuple[str, int]:
 
 
 __all__ = [
-    "Generation", "KVCache", "SamplingConfig", "TextStream", "check_context", "column_major_linears", "context_limit",
+    "Generation", "KVCache", "SamplingConfig", "TextStream", "check_compile_decode", "check_context",
+    "column_major_linears", "context_limit",
     "decode_layout", "generate", "row_major_linears",
     "generate_text", "kv_bytes_table", "left_pad", "peak_memory", "sample_next", "sampling_probs",
     "TokenizerLike",

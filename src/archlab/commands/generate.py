@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from archlab.generate import (
-    Generation, SamplingConfig, TokenizerLike, check_context, column_major_linears, generate_text, kv_bytes_table,
-    peak_memory,
+    Generation, SamplingConfig, TokenizerLike, check_compile_decode, check_context, column_major_linears, generate_text,
+    kv_bytes_table, peak_memory,
 )
 from archlab.nn.model import TransformerLM
 
@@ -90,8 +90,10 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
-    model, tokenizer = load_checkpoint(args.checkpoint)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if args.compile:
+        check_compile_decode(device)
+    model, tokenizer = load_checkpoint(args.checkpoint)
     model.to(device).eval()
     column_major_linears(model)  # the decode layout once, rather than on and off around every prompt
     if device.type == "cuda":
