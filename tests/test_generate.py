@@ -304,6 +304,17 @@ def test_compiled_generation_samples_the_same_text(tokenizer) -> None:
     assert compiled.tokens == eager.tokens and compiled.texts == eager.texts
 
 
+def test_compiled_decoding_keeps_compiling_for_new_models() -> None:
+    """A sweep over many models must not fall back to eager once dynamo's per-function limit is reached (here
+    lowered to 1, where the second model would already run eagerly)."""
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(recompile_limit=1):  # restores the limit afterwards
+        for heads in (2, 1):
+            generate(tiny(n_kv_heads=heads), [[1, 2, 3]], GREEDY, compile_decode=True)
+    assert counters["stats"]["unique_graphs"] == 2
+
+
 def test_compile_without_a_cpp_compiler_fails_before_compute(monkeypatch) -> None:
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr("shutil.which", lambda name: None)

@@ -264,10 +264,19 @@ def check_compile_decode(device: torch.device) -> None:
                          "builds its kernels with: none found (install g++ or set CXX), or decode without it")
 
 
+DYNAMO_RECOMPILE_LIMIT = 128  # graphs of TransformerLM.forward kept: a few per model (one per Python branch taken)
+
+
 def _compiled(model: TransformerLM) -> Callable[..., torch.Tensor]:
     """The model's forward under torch.compile with dynamic shapes: the cache length and batch are symbols,
     so decoding compiles once rather than once per step. torch's compile cache keys on the forward's code,
-    so a later call on the same model finds the graph already built."""
+    so a later call on the same model finds the graph already built.
+
+    Every model of another shape adds graphs to that one cache, and past dynamo's default limit of 8 per
+    function torch quietly runs the forward eagerly: the ninth model of an ablation sweep would decode
+    uncompiled. So the limit is raised (never lowered) to DYNAMO_RECOMPILE_LIMIT."""
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, DYNAMO_RECOMPILE_LIMIT)
     return torch.compile(model, dynamic=True)
 
 
