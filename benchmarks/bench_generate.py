@@ -33,7 +33,8 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
-from archlab.generate import SamplingConfig, decode_layout, generate
+from archlab.decode_speed import decode_layout
+from archlab.generate import SamplingConfig, generate
 from archlab.interop.llama import llama_state_dict
 
 # (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a
@@ -203,8 +204,8 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
     print("`weight MB` is what a step reads (every weight once; of an untied embedding table only a row). "
           "`stream` is torch.sum over as many bytes, the fastest a memory-bound step can be; `best speed-up` "
           "divides transformers' step (part 2, first prompt length) by it.\n")
-    print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | stream ms | transformers ms "
-          "| best speed-up |")
+    print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | stream ms "
+          "| transformers ms | best speed-up |")
     print("|---|---|---|---|---|---|---|---|")
     for name, model, hf_ms in compared:
         rows, cols = [], []
@@ -222,7 +223,8 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
             buf.sum()
             streams.append(time.perf_counter() - start)
         stream = 1e3 * min(streams)
-        print(f"| {name} | {weight_bytes / 1e6:.1f} | {min(rows):.2f} | {min(cols):.2f} | {min(rows) / min(cols):.2f}x | "
+        row, col = min(rows), min(cols)
+        print(f"| {name} | {weight_bytes / 1e6:.1f} | {row:.2f} | {col:.2f} | {row / col:.2f}x | "
               f"{stream:.2f} | {hf_ms:.2f} | {hf_ms / stream:.1f}x |", flush=True)
 
 

@@ -18,9 +18,9 @@ from torch._dynamo.utils import counters
 from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.cli import main
 from archlab.commands import generate as command
+from archlab.decode_speed import column_major_linears, compiled_forward, row_major_linears
 from archlab.generate import (
-    SamplingConfig, TextStream, _compiled, check_context, column_major_linears, generate, generate_text, kv_bytes_table,
-    row_major_linears, sample_next, sampling_probs,
+    SamplingConfig, TextStream, check_context, generate, generate_text, kv_bytes_table, sample_next, sampling_probs,
 )
 from archlab.train.tokenizer import build_tokenizer
 
@@ -282,7 +282,7 @@ def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> 
     torch._dynamo.reset()
     counters.clear()
     model = tiny(**COMPILED)
-    step = _compiled(model)
+    step = compiled_forward(model)
     caches = [KVCache.for_model(model, 2, 40) for _ in range(2)]
     token = torch.tensor([[7], [9]])
     graphs = []

@@ -21,20 +21,19 @@ Shapes: B batch, T prompt length (padded), V vocabulary.
 from __future__ import annotations
 
 import math
-import os
 import resource
-import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
-import torch.nn as nn
 
 from archlab.config import ModelConfig
+from archlab.decode_speed import (
+    check_compile_decode, column_major_linears, compiled_forward, decode_layout, row_major_linears,
+)
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
 
@@ -138,58 +137,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
-    """Store each float32 CPU `nn.Linear` weight column-major, in place: same shape and values, strides (1, out).
-
-    `F.linear(x, W)` multiplies by W^T. With W column-major, W^T is a contiguous (in, out) matrix, and MKL's
-    one-row product (every decode step at batch 1) streams that layout at close to memory bandwidth; with the
-    usual row-major weights the products of a d=512 model took 12.4-17 ms instead of 9.2-10 ms on this
-    project's CPU (docs/inference.md, "Decode speed").
-    Results agree to float rounding. Skips weights that are already column-major, not float32 (bf16 ran
-    slower column-major) or not on the CPU, and FSDP-sharded models altogether (FSDP swaps each weight for a
-    view of its all-gather buffer, which a new layout would detach). A tied head is re-laid once (the
-    second time it is no longer contiguous), and embedding lookups read it strided. Returns the weights it changed (`row_major_linears` undoes it).
-    """
-    changed: list[nn.Parameter] = []
-    if _fsdp_managed(model):
-        return changed
-    with torch.inference_mode(False), torch.no_grad():  # real tensors, even inside a caller's inference_mode
-        for module in model.modules():
-            w = module.weight if isinstance(module, nn.Linear) else None
-            if (w is None or type(w.data) is not torch.Tensor or w.device.type != "cpu" or w.dtype != torch.float32
-                    or not w.is_contiguous() or min(w.shape) < 2):
-                continue
-            w.data = w.data.t().contiguous().t()
-            changed.append(w)
-    return changed
-
-
-def _fsdp_managed(model: nn.Module) -> bool:
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.fsdp import FSDPModule  # torch >= 2.6; FSDP2's fully_shard makes modules this type
-
-    return any(isinstance(m, FSDPModule) for m in model.modules())
-
-
-def row_major_linears(weights: list[nn.Parameter]) -> None:
-    """Put weights re-laid by `column_major_linears` back to the usual contiguous (out, in) layout."""
-    with torch.inference_mode(False), torch.no_grad():
-        for w in weights:
-            w.data = w.data.contiguous()
-
-
-@contextmanager
-def decode_layout(model: nn.Module) -> Iterator[None]:
-    """`column_major_linears` for the duration of a block, then the model's own layout back (bit for bit), so
-    generating in the middle of training changes nothing the trainer sees."""
-    changed = column_major_linears(model)
-    try:
-        yield
-    finally:
-        row_major_linears(changed)
-
-
 def generate(
     model: TransformerLM,
     prompts: list[list[int]],
@@ -246,38 +193,12 @@ def _generate(
     logits = model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
     _sync(device)
     prefill = time.perf_counter() - start
-    step = _compiled(model) if compile_decode else model
+    step = compiled_forward(model) if compile_decode else model
     out, ends, steps = _decode(step, cache, logits, sampling, generator, eos_id, on_step)
     _sync(device)
     decode = time.perf_counter() - start - prefill
     tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
     return Generation(tokens, [], cache.nbytes(), cache.max_len, prefill, decode, steps - 1)
-
-
-def check_compile_decode(device: torch.device) -> None:
-    """Fail before any compute where `compile_decode` cannot work: on the CPU, torch.compile builds C++ kernels
-    and needs a compiler ($CXX, else g++, c++ or clang++ on the PATH)."""
-    if device.type == "cpu" and not (
-        os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    ):
-        raise ValueError("compile_decode=True (--compile) on the CPU needs a C++ compiler, which torch.compile "
-                         "builds its kernels with: none found (install g++ or set CXX), or decode without it")
-
-
-DYNAMO_RECOMPILE_LIMIT = 128  # graphs of TransformerLM.forward kept: a few per model (one per Python branch taken)
-
-
-def _compiled(model: TransformerLM) -> Callable[..., torch.Tensor]:
-    """The model's forward under torch.compile with dynamic shapes: the cache length and batch are symbols,
-    so decoding compiles once rather than once per step. torch's compile cache keys on the forward's code,
-    so a later call on the same model finds the graph already built.
-
-    Every model of another shape adds graphs to that one cache, and past dynamo's default limit of 8 per
-    function torch quietly runs the forward eagerly: the ninth model of an ablation sweep would decode
-    uncompiled. So the limit is raised (never lowered) to DYNAMO_RECOMPILE_LIMIT."""
-    limit = torch._dynamo.config.recompile_limit
-    torch._dynamo.config.recompile_limit = max(limit, DYNAMO_RECOMPILE_LIMIT)
-    return torch.compile(model, dynamic=True)
 
 
 def _decode(
@@ -412,7 +333,8 @@ def generate_text(
                 on_text(row, piece)
         return [s.stopped for s in streams]
 
-    result = generate(model, [tokenizer.encode(p) for p in prompts], sampling, tokenizer.eos_id, on_step, compile_decode)
+    ids = [tokenizer.encode(p) for p in prompts]
+    result = generate(model, ids, sampling, tokenizer.eos_id, on_step, compile_decode)
     for row, stream in enumerate(streams):
         if (rest := stream.finish()) and on_text is not None:
             on_text(row, rest)

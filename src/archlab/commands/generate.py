@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+from archlab.decode_speed import check_compile_decode, column_major_linears
 from archlab.generate import (
-    Generation, SamplingConfig, TokenizerLike, check_compile_decode, check_context, column_major_linears, generate_text,
-    kv_bytes_table, peak_memory,
+    Generation, SamplingConfig, TokenizerLike, check_context, generate_text, kv_bytes_table, peak_memory,
 )
 from archlab.nn.model import TransformerLM
 
