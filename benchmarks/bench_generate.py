@@ -33,9 +33,10 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
-from archlab.decode_speed import decode_layout
-from archlab.generate import SamplingConfig, generate
-from archlab.interop.llama import llama_state_dict
+from archlab.infer.speed import decode_layout
+from archlab.infer.generate import generate
+from archlab.infer.sampling import SamplingConfig
+from archlab.interop.families.llama import llama_state_dict
 
 # (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a
 # model whose 32k-token head dominates a decode step, as in real LLMs

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 
 from archlab import ModelConfig, TransformerLM
-from archlab.train.checkpoint import (
+from archlab.checkpoint import (
     CheckpointError,
     capture_rng_state,
     latest_checkpoint,
@@ -28,7 +28,7 @@ from archlab.train.checkpoint import (
     tied_aliases,
     verify_checkpoint,
 )
-from archlab.train.tokenizer import build_tokenizer
+from archlab.data.tokenizer import build_tokenizer
 
 
 @pytest.fixture

@@ -28,11 +28,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         if only is not None and name != only:
             continue
-        try:
-            importlib.import_module(module).register(sub)
-        except ModuleNotFoundError as err:  # a command whose module is not written yet is simply absent
-            if err.name != module:
-                raise
+        importlib.import_module(module).register(sub)
     return parser
 
 

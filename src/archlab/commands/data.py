@@ -1,4 +1,4 @@
-"""`archlab data prepare`: tokenize a corpus into a prepared folder (see `archlab.train.data`)."""
+"""`archlab data prepare`: tokenize a corpus into a prepared folder (see `archlab.data.tokens`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from archlab.train.data import prepare_data
+from archlab.data.tokens import prepare_data
 
 
 def default_out_dir(data: str, tokenizer: str, vocab_size: int) -> Path:

@@ -1,4 +1,4 @@
-"""`archlab generate`: sample text from a checkpoint, streaming it to the terminal (see `archlab.generate`).
+"""`archlab generate`: sample text from a checkpoint, streaming it to the terminal (see `archlab.infer.generate`).
 
 Prompts come from --prompt (repeatable), --prompt-file (one prompt per line; '-' = stdin), or stdin lines
 when it is piped; --interactive reads one prompt per line until EOF or /quit. --report-memory prints, on
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from archlab.decode_speed import check_compile_decode, column_major_linears
-from archlab.generate import (
-    Generation, SamplingConfig, TokenizerLike, check_context, generate_text, kv_bytes_table, peak_memory,
-)
+from archlab.infer.generate import Generation, check_context, generate_text
+from archlab.infer.memory import memory_report
+from archlab.infer.sampling import SamplingConfig
+from archlab.infer.speed import check_compile_decode, column_major_linears
+from archlab.infer.stream import TokenizerLike
 from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
-    """Model and tokenizer from an archlab checkpoint or run folder (archlab.train.checkpoint.load_model)."""
+    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model)."""
     folder = Path(path)
     if not folder.exists():
         raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
@@ -59,9 +60,9 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
                              f"{config['model_type']!r}); reading those needs archlab's HF interop, not in this "
                              f"version yet: give an archlab checkpoint or run folder")
     try:
-        from archlab.train.checkpoint import load_model  # imported here: generating needs no training code
+        from archlab.checkpoint import load_model  # imported here: generating needs no training code
     except ImportError as err:
-        raise ValueError(f"loading checkpoints needs archlab.train.checkpoint.load_model ({err})") from err
+        raise ValueError(f"loading checkpoints needs archlab.checkpoint.load_model ({err})") from err
     return load_model(folder)
 
 
@@ -107,7 +108,7 @@ def run_generate(args: argparse.Namespace) -> int:
         results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile)
                    for i in range(0, len(prompts), args.batch_size)]
     if args.report_memory and results:
-        report_memory(model, max(results, key=lambda g: g.cache_bytes), device)
+        sys.stderr.write(memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n")
     return 0
 
 
@@ -152,22 +153,3 @@ def _interactive(
                 sys.stderr.write(f"error: {err}\n")
                 continue
             results.append(_run_batch(model, tokenizer, [prompt], sampling, compile_decode))
-
-
-def report_memory(model: TransformerLM, result: Generation, device: torch.device) -> None:
-    """KV bytes per token and per context for MHA / GQA / MQA at this width, and the measured peak, on stderr."""
-    config = model.config
-    dtype = next(model.parameters()).dtype
-    batch = len(result.tokens)
-    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    lines = [f"KV cache ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
-             f"{result.context_len} tokens x batch {batch}); allocated {result.cache_bytes:,} bytes"]
-    for row in kv_bytes_table(config, dtype, result.context_len, batch):
-        marker = "  <- this model" if row["this_model"] else ""
-        outweighs = param_bytes // row["bytes_per_token"]
-        lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
-                     f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "
-                     f"past {outweighs:,} tokens{marker}")
-    label, peak = peak_memory(device)
-    lines.append(f"{label}: {peak / 2**20:,.1f} MiB")
-    sys.stderr.write("\n".join(lines) + "\n")

@@ -9,9 +9,9 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from archlab.analysis import DTYPE_BYTES, Report, report
-from archlab.config import ModelConfig, parse_overrides
-from archlab.presets import PRESETS, SIZES
+from archlab.costs import DTYPE_BYTES, Report, report
+from archlab.nn.config import ModelConfig, parse_overrides
+from archlab.nn.presets import PRESETS, SIZES
 
 
 def register(sub: argparse._SubParsersAction) -> None:

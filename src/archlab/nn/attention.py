@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from archlab.config import ModelConfig
-from archlab.functional import eager_attention
+from archlab.nn.config import ModelConfig
+from archlab.nn.functional import eager_attention
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
 from archlab.nn.rope import apply_rope

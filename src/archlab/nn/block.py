@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from archlab.config import ModelConfig
+from archlab.nn.config import ModelConfig
 from archlab.nn.attention import Attention, AttentionInputs
 from archlab.nn.ffn import FFNS
 from archlab.nn.norms import build_norm

@@ -14,8 +14,8 @@ import math
 import torch
 import torch.nn as nn
 
-from archlab.config import ModelConfig
-from archlab.functional import softcap
+from archlab.nn.config import ModelConfig
+from archlab.nn.functional import softcap
 from archlab.nn.attention import AttentionInputs, causal_mask
 from archlab.nn.block import Block
 from archlab.nn.kv_cache import KVCache

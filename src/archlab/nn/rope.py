@@ -14,8 +14,8 @@ q_m . k_n depends only on m - n. Options:
     dynamic       NTK-aware with the scale set by the current length, as transformers' `dynamic`
     yarn          by-parts ramp linear in the pair index, plus temperature 0.1 ln s + 1 (arXiv 2309.00071)
     llama3        by-parts with alpha/beta = low_freq_factor/high_freq_factor (Llama 3.1)
-  The exact transformers 5 formulas are in shared/reference/hf-families.md section 6; each schedule's
-  `rope_parameters` mapping sits beside it in `_HF_KEYS` (`RopeScaling.to_hf` / `RopeScaling.from_hf`).
+  Each schedule equals transformers 5's `ROPE_INIT_FUNCTIONS` entry (modeling_rope_utils.py; tested against
+  it); the mapping to Hugging Face `rope_parameters` lives in `archlab.interop.hf_config`.
 
 Shapes: x (B, T, H, Dh) (or any layout the tables broadcast over); positions (B, T); cos/sin (B, T, 1, d_rot);
 seq_len (B,).
@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -89,47 +88,6 @@ class RopeScaling:
         for name in ("attention_factor", "mscale", "mscale_all_dim"):
             if getattr(self, name) is not None and not getattr(self, name) >= 0:
                 raise _bad(name, getattr(self, name), "None or a number >= 0")
-
-    # ----- Hugging Face `rope_parameters` -----
-    def to_hf(self, theta: float, d_rot: int) -> dict[str, Any]:
-        """transformers 5 `rope_parameters` (rope_theta included) that give the same frequencies.
-
-        `ntk` has no HF type, so it exports as `default` with the stretched base (needs d_rot);
-        `ntk_by_parts` exports as `llama3`, the same formula. For `dynamic`, transformers takes M from
-        `max_position_embeddings`, so write `hf_max_position_embeddings(...)` there.
-        """
-        if self.kind == "ntk":
-            return {"rope_type": "default", "rope_theta": ntk_theta(theta, d_rot, self.factor)}
-        out: dict[str, Any] = {"rope_type": _HF_TYPE[self.kind], "rope_theta": theta}
-        for hf_key, name in _HF_KEYS[self.kind].items():
-            if getattr(self, name) is not None:
-                out[hf_key] = getattr(self, name)
-        return out
-
-    def hf_max_position_embeddings(self, max_seq_len: int) -> int:
-        """The `max_position_embeddings` to export: dynamic NTK reads its M from there; others keep ours."""
-        return self.original_max_seq_len if self.kind == "dynamic" else max_seq_len
-
-    @classmethod
-    def from_hf(cls, params: dict[str, Any] | None, max_position_embeddings: int) -> RopeScaling:
-        """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers 5 fills them)."""
-        params = dict(params or {})
-        hf_type = params.get("rope_type", params.get("type", "default"))
-        kinds = {"default": "none", **{v: k for k, v in _HF_TYPE.items() if k not in ("none", "ntk_by_parts")}}
-        if hf_type not in kinds:
-            raise ValueError(f"rope_type={hf_type!r} is not supported: one of {', '.join(kinds)}")
-        kind = kinds[hf_type]
-        if kind in ("yarn", "llama3"):  # transformers' standardize_rope_params does the same
-            params.setdefault("original_max_position_embeddings", max_position_embeddings)
-        if kind == "yarn":
-            if params.get("factor") is None:
-                params["factor"] = max_position_embeddings / params["original_max_position_embeddings"]
-            params["beta_fast"] = params.get("beta_fast") or 32.0  # HF reads these with `or`: 0/None -> default
-            params["beta_slow"] = params.get("beta_slow") or 1.0
-        values = {name: params[key] for key, name in _HF_KEYS[kind].items() if params.get(key) is not None}
-        if kind == "dynamic":  # transformers' M is max_position_embeddings
-            values["original_max_seq_len"] = max_position_embeddings
-        return cls(kind=kind, **values)
 
 
 ScalingFn = Callable[..., tuple[torch.Tensor, float]]
@@ -236,23 +194,6 @@ SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
              ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
     "llama3": (("original_max_seq_len", "low_freq_factor", "high_freq_factor"), ()),
 }
-# kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default`, see to_hf)
-_HF_TYPE = {"none": "default", "linear": "linear", "ntk_by_parts": "llama3", "dynamic": "dynamic",
-            "yarn": "yarn", "llama3": "llama3"}
-_HF_KEYS: dict[str, dict[str, str]] = {
-    "none": {},
-    "linear": {"factor": "factor"},
-    "dynamic": {"factor": "factor"},
-    "ntk_by_parts": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
-                     "low_freq_factor": "beta_slow", "high_freq_factor": "beta_fast"},
-    "yarn": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
-             "beta_fast": "beta_fast", "beta_slow": "beta_slow", "attention_factor": "attention_factor",
-             "mscale": "mscale", "mscale_all_dim": "mscale_all_dim", "truncate": "truncate"},
-    "llama3": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
-               "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor"},
-}
-
-
 def rope_partner(x: torch.Tensor, layout: str) -> torch.Tensor:
     """Each dim's partner in its rotation pair: [x2 | x1] for halves, (x1, x0, x3, x2, ...) for pairs."""
     if layout == "half":

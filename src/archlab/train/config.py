@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from archlab.config import ModelConfig, parse_value
-from archlab.presets import PRESETS, SIZES
+from archlab.nn.config import ModelConfig, parse_value
+from archlab.nn.presets import PRESETS, SIZES
 from archlab.train.optim import DEFAULT_BETAS, OPTIMIZERS
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
 
@@ -144,8 +144,8 @@ class LoggingConfig:
 
 @dataclass
 class TrainConfig:
-    preset: str = "llama"  # architecture (archlab.presets.PRESETS); model.* keys override its fields
-    size: str = "tiny"  # size (archlab.presets.SIZES)
+    preset: str = "llama"  # architecture (archlab.nn.presets.PRESETS); model.* keys override its fields
+    size: str = "tiny"  # size (archlab.nn.presets.SIZES)
     steps: int = 200  # optimizer steps of the whole run (a resumed run continues up to this)
     seed: int = 0  # seeds weights, dropout and the batch order
     out: str = ""  # run directory; empty = runs/{preset}-{size}
@@ -293,7 +293,7 @@ def tokenizer_vocab_size(data: DataConfig) -> int:
         return BYTE_VOCAB
     if data.tokenizer == "bpe":
         return data.vocab_size  # a small corpus may yield fewer ids; the spare rows are never used
-    from archlab.train.tokenizer import Tokenizer  # a tokenizer file: read its size
+    from archlab.data.tokenizer import Tokenizer  # a tokenizer file: read its size
 
     return Tokenizer.load(data.tokenizer).vocab_size
 

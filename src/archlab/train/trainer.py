@@ -24,12 +24,13 @@ import yaml
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from archlab.config import ModelConfig
-from archlab.functional import cross_entropy, z_loss
-from archlab.generate import SamplingConfig, check_context, generate_text
+from archlab.nn.config import ModelConfig
+from archlab.nn.functional import cross_entropy, z_loss
+from archlab.infer.generate import check_context, generate_text
+from archlab.infer.sampling import SamplingConfig
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
-from archlab.train.checkpoint import (
+from archlab.checkpoint import (
     Checkpoint,
     capture_rng_state,
     latest_checkpoint,
@@ -40,7 +41,7 @@ from archlab.train.checkpoint import (
     tied_aliases,
 )
 from archlab.train.config import TrainConfig
-from archlab.train.data import TokenData, prepare_data
+from archlab.data.tokens import TokenData, prepare_data
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
 from archlab.train.schedule import build_schedule
@@ -241,7 +242,7 @@ class Trainer:
         return float(total) / (self.cfg.logging.eval_batches * self.ctx.world_size)
 
     def samples(self) -> list[str]:
-        """A few continuations of the sample prompt, decoded with the KV cache (archlab.generate).
+        """A few continuations of the sample prompt, decoded with the KV cache (archlab.infer.generate).
 
         Every rank runs them (FSDP forwards are collective); the sampler's own seeded generator leaves the
         training RNG streams alone, so samples never change the run itself.

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from archlab import ModelConfig, TransformerLM
-from archlab.presets import PRESETS
+from archlab.nn.presets import PRESETS
 from tests.conftest import randomize_
 
 POSITIONS = ["rope", "sinusoidal", "learned", "relative", "alibi", "none"]

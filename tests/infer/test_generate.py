@@ -18,11 +18,12 @@ from torch._dynamo.utils import counters
 from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.cli import main
 from archlab.commands import generate as command
-from archlab.decode_speed import column_major_linears, compiled_forward, row_major_linears
-from archlab.generate import (
-    SamplingConfig, TextStream, check_context, generate, generate_text, kv_bytes_table, sample_next, sampling_probs,
-)
-from archlab.train.tokenizer import build_tokenizer
+from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
+from archlab.infer.generate import check_context, generate, generate_text
+from archlab.infer.memory import kv_bytes_table
+from archlab.infer.sampling import SamplingConfig, sample_next, sampling_probs
+from archlab.infer.stream import TextStream
+from archlab.data.tokenizer import build_tokenizer
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
 
@@ -404,7 +405,7 @@ def test_cli_checkpoint_errors(capsys, tmp_path: Path) -> None:
 
 
 def test_cli_with_a_saved_run(capsys, tmp_path: Path, tokenizer) -> None:
-    from archlab.train.checkpoint import save_checkpoint, tied_aliases
+    from archlab.checkpoint import save_checkpoint, tied_aliases
 
     model = tiny(max_seq_len=64, tie_embeddings=True)
     save_checkpoint(tmp_path / "run", 1, model.state_dict(), {}, {}, {"model": model.config.to_dict()},

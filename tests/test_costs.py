@@ -10,8 +10,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from archlab import KVCache, ModelConfig, TransformerLM
-from archlab.analysis import flops_per_token, kv_cache_bytes, parameter_counts
-from archlab.presets import PRESETS
+from archlab.costs import flops_per_token, kv_cache_bytes, parameter_counts
+from archlab.nn.presets import PRESETS
 
 PART_OF = [  # parameter-name fragment -> part in parameter_counts
     ("embed_tokens", "embedding"), ("pos_embed", "positions"), ("rel_bias", "position bias"),

@@ -5,7 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import ModelConfig, TransformerLM
-from archlab.interop.llama import llama_state_dict
+from archlab.interop.families.llama import llama_state_dict
 from tests.conftest import randomize_
 
 

@@ -1,4 +1,4 @@
-"""Tests for archlab.train.data: corpora -> memmaps (exact contents, split, cache), get_batch, bad inputs."""
+"""Tests for archlab.data.tokens: corpora -> memmaps (exact contents, split, cache), get_batch, bad inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from archlab.cli import main
-from archlab.train.data import (
+from archlab.data.tokens import (
     TokenData,
     dtype_for_vocab,
     open_corpus,
@@ -22,7 +22,7 @@ from archlab.train.data import (
     stdlib_files,
     to_token_array,
 )
-from archlab.train.tokenizer import Tokenizer
+from archlab.data.tokenizer import Tokenizer
 
 
 def write(path: Path, content: str | bytes) -> Path:
@@ -157,7 +157,7 @@ def test_tokenizer_json_path_is_reused_as_is(folder: tuple[Path, list[str]], tmp
 def test_concurrent_publish_keeps_the_first_folder(
     folder: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import archlab.train.data as data_module
+    import archlab.data.tokens as data_module
 
     root, _ = folder
     winner = {"request": None}

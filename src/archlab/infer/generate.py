@@ -20,51 +20,22 @@ Shapes: B batch, T prompt length (padded), V vocabulary.
 
 from __future__ import annotations
 
-import math
-import resource
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
-from archlab.config import ModelConfig
-from archlab.decode_speed import (
+from archlab.infer.sampling import SamplingConfig, sample_next
+from archlab.infer.speed import (
     check_compile_decode, column_major_linears, compiled_forward, decode_layout, row_major_linears,
 )
+from archlab.infer.stream import TextStream, TokenizerLike
+from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
 
 PAD_ID = 0  # any valid id: padded slots are masked out and never attended to
-MAX_PENDING_TOKENS = 8  # a UTF-8 character spans <= 4 byte tokens; longer unfinished tails are invalid bytes
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How to pick tokens and when to stop."""
-
-    max_new_tokens: int = 128  # tokens generated per prompt at most
-    temperature: float = 1.0  # logits / temperature before softmax; 0 = greedy (argmax)
-    top_k: int | None = None  # sample among the k most likely tokens only; None = all
-    top_p: float | None = None  # nucleus: the smallest set of tokens with probability >= top_p; None = all
-    seed: int | None = None  # seeds the sampler's own generator (same seed, same text); None = torch's RNG
-    stop: tuple[str, ...] = ()  # stop strings: the text ends before the first one generated
-    allow_extrapolation: bool = False  # run past the model's context (never possible for learned positions)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stop", tuple(self.stop))  # frozen: normalise a list given by a caller
-        checks = {
-            "max_new_tokens": (self.max_new_tokens >= 1, "a positive integer"),
-            "temperature": (self.temperature >= 0, "a number >= 0 (0 = greedy)"),
-            "top_k": (self.top_k is None or self.top_k >= 1, "None or an integer >= 1"),
-            "top_p": (self.top_p is None or 0 < self.top_p <= 1, "None or a probability in (0, 1]"),
-            "stop": (all(self.stop), "non-empty strings"),
-        }
-        for name, (ok, allowed) in checks.items():
-            if not ok:
-                raise ValueError(f"SamplingConfig.{name}={getattr(self, name)!r} is not allowed: {allowed}")
 
 
 @dataclass
@@ -108,28 +79,6 @@ def left_pad(prompts: list[list[int]], device: torch.device | str = "cpu") -> tu
         ids[row, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
         mask[row, longest - len(p) :] = True
     return ids.to(device), (None if bool(mask.all()) else mask.to(device))
-
-
-def sampling_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """logits (B, V) -> the distribution sampled from (B, V): softmax(logits / temperature), restricted to the
-    top-k tokens and then to the top-p nucleus, renormalised. Needs temperature > 0."""
-    logits = logits.float() / sampling.temperature
-    if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
-        kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, -math.inf)
-    if sampling.top_p is not None and sampling.top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(dim=-1)
-        outside = probs.cumsum(dim=-1) - probs >= sampling.top_p  # the tokens before already reach top_p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, -math.inf))
-    return logits.softmax(dim=-1)  # (B, V)
-
-
-def sample_next(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
-    """logits (B, V) -> next token ids (B,): argmax at temperature 0, else a draw from `sampling_probs`."""
-    if sampling.temperature == 0:
-        return logits.argmax(dim=-1)
-    return torch.multinomial(sampling_probs(logits, sampling), 1, generator=generator).squeeze(-1)  # (B,)
 
 
 def _sync(device: torch.device) -> None:
@@ -243,76 +192,6 @@ def _update_ends(
                 ends[row] = step + 1
 
 
-class TextStream:
-    """Turns one row's tokens into text as they come (the incremental detokenizer of vLLM).
-
-    Each push decodes only the few tokens since the last confirmed text, together with the token before
-    them (tokenizers such as SentencePiece drop a leading space at the start of a decode), so the work per
-    token does not grow with the text. Text is held back while it ends in an unfinished UTF-8 character or
-    might be the beginning of a stop string.
-    """
-
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
-        self.decode, self.stop = decode, stop
-        self.hold = max((len(s) for s in stop), default=1) - 1  # chars that may start a stop string
-        self.ids: list[int] = []
-        self.prefix_offset = self.read_offset = 0
-        self.held = ""
-        self.chunks: list[str] = []
-        self.stopped = False
-
-    def push(self, token: int) -> str:
-        """Add a token; return the text it confirms ("" while undecided or after a stop string)."""
-        if self.stopped:
-            return ""
-        self.ids.append(token)
-        prefix = self.decode(self.ids[self.prefix_offset : self.read_offset])
-        text = self.decode(self.ids[self.prefix_offset :])
-        unfinished = text.endswith("\ufffd") and len(self.ids) - self.read_offset < MAX_PENDING_TOKENS
-        if len(text) <= len(prefix) or unfinished:
-            return ""
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return self._emit(self.held + text[len(prefix) :])
-
-    def _emit(self, pending: str) -> str:
-        hits = [i for i in (pending.find(s) for s in self.stop) if i >= 0]
-        if hits:
-            self.stopped, self.held = True, ""
-            return self._keep(pending[: min(hits)])
-        cut = len(pending) - self.hold
-        self.held = pending[max(cut, 0) :]
-        return self._keep(pending[: max(cut, 0)])
-
-    def _keep(self, text: str) -> str:
-        self.chunks.append(text)
-        return text
-
-    def finish(self) -> str:
-        """The row has ended: flush held-back text and any unfinished tail (as replacement characters)."""
-        if self.stopped:
-            return ""
-        tail = ""
-        if self.read_offset < len(self.ids):
-            prefix = self.decode(self.ids[self.prefix_offset : self.read_offset])
-            tail = self.decode(self.ids[self.prefix_offset :])[len(prefix) :]
-        self.hold = 0  # nothing can follow any more, so nothing needs holding back
-        return self._emit(self.held + tail)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.chunks)
-
-
-class TokenizerLike(Protocol):
-    """What generate_text needs of a tokenizer (archlab.train.tokenizer.Tokenizer has it)."""
-
-    eos_id: int | None
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: list[int]) -> str: ...
-
-
 def generate_text(
     model: TransformerLM,
     tokenizer: TokenizerLike,
@@ -340,39 +219,3 @@ def generate_text(
             on_text(row, rest)
     result.texts = [s.text for s in streams]
     return result
-
-
-def kv_bytes_table(config: ModelConfig, dtype: torch.dtype, context_len: int, batch_size: int = 1) -> list[dict]:
-    """KV-cache bytes per token and for the whole context, for this model and for MHA / GQA / MQA at its width."""
-    h = config.n_heads
-    gqa = config.n_kv_heads if 1 < config.n_kv_heads < h else _gqa_heads(h)
-    variants = [("MHA", h), *([("GQA", gqa)] if gqa else []), ("MQA", 1)]
-    rows = []
-    for name, k in variants:
-        per_token = KVCache.bytes_per_token(config.n_layers, k, config.head_dim, dtype)
-        rows.append(dict(attention=name, n_kv_heads=k, this_model=k == config.n_kv_heads,
-                         bytes_per_token=per_token, context_bytes=per_token * context_len * batch_size))
-    return rows
-
-
-def _gqa_heads(n_heads: int) -> int | None:
-    """A GQA example for an MHA model: the divisor of n_heads strictly between 1 and n_heads nearest n_heads/4."""
-    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
-    return min(divisors, key=lambda k: abs(k - n_heads / 4), default=None)
-
-
-def peak_memory(device: torch.device) -> tuple[str, int]:
-    """The measured peak: CUDA's allocator high-water mark, or on CPU the process's peak resident set."""
-    if device.type == "cuda":
-        return "peak CUDA memory allocated", torch.cuda.max_memory_allocated(device)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return "peak process resident memory (RSS)", rss if sys.platform == "darwin" else rss * 1024
-
-
-__all__ = [
-    "Generation", "KVCache", "SamplingConfig", "TextStream", "check_compile_decode", "check_context",
-    "column_major_linears", "context_limit",
-    "decode_layout", "generate", "row_major_linears",
-    "generate_text", "kv_bytes_table", "left_pad", "peak_memory", "sample_next", "sampling_probs",
-    "TokenizerLike",
-]

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from archlab.functional import cross_entropy, eager_attention, softcap, softmax, z_loss
+from archlab.nn.functional import cross_entropy, eager_attention, softcap, softmax, z_loss
 
 
 def test_softmax_stable_for_huge_logits():

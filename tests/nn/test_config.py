@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from archlab import ConfigError, ModelConfig
-from archlab.config import parse_overrides
-from archlab.presets import PRESETS, SIZES
+from archlab.nn.config import parse_overrides
+from archlab.nn.presets import PRESETS, SIZES
 
 
 def test_resolved_sizes():

@@ -17,12 +17,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from archlab.train.checkpoint import load_model
-from archlab.train.data import prepare_data
+from archlab.checkpoint import load_model
+from archlab.data.tokens import prepare_data
 from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REL = 1e-5
 FLAGS = [
     "--steps", "4", "--save-every", "0", "--model.d_model", "32", "--model.n_layers", "2", "--model.n_heads", "2",

@@ -1,4 +1,4 @@
-"""Tests for archlab.train.tokenizer: byte and BPE round trips, save/load, EOS and bad inputs."""
+"""Tests for archlab.data.tokenizer: byte and BPE round trips, save/load, EOS and bad inputs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from archlab.train.tokenizer import DOC_SEPARATOR, EOS_TOKEN, Tokenizer, build_tokenizer
+from archlab.data.tokenizer import DOC_SEPARATOR, EOS_TOKEN, Tokenizer, build_tokenizer
 
 TEXTS = [
     "def add(a, b):\n    return a + b\n",

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
-from archlab.generate import left_pad
-from archlab.presets import PRESETS, build_preset
+from archlab.infer.generate import left_pad
+from archlab.nn.presets import PRESETS, build_preset
 
 T, PREFILL, VOCAB = 20, 6, 64
 TOL = dict(rtol=1e-5, atol=1e-5)

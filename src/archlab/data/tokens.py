@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from archlab.train.corpus import FileCorpus, HubCorpus, open_corpus, stdlib_files
-from archlab.train.tokenizer import Tokenizer, build_tokenizer
+from archlab.data.corpus import FileCorpus, HubCorpus, open_corpus, stdlib_files
+from archlab.data.tokenizer import Tokenizer, build_tokenizer
 
 __all__ = ["TokenData", "dtype_for_vocab", "open_corpus", "prepare_data", "stdlib_files", "to_token_array"]
 

@@ -214,7 +214,7 @@ class ModelConfig:
     @classmethod
     def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
         """A named architecture at a named size, then `overrides` (field=value) on top."""
-        from archlab.presets import build_preset  # presets import this module
+        from archlab.nn.presets import build_preset  # presets import this module
 
         return build_preset(name, size, **overrides)
 

@@ -21,15 +21,15 @@ from safetensors.torch import load_file
 
 from archlab import PRESETS, TransformerLM
 from archlab.cli import main
-from archlab.commands.plot import plot_run
-from archlab.train.checkpoint import list_checkpoints
+from archlab.plots import plot_run
+from archlab.checkpoint import list_checkpoints
 from archlab.train.config import load_yaml, resolve_config
-from archlab.train.data import prepare_data
+from archlab.data.tokens import prepare_data
 from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
 from archlab.train.trainer import Trainer, TrainingDiverged
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = {
     "model.d_model": "32", "model.n_layers": "1", "model.n_heads": "2", "model.max_seq_len": "32",
     "data.batch_size": "8", "data.block_size": "32", "logging.progress": "false", "logging.tensorboard": "false",

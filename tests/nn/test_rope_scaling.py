@@ -12,7 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from archlab import ModelConfig, RopeScaling, TransformerLM
-from archlab.interop.llama import llama_state_dict
+from archlab.interop.families.llama import llama_state_dict
+from archlab.interop.hf_config import hf_max_position_embeddings, rope_from_hf, rope_to_hf
 from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding, base_inv_freq
 
 THETA, HEAD_DIM, L0 = 10000.0, 32, 64
@@ -29,11 +30,11 @@ SCALINGS = {
 
 def hf_config(scaling: RopeScaling, d_rot: int, **sizes: int) -> LlamaConfig:
     """A transformers Llama config carrying `scaling` through our exporter, with head_dim HEAD_DIM."""
-    params = scaling.to_hf(THETA, d_rot)
+    params = rope_to_hf(scaling, THETA, d_rot)
     if d_rot != sizes.get("head_dim", HEAD_DIM):
         params["partial_rotary_factor"] = d_rot / sizes.get("head_dim", HEAD_DIM)
     defaults = dict(hidden_size=128, num_attention_heads=4, head_dim=HEAD_DIM)
-    return LlamaConfig(**{**defaults, **sizes}, max_position_embeddings=scaling.hf_max_position_embeddings(4 * L0),
+    return LlamaConfig(**{**defaults, **sizes}, max_position_embeddings=hf_max_position_embeddings(scaling, 4 * L0),
                        rope_parameters=params)
 
 
@@ -143,7 +144,7 @@ def test_dynamic_rotary_follows_the_length() -> None:
 def test_hf_round_trip(name: str) -> None:
     scaling = SCALINGS[name]
     config = hf_config(scaling, HEAD_DIM)
-    back = RopeScaling.from_hf(config.rope_parameters, config.max_position_embeddings)
+    back = rope_from_hf(config.rope_parameters, config.max_position_embeddings)
     extra = (3 * L0,) if scaling.kind == "dynamic" else ()
     theta = config.rope_parameters["rope_theta"]
     ours, factor = ROPE_SCALINGS[scaling.kind](HEAD_DIM, THETA, scaling, *extra)
@@ -154,12 +155,12 @@ def test_hf_round_trip(name: str) -> None:
 
 def test_from_hf_legacy_keys_and_defaults() -> None:
     legacy = {"type": "yarn", "factor": 4.0, "beta_fast": None, "beta_slow": 0}  # HF reads these with `or`
-    assert RopeScaling.from_hf(legacy, 256) == RopeScaling("yarn", 4.0, 256)
-    assert RopeScaling.from_hf({"rope_type": "yarn", "original_max_position_embeddings": 64}, 256).factor == 4.0
-    assert RopeScaling.from_hf({"rope_type": "dynamic", "factor": 2.0}, 128).original_max_seq_len == 128
-    assert RopeScaling.from_hf(None, 128) == RopeScaling()
+    assert rope_from_hf(legacy, 256) == RopeScaling("yarn", 4.0, 256)
+    assert rope_from_hf({"rope_type": "yarn", "original_max_position_embeddings": 64}, 256).factor == 4.0
+    assert rope_from_hf({"rope_type": "dynamic", "factor": 2.0}, 128).original_max_seq_len == 128
+    assert rope_from_hf(None, 128) == RopeScaling()
     with pytest.raises(ValueError, match="rope_type='longrope' is not supported"):
-        RopeScaling.from_hf({"rope_type": "longrope"}, 128)
+        rope_from_hf({"rope_type": "longrope"}, 128)
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from archlab.config import ConfigError, ModelConfig
+from archlab.nn.config import ConfigError, ModelConfig
 
 Fields = dict[str, Any]
 

@@ -1,0 +1,38 @@
+"""Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a run, as one
+PNG; `archlab plot run`). matplotlib is imported inside each function, with the file-only Agg backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from archlab.train.metrics import read_metrics
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Draw the curves of `run_dir/metrics.jsonl` into `out` (default RUN_DIR/curves.png)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    train, evals = read_metrics(run_dir, "train"), read_metrics(run_dir, "eval")
+    if not train:
+        raise ValueError(f"{run_dir / 'metrics.jsonl'} has no train rows yet")
+    steps = [r["step"] for r in train]
+    fig, (ax_loss, ax_lr, ax_norm) = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
+    ax_loss.plot(steps, [r["loss"] for r in train], label="train")
+    if evals:
+        ax_loss.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="val")
+    ax_loss.set(title="loss (cross entropy, nats/token)", xlabel="step")
+    ax_loss.legend()
+    ax_lr.plot(steps, [r["lr"] for r in train])
+    ax_lr.set(title="learning rate", xlabel="step")
+    ax_norm.plot(steps, [r["grad_norm"] for r in train])
+    ax_norm.set(title="gradient norm (before clipping)", xlabel="step", yscale="log")
+    fig.suptitle(str(run_dir))
+    path = Path(out) if out else run_dir / "curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
