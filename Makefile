@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv test bench demo clean
+.PHONY: venv lint test bench demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# pyflakes, import order and line length (pyproject.toml [tool.ruff]); .ci/run runs it before the tests
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile

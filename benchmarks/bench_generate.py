@@ -33,9 +33,9 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
-from archlab.infer.speed import decode_layout
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
+from archlab.infer.speed import decode_layout
 from archlab.interop.families.llama import llama_state_dict
 
 # (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a

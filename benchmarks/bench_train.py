@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM
+from archlab.data.tokens import TokenData, prepare_data
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.train.config import TrainConfig, load_yaml, resolve_config
-from archlab.data.tokens import TokenData, prepare_data
 from archlab.train.optim import build_optimizer
 from archlab.train.trainer import train
 

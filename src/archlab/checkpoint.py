@@ -33,9 +33,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from archlab.data.tokenizer import Tokenizer
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
-from archlab.data.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 

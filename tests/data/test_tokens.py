@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from archlab.cli import main
+from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import (
     TokenData,
     dtype_for_vocab,
@@ -22,7 +23,6 @@ from archlab.data.tokens import (
     stdlib_files,
     to_token_array,
 )
-from archlab.data.tokenizer import Tokenizer
 
 
 def write(path: Path, content: str | bytes) -> Path:

@@ -18,12 +18,12 @@ from torch._dynamo.utils import counters
 from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.cli import main
 from archlab.commands import generate as command
-from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
+from archlab.data.tokenizer import build_tokenizer
 from archlab.infer.generate import check_context, generate, generate_text
 from archlab.infer.memory import kv_bytes_table
 from archlab.infer.sampling import SamplingConfig, sample_next, sampling_probs
+from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
 from archlab.infer.stream import TextStream
-from archlab.data.tokenizer import build_tokenizer
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
 

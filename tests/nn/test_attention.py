@@ -121,7 +121,8 @@ def test_gqa_with_all_kv_heads_is_mha():
 
 def test_key_norm_scores_are_bounded_by_query_norm():
     """Under KeyNorm with scale 1, |score| = |q . k/|k|| <= |q| whatever the keys' size."""
-    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, key_norm=True, position="none", attn_impl="eager")
+    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, key_norm=True, position="none",
+                      attn_impl="eager")
     assert cfg.resolved_attn_scale == 1.0
     model = randomize_(TransformerLM(cfg), 0.5)
     attn = model.layers[0].attn

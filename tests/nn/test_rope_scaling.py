@@ -136,7 +136,8 @@ def test_dynamic_rotary_follows_the_length() -> None:
     config = hf_config(scaling, HEAD_DIM)
     ref, _ = hf_inv_freq(config, 3 * L0)
     angles = positions[1].float()[:, None] * ref.float()
-    torch.testing.assert_close(cos[1, :, 0, : HEAD_DIM // 2], angles.cos(), atol=1e-5, rtol=0)  # half layout: [cos | cos]
+    # half layout: [cos | cos]
+    torch.testing.assert_close(cos[1, :, 0, : HEAD_DIM // 2], angles.cos(), atol=1e-5, rtol=0)
     torch.testing.assert_close(rotary(positions)[1], (cos, sin)[1][1:].expand(2, -1, -1, -1))  # default: max + 1
 
 

@@ -20,11 +20,11 @@ import torch
 from safetensors.torch import load_file
 
 from archlab import PRESETS, TransformerLM
-from archlab.cli import main
-from archlab.plots import plot_run
 from archlab.checkpoint import list_checkpoints
-from archlab.train.config import load_yaml, resolve_config
+from archlab.cli import main
 from archlab.data.tokens import prepare_data
+from archlab.plots import plot_run
+from archlab.train.config import load_yaml, resolve_config
 from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
 from archlab.train.trainer import Trainer, TrainingDiverged
@@ -52,7 +52,8 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("corpus")
     words = "def class return import self if else for while in not and or None True print lambda yield".split()
     gen = torch.Generator().manual_seed(0)
-    lines = [" ".join(words[i] for i in torch.randint(0, len(words), (8,), generator=gen).tolist()) for _ in range(3000)]
+    picks = [torch.randint(0, len(words), (8,), generator=gen).tolist() for _ in range(3000)]
+    lines = [" ".join(words[i] for i in pick) for pick in picks]
     (root / "corpus.txt").write_text("\n".join(lines))
     return prepare_data(str(root / "corpus.txt"), root / "prepared")
 
@@ -132,7 +133,9 @@ def test_a_skipped_step_is_logged_and_the_run_goes_on(prepared: Path, tmp_path: 
     assert [r["skipped"] for r in read_metrics(tmp_path / "run", "train")] == [False, False, True, False, False]
 
 
-def test_consecutive_non_finite_steps_stop_the_run_naming_the_last_good_checkpoint(prepared: Path, tmp_path: Path) -> None:
+def test_consecutive_non_finite_steps_stop_the_run_naming_the_last_good_checkpoint(
+    prepared: Path, tmp_path: Path
+) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="20", **{"checkpoint.save_every": "2"})
     trainer.model.forward = NanForward(trainer.model.forward, lambda call: call >= 2)
     with pytest.raises(TrainingDiverged, match=r"5 consecutive steps \(up to step 7\) had a non-finite loss or "

@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Any ModelConfig field can follow as --field value (e.g. --n_kv_heads 1).")
     p.add_argument("--preset", default="llama", help=f"architecture: {', '.join(PRESETS)}")
     p.add_argument("--size", default="tiny", help=f"size: {', '.join(SIZES)}")
-    p.add_argument("--context", type=int, default=None, help="context length for FLOPs and KV bytes (default max_seq_len)")
+    p.add_argument("--context", type=int, default=None,
+                   help="context length for FLOPs and KV bytes (default max_seq_len)")
     p.add_argument("--dtype", default="bf16", help=f"KV-cache dtype: {', '.join(DTYPE_BYTES)}")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=run, accepts_overrides=True)
@@ -53,7 +54,9 @@ def _print_tables(preset: str, size: str, r: Report) -> None:
     title = (f"{preset} / {size}: d_model={c.d_model} n_layers={c.n_layers} heads={c.n_heads} "
              f"kv_heads={c.n_kv_heads} head_dim={c.head_dim} d_ff={c.d_ff} vocab={c.vocab_size}")
     params = Table(title=title, title_justify="left")
-    params.add_column("part"), params.add_column("parameters", justify="right"), params.add_column("share", justify="right")
+    params.add_column("part")
+    params.add_column("parameters", justify="right")
+    params.add_column("share", justify="right")
     for part, n in r.params.items():
         params.add_row(part, f"{n:,}", f"{100 * n / r.params['total']:.1f}%")
     console.print(params)

@@ -11,8 +11,8 @@ import argparse
 import os
 import sys
 
-from archlab.nn.presets import PRESETS, SIZES
 from archlab.checkpoint import read_run_config
+from archlab.nn.presets import PRESETS, SIZES
 from archlab.train.config import config_keys, load_yaml, parse_flags, resolve_config
 from archlab.train.trainer import TrainingDiverged, train
 

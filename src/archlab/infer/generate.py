@@ -28,7 +28,9 @@ import torch
 
 from archlab.infer.sampling import SamplingConfig, sample_next
 from archlab.infer.speed import (
-    check_compile_decode, column_major_linears, compiled_forward, decode_layout, row_major_linears,
+    check_compile_decode,
+    compiled_forward,
+    decode_layout,
 )
 from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.config import ModelConfig
@@ -108,7 +110,7 @@ def generate(
     n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
     check_context(model.config, longest, n_new, sampling.allow_extrapolation)
     bad = next((t for p in prompts for t in p if not 0 <= t < model.config.vocab_size), None)
-    if bad is not None:  # e.g. a tokenizer larger than the model's vocabulary; torch would only say "index out of range"
+    if bad is not None:  # e.g. a tokenizer larger than the vocabulary; torch would only say "index out of range"
         raise ValueError(f"token id {bad} is outside the model's vocabulary (0..{model.config.vocab_size - 1})")
     if compile_decode:
         check_compile_decode(next(model.parameters()).device)

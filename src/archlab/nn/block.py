@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from archlab.nn.config import ModelConfig
 from archlab.nn.attention import Attention, AttentionInputs
+from archlab.nn.config import ModelConfig
 from archlab.nn.ffn import FFNS
 from archlab.nn.norms import build_norm
 
@@ -48,7 +48,8 @@ class Block(nn.Module):
         self.mlp = FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
         present = _norm_names(c.norm_position, c.block, c.parallel_norms)
         for name in NORM_NAMES:  # an absent norm is None, so forward never probes with getattr/hasattr
-            norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if name in present else None
+            present_norm = name in present
+            norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if present_norm else None
             setattr(self, name, norm)
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all (decode speed)
 

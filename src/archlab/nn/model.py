@@ -14,10 +14,10 @@ import math
 import torch
 import torch.nn as nn
 
-from archlab.nn.config import ModelConfig
-from archlab.nn.functional import softcap
 from archlab.nn.attention import AttentionInputs, causal_mask
 from archlab.nn.block import Block
+from archlab.nn.config import ModelConfig
+from archlab.nn.functional import softcap
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import RMSNorm, build_norm
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
@@ -35,7 +35,8 @@ class TransformerLM(nn.Module):
         c = self.config = config
         self.embed_tokens = nn.Embedding(c.vocab_size, c.d_model)
         self.embed_multiplier = math.sqrt(c.d_model) if c.embed_scale == "sqrt_d" else 1.0
-        self.pos_embed = ABSOLUTE_POSITIONS[c.position](c.d_model, c.max_seq_len) if c.position in ABSOLUTE_POSITIONS else None
+        absolute = ABSOLUTE_POSITIONS.get(c.position)
+        self.pos_embed = absolute(c.d_model, c.max_seq_len) if absolute is not None else None
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
                        if c.position == "rope" else None)
@@ -156,7 +157,9 @@ class TransformerLM(nn.Module):
         if self.rel_bias is not None:
             q_slot = torch.arange(offset, s, device=device)[:, None]
             bias = self.rel_bias(q_slot - torch.arange(s, device=device)[None, :])  # (1, H, T, S)
-        cos_sin, key_cos_sin = self._rope_tables(positions, s, cache, bound) if self.rotary is not None else (None, None)
+        cos_sin, key_cos_sin = (None, None)
+        if self.rotary is not None:
+            cos_sin, key_cos_sin = self._rope_tables(positions, s, cache, bound)
         return AttentionInputs(cos_sin, mask, window_mask, bias, cache, key_cos_sin)
 
     def _rope_tables(
@@ -171,7 +174,8 @@ class TransformerLM(nn.Module):
         seq_len = positions.amax(dim=-1) + 1  # (B,) each row's length after this step
         key_positions = cache.slot_positions(s).expand(positions.shape[0], s)  # (B, S)
         key_cos, key_sin = self.rotary(key_positions, seq_len)  # (B, S, 1, d_rot)
-        return self.rotary(positions, seq_len), (key_cos.transpose(1, 2), key_sin.transpose(1, 2))  # cached keys: (B, K, S, Dh)
+        key_tables = (key_cos.transpose(1, 2), key_sin.transpose(1, 2))  # (B, 1, S, d_rot) like keys (B, K, S, Dh)
+        return self.rotary(positions, seq_len), key_tables
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

@@ -38,7 +38,7 @@ def _check(ok: bool, name: str, value: object, allowed: str) -> None:
 
 @dataclass
 class DataConfig:
-    source: str = "stdlib"  # text/JSONL file or folder, `stdlib` (offline Python sources), `hf:NAME`, or a prepared folder
+    source: str = "stdlib"  # text/JSONL file or folder, `stdlib` (offline Python sources), `hf:NAME`, a prepared folder
     tokenizer: str = "byte"  # byte (256 ids, nothing to train) | bpe (trained on the corpus) | path to a tokenizer.json
     vocab_size: int = 8192  # ids a bpe tokenizer learns; ignored by byte
     val_fraction: float = 0.05  # share of documents held out for validation
@@ -56,7 +56,7 @@ class DataConfig:
 class OptimizerConfig:
     name: str = "adamw"  # adamw | lion | tiger (train/optim.py OPTIMIZERS)
     lr: float = 1e-3  # peak learning rate; 1e-3 suits tiny models with AdamW, use ~3-10x less with lion/tiger
-    betas: tuple[float, ...] | None = None  # None = the optimizer's default: adamw (0.9, 0.95), lion (0.9, 0.99), tiger (0.945,)
+    betas: tuple[float, ...] | None = None  # None = default: adamw (0.9, 0.95), lion (0.9, 0.99), tiger (0.945,)
     eps: float = 1e-8  # AdamW's denominator guard
     weight_decay: float = 0.1  # decoupled decay on weight matrices only (GPT-3, LLaMA, PaLM use 0.1)
     decay_embeddings: bool = False  # also decay embedding / position tables (usually hurts rare tokens)
@@ -311,7 +311,9 @@ def _model_diff(old: ModelConfig, new: ModelConfig) -> str:
     return ", ".join(f"{k} {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
 
 
-def resolve_model(train: TrainConfig, overrides: dict[str, Value], saved: dict[str, Value] | None = None) -> ModelConfig:
+def resolve_model(
+    train: TrainConfig, overrides: dict[str, Value], saved: dict[str, Value] | None = None
+) -> ModelConfig:
     """The ModelConfig: preset at size (or a resumed run's saved model), then `model.*` overrides.
 
     vocab_size follows the tokenizer unless set explicitly. A resumed run must rebuild the same model.

@@ -45,7 +45,9 @@ def _truncate(path: Path, last_step: int) -> None:
 class MetricsLogger:
     """Appends rows to metrics.jsonl and TensorBoard; a no-op on ranks other than 0."""
 
-    def __init__(self, run_dir: str | Path, start_step: int = 0, tensorboard: bool = True, enabled: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | Path, start_step: int = 0, tensorboard: bool = True, enabled: bool = True
+    ) -> None:
         self.enabled = enabled
         self.writer = None
         if not enabled:

@@ -14,10 +14,9 @@ embedding / head matrix once, and `build_optimizer` turns the groups into one of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-import math
 
 import torch
 from torch import nn

@@ -89,7 +89,7 @@ def build_schedule(
         return partial(warmup_constant, max_lr=max_lr, warmup_steps=warmup_steps)
     if name == "wsd":
         if decay_shape not in DECAY_SHAPES:
-            raise ValueError(f"schedule.decay_shape: unknown shape {decay_shape!r}; choose one of {sorted(DECAY_SHAPES)}")
+            raise ValueError(f"schedule.decay_shape: unknown shape {decay_shape!r}; one of {sorted(DECAY_SHAPES)}")
         decay_steps = max(1, round(decay_fraction * total_steps))
         return partial(warmup_stable_decay, max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps,
                        total_steps=total_steps, decay_steps=decay_steps, shape=decay_shape)

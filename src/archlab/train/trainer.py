@@ -24,12 +24,6 @@ import yaml
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from archlab.nn.config import ModelConfig
-from archlab.nn.functional import cross_entropy, z_loss
-from archlab.infer.generate import check_context, generate_text
-from archlab.infer.sampling import SamplingConfig
-from archlab.nn.model import TransformerLM
-from archlab.train import distributed as dist_utils
 from archlab.checkpoint import (
     Checkpoint,
     capture_rng_state,
@@ -40,8 +34,14 @@ from archlab.checkpoint import (
     save_checkpoint,
     tied_aliases,
 )
-from archlab.train.config import TrainConfig
 from archlab.data.tokens import TokenData, prepare_data
+from archlab.infer.generate import check_context, generate_text
+from archlab.infer.sampling import SamplingConfig
+from archlab.nn.config import ModelConfig
+from archlab.nn.functional import cross_entropy, z_loss
+from archlab.nn.model import TransformerLM
+from archlab.train import distributed as dist_utils
+from archlab.train.config import TrainConfig
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
 from archlab.train.schedule import build_schedule
