@@ -194,7 +194,7 @@ def test_generation_reports_its_cache_and_restores_training_mode() -> None:
     result = generate(model, [[1, 2], [3, 4, 5, 6]], GREEDY)
     c = model.config
     assert result.context_len == 4 + GREEDY.max_new_tokens
-    assert result.cache_bytes == KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim) * 2 * result.context_len
+    assert result.cache_bytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4 * 2 * result.context_len  # fp32, B=2
     assert result.decode_steps == GREEDY.max_new_tokens - 1
     assert model.training
 
@@ -373,10 +373,10 @@ def test_cli_report_memory(fake_checkpoint, capsys) -> None:
                  "--report-memory"]) == 0
     err = capsys.readouterr().err
     c = tiny().config
-    per_token = KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim)
+    per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4  # fp32
     assert f"context 8 tokens x batch 1); allocated {per_token * 8:,} bytes" in err
     for name, k in (("MHA", 4), ("GQA", 2), ("MQA", 1)):
-        assert f"{name} ({k} KV heads): {KVCache.bytes_per_token(c.n_layers, k, c.head_dim):,} B/token" in err
+        assert f"{name} ({k} KV heads): {2 * c.n_layers * k * c.head_dim * 4:,} B/token" in err
     assert "peak process resident memory (RSS)" in err
 
 

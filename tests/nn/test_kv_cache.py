@@ -143,8 +143,7 @@ def test_cache_holds_kv_heads_only(n_kv_heads: int) -> None:
     cache = KVCache.for_model(model, batch_size=3, max_len=10)
     c = model.config
     assert cache.k[0].shape == (3, n_kv_heads, 10, c.head_dim)
-    per_token = KVCache.bytes_per_token(c.n_layers, n_kv_heads, c.head_dim, torch.float32)
-    assert per_token == 2 * c.n_layers * n_kv_heads * c.head_dim * 4
+    per_token = 2 * c.n_layers * n_kv_heads * c.head_dim * 4  # K and V, every layer, fp32
     assert cache.nbytes() == per_token * 3 * 10
 
 
