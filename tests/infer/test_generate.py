@@ -278,8 +278,8 @@ COMPILED = dict(qk_norm="rmsnorm", attn_softcap=30.0, sliding_window=6, final_so
 
 def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> None:
     """The compiled step's logits equal the eager step's to 1e-5 at every cache length. The cache length is a
-    symbol, so the graphs are one per branch of the model's Python (here: before and after the sliding window
-    starts to cut keys), never one per step."""
+    symbol, so the graphs are one per branch of the model's Python (here: before and after the window's ring
+    cache wraps), never one per step."""
     torch._dynamo.reset()
     counters.clear()
     model = tiny(**COMPILED)
@@ -294,7 +294,7 @@ def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> 
             torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
                                        rtol=1e-5, atol=1e-5)
             graphs.append(counters["stats"]["unique_graphs"])
-    assert graphs[0] == 1 and graphs[5] == graphs[-1] == 2  # the window (6) is full from the third step on
+    assert graphs[0] == 1 and graphs[5] == graphs[-1] == 2  # the ring of 6 slots is full from the second step on
 
 
 def test_compiled_generation_samples_the_same_text(tokenizer) -> None:

@@ -118,7 +118,7 @@ class KVCache:
         """Token slot of each key `update` returns (S,) for a ring of `window` slots when t tokens are written
         next; None when those are slots 0..pos+t-1 in order (the ring has not wrapped). See the module doc."""
         p, ring = self.pos, min(window, self.max_len)
-        if p + t <= ring or (t > 1 and p <= ring):  # in order: nothing was overwritten before this call
+        if p + t < ring or (t > 1 and p <= ring):  # in order: nothing was overwritten before this call
             return None
         device = self.k[0].device
         j = torch.arange(ring, device=device)
@@ -135,13 +135,16 @@ class KVCache:
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} tokens needed, capacity max_len={self.max_len}")
         k_buf, v_buf, ring = self.k[layer], self.v[layer], self.rings[layer]
-        if ring is None or end <= ring:  # every slot so far fits: write in place, read the filled prefix
+        if ring is None or end < ring:  # every slot so far fits: write in place, read the filled prefix
             k_buf.narrow(2, self.pos, t).copy_(k)  # narrow: one view op, where [:, :, a:b] costs three
             v_buf.narrow(2, self.pos, t).copy_(v)
             return k_buf.narrow(2, 0, end), v_buf.narrow(2, 0, end)
         if t == 1:  # decoding past the window: overwrite the oldest token, attend to the whole ring
-            k_buf.narrow(2, self.pos % ring, 1).copy_(k)
-            v_buf.narrow(2, self.pos % ring, 1).copy_(v)
+            # an index tensor, not narrow(pos % W): a compiled step would specialise on the slice's offset
+            # (whether it is 0) and compile twice; arange with host ints launches no sync
+            slot = torch.arange(self.pos % ring, self.pos % ring + 1, device=k.device)
+            k_buf.index_copy_(2, slot, k)
+            v_buf.index_copy_(2, slot, v)
             return k_buf, v_buf
         kept = min(self.pos, ring)
         keys, values = torch.cat((k_buf.narrow(2, 0, kept), k), dim=2), torch.cat((v_buf.narrow(2, 0, kept), v), dim=2)
