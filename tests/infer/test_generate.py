@@ -199,6 +199,32 @@ def test_generation_reports_its_cache_and_restores_training_mode() -> None:
     assert model.training
 
 
+@torch.no_grad()
+def greedy_without_cache(model: TransformerLM, prompt: list[int], n: int) -> list[int]:
+    """The slow reference: a full forward over the whole sequence for every new token."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("fields", [
+    dict(sliding_window=4, window_pattern="SF", attn_softcap=5.0, final_softcap=3.0),  # gemma2-style
+    dict(sliding_window=3, n_kv_heads=1),  # mistral-style: every layer windowed, MQA
+])
+def test_windowed_generation_equals_greedy_full_forwards(fields: dict) -> None:
+    """A left-padded batch decoded past 3 windows with the ring caches gives the tokens of full forwards per
+    prompt, while allocating only the window for windowed layers."""
+    model = tiny(**fields)
+    prompts, n = [[5, 6, 7, 8, 9], [10, 11]], 12
+    result = generate(model, prompts, SamplingConfig(max_new_tokens=n, temperature=0))
+    assert result.tokens == [greedy_without_cache(model, p, n) for p in prompts]
+    c = model.config
+    slots = sum(min(c.sliding_window, result.context_len) if c.layer_is_sliding(i) else result.context_len
+                for i in range(c.n_layers))
+    assert result.cache_bytes == 2 * slots * 2 * c.n_kv_heads * c.head_dim * 4  # B=2, K and V, fp32
+
+
 def test_kv_bytes_table_for_mha_gqa_mqa() -> None:
     rows = kv_bytes_table(tiny(n_heads=8, n_kv_heads=8, d_model=64).config, torch.float32, context_len=100)
     assert [(r["attention"], r["n_kv_heads"]) for r in rows] == [("MHA", 8), ("GQA", 2), ("MQA", 1)]
