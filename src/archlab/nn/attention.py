@@ -1,4 +1,4 @@
-"""Causal self-attention with every switch of the seeds in one module.
+"""Causal self-attention with every attention switch archlab offers, in one module.
 
 - MHA / GQA / MQA: `n_kv_heads` K/V heads, query head h reads K/V head h // (H / K) (Ainslie et al.
   arXiv 2305.13245; Shazeer arXiv 1911.02150).

@@ -27,7 +27,7 @@ from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPo
 from archlab.nn.rope import RopePositions, RotaryEmbedding
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
-TRUNC_STDS = 3.0  # the seeds' trunc_normal clips at +-3 standard deviations
+TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations
 
 
 class TransformerLM(nn.Module):
@@ -67,7 +67,7 @@ class TransformerLM(nn.Module):
         """Initialise every parameter and computed buffer; safe to call again, and the way to materialise a
         model built on the meta device: `model.to_empty(device=d); model.init_weights()`.
 
-        | parameter                     | trunc_normal (the seeds)                  | gpt2                         |
+        | parameter                     | trunc_normal (CS336 lecture notes)        | gpt2                         |
         |-------------------------------|-------------------------------------------|------------------------------|
         | Linear weight [out, in]       | N(0, 2/(in+out)) clipped at +-3 std       | N(0, 0.02^2)                 |
         | o_proj, down_proj (residual)  | same                                      | std 0.02 / sqrt(2 n_layers)  |

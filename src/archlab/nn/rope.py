@@ -3,7 +3,7 @@
 Each pair of dimensions of q and k is rotated by the angle p * w_i, w_i = theta^(-2i/d_rot), so that
 q_m . k_n depends only on m - n. Options:
 - layout `half` (rotate_half: pairs (i, i + d_rot/2), as Llama in transformers, NeoX, nanochat) or
-  `interleaved` (pairs (2i, 2i+1), as the RoFormer paper, the seeds' code and GPT-J);
+  `interleaved` (pairs (2i, 2i+1), as the RoFormer paper and GPT-J);
 - partial rotary: only the first d_rot = fraction * head_dim dims rotate, the rest pass through (NeoX 25%);
 - a frequency schedule from `ROPE_SCALINGS`, a pure function (d_rot, theta, scaling[, seq_len]) ->
   (inv_freq, attention_factor); attention_factor multiplies cos and sin (YaRN's temperature):
