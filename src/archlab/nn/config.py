@@ -4,15 +4,20 @@ Each string-valued switch is checked against the registry of the module that own
 FFNS, POSITIONS, ROPE_SCALINGS, ...), so a new variant registered there is accepted here, on the CLI and
 in error messages without further edits. Derived sizes (n_kv_heads, head_dim, d_ff) are resolved in
 `__post_init__`, so a saved config always holds the numbers the model was built with.
+
+Derivations, each beaten by an explicit value (the field's default is `None` = "derive it"):
+- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`);
+- activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
+  different explicit activation is an error, never a silent rewrite;
+- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True.
+Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
+norm="layernorm") must keep their defaults otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import types
-import typing
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -30,6 +35,12 @@ EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
 ATTN_IMPLS = ("auto", "sdpa", "eager")
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
+DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
+# field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
+ONLY_WITH = {
+    "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
+    "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
+}
 
 
 class ConfigError(ValueError):
@@ -62,8 +73,8 @@ class ModelConfig:
     # --- block and feed-forward ---
     block: str = "serial"  # serial | parallel (attention and MLP read the same input)
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
-    ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu set the activation too
-    activation: str = "silu"  # relu | gelu | gelu_tanh | silu | swish | sigmoid | tanh | leaky_relu
+    ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
+    activation: str | None = None  # relu | gelu | gelu_tanh | silu | swish | ...; None = the shorthand's, else silu
     swish_beta: float = 1.0  # beta of swish(x) = x * sigmoid(beta x)
     bias: bool = False  # biases on the attention and FFN linears (modern LMs drop them)
     attn_bias: bool | None = None  # biases on q, k, v, o; None = follow `bias`
@@ -106,12 +117,11 @@ class ModelConfig:
         object.__setattr__(self, name, value)  # frozen dataclass: only __post_init__ resolves fields
 
     def _resolve(self) -> None:
-        if self.ffn in GLU_SHORTHANDS:
-            kind, act = GLU_SHORTHANDS[self.ffn]
-            self._set("ffn", kind)
-            self._set("activation", act)
+        ffn, activation = _expand_ffn(self.ffn, self.activation)
+        self._set("ffn", ffn)
+        self._set("activation", DEFAULT_ACTIVATION if activation is None else activation)
         if isinstance(self.rope_scaling, dict):
-            self._set("rope_scaling", RopeScaling(**self.rope_scaling))
+            self._set("rope_scaling", _rope_scaling(self.rope_scaling))
         for name in ("d_model", "n_heads", "d_ff_multiple_of"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise _bad(name, getattr(self, name), "a positive integer")
@@ -143,6 +153,9 @@ class ModelConfig:
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, "one of " + ", ".join(ROPE_SCALINGS))
         if self.parallel_norms not in (1, 2):
             raise _bad("parallel_norms", self.parallel_norms, "1 (shared input norm) or 2")
+        for name in inapplicable_fields({f.name: getattr(self, f.name) for f in fields(self)}):
+            switch, want = ONLY_WITH[name]
+            raise _bad(name, getattr(self, name), f"only with {switch}={want!r} ({switch}={getattr(self, switch)!r})")
 
     def _check_sizes(self) -> None:
         for name in ("vocab_size", "n_layers", "n_kv_heads", "head_dim", "d_ff", "max_seq_len",
@@ -157,15 +170,9 @@ class ModelConfig:
                 raise _bad(name, getattr(self, name), "a probability in [0, 1)")
         if self.norm_eps <= 0:
             raise _bad("norm_eps", self.norm_eps, "a positive number")
-        if self.norm_bias and self.norm != "layernorm":
-            raise _bad("norm_bias", self.norm_bias, "True only with norm='layernorm' (RMSNorm has no beta)")
 
     def _check_positions(self) -> None:
         if self.position != "rope":
-            defaults = {f.name: f.default for f in fields(self)}
-            for name in ("rope_theta", "rope_layout", "rope_fraction", "rope_scaling"):
-                if getattr(self, name) != defaults[name]:
-                    raise _bad(name, getattr(self, name), f"only with position='rope' (position={self.position!r})")
             if self.position == "sinusoidal" and self.d_model % 2:
                 raise _bad("d_model", self.d_model, "an even number with sinusoidal positions")
             return
@@ -229,56 +236,46 @@ class ModelConfig:
             raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
         return cls(**d)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+
+# ----- helpers for building a ModelConfig from layers of fields -----
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 
-# ----- CLI / YAML values -> typed fields -----
-def parse_value(cls: type, name: str, text: str) -> Any:
-    """Turn the string `text` into the type of dataclass field `cls.name` (int, float, bool, str, None)."""
-    hints = typing.get_type_hints(cls)
-    if name not in hints:
-        known = ", ".join(f.name for f in fields(cls))
-        raise ConfigError(f"{cls.__name__} has no field {name!r}; known fields: {known}")
-    hint = hints[name]
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if text.lower() in ("none", "null") and type(None) in options:
-        return None
-    for kind in options:
-        if kind is bool:
-            if text.lower() in ("true", "1", "yes", "on"):
-                return True
-            if text.lower() in ("false", "0", "no", "off"):
-                return False
-        elif kind in (int, float):
-            try:
-                return kind(text)
-            except ValueError:
-                continue
-        elif kind is str:
-            return text
-        elif dataclasses.is_dataclass(kind):
-            return kind(**json.loads(text)) if text.startswith("{") else kind(kind=text)
-    raise ConfigError(f"{cls.__name__}.{name}={text!r}: expected {hint}")
+def inapplicable_fields(values: dict[str, Any]) -> list[str]:
+    """The fields of `values` set away from their default although their switch (ONLY_WITH) is off."""
+    return [name for name, (switch, want) in ONLY_WITH.items()
+            if values.get(switch, _DEFAULTS[switch]) != want and values.get(name, _DEFAULTS[name]) != _DEFAULTS[name]]
 
 
-def parse_overrides(cls: type, args: list[str]) -> dict[str, Any]:
-    """`--name value` / `--name=value` / `--model.name value` pairs -> {name: typed value} for `cls`."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--"):
-            raise ConfigError(f"expected --field value, got {flag!r}")
-        key, _, value = flag[2:].partition("=")
-        if not _:
-            if i + 1 >= len(args):
-                raise ConfigError(f"flag {flag} needs a value")
-            value, i = args[i + 1], i + 1
-        key = key.removeprefix("model.").replace("-", "_")
-        out[key] = parse_value(cls, key, value)
-        i += 1
-    return out
+def expand_shorthands(layer: dict[str, Any]) -> dict[str, Any]:
+    """One layer of fields with an ffn shorthand spelled out: {"ffn": "swiglu"} -> {"ffn": "glu", "activation":
+    "silu"}, so the shorthand's activation beats a lower layer's (a preset's). The same layer setting another
+    activation fails."""
+    if layer.get("ffn") not in GLU_SHORTHANDS:
+        return dict(layer)
+    ffn, activation = _expand_ffn(layer["ffn"], layer.get("activation"))
+    return {**layer, "ffn": ffn, "activation": activation}
 
 
-__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "parse_overrides", "parse_value"]
+def _expand_ffn(ffn: str, activation: str | None) -> tuple[str, str | None]:
+    """(ffn, activation) with a GLU shorthand spelled out; a shorthand with another activation fails."""
+    if ffn not in GLU_SHORTHANDS:
+        return ffn, activation
+    kind, act = GLU_SHORTHANDS[ffn]
+    if activation not in (None, act):
+        raise _bad("activation", activation, f"not with ffn={ffn!r} (= glu + {act}): set ffn='glu' for another "
+                   "activation")
+    return kind, act
+
+
+def _rope_scaling(d: dict[str, Any]) -> RopeScaling:
+    """A RopeScaling from a dict (a saved config, or Python callers), unknown keys named in one line."""
+    known = [f.name for f in fields(RopeScaling)]
+    unknown = [k for k in d if k not in known]
+    if unknown:
+        raise ConfigError(f"ModelConfig.rope_scaling has no field {unknown[0]!r}; RopeScaling has the fields "
+                          f"{', '.join(known)}")
+    return RopeScaling(**d)
+
+
+__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "expand_shorthands", "inapplicable_fields"]
