@@ -121,20 +121,23 @@ def _one(kind: object, value: Value) -> Value:
         if items is None:
             raise _NoMatch
         return tuple(_one(typing.get_args(kind)[0], item) for item in items)
+    if isinstance(value, bool) and kind is not bool:
+        raise _NoMatch  # YAML's true/false is never a number or a word
     if kind is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, (str, int)) and str(value).strip().lower() in BOOL_WORDS:
             return BOOL_WORDS[str(value).strip().lower()]
-    elif kind is int and not isinstance(value, bool):
+    elif kind is int:
         return _integer(value)
-    elif kind is float and not isinstance(value, bool):
+    elif kind is float:
         try:
             return float(value)
         except (TypeError, ValueError):
             pass
-    elif kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
+    elif kind is str:
+        if isinstance(value, (str, int, float)):
+            return str(value)
     elif isinstance(kind, type) and isinstance(value, kind):
         return value
     raise _NoMatch
