@@ -12,6 +12,11 @@ Derivations, each beaten by an explicit value (the field's default is `None` = "
 - attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True.
 Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
 norm="layernorm") must keep their defaults otherwise.
+
+NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` keeps the GLU's
+d_ff and `replace(config, norm_position="post")` keeps final_norm=True. To vary a field, apply it where the
+layers are still apart (`ModelConfig.from_preset(name, size, **overrides)`, or dotted keys through
+archlab/overrides.py), not to a built config.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ class ModelConfig:
     final_softcap: float | None = None  # cap * tanh(logits / cap) (Gemma 2: 30)
     dropout: float = 0.0  # embedding and residual dropout (modern LMs: 0)
     attn_dropout: float = 0.0  # dropout on attention probabilities
-    init: str = "trunc_normal"  # trunc_normal (the seeds) | gpt2 (see TransformerLM.init_weights)
+    init: str = "trunc_normal"  # trunc_normal (N(0, 2/(in+out)) clipped at 3 std) | gpt2 (TransformerLM.init_weights)
 
     def __post_init__(self) -> None:
         self._resolve()
@@ -220,7 +225,8 @@ class ModelConfig:
     # ----- construction and serialisation -----
     @classmethod
     def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
-        """A named architecture at a named size, then `overrides` (field=value) on top."""
+        """A named architecture at a named size, then `overrides` (field=value) on top: an override always
+        wins over the size, the architecture and anything they derive (nn/presets.py)."""
         from archlab.nn.presets import build_preset  # presets import this module
 
         return build_preset(name, size, **overrides)
