@@ -13,6 +13,7 @@ import pytest
 
 from archlab.cli import main
 from archlab.nn.config import ConfigError, ModelConfig, RopeScaling
+from archlab.nn.presets import build_preset
 from archlab.overrides import coerce, defaults, flatten, load_yaml, parse_flags, set_dotted, typed_overrides
 from archlab.train.config import OptimizerConfig, TrainConfig, resolve_config
 
@@ -187,7 +188,7 @@ def test_inspect_and_train_resolve_the_same_flags_to_the_same_model(preset: str,
     flat = [flag.replace("--model.", "--") for flag in flags]  # inspect's documented spelling: --n_kv_heads 1
     assert _inspect(["--preset", preset, *flat], capsys) == expected
     typed = typed_overrides(ModelConfig, {k.removeprefix("model."): v for k, v in parse_flags(flags).items()})
-    assert ModelConfig.from_preset(preset, **typed) == model
+    assert build_preset(preset, **typed) == model
 
 
 @pytest.mark.parametrize("command", ["inspect", "train"])

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from archlab.costs import DTYPE_BYTES, Report, report
 from archlab.nn.config import ModelConfig
-from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import parse_flags, typed_overrides
 
 
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
-    config = ModelConfig.from_preset(args.preset, args.size, **typed_overrides(ModelConfig, flags))
+    config = build_preset(args.preset, args.size, **typed_overrides(ModelConfig, flags))
     if args.context is not None and args.context < 1:
         raise ValueError(f"--context={args.context} is not allowed: a positive number of tokens")
     r = report(config, args.context, args.dtype)

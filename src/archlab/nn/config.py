@@ -15,7 +15,7 @@ norm="layernorm") must keep their defaults otherwise.
 
 NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` keeps the GLU's
 d_ff and `replace(config, norm_position="post")` keeps final_norm=True. To vary a field, apply it where the
-layers are still apart (`ModelConfig.from_preset(name, size, **overrides)`, or dotted keys through
+layers are still apart (`build_preset(name, size, **overrides)` in nn/presets.py, or dotted keys through
 archlab/overrides.py), not to a built config.
 """
 
@@ -223,14 +223,6 @@ class ModelConfig:
         return self.window_pattern[layer_idx % len(self.window_pattern)] == "S"
 
     # ----- construction and serialisation -----
-    @classmethod
-    def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
-        """A named architecture at a named size, then `overrides` (field=value) on top: an override always
-        wins over the size, the architecture and anything they derive (nn/presets.py)."""
-        from archlab.nn.presets import build_preset  # presets import this module
-
-        return build_preset(name, size, **overrides)
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.nn.config import ModelConfig, expand_shorthands
-from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.optim import DEFAULT_BETAS, OPTIMIZERS
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
@@ -200,7 +200,7 @@ def resolve_model(
     typed = typed_overrides(ModelConfig, {k.removeprefix("model."): v for k, v in overrides.items()}, "model.")
     if saved is None:
         typed.setdefault("vocab_size", tokenizer_vocab_size(train.data))
-        return ModelConfig.from_preset(train.preset, train.size, **typed)
+        return build_preset(train.preset, train.size, **typed)
     old = ModelConfig.from_dict(dict(saved))
     new = ModelConfig.from_dict({**old.to_dict(), **expand_shorthands(typed)})
     if new != old:
