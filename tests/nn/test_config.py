@@ -3,6 +3,7 @@ a caller's value always beats a preset, a shorthand or a derivation."""
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -190,3 +191,21 @@ def test_saved_configs_and_rope_scaling_dicts_load():
     assert saved["activation"] == "silu" and ModelConfig.from_dict(saved) == c
     with pytest.raises(ConfigError, match="rope_scaling has no field 'bogus'; RopeScaling has the fields kind"):
         ModelConfig(rope_scaling={"kind": "linear", "bogus": 1})
+
+
+FLOAT_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if "float" in str(f.type)]
+
+
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_every_float_field_rejects_nan_and_inf(name: str, value: float) -> None:
+    extra = {"sliding_window": 8} if name == "attn_softcap" else {}
+    with pytest.raises(ConfigError, match=rf"^ModelConfig\.{name}=(nan|inf|-inf) is not allowed: a finite number$"):
+        ModelConfig(**extra, **{name: value})
+
+
+def test_rope_scaling_floats_and_swish_beta_domain() -> None:
+    with pytest.raises(ConfigError, match=r"^ModelConfig\.rope_scaling\.factor=inf is not allowed"):
+        ModelConfig(rope_scaling={"kind": "linear", "factor": math.inf})
+    with pytest.raises(ConfigError, match=r"^ModelConfig\.swish_beta=0\.0 is not allowed: a positive number"):
+        ModelConfig(swish_beta=0.0)

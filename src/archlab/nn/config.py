@@ -52,6 +52,16 @@ class ConfigError(ValueError):
     """A bad config value: the message names the field, the value and what is allowed."""
 
 
+def check_finite(config: object, prefix: str) -> None:
+    """Every float of dataclass `config` (tuples included) is a finite number: NaN and inf pass most range checks
+    (`nan <= 0` and `inf <= 1` are both False), so they are refused here first, naming `prefix` + the field."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise ConfigError(f"{prefix}{f.name}={value!r} is not allowed: a finite number")
+
+
 def _bad(name: str, value: object, allowed: str) -> ConfigError:
     return ConfigError(f"ModelConfig.{name}={value!r} is not allowed: {allowed}")
 
@@ -111,7 +121,10 @@ class ModelConfig:
     init: str = "trunc_normal"  # trunc_normal (N(0, 2/(in+out)) clipped at 3 std) | gpt2 (TransformerLM.init_weights)
 
     def __post_init__(self) -> None:
+        check_finite(self, "ModelConfig.")
         self._resolve()
+        if self.rope_scaling is not None:
+            check_finite(self.rope_scaling, "ModelConfig.rope_scaling.")
         self._check_choices()
         self._check_sizes()
         self._check_positions()
@@ -175,6 +188,8 @@ class ModelConfig:
                 raise _bad(name, getattr(self, name), "a probability in [0, 1)")
         if self.norm_eps <= 0:
             raise _bad("norm_eps", self.norm_eps, "a positive number")
+        if self.swish_beta <= 0:
+            raise _bad("swish_beta", self.swish_beta, "a positive number (x * sigmoid(beta x))")
 
     def _check_positions(self) -> None:
         if self.position != "rope":

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from archlab.nn.config import ModelConfig, expand_shorthands
+from archlab.nn.config import ModelConfig, check_finite, expand_shorthands
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.optim import DEFAULT_BETAS, OPTIMIZERS
@@ -42,6 +42,7 @@ class DataConfig:
     block_size: int | None = None  # tokens per sequence; None = model.max_seq_len
 
     def __post_init__(self) -> None:
+        check_finite(self, "data.")
         _check(self.batch_size >= 1, "data.batch_size", self.batch_size, "an integer >= 1")
         _check(self.block_size is None or self.block_size >= 1, "data.block_size", self.block_size, "None or >= 1")
         _check(0 < self.val_fraction < 1, "data.val_fraction", self.val_fraction, "a fraction in (0, 1)")
@@ -59,6 +60,7 @@ class OptimizerConfig:
     grad_accum: int = 1  # micro-steps whose gradients add up to one optimizer step (same batch, less memory)
 
     def __post_init__(self) -> None:
+        check_finite(self, "optimizer.")
         _check(self.name in OPTIMIZERS, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZERS))
         _check(self.lr >= 0, "optimizer.lr", self.lr, "a learning rate >= 0")
         _check(self.weight_decay >= 0, "optimizer.weight_decay", self.weight_decay, "a value >= 0")
@@ -82,6 +84,7 @@ class ScheduleConfig:
     decay_shape: str = "linear"  # wsd cooldown: linear | 1-sqrt (Hägele et al., arXiv 2405.18392)
 
     def __post_init__(self) -> None:
+        check_finite(self, "schedule.")
         _check(self.name in SCHEDULES, "schedule.name", self.name, "one of " + ", ".join(SCHEDULES))
         _check(self.warmup_steps is None or self.warmup_steps >= 0, "schedule.warmup_steps", self.warmup_steps,
                "None or an integer >= 0")
@@ -98,6 +101,7 @@ class PrecisionConfig:
     compile: bool = False  # torch.compile the model (faster steps after a slow first one)
 
     def __post_init__(self) -> None:
+        check_finite(self, "precision.")
         _check(self.dtype in DTYPES, "precision.dtype", self.dtype, "one of " + ", ".join(DTYPES))
         _check(self.device in DEVICES, "precision.device", self.device, "one of " + ", ".join(DEVICES))
 
@@ -109,6 +113,7 @@ class CheckpointConfig:
     max_bad_steps: int = 5  # consecutive non-finite steps (skipped) before the run stops
 
     def __post_init__(self) -> None:
+        check_finite(self, "checkpoint.")
         _check(self.save_every >= 0, "checkpoint.save_every", self.save_every, "an integer >= 0 (0 = end only)")
         _check(self.keep_last >= 1, "checkpoint.keep_last", self.keep_last, "an integer >= 1")
         _check(self.max_bad_steps >= 1, "checkpoint.max_bad_steps", self.max_bad_steps, "an integer >= 1")
@@ -128,6 +133,7 @@ class LoggingConfig:
     progress: bool = True  # tqdm progress bar on rank 0
 
     def __post_init__(self) -> None:
+        check_finite(self, "logging.")
         for name in ("log_every",):
             _check(getattr(self, name) >= 1, f"logging.{name}", getattr(self, name), "an integer >= 1")
         for name in ("eval_every", "eval_batches", "ratio_every", "samples", "sample_tokens"):
@@ -154,6 +160,7 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
+        check_finite(self, "")
         _check(self.preset in PRESETS, "preset", self.preset, "one of " + ", ".join(PRESETS))
         _check(self.size in SIZES, "size", self.size, "one of " + ", ".join(SIZES))
         _check(self.steps >= 1, "steps", self.steps, "an integer >= 1")
