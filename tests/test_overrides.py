@@ -152,12 +152,14 @@ def test_yaml_flattens_to_the_same_keys_as_flags(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("a: [1, 2\n", r"config file .*run.yaml is not valid YAML \(line 2\): expected ',' or ']'"),
+    ("a: [1, 2\n", r"config file .*run.yaml is not valid YAML \(line 2, column 1\): expected ',' or ']'"),
+    ("a: 1\n  b: 2\n", r"config file .*run.yaml is not valid YAML \(line 2, column 4\): mapping values"),
     ("- 1\n- 2\n", r"config file .*run.yaml must hold a mapping of keys to values, got list"),
+    (b"steps: 10\n# caf\xe9\n", r"config file .*run.yaml is not UTF-8 text \(byte 15: 0xe9\); save it as UTF-8"),
 ])
-def test_bad_yaml_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_yaml_is_one_line(tmp_path: Path, text: str | bytes, message: str) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConfigError) as err:
         load_yaml(path)
     assert "\n" not in str(err.value) and re.match(message, str(err.value)), str(err.value)

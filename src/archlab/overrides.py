@@ -87,9 +87,12 @@ def load_yaml(path: str | Path) -> dict[str, Value]:
         raise FileNotFoundError(f"config file {path} does not exist")
     try:
         tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}: {err.object[err.start]:#04x}); "
+                          f"save it as UTF-8") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values, got {type(tree).__name__}")
