@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from archlab import KVCache, ModelConfig, TransformerLM
+from archlab import KVCache, ModelConfig, TransformerLM, build_preset
 from archlab.cli import main
 from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within, parameter_counts
 from archlab.infer.generate import generate
@@ -34,7 +34,7 @@ def _by_part(model: TransformerLM) -> dict[str, int]:
 @pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("size", ["tiny", "small", "gpt2-small"])
 def test_parameter_count_by_part_matches_model(preset, size):
-    cfg = ModelConfig.from_preset(preset, size)
+    cfg = build_preset(preset, size)
     with torch.device("meta"):
         model = TransformerLM(cfg)
     counts = parameter_counts(cfg)
@@ -44,12 +44,12 @@ def test_parameter_count_by_part_matches_model(preset, size):
 
 
 def test_gpt2_small_is_124m():
-    assert abs(parameter_counts(ModelConfig.from_preset("gpt2", "gpt2-small"))["total"] - 124.4e6) < 0.1e6
+    assert abs(parameter_counts(build_preset("gpt2", "gpt2-small"))["total"] - 124.4e6) < 0.1e6
 
 
 @pytest.mark.parametrize("preset", ["llama", "gemma2", "neox", "palm", "original"])
 def test_flops_match_torch_flop_counter(preset):
-    cfg = ModelConfig.from_preset(preset, "tiny", attn_impl="eager", max_seq_len=32)
+    cfg = build_preset(preset, "tiny", attn_impl="eager", max_seq_len=32)
     model = TransformerLM(cfg)
     t = 24
     with FlopCounterMode(display=False) as counter:
@@ -96,7 +96,7 @@ def test_kv_tokens_within_a_budget(pattern):
 def test_inspect_allocated_and_reported_kv_bytes_agree_for_a_windowed_model(capsys):
     """One formula: `archlab inspect`'s KV bytes == what the cache of a gemma2 model (alternating windowed and
     full layers) allocates while generating 3 windows of context == the `--report-memory` figures."""
-    cfg = ModelConfig.from_preset("gemma2", "tiny")  # window 64 on layer 0, layer 1 full
+    cfg = build_preset("gemma2", "tiny")  # window 64 on layer 0, layer 1 full
     context = 3 * cfg.sliding_window
     assert main(["inspect", "--preset", "gemma2", "--size", "tiny", "--context", str(context), "--dtype", "fp32",
                  "--json"]) == 0
@@ -116,7 +116,7 @@ def test_inspect_cli_json_and_errors():
     run = [sys.executable, "-m", "archlab", "inspect", "--preset", "qwen3", "--size", "small", "--json"]
     out = subprocess.run(run + ["--n_layers", "3"], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
-    cfg = ModelConfig.from_preset("qwen3", "small", n_layers=3)
+    cfg = build_preset("qwen3", "small", n_layers=3)
     assert got["params"]["total"] == sum(p.numel() for p in TransformerLM(cfg).parameters())
     bad = subprocess.run(run + ["--n_kv_heads", "3"], capture_output=True, text=True)
     assert bad.returncode == 2
