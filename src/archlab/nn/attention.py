@@ -10,7 +10,10 @@
 - sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2 alternates); its cache
   keeps only the window (nn/kv_cache.py), and its mask and bias come with its `AttentionInputs`.
 - RoPE (how q and k are rotated is the `RopePositions` plan of nn/rope.py, asked at projection time and after
-  the cache update), or an additive bias from positions.py (relative, ALiBi), or nothing.
+  the cache update), or an additive bias from positions.py (relative, ALiBi), or nothing. ReRoPE (nn/rerope.py)
+  builds two score matrices itself and so always takes the eager path.
+- log-n scaling: q times log(n) / log(L_train), n the keys the query sees (Su, kexue.fm/archives/8823); the
+  model computes the factor per query (`AttentionInputs.query_scale`), so SDPA stays usable.
 The fast path is F.scaled_dot_product_attention (is_causal, no mask tensor, when nothing needs one); the
 eager path in functional.eager_attention supports everything and is tested against it.
 
@@ -27,9 +30,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from archlab.nn.config import ModelConfig
-from archlab.nn.functional import eager_attention
+from archlab.nn.functional import attention_from_scores, eager_attention
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
+from archlab.nn.rerope import ReRopePositions
 from archlab.nn.rope import RopePositions
 
 
@@ -38,10 +42,11 @@ class AttentionInputs:
     """What a layer's attention needs besides x, computed once per forward by the model for each kind of
     layer (full, sliding-window): the keys a kind reads, and so its mask and bias, differ with its cache."""
 
-    rope: RopePositions | None  # how q and k are rotated; None without RoPE
+    rope: RopePositions | ReRopePositions | None  # how q and k are rotated; None without RoPE (or a NoPE layer)
     mask: torch.Tensor | None  # bool (B|1, 1, T, S), True = visible; None = plain causal
     bias: torch.Tensor | None  # additive (1, H, T, S) position bias, or None
     cache: KVCache | None
+    query_scale: torch.Tensor | None = None  # (B, 1, T, 1) log-n factor per query (attn_logn), or None
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -102,17 +107,26 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         B, T, _ = x.shape
         q, k, v = self.project(x, inp)
+        if inp.query_scale is not None:
+            q = q * inp.query_scale.to(q.dtype)  # scales each query's scores: log-n
         if inp.cache is not None:
             k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
         if inp.rope is not None:
             k = inp.rope.rotate_cached_keys(k)  # (B, K, S, Dh)
+        rerope = isinstance(inp.rope, ReRopePositions)
         mask = inp.mask
-        if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa):
+        if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa or rerope):
             S = k.shape[2]  # plain causal over keys in slot order, made explicit
             mask = causal_mask(torch.arange(S - T, S, device=x.device), torch.arange(S, device=x.device), None, None)
         causal = mask is None and T > 1  # SDPA's is_causal: no mask tensor needed
-        q, k, v, bias = self._match_heads(q, k, v, inp.bias)
         dropout = self.dropout if self.training else 0.0
+        if rerope:
+            n_rep = self.n_heads // self.n_kv_heads
+            scores = inp.rope.scores(q, repeat_kv(k, n_rep)) * self.scale  # (B, H, T, S)
+            y = attention_from_scores(scores, repeat_kv(v, n_rep), inp.bias, mask, self.softcap, dropout,
+                                      self.training)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        q, k, v, bias = self._match_heads(q, k, v, inp.bias)
         if self.use_sdpa:
             y = self._sdpa(q, k, v, mask, bias, dropout, causal)
         else:

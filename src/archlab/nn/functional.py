@@ -78,13 +78,25 @@ def eager_attention(
     mask bool broadcastable to (B, H, T, S), True where a key is visible. Returns (B, H, T, Dh).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    return attention_from_scores((q @ k.transpose(-2, -1)) * scale, v, bias, mask, cap, dropout_p, training)
+
+
+def attention_from_scores(
+    scores: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    cap: float | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """The rest of `eager_attention` once the scaled scores (B, H, T, S) are known (ReRoPE builds its own)."""
     scores = softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    probs = softmax(scores.float(), dim=-1).to(q.dtype)
+    probs = softmax(scores.float(), dim=-1).to(v.dtype)
     if dropout_p and training:
         probs = F.dropout(probs, dropout_p)
     return probs @ v  # (B, H, T, Dh)

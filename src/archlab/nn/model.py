@@ -24,7 +24,8 @@ from archlab.nn.functional import softcap
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import RMSNorm, build_norm
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
-from archlab.nn.rope import RopePositions, RotaryEmbedding
+from archlab.nn.rerope import ReRopePositions, rerope_plan
+from archlab.nn.rope import POSITION_REMAPS, RopePositions, RotaryEmbedding
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
 TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations
@@ -155,13 +156,13 @@ class TransformerLM(nn.Module):
         each kind's key positions, so each kind gets its own."""
         rope = None
         if self.rotary is not None and (cache is None or not self.rotary.caches_unrotated_keys):
-            rope = self.rotary.plan(positions, bound)
+            rope = self._rope_plan(positions, bound)
         kinds = {window: self._kind_inputs(positions, cache, bound, window, rope) for window in self._kinds}
         return [kinds[window] for window in self.layer_windows]
 
     def _kind_inputs(
         self, positions: torch.Tensor, cache: KVCache | None, bound: int | None, window: int | None,
-        rope: RopePositions | None,
+        rope: RopePositions | ReRopePositions | None,
     ) -> AttentionInputs:
         """Inputs for the layers with this `window` (None: full): the keys they read are token slots
         0..offset+T-1 in order, or with a ring cache past the window those `KVCache.key_slots` lists."""
@@ -185,9 +186,18 @@ class TransformerLM(nn.Module):
             if self.rel_bias is not None:
                 bias = self.rel_bias(q_slots[:, None] - k_slots[None, :])  # (1, H, T, S)
         if self.rotary is not None and rope is None:  # keys cached unrotated: tables for every key read
-            rope = self.rotary.plan(positions, key_positions=cache.slot_positions(
+            rope = self._rope_plan(positions, key_positions=cache.slot_positions(
                 offset + t if key_slots is None else key_slots))
         return AttentionInputs(rope, mask, bias, cache)
+
+    def _rope_plan(
+        self, positions: torch.Tensor, bound: int | None = None, key_positions: torch.Tensor | None = None
+    ) -> RopePositions | ReRopePositions:
+        """The rotary plan: ReRoPE's two rotations (keys at `key_positions`, without a cache the new tokens
+        themselves) or one of `RotaryEmbedding.plan`."""
+        if self.rotary.scaling.kind in POSITION_REMAPS:
+            return rerope_plan(self.rotary, positions, positions if key_positions is None else key_positions)
+        return self.rotary.plan(positions, bound, key_positions)
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

@@ -14,6 +14,9 @@ q_m . k_n depends only on m - n. Options:
     dynamic       NTK-aware with the scale set by the current length, as transformers' `dynamic`
     yarn          by-parts ramp linear in the pair index, plus temperature 0.1 ln s + 1 (arXiv 2309.00071)
     llama3        by-parts with alpha/beta = low_freq_factor/high_freq_factor (Llama 3.1)
+    rerope        w_i, but the relative position m - n is clipped to `window` W beyond it (Su, "Transformer
+                  upgrade 12", kexue.fm/archives/9708); leaky_rerope continues past W with slope 1/factor,
+                  W + (m - n - W) / k. These change positions, not frequencies: nn/rerope.py
   Each schedule equals transformers 5's `ROPE_INIT_FUNCTIONS` entry (modeling_rope_utils.py; tested against
   it); the mapping to Hugging Face `rope_parameters` lives in `archlab.interop.hf_config`.
 
@@ -63,6 +66,7 @@ class RopeScaling:
     mscale: float | None = None  # yarn (DeepSeek): numerator k of m(s, k) = 0.1 k ln s + 1
     mscale_all_dim: float | None = None  # yarn (DeepSeek): denominator k; both set -> m(s, mscale)/m(s, all_dim)
     truncate: bool = True  # yarn: floor/ceil the ramp ends to whole pairs, as the authors' code does
+    window: int | None = None  # rerope, leaky_rerope: W, the relative distances kept exact (below the training length)
 
     def __post_init__(self) -> None:
         if self.kind not in ROPE_SCALINGS:
@@ -71,6 +75,8 @@ class RopeScaling:
             raise _bad("factor", self.factor, "a number >= 1 (the context extension ratio)")
         if self.kind == "none" and self.factor != 1:
             raise _bad("factor", self.factor, "1 with kind='none' (pick a scaling kind to stretch the context)")
+        if self.kind == "rerope" and self.factor != 1:
+            raise _bad("factor", self.factor, "1 with kind='rerope' (leaky_rerope takes the slope 1/factor)")
         required, optional = SCALING_FIELDS[self.kind]
         for f in fields(self):
             value = getattr(self, f.name)
@@ -91,6 +97,9 @@ class RopeScaling:
             raise _bad("beta_fast", self.beta_fast, f"> beta_slow={self.beta_slow} > 0")
         if self.low_freq_factor is not None and not 0 < self.low_freq_factor < (self.high_freq_factor or math.inf):
             raise _bad("high_freq_factor", self.high_freq_factor, f"> low_freq_factor={self.low_freq_factor} > 0")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
+                                        or self.window < 1):
+            raise _bad("window", self.window, "a positive integer (the exact distances of ReRoPE)")
         for name in ("attention_factor", "mscale", "mscale_all_dim"):
             if getattr(self, name) is not None and not getattr(self, name) >= 0:
                 raise _bad(name, getattr(self, name), "None or a number >= 0")
@@ -187,9 +196,10 @@ def yarn(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, 
 
 ROPE_SCALINGS: dict[str, ScalingFn] = {
     "none": no_scaling, "linear": linear, "ntk": ntk, "ntk_by_parts": ntk_by_parts,
-    "dynamic": dynamic, "yarn": yarn, "llama3": llama3,
+    "dynamic": dynamic, "yarn": yarn, "llama3": llama3, "rerope": no_scaling, "leaky_rerope": no_scaling,
 }
 LENGTH_DEPENDENT = ("dynamic",)  # schedules whose frequencies change with the current length
+POSITION_REMAPS = ("rerope", "leaky_rerope")  # kinds that remap relative positions per (query, key): nn/rerope.py
 
 # kind -> (required fields, optional fields) besides `kind` and `factor`
 SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -199,6 +209,7 @@ SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "yarn": (("original_max_seq_len",),
              ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
     "llama3": (("original_max_seq_len", "low_freq_factor", "high_freq_factor"), ()),
+    "rerope": (("window",), ()), "leaky_rerope": (("window",), ()),
 }
 
 
@@ -298,8 +309,9 @@ class RotaryEmbedding(nn.Module):
 
     @property
     def caches_unrotated_keys(self) -> bool:
-        """Whether a cached key's rotation depends on later steps, so the cache must hold it unrotated."""
-        return self.length_dependent
+        """Whether a cached key's rotation depends on later steps, so the cache must hold it unrotated: a
+        length-dependent schedule, or a position remap (ReRoPE) that rotates each key two ways per query."""
+        return self.length_dependent or self.scaling.kind in POSITION_REMAPS
 
     def plan(
         self, positions: torch.Tensor, bound: int | None = None, key_positions: torch.Tensor | None = None
