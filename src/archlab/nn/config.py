@@ -40,11 +40,13 @@ EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
 ATTN_IMPLS = ("auto", "sdpa", "eager")
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
+POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
 # field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
 ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
+    "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
 }
 
 
@@ -101,6 +103,8 @@ class ModelConfig:
     rope_layout: str = "half"  # half (rotate_half) | interleaved (pairs 2i, 2i+1: RoFormer, GPT-J)
     rope_fraction: float = 1.0  # share of each head that rotates (NeoX 0.25)
     rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/rope.py)
+    position_pattern: str = "R"  # cycled over layers: R = RoPE, N = NoPE ("RRRN" = Llama 4 / SmolLM3 style)
+    rope_theta_local: float | None = None  # RoPE base of sliding-window layers; None = rope_theta (Gemma 3: 10k)
     relative_buckets: int = 32  # T5 relative bias: number of distance buckets
     relative_max_distance: int = 128  # T5 relative bias: distance of the last bucket
     # --- attention ---
@@ -112,6 +116,8 @@ class ModelConfig:
     sliding_window: int | None = None  # keys a windowed layer sees (itself and window-1 before it)
     window_pattern: str = "S"  # cycled over layers: S = windowed, F = full ("SF" = Gemma 2)
     attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
+    attn_logn: bool = False  # scale each query's scores by log(n) / log(attn_logn_base), n = keys it sees
+    attn_logn_base: int | None = None  # length where the log-n factor is 1 (kexue.fm/archives/8823); None = max_seq_len
     # --- embeddings and output ---
     tie_embeddings: bool = False  # lm_head shares the embedding matrix
     embed_scale: str = "none"  # none | sqrt_d (multiply embeddings by sqrt(d_model): Vaswani, Gemma)
@@ -204,6 +210,10 @@ class ModelConfig:
                        f"{self.head_dim * self.rope_fraction:g})")
         if self.rope_theta <= 1:
             raise _bad("rope_theta", self.rope_theta, "a base > 1")
+        if self.rope_theta_local is not None and not self.rope_theta_local > 1:
+            raise _bad("rope_theta_local", self.rope_theta_local, "None or a base > 1")
+        if not self.position_pattern or set(self.position_pattern) - set(POSITION_LAYERS):
+            raise _bad("position_pattern", self.position_pattern, "a non-empty string of R (RoPE) and N (NoPE)")
 
     def _check_attention(self) -> None:
         for name in ("attn_softcap", "final_softcap", "attn_scale"):
@@ -216,6 +226,13 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, "None or a positive integer")
         if not self.window_pattern or set(self.window_pattern) - set(WINDOW_LAYERS):
             raise _bad("window_pattern", self.window_pattern, "a non-empty string of S (window) and F (full)")
+        if self.attn_logn_base is not None and (isinstance(self.attn_logn_base, bool) or not isinstance(
+                self.attn_logn_base, int) or self.attn_logn_base < 2):
+            raise _bad("attn_logn_base", self.attn_logn_base, "None (= max_seq_len) or an integer >= 2")
+        if self.attn_logn_base is not None and not self.attn_logn:
+            raise _bad("attn_logn_base", self.attn_logn_base, "only with attn_logn=True")
+        if self.attn_logn and self.max_seq_len < 2 and self.attn_logn_base is None:
+            raise _bad("attn_logn", True, "needs max_seq_len >= 2 or attn_logn_base (log 1 = 0)")
         if self.qk_norm != "none" and self.key_norm:
             raise _bad("key_norm", True, "not together with qk_norm (KeyNorm is its own key normalisation)")
 
@@ -236,6 +253,13 @@ class ModelConfig:
         if self.sliding_window is None:
             return False
         return self.window_pattern[layer_idx % len(self.window_pattern)] == "S"
+
+    def layer_rope(self, layer_idx: int) -> str | None:
+        """Which RoPE layer `layer_idx` uses: "global", "local" (a window layer with rope_theta_local), or None
+        (no RoPE: another position type, or an N of position_pattern)."""
+        if self.position != "rope" or self.position_pattern[layer_idx % len(self.position_pattern)] == "N":
+            return None
+        return "local" if self.rope_theta_local is not None and self.layer_is_sliding(layer_idx) else "global"
 
     # ----- construction and serialisation -----
     def to_dict(self) -> dict[str, Any]:

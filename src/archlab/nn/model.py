@@ -44,11 +44,16 @@ class TransformerLM(nn.Module):
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
                        if c.position == "rope" else None)
+        # each layer's RoPE: "global", "local" (window layers with their own theta, Gemma 3) or None (NoPE layer)
+        self.layer_ropes = tuple(c.layer_rope(i) for i in range(c.n_layers))
+        self.rotary_local = (RotaryEmbedding(c.rope_dim, c.rope_theta_local, c.rope_layout, c.rope_scaling,
+                                             c.max_seq_len) if "local" in self.layer_ropes else None)
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
         self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
-        self._kinds = tuple(dict.fromkeys(self.layer_windows))  # the distinct kinds, each built once per forward
+        self._layer_kinds = tuple(zip(self.layer_windows, self.layer_ropes))  # (window, rope) per layer
+        self._kinds = tuple(dict.fromkeys(self._layer_kinds))  # the distinct kinds, each built once per forward
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
@@ -151,20 +156,24 @@ class TransformerLM(nn.Module):
     def _attention_inputs(
         self, positions: torch.Tensor, cache: KVCache | None = None, bound: int | None = None
     ) -> list[AttentionInputs]:
-        """What attention needs besides x, per layer (positions (B, T)); layers of one kind share one object.
-        A static RoPE plan is shared by all kinds; one whose cached keys are rotated late (Dynamic NTK) needs
-        each kind's key positions, so each kind gets its own."""
-        rope = None
-        if self.rotary is not None and (cache is None or not self.rotary.caches_unrotated_keys):
-            rope = self._rope_plan(positions, bound)
-        kinds = {window: self._kind_inputs(positions, cache, bound, window, rope) for window in self._kinds}
-        return [kinds[window] for window in self.layer_windows]
+        """What attention needs besides x, per layer (positions (B, T)); layers of one kind (window, RoPE) share
+        one object. A static RoPE plan is shared by all kinds with that RoPE; one whose cached keys are rotated
+        late (Dynamic NTK, ReRoPE) needs each kind's key positions, so each kind gets its own."""
+        shared = {}
+        for name in dict.fromkeys(r for r in self.layer_ropes if r is not None):
+            if cache is None or not self._rotary(name).caches_unrotated_keys:
+                shared[name] = self._rope_plan(self._rotary(name), positions, bound)
+        kinds = {kind: self._kind_inputs(positions, cache, bound, *kind, shared.get(kind[1])) for kind in self._kinds}
+        return [kinds[kind] for kind in self._layer_kinds]
+
+    def _rotary(self, name: str) -> RotaryEmbedding:
+        return self.rotary_local if name == "local" else self.rotary
 
     def _kind_inputs(
         self, positions: torch.Tensor, cache: KVCache | None, bound: int | None, window: int | None,
-        rope: RopePositions | ReRopePositions | None,
+        rope_name: str | None, rope: RopePositions | ReRopePositions | None,
     ) -> AttentionInputs:
-        """Inputs for the layers with this `window` (None: full): the keys they read are token slots
+        """Inputs for the layers with this `window` (None: full) and RoPE: the keys they read are token slots
         0..offset+T-1 in order, or with a ring cache past the window those `KVCache.key_slots` lists."""
         t, device = positions.shape[1], positions.device
         offset = cache.pos if cache is not None else 0
@@ -185,19 +194,30 @@ class TransformerLM(nn.Module):
             mask = causal_mask(q_slots, k_slots, window, key_mask) if needs_mask else None
             if self.rel_bias is not None:
                 bias = self.rel_bias(q_slots[:, None] - k_slots[None, :])  # (1, H, T, S)
-        if self.rotary is not None and rope is None:  # keys cached unrotated: tables for every key read
-            rope = self._rope_plan(positions, key_positions=cache.slot_positions(
+        if rope_name is not None and rope is None:  # keys cached unrotated: tables for every key read
+            rope = self._rope_plan(self._rotary(rope_name), positions, key_positions=cache.slot_positions(
                 offset + t if key_slots is None else key_slots))
-        return AttentionInputs(rope, mask, bias, cache)
+        return AttentionInputs(rope, mask, bias, cache, self._logn_scale(positions, window))
 
+    @staticmethod
     def _rope_plan(
-        self, positions: torch.Tensor, bound: int | None = None, key_positions: torch.Tensor | None = None
+        rotary: RotaryEmbedding, positions: torch.Tensor, bound: int | None = None,
+        key_positions: torch.Tensor | None = None,
     ) -> RopePositions | ReRopePositions:
         """The rotary plan: ReRoPE's two rotations (keys at `key_positions`, without a cache the new tokens
         themselves) or one of `RotaryEmbedding.plan`."""
-        if self.rotary.scaling.kind in POSITION_REMAPS:
-            return rerope_plan(self.rotary, positions, positions if key_positions is None else key_positions)
-        return self.rotary.plan(positions, bound, key_positions)
+        if rotary.scaling.kind in POSITION_REMAPS:
+            return rerope_plan(rotary, positions, positions if key_positions is None else key_positions)
+        return rotary.plan(positions, bound, key_positions)
+
+    def _logn_scale(self, positions: torch.Tensor, window: int | None) -> torch.Tensor | None:
+        """log(n) / log(L) per query (B, 1, T, 1): n = the keys it sees, its position + 1 (a window layer: at most
+        the window), L = attn_logn_base or max_seq_len (Su, "Entropy invariance", kexue.fm/archives/8823)."""
+        c = self.config
+        if not c.attn_logn:
+            return None
+        n = positions + 1 if window is None else (positions + 1).clamp_max(window)
+        return (n.double().log() / math.log(c.attn_logn_base or c.max_seq_len)).float()[:, None, :, None]
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

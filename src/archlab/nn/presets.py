@@ -6,7 +6,7 @@ fields that make it what it is; `build_preset` merges them into a ModelConfig in
 so an override always wins. Architectures store explicit fields (`ffn="glu", activation="silu"`), never a
 shorthand that rewrites another field. Two architecture fields are derived from the shape (the size with
 the caller's overrides), and an override of the field itself beats the derivation:
-- gemma2: sliding_window = max_seq_len // 2;
+- gemma2: sliding_window = max_seq_len // 2; hwfa: sliding_window = max_seq_len // 4 and the last layer full;
 - gemma2, qwen3: n_kv_heads = the shape's n_kv_heads if it sets one (size `1b`), else n_heads // 2.
 A size or architecture field that only applies to a variant the caller switched off (`ONLY_WITH` in
 nn/config.py: gpt2's norm_bias=True under `norm="rmsnorm"`, olmo2's rope_theta under `position="alibi"`) is
@@ -107,8 +107,20 @@ def qwen3(shape: Fields) -> Fields:
                 tie_embeddings=True)
 
 
+def hwfa(shape: Fields) -> Fields:
+    """Su's hybrid window-full attention (HWFA; "Transformer upgrade 9: a new idea for global length
+    extrapolation", kexue.fm; with ReRoPE, "Transformer upgrade 14", kexue.fm/archives/9731): Llama blocks
+    whose layers but the last attend within a window (here a quarter of the context) with RoPE; the last
+    attends to everything with no positions (NoPE) and log-n scaling. HWFA + ReRoPE: add
+    rope_scaling={"kind": "rerope", "window": ...} (docs/long-context.md)."""
+    n = shape["n_layers"]
+    return dict(norm="rmsnorm", ffn="glu", activation="silu", position="rope",
+                sliding_window=max(1, shape["max_seq_len"] // 4), window_pattern="S" * (n - 1) + "F",
+                position_pattern="R" * (n - 1) + "N", attn_logn=True)
+
+
 PRESETS: dict[str, Callable[[Fields], Fields]] = {
-    f.__name__: f for f in (original, gpt2, llama, neox, gptj, palm, gemma2, olmo2, qwen3)
+    f.__name__: f for f in (original, gpt2, llama, neox, gptj, palm, gemma2, olmo2, qwen3, hwfa)
 }
 
 
