@@ -19,11 +19,12 @@ from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.cli import main
 from archlab.commands import generate as command
 from archlab.data.tokenizer import build_tokenizer
-from archlab.infer.generate import check_context, generate, generate_text
+from archlab.infer.generate import check_context, context_limit, generate, generate_text
 from archlab.infer.memory import kv_bytes_table
 from archlab.infer.sampling import SamplingConfig, sample_next, sampling_probs
 from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
 from archlab.infer.stream import TextStream
+from archlab.nn.rerope import relative_positions
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
 
@@ -178,6 +179,17 @@ def test_context_limit_fails_up_front() -> None:
     check_context(stretched.config, 10, 54, allow_extrapolation=False)  # 4 x 16 tokens
     with pytest.raises(ValueError, match="context of 64 tokens"):
         check_context(stretched.config, 10, 55, allow_extrapolation=False)
+
+
+def test_rerope_has_no_context_limit_and_leaky_rerope_the_length_its_slope_maps_into_training() -> None:
+    rerope = tiny(max_seq_len=16, rope_scaling=RopeScaling("rerope", window=4)).config
+    assert context_limit(rerope) is None
+    check_context(rerope, 1000, 1000, allow_extrapolation=False)
+    leaky = tiny(max_seq_len=16, rope_scaling=RopeScaling("leaky_rerope", 2.0, window=4)).config
+    limit = context_limit(leaky)  # largest relative position 4 + (L - 1 - 4) / 2 <= 15: L <= 27
+    assert limit == 27 and relative_positions(torch.tensor([[limit - 1]]), torch.tensor([[0]]), 4, 2.0) == 15
+    with pytest.raises(ValueError, match="context of 27 tokens"):
+        check_context(leaky, 20, 8, allow_extrapolation=False)
 
 
 def test_bad_sampling_settings_fail_with_one_line() -> None:

@@ -53,18 +53,24 @@ class Generation:
     decode_steps: int = 0  # forwards after the prefill (one token per row each)
 
 
-def context_limit(config: ModelConfig) -> int:
-    """Tokens a model handles: max_seq_len, or with a RoPE scaling the stretched length factor * L0."""
+def context_limit(config: ModelConfig) -> int | None:
+    """Tokens a model handles: max_seq_len, or with a RoPE scaling the stretched length factor * L0; with
+    ReRoPE None (no limit: no relative position past the window is ever seen), with Leaky ReRoPE the longest
+    length whose largest relative position W + (L - 1 - W) / k stays within the trained max_seq_len - 1."""
     s = config.rope_scaling
-    if config.position == "rope" and s is not None and s.kind != "none":
-        return max(config.max_seq_len, int((s.original_max_seq_len or config.max_seq_len) * s.factor))
-    return config.max_seq_len
+    if config.position != "rope" or s is None or s.kind == "none":
+        return config.max_seq_len
+    if s.kind == "rerope":
+        return None
+    if s.kind == "leaky_rerope":
+        return max(config.max_seq_len, s.window + 1 + int(s.factor * (config.max_seq_len - 1 - s.window)))
+    return max(config.max_seq_len, int((s.original_max_seq_len or config.max_seq_len) * s.factor))
 
 
 def check_context(config: ModelConfig, prompt_len: int, max_new_tokens: int, allow_extrapolation: bool) -> None:
     """Fail before any compute if prompt + new tokens do not fit the model's context."""
     total, limit = prompt_len + max_new_tokens, context_limit(config)
-    if total <= limit or (allow_extrapolation and config.position != "learned"):
+    if limit is None or total <= limit or (allow_extrapolation and config.position != "learned"):
         return
     how = ("learned positions cannot extrapolate" if config.position == "learned"
            else "pass allow_extrapolation (--allow-extrapolation) to run past it anyway")
