@@ -1,20 +1,34 @@
 """Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a run, as one
-PNG; `archlab plot run`). matplotlib is imported inside each function, with the file-only Agg backend.
+PNG; `archlab plot run`), `plot_length` (loss against context length per method; `archlab eval length`) and
+`plot_rope` (RoPE wavelengths per pair and the relative position each method feeds attention; `archlab plot
+rope`). matplotlib is imported inside each function, with the file-only Agg backend.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
+from archlab.nn.rerope import relative_positions
+from archlab.nn.rope import ROPE_SCALINGS, SCALING_FIELDS, RopeScaling
 from archlab.train.metrics import read_metrics
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Draw the curves of `run_dir/metrics.jsonl` into `out` (default RUN_DIR/curves.png)."""
+def _pyplot():  # noqa: ANN202 - the matplotlib.pyplot module
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Draw the curves of `run_dir/metrics.jsonl` into `out` (default RUN_DIR/curves.png)."""
+    plt = _pyplot()
 
     run_dir = Path(run_dir)
     train, evals = read_metrics(run_dir, "train"), read_metrics(run_dir, "eval")
@@ -33,6 +47,69 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     ax_norm.set(title="gradient norm (before clipping)", xlabel="step", yscale="log")
     fig.suptitle(str(run_dir))
     path = Path(out) if out else run_dir / "curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: str = "") -> Path:
+    """(method, length, loss) rows -> loss against length (log2 axis), one line per method."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
+    for method in dict.fromkeys(r[0] for r in rows):
+        points = sorted((n, loss) for m, n, loss in rows if m == method)
+        ax.plot([n for n, _ in points], [loss for _, loss in points], "o-", label=method)
+    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="loss on the last tokens (nats/token)", title=title)
+    ax.set_xscale("log", base=2)
+    ax.legend()
+    path = Path(out)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def rope_scaling_for(kind: str, factor: float, train_len: int, window: int) -> RopeScaling:
+    """A RopeScaling of `kind` at `factor` with the fields its kind requires filled from the plot's settings."""
+    required = SCALING_FIELDS[kind][0] if kind in SCALING_FIELDS else ()
+    fields = {"original_max_seq_len": train_len, "window": window, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    factor = 1.0 if kind in ("none", "rerope") else factor
+    return RopeScaling(kind, factor, **{k: v for k, v in fields.items() if k in required})
+
+
+def plot_rope(
+    head_dim: int, theta: float, scalings: Sequence[str], factor: float, train_len: int, window: int,
+    out: str | Path,
+) -> Path:
+    """Left: wavelength 2 pi / w_i of each rotation pair under each frequency scaling (the training length as a
+    line). Right: the relative position each method feeds attention against the true distance (RoPE, PI,
+    ReRoPE, Leaky ReRoPE), out to factor * train_len."""
+    for kind in scalings:
+        if kind not in ROPE_SCALINGS:
+            raise ValueError(f"scaling {kind!r} is not allowed: one of {', '.join(ROPE_SCALINGS)}")
+    plt = _pyplot()
+    fig, (ax_w, ax_p) = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
+    pairs = torch.arange(head_dim // 2)
+    for kind in [k for k in scalings if k not in ("rerope", "leaky_rerope", "dynamic")]:
+        inv_freq, _ = ROPE_SCALINGS[kind](head_dim, theta, rope_scaling_for(kind, factor, train_len, window))
+        ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
+    ax_w.axhline(train_len, color="gray", linestyle="--", label=f"training length {train_len}")
+    ax_w.set(yscale="log", xlabel="rotation pair i", ylabel="wavelength 2 pi / w_i (tokens)",
+             title=f"head_dim {head_dim}, theta {theta:g}, factor {factor:g}")
+    ax_w.legend(fontsize=8)
+    distance = torch.arange(int(factor * train_len))[None]
+    zero = torch.zeros(1, 1, dtype=torch.long)
+    lines = {"RoPE": distance[0].double(), f"PI (/ {factor:g})": distance[0].double() / factor}
+    if "rerope" in scalings:
+        lines[f"ReRoPE (W={window})"] = relative_positions(distance, zero, window, math.inf)[0, :, 0]
+    if "leaky_rerope" in scalings:
+        k = max(1.0, (factor * train_len - 1 - window) / (train_len - 1 - window))
+        lines[f"Leaky ReRoPE (W={window}, k={k:.2g})"] = relative_positions(distance, zero, window, k)[0, :, 0]
+    for label, fed in lines.items():
+        ax_p.plot(distance[0].numpy(), fed.numpy(), label=label)
+    ax_p.axhline(train_len, color="gray", linestyle="--", label="training length")
+    ax_p.set(xlabel="true distance m - n", ylabel="relative position fed to RoPE", title="positions attention sees")
+    ax_p.legend(fontsize=8)
+    path = Path(out)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

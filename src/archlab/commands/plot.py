@@ -1,10 +1,11 @@
-"""`archlab plot run RUN_DIR`: the curves of a run as one PNG (archlab.plots)."""
+"""`archlab plot run RUN_DIR`: the curves of a run as one PNG; `archlab plot rope`: RoPE wavelengths per pair
+and the relative position each method feeds attention (archlab.plots)."""
 
 from __future__ import annotations
 
 import argparse
 
-from archlab.plots import plot_run
+from archlab.plots import plot_rope, plot_run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,8 +15,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("run_dir", help="a run folder (holds metrics.jsonl)")
     run.add_argument("--out", default=None, help="PNG path (default RUN_DIR/curves.png)")
     run.set_defaults(func=run_plot)
+    rope = actions.add_parser("rope", help="RoPE wavelength per pair and relative positions per scaling method")
+    rope.add_argument("--head-dim", type=int, default=64, help="rotary dims per head")
+    rope.add_argument("--theta", type=float, default=10000.0, help="RoPE base")
+    rope.add_argument("--scalings", default="none,linear,ntk,ntk_by_parts,yarn,rerope,leaky_rerope",
+                      help="comma-separated RoPE scaling kinds")
+    rope.add_argument("--factor", type=float, default=4.0, help="context extension factor")
+    rope.add_argument("--train-len", type=int, default=2048, help="training length L0")
+    rope.add_argument("--window", type=int, default=None, help="ReRoPE window (default train-len / 2)")
+    rope.add_argument("--out", default="rope.png", help="PNG path")
+    rope.set_defaults(func=run_plot_rope)
 
 
 def run_plot(args: argparse.Namespace) -> int:
     print(plot_run(args.run_dir, args.out))
+    return 0
+
+
+def run_plot_rope(args: argparse.Namespace) -> int:
+    if args.head_dim < 4 or args.head_dim % 2 or args.train_len < 4 or not args.factor >= 1:
+        raise ValueError(f"--head-dim {args.head_dim} (even, >= 4), --train-len {args.train_len} (>= 4) and "
+                         f"--factor {args.factor} (>= 1) are not all allowed")
+    window = args.window or args.train_len // 2
+    scalings = [s.strip() for s in args.scalings.split(",") if s.strip()]
+    print(plot_rope(args.head_dim, args.theta, scalings, args.factor, args.train_len, window, args.out))
     return 0

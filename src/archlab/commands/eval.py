@@ -1,0 +1,81 @@
+"""`archlab eval length`: loss against context length per RoPE extension method (archlab.eval.length), as a
+markdown table (printed and saved), a CSV and a PNG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from archlab.checkpoint import load_model, resolve_checkpoint
+from archlab.data.tokens import TokenData
+from archlab.eval.length import METHODS, evaluate_lengths, markdown_table, write_csv
+from archlab.plots import plot_length
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("eval", help="evaluate a checkpoint (length extrapolation)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    length = actions.add_parser("length", help="loss vs context length per RoPE scaling method")
+    length.add_argument("--checkpoint", required=True, help="a checkpoint or run folder")
+    length.add_argument("--lengths", default="256,512,1024,2048,4096", help="comma-separated context lengths")
+    length.add_argument("--scalings", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    length.add_argument("--data", default=None, help="held-out text file, or a prepared data folder (its val "
+                        "split); default: the run's prepared data")
+    length.add_argument("--score-last", type=int, default=None, help="tokens scored per window (default: half "
+                        "the shortest length)")
+    length.add_argument("--windows", type=int, default=4, help="windows per length")
+    length.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2)")
+    length.add_argument("--allow-extrapolation", action="store_true",
+                        help="allow lengths past what a method covers (e.g. 'none' past max_seq_len)")
+    length.add_argument("--out", default="eval-length", help="folder for length.md, length.csv, length.png")
+    length.add_argument("--no-progress", action="store_true", help="no progress bar")
+    length.set_defaults(func=run_length)
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r} is not allowed: comma-separated positive integers") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} {text!r} is not allowed: comma-separated positive integers")
+    return values
+
+
+def held_out_tokens(checkpoint: Path, data: str | None, tokenizer) -> np.ndarray:  # noqa: ANN001
+    """Tokens to score: a text file encoded with the model's tokenizer, or a prepared folder's val split."""
+    if data is not None and Path(data).is_file():
+        return np.asarray(tokenizer.encode(Path(data).read_text(encoding="utf-8", errors="replace")), dtype=np.int64)
+    if data is None:
+        run_dir = checkpoint.parents[1]
+        config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+        folder = config.get("train", {}).get("data", {}).get("dir") or run_dir / "data"
+    else:
+        folder = data
+    if not (Path(folder) / "meta.json").is_file():
+        raise FileNotFoundError(f"--data: {folder} is neither a text file nor a prepared data folder (meta.json)")
+    return np.asarray(TokenData(folder).splits["val"], dtype=np.int64)
+
+
+def run_length(args: argparse.Namespace) -> int:
+    lengths = _int_list(args.lengths, "--lengths")
+    methods = [m.strip() for m in args.scalings.split(",") if m.strip()]
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    model, tokenizer = load_model(checkpoint)
+    tokens = held_out_tokens(checkpoint, args.data, tokenizer)
+    score_last = args.score_last or max(1, min(lengths) // 2)
+    results = evaluate_lengths(model, tokens, lengths, methods, score_last, args.windows, args.window,
+                               args.allow_extrapolation, progress=not args.no_progress)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(results)
+    (out / "length.md").write_text(table + "\n", encoding="utf-8")
+    write_csv(results, out / "length.csv")
+    title = f"{checkpoint} (trained at {model.config.max_seq_len}; last {score_last} tokens scored)"
+    plot_length([(r.method, r.length, r.loss) for r in results], out / "length.png", title)
+    print(table)
+    print(f"wrote {out / 'length.md'}, {out / 'length.csv'}, {out / 'length.png'}")
+    return 0

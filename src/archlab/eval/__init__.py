@@ -1,0 +1,1 @@
+"""Evaluations of trained models: loss against context length per RoPE extension method (`length`)."""

@@ -1,0 +1,137 @@
+"""Loss against context length, one line per RoPE extension method (`archlab eval length`).
+
+The same trained weights are loaded under each method's `rope_scaling` and scored on held-out text at each
+length. A window of L tokens is scored on its last `score_last` tokens only, so every length is measured
+on the same number of predictions, each with at least L - score_last tokens of context: a longer window
+can only help a model that uses (or at least tolerates) the extra context.
+
+Per method and target length L (L_train = the model's max_seq_len, s = max(1, L / L_train)):
+    none           the model as trained (past L_train this is plain extrapolation)
+    linear, ntk    factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train
+    rerope         window W (default L_train / 2)
+    leaky_rerope   window W and slope 1/k, k = (L - 1 - W) / (L_train - 1 - W): the longest distance lands on
+                   the longest one trained (Su, kexue.fm/archives/9708, uses a fixed k instead)
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from archlab.infer.generate import check_context
+from archlab.nn.config import ModelConfig
+from archlab.nn.functional import cross_entropy
+from archlab.nn.model import TransformerLM
+from archlab.nn.rope import RopeScaling
+
+METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
+
+
+@dataclass(frozen=True)
+class LengthResult:
+    method: str
+    length: int
+    loss: float  # mean cross entropy (nats/token) over the scored tokens of every window
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.loss)
+
+
+def method_scaling(method: str, length: int, train_len: int, window: int | None = None) -> RopeScaling | None:
+    """The `rope_scaling` method `method` uses at `length` for a model trained at `train_len` (module doc)."""
+    if method not in METHODS:
+        raise ValueError(f"scaling {method!r} is not allowed: one of {', '.join(METHODS)}")
+    s = max(1.0, length / train_len)
+    w = train_len // 2 if window is None else window
+    if method == "none":
+        return None
+    if method in ("linear", "ntk"):
+        return RopeScaling(method, s)
+    if method in ("ntk_by_parts", "dynamic", "yarn"):
+        return RopeScaling(method, s, train_len)
+    if not 1 <= w < train_len - 1:
+        raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len - 2 = {train_len - 2}")
+    if method == "rerope":
+        return RopeScaling("rerope", window=w)
+    return RopeScaling("leaky_rerope", max(1.0, (length - 1 - w) / (train_len - 1 - w)), window=w)
+
+
+def method_configs(
+    config: ModelConfig, methods: list[str], lengths: list[int], window: int | None, allow_extrapolation: bool,
+) -> dict[tuple[str, int], ModelConfig]:
+    """Each (method, length)'s config, all checked before any compute: a RoPE scaling needs a RoPE model, and
+    a length past what the method covers needs `allow_extrapolation` (never with learned positions)."""
+    out = {}
+    for method in methods:
+        if method != "none" and config.position != "rope":
+            raise ValueError(f"scaling {method!r} needs a RoPE model (this one has position={config.position!r}); "
+                             "use --scalings none")
+        for length in lengths:
+            scaling = method_scaling(method, length, config.max_seq_len, window)
+            c = replace(config, rope_scaling=scaling) if config.position == "rope" else config
+            check_context(c, length, 0, allow_extrapolation)
+            out[method, length] = c
+    return out
+
+
+def windows(tokens: np.ndarray, length: int, count: int) -> torch.Tensor:
+    """`count` windows of length + 1 tokens at evenly spaced starts of `tokens` -> (count, length + 1)."""
+    if len(tokens) < length + 1:
+        raise ValueError(f"held-out text has {len(tokens)} tokens: too few for length {length} (need {length + 1})")
+    starts = np.linspace(0, len(tokens) - length - 1, count).astype(np.int64)
+    return torch.from_numpy(np.stack([tokens[s : s + length + 1] for s in starts]).astype(np.int64))
+
+
+@torch.no_grad()
+def window_loss(model: TransformerLM, batch: torch.Tensor, score_last: int) -> float:
+    """Mean loss of the last `score_last` predictions of each window (count, L + 1), one window at a time."""
+    losses = []
+    for row in batch:
+        x, y = row[None, :-1], row[None, -score_last:]
+        losses.append(float(cross_entropy(model(x, logits_to_keep=score_last), y)))
+    return sum(losses) / len(losses)
+
+
+def evaluate_lengths(
+    model: TransformerLM, tokens: np.ndarray, lengths: list[int], methods: list[str], score_last: int,
+    n_windows: int = 4, window: int | None = None, allow_extrapolation: bool = False, progress: bool = True,
+) -> list[LengthResult]:
+    """Loss per (method, length) of `model`'s weights under each method (module doc)."""
+    from tqdm import tqdm
+
+    if not 1 <= score_last <= min(lengths):
+        raise ValueError(f"score_last={score_last} is not allowed: between 1 and the shortest length {min(lengths)}")
+    configs = method_configs(model.config, methods, lengths, window, allow_extrapolation)
+    state = model.state_dict()
+    batches = {length: windows(tokens, length, n_windows) for length in lengths}
+    results = []
+    for (method, length), config in tqdm(configs.items(), desc="eval length", disable=not progress):
+        scaled = TransformerLM(config).eval()
+        scaled.load_state_dict(state)
+        results.append(LengthResult(method, length, window_loss(scaled, batches[length], score_last)))
+    return results
+
+
+def markdown_table(results: list[LengthResult]) -> str:
+    """Rows = methods, columns = lengths, cells = loss (perplexity)."""
+    lengths = sorted({r.length for r in results})
+    cells = {(r.method, r.length): f"{r.loss:.3f} ({r.perplexity:.1f})" for r in results}
+    lines = ["| method | " + " | ".join(str(n) for n in lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
+    for method in dict.fromkeys(r.method for r in results):
+        lines.append(f"| {method} | " + " | ".join(cells[method, n] for n in lengths) + " |")
+    return "\n".join(lines)
+
+
+def write_csv(results: list[LengthResult], path: Path) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["method", "length", "loss", "perplexity"])
+        for r in results:
+            writer.writerow([r.method, r.length, f"{r.loss:.6f}", f"{r.perplexity:.4f}"])
+    return path

@@ -1,0 +1,107 @@
+"""`archlab eval length` (archlab.eval.length): each method's scaling at each length, the last-tokens scoring
+against a direct slice of the full logits, errors before any compute, and the command end to end on a tiny
+checkpoint (table, CSV, PNG)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from archlab import ModelConfig, TransformerLM
+from archlab.checkpoint import save_checkpoint, tied_aliases
+from archlab.cli import main
+from archlab.data.tokenizer import build_tokenizer
+from archlab.eval.length import METHODS, evaluate_lengths, method_scaling, window_loss, windows
+from archlab.nn.functional import cross_entropy
+from archlab.nn.rerope import relative_positions
+from archlab.nn.rope import RopeScaling
+
+SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=256)
+
+
+def tiny(**fields: object) -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(ModelConfig(**{**SMALL, **fields})).eval()
+
+
+def test_each_method_scales_to_the_target_length() -> None:
+    assert method_scaling("none", 64, 16) is None
+    assert method_scaling("linear", 64, 16) == RopeScaling("linear", 4.0)
+    assert method_scaling("yarn", 64, 16) == RopeScaling("yarn", 4.0, 16)
+    assert method_scaling("ntk", 8, 16) == RopeScaling("ntk", 1.0)  # never below 1
+    assert method_scaling("rerope", 64, 16) == RopeScaling("rerope", window=8)
+    leaky = method_scaling("leaky_rerope", 64, 16, window=6)
+    longest = relative_positions(torch.tensor([[63]]), torch.tensor([[0]]), 6, leaky.factor)
+    assert float(longest) == pytest.approx(15)  # the longest distance lands on the longest one trained
+    with pytest.raises(ValueError, match="scaling 'rope2' is not allowed"):
+        method_scaling("rope2", 64, 16)
+
+
+def test_windows_are_scored_on_their_last_tokens() -> None:
+    model = tiny()
+    tokens = np.arange(300) % 97
+    batch = windows(tokens, 24, 3)
+    assert batch.shape == (3, 25) and batch[-1, -1] == tokens[-1]
+    with torch.no_grad():
+        direct = [float(cross_entropy(model(row[None, :-1])[:, -5:], row[None, -5:])) for row in batch]
+    assert window_loss(model, batch, 5) == pytest.approx(sum(direct) / 3, rel=1e-6)
+
+
+def test_evaluate_lengths_loads_the_same_weights_under_each_method() -> None:
+    model = tiny()
+    tokens = np.random.default_rng(0).integers(0, 256, 400)
+    results = evaluate_lengths(model, tokens, [16, 32], ["none", "linear", "rerope"], 8, n_windows=2,
+                               allow_extrapolation=True, progress=False)
+    assert [(r.method, r.length) for r in results] == [(m, n) for m in ("none", "linear", "rerope") for n in (16, 32)]
+    by = {(r.method, r.length): r.loss for r in results}
+    assert by["none", 16] == by["linear", 16]  # factor 1 at the training length
+    scaled = TransformerLM(ModelConfig(**SMALL, rope_scaling=RopeScaling("linear", 2.0))).eval()
+    scaled.load_state_dict(model.state_dict())
+    assert by["linear", 32] == pytest.approx(window_loss(scaled, windows(tokens, 32, 2), 8), rel=1e-6)
+    assert by["none", 32] != by["linear", 32]
+
+
+def test_lengths_past_the_context_and_scalings_without_rope_fail_before_compute() -> None:
+    tokens = np.zeros(100, dtype=np.int64)
+    with pytest.raises(ValueError, match="exceeds the model's context of 16 tokens"):
+        evaluate_lengths(tiny(), tokens, [16, 32], ["linear", "none"], 8, progress=False)
+    with pytest.raises(ValueError, match="scaling 'linear' needs a RoPE model"):
+        evaluate_lengths(tiny(position="alibi"), tokens, [16], ["linear"], 8, progress=False)
+    with pytest.raises(ValueError, match="too few for length 200"):
+        evaluate_lengths(tiny(), tokens, [200], ["rerope"], 8, progress=False)
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    model = tiny()
+    tokenizer_file = build_tokenizer("byte", 256, None).save(tmp_path / "tok")
+    opt = torch.optim.AdamW(model.parameters())
+    return save_checkpoint(tmp_path / "run", 1, model.state_dict(), opt.state_dict(), {"step": 1},
+                           {"model": model.config.to_dict(), "train": {}}, tokenizer_file, tied_aliases(model))
+
+
+def test_cli_writes_table_csv_and_plot(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    out = tmp_path / "eval"
+    argv = ["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,32,64", "--data", str(text),
+            "--windows", "2", "--allow-extrapolation", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| method | 16 | 32 | 64 |" in printed and "| leaky_rerope |" in printed
+    rows = list(csv.DictReader((out / "length.csv").open()))
+    assert [r["method"] for r in rows[::3]] == list(METHODS) and len(rows) == 3 * len(METHODS)
+    assert all(math.isclose(math.exp(float(r["loss"])), float(r["perplexity"]), rel_tol=1e-3) for r in rows)
+    assert (out / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_errors_are_one_line(checkpoint: Path, capsys) -> None:
+    assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,32", "--data", "nope"]) == 2
+    assert "archlab eval: error: --data: nope is neither" in capsys.readouterr().err
+    assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,x"]) == 2
+    assert "--lengths '16,x' is not allowed" in capsys.readouterr().err
