@@ -1,5 +1,6 @@
 """Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a run, as one
 PNG; `archlab plot run`), `plot_length` (loss against context length per method; `archlab eval length`) and
+`plot_passkey` (passkey accuracy per length and depth, a heat map; `archlab eval passkey`) and
 `plot_rope` (RoPE wavelengths per pair and the relative position each method feeds attention; `archlab plot
 rope`). matplotlib is imported inside each function, with the file-only Agg backend.
 """
@@ -109,6 +110,27 @@ def plot_rope(
     ax_p.axhline(train_len, color="gray", linestyle="--", label="training length")
     ax_p.set(xlabel="true distance m - n", ylabel="relative position fed to RoPE", title="positions attention sees")
     ax_p.legend(fontsize=8)
+    path = Path(out)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_passkey(rows: Sequence[tuple[int, float, float]], out: str | Path, title: str = "") -> Path:
+    """(length, depth, accuracy) rows -> a heat map, lengths across and depths down, accuracy in each cell."""
+    plt = _pyplot()
+    lengths, depths = sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
+    acc = {(n, d): a for n, d, a in rows}
+    grid = [[acc[n, d] for n in lengths] for d in depths]
+    fig, ax = plt.subplots(figsize=(1.2 * len(lengths) + 2, 0.6 * len(depths) + 1.8), constrained_layout=True)
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
+    ax.set(xlabel="context length (tokens)", ylabel="needle depth", title=title or "passkey accuracy")
+    fig.colorbar(image, ax=ax, label="accuracy")
     path = Path(out)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,5 +1,6 @@
 """`archlab eval length`: loss against context length per RoPE extension method (archlab.eval.length), as a
-markdown table (printed and saved), a CSV and a PNG."""
+markdown table (printed and saved), a CSV and a PNG; `archlab eval passkey`: passkey retrieval accuracy per
+length and depth (archlab.eval.passkey), as a table and a heat-map PNG."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 from archlab.checkpoint import load_model, resolve_checkpoint
 from archlab.data.tokens import TokenData
 from archlab.eval.length import METHODS, evaluate_lengths, markdown_table, write_csv
-from archlab.plots import plot_length
+from archlab.eval.passkey import evaluate_passkey, passkey_table
+from archlab.plots import plot_length, plot_passkey
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length.add_argument("--out", default="eval-length", help="folder for length.md, length.csv, length.png")
     length.add_argument("--no-progress", action="store_true", help="no progress bar")
     length.set_defaults(func=run_length)
+    passkey = actions.add_parser("passkey", help="passkey retrieval accuracy per length and needle depth")
+    passkey.add_argument("--checkpoint", required=True, help="a checkpoint or run folder")
+    passkey.add_argument("--lengths", default="256,512,1024,2048", help="comma-separated prompt lengths (chars)")
+    passkey.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="comma-separated needle depths in [0, 1]")
+    passkey.add_argument("--trials", type=int, default=10, help="prompts per cell")
+    passkey.add_argument("--scaling", default="none", help=f"RoPE method, one of {', '.join(METHODS)}")
+    passkey.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2)")
+    passkey.add_argument("--allow-extrapolation", action="store_true", help="allow lengths past the context")
+    passkey.add_argument("--out", default="eval-passkey", help="folder for passkey.md and passkey.png")
+    passkey.add_argument("--no-progress", action="store_true", help="no progress bar")
+    passkey.set_defaults(func=run_passkey)
 
 
 def _int_list(text: str, flag: str) -> list[int]:
@@ -78,4 +91,31 @@ def run_length(args: argparse.Namespace) -> int:
     plot_length([(r.method, r.length, r.loss) for r in results], out / "length.png", title)
     print(table)
     print(f"wrote {out / 'length.md'}, {out / 'length.csv'}, {out / 'length.png'}")
+    return 0
+
+
+def _depths(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0 <= v <= 1 for v in values):
+        raise ValueError(f"--depths {text!r} is not allowed: comma-separated fractions in [0, 1]")
+    return values
+
+
+def run_passkey(args: argparse.Namespace) -> int:
+    lengths, depths = _int_list(args.lengths, "--lengths"), _depths(args.depths)
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    model, tokenizer = load_model(checkpoint)
+    results = evaluate_passkey(model, tokenizer, lengths, depths, args.trials, args.scaling, args.window,
+                               args.allow_extrapolation, progress=not args.no_progress)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = passkey_table(results)
+    (out / "passkey.md").write_text(table + "\n", encoding="utf-8")
+    title = f"passkey, {args.scaling} (trained at {model.config.max_seq_len})"
+    plot_passkey([(r.length, r.depth, r.accuracy) for r in results], out / "passkey.png", title)
+    print(table)
+    print(f"wrote {out / 'passkey.md'}, {out / 'passkey.png'}")
     return 0

@@ -4,7 +4,8 @@
   and binary files -- a NUL byte in the first 8 KiB, git's rule -- are skipped); one file is one document;
 - JSONL (`*.jsonl`, alone or inside a folder): one document per line, from the field `text_field`;
 - `stdlib`: the running Python's standard library `.py` files (no site-packages, no test folders), offline;
-- `hf:NAME` or `hf:NAME:CONFIG`: the `train` split of a Hugging Face hub dataset (needs `datasets`).
+- `hf:NAME` or `hf:NAME:CONFIG`: the `train` split of a Hugging Face hub dataset (needs `datasets`);
+- `passkey`: synthetic passkey-retrieval documents of 256 characters (data/passkey.py).
 Non-UTF-8 bytes decode to U+FFFD and are counted. `data.py` turns a corpus into token memmaps.
 """
 
@@ -17,6 +18,8 @@ import os
 import sysconfig
 from collections.abc import Collection, Iterator
 from pathlib import Path
+
+from archlab.data.passkey import PASSKEY, PasskeyCorpus
 
 logger = logging.getLogger(__name__)
 
@@ -151,10 +154,14 @@ def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
     return root, list_files(root, ".py", () if include_tests else STDLIB_TEST_DIRS)
 
 
-def open_corpus(data: str, text_field: str = "text", max_files: int | None = None) -> FileCorpus | HubCorpus:
-    """`data` -> a corpus: a file or folder path, `stdlib`, or `hf:NAME[:CONFIG]`."""
+def open_corpus(
+    data: str, text_field: str = "text", max_files: int | None = None
+) -> FileCorpus | HubCorpus | PasskeyCorpus:
+    """`data` -> a corpus: a file or folder path, `stdlib`, `passkey`, or `hf:NAME[:CONFIG]`."""
     if max_files is not None and max_files < 1:
         raise ValueError(f"max_files must be >= 1 (got {max_files})")
+    if data == PASSKEY:
+        return PasskeyCorpus()
     if data.startswith(HF_PREFIX):
         return HubCorpus(data, text_field)
     if data == STDLIB:

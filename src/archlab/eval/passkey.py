@@ -1,0 +1,71 @@
+"""Passkey retrieval accuracy per context length and needle depth (`archlab eval passkey`).
+
+Each cell holds `trials` prompts of one length (data/passkey.py: filler, the needle at the given depth, the
+question); the model continues each greedily and is right when its next KEY_DIGITS tokens spell the key.
+A RoPE scaling method of archlab.eval.length may be applied at each length, as in `eval length`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from archlab.data.passkey import KEY_DIGITS, passkey_prompt, random_key
+from archlab.eval.length import method_configs
+from archlab.infer.generate import generate
+from archlab.infer.sampling import SamplingConfig
+from archlab.infer.stream import TokenizerLike
+from archlab.nn.model import TransformerLM
+
+
+@dataclass(frozen=True)
+class PasskeyResult:
+    length: int
+    depth: float
+    accuracy: float  # share of trials whose continuation is the key
+
+
+def passkey_accuracy(
+    model: TransformerLM, tokenizer: TokenizerLike, length: int, depth: float, trials: int, seed: int = 0,
+) -> float:
+    """Share of `trials` prompts of `length` characters, needle at `depth`, that the model answers right."""
+    rng = random.Random(f"{seed}-{length}-{depth}")
+    keys = [random_key(rng) for _ in range(trials)]
+    prompts = [tokenizer.encode(passkey_prompt(length, depth, key)) for key in keys]
+    sampling = SamplingConfig(max_new_tokens=KEY_DIGITS, temperature=0.0, allow_extrapolation=True)
+    out = generate(model, prompts, sampling)
+    answers = [tokenizer.decode(tokens) for tokens in out.tokens]
+    return sum(answer.startswith(key) for answer, key in zip(answers, keys)) / trials
+
+
+def evaluate_passkey(
+    model: TransformerLM, tokenizer: TokenizerLike, lengths: list[int], depths: list[float], trials: int = 10,
+    method: str = "none", window: int | None = None, allow_extrapolation: bool = False, progress: bool = True,
+) -> list[PasskeyResult]:
+    """Accuracy per (length, depth) of `model`'s weights under RoPE method `method` (archlab.eval.length)."""
+    from tqdm import tqdm
+
+    if trials < 1:
+        raise ValueError(f"trials={trials} is not allowed: a positive integer")
+    configs = method_configs(model.config, [method], lengths, window, allow_extrapolation)  # checks first
+    state = model.state_dict()
+    results = []
+    cells = [(n, d) for n in lengths for d in depths]
+    scaled = {}
+    for length, depth in tqdm(cells, desc="eval passkey", disable=not progress):
+        if length not in scaled:
+            scaled[length] = TransformerLM(configs[method, length]).eval()
+            scaled[length].load_state_dict(state)
+        results.append(PasskeyResult(length, depth, passkey_accuracy(scaled[length], tokenizer, length, depth,
+                                                                     trials)))
+    return results
+
+
+def passkey_table(results: list[PasskeyResult]) -> str:
+    """Rows = lengths, columns = depths, cells = accuracy."""
+    depths = sorted({r.depth for r in results})
+    cells = {(r.length, r.depth): f"{r.accuracy:.2f}" for r in results}
+    lines = ["| length | " + " | ".join(f"depth {d:g}" for d in depths) + " |", "|---" * (len(depths) + 1) + "|"]
+    for length in sorted({r.length for r in results}):
+        lines.append(f"| {length} | " + " | ".join(cells[length, d] for d in depths) + " |")
+    return "\n".join(lines)
