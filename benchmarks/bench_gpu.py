@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from archlab import ModelConfig, TransformerLM
+from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
@@ -111,13 +111,13 @@ def main() -> None:
     args = p.parse_args()
     if args.dry_run:
         device, gemm_n, block, batch, steps = torch.device("cpu"), 256, 64, 2, 2
-        config = ModelConfig.from_preset("gpt2", "tiny", max_seq_len=block)
+        config = build_preset("gpt2", "tiny", max_seq_len=block)
         prompt, new = 8, 8
     else:
         if not torch.cuda.is_available():
             raise SystemExit("bench_gpu.py: no CUDA device; pass --dry-run to check the script on the CPU")
         device, gemm_n, block, batch, steps = torch.device("cuda"), 8192, 1024, args.batch, args.steps
-        config = ModelConfig.from_preset("gpt2", "gpt2-small", max_seq_len=block)
+        config = build_preset("gpt2", "gpt2-small", max_seq_len=block)
         prompt, new = 128, 256
     ceil = ceilings(device, gemm_n)
     tr = train(config, batch, block, steps, device, args.compile)

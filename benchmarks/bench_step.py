@@ -41,7 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from archlab import ModelConfig, TransformerLM
+from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
 from archlab.nn.functional import cross_entropy
 from archlab.train.hardware import cpu_flags, physical_cores
@@ -198,7 +198,7 @@ def worker(args: argparse.Namespace) -> dict:
     if args.impl == "ceiling":
         return {"gflops": matmul_ceiling(args.m, args.k, args.n)}
     preset, fields, batch, block = (QUICK if args.quick else SHAPES)[args.shape]
-    config = ModelConfig.from_preset(preset, "tiny", max_seq_len=block, **fields)
+    config = build_preset(preset, "tiny", max_seq_len=block, **fields)
     model, loss_fn = build(args.impl, config)
     optimizer = build_optimizer(model, "adamw", 1e-3)
     gen = torch.Generator().manual_seed(1)
@@ -250,7 +250,7 @@ def loadavg() -> float:
 
 def summarise(shape: str, runs: dict[str, list[dict]], ceiling: float, quick: bool) -> dict:
     preset, fields, batch, block = (QUICK if quick else SHAPES)[shape]
-    config = ModelConfig.from_preset(preset, "tiny", max_seq_len=block, **fields)
+    config = build_preset(preset, "tiny", max_seq_len=block, **fields)
     flops = flops_per_token(config, block)["training"] * batch * block
     rows = {}
     for impl, rs in runs.items():

@@ -95,10 +95,10 @@ def _graph(out: torch.Tensor) -> set[str]:
 def test_compiled_training_step_equals_the_eager_one() -> None:
     """torch.compile takes the plain formulas (Inductor fuses them); eager takes the hand-written backward.
     Loss and every gradient agree to fp32 rounding."""
-    from archlab import ModelConfig, TransformerLM
+    from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = ModelConfig.from_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64)
+    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64)
     eager = TransformerLM(config)
     compiled = TransformerLM(config)
     compiled.load_state_dict(eager.state_dict())
