@@ -59,6 +59,17 @@ CASES = [
     Case("qwen2", "window-top-layer", "Qwen2Config", llama_like(use_sliding_window=True, sliding_window=WINDOW,
                                                                 max_window_layers=1, tie_word_embeddings=True)),
     Case("qwen3", "head-dim", "Qwen3Config", llama_like(head_dim=32)),
+    Case("gemma", "mqa-head-dim", "GemmaConfig", llama_like(num_key_value_heads=1, head_dim=32,
+                                                            tie_word_embeddings=True)),
+    Case("gemma", "legacy-gelu-untied", "GemmaConfig", llama_like(hidden_act="gelu", attention_bias=True)),
+    Case("gemma2", "window-softcaps", "Gemma2Config", llama_like(
+        sliding_window=WINDOW, attn_logit_softcapping=5.0, final_logit_softcapping=3.0, query_pre_attn_scalar=24,
+        head_dim=32, tie_word_embeddings=True)),
+    Case("gemma2", "no-caps-full", "Gemma2Config", llama_like(
+        sliding_window=WINDOW, attn_logit_softcapping=None, final_logit_softcapping=None, query_pre_attn_scalar=16,
+        layer_types=["full_attention", "sliding_attention"], hidden_activation="gelu")),
+    Case("olmo2", "gqa", "Olmo2Config", llama_like(rms_norm_eps=1e-5)),
+    Case("olmo2", "bias-mha", "Olmo2Config", llama_like(attention_bias=True, num_key_value_heads=4)),
     Case("qwen3", "bias-window", "Qwen3Config", llama_like(head_dim=16, attention_bias=True, use_sliding_window=True,
                                                            sliding_window=WINDOW, max_window_layers=0)),
 ]

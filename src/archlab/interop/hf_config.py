@@ -271,7 +271,7 @@ def canonical(c: ModelConfig) -> dict[str, Any]:
     d = {k: v for k, v in c.to_dict().items() if k not in TRAINING_ONLY}
     sliding = tuple(c.layer_is_sliding(i) for i in range(c.n_layers))
     d["window_pattern"], d["sliding_window"] = (sliding, c.sliding_window) if any(sliding) else ((), None)
-    d["attn_scale"] = c.resolved_attn_scale
+    d["attn_scale"] = round(c.resolved_attn_scale, 12)  # query_pre_attn_scalar round-trips through s^-2
     scaling = c.rope_scaling if c.rope_scaling is not None and c.rope_scaling.kind != "none" else None
     if scaling is not None and scaling.kind == "ntk":  # transformers spells static NTK as a stretched base
         d["rope_theta"], scaling = ntk_theta(c.rope_theta, c.rope_dim, scaling.factor), None
