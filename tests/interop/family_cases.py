@@ -40,6 +40,16 @@ def llama_like(**kw: Any) -> dict[str, Any]:
     return base | kw
 
 
+def gpt_like(**kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=VOCAB, n_embd=WIDTH, n_layer=2, n_head=4, n_positions=LENGTH, bos_token_id=None,
+                eos_token_id=None) | kw
+
+
+def neox_like(**kw: Any) -> dict[str, Any]:
+    return dict(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=LENGTH, bos_token_id=None, eos_token_id=None, pad_token_id=0) | kw
+
+
 L0 = 16  # original length of the scaled-RoPE cases
 CASES = [
     Case("llama", "gqa", "LlamaConfig", llama_like()),
@@ -70,6 +80,21 @@ CASES = [
         layer_types=["full_attention", "sliding_attention"], hidden_activation="gelu")),
     Case("olmo2", "gqa", "Olmo2Config", llama_like(rms_norm_eps=1e-5)),
     Case("olmo2", "bias-mha", "Olmo2Config", llama_like(attention_bias=True, num_key_value_heads=4)),
+    Case("gpt_neox", "parallel-quarter", "GPTNeoXConfig", neox_like()),
+    Case("gpt_neox", "serial-half-nobias", "GPTNeoXConfig", neox_like(
+        use_parallel_residual=False, attention_bias=False, hidden_act="gelu_new",
+        rope_parameters=dict(ROPE, rope_theta=500.0, partial_rotary_factor=0.5))),
+    Case("gptj", "rotary-8", "GPTJConfig", gpt_like(rotary_dim=8)),
+    Case("gptj", "full-rotary-inner", "GPTJConfig", gpt_like(rotary_dim=16, n_inner=96, activation_function="gelu")),
+    Case("gpt2", "tied", "GPT2Config", gpt_like()),
+    Case("gpt2", "unscaled-untied-relu", "GPT2Config", gpt_like(scale_attn_weights=False, tie_word_embeddings=False,
+                                                                n_inner=80, activation_function="relu")),
+    Case("phi", "gqa-half", "PhiConfig", neox_like(num_key_value_heads=2)),
+    Case("phi", "quarter-tied", "PhiConfig", neox_like(tie_word_embeddings=True, rope_parameters=dict(
+        ROPE, partial_rotary_factor=0.25))),
+    Case("starcoder2", "window-bias", "Starcoder2Config", neox_like(num_key_value_heads=2, sliding_window=WINDOW)),
+    Case("starcoder2", "nobias-untied", "Starcoder2Config", neox_like(num_key_value_heads=1, use_bias=False,
+                                                                      tie_word_embeddings=False)),
     Case("qwen3", "bias-window", "Qwen3Config", llama_like(head_dim=16, attention_bias=True, use_sliding_window=True,
                                                            sliding_window=WINDOW, max_window_layers=0)),
 ]

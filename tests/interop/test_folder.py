@@ -167,3 +167,32 @@ def test_save_hf_refuses_a_nonzero_bias_the_family_lacks(tmp_path: Path) -> None
         save_hf(model, tmp_path / "out", family="qwen2")
     save_hf(model, tmp_path / "out")  # llama's attention_bias covers o_proj
     assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == "llama"
+
+
+@pytest.mark.parametrize("model_type, change, message", [
+    ("phi", dict(qk_layernorm=True), "qk_layernorm=True is not supported for model_type 'phi'"),
+    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx=True is not supported"),
+    ("llama", dict(partial_rotary_factor=0.5), "partial_rotary_factor=0.5 is not supported .* whole heads"),
+    ("gptj", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}, rotary_dim=8),
+     "rope_type='linear' is not supported"),
+    ("gptj", dict(rope_theta=5e5, rotary_dim=8), "rope_theta=500000.0 is not supported .* fixed at 10000"),
+    ("mistral", dict(layer_types=["sliding_attention", "full_attention"]), "layer_types=.* every layer or none"),
+    ("olmo2", dict(clip_qkv=8.0), "clip_qkv=8.0 is not supported for model_type 'olmo2'"),
+    ("gemma", dict(hidden_act="gelu_fast"), "hidden_act='gelu_fast' is not supported"),
+    ("gpt2", dict(resid_pdrop=0.1, embd_pdrop=0.2), "embd_pdrop=0.2 disagrees with another key"),
+])
+def test_unmappable_config_values_are_refused_by_name(model_type: str, change: dict, message: str) -> None:
+    from archlab.interop.families import FAMILIES
+    from archlab.interop.hf_config import config_from_hf
+
+    config = dict(model_type=model_type, vocab_size=96, hidden_size=64, n_embd=64, num_attention_heads=4, n_head=4,
+                  num_hidden_layers=2, n_layer=2, intermediate_size=96, head_dim=16) | change
+    with pytest.raises(InteropError, match=message):
+        config_from_hf(config, FAMILIES[model_type])
+
+
+def test_export_names_an_activation_the_family_cannot_spell(tmp_path: Path) -> None:
+    """Gemma reads "gelu" as the tanh GELU, so a (1+w)-norm GeGLU with the exact erf GELU has no family."""
+    config = ModelConfig(norm_unit_offset=True, embed_scale="sqrt_d", ffn="geglu", tie_embeddings=True)
+    with pytest.raises(InteropError, match="activation='gelu'"):
+        save_hf(TransformerLM(config), tmp_path, family="gemma")

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+FIXED_THETA = 10000.0  # GPT-J's sinusoid table hard-codes the base
 RULE_KINDS = ("copy", "fuse_qkv", "fuse_gate_up", "conv1d", "neox_qkv", "zero")
 WINDOWS = ("none", "all", "layer_types", "qwen")
 ACTIVATIONS_HF = {  # HF `ACT2FN` name -> ours; every pair is the same function (tanh GELU has three names)
@@ -74,7 +75,7 @@ class Fixed:
 class Rope:
     """How a family spells RoPE in config.json, besides transformers 5's `rope_parameters`."""
 
-    theta_key: str = "rope_theta"  # legacy top-level key of the base
+    theta_key: str | None = "rope_theta"  # legacy top-level key of the base; None: fixed FIXED_THETA (GPT-J)
     fraction_key: str | None = None  # legacy top-level key of the rotary share; None: whole heads rotate
     fraction_default: float = 1.0  # the share when no key gives it (NeoX 0.25, Phi 0.5)
     rotary_dim_key: str | None = None  # GPT-J gives rotary dims, not a share
@@ -115,6 +116,13 @@ def neox_qkv(name: str) -> Rule:
 
 
 ZERO = Rule("zero")
+
+
+def linear(ours: str, theirs: str | tuple[str, ...], kind: str = "copy") -> dict[str, Rule]:
+    """Weight and bias rules of one linear (or norm) `ours` stored as `theirs`; a Conv1D bias is a plain copy."""
+    names = (theirs,) if isinstance(theirs, str) else theirs
+    return {f"{ours}.weight": Rule(kind, tuple(f"{n}.weight" for n in names)),
+            f"{ours}.bias": Rule("copy" if kind == "conv1d" else kind, tuple(f"{n}.bias" for n in names))}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import dataclasses
 import json
 from typing import Any
 
-from archlab.interop.family import MISSING, Family, Fixed, InteropError, Key
+from archlab.interop.family import FIXED_THETA, MISSING, Family, Fixed, InteropError, Key
 from archlab.nn.config import ModelConfig
 from archlab.nn.rope import RopeScaling, ntk_theta
 
@@ -158,10 +158,17 @@ def _read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> di
     `rope_parameters`, or top-level keys and `rope_scaling` (which wins, as in transformers)."""
     rope = family.rope
     params = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
-    theta = params.pop("rope_theta", hf.get(rope.theta_key, hf.get("rope_theta", 10000.0)))
+    if rope.theta_key is None:  # a fixed base: refuse a config that asks for another
+        theta = params.pop("rope_theta", hf.get("rope_theta", FIXED_THETA))
+        if theta != FIXED_THETA:
+            raise _unsupported(family, "rope_theta", theta, f"this family's base is fixed at {FIXED_THETA:g}")
+    else:
+        theta = params.pop("rope_theta", hf.get(rope.theta_key, hf.get("rope_theta", 10000.0)))
     fraction = params.pop("partial_rotary_factor", None)
     if fraction is None and rope.fraction_key is not None:
         fraction = hf.get(rope.fraction_key)
+    if fraction is None:  # transformers moves a top-level partial_rotary_factor into rope_parameters
+        fraction = hf.get("partial_rotary_factor")
     head_dim = fields.get("head_dim") or fields["d_model"] // fields["n_heads"]
     if rope.rotary_dim_key is not None:
         rotary_dim = hf.get(rope.rotary_dim_key, 64)
@@ -189,6 +196,9 @@ def _read_window(hf: dict[str, Any], family: Family, n_layers: int) -> dict[str,
     if family.window == "qwen" and not hf.get("use_sliding_window", False):
         window = None  # Qwen2/3 configs keep a sliding_window value that applies only with use_sliding_window
     if family.window == "all":
+        types = hf.get("layer_types")
+        if types is not None and set(types) != {SLIDING if window is not None else FULL}:
+            raise _unsupported(family, "layer_types", types, "this family's sliding_window covers every layer or none")
         return {"sliding_window": window, "window_pattern": "S"}
     types = hf.get("layer_types")
     if types is None and family.window == "qwen":
@@ -242,7 +252,7 @@ def config_to_hf(config: ModelConfig, family: Family) -> tuple[dict[str, Any], l
 def _write_rope(c: ModelConfig, family: Family) -> dict[str, Any]:
     scaling = c.rope_scaling or RopeScaling()
     params = rope_to_hf(scaling, c.rope_theta, c.rope_dim)
-    out: dict[str, Any] = {"rope_parameters": params}
+    out: dict[str, Any] = {"rope_parameters": params} if family.rope.theta_key is not None else {}
     if scaling.kind == "dynamic":
         out["max_position_embeddings"] = hf_max_position_embeddings(scaling, c.max_seq_len)
     if family.rope.rotary_dim_key is not None:
