@@ -196,3 +196,22 @@ def test_export_names_an_activation_the_family_cannot_spell(tmp_path: Path) -> N
     config = ModelConfig(norm_unit_offset=True, embed_scale="sqrt_d", ffn="geglu", tie_embeddings=True)
     with pytest.raises(InteropError, match="activation='gelu'"):
         save_hf(TransformerLM(config), tmp_path, family="gemma")
+
+
+def test_gemma_bf16_embedding_scale_is_rounded_like_transformers(tmp_path: Path) -> None:
+    """Gemma multiplies by sqrt(hidden) cast to the dtype (bf16: sqrt(48) = 6.93 -> 6.9375): the first layer's
+    input must equal transformers' bit for bit."""
+    from transformers import GemmaConfig
+
+    torch.manual_seed(0)
+    config = GemmaConfig(**llama_like(hidden_size=48, num_attention_heads=4, head_dim=16))
+    randomize_hf_(AutoModelForCausalLM.from_config(config), 0.0).save_pretrained(tmp_path)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    ours = from_hf(tmp_path)
+    ours.to(torch.bfloat16)
+    seen: list[torch.Tensor] = []
+    ours.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    ids = torch.randint(0, 96, (1, 16))
+    with torch.no_grad():
+        ours(ids)
+        assert torch.equal(seen[0], hf.model.embed_tokens(ids))
