@@ -40,7 +40,11 @@ def family_of(hf_config: dict) -> Family:
 
 def read_hf_config(path: str | Path) -> ModelConfig:
     """The ModelConfig of a Hugging Face folder's config.json (no weights read)."""
-    folder_config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    file = Path(path) / "config.json"
+    try:
+        folder_config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise InteropError(f"{file} cannot be read as JSON ({err})") from err
     return config_from_hf(folder_config, family_of(folder_config))
 
 
