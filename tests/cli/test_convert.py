@@ -48,7 +48,8 @@ def test_generate_and_inspect_read_a_hf_folder(hf_dir: Path, tmp_path: Path, cap
     capsys.readouterr()
     texts = []
     for source in (hf_dir, tmp_path / "run"):
-        argv = ["generate", "--checkpoint", str(source), "--prompt", "ab", "--max-new-tokens", "8", "--temperature", "0"]
+        argv = ["generate", "--checkpoint", str(source), "--prompt", "ab", "--max-new-tokens", "8",
+                "--temperature", "0"]
         assert main(argv) == 0
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and texts[0].startswith("ab")

@@ -19,8 +19,8 @@ from archlab.infer.generate import Generation, check_context, generate_text
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import check_compile_decode, column_major_linears
-from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.infer.stream import TokenizerLike
+from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
