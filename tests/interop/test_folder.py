@@ -215,3 +215,13 @@ def test_gemma_bf16_embedding_scale_is_rounded_like_transformers(tmp_path: Path)
     with torch.no_grad():
         ours(ids)
         assert torch.equal(seen[0], hf.model.embed_tokens(ids))
+
+
+def test_loaded_weights_survive_rewriting_the_folder(copy_dir: Path) -> None:
+    """Parameters never stay on safetensors' memory map: save_hf over the folder they came from (which
+    truncates nothing, and even a truncating writer) leaves them readable."""
+    model = from_hf(copy_dir)
+    expected = model.embed_tokens.weight.clone()
+    save_hf(model, copy_dir)
+    (copy_dir / "model.safetensors").write_bytes(b"")
+    assert torch.equal(model.embed_tokens.weight, expected)

@@ -9,6 +9,7 @@ Pickled weights (`.bin`, `.pt`) are refused, never unpickled: unpickling runs ar
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -128,5 +129,7 @@ def write_folder(path: Path, config: dict[str, Any], tensors: dict[str, torch.Te
     """config.json and model.safetensors into `path` (created if needed)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, path / SINGLE,
-              metadata={"format": "pt"})
+    # written beside, then renamed: a process still mapping the old file (from_hf's reads) keeps its pages
+    tmp = path / f".{SINGLE}.tmp"
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, tmp, metadata={"format": "pt"})
+    os.replace(tmp, path / SINGLE)

@@ -131,8 +131,13 @@ def load_state(
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     state = {}
     for name, (rule, keys) in resolved.items():
-        tensors = [folder.get(k).to(dtype) for k in keys]
-        state[name] = to_ours(rule, tensors, shapes[name], model.config).to(device=device, dtype=dtype)
+        stored = [folder.get(k) for k in keys]
+        tensor = to_ours(rule, [t.to(dtype) for t in stored], shapes[name], model.config).to(device, dtype)
+        if any(tensor.data_ptr() == t.data_ptr() for t in stored):
+            # safetensors hands out views of its memory map: a parameter left on it would die with a bus error
+            # when the file is rewritten (save_hf into the same folder), so it gets its own memory
+            tensor = tensor.clone()
+        state[name] = tensor
     return state
 
 
