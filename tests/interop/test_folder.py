@@ -86,8 +86,6 @@ MALFORMED = {
                   "rope_type='longrope' is not supported"),
     "unmapped-flag": (lambda d: edit_config(d, lambda c: c.update(model_type="mistral", attention_bias=True)),
                       "config.json attention_bias=True is not supported for model_type 'mistral'"),
-    "fixed-flag": (lambda d: edit_config(d, lambda c: c.update(pretraining_tp=2)),
-                   "config.json pretraining_tp=2 is not supported for model_type 'llama'"),
 }
 
 

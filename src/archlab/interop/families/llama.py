@@ -14,7 +14,6 @@ import torch
 
 from archlab.interop.family import (
     Family,
-    Fixed,
     InteropError,
     Key,
     Rule,
@@ -79,8 +78,7 @@ LLAMA = Family(
     model_type="llama",
     architecture="LlamaForCausalLM",
     fixed=LLAMA_FIXED,
-    keys={**llama_keys(LLAMA_SIZES), "attention_bias": Key("attn_bias", False), "mlp_bias": Key("mlp_bias", False),
-          "pretraining_tp": Fixed(1)},
+    keys={**llama_keys(LLAMA_SIZES), "attention_bias": Key("attn_bias", False), "mlp_bias": Key("mlp_bias", False)},
     weights=llama_weights(),
     ignore=(r"rotary_emb\.inv_freq$",),
 )
