@@ -223,3 +223,21 @@ def test_loaded_weights_survive_rewriting_the_folder(copy_dir: Path) -> None:
     save_hf(model, copy_dir)
     (copy_dir / "model.safetensors").write_bytes(b"")
     assert torch.equal(model.embed_tokens.weight, expected)
+
+
+def test_original_gpt2_files_without_the_base_prefix_load(tmp_path: Path) -> None:
+    """The original GPT-2 files name tensors `h.0.attn.c_attn.weight`, `wte.weight` and keep the causal-mask
+    buffers `h.{i}.attn.bias`: the prefix is optional and the buffers are skipped."""
+    from transformers import GPT2Config
+
+    from tests.interop.family_cases import gpt_like
+
+    torch.manual_seed(0)
+    hf = randomize_hf_(AutoModelForCausalLM.from_config(GPT2Config(**gpt_like())), 1.0).eval()
+    hf.save_pretrained(tmp_path)
+    weights = {k.removeprefix("transformer."): v for k, v in load_file(tmp_path / "model.safetensors").items()}
+    weights["h.0.attn.bias"] = torch.ones(1, 1, 48, 48)
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ids = torch.randint(0, 96, (1, 48))
+    with torch.no_grad():
+        assert (from_hf(tmp_path)(ids) - hf(ids).logits).abs().max() <= 1e-4

@@ -140,6 +140,7 @@ class Family:
     ignore: tuple[str, ...] = ()  # regexes of saved non-parameters to skip (causal-mask buffers, inv_freq)
     head_aliases: tuple[str, ...] = ()  # other names of lm_head.weight in saved files (NeoX embed_out)
     export_head: str | None = None  # the name export writes lm_head.weight under, if not its table name
+    base_prefix: str | None = None  # a prefix older files omit (the original GPT-2 files say `h.0.`, `wte`)
 
     def __post_init__(self) -> None:
         if self.window not in WINDOWS:

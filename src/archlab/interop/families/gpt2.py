@@ -60,4 +60,5 @@ GPT2 = Family(
     },
     rope=None,
     ignore=(r"attn\.(masked_)?bias$",),
+    base_prefix="transformer.",
 )
