@@ -67,3 +67,32 @@ def test_convert_errors_are_one_line(hf_dir: Path, tmp_path: Path, capsys: pytes
     assert err.startswith("archlab convert: error:") and "tokenizer.json is missing" in err and "\n" not in err
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run"), "--dtype", "int8"]) == 2
     assert "--dtype='int8' is not allowed" in capsys.readouterr().err
+
+
+def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path: Path) -> None:
+    """`archlab train --init-from HF_DIR --model.n_kv_heads 1`: with lr 0 the saved weights are exactly the
+    mean-pooled source, and the run uses the folder's tokenizer."""
+    from archlab.interop.surgery import adapt
+
+    (tmp_path / "corpus.txt").write_text("def f(x):\n    return x + 1\n" * 200)
+    flags = ["--init-from", str(hf_dir), "--data", str(tmp_path / "corpus.txt"), "--steps", "1",
+             "--out", str(tmp_path / "run"), "--model.n_kv_heads", "1", "--optimizer.lr", "0",
+             "--schedule.warmup_steps", "0", "--data.batch_size", "2", "--data.block_size", "32",
+             "--logging.samples", "0", "--logging.eval_every", "0", "--logging.tensorboard", "false",
+             "--logging.progress", "false"]
+    assert main(["train", *flags]) == 0
+    trained, _ = load_model(tmp_path / "run")
+    source = from_hf(hf_dir)
+    expected = adapt(source, trained.config)
+    assert trained.config.n_kv_heads == 1 and trained.config.d_model == source.config.d_model
+    for (name, a), (_, b) in zip(trained.state_dict().items(), expected.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_train_init_from_refuses_an_unmapped_change(hf_dir: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "corpus.txt").write_text("x" * 1000)
+    flags = ["--init-from", str(hf_dir), "--data", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "run"),
+             "--model.d_ff", "64"]
+    assert main(["train", *flags]) == 2
+    assert "cannot change d_ff 96 -> 64: no principled weight mapping" in capsys.readouterr().err
