@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from archlab import InteropError, ModelConfig, RopeScaling, TransformerLM
+from archlab import InteropError, ModelConfig, RopeScaling, TransformerLM, build_preset
 from archlab.interop.surgery import adapt
 from tests.conftest import randomize_
 
@@ -78,6 +78,6 @@ def test_unmapped_changes_are_refused_by_name(source: TransformerLM, change: dic
 
 
 def test_learned_positions_cannot_grow() -> None:
-    gpt2 = TransformerLM(ModelConfig.from_preset("gpt2"))
+    gpt2 = TransformerLM(build_preset("gpt2"))
     with pytest.raises(InteropError, match="cannot change max_seq_len .* learned positions"):
         adapt(gpt2, dataclasses.replace(gpt2.config, max_seq_len=gpt2.config.max_seq_len * 2))

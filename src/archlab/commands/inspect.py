@@ -1,6 +1,10 @@
 """`archlab inspect --preset llama --size small [--n_layers 4 ...]`: parameters by part, FLOPs per token
 and KV-cache bytes of a configuration, without building the model. `--checkpoint PATH` reads the config
-of an archlab checkpoint (or run folder) or of a Hugging Face folder instead (no weights are read)."""
+of an archlab checkpoint (or run folder) or of a Hugging Face folder instead (no weights are read).
+
+Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--model.FIELD value`; both go
+through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in both commands.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +19,15 @@ from rich.table import Table
 from archlab.checkpoint import resolve_checkpoint
 from archlab.costs import DTYPE_BYTES, Report, report
 from archlab.interop import is_hf_folder, read_hf_config
-from archlab.nn.config import ModelConfig, parse_overrides
-from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.config import ModelConfig
+from archlab.nn.presets import PRESETS, SIZES, build_preset
+from archlab.overrides import parse_flags, typed_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="parameter count, FLOPs per token and KV-cache bytes of a config",
-                       description="Any ModelConfig field can follow as --field value (e.g. --n_kv_heads 1).")
+                       description="Any ModelConfig field can follow as --field value or --model.field value "
+                                   "(e.g. --n_kv_heads 1).")
     p.add_argument("--preset", default="llama", help=f"architecture: {', '.join(PRESETS)}")
     p.add_argument("--size", default="tiny", help=f"size: {', '.join(SIZES)}")
     p.add_argument("--checkpoint", default=None,
@@ -34,12 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = parse_overrides(ModelConfig, args.overrides)
+    flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
+    overrides = typed_overrides(ModelConfig, flags)
     if args.checkpoint is not None:
         config = dataclasses.replace(checkpoint_config(args.checkpoint), **overrides)
         args.preset, args.size = Path(args.checkpoint).name, "checkpoint"
     else:
-        config = ModelConfig.from_preset(args.preset, args.size, **overrides)
+        config = build_preset(args.preset, args.size, **overrides)
     if args.context is not None and args.context < 1:
         raise ValueError(f"--context={args.context} is not allowed: a positive number of tokens")
     r = report(config, args.context, args.dtype)

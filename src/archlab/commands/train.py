@@ -16,7 +16,8 @@ from archlab.interop.surgery import adapt, load_source
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.nn.presets import PRESETS, SIZES
-from archlab.train.config import TrainConfig, config_keys, load_yaml, parse_flags, resolve_config
+from archlab.overrides import load_yaml, parse_flags
+from archlab.train.config import TrainConfig, config_keys, resolve_config
 from archlab.train.trainer import TrainingDiverged, train
 
 # named flag (argparse dest) -> the config key it sets

@@ -22,6 +22,8 @@ from archlab.interop.family import (
     fuse_gate_up,
     fuse_qkv,
 )
+from archlab.interop.hf_config import config_diff
+from archlab.interop.weights import export_state
 from archlab.nn.model import TransformerLM
 
 PRE_NORMS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
@@ -87,9 +89,6 @@ LLAMA = Family(
 def llama_state_dict(model: TransformerLM) -> dict[str, torch.Tensor]:
     """The model's weights under `LlamaForCausalLM` state-dict names (views of ours, not copies). Only the
     weight layout is checked: RoPE and lengths are the caller's to put in the HF config."""
-    from archlab.interop.hf_config import config_diff  # the engine imports the family tables
-    from archlab.interop.weights import export_state
-
     diff = config_diff(dataclasses.replace(model.config, rope_scaling=None), LLAMA)
     if diff:
         raise InteropError(f"llama_state_dict needs a Llama-shaped model; this one has {'; '.join(diff)}")
