@@ -1,0 +1,291 @@
+"""What the lab measures per run: from metrics.jsonl, and from the final checkpoint after training.
+
+Measures read from metrics.jsonl: `val_loss` (the last evaluation), `train_loss`, `spikes`, `diverged`,
+`max_grad_norm`. Measures computed by the lab from the final checkpoint (`archlab.checkpoint.load_model`), in
+this process, one thread, after every run has finished, so parallel arms never skew a timing:
+`step_ms`, `norm_time_share` / `norm_flop_share`, `kv_bytes_per_token`, `decode_tok_s`, `loss_at_2x` /
+`loss_at_4x`, `bits_per_byte`; `max_embed_row_norm` reads every checkpoint the run kept.
+
+Rules stated once:
+- A spike is a logged train loss above the median of the previous SPIKE_WINDOW logged losses by more than
+  SPIKE_NATS, or a skipped (non-finite) step.
+- A run diverged when training stopped on non-finite steps, or its final validation loss is not finite or
+  above its first logged train loss. A diverged run's `val_loss` is its last finite validation loss, else
+  ln(vocab_size) (a uniform guess), so a verdict still counts it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from archlab.checkpoint import list_checkpoints, load_model, load_weights
+from archlab.costs import flops_per_token, kv_cache_bytes
+from archlab.data.tokens import TokenData
+from archlab.infer.generate import generate
+from archlab.infer.sampling import SamplingConfig
+from archlab.nn.functional import cross_entropy
+from archlab.nn.model import TransformerLM
+from archlab.nn.norms import RMSNorm
+from archlab.train.metrics import read_metrics
+
+SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
+STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
+TIMED_STEPS, WARMUP_STEPS = 8, 2  # forward+backward passes timed (median) after untimed warm-up passes
+DECODE_TOKENS, DECODE_PROMPT = 64, 16
+# FLOPs per normalized element, forward: RMSNorm x*x, mean, * rsqrt, * gain; LayerNorm adds the mean, the
+# subtraction and (with a bias) the shift. Backward costs about twice the forward, as for matmuls.
+NORM_FLOPS = {"rmsnorm": 4, "layernorm": 6}
+
+
+@dataclass
+class RunView:
+    """One finished run folder and what the lab loaded from it (the model only when a measure needs it)."""
+
+    run_dir: Path
+    windows: int  # validation windows for the lab's own loss measurements
+    _model: TransformerLM | None = None
+
+    @property
+    def config(self) -> dict:
+        return json.loads((self.run_dir / "config.json").read_text(encoding="utf-8"))
+
+    @property
+    def model(self) -> TransformerLM:
+        if self._model is None:
+            self._model = load_model(self.run_dir)[0]
+        return self._model
+
+    def status(self) -> dict:
+        path = self.run_dir / STATUS
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def data(self) -> TokenData:
+        return TokenData(self.config["train"]["data"]["source"])
+
+
+# -------------------------------------------------------------------------------------- from metrics
+def _losses(run: RunView) -> list[float]:
+    return [float(r["loss"]) for r in read_metrics(run.run_dir, "train")]
+
+
+def diverged(run: RunView) -> float:
+    evals = read_metrics(run.run_dir, "eval")
+    train = _losses(run)
+    final = float(evals[-1]["loss"]) if evals else math.nan
+    if run.status().get("returncode", 0) != 0 or not math.isfinite(final):
+        return 1.0
+    return float(bool(train) and final > train[0])
+
+
+def val_loss(run: RunView) -> float:
+    finite = [float(r["loss"]) for r in read_metrics(run.run_dir, "eval") if math.isfinite(float(r["loss"]))]
+    if finite and not diverged(run):
+        return finite[-1]
+    return finite[-1] if finite else math.log(run.config["model"]["vocab_size"])
+
+
+def train_loss(run: RunView) -> float:
+    tail = [v for v in _losses(run)[-3:] if math.isfinite(v)]
+    return statistics.fmean(tail) if tail else math.nan
+
+
+def spikes(run: RunView) -> float:
+    losses = _losses(run)
+    count = len(read_metrics(run.run_dir, "skip"))
+    for i in range(SPIKE_WINDOW, len(losses)):
+        if losses[i] > statistics.median(losses[i - SPIKE_WINDOW:i]) + SPIKE_NATS:
+            count += 1
+    return float(count)
+
+
+def max_grad_norm(run: RunView) -> float:
+    norms = [float(r["grad_norm"]) for r in read_metrics(run.run_dir, "train")]
+    return max((n for n in norms if math.isfinite(n)), default=math.inf)
+
+
+# -------------------------------------------------------------------------------- from the checkpoint
+def _batch(run: RunView) -> torch.Tensor:
+    d = run.config["train"]["data"]
+    return torch.randint(run.model.config.vocab_size, (d["batch_size"], d["block_size"] + 1),
+                         generator=torch.Generator().manual_seed(0))
+
+
+def _train_pass(model: TransformerLM, batch: torch.Tensor) -> None:
+    cross_entropy(model(batch[:, :-1]), batch[:, 1:]).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def step_ms(run: RunView) -> float:
+    """Median wall time of a forward + backward at the run's batch and block (no optimizer), milliseconds."""
+    model, batch = run.model.train(), _batch(run)
+    times = []
+    for i in range(WARMUP_STEPS + TIMED_STEPS):
+        start = time.perf_counter()
+        _train_pass(model, batch)
+        if i >= WARMUP_STEPS:
+            times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def _norm_modules(model: TransformerLM) -> list[RMSNorm]:
+    return [m for m in model.modules() if isinstance(m, RMSNorm)]  # LayerNorm subclasses RMSNorm
+
+
+def norm_time_share(run: RunView) -> float:
+    """Share of a forward + backward's time inside norm layers, from torch.profiler ranges.
+
+    Each norm's forward runs inside a `norm` record_function range opened and closed by module hooks; its
+    backward inside `norm.backward`, opened by a full-backward pre-hook and closed by the backward hook.
+    """
+    model, batch = run.model.train(), _batch(run)
+    handles = []
+    for module in _norm_modules(model):
+        handles += [module.register_forward_pre_hook(_open("norm")), module.register_forward_hook(_close),
+                    module.register_full_backward_pre_hook(_open("norm.backward")),
+                    module.register_full_backward_hook(_close)]
+    try:
+        for _ in range(WARMUP_STEPS):
+            _train_pass(model, batch)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            with torch.profiler.record_function("step"):
+                for _ in range(TIMED_STEPS):
+                    _train_pass(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    totals = {"step": 0.0, "norm": 0.0, "norm.backward": 0.0}
+    for event in prof.events():
+        if event.name in totals:
+            totals[event.name] += event.cpu_time_total
+    return (totals["norm"] + totals["norm.backward"]) / totals["step"]
+
+
+_OPEN: list[torch.profiler.record_function] = []  # ranges opened by hooks, closed last-in first-out
+
+
+def _open(name: str) -> Callable:
+    def hook(module: torch.nn.Module, *args: object) -> None:
+        _OPEN.append(torch.profiler.record_function(name).__enter__())
+    return hook
+
+
+def _close(module: torch.nn.Module, *args: object) -> None:
+    _OPEN.pop().__exit__(None, None, None)
+
+
+def norm_flop_share(run: RunView) -> float:
+    """Share of a training step's FLOPs in norm layers: normalized elements x NORM_FLOPS, forward and backward."""
+    model, batch = run.model, _batch(run)
+    elements = []
+    handles = [m.register_forward_hook(lambda m, i, o: elements.append(
+        i[0].numel() * (NORM_FLOPS[model.config.norm] + (1 if m.bias is not None else 0))))
+        for m in _norm_modules(model)]
+    try:
+        with torch.no_grad():
+            model(batch[:, :-1])
+    finally:
+        for h in handles:
+            h.remove()
+    tokens = batch[:, :-1].numel()
+    norm = 3 * sum(elements) / tokens  # per token, forward + backward
+    return norm / (flops_per_token(model.config, batch.shape[1] - 1)["training"] + norm)
+
+
+def kv_bytes_per_token(run: RunView) -> float:
+    return float(kv_cache_bytes(run.model.config, dtype="bf16")["per_token"])
+
+
+def decode_tok_s(run: RunView) -> float:
+    """Greedy decoding speed, batch 1: DECODE_TOKENS new tokens after a DECODE_PROMPT-token prompt."""
+    prompt = _batch(run)[0, :DECODE_PROMPT].tolist()
+    sampling = SamplingConfig(max_new_tokens=DECODE_TOKENS, temperature=0.0)
+    generate(run.model, [prompt], sampling)  # warm-up
+    start = time.perf_counter()
+    out = generate(run.model, [prompt], sampling)
+    return len(out.tokens[0]) / (time.perf_counter() - start)
+
+
+def _val_windows(run: RunView, length: int) -> np.ndarray:
+    """Up to `run.windows` non-overlapping validation windows of length + 1 tokens, from the start of val."""
+    val = np.asarray(run.data().splits["val"])
+    n = min(run.windows, (len(val) - 1) // length)
+    if n < 1:
+        raise ValueError(f"{run.run_dir}: the validation split ({len(val)} tokens) is shorter than {length + 1}")
+    return np.stack([val[i * length:(i + 1) * length + 1] for i in range(n)]).astype(np.int64)
+
+
+@torch.no_grad()
+def _loss_at(run: RunView, factor: int) -> float | None:
+    model = run.model.eval()
+    if factor > 1 and model.config.position == "learned":
+        return None  # a learned table has no rows past the training length
+    windows = torch.from_numpy(_val_windows(run, factor * run.config["train"]["data"]["block_size"]))
+    return float(cross_entropy(model(windows[:, :-1]), windows[:, 1:]))
+
+
+def bits_per_byte(run: RunView) -> float:
+    """Validation cross entropy in bits per UTF-8 byte of the text the targets decode to (any tokenizer)."""
+    model = run.model.eval()
+    windows = _val_windows(run, run.config["train"]["data"]["block_size"])
+    tokenizer = run.data().tokenizer()
+    with torch.no_grad():
+        x = torch.from_numpy(windows)
+        nats = float(cross_entropy(model(x[:, :-1]), x[:, 1:])) * windows[:, 1:].size
+    n_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for row in windows[:, 1:])
+    return nats / math.log(2) / n_bytes
+
+
+def max_embed_row_norm_series(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, largest L2 norm of an embedding row) for every checkpoint the run kept."""
+    out = []
+    for path in list_checkpoints(run_dir):
+        weight = load_weights(path)["embed_tokens.weight"].float()
+        out.append((int(path.name.split("_")[1]), float(weight.norm(dim=1).max())))
+    return out
+
+
+@dataclass(frozen=True)
+class Measure:
+    fn: Callable[[RunView], float | None]
+    better: str  # lower | higher: which way is good, for verdicts and tables
+    label: str  # what the number is, with its unit
+
+
+MEASURES: dict[str, Measure] = {
+    "val_loss": Measure(val_loss, "lower", "final validation loss (nats/token)"),
+    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps"),
+    "spikes": Measure(spikes, "lower", f"loss spikes (> median of {SPIKE_WINDOW} previous + {SPIKE_NATS} nats)"),
+    "diverged": Measure(diverged, "lower", "diverged (1) or not (0)"),
+    "max_grad_norm": Measure(max_grad_norm, "lower", "largest gradient norm before clipping"),
+    "step_ms": Measure(step_ms, "lower", "forward + backward time, ms (1 thread)"),
+    "norm_time_share": Measure(norm_time_share, "lower", "share of step time in norms (torch.profiler)"),
+    "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms"),
+    "kv_bytes_per_token": Measure(kv_bytes_per_token, "lower", "KV-cache bytes per token (bf16)"),
+    "decode_tok_s": Measure(decode_tok_s, "higher", "greedy decode tokens/s, batch 1 (1 thread)"),
+    "loss_at_1x": Measure(lambda r: _loss_at(r, 1), "lower", "validation loss at the training length"),
+    "loss_at_2x": Measure(lambda r: _loss_at(r, 2), "lower", "validation loss at 2x the training length"),
+    "loss_at_4x": Measure(lambda r: _loss_at(r, 4), "lower", "validation loss at 4x the training length"),
+    "bits_per_byte": Measure(bits_per_byte, "lower", "validation bits per byte"),
+    "max_embed_row_norm": Measure(lambda r: max(v for _, v in max_embed_row_norm_series(r.run_dir)), "lower",
+                                  "largest embedding row norm over the kept checkpoints"),
+}
+
+
+def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, float | None]:
+    """Every measure in `names` for one finished run (the model is loaded once, one thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = RunView(Path(run_dir), windows)
+        return {name: MEASURES[name].fn(run) for name in names}
+    finally:
+        torch.set_num_threads(threads)
