@@ -237,7 +237,7 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
         raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
                        + (" ..." if len(missing) > 5 else ""))
     results = {}
-    for run in plan.runs:
+    for run in sorted(plan.runs, key=lambda r: r.seed):  # arms interleaved: a slow spell of the machine hits all
         path = run.run_dir / MEASURED
         cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         wanted = [m for m in plan.suite.measures if m not in cached]

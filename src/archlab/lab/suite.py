@@ -7,6 +7,7 @@
     base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested
     match_params: d_ff                    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
     unmatched: [wide]                     # arms that differ in size on purpose (flagged, never adjusted)
+    checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
     arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base (noise floor)
     measure: [val_loss, step_ms]          # archlab.lab.measure.MEASURES
     claims:
@@ -55,22 +56,26 @@ class Budget:
     measure_windows: int  # validation windows the lab's own measurements read (long-context loss, bits per byte)
 
 
+# warmup is ~10% of the steps in every budget, so "no warmup" arms (schedule.warmup_steps: 0) mean the same
 _SHARED = {"data.source": "stdlib", "data.tokenizer": "byte", "optimizer.lr": 3e-3, "schedule.name": "cosine"}
 BUDGETS: dict[str, Budget] = {
-    # seconds per arm on a laptop: tests and a first look
-    "tiny": Budget("tiny", {**_SHARED, "size": "tiny", "steps": 24, "data.batch_size": 8, "data.block_size": 64,
-                            "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
-                   seeds=2, noise_seeds=2, max_files=40, measure_windows=8),
+    # seconds per run on a laptop: tests and a first look
+    "tiny": Budget("tiny", {
+        **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
+        "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
+        seeds=2, noise_seeds=2, max_files=40, measure_windows=8),
     # ~1 minute per run on 2 cores (4 layers, width 128): docs/results
-    "small": Budget("small", {**_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4,
-                              "model.n_heads": 4, "steps": 400, "data.batch_size": 16, "data.block_size": 128,
-                              "logging.eval_every": 50, "logging.eval_batches": 10, "logging.log_every": 5},
-                    seeds=2, noise_seeds=4, max_files=400, measure_windows=32),
+    "small": Budget("small", {
+        **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 400,
+        "schedule.warmup_steps": 40, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
+        "logging.eval_batches": 10, "logging.log_every": 5},
+        seeds=2, noise_seeds=4, max_files=400, measure_windows=32),
     # the `small` size (width 256, 6 layers): hours per suite on a CPU, minutes on a GPU
-    "medium": Budget("medium", {**_SHARED, "size": "small", "steps": 2000, "data.batch_size": 32,
-                                "data.block_size": 256, "optimizer.lr": 1e-3, "logging.eval_every": 200,
-                                "logging.eval_batches": 20, "logging.log_every": 10},
-                     seeds=3, noise_seeds=5, max_files=None, measure_windows=64),
+    "medium": Budget("medium", {
+        **_SHARED, "size": "small", "steps": 2000, "schedule.warmup_steps": 200, "data.batch_size": 32,
+        "data.block_size": 256, "optimizer.lr": 1e-3, "logging.eval_every": 200, "logging.eval_batches": 20,
+        "logging.log_every": 10},
+        seeds=3, noise_seeds=5, max_files=None, measure_windows=64),
 }
 
 
@@ -79,8 +84,10 @@ class Claim:
     text: str  # the claim as the source states it
     metric: str  # a measure name
     arm: str  # the arm claimed better (or as good)
-    versus: str  # the arm it is compared with
+    versus: str  # the arm it is compared with (the same arm when two metrics are compared)
     expect: str = "better"  # better | same ("as good as")
+    versus_metric: str | None = None  # compare `metric` of arm with this metric of versus; None = the same metric
+    direction: str | None = None  # higher | lower: the way the claim says arm moves; None = the measure's better
     narang: str | None = None  # Narang et al. 2021 on the same comparison: better | same | worse
 
 
@@ -105,6 +112,7 @@ class Suite:
     claims: list[Claim]
     match_params: str = "d_ff"
     unmatched: list[str] = field(default_factory=list)
+    checkpoints: int = 1  # evenly spaced checkpoints kept per run (measures over steps read them)
     path: str = ""
 
     @property
@@ -152,7 +160,8 @@ def load_suite(spec: str | Path) -> Suite:
     tree = yaml.safe_load(path.read_text(encoding="utf-8"))
     where = str(path)
     _require(isinstance(tree, dict), where, "must hold a mapping")
-    allowed = {"name", "title", "source", "narang", "base", "arms", "measure", "claims", "match_params", "unmatched"}
+    allowed = {"name", "title", "source", "narang", "base", "arms", "measure", "claims", "match_params", "unmatched",
+               "checkpoints"}
     _require(not set(tree) - allowed, where, f"unknown keys {sorted(set(tree) - allowed)}; allowed: {sorted(allowed)}")
     arms = tree.get("arms") or {}
     _require(isinstance(arms, dict) and len(arms) >= 2, where, "arms must map at least two arm names to overrides")
@@ -166,7 +175,10 @@ def load_suite(spec: str | Path) -> Suite:
                   base=dotted(tree.get("base") or {}), measures=measures, match_params=match,
                   arms=[Arm(str(n), dotted(o or {})) for n, o in arms.items()],
                   claims=[_claim(c, where, set(map(str, arms)), measures) for c in tree.get("claims") or []],
-                  unmatched=[str(a) for a in tree.get("unmatched") or []], path=str(path))
+                  unmatched=[str(a) for a in tree.get("unmatched") or []], checkpoints=tree.get("checkpoints", 1),
+                  path=str(path))
+    _require(isinstance(suite.checkpoints, int) and suite.checkpoints >= 1, where,
+             f"checkpoints={suite.checkpoints!r}; an integer >= 1")
     _require(bool(suite.claims), where, "needs at least one claim")
     stray = set(suite.unmatched) - set(map(str, arms))
     _require(not stray, where, f"unmatched names arms that do not exist: {sorted(stray)}")
@@ -184,7 +196,11 @@ def _claim(raw: dict, where: str, arms: set[str], measures: list[str]) -> Claim:
     for key in ("arm", "versus"):
         _require(getattr(claim, key) in arms, where, f"claim {claim.text!r}: {key}={getattr(claim, key)!r} "
                  f"is not an arm ({', '.join(sorted(arms))})")
-    _require(claim.metric in measures, where, f"claim {claim.text!r}: metric {claim.metric!r} is not measured")
+    for key in ("metric", "versus_metric"):
+        value = getattr(claim, key)
+        _require(value is None or value in measures, where, f"claim {claim.text!r}: {key} {value!r} is not measured")
+    _require(claim.direction in (None, "higher", "lower"), where,
+             f"claim {claim.text!r}: direction={claim.direction!r}; higher, lower or absent")
     _require(claim.expect in EXPECTS, where, f"claim {claim.text!r}: expect={claim.expect!r}; one of {EXPECTS}")
     _require(claim.narang in (None, *NARANG_FINDINGS), where,
              f"claim {claim.text!r}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent")
@@ -208,6 +224,9 @@ def flag_value(value: object) -> str:
 def arm_keys(suite: Suite, arm: Arm, budget: Budget) -> dict[str, str]:
     """The arm's dotted keys as flag strings: the lab's defaults < budget < base < arm."""
     merged = {**LAB_KEYS, **budget.keys, **suite.base, **arm.overrides}
+    if suite.checkpoints > 1:  # evenly spaced over the run, all kept
+        merged["checkpoint.save_every"] = max(1, int(merged["steps"]) // suite.checkpoints)
+        merged["checkpoint.keep_last"] = suite.checkpoints + 1
     return {k: flag_value(v) for k, v in merged.items()}
 
 
