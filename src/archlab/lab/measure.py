@@ -29,6 +29,7 @@ import torch
 
 from archlab.checkpoint import list_checkpoints, load_model, load_weights
 from archlab.costs import flops_per_token, kv_cache_bytes
+from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
@@ -232,15 +233,33 @@ def _loss_at(run: RunView, factor: int) -> float | None:
     return float(cross_entropy(model(windows[:, :-1]), windows[:, 1:]))
 
 
+def bytes_per_id(tokenizer: Tokenizer) -> np.ndarray:
+    """UTF-8 bytes each token id stands for: 1 for the byte tokenizer; for byte-level BPE the length of the
+    token's string (its alphabet has one character per byte); added tokens such as EOS stand for no text."""
+    if tokenizer.kind == "byte":
+        return np.ones(tokenizer.vocab_size, dtype=np.int64)
+    inner = tokenizer.inner
+    added = set(inner.get_vocab(with_added_tokens=True).values()) - set(inner.get_vocab(with_added_tokens=False)
+                                                                       .values())
+    added |= {tokenizer.eos_id} if tokenizer.eos_id is not None else set()
+    byte_level = (json.loads(inner.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+    out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for i in range(tokenizer.vocab_size):
+        token = inner.id_to_token(i)
+        if token is None or i in added:
+            continue
+        out[i] = len(token) if byte_level else len(tokenizer.decode([i]).encode("utf-8"))
+    return out
+
+
 def bits_per_byte(run: RunView) -> float:
-    """Validation cross entropy in bits per UTF-8 byte of the text the targets decode to (any tokenizer)."""
+    """Validation cross entropy in bits per UTF-8 byte of the text the target tokens stand for."""
     model = run.model.eval()
     windows = _val_windows(run, run.config["train"]["data"]["block_size"])
-    tokenizer = run.data().tokenizer()
     with torch.no_grad():
         x = torch.from_numpy(windows)
         nats = float(cross_entropy(model(x[:, :-1]), x[:, 1:])) * windows[:, 1:].size
-    n_bytes = sum(len(tokenizer.decode(row.tolist()).encode("utf-8")) for row in windows[:, 1:])
+    n_bytes = int(bytes_per_id(run.data().tokenizer())[windows[:, 1:]].sum())
     return nats / math.log(2) / n_bytes
 
 
