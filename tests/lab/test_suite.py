@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from archlab.lab.suite import BUDGETS, PARAM_TOLERANCE, SuiteError, list_suites, load_suite, resolve_arm
 from archlab.lab.runner import plan_suite
+from archlab.lab.suite import BUDGETS, PARAM_TOLERANCE, SuiteError, list_suites, load_suite, resolve_arm
 from archlab.nn.model import TransformerLM
 
 SUITES = ["block", "embeddings", "ffn", "head-dim", "heads", "norm-position", "norm-type", "optimizer",

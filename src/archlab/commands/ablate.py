@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 import time
 
@@ -75,6 +76,10 @@ def _show_progress(p: Progress) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (a scheduler's stop) is handled like Ctrl-C: runs checkpoint, then exit
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(plan.commands()))
         print(f"# then: archlab ablate {args.suite} --collect {plan.out}")
         return 0
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if not args.collect:
             write_plan(plan)
@@ -101,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run `{command}` again to "
+              "continue where it stopped.", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     for result in write_report(plan, measured, command):
         print(f"{result.verdict:26s} {result.claim.text}")
     print(f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}")
