@@ -15,7 +15,7 @@ import pytest
 from archlab.lab import stats
 from archlab.lab.report import write_report
 from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite
-from archlab.lab.suite import BUDGETS, load_suite
+from archlab.lab.suite import BUDGETS, load_suite, resolve_arm
 
 SUITE = """
 name: synthetic
@@ -44,7 +44,8 @@ def _fake_runs(plan: Plan) -> None:
                 for s in range(2, run.steps + 1, 2)]
         rows += [{"step": s, "kind": "eval", "loss": VAL[run.arm][run.seed] + 1.0 / s} for s in (12, 24)]
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (run.run_dir / "config.json").write_text(json.dumps({"model": {"norm": run.arm}, "train": run.keys}))
+        model = resolve_arm(plan.suite, plan.suite.arm(run.arm), BUDGETS["tiny"])[1]
+        (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": run.keys}))
         (run.run_dir / MEASURED).write_text(json.dumps({"val_loss": VAL[run.arm][run.seed],
                                                          "step_ms": STEP_MS[run.arm][run.seed]}))
 
@@ -76,7 +77,8 @@ def test_verdicts_follow_the_rule(report: tuple[Plan, list]) -> None:
 def test_tables_show_mean_and_spread(report: tuple[Plan, list]) -> None:
     plan, _ = report
     md = (plan.out / "results.md").read_text()
-    assert "| a | 2 |" in md and "3.01 ± 0.01414" in md and "2.505 ± 0.007071" in md
+    a = plan.suite.arm("a")
+    assert f"| a | 2 | {a.params:,} |" in md and "3.01 ± 0.01414" in md and "2.505 ± 0.007071" in md
     assert md.count("\n| b beats a |") == 1 and "## The verdict rule" in md
     assert (plan.out / "results.csv").read_text().splitlines()[0] == "arm,seed,parameters,val_loss,step_ms"
 

@@ -15,10 +15,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from archlab.costs import parameter_counts
 from archlab.lab import stats
 from archlab.lab.measure import MEASURES, max_embed_row_norm_series
 from archlab.lab.runner import Plan, RunSpec, run_config
 from archlab.lab.suite import PARAM_TOLERANCE, Claim
+from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.metrics import read_metrics
 
@@ -89,9 +91,14 @@ def _cell(xs: list[float]) -> str:
     return f"{_fmt(mean)} ± {_fmt(std)}"
 
 
+def trained_params(run: RunSpec) -> int:
+    """Parameters of the model a run built (a BPE tokenizer may have fewer ids than asked for)."""
+    return parameter_counts(ModelConfig.from_dict(run_config(run)["model"]))["total"]
+
+
 def arm_table(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[list[str], list[list[str]]]:
     head = ["arm", "seeds", "parameters", *plan.suite.measures, "note"]
-    rows = [[a.name, str(len(plan.runs_of(a.name))), f"{a.params:,}",
+    rows = [[a.name, str(len(plan.runs_of(a.name))), f"{trained_params(plan.runs_of(a.name)[0]):,}",
              *(_cell(values(plan, measured, a.name, m)) for m in plan.suite.measures),
              a.note or ""] for a in plan.suite.arms]
     return head, rows
@@ -147,7 +154,7 @@ def plot_suite(plan: Plan) -> list[Path]:
 # ------------------------------------------------------------------------------------------ files
 def write_csv(plan: Plan, measured: dict[RunSpec, dict]) -> Path:
     path = plan.out / "results.csv"
-    params = {a.name: a.params for a in plan.suite.arms}
+    params = {a.name: trained_params(plan.runs_of(a.name)[0]) for a in plan.suite.arms}
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["arm", "seed", "parameters", *plan.suite.measures])
