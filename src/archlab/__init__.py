@@ -6,8 +6,8 @@ Every architecture choice of the modern LLM is a field of `ModelConfig`; `Transf
 from archlab.nn.config import ConfigError, ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
-from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.nn.rope import RopeScaling
 
-__all__ = ["ConfigError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM"]
+__all__ = ["ConfigError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM", "build_preset"]
 __version__ = "0.1.0"

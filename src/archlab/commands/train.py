@@ -13,7 +13,8 @@ import sys
 
 from archlab.checkpoint import read_run_config
 from archlab.nn.presets import PRESETS, SIZES
-from archlab.train.config import config_keys, load_yaml, parse_flags, resolve_config
+from archlab.overrides import load_yaml, parse_flags
+from archlab.train.config import config_keys, resolve_config
 from archlab.train.trainer import TrainingDiverged, train
 
 # named flag (argparse dest) -> the config key it sets
