@@ -16,8 +16,8 @@ from archlab.costs import flops_per_token
 from archlab.data.tokens import prepare_data
 from archlab.lab import measure
 from archlab.lab.runner import LabError, RunSpec, _finish, is_done
-from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
+from archlab.nn.presets import build_preset
 from archlab.train.config import resolve_config
 from archlab.train.trainer import train
 
@@ -56,7 +56,7 @@ def test_bits_per_byte_of_bytes_is_loss_over_ln2(run_dir: Path) -> None:
 def test_long_context_loss_is_na_for_learned_positions(run_dir: Path) -> None:
     run = measure.RunView(run_dir, windows=2)
     assert measure._loss_at(run, 4) is not None  # RoPE runs past the training length
-    learned = ModelConfig.from_preset("gpt2", "tiny")
+    learned = build_preset("gpt2", "tiny")
     run = measure.RunView(run_dir, windows=2, _model=TransformerLM(learned))
     assert measure._loss_at(run, 2) is None and measure._loss_at(run, 1) is not None
 

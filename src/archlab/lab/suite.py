@@ -4,7 +4,7 @@
     title: LayerNorm vs RMSNorm
     source: the CS336 lecture notes ...   # where the claims come from
     narang: RMSNorm improved ...          # Narang et al. 2021's finding on the same switch, one line (optional)
-    base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested
+    base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested (archlab.overrides)
     match_params: d_ff                    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
     unmatched: [wide]                     # arms that differ in size on purpose (flagged, never adjusted)
     checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
@@ -30,6 +30,7 @@ import yaml
 from archlab.costs import parameter_counts
 from archlab.lab.measure import MEASURES
 from archlab.nn.config import ModelConfig
+from archlab.overrides import flatten
 from archlab.train.config import TrainConfig, resolve_config
 
 PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is flagged (or d_ff is matched)
@@ -133,17 +134,6 @@ def list_suites() -> list[Suite]:
     return [load_suite(p) for p in sorted(suites_dir().glob("*.yaml"))]
 
 
-def dotted(tree: dict, prefix: str = "") -> dict[str, object]:
-    """Nested keys -> dotted keys ({"optimizer": {"lr": 1}} -> {"optimizer.lr": 1}); dotted keys pass as they are."""
-    out: dict[str, object] = {}
-    for key, value in (tree or {}).items():
-        if isinstance(value, dict) and not key.endswith("rope_scaling"):
-            out.update(dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _require(ok: bool, where: str, message: str) -> None:
     if not ok:
         raise SuiteError(f"{where}: {message}")
@@ -172,8 +162,8 @@ def load_suite(spec: str | Path) -> Suite:
     _require(match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}")
     suite = Suite(name=str(tree.get("name") or path.stem), title=str(tree.get("title", "")),
                   source=str(tree.get("source", "")), narang=str(tree.get("narang", "") or ""),
-                  base=dotted(tree.get("base") or {}), measures=measures, match_params=match,
-                  arms=[Arm(str(n), dotted(o or {})) for n, o in arms.items()],
+                  base=flatten(tree.get("base") or {}), measures=measures, match_params=match,
+                  arms=[Arm(str(n), flatten(o or {})) for n, o in arms.items()],
                   claims=[_claim(c, where, set(map(str, arms)), measures) for c in tree.get("claims") or []],
                   unmatched=[str(a) for a in tree.get("unmatched") or []], checkpoints=tree.get("checkpoints", 1),
                   path=str(path))
