@@ -114,3 +114,9 @@ def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
     with pytest.raises(LabError, match="arm arm seed 0 failed \\(exit 1\\): ValueError: boom"):
         _finish(run, 1)
     assert not is_done(run)
+
+
+def test_a_run_without_checkpoint_has_no_checkpoint_measures(tmp_path: Path) -> None:
+    _write(tmp_path / "diverged", [5.0, 9.0], [])  # stopped before its first checkpoint
+    got = measure.measure_run(tmp_path / "diverged", ["val_loss", "step_ms"], windows=1)
+    assert got == {"val_loss": pytest.approx(math.log(256)), "step_ms": None}

@@ -69,3 +69,13 @@ def test_bad_arm_fails_with_the_trainers_error(tmp_path: Path) -> None:
 def test_one_seed_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="at least 2 seeds"):
         plan_suite(load_suite("block"), BUDGETS["tiny"], tmp_path, seeds=1)
+
+
+def test_each_tokenizer_gets_its_own_data_folder(tmp_path: Path) -> None:
+    plan = plan_suite(load_suite("vocab"), BUDGETS["tiny"], tmp_path)
+    assert len({d.out for d in plan.data}) == 4
+    folder = {(d.tokenizer, d.vocab_size if d.tokenizer == "bpe" else None): str(d.out) for d in plan.data}
+    for run in plan.runs:
+        arm = plan.suite.arm(run.arm).overrides
+        key = (arm["data.tokenizer"], arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None)
+        assert run.keys["data.source"] == folder[key]

@@ -145,7 +145,8 @@ def norm_time_share(run: RunView) -> float:
     """Share of a forward + backward's time inside norm layers, from torch.profiler ranges.
 
     Each norm's forward runs inside a `norm` record_function range opened and closed by module hooks; its
-    backward inside `norm.backward`, opened by a full-backward pre-hook and closed by the backward hook.
+    backward inside `norm.backward`, opened by a full-backward pre-hook and closed by the backward hook (the
+    CPU autograd engine runs one norm's backward as one stretch, so the ranges nest as the hooks assume).
     """
     model, batch = run.model.train(), _batch(run)
     handles = []
@@ -277,14 +278,16 @@ class Measure:
     fn: Callable[[RunView], float | None]
     better: str  # lower | higher: which way is good, for verdicts and tables
     label: str  # what the number is, with its unit
+    needs_checkpoint: bool = True  # reads the final checkpoint (n/a for a run that diverged before saving one)
 
 
 MEASURES: dict[str, Measure] = {
-    "val_loss": Measure(val_loss, "lower", "final validation loss (nats/token)"),
-    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps"),
-    "spikes": Measure(spikes, "lower", f"loss spikes (> median of {SPIKE_WINDOW} previous + {SPIKE_NATS} nats)"),
-    "diverged": Measure(diverged, "lower", "diverged (1) or not (0)"),
-    "max_grad_norm": Measure(max_grad_norm, "lower", "largest gradient norm before clipping"),
+    "val_loss": Measure(val_loss, "lower", "final validation loss (nats/token)", False),
+    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps", False),
+    "spikes": Measure(spikes, "lower", f"loss spikes (> median of {SPIKE_WINDOW} previous + {SPIKE_NATS} nats)",
+                      False),
+    "diverged": Measure(diverged, "lower", "diverged (1) or not (0)", False),
+    "max_grad_norm": Measure(max_grad_norm, "lower", "largest gradient norm before clipping", False),
     "step_ms": Measure(step_ms, "lower", "forward + backward time, ms (1 thread)"),
     "norm_time_share": Measure(norm_time_share, "lower", "share of step time in norms (torch.profiler)"),
     "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms"),
@@ -305,6 +308,8 @@ def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, floa
     torch.set_num_threads(1)
     try:
         run = RunView(Path(run_dir), windows)
-        return {name: MEASURES[name].fn(run) for name in names}
+        saved = bool(list_checkpoints(run_dir))
+        return {name: MEASURES[name].fn(run) if saved or not MEASURES[name].needs_checkpoint else None
+                for name in names}
     finally:
         torch.set_num_threads(threads)

@@ -8,6 +8,7 @@ its last step and metrics.jsonl (or a recorded divergence); a stopped run is con
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -44,6 +45,7 @@ class DataSpec:
     val_fraction: float
     max_files: int | None
     out: Path
+    prepared: bool = False  # the source already is a prepared folder: used as it is
 
     def command(self) -> list[str]:
         cmd = ["archlab", "data", "prepare", "--data", self.source, "--tokenizer", self.tokenizer,
@@ -80,12 +82,18 @@ class Plan:
 
     def commands(self) -> list[str]:
         """Every command of the suite as shell lines: data preparation first, then one line per run."""
-        return [shlex.join(d.command()) for d in self.data] + [shlex.join(r.command()) for r in self.runs]
+        data = [shlex.join(d.command()) for d in self.data if not d.prepared]
+        return data + [shlex.join(r.command()) for r in self.runs]
 
 
 def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
+    """The data folder an arm trains on: OUT/data/<tokenizer>-<hash of the request>, or a prepared source."""
     d = resolve_arm(suite, arm, budget)[0].data
-    name = f"bpe{d.vocab_size}" if d.tokenizer == "bpe" else Path(d.tokenizer).stem
+    if (Path(d.source) / "meta.json").is_file():
+        return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, None, Path(d.source), prepared=True)
+    tok = {"byte": "byte", "bpe": f"bpe{d.vocab_size}"}.get(d.tokenizer, "file")
+    request = json.dumps([d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files])
+    name = f"{tok}-{hashlib.sha1(request.encode()).hexdigest()[:8]}"  # arms with other data never share a folder
     return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files, out / "data" / name)
 
 
@@ -124,7 +132,7 @@ def read_plan(out: str | Path) -> dict:
 
 def prepare(plan: Plan) -> None:
     """Tokenize each data folder once (reused when already prepared with the same request)."""
-    for d in plan.data:
+    for d in (d for d in plan.data if not d.prepared):
         prepare_data(d.source, d.out, d.tokenizer, d.vocab_size, d.val_fraction, max_files=d.max_files)
 
 
