@@ -1,5 +1,6 @@
-"""`archlab ablate` end to end at the tiny budget: a 2-arm suite trains, stops after its first arm, resumes
-without retraining that arm, and writes tables, plots and computed verdicts; --collect and --print-commands."""
+"""`archlab ablate` end to end at the tiny budget: a 2-arm suite stops during its first arm, and a rerun finishes
+it without retraining the finished run, resuming the stopped one, then writes tables, plots and computed
+verdicts; --collect and --print-commands."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from archlab.cli import main
-from archlab.lab.runner import plan_suite, prepare, run_plan
+from archlab.lab.runner import RunSpec, final_step, plan_suite, prepare, run_plan
 from archlab.lab.suite import BUDGETS, load_suite
 from archlab.train.config import resolve_config
 
@@ -39,16 +40,20 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     plan = plan_suite(load_suite(spec), BUDGETS["tiny"], out)
     prepare(plan)
 
-    first = plan.runs_of("mha")
-    plan.runs = first  # a stop after the first arm: only its runs have trained
+    # the first arm: seed 0 finished, seed 1 stopped at step 12 (as a kill would leave it); gqa not started
+    first, stopped = plan.runs_of("mha")
+    plan.runs = [first, RunSpec(stopped.arm, stopped.seed, stopped.run_dir, {**stopped.keys, "steps": "12"}, 12)]
     run_plan(plan, jobs=2, poll_s=0.1)
-    stamps = {r.run_dir: (r.run_dir / "train.log").read_text() for r in first}
+    assert final_step(first.run_dir) == 24 and final_step(stopped.run_dir) == 12
+    finished_log = (first.run_dir / "train.log").read_text()
     assert not (out / "runs" / "gqa").exists()
 
     assert main(["ablate", str(spec), "--budget", "tiny", "--out", str(out), "--jobs", "2"]) == 0
     printed = capsys.readouterr().out
-    for run in first:  # not retrained: its log got no second run
-        assert (run.run_dir / "train.log").read_text() == stamps[run.run_dir]
+    assert (first.run_dir / "train.log").read_text() == finished_log  # a finished run is not retrained
+    steps = [json.loads(line)["step"] for line in (stopped.run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+    assert steps == list(range(2, 25, 2)) and final_step(stopped.run_dir) == 24  # resumed at 12, not restarted
     assert "confirmed" in printed.splitlines()[-3] and "GQA cuts the KV cache" in printed
 
     rows = list(csv.DictReader((out / "results.csv").open()))
