@@ -15,7 +15,6 @@ from archlab.checkpoint import list_checkpoints, load_model
 from archlab.costs import flops_per_token
 from archlab.data.tokens import prepare_data
 from archlab.lab import measure
-from archlab.lab.runner import LabError, RunSpec, _finish, is_done
 from archlab.nn.model import TransformerLM
 from archlab.nn.presets import build_preset
 from archlab.train.config import resolve_config
@@ -102,18 +101,6 @@ def test_spike_and_divergence_rules(tmp_path: Path) -> None:
     assert measure.diverged(run) == 1.0 and measure.val_loss(run) == 3.5  # last finite evaluation
     run = _write(tmp_path / "c", [5.0, 9.0], [])
     assert measure.val_loss(run) == pytest.approx(math.log(256))  # nothing finite: a uniform guess
-
-
-def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
-    run = RunSpec("arm", 0, tmp_path / "run", {}, steps=10)
-    run.run_dir.mkdir()
-    (run.run_dir / "train.log").write_text("step 3 skipped\narchlab train: training diverged: 5 consecutive\n")
-    _finish(run, 1)
-    assert is_done(run)
-    (run.run_dir / "train.log").write_text("Traceback ...\nValueError: boom\n")
-    with pytest.raises(LabError, match="arm arm seed 0 failed \\(exit 1\\): ValueError: boom"):
-        _finish(run, 1)
-    assert not is_done(run)
 
 
 def test_a_run_without_checkpoint_has_no_checkpoint_measures(tmp_path: Path) -> None:
