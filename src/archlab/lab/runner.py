@@ -155,8 +155,12 @@ def current_step(run: RunSpec) -> int:
     path = run.run_dir / METRICS
     if not path.is_file():
         return 0
-    lines = path.read_bytes().splitlines()
-    return int(json.loads(lines[-1])["step"]) if lines else 0
+    for line in reversed(path.read_bytes().splitlines()):
+        try:
+            return int(json.loads(line)["step"])
+        except ValueError:  # a row being written right now: the one before it will do
+            continue
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -177,8 +181,8 @@ def _start(run: RunSpec, jobs: int) -> subprocess.Popen:
     if jobs > 1:  # one thread per process: N processes on N cores instead of N x cores threads fighting
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "archlab", *run.command(resume=final_step(run.run_dir) > 0)[1:]]
-    log = (run.run_dir / "train.log").open("a", encoding="utf-8")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    with (run.run_dir / "train.log").open("a", encoding="utf-8") as log:  # the child keeps its own handle
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _finish(run: RunSpec, returncode: int) -> None:
@@ -201,14 +205,14 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
     """
     todo = [r for r in plan.runs if not is_done(r)]
     total, done = len(plan.runs), len(plan.runs) - len(todo)
-    running: dict[RunSpec, tuple[subprocess.Popen, int]] = {}
+    running: dict[RunSpec, subprocess.Popen] = {}
     start, steps_before = time.perf_counter(), {r: current_step(r) for r in todo}
     try:
         while todo or running:
             while todo and len(running) < jobs:
                 run = todo.pop(0)
-                running[run] = (_start(run, jobs), current_step(run))
-            for run, (proc, _) in list(running.items()):
+                running[run] = _start(run, jobs)
+            for run, proc in list(running.items()):
                 if proc.poll() is not None:
                     del running[run]
                     _finish(run, proc.returncode)
@@ -219,9 +223,9 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
                 on_progress(_progress(plan, todo, running, done, total, start, steps_before))
             time.sleep(poll_s if running else 0)
     except BaseException:
-        for proc, _ in running.values():
+        for proc in running.values():
             proc.terminate()  # SIGTERM: each run checkpoints its current step and exits
-        for proc, _ in running.values():
+        for proc in running.values():
             proc.wait()
         raise
 
