@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from archlab.lab import stats
-from archlab.lab.report import write_report
+from archlab.lab.report import narang_agreement, write_report
 from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite
-from archlab.lab.suite import BUDGETS, load_suite, resolve_arm
+from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
 
 SUITE = """
 name: synthetic
@@ -110,3 +110,14 @@ def test_report_html_renders_in_chromium(report: tuple[Plan, list], tmp_path: Pa
     subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
                     "--window-size=1200,2000", (plan.out / "report.html").as_uri()], capture_output=True, timeout=120)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_narang_agreement() -> None:
+    better = Claim("x", "val_loss", "a", "b", narang="better")
+    assert narang_agreement(better, stats.CONFIRMED).endswith("we agree")
+    assert narang_agreement(better, stats.CONTRADICTED).endswith("we disagree")
+    assert narang_agreement(better, stats.NOT_VISIBLE).endswith("no visible difference here")
+    same = Claim("x", "val_loss", "a", "b", expect="same", narang="better")
+    assert narang_agreement(same, stats.CONFIRMED).endswith("we agree")
+    assert narang_agreement(Claim("x", "val_loss", "a", "b", narang="same"), stats.CONFIRMED).endswith("disagree")
+    assert narang_agreement(Claim("x", "val_loss", "a", "b"), stats.CONFIRMED) == "not measured by Narang et al."

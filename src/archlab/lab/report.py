@@ -48,15 +48,16 @@ def values(plan: Plan, measured: dict[RunSpec, dict], arm: str, metric: str) -> 
 
 
 def narang_agreement(claim: Claim, verdict: str) -> str:
-    """Our verdict against Narang et al.'s finding for the claimed arm (better / same / worse)."""
+    """Our verdict against Narang et al.'s finding for the claimed arm (better / same / worse than the other)."""
     if claim.narang is None:
         return "not measured by Narang et al."
-    ours = {stats.CONFIRMED: "better" if claim.expect == "better" else "same",
-            stats.CONTRADICTED: "worse", stats.NOT_VISIBLE: "same" if claim.expect == "better" else None}[verdict]
-    if ours is None:
-        return f"Narang et al.: {claim.narang}; undecided here"
-    agree = ours == claim.narang or (claim.expect == "same" and ours == "same" and claim.narang == "better")
-    return f"Narang et al.: {claim.narang}; we {'agree' if agree else 'disagree'}"
+    theirs = f"Narang et al.: {claim.narang}"
+    if verdict == stats.NOT_VISIBLE:
+        return f"{theirs}; no visible difference here" + (" (consistent)" if claim.narang == "same" else "")
+    if verdict == stats.CONTRADICTED:
+        return f"{theirs}; we {'agree' if claim.narang == 'worse' else 'disagree'}"
+    ours = {"better"} if claim.expect == "better" else {"better", "same"}  # "as good as" covers better too
+    return f"{theirs}; we {'agree' if claim.narang in ours else 'disagree'}"
 
 
 def judge(plan: Plan, measured: dict[RunSpec, dict]) -> list[ClaimResult]:
