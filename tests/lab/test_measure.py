@@ -55,6 +55,9 @@ def test_bits_per_byte_of_bytes_is_loss_over_ln2(run_dir: Path) -> None:
 def test_long_context_loss_is_na_for_learned_positions(run_dir: Path) -> None:
     run = measure.RunView(run_dir, windows=2)
     assert measure._loss_at(run, 4) is not None  # RoPE runs past the training length
+    short, long = measure._val_windows(run, BLOCK), measure._val_windows(run, 4 * BLOCK)
+    assert short.shape == (8, BLOCK + 1) and long.shape == (2, 4 * BLOCK + 1)
+    assert (short[:, 1:].ravel() == long[:, 1:].ravel()).all()  # the same targets, only the context differs
     learned = build_preset("gpt2", "tiny")
     run = measure.RunView(run_dir, windows=2, _model=TransformerLM(learned))
     assert measure._loss_at(run, 2) is None and measure._loss_at(run, 1) is not None

@@ -39,6 +39,7 @@ from archlab.nn.norms import RMSNorm
 from archlab.train.metrics import read_metrics
 
 SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
+LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
 STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
 TIMED_STEPS, WARMUP_STEPS = 8, 2  # forward+backward passes timed (median) after untimed warm-up passes
 DECODE_TOKENS, DECODE_PROMPT = 64, 16
@@ -52,7 +53,7 @@ class RunView:
     """One finished run folder and what the lab loaded from it (the model only when a measure needs it)."""
 
     run_dir: Path
-    windows: int  # validation windows for the lab's own loss measurements
+    windows: int  # the lab's own loss measures read this many windows of LONGEST x the training context
     _model: TransformerLM | None = None
 
     @property
@@ -217,9 +218,12 @@ def decode_tok_s(run: RunView) -> float:
 
 
 def _val_windows(run: RunView, length: int) -> np.ndarray:
-    """Up to `run.windows` non-overlapping validation windows of length + 1 tokens, from the start of val."""
+    """Non-overlapping validation windows of length + 1 tokens over the same stretch of text for every length:
+    the first `run.windows` x LONGEST x block_size tokens of val (or all of it), so 1x, 2x and 4x compare the
+    loss on the same targets and only the context differs."""
     val = np.asarray(run.data().splits["val"])
-    n = min(run.windows, (len(val) - 1) // length)
+    span = min(run.windows * LONGEST * run.config["train"]["data"]["block_size"], len(val) - 1)
+    n = span // length
     if n < 1:
         raise ValueError(f"{run.run_dir}: the validation split ({len(val)} tokens) is shorter than {length + 1}")
     return np.stack([val[i * length:(i + 1) * length + 1] for i in range(n)]).astype(np.int64)

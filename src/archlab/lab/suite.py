@@ -54,7 +54,7 @@ class Budget:
     seeds: int  # seeds per arm
     noise_seeds: int  # seeds of the base arm, whose spread is the noise floor (>= seeds)
     max_files: int | None  # files of the corpus tokenized (the stdlib corpus sorted by path); None = all
-    measure_windows: int  # validation windows the lab's own measurements read (long-context loss, bits per byte)
+    measure_windows: int  # the lab's loss measures read this many 4x-context windows of validation text
 
 
 # warmup is ~10% of the steps in every budget, so "no warmup" arms (schedule.warmup_steps: 0) mean the same
