@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from archlab.lab.runner import plan_suite
-from archlab.lab.suite import BUDGETS, PARAM_TOLERANCE, SuiteError, list_suites, load_suite, resolve_arm
+from archlab.lab.suite import (
+    BUDGETS,
+    PARAM_TOLERANCE,
+    SuiteError,
+    list_suites,
+    load_suite,
+    param_note,
+    resolve_arm,
+)
 from archlab.nn.model import TransformerLM
 
 SUITES = ["block", "embeddings", "ffn", "head-dim", "heads", "norm-position", "norm-type", "optimizer",
@@ -36,8 +44,9 @@ def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path:
         if suite.match_params == "d_ff" and arm.name not in suite.unmatched:
             assert off <= PARAM_TOLERANCE, f"{name}/{arm.name} is {off:.1%} off the base"
         assert arm.flagged == (off > PARAM_TOLERANCE)
-        if arm.flagged:
-            assert "parameters vs the base" in arm.note
+        note = param_note(suite, arm, built, base)
+        assert arm.flagged == ("parameters vs the base" in note)
+        assert ("model.d_ff" in arm.overrides) == ("d_ff" in note and arm.matched != "")
         assert train.steps == BUDGETS[budget].keys["steps"]
     # fair by construction: every run of an arm differs from the base's only in the arm's own keys
     base_keys = plan.runs_of(suite.base_arm.name)[0].keys

@@ -26,7 +26,7 @@ from archlab.lab.runner import (
     run_plan,
     write_plan,
 )
-from archlab.lab.suite import BUDGETS, list_suites, load_suite
+from archlab.lab.suite import BUDGETS, list_suites, load_suite, param_note
 
 DEFAULT_BUDGET = "small"
 
@@ -86,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
     plan = _plan(args)
+    base = plan.suite.base_arm.params
     for arm in plan.suite.arms:
-        print(f"{arm.name:24s} {arm.params:>12,} parameters  {arm.note}")
+        print(f"{arm.name:24s} {arm.params:>12,} parameters  {param_note(plan.suite, arm, arm.params, base)}")
     command = shlex.join(["archlab", "ablate", args.suite, "--budget", plan.budget.name, "--seeds",
                           str(plan.seeds), "--out", str(plan.out)])
     if args.print_commands:

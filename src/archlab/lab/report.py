@@ -19,7 +19,7 @@ from archlab.costs import parameter_counts
 from archlab.lab import stats
 from archlab.lab.measure import MEASURES, max_embed_row_norm_series
 from archlab.lab.runner import Plan, RunSpec, run_config
-from archlab.lab.suite import PARAM_TOLERANCE, Claim
+from archlab.lab.suite import PARAM_TOLERANCE, Claim, param_note
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.metrics import read_metrics
@@ -99,9 +99,11 @@ def trained_params(run: RunSpec) -> int:
 
 def arm_table(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[list[str], list[list[str]]]:
     head = ["arm", "seeds", "parameters", *plan.suite.measures, "note"]
-    rows = [[a.name, str(len(plan.runs_of(a.name))), f"{trained_params(plan.runs_of(a.name)[0]):,}",
+    params = {a.name: trained_params(plan.runs_of(a.name)[0]) for a in plan.suite.arms}
+    base = params[plan.suite.base_arm.name]
+    rows = [[a.name, str(len(plan.runs_of(a.name))), f"{params[a.name]:,}",
              *(_cell(values(plan, measured, a.name, m)) for m in plan.suite.measures),
-             a.note or ""] for a in plan.suite.arms]
+             param_note(plan.suite, a, params[a.name], base)] for a in plan.suite.arms]
     return head, rows
 
 
@@ -177,7 +179,8 @@ def write_markdown(plan: Plan, measured: dict[RunSpec, dict], results: list[Clai
              "## Claims", "", _markdown(*claim_table(results)), "",
              f"Narang et al. 2021 (arXiv 2102.11972): {s.narang or 'did not measure this switch.'}", "",
              "## Arms (mean ± standard deviation over seeds)", "", _markdown(*arm_table(plan, measured)), "",
-             f"Parameters: an arm more than {PARAM_TOLERANCE:.0%} off the base is flagged in the note column.", "",
+             f"Parameters (of the models the runs built): an arm more than {PARAM_TOLERANCE:.0%} off the base is "
+             "flagged in the note column.", "",
              "Measures: " + "; ".join(f"`{m}` = {MEASURES[m].label}" for m in s.measures) + ".", "",
              "## Arms' overrides", "", *_arm_overrides(plan), "",
              "## The verdict rule", "", RULE, "",

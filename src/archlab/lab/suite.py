@@ -97,7 +97,7 @@ class Arm:
     name: str
     overrides: dict[str, object]  # dotted keys the arm sets over the base (after d_ff matching)
     params: int = 0  # total parameters of the arm's model
-    note: str = ""  # what the lab changed to match parameters, or why the arm is flagged
+    matched: str = ""  # what the lab changed to match parameters ("d_ff 192 -> 171 ...")
     flagged: bool = False  # more than PARAM_TOLERANCE off the base's parameters
 
 
@@ -245,9 +245,15 @@ def match_parameters(suite: Suite, budget: Budget) -> None:
             d_ff = max(1, model.d_ff + round((base_total - arm.params) / slope))
             arm.overrides["model.d_ff"] = d_ff
             arm.params = _total(resolve_arm(suite, arm, budget)[1])
-            arm.note = f"d_ff {model.d_ff} -> {d_ff} to match the base's parameters"
-        off = (arm.params - base_total) / base_total
-        arm.flagged = abs(off) > PARAM_TOLERANCE
-        if arm.flagged:
-            why = "by design" if arm.name in suite.unmatched else "not matched"
-            arm.note = f"{off:+.1%} parameters vs the base ({why})" + (f"; {arm.note}" if arm.note else "")
+            arm.matched = f"d_ff {model.d_ff} -> {d_ff} to match the base's parameters"
+        arm.flagged = abs(arm.params - base_total) > PARAM_TOLERANCE * base_total
+
+
+def param_note(suite: Suite, arm: Arm, params: int, base_params: int) -> str:
+    """The note a table shows for an arm: its d_ff matching, and its size when more than 2% off the base."""
+    off = (params - base_params) / base_params
+    parts = [arm.matched] if arm.matched else []
+    if abs(off) > PARAM_TOLERANCE:
+        why = "by design" if arm.name in suite.unmatched or suite.match_params == "none" else "not matched"
+        parts.insert(0, f"{off:+.1%} parameters vs the base ({why})")
+    return "; ".join(parts)
