@@ -84,6 +84,10 @@ def test_embedding_row_norm_over_checkpoints(run_dir: Path) -> None:
     for (step, value), path in zip(series, list_checkpoints(run_dir)):
         weight = load_model(path)[0].embed_tokens.weight.detach()
         assert value == pytest.approx(float(torch.linalg.vector_norm(weight, dim=1).max()), rel=1e-6)
+    first, last = (torch.linalg.vector_norm(load_model(p)[0].embed_tokens.weight.detach(), dim=1)
+                   for p in list_checkpoints(run_dir))
+    growth = measure.max_embed_row_growth(measure.RunView(run_dir, windows=1))
+    assert growth == pytest.approx(float((last - first).max()), rel=1e-6)
 
 
 def _write(run_dir: Path, losses: list[float], evals: list[float], skips: int = 0) -> measure.RunView:

@@ -4,7 +4,7 @@ Measures read from metrics.jsonl: `val_loss` (the last evaluation), `train_loss`
 `max_grad_norm`. Measures computed by the lab from the final checkpoint (`archlab.checkpoint.load_model`), in
 this process, one thread, after every run has finished, so parallel arms never skew a timing:
 `step_ms`, `norm_time_share` / `norm_flop_share`, `kv_bytes_per_token`, `decode_tok_s`, `loss_at_2x` /
-`loss_at_4x`, `bits_per_byte`; `max_embed_row_norm` reads every checkpoint the run kept.
+`loss_at_4x`, `bits_per_byte`; `max_embed_row_norm` and `max_embed_row_growth` read the checkpoints the run kept.
 
 Rules stated once:
 - A spike is a logged train loss above the median of the previous SPIKE_WINDOW logged losses by more than
@@ -277,6 +277,16 @@ def max_embed_row_norm_series(run_dir: Path) -> list[tuple[int, float]]:
     return out
 
 
+def max_embed_row_growth(run: RunView) -> float | None:
+    """Largest growth of one embedding row's norm from the first kept checkpoint to the last: the rows a
+    sign-based optimizer keeps pushing (rare tokens) grow while the init still dominates the largest norm."""
+    paths = list_checkpoints(run.run_dir)
+    if len(paths) < 2:
+        return None
+    first, last = (load_weights(p)["embed_tokens.weight"].float().norm(dim=1) for p in (paths[0], paths[-1]))
+    return float((last - first).max())
+
+
 @dataclass(frozen=True)
 class Measure:
     fn: Callable[[RunView], float | None]
@@ -303,6 +313,8 @@ MEASURES: dict[str, Measure] = {
     "bits_per_byte": Measure(bits_per_byte, "lower", "validation bits per byte"),
     "max_embed_row_norm": Measure(lambda r: max(v for _, v in max_embed_row_norm_series(r.run_dir)), "lower",
                                   "largest embedding row norm over the kept checkpoints"),
+    "max_embed_row_growth": Measure(max_embed_row_growth, "lower",
+                                    "largest growth of an embedding row norm, first to last kept checkpoint"),
 }
 
 
