@@ -35,7 +35,7 @@ from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.norms import RMSNorm
+from archlab.nn.norms import LayerNorm, RMSNorm
 from archlab.train.metrics import read_metrics
 
 SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
@@ -188,18 +188,20 @@ def _close(module: torch.nn.Module, *args: object) -> None:
 def norm_flop_share(run: RunView) -> float:
     """Share of a training step's FLOPs in norm layers: normalized elements x NORM_FLOPS, forward and backward."""
     model, batch = run.model, _batch(run)
-    elements = []
-    handles = [m.register_forward_hook(lambda m, i, o: elements.append(
-        i[0].numel() * (NORM_FLOPS[model.config.norm] + (1 if m.bias is not None else 0))))
-        for m in _norm_modules(model)]
+    forward_flops: list[int] = []
+
+    def count(module: RMSNorm, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        kind = "layernorm" if isinstance(module, LayerNorm) else "rmsnorm"  # QK-norms may differ from `norm`
+        forward_flops.append(inputs[0].numel() * (NORM_FLOPS[kind] + (module.bias is not None)))
+
+    handles = [m.register_forward_hook(count) for m in _norm_modules(model)]
     try:
         with torch.no_grad():
             model(batch[:, :-1])
     finally:
         for h in handles:
             h.remove()
-    tokens = batch[:, :-1].numel()
-    norm = 3 * sum(elements) / tokens  # per token, forward + backward
+    norm = 3 * sum(forward_flops) / batch[:, :-1].numel()  # per token, forward + backward
     return norm / (flops_per_token(model.config, batch.shape[1] - 1)["training"] + norm)
 
 
