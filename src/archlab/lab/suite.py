@@ -65,13 +65,15 @@ BUDGETS: dict[str, Budget] = {
         **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
         "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
         seeds=2, noise_seeds=2, max_files=40, measure_windows=8),
-    # ~1 minute per run on 2 cores (4 layers, width 128): docs/results
+    # ~2 CPU-minutes per run (measured: 0.4 s per step on one core); 5-40 min per suite with --jobs 2 on 2 cores
+    # (norm-position, 34 runs, is the longest): docs/results
     "small": Budget("small", {
-        **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 400,
-        "schedule.warmup_steps": 40, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
+        **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 300,
+        "schedule.warmup_steps": 30, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
         "logging.eval_batches": 10, "logging.log_every": 5},
         seeds=2, noise_seeds=4, max_files=400, measure_windows=32),
-    # the `small` size (width 256, 6 layers): hours per suite on a CPU, minutes on a GPU
+    # the `small` size (width 256, 6 layers): ~5e14 training FLOPs per run, hours per run on one CPU core
+    # (estimated from FLOPs, not measured); meant for a GPU (runs take cuda when available)
     "medium": Budget("medium", {
         **_SHARED, "size": "small", "steps": 2000, "schedule.warmup_steps": 200, "data.batch_size": 32,
         "data.block_size": 256, "optimizer.lr": 1e-3, "logging.eval_every": 200, "logging.eval_batches": 20,
