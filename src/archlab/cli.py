@@ -18,6 +18,7 @@ COMMANDS = {
     "generate": "archlab.commands.generate",
     "plot": "archlab.commands.plot",
     "convert": "archlab.commands.convert",
+    "ablate": "archlab.commands.ablate",
 }
 
 
