@@ -104,7 +104,7 @@ class Attention(nn.Module):
         q, k, v = self.project(x, inp)
         if inp.cache is not None:
             k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
-        if inp.rope is not None:
+        if inp.rope is not None and inp.rope.rotates_cached_keys:
             k = inp.rope.rotate_cached_keys(k)  # (B, K, S, Dh)
         mask = inp.mask
         if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa):

@@ -48,6 +48,7 @@ class TransformerLM(nn.Module):
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
         self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
         self._kinds = tuple(dict.fromkeys(self.layer_windows))  # the distinct kinds, each built once per forward
+        self._one_kind = len(self._kinds) == 1
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
@@ -156,6 +157,8 @@ class TransformerLM(nn.Module):
         rope = None
         if self.rotary is not None and (cache is None or not self.rotary.caches_unrotated_keys):
             rope = self.rotary.plan(positions, bound)
+        if self._one_kind:  # every layer alike (no comprehension: a decode step's Python work counts)
+            return [self._kind_inputs(positions, cache, bound, self._kinds[0], rope)] * self.config.n_layers
         kinds = {window: self._kind_inputs(positions, cache, bound, window, rope) for window in self._kinds}
         return [kinds[window] for window in self.layer_windows]
 
