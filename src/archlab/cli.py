@@ -17,6 +17,8 @@ COMMANDS = {
     "train": "archlab.commands.train",
     "generate": "archlab.commands.generate",
     "plot": "archlab.commands.plot",
+    "convert": "archlab.commands.convert",
+    "ablate": "archlab.commands.ablate",
     "eval": "archlab.commands.eval",
 }
 

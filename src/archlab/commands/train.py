@@ -12,9 +12,12 @@ import os
 import sys
 
 from archlab.checkpoint import read_run_config
+from archlab.interop.surgery import adapt, load_source
+from archlab.nn.config import ModelConfig
+from archlab.nn.model import TransformerLM
 from archlab.nn.presets import PRESETS, SIZES
 from archlab.overrides import load_yaml, parse_flags
-from archlab.train.config import config_keys, resolve_config
+from archlab.train.config import TrainConfig, config_keys, resolve_config
 from archlab.train.trainer import TrainingDiverged, train
 
 # named flag (argparse dest) -> the config key it sets
@@ -48,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--save-every", help="steps between checkpoints (0 = only at the end)")
     parser.add_argument("--distributed", help="none | ddp | fsdp (with torchrun)")
     parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
+    parser.add_argument("--init-from", help="start from the weights of a Hugging Face folder or an archlab "
+                        "checkpoint; --model.FIELD changes switches where a principled mapping exists "
+                        "(fewer KV heads, RoPE scaling, max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)")
     parser.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -55,11 +61,17 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_flags(list(args.overrides or []))
     flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
-    train_cfg, model_cfg = resolve_config(layers)
+    init = None
+    if args.init_from:
+        if args.resume:
+            raise ValueError("--init-from starts a new run and --resume continues one: give one of them")
+        train_cfg, model_cfg, init = init_from(args.init_from, layers)
+    else:
+        train_cfg, model_cfg = resolve_config(layers)
     if args.resume:
         train_cfg, model_cfg = resolve_config(layers, read_run_config(train_cfg.out))
     try:
-        result = train(train_cfg, model_cfg, resume=args.resume)
+        result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:
         print(f"archlab train: {err}", file=sys.stderr)
         return 1
@@ -70,3 +82,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"step {result.step}{stopped}: train loss {loss}, val loss {val}, "
               f"{result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}")
     return 0
+
+
+def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, TransformerLM]:
+    """The run config with the source model's config under the user's layers (so `--model.FIELD` changes it
+    and data.tokenizer defaults to the source's tokenizer.json), and the source weights adapted to it."""
+    source, tokenizer_file = load_source(path)
+    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {"data.tokenizer": str(tokenizer_file)}
+    train_cfg, model_cfg = resolve_config([base, *layers])
+    return train_cfg, model_cfg, adapt(source, model_cfg)

@@ -111,7 +111,7 @@ class Attention(nn.Module):
             q = q * inp.query_scale.to(q.dtype)  # scales each query's scores: log-n
         if inp.cache is not None:
             k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
-        if inp.rope is not None:
+        if inp.rope is not None and inp.rope.rotates_cached_keys:
             k = inp.rope.rotate_cached_keys(k)  # (B, K, S, Dh)
         rerope = isinstance(inp.rope, ReRopePositions)
         mask = inp.mask

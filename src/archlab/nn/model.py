@@ -29,6 +29,7 @@ from archlab.nn.rope import POSITION_REMAPS, RopePositions, RotaryEmbedding
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
 TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # activation dtypes the embedding multiplier is rounded to
 
 
 class TransformerLM(nn.Module):
@@ -39,6 +40,10 @@ class TransformerLM(nn.Module):
         c = self.config = config
         self.embed_tokens = nn.Embedding(c.vocab_size, c.d_model)
         self.embed_multiplier = math.sqrt(c.d_model) if c.embed_scale == "sqrt_d" else 1.0
+        # the multiplier rounded to each activation dtype, as Gemma does (bf16: sqrt(3072) = 55.43 -> 55.5), so
+        # Gemma checkpoints give transformers' low-precision logits; float32 is unchanged
+        self.embed_multipliers = {dt: torch.tensor(self.embed_multiplier, dtype=dt, device="cpu").item()
+                                  for dt in LOW_PRECISION}
         absolute = ABSOLUTE_POSITIONS.get(c.position)
         self.pos_embed = absolute(c.d_model, c.max_seq_len) if absolute is not None else None
         self.rel_bias = self._build_attention_bias(c)
@@ -54,6 +59,7 @@ class TransformerLM(nn.Module):
         self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
         self._layer_kinds = tuple(zip(self.layer_windows, self.layer_ropes))  # (window, rope) per layer
         self._kinds = tuple(dict.fromkeys(self._layer_kinds))  # the distinct kinds, each built once per forward
+        self._one_kind = len(self._kinds) == 1
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
@@ -129,7 +135,7 @@ class TransformerLM(nn.Module):
                              f"{list(self.layer_windows)}: build it with KVCache.for_model")
         x = self.embed_tokens(input_ids)  # (B, T, D)
         if self.embed_multiplier != 1.0:
-            x = x * self.embed_multiplier
+            x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions).to(x.dtype)
         if self.drop is not None:
@@ -163,6 +169,9 @@ class TransformerLM(nn.Module):
         for name in dict.fromkeys(r for r in self.layer_ropes if r is not None):
             if cache is None or not self._rotary(name).caches_unrotated_keys:
                 shared[name] = self._rope_plan(self._rotary(name), positions, bound)
+        if self._one_kind:  # every layer alike (no comprehension: a decode step's Python work counts)
+            kind = self._kinds[0]
+            return [self._kind_inputs(positions, cache, bound, *kind, shared.get(kind[1]))] * self.config.n_layers
         kinds = {kind: self._kind_inputs(positions, cache, bound, *kind, shared.get(kind[1])) for kind in self._kinds}
         return [kinds[kind] for kind in self._layer_kinds]
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn as nn
@@ -338,6 +338,12 @@ class RopePositions:
     layout: str  # a ROPE_LAYOUTS entry
     key_cos: torch.Tensor | None = None  # (B, 1, S, d_rot) all keys after the cache update, like k (B, K, S, Dh)
     key_sin: torch.Tensor | None = None
+    # whether `rotate_cached_keys` does anything: a field, so attention skips the call (a decode step's Python
+    # work is most of its time at small widths)
+    rotates_cached_keys: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rotates_cached_keys", self.key_cos is not None)
 
     def rotate_queries_keys(
         self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
@@ -345,7 +351,7 @@ class RopePositions:
         """q (B, T, H, Dh), k (B, T, K, Dh) at projection time -> q rotated, and k rotated unless keys wait for
         `rotate_cached_keys`. `qk` (B, T, H + K, Dh), when given, is [q | k] as one tensor (the fused
         projection's view): one RoPE call then rotates both, half the small ops of a decode step."""
-        if self.key_cos is not None:  # keys are cached unrotated and rotated after the update
+        if self.rotates_cached_keys:  # keys are cached unrotated and rotated after the update
             return apply_rope(q, self.cos, self.sin, self.layout), k
         if qk is not None:
             return apply_rope(qk, self.cos, self.sin, self.layout).split([q.shape[2], k.shape[2]], dim=2)
@@ -354,6 +360,6 @@ class RopePositions:
     def rotate_cached_keys(self, k: torch.Tensor) -> torch.Tensor:
         """k (B, K, S, Dh), every key a layer attends to after the cache update: rotated here only when the
         cache holds unrotated keys (else they were rotated at projection time and are returned as they are)."""
-        if self.key_cos is None:
+        if not self.rotates_cached_keys:
             return k
         return apply_rope(k, self.key_cos, self.key_sin, self.layout)  # all S keys at the current length

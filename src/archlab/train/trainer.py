@@ -34,6 +34,7 @@ from archlab.checkpoint import (
     save_checkpoint,
     tied_aliases,
 )
+from archlab.costs import flops_per_token
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.infer.generate import check_context, generate_text
 from archlab.infer.sampling import SamplingConfig
@@ -41,6 +42,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy, z_loss
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
+from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
@@ -88,13 +90,15 @@ class Trainer:
     """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
 
     def __init__(self, train: TrainConfig, model_config: ModelConfig, ctx: dist_utils.DistContext,
-                 resume: bool = False) -> None:
+                 resume: bool = False, init_from: TransformerLM | None = None) -> None:
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
         resume_from = self._check_setup(resume)
         self._prepare_data()
         torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
         self.raw = TransformerLM(model_config).to(ctx.device)
+        if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
+            self.raw.load_state_dict(init_from.state_dict())
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
@@ -364,10 +368,23 @@ def loss_terms(logits: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) 
     return ce, (z_loss(logits, z_loss_coef) if z_loss_coef else torch.zeros_like(ce))
 
 
-def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False) -> TrainResult:
-    """Join the process group (if any), train, and leave it again."""
+def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False,
+          init_from: TransformerLM | None = None) -> TrainResult:
+    """Join the process group (if any), check the precision, pick CPU threads, train (from `init_from`'s
+    weights if given), and leave it again."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
+    threads = torch.get_num_threads()
     try:
-        return Trainer(train_config, model_config, ctx, resume).fit()
+        p = train_config.precision
+        hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16)
+        if ctx.device.type == "cpu":
+            d = train_config.data
+            step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
+            n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
+            torch.set_num_threads(n)
+            if ctx.is_main:
+                logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
+        return Trainer(train_config, model_config, ctx, resume, init_from).fit()
     finally:
+        torch.set_num_threads(threads)
         dist_utils.teardown(ctx)
