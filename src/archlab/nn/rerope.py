@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -50,6 +51,7 @@ class ReRopePositions:
     k_sin_far: torch.Tensor | None
     in_window: torch.Tensor  # bool (B, 1, T, S): m - n < W
     layout: str
+    rotates_cached_keys: ClassVar[bool] = False  # keys stay unrotated: `rotate_both` rotates them per step
 
     def rotate_queries_keys(
         self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
