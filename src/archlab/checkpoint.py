@@ -251,13 +251,26 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return latest
 
 
+def read_checkpoint_config(path: str | Path) -> dict:
+    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for checks."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: config.json cannot be read ({err})") from err
+    for key in ("model", "train"):
+        if not isinstance(config, dict) or not isinstance(config.get(key), dict):
+            raise CheckpointError(f"checkpoint {path} is corrupt: config.json has no {key!r} section")
+    return config
+
+
 def read_run_config(run_dir: str | Path) -> dict:
     """The config.json of a run's latest checkpoint (verified), which a resumed run starts from."""
     latest = latest_checkpoint(run_dir)
     if latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINTS} to resume from")
     verify_checkpoint(latest)
-    return json.loads((latest / "config.json").read_text(encoding="utf-8"))
+    return read_checkpoint_config(latest)
 
 
 def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -> tuple[TransformerLM, Tokenizer]:

@@ -11,9 +11,10 @@ import argparse
 import os
 import sys
 
-from archlab.checkpoint import read_run_config
+from archlab.checkpoint import latest_checkpoint, read_run_config
 from archlab.nn.presets import PRESETS, SIZES
 from archlab.train.config import config_keys, load_yaml, parse_flags, resolve_config
+from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
 from archlab.train.trainer import TrainingDiverged, train
 
 # named flag (argparse dest) -> the config key it sets
@@ -47,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--save-every", help="steps between checkpoints (0 = only at the end)")
     parser.add_argument("--distributed", help="none | ddp | fsdp (with torchrun)")
     parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
+    parser.add_argument("--extend", action="store_true",
+                        help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)")
     parser.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -55,8 +58,15 @@ def run(args: argparse.Namespace) -> int:
     flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
     train_cfg, model_cfg = resolve_config(layers)
-    if args.resume:
-        train_cfg, model_cfg = resolve_config(layers, read_run_config(train_cfg.out))
+    if args.extend and not args.resume:
+        raise ValueError("--extend lengthens a resumed run: use it with --resume")
+    if args.resume:  # every refusal comes before any data, model or folder is touched
+        saved = read_run_config(train_cfg.out)
+        train_cfg, model_cfg = resolve_config(layers, saved)
+        step = checkpoint_step(latest_checkpoint(train_cfg.out))
+        if args.extend:
+            extend_schedule(train_cfg, saved["train"], step)
+        check_resume(train_cfg, saved["train"], step)
     try:
         result = train(train_cfg, model_cfg, resume=args.resume)
     except TrainingDiverged as err:

@@ -85,6 +85,15 @@ class ScheduleConfig:
     min_lr_ratio: float = 0.1  # lr at the end of the decay, as a fraction of optimizer.lr (LLaMA: 0.1)
     decay_fraction: float = 0.2  # wsd: share of the run spent cooling down at the end
     decay_shape: str = "linear"  # wsd cooldown: linear | 1-sqrt (Hägele et al., arXiv 2405.18392)
+    horizon: int | None = None  # steps the schedule is planned for; None = steps. A resume keeps it (see --extend)
+    extensions: tuple[int, ...] = ()  # set by --resume --extend: (at step, new end) pairs, flattened
+
+    def end(self) -> int:
+        """The step where the lr schedule ends: the planned horizon, or the last extension's end."""
+        return self.extensions[-1] if self.extensions else int(self.horizon or 0)
+
+    def extension_pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.extensions[::2], self.extensions[1::2]))
 
     def __post_init__(self) -> None:
         _check(self.name in SCHEDULES, "schedule.name", self.name, "one of " + ", ".join(SCHEDULES))
@@ -94,6 +103,11 @@ class ScheduleConfig:
         _check(0 < self.decay_fraction <= 1, "schedule.decay_fraction", self.decay_fraction, "a fraction in (0, 1]")
         _check(self.decay_shape in DECAY_SHAPES, "schedule.decay_shape", self.decay_shape,
                "one of " + ", ".join(DECAY_SHAPES))
+        _check(self.horizon is None or self.horizon >= 1, "schedule.horizon", self.horizon, "None or an integer >= 1")
+        self.extensions = tuple(int(v) for v in self.extensions)
+        pairs = self.extension_pairs()
+        _check(len(self.extensions) % 2 == 0 and all(at < end for at, end in pairs), "schedule.extensions",
+               list(self.extensions), "(at step, new end) pairs with at < end")
 
 
 @dataclass
@@ -166,10 +180,14 @@ class TrainConfig:
         _check(self.z_loss_coef >= 0, "z_loss_coef", self.z_loss_coef, "a value >= 0")
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
+        if self.schedule.horizon is None:
+            self.schedule.horizon = self.steps
+        horizon = self.schedule.horizon
         if self.schedule.warmup_steps is None:
-            self.schedule.warmup_steps = min(1000, max(1, self.steps // 20))
-        _check(self.schedule.warmup_steps < self.steps or self.schedule.name == "constant", "schedule.warmup_steps",
-               self.schedule.warmup_steps, f"fewer than steps={self.steps}")
+            self.schedule.warmup_steps = min(1000, max(1, horizon // 20))
+        planned = f"steps={horizon}" if horizon == self.steps else f"schedule.horizon={horizon}"
+        _check(self.schedule.warmup_steps < horizon or self.schedule.name == "constant", "schedule.warmup_steps",
+               self.schedule.warmup_steps, f"fewer than {planned}")
 
     def to_dict(self) -> dict[str, Value]:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists: plain JSON/YAML values

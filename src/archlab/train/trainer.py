@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import signal
 import threading
 import time
@@ -30,6 +31,7 @@ from archlab.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
+    read_checkpoint_config,
     restore_rng_state,
     save_checkpoint,
     tied_aliases,
@@ -44,6 +46,7 @@ from archlab.train import distributed as dist_utils
 from archlab.train.config import TrainConfig
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
+from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
 
 logger = logging.getLogger(__name__)
@@ -91,16 +94,26 @@ class Trainer:
                  resume: bool = False) -> None:
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
+        created = not self.run_dir.exists()
+        try:
+            self._setup(resume)
+        except BaseException:  # a failed start leaves no run folder behind (one it did not create stays)
+            if created and ctx.is_main:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+
+    def _setup(self, resume: bool) -> None:
+        train, ctx = self.cfg, self.ctx
         resume_from = self._check_setup(resume)
-        self._prepare_data()
+        self._prepare_data(resume)
         torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
-        self.raw = TransformerLM(model_config).to(ctx.device)
+        self.raw = TransformerLM(self.model_config).to(ctx.device)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
         s = train.schedule
-        self.lr_at = build_schedule(s.name, o.lr, train.steps, s.warmup_steps, o.lr * s.min_lr_ratio,
-                                    s.decay_fraction, s.decay_shape)
+        self.lr_at = build_schedule(s.name, o.lr, s.horizon, s.warmup_steps, o.lr * s.min_lr_ratio,
+                                    s.decay_fraction, s.decay_shape, s.extension_pairs())
         torch.manual_seed(train.seed + ctx.rank)  # per-rank dropout streams
         self.generator = torch.Generator().manual_seed(train.seed)  # the batch order: same on every rank
         self.stats, self.step = TrainStats(), 0
@@ -108,6 +121,9 @@ class Trainer:
         if resume_from is not None:
             self._restore(load_checkpoint(resume_from))
         self.metrics = MetricsLogger(self.run_dir, self.step, train.logging.tensorboard, ctx.is_main)
+        if resume_from is not None:  # `archlab plot run` marks where the run was resumed
+            self.metrics.log(self.step, "resume", {"checkpoint": resume_from.name, "steps": train.steps,
+                                                   "schedule_end": s.end()})
         self._signal: str | None = None  # set by the handler, on this rank only
         self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
         self._write_config()
@@ -121,17 +137,23 @@ class Trainer:
         if not resume and latest is not None:
             raise ValueError(f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
                              "or choose another --out")
+        if resume:
+            check_resume(self.cfg, read_checkpoint_config(latest)["train"], checkpoint_step(latest))
+        elif self.cfg.steps > self.cfg.schedule.end():
+            raise ValueError(f"steps={self.cfg.steps} is not allowed: past the end of the lr schedule "
+                             f"(schedule.horizon={self.cfg.schedule.horizon})")
         d = self.cfg.data
         if d.batch_size % (self.ctx.world_size * self.cfg.optimizer.grad_accum):
             raise ValueError(f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
                              f"{self.ctx.world_size} ranks x {self.cfg.optimizer.grad_accum} accumulation steps")
         return latest if resume else None
 
-    def _prepare_data(self) -> None:
+    def _prepare_data(self, resume: bool) -> None:
         d = self.cfg.data
         folder = _data_dir(self.cfg, self.run_dir)
-        if self.ctx.is_main and folder != Path(d.source):
-            prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1)
+        if self.ctx.is_main and folder != Path(d.source):  # a resumed run's data is reused, never replaced
+            prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1,
+                         reuse_only=resume)
         dist_utils.barrier(self.ctx)  # the other ranks read what rank 0 wrote
         self.data = TokenData(folder, self.ctx.rank, self.ctx.world_size)
         self.tokenizer_file = folder / "tokenizer.json"

@@ -1,0 +1,105 @@
+"""What `--resume` keeps and refuses (train/resume.py): the lr schedule continues exactly, `--extend` stretches
+it, another corpus or a step already reached is refused in one line with the run folder untouched, and the
+resumes are recorded in metrics.jsonl and marked on the plot."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.axes
+import pytest
+
+from archlab.cli import main
+from archlab.plots import plot_run
+from archlab.train.metrics import read_metrics
+from tests.conftest import snapshot
+from tests.train.test_trainer import cli_flags, one_thread, prepared  # noqa: F401 (fixtures)
+
+MAX, MIN = 1e-3, 1e-4  # optimizer.lr and its min_lr_ratio 0.1 (defaults)
+
+
+def cosine(s: int, warmup: int, end: int) -> float:
+    if s < warmup:
+        return MAX * (s + 1) / warmup
+    return MIN + 0.5 * (MAX - MIN) * (1 + math.cos(math.pi * min(1.0, (s - warmup) / (end - warmup))))
+
+
+def run_cli(*argv: str) -> int:
+    return main(["train", *argv])
+
+
+def test_resume_keeps_the_schedule_and_extend_continues_its_decay(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture  # noqa: F811
+) -> None:
+    run = tmp_path / "run"
+    # a cosine planned for 8 steps, stopped at 4, resumed to 6 (same curve), then extended to 12
+    assert run_cli(*cli_flags(prepared, run, steps="4", **{"schedule.horizon": "8", "schedule.warmup_steps": "1"})) == 0
+    assert run_cli("--out", str(run), "--resume", "--steps", "6") == 0
+    before = snapshot(run)
+    assert run_cli("--out", str(run), "--resume", "--steps", "12") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("archlab train: error: --resume: --steps 12 is past the end of the run's lr schedule (step 8); "
+                   "add --extend to stretch the schedule to 12 steps, or give --steps <= 8")
+    assert snapshot(run) == before
+    assert run_cli("--out", str(run), "--resume", "--steps", "12", "--extend") == 0
+    rows = read_metrics(run, "train")
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    lr6 = cosine(6, 1, 8)  # the lr the extension starts from: a half cosine from it to MIN over steps 6..12
+    want = [cosine(s, 1, 8) for s in range(6)] + [MIN + (lr6 - MIN) * 0.5 * (1 + math.cos(math.pi * (s - 6) / 6))
+                                                  for s in range(6, 12)]
+    assert [r["lr"] for r in rows] == pytest.approx(want, rel=1e-12)
+    resumes = read_metrics(run, "resume")
+    assert [(r["step"], r["steps"], r["schedule_end"]) for r in resumes] == [(4, 6, 8), (6, 12, 12)]
+
+
+def test_the_plot_marks_every_resume(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    run = tmp_path / "run"
+    assert run_cli(*cli_flags(prepared, run, steps="3", **{"schedule.horizon": "6"})) == 0
+    assert run_cli("--out", str(run), "--resume", "--steps", "5") == 0
+    marks: list[float] = []
+    original = matplotlib.axes.Axes.axvline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axvline", lambda ax, x=0, **kw: marks.append(x) or original(ax, x, **kw))
+    plot_run(run)
+    assert marks == [3, 3, 3]  # on the loss, lr and gradient-norm panels
+
+
+def test_resume_refuses_another_corpus_and_never_replaces_the_run_data(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture  # noqa: F811
+) -> None:
+    corpus, other = tmp_path / "a.txt", tmp_path / "b.txt"
+    corpus.write_text("the first corpus of this run\n" * 300)
+    other.write_text("a different text altogether\n" * 300)
+    run = tmp_path / "run"
+    flags = cli_flags(prepared, run, steps="2", **{"data.source": str(corpus), "schedule.horizon": "6"})
+    assert run_cli(*flags) == 0
+    before = snapshot(run)
+    assert run_cli("--out", str(run), "--resume", "--data", str(other)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"archlab train: error: --resume: data.source '{other}' differs from the run's '{corpus}'; a run "
+                   "trains on one corpus and tokenizer: resume without changing data.*, or start a new --out")
+    assert run_cli("--out", str(run), "--resume", "--data.tokenizer", "bpe") == 2
+    assert "data.tokenizer 'bpe' differs from the run's 'byte'" in capsys.readouterr().err
+    corpus.write_text("the corpus was edited after the run prepared it\n" * 300)  # same path, new text
+    assert run_cli("--out", str(run), "--resume", "--steps", "4") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{corpus} changed since {run / 'data'} was prepared from it (or its tokenizer or split did); "
+                        "a run's prepared data is never replaced: restore the corpus or start a new --out")
+    assert snapshot(run) == before
+
+
+def test_resume_to_a_step_already_reached_says_so(prepared: Path, tmp_path: Path,  # noqa: F811
+                                                  capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    assert run_cli(*cli_flags(prepared, run, steps="4")) == 0
+    capsys.readouterr()
+    before = snapshot(run)
+    for extra, reached in ((["--steps", "2"], "--steps 2"), ([], "--steps 4")):
+        assert run_cli("--out", str(run), "--resume", *extra) == 2
+        err = capsys.readouterr()
+        assert err.out == "" and err.err.strip() == (
+            f"archlab train: error: --resume: the run is already at step 4, so {reached} leaves nothing to do; "
+            "to train longer: --resume --steps N --extend (N > 4)")
+    assert run_cli("--out", str(run), "--resume", "--steps", "3", "--extend") == 2
+    assert "--extend: --steps 3 does not lengthen the run" in capsys.readouterr().err
+    assert snapshot(run) == before
