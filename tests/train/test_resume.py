@@ -9,12 +9,16 @@ from pathlib import Path
 
 import matplotlib.axes
 import pytest
+import torch
 
 from archlab.cli import main
 from archlab.plots import plot_run
+from archlab.train.config import resolve_config
+from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
+from archlab.train.trainer import Trainer
 from tests.conftest import snapshot
-from tests.train.test_trainer import cli_flags, one_thread, prepared  # noqa: F401 (fixtures)
+from tests.train.test_trainer import TINY, NanForward, cli_flags, one_thread, prepared  # noqa: F401 (fixtures)
 
 MAX, MIN = 1e-3, 1e-4  # optimizer.lr and its min_lr_ratio 0.1 (defaults)
 
@@ -103,3 +107,41 @@ def test_resume_to_a_step_already_reached_says_so(prepared: Path, tmp_path: Path
     assert run_cli("--out", str(run), "--resume", "--steps", "3", "--extend") == 2
     assert "--extend: --steps 3 does not lengthen the run" in capsys.readouterr().err
     assert snapshot(run) == before
+
+
+def resumed_pair(prepared: Path, run: Path, **flags: str) -> tuple[Trainer, Trainer]:
+    """A trainer that ran 3 steps of a 5-step plan (and saved), and one resumed from that checkpoint."""
+    train, model = resolve_config([{**TINY, "data.source": str(prepared), "out": str(run), "steps": "3",
+                                    "schedule.horizon": "5", **flags}])
+    first = Trainer(train, model, setup("none", "cpu"))
+    first.fit()
+    train, model = resolve_config([{**TINY, "data.source": str(prepared), "out": str(run), "steps": "5",
+                                    "schedule.horizon": "5", **flags}])
+    return first, Trainer(train, model, setup("none", "cpu"), resume=True)
+
+
+def test_resume_restores_the_optimizer_exactly_hyperparameter_types_included(
+    prepared: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    first, resumed = resumed_pair(prepared, tmp_path / "run")
+    a, b = first.optimizer.state_dict(), resumed.optimizer.state_dict()
+    assert a["param_groups"] == b["param_groups"]  # (0.9, 0.95) != [0.9, 0.95]: the types must survive too
+    assert isinstance(b["param_groups"][0]["betas"], tuple)
+    assert a["state"].keys() == b["state"].keys()
+    for i in a["state"]:
+        assert all(torch.equal(a["state"][i][k], b["state"][i][k]) for k in a["state"][i])
+
+
+def test_resume_restores_the_run_counters(prepared: Path, tmp_path: Path) -> None:  # noqa: F811
+    run = tmp_path / "run"
+    train, model = resolve_config([{**TINY, "data.source": str(prepared), "out": str(run), "steps": "3",
+                                    "schedule.horizon": "5"}])  # evaluated at its end, step 3
+    first = Trainer(train, model, setup("none", "cpu"))
+    first.model.forward = NanForward(first.model.forward, lambda call: call == 1)  # step 2 is skipped
+    first.fit()
+    assert first.stats.skipped == 1 and first.stats.best_step == 3 and first.stats.tokens_seen == 3 * 8 * 32
+    assert first.stats.best_val_loss is not None
+    train.steps = 5
+    resumed = Trainer(train, model, setup("none", "cpu"), resume=True)
+    assert resumed.step == 3
+    assert resumed.stats == first.stats  # tokens_seen, skipped, bad_steps, best val loss and its step
