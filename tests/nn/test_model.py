@@ -180,3 +180,14 @@ def test_meta_device_build_then_init_equals_eager_build(position):
         assert torch.equal(a, b), name
     ids = torch.randint(0, 256, (2, 9))
     torch.testing.assert_close(lazy(ids), eager(ids))
+
+
+@pytest.mark.parametrize(("ids", "message"), [
+    (torch.tensor([[1, 64]]), r"token id 64 is outside the model's vocabulary \(0..63\)"),
+    (torch.tensor([[-1, 3]]), r"token id -1 is outside the model's vocabulary \(0..63\)"),
+    (torch.tensor([[1.0, 2.0]]), "input_ids must hold integer token ids, got dtype torch.float32"),
+], ids=["past-the-end", "negative", "float"])
+def test_bad_token_ids_fail_in_one_line(ids: torch.Tensor, message: str) -> None:
+    model = TransformerLM(ModelConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match=message):
+        model(ids)

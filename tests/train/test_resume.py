@@ -18,7 +18,7 @@ from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
 from archlab.train.trainer import Trainer
 from tests.conftest import snapshot
-from tests.train.test_trainer import TINY, NanForward, cli_flags, one_thread, prepared  # noqa: F401 (fixtures)
+from tests.train.test_trainer import TINY, NanForward, cli_flags
 
 MAX, MIN = 1e-3, 1e-4  # optimizer.lr and its min_lr_ratio 0.1 (defaults)
 
@@ -34,7 +34,7 @@ def run_cli(*argv: str) -> int:
 
 
 def test_resume_keeps_the_schedule_and_extend_continues_its_decay(
-    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture  # noqa: F811
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     run = tmp_path / "run"
     # a cosine planned for 8 steps, stopped at 4, resumed to 6 (same curve), then extended to 12
@@ -57,7 +57,7 @@ def test_resume_keeps_the_schedule_and_extend_continues_its_decay(
     assert [(r["step"], r["steps"], r["schedule_end"]) for r in resumes] == [(4, 6, 8), (6, 12, 12)]
 
 
-def test_the_plot_marks_every_resume(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_the_plot_marks_every_resume(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
     assert run_cli(*cli_flags(prepared, run, steps="3", **{"schedule.horizon": "6"})) == 0
     assert run_cli("--out", str(run), "--resume", "--steps", "5") == 0
@@ -69,7 +69,7 @@ def test_the_plot_marks_every_resume(prepared: Path, tmp_path: Path, monkeypatch
 
 
 def test_resume_refuses_another_corpus_and_never_replaces_the_run_data(
-    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture  # noqa: F811
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     corpus, other = tmp_path / "a.txt", tmp_path / "b.txt"
     corpus.write_text("the first corpus of this run\n" * 300)
@@ -92,7 +92,7 @@ def test_resume_refuses_another_corpus_and_never_replaces_the_run_data(
     assert snapshot(run) == before
 
 
-def test_resume_to_a_step_already_reached_says_so(prepared: Path, tmp_path: Path,  # noqa: F811
+def test_resume_to_a_step_already_reached_says_so(prepared: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture) -> None:
     run = tmp_path / "run"
     assert run_cli(*cli_flags(prepared, run, steps="4")) == 0
@@ -121,7 +121,7 @@ def resumed_pair(prepared: Path, run: Path, **flags: str) -> tuple[Trainer, Trai
 
 
 def test_resume_restores_the_optimizer_exactly_hyperparameter_types_included(
-    prepared: Path, tmp_path: Path  # noqa: F811
+    prepared: Path, tmp_path: Path
 ) -> None:
     first, resumed = resumed_pair(prepared, tmp_path / "run")
     a, b = first.optimizer.state_dict(), resumed.optimizer.state_dict()
@@ -132,7 +132,7 @@ def test_resume_restores_the_optimizer_exactly_hyperparameter_types_included(
         assert all(torch.equal(a["state"][i][k], b["state"][i][k]) for k in a["state"][i])
 
 
-def test_resume_restores_the_run_counters(prepared: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_resume_restores_the_run_counters(prepared: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     train, model = resolve_config([{**TINY, "data.source": str(prepared), "out": str(run), "steps": "3",
                                     "schedule.horizon": "5"}])  # evaluated at its end, step 3

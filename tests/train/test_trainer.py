@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,6 @@ from safetensors.torch import load_file
 from archlab import PRESETS, TransformerLM
 from archlab.checkpoint import list_checkpoints
 from archlab.cli import main
-from archlab.data.tokens import prepare_data
 from archlab.plots import plot_run
 from archlab.train.config import load_yaml, resolve_config
 from archlab.train.distributed import setup
@@ -36,26 +35,6 @@ TINY = {
     "logging.samples": "0", "logging.eval_every": "0", "logging.eval_batches": "2", "logging.log_every": "1",
     "checkpoint.save_every": "0",
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Two test workers share two cores: one thread each avoids oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    words = "def class return import self if else for while in not and or None True print lambda yield".split()
-    gen = torch.Generator().manual_seed(0)
-    picks = [torch.randint(0, len(words), (8,), generator=gen).tolist() for _ in range(3000)]
-    lines = [" ".join(words[i] for i in pick) for pick in picks]
-    (root / "corpus.txt").write_text("\n".join(lines))
-    return prepare_data(str(root / "corpus.txt"), root / "prepared")
 
 
 def make_trainer(run: Path, prepared: Path, **flags: str) -> Trainer:
