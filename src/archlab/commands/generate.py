@@ -66,6 +66,26 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
     return load_model(folder)
 
 
+def resolve_device(name: str) -> torch.device:
+    """--device as a device this machine has, or one line saying what it lacks."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: this machine has no CUDA device (torch sees none); use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {name!r} is not allowed: archlab generates on cpu, cuda or mps")
+    return device
+
+
 def read_prompts(args: argparse.Namespace) -> list[str]:
     """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are skipped."""
     prompts = list(args.prompt)
@@ -91,7 +111,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    device = resolve_device(args.device)
     if args.compile:
         check_compile_decode(device)
     model, tokenizer = load_checkpoint(args.checkpoint)

@@ -28,6 +28,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from archlab.checkpoint import (
     Checkpoint,
     capture_rng_state,
+    check_weights_fit,
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
@@ -166,6 +167,7 @@ class Trainer:
             check_context(self.model_config, len(self.tokenizer.encode(lg.sample_prompt)), lg.sample_tokens, False)
 
     def _restore(self, ckpt: Checkpoint) -> None:
+        check_weights_fit(self.raw, ckpt.model, ckpt.path)
         dist_utils.load_full_state(self.raw, self.optimizer, ckpt.model, ckpt.optimizer)
         state = ckpt.state
         rng = state["rng"]
