@@ -5,6 +5,7 @@ non-finite steps, divergence, exact resume after SIGKILL, clean stop on SIGINT/S
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -15,8 +16,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from archlab import PRESETS, TransformerLM
@@ -275,3 +278,28 @@ def test_run_outputs_metrics_tensorboard_config_samples_and_plot(prepared: Path,
     png = plot_run(run)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", "run", str(run), "--out", str(tmp_path / "c.png")]) == 0 and (tmp_path / "c.png").is_file()
+
+
+def test_sample_prompt_defaults_to_the_corpus_own_first_characters(tmp_path: Path) -> None:
+    corpus = tmp_path / "english.txt"
+    corpus.write_text("\n\n".join(f"Once upon a time there was story number {i}." for i in range(400)))
+    trainer = make_trainer(tmp_path / "run", corpus, steps="2",
+                           **{"logging.samples": "1", "logging.sample_tokens": "8"})
+    val = np.fromfile(tmp_path / "run" / "data" / "val.bin", dtype=np.uint16)  # byte ids: the text's bytes
+    assert trainer.sample_prompt == bytes(val[:4].tolist()).decode() and trainer.sample_prompt != "def "
+    explicit = make_trainer(tmp_path / "run2", corpus, steps="2", **{"logging.sample_prompt": "Once"})
+    assert explicit.sample_prompt == "Once"
+
+
+def test_a_run_prints_one_summary_line_and_progress_lines_without_a_terminal(
+    prepared: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="archlab"):
+        assert main(["train", *cli_flags(prepared, run, steps="40", **{"logging.progress": "true"})]) == 0
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("archlab")]
+    assert all("\n" not in m for m in messages), "a multi-line log message (the resolved config?)"
+    assert sum("parameters;" in m and "config.yaml" in m for m in messages) == 1
+    progress = [m for m in messages if re.match(r"step \d+/40: loss", m)]
+    assert [int(m.split("/")[0].split()[1]) for m in progress] == list(range(2, 41, 2))  # every 5% of the run
+    assert yaml.safe_load((run / "config.yaml").read_text()) == json.loads((run / "config.json").read_text())

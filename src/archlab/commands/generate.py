@@ -120,13 +120,21 @@ def run_generate(args: argparse.Namespace) -> int:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
     if args.interactive:
+        if args.compile:
+            sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
         results = _interactive(model, tokenizer, sampling, args.compile)
     else:
         for prompt in prompts:  # every prompt fits, or nothing is printed at all
             check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
                           sampling.allow_extrapolation)
-        results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile)
-                   for i in range(0, len(prompts), args.batch_size)]
+        if args.compile:  # the first batch waits for torch.compile: say so, then say how long it took
+            sys.stderr.write("archlab generate: compiling the decode step (torch.compile, once)...\n")
+        results = []
+        for i in range(0, len(prompts), args.batch_size):
+            results.append(_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile))
+            if args.compile and i == 0:
+                sys.stderr.write(f"archlab generate: compiled; the first batch decoded in "
+                                 f"{results[0].decode_seconds:.1f} s, compilation included\n")
     if args.report_memory and results:
         sys.stderr.write(memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n")
     return 0

@@ -12,8 +12,8 @@ import os
 import sys
 
 from archlab.checkpoint import latest_checkpoint, read_run_config
-from archlab.nn.presets import PRESETS, SIZES
-from archlab.train.config import config_keys, load_yaml, parse_flags, resolve_config
+from archlab.train.config import load_yaml, parse_flags, resolve_config
+from archlab.train.config_doc import alias_help, help_text
 from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
 from archlab.train.trainer import TrainingDiverged, train
 
@@ -34,19 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train a model (single process, or under torchrun with --distributed ddp|fsdp)",
         description=__doc__,
-        epilog="every config key (set with --KEY VALUE; model fields with --model.FIELD VALUE):\n  "
-        + "\n  ".join(config_keys()),
+        epilog=help_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # so --data.batch_size is never mistaken for --data
     )
-    parser.add_argument("--config", help="YAML run config, e.g. configs/tiny-llama.yaml")
-    parser.add_argument("--preset", help="architecture: " + ", ".join(PRESETS))
-    parser.add_argument("--size", help="model size: " + ", ".join(SIZES))
-    parser.add_argument("--data", help="text/JSONL file or folder, 'stdlib', 'hf:NAME' or a prepared folder")
-    parser.add_argument("--steps", help="optimizer steps of the whole run")
-    parser.add_argument("--out", help="run directory (checkpoints, metrics.jsonl, tb/, config.json)")
-    parser.add_argument("--save-every", help="steps between checkpoints (0 = only at the end)")
-    parser.add_argument("--distributed", help="none | ddp | fsdp (with torchrun)")
+    parser.add_argument("--config", help="YAML run config, e.g. configs/tiny-llama.yaml (flags override it)")
+    for dest, key in ALIASES.items():  # generated from the config's fields: no help written by hand
+        parser.add_argument(f"--{dest.replace('_', '-')}", dest=dest, help=alias_help(key))
     parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
     parser.add_argument("--extend", action="store_true",
                         help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)")

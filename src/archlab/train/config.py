@@ -141,10 +141,10 @@ class LoggingConfig:
     ratio_every: int = 100  # steps between per-layer update/param norm ratios; 0 = never
     samples: int = 1  # generated samples shown at each evaluation; 0 = none
     sample_tokens: int = 64  # new tokens per sample
-    sample_prompt: str = "def "  # prompt of the samples (the stdlib corpus is Python)
+    sample_prompt: str | None = None  # prompt of the samples; None = the first 4 characters of the validation text
     temperature: float = 0.8  # sampling temperature of the samples; 0 = greedy
     tensorboard: bool = True  # also write TensorBoard event files under RUN_DIR/tb
-    progress: bool = True  # tqdm progress bar on rank 0
+    progress: bool = True  # progress on rank 0: a bar on a terminal, else a line every ~5% of the run
 
     def __post_init__(self) -> None:
         for name in ("log_every",):
@@ -152,8 +152,8 @@ class LoggingConfig:
         for name in ("eval_every", "eval_batches", "ratio_every", "samples", "sample_tokens"):
             _check(getattr(self, name) >= 0, f"logging.{name}", getattr(self, name), "an integer >= 0")
         _check(self.temperature >= 0, "logging.temperature", self.temperature, "a value >= 0 (0 = greedy)")
-        _check(bool(self.sample_prompt) or not self.samples, "logging.sample_prompt", self.sample_prompt,
-               "a non-empty prompt when logging.samples > 0")
+        _check(self.sample_prompt is None or bool(self.sample_prompt) or not self.samples, "logging.sample_prompt",
+               self.sample_prompt, "a non-empty prompt (or None) when logging.samples > 0")
 
 
 @dataclass
@@ -381,8 +381,3 @@ def resolve_config(
         raise ValueError(f"data.block_size={train.data.block_size} is not allowed: at most model.max_seq_len="
                          f"{model.max_seq_len} (raise --model.max_seq_len)")
     return train, model
-
-
-def config_keys() -> list[str]:
-    """Every settable key with its default, for `archlab train --help`."""
-    return [f"--{k} {v}" for k, v in flatten(_defaults(TrainConfig)).items()]

@@ -15,6 +15,7 @@ import logging
 import math
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -53,6 +54,8 @@ from archlab.train.schedule import build_schedule
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1  # validation batches come from their own generator: the same windows every eval
+SAMPLE_PROMPT_CHARS = 4  # default sample prompt: this many characters of the validation text
+PROGRESS_LINES = 20  # without a terminal, progress is about this many lines per run, not a redrawn bar
 
 
 class TrainingDiverged(RuntimeError):
@@ -127,6 +130,7 @@ class Trainer:
                                                    "schedule_end": s.end()})
         self._signal: str | None = None  # set by the handler, on this rank only
         self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
+        self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
         self._write_config()
 
     # ------------------------------------------------------------------------------------------ setup
@@ -163,8 +167,15 @@ class Trainer:
             raise ValueError(f"model.vocab_size={self.model_config.vocab_size} is not allowed: the tokenizer of "
                              f"{folder} has {self.data.vocab_size} ids")
         lg = self.cfg.logging
+        self.sample_prompt = lg.sample_prompt if lg.sample_prompt is not None else self._corpus_prompt()
         if lg.samples:  # fail now rather than at the first evaluation
-            check_context(self.model_config, len(self.tokenizer.encode(lg.sample_prompt)), lg.sample_tokens, False)
+            check_context(self.model_config, len(self.tokenizer.encode(self.sample_prompt)), lg.sample_tokens, False)
+
+    def _corpus_prompt(self) -> str:
+        """The first characters of the validation text: a prompt in the corpus's own language."""
+        head = self.data.splits["val"][:SAMPLE_PROMPT_CHARS * 8].tolist()
+        text = self.tokenizer.decode(head).replace("\ufffd", "")  # a byte cut mid-character decodes to U+FFFD
+        return text[:SAMPLE_PROMPT_CHARS] or " "
 
     def _restore(self, ckpt: Checkpoint) -> None:
         check_weights_fit(self.raw, ckpt.model, ckpt.path)
@@ -186,9 +197,11 @@ class Trainer:
             return
         config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
         (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        logger.info("resolved config:\n%s", yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False))
-        logger.info("model: %s parameters; data: %s train tokens; run: %s", f"{self.raw.num_parameters():,}",
-                    f"{self.data.num_tokens('train'):,}", self.run_dir)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        c, d = self.cfg, self.cfg.data
+        logger.info("%s/%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
+                    c.preset, c.size, f"{self.raw.num_parameters():,}", c.steps, d.batch_size, d.block_size,
+                    f"{self.data.num_tokens('train'):,}", d.source, self.run_dir / "config.yaml")
 
     # ------------------------------------------------------------------------------------------- step
     def _autocast(self) -> torch.autocast:
@@ -273,7 +286,7 @@ class Trainer:
         """
         lg = self.cfg.logging
         sampling = SamplingConfig(max_new_tokens=lg.sample_tokens, temperature=lg.temperature, seed=self.cfg.seed)
-        return generate_text(self.raw, self.tokenizer, [lg.sample_prompt] * lg.samples, sampling).texts
+        return generate_text(self.raw, self.tokenizer, [self.sample_prompt] * lg.samples, sampling).texts
 
     # -------------------------------------------------------------------------------------- checkpoints
     def save(self, val_loss: float | None = None) -> Path | None:
@@ -309,6 +322,9 @@ class Trainer:
         bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", gnorm=f"{row['grad_norm']:.3f}",
                         tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
         bar.update(1)
+        if self._progress_lines and (self.step % math.ceil(steps / PROGRESS_LINES) == 0 or self.step == steps):
+            logger.info("step %d/%d: loss %.4f, lr %.2e, grad norm %.3f, %s tokens/s", self.step, steps, row["loss"],
+                        row["lr"], row["grad_norm"], f"{row['tokens_per_s']:,.0f}")
         if row["skipped"]:
             if self.ctx.is_main:
                 logger.warning("step %d skipped: non-finite loss %s or grad norm %s (%d in a row)", self.step,
@@ -336,7 +352,7 @@ class Trainer:
         if self.ctx.is_main:
             logger.info("step %d: val loss %.4f", self.step, val)
             for text in texts:
-                logger.info("sample at step %d:\n%s%s", self.step, self.cfg.logging.sample_prompt, text)
+                logger.info("sample at step %d:\n%s%s", self.step, self.sample_prompt, text)
                 self.metrics.log(self.step, "sample", {"text": text})
         return val
 
@@ -362,8 +378,10 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train from the current step up to `train.steps`; checkpoint when due, at the end and on a signal."""
         previous = self._install_signals()
+        show = self.ctx.is_main and self.cfg.logging.progress
+        self._progress_lines = show and not sys.stderr.isatty()  # a log file gets lines, not bar redraws
         bar = tqdm(total=self.cfg.steps, initial=self.step, desc="train", dynamic_ncols=True,
-                   disable=not (self.ctx.is_main and self.cfg.logging.progress))
+                   disable=not show or self._progress_lines)
         start, start_step = time.perf_counter(), self.step
         try:
             with logging_redirect_tqdm():  # log lines print above the progress bar, not through it
