@@ -303,3 +303,37 @@ def test_a_run_prints_one_summary_line_and_progress_lines_without_a_terminal(
     progress = [m for m in messages if re.match(r"step \d+/40: loss", m)]
     assert [int(m.split("/")[0].split()[1]) for m in progress] == list(range(2, 41, 2))  # every 5% of the run
     assert yaml.safe_load((run / "config.yaml").read_text()) == json.loads((run / "config.json").read_text())
+
+
+# ---------------------------------------------------------------------------------- guards against bugs
+def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = make_trainer(tmp_path / "run", prepared, steps="6", **{"schedule.warmup_steps": "2"})
+    seen: list[float] = []
+    step = trainer.optimizer.step
+    monkeypatch.setattr(trainer.optimizer, "step", lambda: seen.append(trainer.optimizer.param_groups[0]["lr"]) or step())
+    for _ in range(6):
+        trainer.train_step()
+    # update s (0-based) takes warmup lr 1e-3 (s+1)/2, then the cosine to 1e-4 at 6, written out
+    want = [5e-4, 1e-3] + [1e-4 + 0.45e-3 * (1 + math.cos(math.pi * (s - 2) / 4)) for s in range(2, 6)]
+    assert seen == pytest.approx(want, rel=1e-12)
+
+
+def test_a_finite_loss_with_a_non_finite_gradient_is_skipped(prepared: Path, tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path / "run", prepared, steps="3")
+    trainer.train_step()
+    before = {n: p.detach().clone() for n, p in trainer.raw.named_parameters()}
+    weight = trainer.raw.layers[0].mlp.down_proj.weight
+    hook = weight.register_hook(lambda g: g * float("inf"))  # the loss stays finite, one gradient does not
+    row = trainer.train_step()
+    hook.remove()
+    assert math.isfinite(row["loss"]) and not math.isfinite(row["grad_norm"]) and row["skipped"]
+    assert all(torch.equal(p, before[n]) for n, p in trainer.raw.named_parameters())
+    assert not trainer.train_step()["skipped"]
+    assert all(torch.isfinite(p).all() for p in trainer.raw.parameters())
+
+
+def test_validation_runs_in_eval_mode(prepared: Path, tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path / "run", prepared, steps="2", **{"model.dropout": "0.5"})
+    first, second = trainer.evaluate(), trainer.evaluate()  # dropout on would draw new masks each time
+    assert first == second and trainer.raw.training
