@@ -311,7 +311,8 @@ def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
     trainer = make_trainer(tmp_path / "run", prepared, steps="6", **{"schedule.warmup_steps": "2"})
     seen: list[float] = []
     step = trainer.optimizer.step
-    monkeypatch.setattr(trainer.optimizer, "step", lambda: seen.append(trainer.optimizer.param_groups[0]["lr"]) or step())
+    record = lambda: seen.append(trainer.optimizer.param_groups[0]["lr"]) or step()  # noqa: E731
+    monkeypatch.setattr(trainer.optimizer, "step", record)
     for _ in range(6):
         trainer.train_step()
     # update s (0-based) takes warmup lr 1e-3 (s+1)/2, then the cosine to 1e-4 at 6, written out
