@@ -51,11 +51,13 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_flags(list(args.overrides or []))
     flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
-    train_cfg, model_cfg = resolve_config(layers)
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
-    if args.resume:  # every refusal comes before any data, model or folder is touched
-        saved = read_run_config(train_cfg.out)
+    if not args.resume:
+        train_cfg, model_cfg = resolve_config(layers)
+    else:  # every refusal comes before any data, model or folder is touched
+        out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
+        saved = read_run_config(out or resolve_config(layers)[0].out)
         train_cfg, model_cfg = resolve_config(layers, saved)
         step = checkpoint_step(latest_checkpoint(train_cfg.out))
         if args.extend:
