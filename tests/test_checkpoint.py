@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from archlab import ModelConfig, TransformerLM
+from archlab import TransformerLM, build_preset
 from archlab.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -39,7 +39,7 @@ def tokenizer_file(tmp_path: Path) -> Path:
 
 def tiny_model(preset: str = "gpt2") -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(ModelConfig.from_preset(preset, "tiny", d_model=32, n_layers=1))
+    return TransformerLM(build_preset(preset, "tiny", d_model=32, n_layers=1))
 
 
 def save(run: Path, step: int, model: TransformerLM, tokenizer_file: Path, val_loss: float | None = None) -> Path:

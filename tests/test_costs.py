@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from archlab import KVCache, ModelConfig, TransformerLM
+from archlab import KVCache, ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token, kv_cache_bytes, parameter_counts
 from archlab.nn.presets import PRESETS
 
@@ -30,7 +30,7 @@ def _by_part(model: TransformerLM) -> dict[str, int]:
 @pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("size", ["tiny", "small", "gpt2-small"])
 def test_parameter_count_by_part_matches_model(preset, size):
-    cfg = ModelConfig.from_preset(preset, size)
+    cfg = build_preset(preset, size)
     with torch.device("meta"):
         model = TransformerLM(cfg)
     counts = parameter_counts(cfg)
@@ -40,12 +40,12 @@ def test_parameter_count_by_part_matches_model(preset, size):
 
 
 def test_gpt2_small_is_124m():
-    assert abs(parameter_counts(ModelConfig.from_preset("gpt2", "gpt2-small"))["total"] - 124.4e6) < 0.1e6
+    assert abs(parameter_counts(build_preset("gpt2", "gpt2-small"))["total"] - 124.4e6) < 0.1e6
 
 
 @pytest.mark.parametrize("preset", ["llama", "gemma2", "neox", "palm", "original"])
 def test_flops_match_torch_flop_counter(preset):
-    cfg = ModelConfig.from_preset(preset, "tiny", attn_impl="eager", max_seq_len=32)
+    cfg = build_preset(preset, "tiny", attn_impl="eager", max_seq_len=32)
     model = TransformerLM(cfg)
     t = 24
     with FlopCounterMode(display=False) as counter:
@@ -75,7 +75,7 @@ def test_inspect_cli_json_and_errors():
     run = [sys.executable, "-m", "archlab", "inspect", "--preset", "qwen3", "--size", "small", "--json"]
     out = subprocess.run(run + ["--n_layers", "3"], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
-    cfg = ModelConfig.from_preset("qwen3", "small", n_layers=3)
+    cfg = build_preset("qwen3", "small", n_layers=3)
     assert got["params"]["total"] == sum(p.numel() for p in TransformerLM(cfg).parameters())
     bad = subprocess.run(run + ["--n_kv_heads", "3"], capture_output=True, text=True)
     assert bad.returncode == 2

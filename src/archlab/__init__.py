@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from archlab.nn.config import ConfigError, ModelConfig
     from archlab.nn.kv_cache import KVCache
     from archlab.nn.model import TransformerLM
-    from archlab.nn.presets import PRESETS, SIZES
+    from archlab.nn.presets import PRESETS, SIZES, build_preset
     from archlab.nn.rope import RopeScaling
 
 _EXPORTS = {
@@ -23,9 +23,10 @@ _EXPORTS = {
     "TransformerLM": "archlab.nn.model",
     "PRESETS": "archlab.nn.presets",
     "SIZES": "archlab.nn.presets",
+    "build_preset": "archlab.nn.presets",
     "RopeScaling": "archlab.nn.rope",
 }
-__all__ = ["ConfigError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM"]
+__all__ = ["ConfigError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM", "build_preset"]
 __version__ = "0.1.0"
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from archlab import ModelConfig, TransformerLM
+from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.interop.families.llama import llama_state_dict
 from tests.conftest import randomize_
 
@@ -25,4 +25,4 @@ def test_exported_llama_matches_transformers_logits():
 
 def test_non_llama_shapes_are_refused():
     with pytest.raises(ValueError, match="Llama-shaped model"):
-        llama_state_dict(TransformerLM(ModelConfig.from_preset("gpt2")))
+        llama_state_dict(TransformerLM(build_preset("gpt2")))

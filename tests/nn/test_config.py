@@ -1,12 +1,30 @@
-"""ModelConfig: defaults resolved, shorthands, and one clear error per bad value or combination."""
+"""ModelConfig: defaults resolved, shorthands, presets, and one clear error per bad value or combination;
+a caller's value always beats a preset, a shorthand or a derivation."""
 
 import dataclasses
+import json
+import math
 
 import pytest
 
-from archlab import ConfigError, ModelConfig
-from archlab.nn.config import parse_overrides
+from archlab import ConfigError, ModelConfig, build_preset
+from archlab.nn.activations import ACTIVATIONS
+from archlab.nn.config import (
+    BLOCKS,
+    DEFAULT_ACTIVATION,
+    EMBED_SCALES,
+    INITS,
+    NORM_POSITIONS,
+    QK_NORM_SCOPES,
+    QK_NORMS,
+    RopeScaling,
+)
+from archlab.nn.ffn import FFNS
+from archlab.nn.norms import NORMS
+from archlab.nn.positions import POSITIONS
 from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.rope import ROPE_LAYOUTS
+from archlab.train.config import resolve_config
 
 
 def test_resolved_sizes():
@@ -60,7 +78,7 @@ def test_bad_values_name_field_value_and_allowed(kwargs, needles):
 
 
 def test_frozen_and_round_trip():
-    c = ModelConfig.from_preset("gemma2", "tiny")
+    c = build_preset("gemma2", "tiny")
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.d_model = 3
     assert ModelConfig.from_dict(c.to_dict()) == c
@@ -71,30 +89,123 @@ def test_frozen_and_round_trip():
 def test_presets_and_sizes_combine_with_overrides():
     for name in PRESETS:
         for size in SIZES:
-            ModelConfig.from_preset(name, size)
-    c = ModelConfig.from_preset("llama", "small", n_layers=3, n_kv_heads=2)
+            build_preset(name, size)
+    c = build_preset("llama", "small", n_layers=3, n_kv_heads=2)
     assert (c.n_layers, c.n_kv_heads, c.d_model) == (3, 2, 256)
     with pytest.raises(ConfigError, match="preset='lama'"):
-        ModelConfig.from_preset("lama")
+        build_preset("lama")
     with pytest.raises(ConfigError, match="size='huge'"):
-        ModelConfig.from_preset("llama", "huge")
+        build_preset("llama", "huge")
 
 
 def test_preset_identities():
-    assert ModelConfig.from_preset("palm").n_kv_heads == 1
-    g = ModelConfig.from_preset("gemma2")
+    assert build_preset("palm").n_kv_heads == 1
+    g = build_preset("gemma2")
     assert (g.norm_position, g.attn_softcap, g.final_softcap, g.embed_scale) == ("double", 50.0, 30.0, "sqrt_d")
     assert [g.layer_is_sliding(i) for i in range(4)] == [True, False, True, False]
-    o = ModelConfig.from_preset("original")
+    o = build_preset("original")
     assert (o.norm_position, o.position, o.dropout, o.final_norm) == ("post", "sinusoidal", 0.1, False)
 
 
-def test_parse_overrides_types():
-    got = parse_overrides(ModelConfig, ["--n_layers", "3", "--model.qk_norm=rmsnorm", "--attn_softcap", "none",
-                                        "--tie-embeddings", "true", "--rope_theta", "5e5"])
-    assert got == {"n_layers": 3, "qk_norm": "rmsnorm", "attn_softcap": None, "tie_embeddings": True,
-                   "rope_theta": 5e5}
-    with pytest.raises(ConfigError, match="n_layers='three'"):
-        parse_overrides(ModelConfig, ["--n_layers", "three"])
-    with pytest.raises(ConfigError, match="no field 'layers'"):
-        parse_overrides(ModelConfig, ["--layers", "3"])
+# ----- a caller's value always wins: shorthands, presets, derivations -----
+def test_shorthand_with_a_contradicting_activation_fails_naming_both():
+    assert ModelConfig().activation == DEFAULT_ACTIVATION == "silu"
+    assert (ModelConfig(ffn="mlp", activation=None).activation, ModelConfig(ffn="geglu", activation="gelu").ffn) == (
+        "silu", "glu")
+    for make in (lambda: ModelConfig(ffn="swiglu", activation="gelu"),
+                 lambda: build_preset("gemma2", ffn="swiglu", activation="gelu")):
+        with pytest.raises(ConfigError) as err:
+            make()
+        msg = str(err.value)
+        assert "\n" not in msg and "activation='gelu'" in msg and "ffn='swiglu'" in msg, msg
+
+
+def test_a_shorthand_override_beats_the_presets_activation():
+    assert build_preset("llama", activation="gelu").activation == "gelu"  # the bug: was silu
+    assert (build_preset("gemma2", ffn="swiglu").activation, build_preset("gemma2").activation) \
+        == ("silu", "gelu_tanh")
+    for name in PRESETS:  # presets store explicit fields, never a shorthand that rewrites another field
+        assert PRESETS[name](SIZES["tiny"]).get("ffn") in FFNS, name
+
+
+CHOICES = {"norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": FFNS, "activation": ACTIVATIONS,
+           "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS, "qk_norm_scope": QK_NORM_SCOPES,
+           "embed_scale": EMBED_SCALES, "init": INITS, "window_pattern": ("S", "SF", "FS"),
+           "n_kv_heads": (1, 2, 4), "parallel_norms": (1, 2), "sliding_window": (16, 32)}
+
+
+def _other_value(field: str, current: object) -> object:
+    """A valid value of `field` other than the preset's (at the tiny size: 4 heads of 16 dims)."""
+    if field in CHOICES:
+        return next(v for v in CHOICES[field] if v != current)
+    if isinstance(current, bool):
+        return not current
+    assert isinstance(current, float), f"add an alternative value for {field}={current!r} to CHOICES"
+    return current / 2
+
+
+PRESET_FIELDS = [(name, field) for name in PRESETS for field in PRESETS[name](SIZES["tiny"])]
+
+
+@pytest.mark.parametrize("name,field", PRESET_FIELDS, ids=[f"{n}.{f}" for n, f in PRESET_FIELDS])
+def test_an_override_of_any_preset_field_is_what_the_config_holds(name, field):
+    value = _other_value(field, getattr(build_preset(name), field))
+    direct = build_preset(name, **{field: value})
+    assert getattr(direct, field) == value
+    text = "none" if value is None else str(value)  # the CLI's spelling: archlab train --model.FIELD TEXT
+    _, model = resolve_config([{"preset": name, f"model.{field}": text}])
+    assert getattr(model, field) == value and model == direct
+
+
+def test_derivations_are_beaten_by_an_override():
+    g = build_preset("gemma2", max_seq_len=64, n_heads=8)  # window and GQA follow the shape
+    assert (g.sliding_window, g.n_kv_heads) == (32, 4)
+    g = build_preset("gemma2", sliding_window=None, n_kv_heads=1)
+    assert (g.sliding_window, g.n_kv_heads, g.layer_is_sliding(0)) == (None, 1, False)
+    assert build_preset("qwen3", "1b").n_kv_heads == SIZES["1b"]["n_kv_heads"]  # the size's, not 32 // 2
+    original = build_preset("original")
+    assert (original.final_norm, build_preset("original", norm_position="pre").final_norm) == (False, True)
+    assert build_preset("original", final_norm=True).final_norm is True
+    gptj = build_preset("gptj")
+    assert (gptj.attn_bias, gptj.mlp_bias) == (False, True)
+    assert (build_preset("gptj", mlp_bias=False).mlp_bias, build_preset("gpt2", bias=False)
+            .attn_bias, build_preset("gpt2", attn_bias=False).mlp_bias) == (False, False, True)
+    assert (build_preset("llama").d_ff, build_preset("llama", ffn="mlp").d_ff) == (192, 256)
+    assert build_preset("llama", ffn="mlp", d_ff=100).d_ff == 100
+
+
+def test_a_presets_field_of_a_switched_off_variant_is_dropped_but_the_callers_fails():
+    c = build_preset("gpt2", norm="rmsnorm")
+    assert (c.norm, c.norm_bias) == ("rmsnorm", False)
+    c = build_preset("olmo2", position="alibi")
+    assert (c.position, c.rope_theta) == ("alibi", ModelConfig().rope_theta)
+    with pytest.raises(ConfigError, match=r"norm_bias=True is not allowed: only with norm='layernorm'"):
+        build_preset("gpt2", norm="rmsnorm", norm_bias=True)
+    with pytest.raises(ConfigError, match=r"rope_theta=20000.0 is not allowed: only with position='rope'"):
+        build_preset("olmo2", position="alibi", rope_theta=2e4)
+
+
+def test_saved_configs_and_rope_scaling_dicts_load():
+    c = build_preset("llama", rope_scaling=RopeScaling(kind="linear", factor=2.0))
+    saved = json.loads(json.dumps(c.to_dict()))  # what config.json of a checkpoint holds
+    assert saved["activation"] == "silu" and ModelConfig.from_dict(saved) == c
+    with pytest.raises(ConfigError, match="rope_scaling has no field 'bogus'; RopeScaling has the fields kind"):
+        ModelConfig(rope_scaling={"kind": "linear", "bogus": 1})
+
+
+FLOAT_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if "float" in str(f.type)]
+
+
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_every_float_field_rejects_nan_and_inf(name: str, value: float) -> None:
+    extra = {"sliding_window": 8} if name == "attn_softcap" else {}
+    with pytest.raises(ConfigError, match=rf"^ModelConfig\.{name}=(nan|inf|-inf) is not allowed: a finite number$"):
+        ModelConfig(**extra, **{name: value})
+
+
+def test_rope_scaling_floats_and_swish_beta_domain() -> None:
+    with pytest.raises(ConfigError, match=r"^ModelConfig\.rope_scaling\.factor=inf is not allowed"):
+        ModelConfig(rope_scaling={"kind": "linear", "factor": math.inf})
+    with pytest.raises(ConfigError, match=r"^ModelConfig\.swish_beta=0\.0 is not allowed: a positive number"):
+        ModelConfig(swish_beta=0.0)

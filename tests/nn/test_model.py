@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from archlab import ModelConfig, TransformerLM
+from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.nn.presets import PRESETS
 from tests.conftest import randomize_
 
@@ -26,7 +26,7 @@ def _rope_free(cfg_kwargs: dict, position: str) -> dict:
 @pytest.mark.parametrize("preset", list(PRESETS))
 @pytest.mark.parametrize("position", POSITIONS)
 def test_future_tokens_never_change_past_logits(preset, position):
-    base = ModelConfig.from_preset(preset, "tiny", n_layers=2, d_model=32, max_seq_len=32, dropout=0.0)
+    base = build_preset(preset, "tiny", n_layers=2, d_model=32, max_seq_len=32, dropout=0.0)
     cfg = ModelConfig(**_rope_free(base.to_dict(), position))
     model = randomize_(TransformerLM(cfg), 0.2).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 16))

@@ -10,7 +10,8 @@ import pytest
 from archlab.cli import main
 from archlab.commands.train import ALIASES
 from archlab.nn.config import ModelConfig
-from archlab.train.config import TrainConfig, flatten, resolve_config
+from archlab.overrides import flatten
+from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import field_comments, key_docs
 
 

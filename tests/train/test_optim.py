@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from archlab import ModelConfig, TransformerLM
+from archlab import TransformerLM, build_preset
 from archlab.train import optim
 from archlab.train.optim import Lion, Tiger, build_optimizer, clip_gradients, param_groups, split_param_names
 from archlab.train.trainer import loss_terms
@@ -19,7 +19,7 @@ LINEAR_WEIGHTS = ("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight", "up
 
 def tiny(preset: str, **overrides: object) -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(ModelConfig.from_preset(preset, "tiny", d_model=32, n_layers=2, vocab_size=64, **overrides))
+    return TransformerLM(build_preset(preset, "tiny", d_model=32, n_layers=2, vocab_size=64, **overrides))
 
 
 def expected_split(model: TransformerLM, decay_embeddings: bool) -> tuple[set[str], set[str]]:

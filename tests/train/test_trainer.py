@@ -25,8 +25,9 @@ from safetensors.torch import load_file
 from archlab import PRESETS, TransformerLM
 from archlab.checkpoint import list_checkpoints
 from archlab.cli import main
+from archlab.overrides import load_yaml
 from archlab.plots import plot_run
-from archlab.train.config import load_yaml, resolve_config
+from archlab.train.config import resolve_config
 from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
 from archlab.train.trainer import Trainer, TrainingDiverged

@@ -1,5 +1,9 @@
 """`archlab inspect --preset llama --size small [--n_layers 4 ...]`: parameters by part, FLOPs per token
-and KV-cache bytes of a configuration, without building the model."""
+and KV-cache bytes of a configuration, without building the model.
+
+Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--model.FIELD value`; both go
+through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in both commands.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from archlab.costs import DTYPE_BYTES, Report, report
-from archlab.nn.config import ModelConfig, parse_overrides
-from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.config import ModelConfig
+from archlab.nn.presets import PRESETS, SIZES, build_preset
+from archlab.overrides import parse_flags, typed_overrides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="parameter count, FLOPs per token and KV-cache bytes of a config",
-                       description="Any ModelConfig field can follow as --field value (e.g. --n_kv_heads 1).")
+                       description="Any ModelConfig field can follow as --field value or --model.field value "
+                                   "(e.g. --n_kv_heads 1).")
     p.add_argument("--preset", default="llama", help=f"architecture: {', '.join(PRESETS)}")
     p.add_argument("--size", default="tiny", help=f"size: {', '.join(SIZES)}")
     p.add_argument("--context", type=int, default=None,
@@ -27,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = parse_overrides(ModelConfig, args.overrides)
-    config = ModelConfig.from_preset(args.preset, args.size, **overrides)
+    flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
+    config = build_preset(args.preset, args.size, **typed_overrides(ModelConfig, flags))
     if args.context is not None and args.context < 1:
         raise ValueError(f"--context={args.context} is not allowed: a positive number of tokens")
     r = report(config, args.context, args.dtype)

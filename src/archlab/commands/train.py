@@ -12,7 +12,8 @@ import os
 import sys
 
 from archlab.checkpoint import latest_checkpoint, read_run_config
-from archlab.train.config import load_yaml, parse_flags, resolve_config
+from archlab.overrides import load_yaml, parse_flags
+from archlab.train.config import resolve_config
 from archlab.train.config_doc import alias_help, help_text
 from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
 from archlab.train.trainer import TrainingDiverged, train

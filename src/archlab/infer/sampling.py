@@ -27,15 +27,26 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))  # frozen: normalise a list given by a caller
         checks = {
-            "max_new_tokens": (self.max_new_tokens >= 1, "a positive integer"),
-            "temperature": (self.temperature >= 0, "a number >= 0 (0 = greedy)"),
-            "top_k": (self.top_k is None or self.top_k >= 1, "None or an integer >= 1"),
-            "top_p": (self.top_p is None or 0 < self.top_p <= 1, "None or a probability in (0, 1]"),
-            "stop": (all(self.stop), "non-empty strings"),
+            "max_new_tokens": (_is_int(self.max_new_tokens) and self.max_new_tokens >= 1, "a positive integer"),
+            "temperature": (_is_finite(self.temperature) and self.temperature >= 0, "a finite number >= 0, 0 = greedy"),
+            "top_k": (self.top_k is None or _is_int(self.top_k) and self.top_k >= 1, "None or an integer >= 1"),
+            "top_p": (self.top_p is None or _is_finite(self.top_p) and 0 < self.top_p <= 1,
+                      "None or a probability in (0, 1]"),
+            "seed": (self.seed is None or _is_int(self.seed), "None or an integer"),
+            "stop": (all(isinstance(s, str) and s for s in self.stop), "non-empty strings"),
         }
         for name, (ok, allowed) in checks.items():
             if not ok:
                 raise ValueError(f"SamplingConfig.{name}={getattr(self, name)!r} is not allowed: {allowed}")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_finite(x: object) -> bool:
+    """A real number that is neither NaN nor infinite (bools are not numbers here)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def sampling_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

@@ -4,15 +4,25 @@ Each string-valued switch is checked against the registry of the module that own
 FFNS, POSITIONS, ROPE_SCALINGS, ...), so a new variant registered there is accepted here, on the CLI and
 in error messages without further edits. Derived sizes (n_kv_heads, head_dim, d_ff) are resolved in
 `__post_init__`, so a saved config always holds the numbers the model was built with.
+
+Derivations, each beaten by an explicit value (the field's default is `None` = "derive it"):
+- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`);
+- activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
+  different explicit activation is an error, never a silent rewrite;
+- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True.
+Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
+norm="layernorm") must keep their defaults otherwise.
+
+NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` keeps the GLU's
+d_ff and `replace(config, norm_position="post")` keeps final_norm=True. To vary a field, apply it where the
+layers are still apart (`build_preset(name, size, **overrides)` in nn/presets.py, or dotted keys through
+archlab/overrides.py), not to a built config.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import types
-import typing
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -30,10 +40,26 @@ EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
 ATTN_IMPLS = ("auto", "sdpa", "eager")
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
+DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
+# field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
+ONLY_WITH = {
+    "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
+    "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
+}
 
 
 class ConfigError(ValueError):
     """A bad config value: the message names the field, the value and what is allowed."""
+
+
+def check_finite(config: object, prefix: str) -> None:
+    """Every float of dataclass `config` (tuples included) is a finite number: NaN and inf pass most range checks
+    (`nan <= 0` and `inf <= 1` are both False), so they are refused here first, naming `prefix` + the field."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise ConfigError(f"{prefix}{f.name}={value!r} is not allowed: a finite number")
 
 
 def _bad(name: str, value: object, allowed: str) -> ConfigError:
@@ -62,8 +88,8 @@ class ModelConfig:
     # --- block and feed-forward ---
     block: str = "serial"  # serial | parallel (attention and MLP read the same input)
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
-    ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu set the activation too
-    activation: str = "silu"  # relu | gelu | gelu_tanh | silu | swish | sigmoid | tanh | leaky_relu
+    ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
+    activation: str | None = None  # relu | gelu | gelu_tanh | silu | swish | ...; None = the shorthand's, else silu
     swish_beta: float = 1.0  # beta of swish(x) = x * sigmoid(beta x)
     bias: bool = False  # biases on the attention and FFN linears (modern LMs drop them)
     attn_bias: bool | None = None  # biases on q, k, v, o; None = follow `bias`
@@ -92,10 +118,13 @@ class ModelConfig:
     final_softcap: float | None = None  # cap * tanh(logits / cap) (Gemma 2: 30)
     dropout: float = 0.0  # embedding and residual dropout (modern LMs: 0)
     attn_dropout: float = 0.0  # dropout on attention probabilities
-    init: str = "trunc_normal"  # trunc_normal (the seeds) | gpt2 (see TransformerLM.init_weights)
+    init: str = "trunc_normal"  # trunc_normal (N(0, 2/(in+out)) clipped at 3 std) | gpt2 (TransformerLM.init_weights)
 
     def __post_init__(self) -> None:
+        check_finite(self, "ModelConfig.")
         self._resolve()
+        if self.rope_scaling is not None:
+            check_finite(self.rope_scaling, "ModelConfig.rope_scaling.")
         self._check_choices()
         self._check_sizes()
         self._check_positions()
@@ -106,12 +135,11 @@ class ModelConfig:
         object.__setattr__(self, name, value)  # frozen dataclass: only __post_init__ resolves fields
 
     def _resolve(self) -> None:
-        if self.ffn in GLU_SHORTHANDS:
-            kind, act = GLU_SHORTHANDS[self.ffn]
-            self._set("ffn", kind)
-            self._set("activation", act)
+        ffn, activation = _expand_ffn(self.ffn, self.activation)
+        self._set("ffn", ffn)
+        self._set("activation", DEFAULT_ACTIVATION if activation is None else activation)
         if isinstance(self.rope_scaling, dict):
-            self._set("rope_scaling", RopeScaling(**self.rope_scaling))
+            self._set("rope_scaling", _rope_scaling(self.rope_scaling))
         for name in ("d_model", "n_heads", "d_ff_multiple_of"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise _bad(name, getattr(self, name), "a positive integer")
@@ -143,6 +171,9 @@ class ModelConfig:
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, "one of " + ", ".join(ROPE_SCALINGS))
         if self.parallel_norms not in (1, 2):
             raise _bad("parallel_norms", self.parallel_norms, "1 (shared input norm) or 2")
+        for name in inapplicable_fields({f.name: getattr(self, f.name) for f in fields(self)}):
+            switch, want = ONLY_WITH[name]
+            raise _bad(name, getattr(self, name), f"only with {switch}={want!r} ({switch}={getattr(self, switch)!r})")
 
     def _check_sizes(self) -> None:
         for name in ("vocab_size", "n_layers", "n_kv_heads", "head_dim", "d_ff", "max_seq_len",
@@ -157,15 +188,11 @@ class ModelConfig:
                 raise _bad(name, getattr(self, name), "a probability in [0, 1)")
         if self.norm_eps <= 0:
             raise _bad("norm_eps", self.norm_eps, "a positive number")
-        if self.norm_bias and self.norm != "layernorm":
-            raise _bad("norm_bias", self.norm_bias, "True only with norm='layernorm' (RMSNorm has no beta)")
+        if self.swish_beta <= 0:
+            raise _bad("swish_beta", self.swish_beta, "a positive number (x * sigmoid(beta x))")
 
     def _check_positions(self) -> None:
         if self.position != "rope":
-            defaults = {f.name: f.default for f in fields(self)}
-            for name in ("rope_theta", "rope_layout", "rope_fraction", "rope_scaling"):
-                if getattr(self, name) != defaults[name]:
-                    raise _bad(name, getattr(self, name), f"only with position='rope' (position={self.position!r})")
             if self.position == "sinusoidal" and self.d_model % 2:
                 raise _bad("d_model", self.d_model, "an even number with sinusoidal positions")
             return
@@ -211,13 +238,6 @@ class ModelConfig:
         return self.window_pattern[layer_idx % len(self.window_pattern)] == "S"
 
     # ----- construction and serialisation -----
-    @classmethod
-    def from_preset(cls, name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
-        """A named architecture at a named size, then `overrides` (field=value) on top."""
-        from archlab.nn.presets import build_preset  # presets import this module
-
-        return build_preset(name, size, **overrides)
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -229,56 +249,46 @@ class ModelConfig:
             raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
         return cls(**d)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+
+# ----- helpers for building a ModelConfig from layers of fields -----
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 
-# ----- CLI / YAML values -> typed fields -----
-def parse_value(cls: type, name: str, text: str) -> Any:
-    """Turn the string `text` into the type of dataclass field `cls.name` (int, float, bool, str, None)."""
-    hints = typing.get_type_hints(cls)
-    if name not in hints:
-        known = ", ".join(f.name for f in fields(cls))
-        raise ConfigError(f"{cls.__name__} has no field {name!r}; known fields: {known}")
-    hint = hints[name]
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if text.lower() in ("none", "null") and type(None) in options:
-        return None
-    for kind in options:
-        if kind is bool:
-            if text.lower() in ("true", "1", "yes", "on"):
-                return True
-            if text.lower() in ("false", "0", "no", "off"):
-                return False
-        elif kind in (int, float):
-            try:
-                return kind(text)
-            except ValueError:
-                continue
-        elif kind is str:
-            return text
-        elif dataclasses.is_dataclass(kind):
-            return kind(**json.loads(text)) if text.startswith("{") else kind(kind=text)
-    raise ConfigError(f"{cls.__name__}.{name}={text!r}: expected {hint}")
+def inapplicable_fields(values: dict[str, Any]) -> list[str]:
+    """The fields of `values` set away from their default although their switch (ONLY_WITH) is off."""
+    return [name for name, (switch, want) in ONLY_WITH.items()
+            if values.get(switch, _DEFAULTS[switch]) != want and values.get(name, _DEFAULTS[name]) != _DEFAULTS[name]]
 
 
-def parse_overrides(cls: type, args: list[str]) -> dict[str, Any]:
-    """`--name value` / `--name=value` / `--model.name value` pairs -> {name: typed value} for `cls`."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--"):
-            raise ConfigError(f"expected --field value, got {flag!r}")
-        key, _, value = flag[2:].partition("=")
-        if not _:
-            if i + 1 >= len(args):
-                raise ConfigError(f"flag {flag} needs a value")
-            value, i = args[i + 1], i + 1
-        key = key.removeprefix("model.").replace("-", "_")
-        out[key] = parse_value(cls, key, value)
-        i += 1
-    return out
+def expand_shorthands(layer: dict[str, Any]) -> dict[str, Any]:
+    """One layer of fields with an ffn shorthand spelled out: {"ffn": "swiglu"} -> {"ffn": "glu", "activation":
+    "silu"}, so the shorthand's activation beats a lower layer's (a preset's). The same layer setting another
+    activation fails."""
+    if layer.get("ffn") not in GLU_SHORTHANDS:
+        return dict(layer)
+    ffn, activation = _expand_ffn(layer["ffn"], layer.get("activation"))
+    return {**layer, "ffn": ffn, "activation": activation}
 
 
-__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "parse_overrides", "parse_value"]
+def _expand_ffn(ffn: str, activation: str | None) -> tuple[str, str | None]:
+    """(ffn, activation) with a GLU shorthand spelled out; a shorthand with another activation fails."""
+    if ffn not in GLU_SHORTHANDS:
+        return ffn, activation
+    kind, act = GLU_SHORTHANDS[ffn]
+    if activation not in (None, act):
+        raise _bad("activation", activation, f"not with ffn={ffn!r} (= glu + {act}): set ffn='glu' for another "
+                   "activation")
+    return kind, act
+
+
+def _rope_scaling(d: dict[str, Any]) -> RopeScaling:
+    """A RopeScaling from a dict (a saved config, or Python callers), unknown keys named in one line."""
+    known = [f.name for f in fields(RopeScaling)]
+    unknown = [k for k in d if k not in known]
+    if unknown:
+        raise ConfigError(f"ModelConfig.rope_scaling has no field {unknown[0]!r}; RopeScaling has the fields "
+                          f"{', '.join(known)}")
+    return RopeScaling(**d)
+
+
+__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "expand_shorthands", "inapplicable_fields"]

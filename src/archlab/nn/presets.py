@@ -1,8 +1,20 @@
-"""Named architectures and sizes. An architecture is a small function of the size that returns the
-fields that make it what it is; `build_preset` merges size, architecture and overrides into a ModelConfig.
+"""Named architectures and sizes. An architecture is a small function of the shape that returns the
+fields that make it what it is; `build_preset` merges them into a ModelConfig in the order
 
-Architectures follow the papers and the Hugging Face reference (shared/reference/hf-families.md); the
-training-side choices of each paper (z-loss, optimizer, dropout schedule) belong to the TrainConfig.
+    ModelConfig defaults < size < architecture < the caller's overrides
+
+so an override always wins. Architectures store explicit fields (`ffn="glu", activation="silu"`), never a
+shorthand that rewrites another field. Two architecture fields are derived from the shape (the size with
+the caller's overrides), and an override of the field itself beats the derivation:
+- gemma2: sliding_window = max_seq_len // 2;
+- gemma2, qwen3: n_kv_heads = the shape's n_kv_heads if it sets one (size `1b`), else n_heads // 2.
+A size or architecture field that only applies to a variant the caller switched off (`ONLY_WITH` in
+nn/config.py: gpt2's norm_bias=True under `norm="rmsnorm"`, olmo2's rope_theta under `position="alibi"`) is
+dropped; the caller's own such field is an error.
+
+Architectures follow the papers and the Hugging Face `transformers` implementations (models/<family>/
+modeling_<family>.py); the training-side choices of each paper (z-loss, optimizer, dropout schedule) belong
+to the TrainConfig.
 """
 
 from __future__ import annotations
@@ -10,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from archlab.nn.config import ConfigError, ModelConfig
+from archlab.nn.config import ConfigError, ModelConfig, expand_shorthands, inapplicable_fields
 
 Fields = dict[str, Any]
 
@@ -28,68 +40,71 @@ SIZES: dict[str, Fields] = {
 }
 
 
-def _half_kv(size: Fields) -> int:
-    """GQA with two query heads per K/V head where the head count allows it."""
-    h = size["n_heads"]
+def _half_kv(shape: Fields) -> int:
+    """The shape's n_kv_heads if it sets one, else GQA with two query heads per K/V head where n_heads allows."""
+    if shape.get("n_kv_heads") is not None:
+        return shape["n_kv_heads"]
+    h = shape["n_heads"]
     return h // 2 if h % 2 == 0 else h
 
 
-def original(size: Fields) -> Fields:
+def original(shape: Fields) -> Fields:
     """Vaswani et al. 2017 (decoder only): post-norm LayerNorm, ReLU MLP with biases, sinusoids, dropout."""
     return dict(norm="layernorm", norm_bias=True, norm_position="post", ffn="mlp", activation="relu",
                 bias=True, position="sinusoidal", dropout=0.1, tie_embeddings=True, embed_scale="sqrt_d")
 
 
-def gpt2(size: Fields) -> Fields:
+def gpt2(shape: Fields) -> Fields:
     """Radford et al. 2019: pre-norm LayerNorm, GELU (tanh) MLP with biases, learned positions, tied."""
     return dict(norm="layernorm", norm_bias=True, ffn="mlp", activation="gelu_tanh", bias=True,
                 position="learned", tie_embeddings=True, init="gpt2")
 
 
-def llama(size: Fields) -> Fields:
+def llama(shape: Fields) -> Fields:
     """Touvron et al. 2023: pre-norm RMSNorm, SwiGLU, no biases, RoPE, untied."""
-    return dict(norm="rmsnorm", ffn="swiglu", bias=False, position="rope")
+    return dict(norm="rmsnorm", ffn="glu", activation="silu", bias=False, position="rope")
 
 
-def neox(size: Fields) -> Fields:
+def neox(shape: Fields) -> Fields:
     """GPT-NeoX (Black et al. 2022): parallel block with two LayerNorms, GELU MLP, 25% rotary."""
     return dict(norm="layernorm", norm_bias=True, block="parallel", parallel_norms=2, ffn="mlp",
                 activation="gelu", bias=True, position="rope", rope_fraction=0.25)
 
 
-def gptj(size: Fields) -> Fields:
+def gptj(shape: Fields) -> Fields:
     """GPT-J: parallel block with one LayerNorm, interleaved partial RoPE, MLP and head biases only."""
     return dict(norm="layernorm", norm_bias=True, block="parallel", parallel_norms=1, ffn="mlp",
                 activation="gelu_tanh", bias=False, mlp_bias=True, lm_head_bias=True, position="rope",
                 rope_layout="interleaved", rope_fraction=0.25)
 
 
-def palm(size: Fields) -> Fields:
+def palm(shape: Fields) -> Fields:
     """Chowdhery et al. 2022: parallel block, SwiGLU, multi-query attention, no biases, tied."""
-    return dict(norm="layernorm", norm_bias=False, block="parallel", ffn="swiglu", bias=False,
+    return dict(norm="layernorm", norm_bias=False, block="parallel", ffn="glu", activation="silu", bias=False,
                 n_kv_heads=1, position="rope", tie_embeddings=True)
 
 
-def gemma2(size: Fields) -> Fields:
+def gemma2(shape: Fields) -> Fields:
     """Gemma 2 (arXiv 2408.00118): sandwich norms, GeGLU, softcaps 50/30, sqrt(d) embeddings, tied,
     alternating sliding-window (here half the context) and full layers."""
     return dict(norm="rmsnorm", norm_unit_offset=True, norm_eps=1e-6, norm_position="double",
                 ffn="glu", activation="gelu_tanh", position="rope", attn_softcap=50.0, final_softcap=30.0,
-                embed_scale="sqrt_d", tie_embeddings=True, sliding_window=max(1, size["max_seq_len"] // 2),
-                window_pattern="SF", n_kv_heads=_half_kv(size))
+                embed_scale="sqrt_d", tie_embeddings=True, sliding_window=max(1, shape["max_seq_len"] // 2),
+                window_pattern="SF", n_kv_heads=_half_kv(shape))
 
 
-def olmo2(size: Fields) -> Fields:
+def olmo2(shape: Fields) -> Fields:
     """OLMo 2 (arXiv 2501.00656): norm on each sublayer's output inside the residual, QK-norm over the
     whole projection, SwiGLU, RoPE theta 500k."""
-    return dict(norm="rmsnorm", norm_eps=1e-6, norm_position="nonresidual_post", ffn="swiglu",
-                qk_norm="rmsnorm", qk_norm_scope="proj", position="rope", rope_theta=500000.0)
+    return dict(norm="rmsnorm", norm_eps=1e-6, norm_position="nonresidual_post", ffn="glu",
+                activation="silu", qk_norm="rmsnorm", qk_norm_scope="proj", position="rope", rope_theta=500000.0)
 
 
-def qwen3(size: Fields) -> Fields:
+def qwen3(shape: Fields) -> Fields:
     """Qwen3: pre-norm RMSNorm, per-head QK RMSNorm, GQA, SwiGLU, RoPE theta 1M, tied (small models)."""
-    return dict(norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", qk_norm="rmsnorm", qk_norm_scope="head",
-                n_kv_heads=_half_kv(size), position="rope", rope_theta=1e6, tie_embeddings=True)
+    return dict(norm="rmsnorm", norm_eps=1e-6, ffn="glu", activation="silu", qk_norm="rmsnorm",
+                qk_norm_scope="head", n_kv_heads=_half_kv(shape), position="rope", rope_theta=1e6,
+                tie_embeddings=True)
 
 
 PRESETS: dict[str, Callable[[Fields], Fields]] = {
@@ -98,10 +113,15 @@ PRESETS: dict[str, Callable[[Fields], Fields]] = {
 
 
 def build_preset(name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
-    """ModelConfig for architecture `name` at `size`; `overrides` win over both."""
+    """ModelConfig for architecture `name` at `size`; `overrides` win over both (see the module docstring)."""
     if name not in PRESETS:
         raise ConfigError(f"preset={name!r} is not allowed: one of {', '.join(PRESETS)}")
     if size not in SIZES:
         raise ConfigError(f"size={size!r} is not allowed: one of {', '.join(SIZES)}")
-    shape = {**SIZES[size], **overrides}  # architectures derive some fields (windows, GQA) from the shape
-    return ModelConfig(**{**SIZES[size], **PRESETS[name](shape), **overrides})
+    user = expand_shorthands(overrides)  # ffn="swiglu" beats the architecture's activation too
+    shape = {**SIZES[size], **user}  # architectures derive some fields (windows, GQA) from the shape
+    merged = {**SIZES[size], **PRESETS[name](shape), **user}
+    for field in inapplicable_fields(merged):
+        if field not in user:
+            del merged[field]  # e.g. gpt2's norm_bias=True once the caller picks norm="rmsnorm"
+    return ModelConfig(**merged)

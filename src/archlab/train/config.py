@@ -2,24 +2,21 @@
 
 Values are layered defaults < preset < YAML file < `--dotted.key value` flags (a resumed run starts from
 its saved config instead of the defaults). Keys under `model.` go to the `ModelConfig` built from
-`preset`/`size`; every other key names a `TrainConfig` field, e.g. `--optimizer.lr 3e-4`. Each section
-checks its values in `__post_init__` and names the field, the value and what is allowed.
+`preset`/`size`; every other key names a `TrainConfig` field, e.g. `--optimizer.lr 3e-4`. How a key and
+its text become a typed value is archlab/overrides.py (the grammar `archlab inspect` uses too). Each
+section checks its values in `__post_init__` and names the field, the value and what is allowed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import types
-import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from archlab.nn.config import ModelConfig, parse_value
-from archlab.nn.presets import PRESETS, SIZES
+from archlab.nn.config import ModelConfig, check_finite, expand_shorthands
+from archlab.nn.presets import PRESETS, SIZES, build_preset
+from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.optim import DEFAULT_BETAS, OPTIMIZERS
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
 
@@ -27,8 +24,6 @@ DISTRIBUTED = ("none", "ddp", "fsdp")  # none: one process; ddp / fsdp: launched
 DTYPES = ("fp32", "bf16")  # bf16 = autocast for matmuls; weights, grads and optimizer state stay fp32
 DEVICES = ("auto", "cpu", "cuda")  # auto = cuda when available
 BYTE_VOCAB = 256
-
-Value = str | int | float | bool | None | tuple | list | dict
 
 
 def _check(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -47,6 +42,7 @@ class DataConfig:
     block_size: int | None = None  # tokens per sequence; None = model.max_seq_len
 
     def __post_init__(self) -> None:
+        check_finite(self, "data.")
         _check(self.batch_size >= 1, "data.batch_size", self.batch_size, "an integer >= 1")
         _check(self.block_size is None or self.block_size >= 1, "data.block_size", self.block_size, "None or >= 1")
         _check(0 < self.val_fraction < 1, "data.val_fraction", self.val_fraction, "a fraction in (0, 1)")
@@ -64,6 +60,7 @@ class OptimizerConfig:
     grad_accum: int = 1  # micro-steps whose gradients add up to one optimizer step (same batch, less memory)
 
     def __post_init__(self) -> None:
+        check_finite(self, "optimizer.")
         _check(self.name in OPTIMIZERS, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZERS))
         _check(self.lr >= 0, "optimizer.lr", self.lr, "a learning rate >= 0")
         _check(self.weight_decay >= 0, "optimizer.weight_decay", self.weight_decay, "a value >= 0")
@@ -96,6 +93,7 @@ class ScheduleConfig:
         return list(zip(self.extensions[::2], self.extensions[1::2]))
 
     def __post_init__(self) -> None:
+        check_finite(self, "schedule.")
         _check(self.name in SCHEDULES, "schedule.name", self.name, "one of " + ", ".join(SCHEDULES))
         _check(self.warmup_steps is None or self.warmup_steps >= 0, "schedule.warmup_steps", self.warmup_steps,
                "None or an integer >= 0")
@@ -117,6 +115,7 @@ class PrecisionConfig:
     compile: bool = False  # torch.compile the model (faster steps after a slow first one)
 
     def __post_init__(self) -> None:
+        check_finite(self, "precision.")
         _check(self.dtype in DTYPES, "precision.dtype", self.dtype, "one of " + ", ".join(DTYPES))
         _check(self.device in DEVICES, "precision.device", self.device, "one of " + ", ".join(DEVICES))
 
@@ -128,6 +127,7 @@ class CheckpointConfig:
     max_bad_steps: int = 5  # consecutive non-finite steps (skipped) before the run stops
 
     def __post_init__(self) -> None:
+        check_finite(self, "checkpoint.")
         _check(self.save_every >= 0, "checkpoint.save_every", self.save_every, "an integer >= 0 (0 = end only)")
         _check(self.keep_last >= 1, "checkpoint.keep_last", self.keep_last, "an integer >= 1")
         _check(self.max_bad_steps >= 1, "checkpoint.max_bad_steps", self.max_bad_steps, "an integer >= 1")
@@ -147,6 +147,7 @@ class LoggingConfig:
     progress: bool = True  # progress on rank 0: a bar on a terminal, else a line every ~5% of the run
 
     def __post_init__(self) -> None:
+        check_finite(self, "logging.")
         for name in ("log_every",):
             _check(getattr(self, name) >= 1, f"logging.{name}", getattr(self, name), "an integer >= 1")
         for name in ("eval_every", "eval_batches", "ratio_every", "samples", "sample_tokens"):
@@ -173,6 +174,7 @@ class TrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
+        check_finite(self, "")
         _check(self.preset in PRESETS, "preset", self.preset, "one of " + ", ".join(PRESETS))
         _check(self.size in SIZES, "size", self.size, "one of " + ", ".join(SIZES))
         _check(self.steps >= 1, "steps", self.steps, "an integer >= 1")
@@ -193,114 +195,6 @@ class TrainConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists: plain JSON/YAML values
 
 
-# ----------------------------------------------------------------------------------------- typed values
-def _coerce(hint: Any, value: Value, name: str) -> Value:
-    """`value` (a CLI string or a YAML scalar/list) as the type `hint` of field `name`."""
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-        if type(None) in options:
-            return None
-    for kind in options:
-        if typing.get_origin(kind) is tuple:
-            items = value if isinstance(value, (list, tuple)) else str(value).strip("()[] ").split(",")
-            inner = typing.get_args(kind)[0]
-            return tuple(_coerce(inner, v.strip() if isinstance(v, str) else v, name) for v in items if v != "")
-        if kind is bool and isinstance(value, bool):
-            return value
-        if kind is bool and isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        if kind in (int, float) and not isinstance(value, bool):
-            try:
-                number = kind(value)
-            except (TypeError, ValueError):
-                continue
-            if kind is int and isinstance(value, float) and number != value:
-                continue
-            return number
-        if kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    allowed = " or ".join(getattr(k, "__name__", str(k)).replace("NoneType", "None") for k in options)
-    raise ValueError(f"{name}={value!r} is not allowed: expected {allowed}")
-
-
-def _defaults(cls: type) -> dict[str, Value]:
-    """The field defaults of a dataclass tree as nested dicts, before any __post_init__ resolves them."""
-    out: dict[str, Value] = {}
-    for f in fields(cls):
-        if f.default_factory is not dataclasses.MISSING:
-            out[f.name] = _defaults(f.default_factory)
-        else:
-            out[f.name] = f.default
-    return out
-
-
-def _set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix: str = "") -> None:
-    """Set `a.b.c` in the nested dict `tree` of dataclass `cls`, coercing to the field's declared type."""
-    head, _, rest = key.partition(".")
-    hints = typing.get_type_hints(cls)
-    where = f"{prefix}{head}"
-    if head not in hints:
-        known = ", ".join(f.name for f in fields(cls))
-        raise ValueError(f"unknown config key {prefix + key!r}: {cls.__name__} has the fields {known}")
-    sub = hints[head]
-    if rest:
-        if not dataclasses.is_dataclass(sub):
-            raise ValueError(f"unknown config key {prefix + key!r}: {where} has no sub-fields")
-        _set_dotted(sub, tree[head], rest, value, f"{where}.")
-    elif dataclasses.is_dataclass(sub):
-        raise ValueError(f"config key {where!r} is a section; set its fields, e.g. {where}.{fields(sub)[0].name}")
-    else:
-        tree[head] = _coerce(sub, value, where)
-
-
-def _build(cls: type, tree: dict[str, Value]) -> Any:
-    """The dataclass tree from nested dicts (inner sections first, so each __post_init__ checks once)."""
-    hints = typing.get_type_hints(cls)
-    kwargs = {k: _build(hints[k], v) if dataclasses.is_dataclass(hints[k]) else v for k, v in tree.items()}
-    return cls(**kwargs)
-
-
-def flatten(tree: dict[str, Value], prefix: str = "") -> dict[str, Value]:
-    """{"optimizer": {"lr": 1}} -> {"optimizer.lr": 1}; `model` stays one level deep (its own fields)."""
-    flat: dict[str, Value] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and not (prefix == "model." and key == "rope_scaling"):
-            flat.update(flatten(value, f"{dotted}."))
-        else:
-            flat[dotted] = value
-    return flat
-
-
-def parse_flags(args: list[str]) -> dict[str, str]:
-    """`--a.b value` / `--a.b=value` pairs -> {"a.b": "value"} (dashes in names become underscores)."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--") or len(flag) == 2:
-            raise ValueError(f"expected --key value, got {flag!r}")
-        key, has_eq, value = flag[2:].partition("=")
-        if not has_eq:
-            if i + 1 >= len(args) or args[i + 1].startswith("--"):
-                raise ValueError(f"flag {flag} needs a value")
-            value, i = args[i + 1], i + 1
-        out[key.replace("-", "_")] = value
-        i += 1
-    return out
-
-
-def load_yaml(path: str | Path) -> dict[str, Value]:
-    """A YAML run config as flat dotted keys."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(tree, dict):
-        raise ValueError(f"config file {path} must hold a mapping of keys to values, got {type(tree).__name__}")
-    return flatten(tree)
-
-
 # ------------------------------------------------------------------------------------------- resolution
 def tokenizer_vocab_size(data: DataConfig) -> int:
     """Ids the tokenizer will have, known before the data is prepared: the model's default vocab_size."""
@@ -316,14 +210,6 @@ def tokenizer_vocab_size(data: DataConfig) -> int:
     return Tokenizer.load(data.tokenizer).vocab_size
 
 
-def _model_value(name: str, value: Value) -> Value:
-    """A `model.*` value typed like its ModelConfig field (CLI strings are parsed, YAML values kept)."""
-    if name not in {f.name for f in fields(ModelConfig)}:
-        known = ", ".join(f.name for f in fields(ModelConfig))
-        raise ValueError(f"unknown config key 'model.{name}': ModelConfig has the fields {known}")
-    return parse_value(ModelConfig, name, value) if isinstance(value, str) else value
-
-
 def _model_diff(old: ModelConfig, new: ModelConfig) -> str:
     a, b = old.to_dict(), new.to_dict()
     return ", ".join(f"{k} {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
@@ -336,12 +222,12 @@ def resolve_model(
 
     vocab_size follows the tokenizer unless set explicitly. A resumed run must rebuild the same model.
     """
-    typed = {k.removeprefix("model."): _model_value(k.removeprefix("model."), v) for k, v in overrides.items()}
+    typed = typed_overrides(ModelConfig, {k.removeprefix("model."): v for k, v in overrides.items()}, "model.")
     if saved is None:
         typed.setdefault("vocab_size", tokenizer_vocab_size(train.data))
-        return ModelConfig.from_preset(train.preset, train.size, **typed)
+        return build_preset(train.preset, train.size, **typed)
     old = ModelConfig.from_dict(dict(saved))
-    new = ModelConfig.from_dict({**old.to_dict(), **typed})
+    new = ModelConfig.from_dict({**old.to_dict(), **expand_shorthands(typed)})
     if new != old:
         raise ValueError(f"--resume: the model config differs from the checkpoint's ({_model_diff(old, new)}); "
                          "resume with the same model or start a new --out")
@@ -355,10 +241,10 @@ def resolve_config(
 
     `saved` is a checkpoint's config.json ({"train": ..., "model": ...}); preset and size may not change.
     """
-    tree = _defaults(TrainConfig)
+    tree = defaults(TrainConfig)
     if saved is not None:
         for key, value in flatten(saved["train"]).items():
-            _set_dotted(TrainConfig, tree, key, value)
+            set_dotted(TrainConfig, tree, key, value)
     model_overrides: dict[str, Value] = {}
     for layer in layers:
         for key, value in layer.items():
@@ -367,8 +253,8 @@ def resolve_config(
             elif key == "model":
                 raise ValueError("config key 'model' is a section; set its fields, e.g. model.n_layers")
             else:
-                _set_dotted(TrainConfig, tree, key, value)
-    train = _build(TrainConfig, tree)
+                set_dotted(TrainConfig, tree, key, value)
+    train = build(TrainConfig, tree)
     if saved is not None:
         for name in ("preset", "size"):
             if getattr(train, name) != saved["train"][name]:

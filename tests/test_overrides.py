@@ -1,0 +1,201 @@
+"""The dotted-key grammar (archlab/overrides.py): each coercion, each error as one line naming the key and
+what is allowed, YAML files, and `archlab inspect` and `archlab train` resolving the same flags to the same
+ModelConfig."""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from archlab.cli import main
+from archlab.nn.config import ConfigError, ModelConfig, RopeScaling
+from archlab.nn.presets import build_preset
+from archlab.overrides import coerce, defaults, flatten, load_yaml, parse_flags, set_dotted, typed_overrides
+from archlab.train.config import OptimizerConfig, TrainConfig, resolve_config
+
+
+# ------------------------------------------------------------------------------------------ flags
+def test_flag_spellings() -> None:
+    got = parse_flags(["--a.b", "1", "--c.d=2", "--save-every", "3", "--x=--y", "--neg", "-1", "--e", "=",
+                       "--a.b", "4"])
+    assert got == {"a.b": "4", "c.d": "2", "save_every": "3", "x": "--y", "neg": "-1", "e": "="}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["foo"], "expected --key value, got 'foo'"),
+    (["--"], "expected --key value, got '--'"),
+    (["--a"], "flag --a needs a value"),
+    (["--a", "--b", "1"], "flag --a needs a value"),
+])
+def test_bad_flags(args: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_flags(args)
+    assert str(err.value) == message
+
+
+# ------------------------------------------------------------------------------------------ values
+YARN = RopeScaling(kind="yarn", factor=4.0, original_max_seq_len=64)
+MODEL_VALUES = [  # (ModelConfig key, raw value from a flag or a YAML file, typed value)
+    *[("tie_embeddings", raw, True) for raw in ("true", "True", "YES", "on", "1", True, 1)],
+    *[("tie_embeddings", raw, False) for raw in ("false", "No", "off", "0", False, 0)],
+    ("n_layers", "3", 3), ("n_layers", 3, 3), ("n_layers", 3.0, 3), ("n_layers", "3.0", 3), ("n_layers", "1e1", 10),
+    ("rope_theta", "5e5", 5e5), ("rope_theta", 3, 3.0), ("rope_theta", "1_000", 1000.0),
+    ("attn_softcap", "none", None), ("attn_softcap", "NULL", None), ("attn_softcap", None, None),
+    ("attn_softcap", "30", 30.0),
+    ("sliding_window", "None", None), ("sliding_window", "8", 8),
+    ("qk_norm", "none", "none"),  # a str field that cannot be None keeps the word
+    ("activation", "none", None),  # None = the ffn's activation
+    ("norm", "layernorm", "layernorm"),
+    ("rope_scaling", "none", None), ("rope_scaling", None, None),
+    ("rope_scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}', YARN),
+    ("rope_scaling", {"kind": "yarn", "factor": "4", "original_max_seq_len": "64"}, YARN),  # YAML strings typed
+    ("rope_scaling", YARN, YARN),
+    ("rope_scaling", "linear", RopeScaling(kind="linear")),  # a bare string is the kind
+]
+
+
+@pytest.mark.parametrize(("key", "raw", "typed"), MODEL_VALUES, ids=[f"{k}={r!r}" for k, r, _ in MODEL_VALUES])
+def test_model_values_are_typed_as_the_field_declares(key: str, raw: object, typed: object) -> None:
+    got = typed_overrides(ModelConfig, {key: raw})[key]
+    assert got == typed and type(got) is type(typed)
+
+
+def test_a_value_object_one_sub_key_at_a_time() -> None:
+    got = typed_overrides(ModelConfig, {"rope_scaling.kind": "yarn", "rope_scaling.factor": "4",
+                                        "rope_scaling.original_max_seq_len": "64"})
+    assert got == {"rope_scaling": YARN}
+    got = typed_overrides(ModelConfig, {"rope_scaling": "yarn", "rope_scaling.factor": "4",
+                                        "rope_scaling.original_max_seq_len": 64})
+    assert got == {"rope_scaling": YARN}
+    tree: dict = {}
+    set_dotted(ModelConfig, tree, "rope_scaling", YARN)
+    set_dotted(ModelConfig, tree, "rope_scaling", "none")  # a later layer switches it off again
+    assert tree == {"rope_scaling": None}
+
+
+@pytest.mark.parametrize("raw", ["0.9,0.99", "[0.9, 0.99]", "(0.9,0.99)", " 0.9 , 0.99 ", [0.9, 0.99], (0.9, "0.99")])
+def test_tuples(raw: object) -> None:
+    assert coerce(typing.get_type_hints(OptimizerConfig)["betas"], raw, "optimizer.betas") == (0.9, 0.99)
+    tree = defaults(TrainConfig)
+    set_dotted(TrainConfig, tree, "optimizer.betas", raw)
+    assert tree["optimizer"]["betas"] == (0.9, 0.99)
+
+
+def test_train_values_and_sections() -> None:
+    tree = defaults(TrainConfig)
+    for key, raw in {"logging.sample_prompt": 123, "steps": "2e3", "precision.compile": "yes",
+                     "schedule.warmup_steps": "none", "optimizer.lr": "3e-4"}.items():
+        set_dotted(TrainConfig, tree, key, raw)
+    assert (tree["logging"]["sample_prompt"], tree["steps"], tree["precision"]["compile"]) == ("123", 2000, True)
+    assert (tree["schedule"]["warmup_steps"], tree["optimizer"]["lr"]) == (None, 3e-4)
+
+
+M = "model."
+ERRORS = [  # (class, prefix, key, raw, the whole message)
+    (ModelConfig, "", "n_layers", "three", "n_layers='three' is not allowed: expected int"),
+    (ModelConfig, "", "n_layers", "3.5", "n_layers='3.5' is not allowed: expected int"),
+    (ModelConfig, "", "n_layers", True, "n_layers=True is not allowed: expected int"),
+    (ModelConfig, "", "n_layers", None, "n_layers=None is not allowed: expected int"),
+    (ModelConfig, M, "tie_embeddings", "maybe",
+     "model.tie_embeddings='maybe' is not allowed: expected bool (true/false, yes/no, on/off, 1/0)"),
+    (ModelConfig, M, "rope_theta", "none", "model.rope_theta='none' is not allowed: expected float"),
+    (ModelConfig, M, "rope_theta", False, "model.rope_theta=False is not allowed: expected float"),
+    (ModelConfig, M, "head_dim", "x", "model.head_dim='x' is not allowed: expected int or None"),
+    (ModelConfig, M, "qk_norm", False,
+     "model.qk_norm=False is not allowed: expected str (YAML reads yes/no/on/off as booleans: quote the word)"),
+    (ModelConfig, "", "layers", "3", "unknown config key 'layers': ModelConfig has the fields vocab_size, d_model, "),
+    (ModelConfig, M, "n_layers.x", "1", "unknown config key 'model.n_layers.x': model.n_layers has no sub-fields"),
+    (ModelConfig, M, "rope_scaling", '{"kind": "linear", "bogus": 1}',
+     "unknown config key 'model.rope_scaling.bogus': RopeScaling has the fields kind, factor, "),
+    (ModelConfig, M, "rope_scaling.bogus", "1",
+     "unknown config key 'model.rope_scaling.bogus': RopeScaling has the fields kind, factor, "),
+    (ModelConfig, M, "rope_scaling", '{"kind": linear}', "model.rope_scaling='{\"kind\": linear}' is not allowed: "
+     "expected None, a JSON object of RopeScaling fields or a kind name (JSON error: Expecting value"),
+    (ModelConfig, M, "rope_scaling", 3, "model.rope_scaling=3 is not allowed: expected None, a JSON object of "
+     "RopeScaling fields or a kind name"),
+    (ModelConfig, M, "rope_scaling.factor", "big", "model.rope_scaling.factor='big' is not allowed: expected float"),
+    (TrainConfig, "", "optimizer", "1", "config key 'optimizer' is a section; set its fields, e.g. optimizer.name"),
+    (TrainConfig, "", "optimizer.lrr", "1",
+     "unknown config key 'optimizer.lrr': OptimizerConfig has the fields name, "),
+    (TrainConfig, "", "optimizer.betas", "0.9,x",
+     "optimizer.betas='0.9,x' is not allowed: expected a list of float or None"),
+]
+
+
+@pytest.mark.parametrize(("cls", "prefix", "key", "raw", "message"), ERRORS,
+                         ids=[f"{p}{k}={r!r}" for _, p, k, r, _ in ERRORS])
+def test_each_error_is_one_line_naming_the_key_and_what_is_allowed(cls: type, prefix: str, key: str, raw: object,
+                                                                   message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        set_dotted(cls, defaults(cls), key, raw, prefix)
+    assert "\n" not in str(err.value) and str(err.value).startswith(message), str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ YAML
+def test_yaml_flattens_to_the_same_keys_as_flags(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: llama\nmodel:\n  n_layers: 3.0\n  tie_embeddings: on\n  rope_scaling:\n"
+                    "    kind: yarn\n    factor: 4\n    original_max_seq_len: 64\noptimizer:\n  betas: [0.8, 0.9]\n")
+    flat = load_yaml(path)
+    assert flat == flatten({"preset": "llama", "model.n_layers": 3.0, "model.tie_embeddings": True,
+                            "model.rope_scaling.kind": "yarn", "model.rope_scaling.factor": 4,
+                            "model.rope_scaling.original_max_seq_len": 64, "optimizer.betas": [0.8, 0.9]})
+    from_flags = parse_flags(["--preset", "llama", "--model.n_layers", "3", "--model.tie_embeddings", "on",
+                              "--model.rope_scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}',
+                              "--optimizer.betas", "0.8,0.9"])
+    assert resolve_config([flat]) == resolve_config([from_flags])
+    assert resolve_config([flat])[1].rope_scaling == YARN
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: [1, 2\n", r"config file .*run.yaml is not valid YAML \(line 2, column 1\): expected ',' or ']'"),
+    ("a: 1\n  b: 2\n", r"config file .*run.yaml is not valid YAML \(line 2, column 4\): mapping values"),
+    ("- 1\n- 2\n", r"config file .*run.yaml must hold a mapping of keys to values, got list"),
+    (b"steps: 10\n# caf\xe9\n", r"config file .*run.yaml is not UTF-8 text \(byte 15: 0xe9\); save it as UTF-8"),
+])
+def test_bad_yaml_is_one_line(tmp_path: Path, text: str | bytes, message: str) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as err:
+        load_yaml(path)
+    assert "\n" not in str(err.value) and re.match(message, str(err.value)), str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ inspect == train
+FLAGS = [
+    ["--model.n_kv_heads", "1", "--model.qk_norm=rmsnorm", "--model.activation", "gelu", "--model.ffn", "mlp"],
+    ["--model.rope_scaling", '{"kind": "linear", "factor": 2}', "--model.tie-embeddings", "yes",
+     "--model.attn_softcap=none", "--model.n_layers", "3.0"],
+    ["--model.ffn", "reglu", "--model.rope_scaling", "yarn", "--model.rope_scaling.factor", "4",
+     "--model.rope_scaling.original_max_seq_len", "64", "--model.norm", "layernorm"],
+]
+
+
+def _inspect(argv: list[str], capsys: pytest.CaptureFixture) -> dict:
+    assert main(["inspect", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)["config"]
+
+
+@pytest.mark.parametrize("preset", ["llama", "gemma2", "neox"])
+@pytest.mark.parametrize("flags", FLAGS, ids=["gqa-act", "scaling-json", "scaling-keys"])
+def test_inspect_and_train_resolve_the_same_flags_to_the_same_model(preset: str, flags: list[str],
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    _, model = resolve_config([{"preset": preset, **parse_flags(flags)}])
+    expected = json.loads(json.dumps(model.to_dict()))
+    assert _inspect(["--preset", preset, *flags], capsys) == expected
+    flat = [flag.replace("--model.", "--") for flag in flags]  # inspect's documented spelling: --n_kv_heads 1
+    assert _inspect(["--preset", preset, *flat], capsys) == expected
+    typed = typed_overrides(ModelConfig, {k.removeprefix("model."): v for k, v in parse_flags(flags).items()})
+    assert build_preset(preset, **typed) == model
+
+
+@pytest.mark.parametrize("command", ["inspect", "train"])
+def test_an_unknown_rope_scaling_key_is_one_line_in_both_commands(command: str, capsys: pytest.CaptureFixture) -> None:
+    assert main([command, "--model.rope_scaling", '{"kind": "linear", "factor": 2, "fctor": 3}']) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"archlab {command}: error: unknown config key "), err
+    assert "rope_scaling.fctor': RopeScaling has the fields kind, factor" in err
