@@ -12,6 +12,7 @@ import re
 from dataclasses import fields
 
 from archlab.nn.config import ModelConfig
+from archlab.nn.presets import build_preset
 from archlab.train.config import TrainConfig
 
 FIELD_LINE = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")  # `name: type = default  # comment`
@@ -46,7 +47,7 @@ def key_docs() -> list[tuple[str, object, str]]:
 
     walk(TrainConfig, "")
     train = TrainConfig()
-    model = ModelConfig.from_preset(train.preset, train.size)
+    model = build_preset(train.preset, train.size)
     comments = field_comments(ModelConfig)
     rows += [(f"model.{f.name}", getattr(model, f.name), comments.get(f.name, "")) for f in fields(ModelConfig)]
     return rows
