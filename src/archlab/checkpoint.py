@@ -290,14 +290,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return latest
 
 
-def read_checkpoint_config(path: str | Path) -> dict:
-    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for checks."""
+def read_checkpoint_config(path: str | Path, sections: tuple[str, ...] = ("model",)) -> dict:
+    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for checks.
+    `sections` must be there (a run's checkpoint has "train" too; a model saved alone may not)."""
     file = Path(path) / "config.json"
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"checkpoint {path} is corrupt: config.json cannot be read ({err})") from err
-    for key in ("model", "train"):
+    for key in sections:
         if not isinstance(config, dict) or not isinstance(config.get(key), dict):
             raise CheckpointError(f"checkpoint {path} is corrupt: config.json has no {key!r} section")
     return config
@@ -309,7 +310,7 @@ def read_run_config(run_dir: str | Path) -> dict:
     if latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINTS} to resume from")
     verify_checkpoint(latest)
-    return read_checkpoint_config(latest)
+    return read_checkpoint_config(latest, ("model", "train"))
 
 
 def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -> tuple[TransformerLM, Tokenizer]:

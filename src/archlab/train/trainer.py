@@ -143,7 +143,8 @@ class Trainer:
             raise ValueError(f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
                              "or choose another --out")
         if resume:
-            check_resume(self.cfg, read_checkpoint_config(latest)["train"], checkpoint_step(latest))
+            saved = read_checkpoint_config(latest, ("model", "train"))["train"]
+            check_resume(self.cfg, saved, checkpoint_step(latest))
         elif self.cfg.steps > self.cfg.schedule.end():
             raise ValueError(f"steps={self.cfg.steps} is not allowed: past the end of the lr schedule "
                              f"(schedule.horizon={self.cfg.schedule.horizon})")
