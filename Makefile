@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv lint test bench demo clean
+.PHONY: venv lint test bench demo clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,7 +20,17 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP)
+# headless Chromium renders the lab's report.html in tests/lab/test_report.py; installed only when missing, and only
+# as root with apt (elsewhere that test skips and says why)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+	      || echo "chromium could not be installed: the report.html test will skip"; \
+	  else echo "chromium is not installed and cannot be here (needs root and apt-get): the report.html test will skip"; \
+	  fi; }
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # trains a small Llama-style model on the Python standard library sources (~5 min on 2 CPU cores), then samples

@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from archlab.interop import InteropError, from_hf, save_hf
     from archlab.nn.config import ConfigError, ModelConfig
     from archlab.nn.kv_cache import KVCache
     from archlab.nn.model import TransformerLM
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from archlab.nn.rope import RopeScaling
 
 _EXPORTS = {
+    "InteropError": "archlab.interop",
+    "from_hf": "archlab.interop",
+    "save_hf": "archlab.interop",
     "ConfigError": "archlab.nn.config",
     "ModelConfig": "archlab.nn.config",
     "KVCache": "archlab.nn.kv_cache",
@@ -26,7 +30,8 @@ _EXPORTS = {
     "build_preset": "archlab.nn.presets",
     "RopeScaling": "archlab.nn.rope",
 }
-__all__ = ["ConfigError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM", "build_preset"]
+__all__ = ["ConfigError", "InteropError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM",
+           "build_preset", "from_hf", "save_hf"]
 __version__ = "0.1.0"
 
 

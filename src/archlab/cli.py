@@ -22,6 +22,8 @@ COMMANDS = {
     "train": ("archlab.commands.train", "train a model (single process, or under torchrun with --distributed)"),
     "generate": ("archlab.commands.generate", "generate text from a checkpoint (streams to the terminal)"),
     "plot": ("archlab.commands.plot", "plot training curves to PNG"),
+    "convert": ("archlab.commands.convert", "Hugging Face folder <-> archlab checkpoint"),
+    "ablate": ("archlab.commands.ablate", "run an ablation suite and compute its verdicts"),
 }
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process ended by Ctrl-C
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE

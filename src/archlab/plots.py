@@ -1,6 +1,7 @@
 """Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a run, as one
-PNG; `archlab plot run`; a dotted line marks each step where the run was resumed). matplotlib is imported
-inside each function, with the file-only Agg backend.
+PNG; `archlab plot run`; a dotted line marks each step where the run was resumed) and `plot_arms` (a metric
+over steps for every arm and seed of an ablation suite). matplotlib is imported inside each function, with
+the file-only Agg backend.
 """
 
 from __future__ import annotations
@@ -40,5 +41,29 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig.suptitle(str(run_dir))
     path = Path(out) if out else run_dir / "curves.png"
     fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_arms(curves: dict[str, list[tuple[list[int], list[float]]]], title: str, ylabel: str, out: str | Path,
+              log_y: bool = False) -> Path:
+    """One line per seed, one colour per arm (the lab's comparison figures); `curves[arm]` = [(steps, values)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (arm, seeds) in enumerate(curves.items()):
+        style = "-" if i < len(colors) else "--"  # more arms than colours: dashes tell them apart
+        for j, (steps, values) in enumerate(seeds):
+            ax.plot(steps, values, style, color=colors[i % len(colors)], alpha=0.8, linewidth=1.2,
+                    label=arm if j == 0 else None)
+    ax.set(title=title, xlabel="step", ylabel=ylabel, yscale="log" if log_y else "linear")
+    ax.legend(fontsize=8, ncol=2 if len(curves) > 6 else 1)
+    ax.grid(alpha=0.3)
+    path = Path(out)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

@@ -402,7 +402,7 @@ def test_cli_checkpoint_errors(capsys, tmp_path: Path) -> None:
     assert "no such file or folder" in capsys.readouterr().err
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
     assert main(["generate", "--checkpoint", str(tmp_path), "--prompt", "x"]) == 2
-    assert "is a Hugging Face model folder (model_type 'llama')" in capsys.readouterr().err
+    assert "this Hugging Face folder has no tokenizer.json" in capsys.readouterr().err
 
 
 def test_cli_with_a_saved_run(capsys, tmp_path: Path, tokenizer) -> None:

@@ -49,4 +49,4 @@ def test_no_flag_is_added_by_hand() -> None:
     train.register(sub)
     options = {opt for action in sub.choices["train"]._actions for opt in action.option_strings}
     named = {f"--{dest.replace('_', '-')}" for dest in ALIASES}
-    assert options == {"-h", "--help", "--config", "--resume", "--extend"} | named
+    assert options == {"-h", "--help", "--config", "--resume", "--extend", "--init-from"} | named

@@ -9,7 +9,6 @@ the context length at which the cache outweighs the weights, and the measured pe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +20,7 @@ from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import check_compile_decode, column_major_linears
 from archlab.infer.stream import TokenizerLike
+from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
@@ -28,7 +28,7 @@ QUIT = "/quit"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate text from a checkpoint (streams to the terminal)")
-    p.add_argument("--checkpoint", required=True, help="archlab checkpoint or run folder")
+    p.add_argument("--checkpoint", required=True, help="archlab checkpoint or run folder, or a Hugging Face folder")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", help="one prompt per line; '-' reads stdin")
     p.add_argument("--interactive", action="store_true", help="a REPL: one prompt per line, /quit or EOF ends")
@@ -48,21 +48,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
-    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model)."""
+    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model), or from a
+    Hugging Face model folder (archlab.interop.from_hf, with the folder's tokenizer.json)."""
     folder = Path(path)
     if not folder.exists():
         raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
-    config_file = folder / "config.json"
-    if config_file.is_file():
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-        if "model_type" in config and "model" not in config:
-            raise ValueError(f"--checkpoint {path} is a Hugging Face model folder (model_type "
-                             f"{config['model_type']!r}); reading those needs archlab's HF interop, not in this "
-                             f"version yet: give an archlab checkpoint or run folder")
-    try:
-        from archlab.checkpoint import load_model  # imported here: generating needs no training code
-    except ImportError as err:
-        raise ValueError(f"loading checkpoints needs archlab.checkpoint.load_model ({err})") from err
+    if is_hf_folder(folder):
+        if not (folder / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json to encode "
+                                    "prompts with")
+        return from_hf(folder), load_hf_tokenizer(folder)
+    from archlab.checkpoint import load_model  # imported here: generating needs no training code
+
     return load_model(folder)
 
 

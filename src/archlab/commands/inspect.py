@@ -1,5 +1,6 @@
 """`archlab inspect --preset llama --size small [--n_layers 4 ...]`: parameters by part, FLOPs per token
-and KV-cache bytes of a configuration, without building the model.
+and KV-cache bytes of a configuration, without building the model. `--checkpoint PATH` reads the config
+of an archlab checkpoint (or run folder) or of a Hugging Face folder instead (no weights are read).
 
 Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--model.FIELD value`; both go
 through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in both commands.
@@ -8,12 +9,16 @@ through the grammar of archlab/overrides.py, so the same flags give the same Mod
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from archlab.checkpoint import resolve_checkpoint
 from archlab.costs import DTYPE_BYTES, Report, report
+from archlab.interop import is_hf_folder, read_hf_config
 from archlab.nn.config import ModelConfig
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import parse_flags, typed_overrides
@@ -25,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "(e.g. --n_kv_heads 1).")
     p.add_argument("--preset", default="llama", help=f"architecture: {', '.join(PRESETS)}")
     p.add_argument("--size", default="tiny", help=f"size: {', '.join(SIZES)}")
+    p.add_argument("--checkpoint", default=None,
+                   help="read the config of an archlab checkpoint / run folder or a Hugging Face folder instead")
     p.add_argument("--context", type=int, default=None,
                    help="context length for FLOPs and KV bytes (default max_seq_len)")
     p.add_argument("--dtype", default="bf16", help=f"KV-cache dtype: {', '.join(DTYPE_BYTES)}")
@@ -34,7 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
-    config = build_preset(args.preset, args.size, **typed_overrides(ModelConfig, flags))
+    overrides = typed_overrides(ModelConfig, flags)
+    if args.checkpoint is not None:
+        config = dataclasses.replace(checkpoint_config(args.checkpoint), **overrides)
+        args.preset, args.size = Path(args.checkpoint).name, "checkpoint"
+    else:
+        config = build_preset(args.preset, args.size, **overrides)
     if args.context is not None and args.context < 1:
         raise ValueError(f"--context={args.context} is not allowed: a positive number of tokens")
     r = report(config, args.context, args.dtype)
@@ -44,6 +56,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_tables(args.preset, args.size, r)
     return 0
+
+
+def checkpoint_config(path: str) -> ModelConfig:
+    """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
+    if is_hf_folder(path):
+        return read_hf_config(path)
+    config = json.loads((resolve_checkpoint(path) / "config.json").read_text(encoding="utf-8"))
+    return ModelConfig.from_dict(config["model"])
 
 
 def _human(n: float, unit: str = "") -> str:

@@ -12,8 +12,11 @@ import os
 import sys
 
 from archlab.checkpoint import latest_checkpoint, read_run_config
+from archlab.interop.surgery import adapt, load_source
+from archlab.nn.config import ModelConfig
+from archlab.nn.model import TransformerLM
 from archlab.overrides import load_yaml, parse_flags
-from archlab.train.config import resolve_config
+from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
 from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
 from archlab.train.trainer import TrainingDiverged, train
@@ -45,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
     parser.add_argument("--extend", action="store_true",
                         help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)")
+    parser.add_argument("--init-from", help="start from the weights of a Hugging Face folder or an archlab "
+                        "checkpoint; --model.FIELD changes switches where a principled mapping exists "
+                        "(fewer KV heads, RoPE scaling, max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)")
     parser.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -54,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
-    if not args.resume:
+    init = None
+    if args.init_from:
+        if args.resume:
+            raise ValueError("--init-from starts a new run and --resume continues one: give one of them")
+        train_cfg, model_cfg, init = init_from(args.init_from, layers)
+    elif not args.resume:
         train_cfg, model_cfg = resolve_config(layers)
     else:  # every refusal comes before any data, model or folder is touched
         out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
@@ -65,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             extend_schedule(train_cfg, saved["train"], step)
         check_resume(train_cfg, saved["train"], step)
     try:
-        result = train(train_cfg, model_cfg, resume=args.resume)
+        result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:
         print(f"archlab train: {err}", file=sys.stderr)
         return 1
@@ -76,3 +87,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"step {result.step}{stopped}: train loss {loss}, val loss {val}, "
               f"{result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}")
     return 0
+
+
+def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, TransformerLM]:
+    """The run config with the source model's config under the user's layers (so `--model.FIELD` changes it
+    and data.tokenizer defaults to the source's tokenizer.json), and the source weights adapted to it."""
+    source, tokenizer_file = load_source(path)
+    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {"data.tokenizer": str(tokenizer_file)}
+    train_cfg, model_cfg = resolve_config([base, *layers])
+    return train_cfg, model_cfg, adapt(source, model_cfg)

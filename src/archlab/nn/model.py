@@ -24,7 +24,8 @@ from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPo
 from archlab.nn.rope import RotaryEmbedding
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
-TRUNC_STDS = 3.0  # the seeds' trunc_normal clips at +-3 standard deviations
+TRUNC_STDS = 3.0
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # the seeds' trunc_normal clips at +-3 standard deviations
 
 
 class TransformerLM(nn.Module):
@@ -35,6 +36,10 @@ class TransformerLM(nn.Module):
         c = self.config = config
         self.embed_tokens = nn.Embedding(c.vocab_size, c.d_model)
         self.embed_multiplier = math.sqrt(c.d_model) if c.embed_scale == "sqrt_d" else 1.0
+        # the multiplier rounded to each activation dtype, as Gemma does (bf16: sqrt(3072) = 55.43 -> 55.5), so
+        # Gemma checkpoints give transformers' low-precision logits; float32 is unchanged
+        self.embed_multipliers = {dt: torch.tensor(self.embed_multiplier, dtype=dt, device="cpu").item()
+                                  for dt in LOW_PRECISION}
         absolute = ABSOLUTE_POSITIONS.get(c.position)
         self.pos_embed = absolute(c.d_model, c.max_seq_len) if absolute is not None else None
         self.rel_bias = self._build_attention_bias(c)
@@ -115,7 +120,7 @@ class TransformerLM(nn.Module):
         self._check_positions(positions, bound)
         x = self.embed_tokens(input_ids)  # (B, T, D)
         if self.embed_multiplier != 1.0:
-            x = x * self.embed_multiplier
+            x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions).to(x.dtype)
         if self.drop is not None:

@@ -95,23 +95,25 @@ class Trainer:
     """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
 
     def __init__(self, train: TrainConfig, model_config: ModelConfig, ctx: dist_utils.DistContext,
-                 resume: bool = False) -> None:
+                 resume: bool = False, init_from: TransformerLM | None = None) -> None:
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
         created = not self.run_dir.exists()
         try:
-            self._setup(resume)
+            self._setup(resume, init_from)
         except BaseException:  # a failed start leaves no run folder behind (one it did not create stays)
             if created and ctx.is_main:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
-    def _setup(self, resume: bool) -> None:
+    def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
         train, ctx = self.cfg, self.ctx
         resume_from = self._check_setup(resume)
         self._prepare_data(resume)
         torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
         self.raw = TransformerLM(self.model_config).to(ctx.device)
+        if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
+            self.raw.load_state_dict(init_from.state_dict())
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
@@ -407,10 +409,11 @@ def loss_terms(logits: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) 
     return ce, (z_loss(logits, z_loss_coef) if z_loss_coef else torch.zeros_like(ce))
 
 
-def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False) -> TrainResult:
-    """Join the process group (if any), train, and leave it again."""
+def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False,
+          init_from: TransformerLM | None = None) -> TrainResult:
+    """Join the process group (if any), train (from `init_from`'s weights if given), and leave it again."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     try:
-        return Trainer(train_config, model_config, ctx, resume).fit()
+        return Trainer(train_config, model_config, ctx, resume, init_from).fit()
     finally:
         dist_utils.teardown(ctx)

@@ -1,41 +1,95 @@
-"""Llama weights in Hugging Face's names (`LlamaForCausalLM`), from an archlab `TransformerLM`.
+"""Llama (`LlamaForCausalLM`): pre-norm RMSNorm, SwiGLU, RoPE with every scaling, optional biases.
 
-Our fused projections keep blocks contiguous, so export is slicing: `qkv_proj` rows are [q | k | v] and
-`gate_up_proj` rows are [gate | up]. RoPE is half-split (rotate_half) on both sides, so q and k need no
-permutation. Loading, configs and the other families belong to the interop work that builds on this table.
+The helpers here also build the tables of the families that share Llama's names (Mistral, Qwen, Gemma,
+OLMo 2): `llama_keys` for config.json and `llama_weights` for the tensors, with the per-family norm names.
+Reference: transformers `models/llama/modeling_llama.py`, `configuration_llama.py`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import torch
 
+from archlab.interop.family import (
+    Family,
+    InteropError,
+    Key,
+    Rule,
+    activation_key,
+    copy,
+    fuse_gate_up,
+    fuse_qkv,
+)
+from archlab.interop.hf_config import config_diff
+from archlab.interop.weights import export_state
 from archlab.nn.model import TransformerLM
 
-# per-layer: HF name -> our name, for the tensors that map one to one
-LAYER_NAMES = {
-    "self_attn.o_proj.weight": "attn.o_proj.weight",
-    "mlp.down_proj.weight": "mlp.down_proj.weight",
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "mlp_norm.weight",
-}
+PRE_NORMS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
+
+
+def llama_keys(sizes: dict[str, Any], eps: float = 1e-6, tie: bool = False, act_key: str = "hidden_act",
+               act: str = "silu", tanh: str = "gelu_pytorch_tanh", head_dim: int | None = None) -> dict[str, Key]:
+    """config.json keys of the Llama-named families; `sizes` holds the config class's size defaults."""
+    return {
+        "vocab_size": Key("vocab_size", sizes["vocab_size"]),
+        "hidden_size": Key("d_model", sizes["hidden_size"]),
+        "intermediate_size": Key("d_ff", sizes["intermediate_size"]),
+        "num_hidden_layers": Key("n_layers", sizes["num_hidden_layers"]),
+        "num_attention_heads": Key("n_heads", sizes["num_attention_heads"]),
+        "num_key_value_heads": Key("n_kv_heads", None),  # null: as many as query heads
+        "head_dim": Key("head_dim", head_dim),  # null: hidden_size / num_attention_heads
+        "max_position_embeddings": Key("max_seq_len", sizes["max_position_embeddings"]),
+        "rms_norm_eps": Key("norm_eps", eps),
+        "tie_word_embeddings": Key("tie_embeddings", tie),
+        **activation_key(act_key, act, tanh),
+        "attention_dropout": Key("attn_dropout", 0.0),
+    }
+
+
+def llama_weights(norms: dict[str, str] = PRE_NORMS, qk_norm: bool = False, prefix: str = "model.") -> dict[str, Rule]:
+    """Weight table of the Llama-named families: separate q/k/v and gate/up, norms named by `norms`."""
+    layer = prefix + "layers.{i}."
+    attn, mlp = layer + "self_attn.", layer + "mlp."
+    table = {
+        "embed_tokens.weight": copy(prefix + "embed_tokens.weight"),
+        "norm.weight": copy(prefix + "norm.weight"),
+        "lm_head.weight": copy("lm_head.weight"),
+        "layers.{i}.mlp.gate_up_proj.weight": fuse_gate_up(mlp + "gate_proj.weight", mlp + "up_proj.weight"),
+        "layers.{i}.mlp.gate_up_proj.bias": fuse_gate_up(mlp + "gate_proj.bias", mlp + "up_proj.bias"),
+        "layers.{i}.mlp.down_proj.weight": copy(mlp + "down_proj.weight"),
+        "layers.{i}.mlp.down_proj.bias": copy(mlp + "down_proj.bias"),
+    }
+    for kind in ("weight", "bias"):
+        table[f"layers.{{i}}.attn.qkv_proj.{kind}"] = fuse_qkv(*(f"{attn}{p}_proj.{kind}" for p in "qkv"))
+        table[f"layers.{{i}}.attn.o_proj.{kind}"] = copy(f"{attn}o_proj.{kind}")
+    for ours, theirs in norms.items():
+        table[f"layers.{{i}}.{ours}.weight"] = copy(f"{layer}{theirs}.weight")
+    if qk_norm:
+        table |= {f"layers.{{i}}.attn.{n}.weight": copy(f"{attn}{n}.weight") for n in ("q_norm", "k_norm")}
+    return table
+
+
+LLAMA_FIXED = dict(norm="rmsnorm", norm_position="pre", block="serial", ffn="glu", position="rope",
+                   qk_norm="none", embed_scale="none", lm_head_bias=False, norm_bias=False, norm_unit_offset=False)
+LLAMA_SIZES = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                   num_attention_heads=32, max_position_embeddings=2048)
+
+LLAMA = Family(
+    model_type="llama",
+    architecture="LlamaForCausalLM",
+    fixed=LLAMA_FIXED,
+    keys={**llama_keys(LLAMA_SIZES), "attention_bias": Key("attn_bias", False), "mlp_bias": Key("mlp_bias", False)},
+    weights=llama_weights(),
+    ignore=(r"rotary_emb\.inv_freq$",),
+)
 
 
 def llama_state_dict(model: TransformerLM) -> dict[str, torch.Tensor]:
-    """The model's weights under `LlamaForCausalLM` state-dict names (views of ours, not copies)."""
-    c = model.config
-    shape = (c.norm, c.norm_position, c.block, c.ffn, c.position, c.rope_layout, c.bias, c.qk_norm, c.tie_embeddings)
-    if shape != ("rmsnorm", "pre", "serial", "glu", "rope", "half", False, "none", False):
-        raise ValueError("llama_state_dict needs a Llama-shaped model: rmsnorm, pre-norm, serial block, GLU, "
-                         "half-split RoPE, no biases, no QK-norm, untied head")
-    ours = model.state_dict()
-    state = {"model.embed_tokens.weight": ours["embed_tokens.weight"], "model.norm.weight": ours["norm.weight"],
-             "lm_head.weight": ours["lm_head.weight"]}
-    sizes = [c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim]
-    for i in range(c.n_layers):
-        hf, mine = f"model.layers.{i}.", f"layers.{i}."
-        q, k, v = ours[mine + "attn.qkv_proj.weight"].split(sizes)
-        gate, up = ours[mine + "mlp.gate_up_proj.weight"].chunk(2)
-        state |= {hf + "self_attn.q_proj.weight": q, hf + "self_attn.k_proj.weight": k,
-                  hf + "self_attn.v_proj.weight": v, hf + "mlp.gate_proj.weight": gate, hf + "mlp.up_proj.weight": up}
-        state |= {hf + theirs: ours[mine + name] for theirs, name in LAYER_NAMES.items()}
-    return state
+    """The model's weights under `LlamaForCausalLM` state-dict names (views of ours, not copies). Only the
+    weight layout is checked: RoPE and lengths are the caller's to put in the HF config."""
+    diff = config_diff(dataclasses.replace(model.config, rope_scaling=None), LLAMA)
+    if diff:
+        raise InteropError(f"llama_state_dict needs a Llama-shaped model; this one has {'; '.join(diff)}")
+    return export_state(model, LLAMA)

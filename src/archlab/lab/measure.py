@@ -1,0 +1,333 @@
+"""What the lab measures per run: from metrics.jsonl, and from the final checkpoint after training.
+
+Measures read from metrics.jsonl: `val_loss` (the last evaluation), `train_loss`, `spikes`, `diverged`,
+`max_grad_norm`. Measures computed by the lab from the final checkpoint (`archlab.checkpoint.load_model`), in
+this process, one thread, after every run has finished, so parallel arms never skew a timing:
+`step_ms`, `norm_time_share` / `norm_flop_share`, `kv_bytes_per_token`, `decode_tok_s`, `loss_at_2x` /
+`loss_at_4x`, `bits_per_byte`; `max_embed_row_norm` and `max_embed_row_growth` read the checkpoints the run kept.
+
+Rules stated once:
+- A spike is a logged train loss above the median of the previous SPIKE_WINDOW logged losses by more than
+  SPIKE_NATS, or a skipped (non-finite) step.
+- A run diverged when training stopped on non-finite steps, or its final validation loss is not finite or
+  above its first logged train loss. A diverged run's `val_loss` is its last finite validation loss, else
+  ln(vocab_size) (a uniform guess), so a verdict still counts it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from archlab.checkpoint import list_checkpoints, load_model, load_weights
+from archlab.costs import flops_per_token, kv_cache_bytes
+from archlab.data.tokenizer import Tokenizer
+from archlab.data.tokens import TokenData
+from archlab.infer.generate import generate
+from archlab.infer.sampling import SamplingConfig
+from archlab.nn.functional import cross_entropy
+from archlab.nn.model import TransformerLM
+from archlab.nn.norms import LayerNorm, RMSNorm
+from archlab.train.metrics import read_metrics
+
+SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
+LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
+STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
+TIMED_STEPS, WARMUP_STEPS = 8, 2  # forward+backward passes timed (median) after untimed warm-up passes
+DECODE_TOKENS, DECODE_PROMPT = 64, 16
+# FLOPs per normalized element, forward: RMSNorm x*x, mean, * rsqrt, * gain; LayerNorm adds the mean, the
+# subtraction and (with a bias) the shift. Backward costs about twice the forward, as for matmuls.
+NORM_FLOPS = {"rmsnorm": 4, "layernorm": 6}
+
+
+@dataclass
+class RunView:
+    """One finished run folder and what the lab loaded from it (the model only when a measure needs it)."""
+
+    run_dir: Path
+    windows: int  # the lab's own loss measures read this many windows of LONGEST x the training context
+    _model: TransformerLM | None = None
+
+    @property
+    def config(self) -> dict:
+        return json.loads((self.run_dir / "config.json").read_text(encoding="utf-8"))
+
+    @property
+    def model(self) -> TransformerLM:
+        if self._model is None:
+            self._model = load_model(self.run_dir)[0]
+        return self._model
+
+    def status(self) -> dict:
+        path = self.run_dir / STATUS
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def data(self) -> TokenData:
+        return TokenData(self.config["train"]["data"]["source"])
+
+
+# -------------------------------------------------------------------------------------- from metrics
+def _losses(run: RunView) -> list[float]:
+    return [float(r["loss"]) for r in read_metrics(run.run_dir, "train")]
+
+
+def diverged(run: RunView) -> float:
+    evals = read_metrics(run.run_dir, "eval")
+    train = _losses(run)
+    final = float(evals[-1]["loss"]) if evals else math.nan
+    if run.status().get("returncode", 0) != 0 or not math.isfinite(final):
+        return 1.0
+    return float(bool(train) and final > train[0])
+
+
+def val_loss(run: RunView) -> float:
+    finite = [float(r["loss"]) for r in read_metrics(run.run_dir, "eval") if math.isfinite(float(r["loss"]))]
+    if finite and not diverged(run):
+        return finite[-1]
+    return finite[-1] if finite else math.log(run.config["model"]["vocab_size"])
+
+
+def train_loss(run: RunView) -> float:
+    tail = [v for v in _losses(run)[-3:] if math.isfinite(v)]
+    return statistics.fmean(tail) if tail else math.nan
+
+
+def spikes(run: RunView) -> float:
+    losses = _losses(run)
+    count = len(read_metrics(run.run_dir, "skip"))
+    for i in range(SPIKE_WINDOW, len(losses)):
+        if losses[i] > statistics.median(losses[i - SPIKE_WINDOW:i]) + SPIKE_NATS:
+            count += 1
+    return float(count)
+
+
+def max_grad_norm(run: RunView) -> float:
+    norms = [float(r["grad_norm"]) for r in read_metrics(run.run_dir, "train")]
+    return max((n for n in norms if math.isfinite(n)), default=math.inf)
+
+
+# -------------------------------------------------------------------------------- from the checkpoint
+def _batch(run: RunView) -> torch.Tensor:
+    d = run.config["train"]["data"]
+    return torch.randint(run.model.config.vocab_size, (d["batch_size"], d["block_size"] + 1),
+                         generator=torch.Generator().manual_seed(0))
+
+
+def _train_pass(model: TransformerLM, batch: torch.Tensor) -> None:
+    cross_entropy(model(batch[:, :-1]), batch[:, 1:]).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def step_ms(run: RunView) -> float:
+    """Median wall time of a forward + backward at the run's batch and block (no optimizer), milliseconds."""
+    model, batch = run.model.train(), _batch(run)
+    times = []
+    for i in range(WARMUP_STEPS + TIMED_STEPS):
+        start = time.perf_counter()
+        _train_pass(model, batch)
+        if i >= WARMUP_STEPS:
+            times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def _norm_modules(model: TransformerLM) -> list[RMSNorm]:
+    return [m for m in model.modules() if isinstance(m, RMSNorm)]  # LayerNorm subclasses RMSNorm
+
+
+def norm_time_share(run: RunView) -> float:
+    """Share of a forward + backward's time inside norm layers, from torch.profiler ranges.
+
+    Each norm's forward runs inside a `norm` record_function range opened and closed by module hooks; its
+    backward inside `norm.backward`, opened by a full-backward pre-hook and closed by the backward hook (the
+    CPU autograd engine runs one norm's backward as one stretch, so the ranges nest as the hooks assume).
+    """
+    model, batch = run.model.train(), _batch(run)
+    handles = []
+    for module in _norm_modules(model):
+        handles += [module.register_forward_pre_hook(_open("norm")), module.register_forward_hook(_close),
+                    module.register_full_backward_pre_hook(_open("norm.backward")),
+                    module.register_full_backward_hook(_close)]
+    try:
+        for _ in range(WARMUP_STEPS):
+            _train_pass(model, batch)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            with torch.profiler.record_function("step"):
+                for _ in range(TIMED_STEPS):
+                    _train_pass(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    totals = {"step": 0.0, "norm": 0.0, "norm.backward": 0.0}
+    for event in prof.events():
+        if event.name in totals:
+            totals[event.name] += event.cpu_time_total
+    return (totals["norm"] + totals["norm.backward"]) / totals["step"]
+
+
+_OPEN: list[torch.profiler.record_function] = []  # ranges opened by hooks, closed last-in first-out
+
+
+def _open(name: str) -> Callable:
+    def hook(module: torch.nn.Module, *args: object) -> None:
+        _OPEN.append(torch.profiler.record_function(name).__enter__())
+    return hook
+
+
+def _close(module: torch.nn.Module, *args: object) -> None:
+    _OPEN.pop().__exit__(None, None, None)
+
+
+def norm_flop_share(run: RunView) -> float:
+    """Share of a training step's FLOPs in norm layers: normalized elements x NORM_FLOPS, forward and backward."""
+    model, batch = run.model, _batch(run)
+    forward_flops: list[int] = []
+
+    def count(module: RMSNorm, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        kind = "layernorm" if isinstance(module, LayerNorm) else "rmsnorm"  # QK-norms may differ from `norm`
+        forward_flops.append(inputs[0].numel() * (NORM_FLOPS[kind] + (module.bias is not None)))
+
+    handles = [m.register_forward_hook(count) for m in _norm_modules(model)]
+    try:
+        with torch.no_grad():
+            model(batch[:, :-1])
+    finally:
+        for h in handles:
+            h.remove()
+    norm = 3 * sum(forward_flops) / batch[:, :-1].numel()  # per token, forward + backward
+    return norm / (flops_per_token(model.config, batch.shape[1] - 1)["training"] + norm)
+
+
+def kv_bytes_per_token(run: RunView) -> float:
+    return float(kv_cache_bytes(run.model.config, dtype="bf16")["per_token"])
+
+
+def decode_tok_s(run: RunView) -> float:
+    """Greedy decoding speed, batch 1: DECODE_TOKENS new tokens after a DECODE_PROMPT-token prompt."""
+    prompt = _batch(run)[0, :DECODE_PROMPT].tolist()
+    sampling = SamplingConfig(max_new_tokens=DECODE_TOKENS, temperature=0.0)
+    generate(run.model, [prompt], sampling)  # warm-up
+    start = time.perf_counter()
+    out = generate(run.model, [prompt], sampling)
+    return len(out.tokens[0]) / (time.perf_counter() - start)
+
+
+def _val_windows(run: RunView, length: int) -> np.ndarray:
+    """Non-overlapping validation windows of length + 1 tokens over the same stretch of text for every length:
+    the first `run.windows` x LONGEST x block_size tokens of val (or all of it), so 1x, 2x and 4x compare the
+    loss on the same targets and only the context differs."""
+    val = np.asarray(run.data().splits["val"])
+    span = min(run.windows * LONGEST * run.config["train"]["data"]["block_size"], len(val) - 1)
+    n = span // length
+    if n < 1:
+        raise ValueError(f"{run.run_dir}: the validation split ({len(val)} tokens) is shorter than {length + 1}")
+    return np.stack([val[i * length:(i + 1) * length + 1] for i in range(n)]).astype(np.int64)
+
+
+@torch.no_grad()
+def _loss_at(run: RunView, factor: int) -> float | None:
+    model = run.model.eval()
+    if factor > 1 and model.config.position == "learned":
+        return None  # a learned table has no rows past the training length
+    windows = torch.from_numpy(_val_windows(run, factor * run.config["train"]["data"]["block_size"]))
+    return float(cross_entropy(model(windows[:, :-1]), windows[:, 1:]))
+
+
+def bytes_per_id(tokenizer: Tokenizer) -> np.ndarray:
+    """UTF-8 bytes each token id stands for: 1 for the byte tokenizer; for byte-level BPE the length of the
+    token's string (its alphabet has one character per byte); added tokens such as EOS stand for no text."""
+    if tokenizer.kind == "byte":
+        return np.ones(tokenizer.vocab_size, dtype=np.int64)
+    inner = tokenizer.inner
+    added = set(inner.get_vocab(with_added_tokens=True).values()) - set(inner.get_vocab(with_added_tokens=False)
+                                                                       .values())
+    added |= {tokenizer.eos_id} if tokenizer.eos_id is not None else set()
+    byte_level = (json.loads(inner.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+    out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for i in range(tokenizer.vocab_size):
+        token = inner.id_to_token(i)
+        if token is None or i in added:
+            continue
+        out[i] = len(token) if byte_level else len(tokenizer.decode([i]).encode("utf-8"))
+    return out
+
+
+def bits_per_byte(run: RunView) -> float:
+    """Validation cross entropy in bits per UTF-8 byte of the text the target tokens stand for."""
+    model = run.model.eval()
+    windows = _val_windows(run, run.config["train"]["data"]["block_size"])
+    with torch.no_grad():
+        x = torch.from_numpy(windows)
+        nats = float(cross_entropy(model(x[:, :-1]), x[:, 1:])) * windows[:, 1:].size
+    n_bytes = int(bytes_per_id(run.data().tokenizer())[windows[:, 1:]].sum())
+    return nats / math.log(2) / n_bytes
+
+
+def max_embed_row_norm_series(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, largest L2 norm of an embedding row) for every checkpoint the run kept."""
+    out = []
+    for path in list_checkpoints(run_dir):
+        weight = load_weights(path)["embed_tokens.weight"].float()
+        out.append((int(path.name.split("_")[1]), float(weight.norm(dim=1).max())))
+    return out
+
+
+def max_embed_row_growth(run: RunView) -> float | None:
+    """Largest growth of one embedding row's norm from the first kept checkpoint to the last: the rows a
+    sign-based optimizer keeps pushing (rare tokens) grow while the init still dominates the largest norm."""
+    paths = list_checkpoints(run.run_dir)
+    if len(paths) < 2:
+        return None
+    first, last = (load_weights(p)["embed_tokens.weight"].float().norm(dim=1) for p in (paths[0], paths[-1]))
+    return float((last - first).max())
+
+
+@dataclass(frozen=True)
+class Measure:
+    fn: Callable[[RunView], float | None]
+    better: str  # lower | higher: which way is good, for verdicts and tables
+    label: str  # what the number is, with its unit
+    needs_checkpoint: bool = True  # reads the final checkpoint (n/a for a run that diverged before saving one)
+
+
+MEASURES: dict[str, Measure] = {
+    "val_loss": Measure(val_loss, "lower", "final validation loss (nats/token)", False),
+    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps", False),
+    "spikes": Measure(spikes, "lower", f"loss spikes (> median of {SPIKE_WINDOW} previous + {SPIKE_NATS} nats)",
+                      False),
+    "diverged": Measure(diverged, "lower", "diverged (1) or not (0)", False),
+    "max_grad_norm": Measure(max_grad_norm, "lower", "largest gradient norm before clipping", False),
+    "step_ms": Measure(step_ms, "lower", "forward + backward time, ms (1 thread)"),
+    "norm_time_share": Measure(norm_time_share, "lower", "share of step time in norms (torch.profiler)"),
+    "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms"),
+    "kv_bytes_per_token": Measure(kv_bytes_per_token, "lower", "KV-cache bytes per token (bf16)"),
+    "decode_tok_s": Measure(decode_tok_s, "higher", "greedy decode tokens/s, batch 1 (1 thread)"),
+    "loss_at_1x": Measure(lambda r: _loss_at(r, 1), "lower", "validation loss at the training length"),
+    "loss_at_2x": Measure(lambda r: _loss_at(r, 2), "lower", "validation loss at 2x the training length"),
+    "loss_at_4x": Measure(lambda r: _loss_at(r, 4), "lower", "validation loss at 4x the training length"),
+    "bits_per_byte": Measure(bits_per_byte, "lower", "validation bits per byte"),
+    "max_embed_row_norm": Measure(lambda r: max(v for _, v in max_embed_row_norm_series(r.run_dir)), "lower",
+                                  "largest embedding row norm over the kept checkpoints"),
+    "max_embed_row_growth": Measure(max_embed_row_growth, "lower",
+                                    "largest growth of an embedding row norm, first to last kept checkpoint"),
+}
+
+
+def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, float | None]:
+    """Every measure in `names` for one finished run (the model is loaded once, one thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = RunView(Path(run_dir), windows)
+        saved = bool(list_checkpoints(run_dir))
+        return {name: MEASURES[name].fn(run) if saved or not MEASURES[name].needs_checkpoint else None
+                for name in names}
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,268 @@
+"""Running a suite: the plan (one `archlab train` command per arm and seed), data, subprocesses, resume.
+
+Every run is a subprocess of `archlab train`, so a suite can as well be printed (`--print-commands`) and run
+by any scheduler, then collected. Runs share one prepared data folder per tokenizer, the token budget, batch,
+schedule and seeds; only the arm's overrides differ. A run is done when its folder holds the checkpoint of
+its last step and metrics.jsonl (or a recorded divergence); a stopped run is continued with `--resume`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from archlab.checkpoint import latest_checkpoint
+from archlab.data.tokens import prepare_data
+from archlab.lab.measure import STATUS, measure_run
+from archlab.lab.suite import Arm, Budget, Suite, SuiteError, arm_keys, match_parameters, resolve_arm
+from archlab.train.metrics import METRICS
+
+PLAN = "plan.json"  # written in the suite's folder: which suite, budget and seeds its runs belong to
+MEASURED = "lab-measures.json"  # per run: the lab's measurements, so a re-run or --collect does not redo them
+DIVERGED_TEXT = "training diverged"  # what `archlab train` prints when it stops on non-finite steps (exit 1)
+
+
+class LabError(RuntimeError):
+    """A run failed for a reason other than divergence; the message names the arm and the log line."""
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """One prepared data folder the suite's runs share."""
+
+    source: str
+    tokenizer: str
+    vocab_size: int
+    val_fraction: float
+    max_files: int | None
+    out: Path
+    prepared: bool = False  # the source already is a prepared folder: used as it is
+
+    def command(self) -> list[str]:
+        cmd = ["archlab", "data", "prepare", "--data", self.source, "--tokenizer", self.tokenizer,
+               "--vocab-size", str(self.vocab_size), "--val-fraction", str(self.val_fraction)]
+        return cmd + (["--max-files", str(self.max_files)] if self.max_files else []) + ["--out", str(self.out)]
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a plan holds each run once
+class RunSpec:
+    """One arm at one seed: its flags, folder and length."""
+
+    arm: str
+    seed: int
+    run_dir: Path
+    keys: dict[str, str]  # every dotted key the run sets, as flag text
+    steps: int
+
+    def command(self, resume: bool = False) -> list[str]:
+        flags = [part for key, value in self.keys.items() for part in (f"--{key}", value)]
+        return ["archlab", "train", *flags] + (["--resume"] if resume else [])
+
+
+@dataclass
+class Plan:
+    suite: Suite
+    budget: Budget
+    seeds: int
+    out: Path
+    data: list[DataSpec] = field(default_factory=list)
+    runs: list[RunSpec] = field(default_factory=list)
+
+    def runs_of(self, arm: str) -> list[RunSpec]:
+        return [r for r in self.runs if r.arm == arm]
+
+    def commands(self) -> list[str]:
+        """Every command of the suite as shell lines: data preparation first, then one line per run."""
+        data = [shlex.join(d.command()) for d in self.data if not d.prepared]
+        return data + [shlex.join(r.command()) for r in self.runs]
+
+
+def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
+    """The data folder an arm trains on: OUT/data/<tokenizer>-<hash of the request>, or a prepared source."""
+    d = resolve_arm(suite, arm, budget)[0].data
+    if (Path(d.source) / "meta.json").is_file():
+        return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, None, Path(d.source), prepared=True)
+    tok = {"byte": "byte", "bpe": f"bpe{d.vocab_size}"}.get(d.tokenizer, "file")
+    request = json.dumps([d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files])
+    name = f"{tok}-{hashlib.sha1(request.encode()).hexdigest()[:8]}"  # arms with other data never share a folder
+    return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files, out / "data" / name)
+
+
+def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None = None) -> Plan:
+    """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs."""
+    seeds = seeds or budget.seeds
+    if seeds < 2:
+        raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
+    match_parameters(suite, budget)
+    plan = Plan(suite, budget, seeds, Path(out))
+    for arm in suite.arms:
+        data = _data_spec(suite, arm, budget, plan.out)
+        if data not in plan.data:
+            plan.data.append(data)
+        n = max(seeds, budget.noise_seeds) if arm is suite.base_arm else seeds
+        train = resolve_arm(suite, arm, budget)[0]
+        for seed in range(n):
+            run_dir = plan.out / "runs" / arm.name / f"seed{seed}"
+            keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed),
+                    "out": str(run_dir)}
+            plan.runs.append(RunSpec(arm.name, seed, run_dir, keys, train.steps))
+    return plan
+
+
+def write_plan(plan: Plan) -> None:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    record = {"suite": plan.suite.path, "budget": plan.budget.name, "seeds": plan.seeds,
+              "arms": {a.name: a.overrides for a in plan.suite.arms}}
+    (plan.out / PLAN).write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+
+
+def read_plan(out: str | Path) -> dict:
+    path = Path(out) / PLAN
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def prepare(plan: Plan) -> None:
+    """Tokenize each data folder once (reused when already prepared with the same request)."""
+    for d in (d for d in plan.data if not d.prepared):
+        prepare_data(d.source, d.out, d.tokenizer, d.vocab_size, d.val_fraction, max_files=d.max_files)
+
+
+# ------------------------------------------------------------------------------------------ state
+def final_step(run_dir: Path) -> int:
+    latest = latest_checkpoint(run_dir)
+    return int(latest.name.split("_")[1]) if latest is not None else 0
+
+
+def is_done(run: RunSpec) -> bool:
+    """The checkpoint of the last step and metrics.jsonl exist, or the run stopped on divergence."""
+    status = run.run_dir / STATUS
+    if status.is_file() and json.loads(status.read_text(encoding="utf-8")).get("diverged"):
+        return True
+    return (run.run_dir / METRICS).is_file() and final_step(run.run_dir) >= run.steps
+
+
+def current_step(run: RunSpec) -> int:
+    """The last step in the run's metrics.jsonl (0 before the first row)."""
+    path = run.run_dir / METRICS
+    if not path.is_file():
+        return 0
+    for line in reversed(path.read_bytes().splitlines()):
+        try:
+            return int(json.loads(line)["step"])
+        except ValueError:  # a row being written right now: the one before it will do
+            continue
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ running
+@dataclass
+class Progress:
+    """What the progress display shows: runs done, the runs under way and their step, an ETA."""
+
+    done: int
+    total: int
+    running: list[tuple[str, int, int, int]]  # (arm, seed, step, steps)
+    eta_s: float | None
+
+
+def _start(run: RunSpec, jobs: int) -> subprocess.Popen:
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / STATUS).unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if jobs > 1:  # one thread per process: N processes on N cores instead of N x cores threads fighting
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "archlab", *run.command(resume=final_step(run.run_dir) > 0)[1:]]
+    with (run.run_dir / "train.log").open("a", encoding="utf-8") as log:  # the child keeps its own handle
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _finish(run: RunSpec, returncode: int) -> None:
+    """Record how a run ended; raise on a failure that is not divergence."""
+    log = (run.run_dir / "train.log").read_text(encoding="utf-8", errors="replace")
+    diverged = returncode == 1 and DIVERGED_TEXT in log
+    (run.run_dir / STATUS).write_text(json.dumps({"returncode": returncode, "diverged": diverged}),
+                                      encoding="utf-8")
+    if returncode != 0 and not diverged:
+        last = next((line for line in reversed(log.splitlines()) if line.strip()), "(empty log)")
+        raise LabError(f"arm {run.arm} seed {run.seed} failed (exit {returncode}): {last}; "
+                       f"see {run.run_dir / 'train.log'}")
+
+
+def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] | None = None,
+             poll_s: float = 0.5) -> None:
+    """Run every unfinished run, `jobs` at a time; finished runs are skipped, stopped ones resumed.
+
+    On Ctrl-C the runs under way receive it too, checkpoint and exit; the next call continues them.
+    """
+    todo = [r for r in plan.runs if not is_done(r)]
+    total, done = len(plan.runs), len(plan.runs) - len(todo)
+    running: dict[RunSpec, subprocess.Popen] = {}
+    start, steps_before = time.perf_counter(), {r: current_step(r) for r in todo}
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                run = todo.pop(0)
+                running[run] = _start(run, jobs)
+            for run, proc in list(running.items()):
+                if proc.poll() is not None:
+                    del running[run]
+                    _finish(run, proc.returncode)
+                    if not is_done(run):  # stopped by a signal: leave it for the next call
+                        raise KeyboardInterrupt
+                    done += 1
+            if on_progress is not None:
+                on_progress(_progress(plan, todo, running, done, total, start, steps_before))
+            time.sleep(poll_s if running else 0)
+    except BaseException:
+        for proc in running.values():
+            proc.terminate()  # SIGTERM: each run checkpoints its current step and exits
+        for proc in running.values():
+            proc.wait()
+        raise
+
+
+def _progress(plan: Plan, todo: list[RunSpec], running: dict, done: int, total: int, start: float,
+              steps_before: dict[RunSpec, int]) -> Progress:
+    now = {run: current_step(run) for run in running}
+    pending = [r for r in plan.runs if r in steps_before]
+    made = sum((r.steps if is_done(r) else now.get(r, steps_before[r])) - steps_before[r] for r in pending)
+    left = sum(r.steps - (now.get(r, steps_before[r])) for r in todo + list(running))
+    elapsed = time.perf_counter() - start
+    eta = left * elapsed / made if made > 0 else None
+    return Progress(done, total, [(r.arm, r.seed, now[r], r.steps) for r in running], eta)
+
+
+# ------------------------------------------------------------------------------------------ measuring
+def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) -> dict[RunSpec, dict]:
+    """The suite's measures for every run, computed once and kept in RUN/lab-measures.json."""
+    missing = [str(r.run_dir) for r in plan.runs if not is_done(r)]
+    if missing:
+        raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
+                       + (" ..." if len(missing) > 5 else ""))
+    results = {}
+    for run in sorted(plan.runs, key=lambda r: r.seed):  # arms interleaved: a slow spell of the machine hits all
+        path = run.run_dir / MEASURED
+        cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        wanted = [m for m in plan.suite.measures if m not in cached]
+        if wanted:
+            if on_run is not None:
+                on_run(run)
+            cached.update(measure_run(run.run_dir, wanted, plan.budget.measure_windows))
+            path.write_text(json.dumps(cached, indent=2), encoding="utf-8")
+        results[run] = {k: math.nan if v is None else v for k, v in cached.items()}  # None: n/a for this arm
+    return results
+
+
+def run_config(run: RunSpec) -> dict:
+    """The resolved config a run wrote (config.json), for the report's exact configs."""
+    return json.loads((run.run_dir / "config.json").read_text(encoding="utf-8"))
+

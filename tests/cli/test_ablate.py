@@ -1,0 +1,99 @@
+"""`archlab ablate` end to end at the tiny budget: a 2-arm suite stops during its first arm, and a rerun finishes
+it without retraining the finished run, resuming the stopped one, then writes tables, plots and computed
+verdicts; --collect and --print-commands."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from archlab.cli import main
+from archlab.lab.runner import RunSpec, final_step, plan_suite, prepare, run_plan
+from archlab.lab.suite import BUDGETS, load_suite
+from archlab.train.config import resolve_config
+
+SUITE = """
+name: two-arms
+title: MHA vs GQA at the tiny budget
+source: a test
+narang: Not measured.
+base: {preset: llama}
+match_params: none
+arms:
+  mha: {}
+  gqa: {model.n_kv_heads: 2}
+measure: [val_loss, kv_bytes_per_token]
+claims:
+  - {text: GQA cuts the KV cache, metric: kv_bytes_per_token, arm: gqa, versus: mha}
+  - {text: GQA is as good as MHA, metric: val_loss, arm: gqa, versus: mha, expect: same}
+"""
+
+
+@pytest.mark.slow
+def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec, out = tmp_path / "two-arms.yaml", tmp_path / "suite"
+    spec.write_text(SUITE, encoding="utf-8")
+    plan = plan_suite(load_suite(spec), BUDGETS["tiny"], out)
+    prepare(plan)
+
+    # the first arm: seed 0 finished, seed 1 stopped at step 12 (as a kill would leave it); gqa not started
+    first, stopped = plan.runs_of("mha")
+    plan.runs = [first, RunSpec(stopped.arm, stopped.seed, stopped.run_dir, {**stopped.keys, "steps": "12"}, 12)]
+    run_plan(plan, jobs=2, poll_s=0.1)
+    assert final_step(first.run_dir) == 24 and final_step(stopped.run_dir) == 12
+    finished_log = (first.run_dir / "train.log").read_text()
+    assert not (out / "runs" / "gqa").exists()
+
+    assert main(["ablate", str(spec), "--budget", "tiny", "--out", str(out), "--jobs", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert (first.run_dir / "train.log").read_text() == finished_log  # a finished run is not retrained
+    steps = [json.loads(line)["step"] for line in (stopped.run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+    assert steps == list(range(2, 25, 2)) and final_step(stopped.run_dir) == 24  # resumed at 12, not restarted
+    assert "confirmed" in printed.splitlines()[-3] and "GQA cuts the KV cache" in printed
+
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [(r["arm"], r["seed"]) for r in rows] == [("mha", "0"), ("mha", "1"), ("gqa", "0"), ("gqa", "1")]
+    kv = {r["arm"]: float(r["kv_bytes_per_token"]) for r in rows}
+    assert kv["gqa"] == kv["mha"] / 2  # 2 of 4 K/V heads, from costs.kv_cache_bytes
+    for row in rows:  # val_loss is the last eval row of the run's own metrics.jsonl, at the last step
+        lines = (out / "runs" / row["arm"] / f"seed{row['seed']}" / "metrics.jsonl").read_text().splitlines()
+        last_eval = [json.loads(line) for line in lines if json.loads(line)["kind"] == "eval"][-1]
+        assert last_eval["step"] == 24 and float(row["val_loss"]) == last_eval["loss"]
+    md = (out / "results.md").read_text()
+    assert "| GQA cuts the KV cache | kv_bytes_per_token | gqa vs mha |" in md and "confirmed" in md
+    for png in ("val_loss.png", "grad_norm.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "archlab ablate" in html
+
+    # --collect rebuilds the report from the run folders alone (budget and seeds from plan.json)
+    (out / "results.md").unlink()
+    assert main(["ablate", str(spec), "--collect", str(out)]) == 0
+    assert (out / "results.md").read_text() == md
+
+
+def test_print_commands_are_plain_train_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "suite"
+    assert main(["ablate", "norm-type", "--budget", "tiny", "--out", str(out), "--print-commands"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("archlab ")]
+    assert lines[0].startswith("archlab data prepare --data stdlib --tokenizer byte")
+    train = [shlex.split(line) for line in lines if line.startswith("archlab train")]
+    assert len(train) == 4
+    for argv in train:  # each line is what `archlab train` parses: --key value pairs
+        keys = {argv[i][2:]: argv[i + 1] for i in range(2, len(argv), 2)}
+        cfg, model = resolve_config([keys])
+        assert cfg.out.startswith(str(out / "runs")) and cfg.steps == 24
+    norms = {shlex.split(line)[shlex.split(line).index("--model.norm") + 1] if "--model.norm " in line
+             else "rmsnorm" for line in lines[1:]}
+    assert norms == {"rmsnorm", "layernorm"}
+
+
+def test_bad_suite_name_is_one_line(capsys: pytest.CaptureFixture) -> None:
+    assert main(["ablate", "no-such-suite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("archlab ablate: error: suite 'no-such-suite': no such suite") and "\n" not in err

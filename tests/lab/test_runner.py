@@ -1,0 +1,33 @@
+"""The runner's bookkeeping: how a run's end is recorded, when a run counts as done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from archlab.lab.runner import LabError, RunSpec, _finish, is_done
+
+
+def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
+    run = RunSpec("arm", 0, tmp_path / "run", {}, steps=10)
+    run.run_dir.mkdir()
+    (run.run_dir / "train.log").write_text("step 3 skipped\narchlab train: training diverged: 5 consecutive\n")
+    _finish(run, 1)
+    assert is_done(run)
+    (run.run_dir / "train.log").write_text("Traceback ...\nValueError: boom\n")
+    with pytest.raises(LabError, match="arm arm seed 0 failed \\(exit 1\\): ValueError: boom"):
+        _finish(run, 1)
+    assert not is_done(run)
+
+
+def test_done_means_the_last_steps_checkpoint_and_metrics(tmp_path: Path) -> None:
+    run = RunSpec("arm", 0, tmp_path / "run", {"steps": "10", "out": str(tmp_path / "run")}, steps=10)
+    (run.run_dir / "checkpoints" / "step_0000005").mkdir(parents=True)
+    (run.run_dir / "metrics.jsonl").write_text('{"step": 5, "kind": "train"}\n')
+    assert not is_done(run)  # stopped part way: continued with --resume
+    assert run.command(resume=True) == ["archlab", "train", "--steps", "10", "--out", str(run.run_dir), "--resume"]
+    (run.run_dir / "checkpoints" / "step_0000010").mkdir()
+    assert is_done(run)
+    (run.run_dir / "metrics.jsonl").unlink()
+    assert not is_done(run)
