@@ -121,7 +121,7 @@ GOOD = ["--checkpoint", "{root}/run", "--device", "cpu"]
 GENERATE = [  # (generate flags, expected text)
     (["--checkpoint", "/no/such/run", "--prompt", "a"], "--checkpoint /no/such/run: no such file or folder"),
     (["--checkpoint", "{root}/emptydir", "--prompt", "a"], "is neither a checkpoint nor a run folder"),
-    (["--checkpoint", "{root}/hf", "--prompt", "a"], "is a Hugging Face model folder"),
+    (["--checkpoint", "{root}/hf", "--prompt", "a"], "this Hugging Face folder has no tokenizer.json"),
     (["--checkpoint", "{root}/truncated", "--prompt", "a"], "model.safetensors has 100 bytes"),
     (["--checkpoint", "{root}/nomanifest", "--prompt", "a"], "manifest.json is missing or unreadable"),
     (["--checkpoint", "{root}/shape", "--prompt", "a"], "but config.json builds [192, 32]"),
