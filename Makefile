@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 TORCH   := torch==2.13.0
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv lint test bench demo clean chromium
+.PHONY: venv lint test bench bench-quick demo clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,11 +40,18 @@ demo: $(STAMP)
 	$(BIN)/archlab generate --checkpoint runs/demo --prompt "def " --prompt "class " --prompt "import " \
 		--max-new-tokens 120 --temperature 0.7 --seed 0
 
-# speed and memory figures (not tests): data preparation, trainer overhead, decoding vs transformers
+# speed and memory figures (not tests), written to benchmarks/results/: the training step against transformers
+# and a nanoGPT-style model (train_step.md/.json, ~10-15 min on 2 cores), trainer overhead, data, decoding
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_data.py
-	$(BIN)/python benchmarks/bench_train.py
-	$(BIN)/python benchmarks/bench_generate.py
+	mkdir -p benchmarks/results
+	$(BIN)/python benchmarks/bench_step.py
+	$(BIN)/python benchmarks/bench_train.py --steps 20 --repeats 2 | tee benchmarks/results/trainer_overhead.txt
+	$(BIN)/python benchmarks/bench_data.py | tee benchmarks/results/data.txt
+	$(BIN)/python benchmarks/bench_generate.py --quick | tee benchmarks/results/generate.md
+
+# a couple of minutes: one small Llama shape, archlab vs transformers vs nanoGPT-style (train_step_quick.md)
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/bench_step.py --quick
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info runs/demo

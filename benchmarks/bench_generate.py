@@ -33,6 +33,7 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
+from archlab.costs import kv_cache_bytes
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import decode_layout
@@ -121,9 +122,9 @@ def kv_table(args: argparse.Namespace) -> None:
     rates = decode_rates({name: ours(m, prompt, args.new_tokens) for name, m in models.items()}, args.repeats)
     for name, model in models.items():
         c = model.config
-        per_token = KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, torch.float32)
+        kv = kv_cache_bytes(c, context, "fp32")  # archlab.costs: the formula `archlab inspect` prints
         allocated = KVCache.for_model(model, 1, context).nbytes()
-        print(f"| {name} | {c.n_kv_heads} | {per_token:,} | {allocated:,} | {per_token * context:,} | "
+        print(f"| {name} | {c.n_kv_heads} | {kv['per_token']:,} | {allocated:,} | {kv['context']:,} | "
               f"{statistics.median(rates[name]):.1f} |")
 
 

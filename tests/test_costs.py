@@ -1,5 +1,5 @@
-"""analysis.py against the built model: parameter counts by part, FLOPs by torch's FLOP counter, KV bytes
-by the cache's buffers; and `archlab inspect` end to end."""
+"""costs.py against the built model: parameter counts by part, FLOPs by torch's FLOP counter, KV bytes by
+the cache's buffers (window layers keep their window) and by the memory report; and `archlab inspect` end to end."""
 
 import json
 import subprocess
@@ -10,7 +10,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from archlab import KVCache, ModelConfig, TransformerLM, build_preset
-from archlab.costs import flops_per_token, kv_cache_bytes, parameter_counts
+from archlab.cli import main
+from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within, parameter_counts
+from archlab.infer.generate import generate
+from archlab.infer.memory import memory_report
+from archlab.infer.sampling import SamplingConfig
 from archlab.nn.presets import PRESETS
 
 PART_OF = [  # parameter-name fragment -> part in parameter_counts
@@ -63,12 +67,49 @@ def test_sliding_window_reduces_attention_flops():
     assert w == f // 2 + f // 2 // 8
 
 
+@pytest.mark.parametrize("window", [None, 10, 100])
 @pytest.mark.parametrize("n_kv", [4, 2, 1])
-def test_kv_bytes_match_cache_buffers(n_kv):
-    cfg = ModelConfig(n_heads=4, n_kv_heads=n_kv, max_seq_len=64)
+def test_kv_bytes_match_cache_buffers(n_kv, window):
+    cfg = ModelConfig(n_heads=4, n_kv_heads=n_kv, max_seq_len=64, n_layers=3, sliding_window=window,
+                      window_pattern="SF")
     cache = KVCache.for_model(TransformerLM(cfg), batch_size=3, max_len=64)
     assert cache.nbytes() == kv_cache_bytes(cfg, 64, "fp32", batch=3)["context"]
+    slots = 64 + 64 + 64 if window is None or window >= 64 else window + 64 + window  # layers S F S
+    assert cache.nbytes() == 3 * slots * 2 * n_kv * cfg.head_dim * 4
     assert kv_cache_bytes(cfg, dtype="fp32")["per_token"] == 2 * cfg.n_layers * n_kv * cfg.head_dim * 4
+
+
+@pytest.mark.parametrize("pattern", ["SF", "S", "F"])
+def test_kv_tokens_within_a_budget(pattern):
+    """The longest context whose cache fits, against a scan of the formula; never outgrown with every layer
+    windowed."""
+    cfg = ModelConfig(n_layers=3, max_seq_len=64, sliding_window=8, window_pattern=pattern)
+    for budget in (0, 5_000, 60_000, 200_000, 10**6):
+        fitting = [t for t in range(1, 2000) if kv_cache_bytes(cfg, t, "fp32")["context"] <= budget]
+        within = kv_tokens_within(cfg, budget, "fp32")
+        if pattern == "S" and fitting and fitting[-1] == 1999:
+            assert within is None
+        else:
+            assert within == (fitting[-1] if fitting else 0)
+
+
+def test_inspect_allocated_and_reported_kv_bytes_agree_for_a_windowed_model(capsys):
+    """One formula: `archlab inspect`'s KV bytes == what the cache of a gemma2 model (alternating windowed and
+    full layers) allocates while generating 3 windows of context == the `--report-memory` figures."""
+    cfg = build_preset("gemma2", "tiny")  # window 64 on layer 0, layer 1 full
+    context = 3 * cfg.sliding_window
+    assert main(["inspect", "--preset", "gemma2", "--size", "tiny", "--context", str(context), "--dtype", "fp32",
+                 "--json"]) == 0
+    inspected = json.loads(capsys.readouterr().out)["kv_cache_bytes"]["context"]
+    torch.manual_seed(0)
+    model = TransformerLM(cfg).eval()
+    sampling = SamplingConfig(max_new_tokens=context - 8, temperature=0.0, allow_extrapolation=True)
+    result = generate(model, [list(range(1, 9))], sampling)
+    assert result.context_len == context
+    assert inspected == result.cache_bytes == (context + cfg.sliding_window) * 2 * cfg.n_kv_heads * cfg.head_dim * 4
+    report = memory_report(model, result, torch.device("cpu"))
+    assert f"allocated {inspected:,} bytes" in report
+    assert f"{inspected:,} B for the context; outweighs" in report.split("<- this model")[0].splitlines()[-1]
 
 
 def test_inspect_cli_json_and_errors():

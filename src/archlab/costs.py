@@ -1,5 +1,6 @@
 """What a configuration costs, computed from the config alone: parameters by part, FLOPs per token and
-KV-cache bytes. Tests check the parameter count against `sum(p.numel())` of the built model.
+KV-cache bytes. Tests check the parameter count against `sum(p.numel())` of the built model, and the KV
+bytes against what `KVCache` really allocates.
 
 FLOPs per token (one multiply-add = 2 FLOPs; PaLM, arXiv 2204.02311, appendix B):
     forward  = 2 * N_matmul + 4 * sum over layers of (H * Dh * T_layer)
@@ -8,6 +9,11 @@ N_matmul counts every weight that multiplies activations (all linear layers, the
 tied; the embedding lookup is free). The attention term is QK^T plus probs @ V for one query against
 T_layer keys: T_layer = T for full layers and min(T, window) for sliding-window layers, T the context.
 Norms, activations, softmax and RoPE are elementwise and left out, as in PaLM's count.
+
+KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-memory` and the tests use it):
+    bytes = batch * 2 (K and V) * n_kv_heads * head_dim * bytes per element * sum over layers of slots
+with slots = T for full layers and min(T, window) for sliding-window layers, whose cache is a ring of
+their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_kv_heads * head_dim * bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from dataclasses import dataclass
 
 from archlab.nn.config import ModelConfig
 
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "int8": 1, "fp8": 1}
+DTYPE_BYTES = {"float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
+               "int8": 1, "fp8": 1}  # keys include torch's dtype names (str(torch.float32) less "torch.")
 
 
 def _norm_params(c: ModelConfig, dim: int) -> int:
@@ -68,15 +75,40 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     return {"matmul": 2 * matmul_params(c), "attention": attention, "forward": forward, "training": 3 * forward}
 
 
-def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf16", batch: int = 1) -> dict[str, int]:
-    """Bytes of K and V: per token (2 * layers * kv_heads * head_dim * bytes) and for a full `context`
-    (sliding-window layers need only their window)."""
+def kv_cache_slots(c: ModelConfig, context: int) -> int:
+    """Cache slots summed over layers for `context` tokens: full layers keep every token, sliding-window
+    layers their last `sliding_window` (a ring in `KVCache`)."""
+    return sum(min(context, c.sliding_window) if c.layer_is_sliding(i) else context for i in range(c.n_layers))
+
+
+def _slot_bytes(c: ModelConfig, dtype: str) -> int:
+    """K and V of one layer for one token: 2 * n_kv_heads * head_dim * bytes."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r} is not allowed: one of {', '.join(DTYPE_BYTES)}")
+    return 2 * c.n_kv_heads * c.head_dim * DTYPE_BYTES[dtype]
+
+
+def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf16", batch: int = 1) -> dict[str, int]:
+    """Bytes of K and V: per token below every window (2 * layers * kv_heads * head_dim * bytes) and for a
+    `context` of tokens (default max_seq_len) x `batch` sequences, sliding-window layers keeping their window.
+    `context` equals what `KVCache(..., max_len=context)` of the model allocates (`KVCache.nbytes()`)."""
     t = context or c.max_seq_len
-    per_layer_token = 2 * c.n_kv_heads * c.head_dim * DTYPE_BYTES[dtype]
-    slots = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
-    return {"per_token": c.n_layers * per_layer_token, "context": batch * slots * per_layer_token}
+    per_slot = _slot_bytes(c, dtype)
+    return {"per_token": c.n_layers * per_slot, "context": batch * kv_cache_slots(c, t) * per_slot}
+
+
+def kv_tokens_within(c: ModelConfig, budget: int, dtype: str = "bf16") -> int | None:
+    """The longest context whose cache for one sequence fits in `budget` bytes, or None when every context
+    does (every layer windowed: the cache stops growing at the window)."""
+    per_slot = _slot_bytes(c, dtype)
+    windowed = [i for i in range(c.n_layers) if c.layer_is_sliding(i)]
+    n_full = c.n_layers - len(windowed)
+    t = budget // (c.n_layers * per_slot)  # while every window still grows
+    if not windowed or t < c.sliding_window:
+        return t
+    if n_full == 0:
+        return None
+    return (budget // per_slot - len(windowed) * c.sliding_window) // n_full  # past the window only full layers grow
 
 
 @dataclass

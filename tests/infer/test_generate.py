@@ -195,9 +195,35 @@ def test_generation_reports_its_cache_and_restores_training_mode() -> None:
     result = generate(model, [[1, 2], [3, 4, 5, 6]], GREEDY)
     c = model.config
     assert result.context_len == 4 + GREEDY.max_new_tokens
-    assert result.cache_bytes == KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim) * 2 * result.context_len
+    assert result.cache_bytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4 * 2 * result.context_len  # fp32, B=2
     assert result.decode_steps == GREEDY.max_new_tokens - 1
     assert model.training
+
+
+@torch.no_grad()
+def greedy_without_cache(model: TransformerLM, prompt: list[int], n: int) -> list[int]:
+    """The slow reference: a full forward over the whole sequence for every new token."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("fields", [
+    dict(sliding_window=4, window_pattern="SF", attn_softcap=5.0, final_softcap=3.0),  # gemma2-style
+    dict(sliding_window=3, n_kv_heads=1),  # mistral-style: every layer windowed, MQA
+])
+def test_windowed_generation_equals_greedy_full_forwards(fields: dict) -> None:
+    """A left-padded batch decoded past 3 windows with the ring caches gives the tokens of full forwards per
+    prompt, while allocating only the window for windowed layers."""
+    model = tiny(**fields)
+    prompts, n = [[5, 6, 7, 8, 9], [10, 11]], 12
+    result = generate(model, prompts, SamplingConfig(max_new_tokens=n, temperature=0))
+    assert result.tokens == [greedy_without_cache(model, p, n) for p in prompts]
+    c = model.config
+    slots = sum(min(c.sliding_window, result.context_len) if c.layer_is_sliding(i) else result.context_len
+                for i in range(c.n_layers))
+    assert result.cache_bytes == 2 * slots * 2 * c.n_kv_heads * c.head_dim * 4  # B=2, K and V, fp32
 
 
 def test_kv_bytes_table_for_mha_gqa_mqa() -> None:
@@ -279,8 +305,8 @@ COMPILED = dict(qk_norm="rmsnorm", attn_softcap=30.0, sliding_window=6, final_so
 
 def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> None:
     """The compiled step's logits equal the eager step's to 1e-5 at every cache length. The cache length is a
-    symbol, so the graphs are one per branch of the model's Python (here: before and after the sliding window
-    starts to cut keys), never one per step."""
+    symbol, so the graphs are one per branch of the model's Python (here: before and after the window's ring
+    cache wraps), never one per step."""
     torch._dynamo.reset()
     counters.clear()
     model = tiny(**COMPILED)
@@ -295,7 +321,7 @@ def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> 
             torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
                                        rtol=1e-5, atol=1e-5)
             graphs.append(counters["stats"]["unique_graphs"])
-    assert graphs[0] == 1 and graphs[5] == graphs[-1] == 2  # the window (6) is full from the third step on
+    assert graphs[0] == 1 and graphs[5] == graphs[-1] == 2  # the ring of 6 slots is full from the second step on
 
 
 def test_compiled_generation_samples_the_same_text(tokenizer) -> None:
@@ -374,10 +400,10 @@ def test_cli_report_memory(fake_checkpoint, capsys) -> None:
                  "--report-memory"]) == 0
     err = capsys.readouterr().err
     c = tiny().config
-    per_token = KVCache.bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim)
+    per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4  # fp32
     assert f"context 8 tokens x batch 1); allocated {per_token * 8:,} bytes" in err
     for name, k in (("MHA", 4), ("GQA", 2), ("MQA", 1)):
-        assert f"{name} ({k} KV heads): {KVCache.bytes_per_token(c.n_layers, k, c.head_dim):,} B/token" in err
+        assert f"{name} ({k} KV heads): {2 * c.n_layers * k * c.head_dim * 4:,} B/token" in err
     assert "peak process resident memory (RSS)" in err
 
 

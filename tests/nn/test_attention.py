@@ -24,8 +24,8 @@ def reference_attention(attn, x, inp, cfg: ModelConfig) -> torch.Tensor:
         q, k = attn.q_norm(q), attn.k_norm(k)
     if cfg.key_norm:
         k = k / k.norm(dim=-1, keepdim=True)
-    if inp.cos_sin is not None:
-        cos, sin = (t.double().transpose(1, 2) for t in inp.cos_sin)  # (B, 1, T, d/2) for (B, H, T, Dh)
+    if inp.rope is not None:
+        cos, sin = (t.double().transpose(1, 2) for t in (inp.rope.cos, inp.rope.sin))  # (B, 1, T, d) for (B, H, T, Dh)
         q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
     scale = cfg.attn_scale or (1.0 if cfg.key_norm else 1 / math.sqrt(Dh))
     outs = []
@@ -38,7 +38,7 @@ def reference_attention(attn, x, inp, cfg: ModelConfig) -> torch.Tensor:
             s = s + inp.bias[0, h].double()
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
         visible = j <= i
-        if cfg.sliding_window and attn.sliding:
+        if cfg.sliding_window and cfg.layer_is_sliding(attn.layer_idx):
             visible &= i - j < cfg.sliding_window
         s = s.masked_fill(~visible, float("-inf"))
         outs.append(torch.softmax(s, -1) @ v[:, g])
@@ -70,7 +70,7 @@ def test_attention_matches_reference(name, impl):
     model = randomize_(TransformerLM(cfg), std=0.5)
     attn = model.layers[0].attn
     x = torch.randn(2, 7, 32)
-    inp = model._attention_inputs(torch.arange(7)[None].expand(2, 7), 7, 0, None)
+    inp = model._attention_inputs(torch.arange(7)[None].expand(2, 7))[0]
     torch.testing.assert_close(attn(x, inp).double(), reference_attention(attn, x, inp, cfg), rtol=1e-4, atol=1e-5)
 
 
@@ -115,7 +115,7 @@ def test_gqa_with_all_kv_heads_is_mha():
     model = randomize_(TransformerLM(cfg), 0.5)
     attn = model.layers[0].attn
     x = torch.randn(1, 5, 32)
-    inp = model._attention_inputs(torch.arange(5)[None], 5, 0, None)
+    inp = model._attention_inputs(torch.arange(5)[None])[0]
     torch.testing.assert_close(attn(x, inp).double(), reference_attention(attn, x, inp, cfg), rtol=1e-4, atol=1e-5)
 
 
@@ -127,6 +127,6 @@ def test_key_norm_scores_are_bounded_by_query_norm():
     model = randomize_(TransformerLM(cfg), 0.5)
     attn = model.layers[0].attn
     x = torch.randn(1, 6, 32) * 100
-    q, k, _ = attn.project(x, model._attention_inputs(torch.arange(6)[None], 6, 0, None))
+    q, k, _ = attn.project(x, model._attention_inputs(torch.arange(6)[None])[0])
     assert torch.allclose(k.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5)
     assert ((q @ k.transpose(-1, -2)).abs() <= q.norm(dim=-1, keepdim=True) + 1e-4).all()

@@ -4,6 +4,8 @@ batches equal each row alone; the cache stores K/V heads only and never realloca
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -143,8 +145,7 @@ def test_cache_holds_kv_heads_only(n_kv_heads: int) -> None:
     cache = KVCache.for_model(model, batch_size=3, max_len=10)
     c = model.config
     assert cache.k[0].shape == (3, n_kv_heads, 10, c.head_dim)
-    per_token = KVCache.bytes_per_token(c.n_layers, n_kv_heads, c.head_dim, torch.float32)
-    assert per_token == 2 * c.n_layers * n_kv_heads * c.head_dim * 4
+    per_token = 2 * c.n_layers * n_kv_heads * c.head_dim * 4  # K and V, every layer, fp32
     assert cache.nbytes() == per_token * 3 * 10
 
 
@@ -196,3 +197,114 @@ def test_prefill_can_keep_only_the_last_logits() -> None:
         last = model(ids[:, :PREFILL], cache=cache, logits_to_keep=1)
     assert cache.pos == PREFILL and last.shape == (2, 1, VOCAB)
     torch.testing.assert_close(last[:, 0], cached_logits(model, ids)[:, PREFILL - 1], **TOL)
+
+
+# ----- sliding-window layers keep a ring of their window -----
+W = 4  # the window of the ring tests; T = 20 tokens is 5 windows
+RING_CHUNKS = [(PREFILL,), (3, 6, 2), (9, 5), (1, 1, 2, 7)]  # prefill chunks smaller, equal and larger than W
+
+
+def window_model(preset: str | None = None, **fields: object) -> TransformerLM:
+    torch.manual_seed(0)
+    config = (build_preset(preset, "tiny", **SMALL, sliding_window=W, **fields) if preset
+              else ModelConfig(**{**SMALL, "sliding_window": W, **fields}))
+    return TransformerLM(config).eval()
+
+
+RING_MODELS = {
+    "gemma2 (SF, softcaps, GQA)": dict(preset="gemma2"),
+    "mistral (all S, GQA)": dict(preset="llama", window_pattern="S"),
+    "alibi SF": dict(position="alibi", window_pattern="SF"),
+    "relative S, softcap": dict(position="relative", relative_buckets=8, relative_max_distance=16, attn_softcap=5.0),
+    "MQA eager FS": dict(n_kv_heads=1, attn_impl="eager", window_pattern="FS"),
+    "dynamic NTK SF": dict(rope_scaling=RopeScaling("dynamic", 2.0, T), window_pattern="SF"),
+    "learned, post-norm": dict(position="learned", norm_position="post"),
+}
+
+
+@pytest.mark.parametrize("name", RING_MODELS)
+def test_ring_cache_equals_full_forward(name: str) -> None:
+    """Prefill chunks of every size relative to the window, then one-token steps, to 5 windows: the logits
+    of the full forward, while window layers allocate only W slots."""
+    model = window_model(**RING_MODELS[name])
+    ids = tokens()
+    with torch.no_grad():
+        full = model(ids)
+    for chunks in RING_CHUNKS:
+        torch.testing.assert_close(cached_logits(model, ids, chunks), full, **TOL)
+    cache = KVCache.for_model(model, 2, T)
+    c = model.config
+    assert [k.shape[2] for k in cache.k] == [W if c.layer_is_sliding(i) else T for i in range(c.n_layers)]
+    assert any(c.layer_is_sliding(i) for i in range(c.n_layers))
+
+
+def test_ring_holds_the_last_window_and_update_returns_the_slots_key_slots_names() -> None:
+    """Bookkeeping against the token slots themselves: each key's value is its token slot, so what `update`
+    returns must equal `key_slots` (or 0..pos+T-1 in order), and the ring the last W token slots."""
+    cache = KVCache(2, 1, 30, 1, 1, windows=(None, W))
+    pos = 0
+    for t in (1, 2, 1, 1, 3, 1, 6, 1, 1, 4, 1):
+        slots = torch.arange(pos, pos + t, dtype=torch.float32).view(1, 1, t, 1)  # (B, K, T, Dh) = slot
+        expected = cache.key_slots(t, W)
+        expected = torch.arange(pos + t) if expected is None else expected
+        full_keys, _ = cache.update(0, slots, slots)
+        ring_keys, ring_values = cache.update(1, slots, slots)
+        assert full_keys.flatten().tolist() == list(range(pos + t))
+        assert ring_keys.flatten().tolist() == ring_values.flatten().tolist() == expected.float().tolist()
+        cache.advance(t)
+        pos += t
+        assert sorted(cache.k[1].flatten().tolist()) == sorted([*range(max(0, pos - W), pos), *[0] * (W - pos)])
+    assert cache.k[1].shape[2] == W and cache.k[0].shape[2] == 30
+
+
+def test_dynamic_ntk_ring_rerotates_the_window_at_the_current_length() -> None:
+    """One layer, window 4, Dynamic NTK past M = 10: the ring holds unrotated keys and every call rotates
+    them at the current length, equal to the full forward on the prefix that ends where the call ends (a
+    chunk runs at one length, the length after it)."""
+    model = window_model(n_layers=1, n_kv_heads=2, rope_scaling=RopeScaling("dynamic", 2.0, 10))
+    ids = tokens()
+    for chunks in RING_CHUNKS:
+        ends = list(itertools.accumulate(chunks)) + list(range(sum(chunks) + 1, T + 1))
+        with torch.no_grad():
+            reference = torch.cat([model(ids[:, :end])[:, start:] for start, end in zip([0, *ends], ends)], dim=1)
+        torch.testing.assert_close(cached_logits(model, ids, chunks), reference, **TOL)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(preset="gemma2"), dict(position="alibi", n_kv_heads=2), dict(position="relative", window_pattern="SF"),
+    dict(n_layers=1, rope_scaling=RopeScaling("dynamic", 2.0, 8)),
+], ids=lambda f: "-".join(f"{k}={getattr(v, 'kind', v)}" for k, v in f.items()))
+def test_ring_left_padded_chunked_batch_equals_each_row_alone(fields: dict) -> None:
+    """A left-padded batch prefilled in two chunks (the padding spans the first), then decoded past 3 windows:
+    each row equals that row alone, prefilled in the same two chunks of its real tokens."""
+    model = window_model(**fields)
+    prompts = [tokens(1, n, seed=n)[0].tolist() for n in (2, 11, 7)]
+    steps = tokens(3, 6, seed=2)
+    ids, mask = left_pad(prompts)
+    cache = KVCache.for_model(model, 3, ids.shape[1] + steps.shape[1])
+    out = []
+    with torch.no_grad():
+        for part in (slice(0, 5), slice(5, None)):
+            cache.set_padding(mask[:, part])
+            out.append(model(ids[:, part], cache=cache))
+        out += [model(steps[:, j : j + 1], cache=cache) for j in range(steps.shape[1])]
+    batched = torch.cat(out, dim=1)
+    for row, prompt in enumerate(prompts):
+        first = max(0, 5 - (ids.shape[1] - len(prompt)))  # this row's real tokens in the first chunk
+        chunks = tuple(n for n in (first, len(prompt) - first) if n)
+        alone = cached_logits(model, torch.tensor([prompt + steps[row].tolist()]), chunks=chunks)
+        torch.testing.assert_close(batched[row, ids.shape[1] - len(prompt) :], alone[0], **TOL)
+
+
+def test_a_cache_with_other_windows_is_refused() -> None:
+    model = window_model(window_pattern="SF")
+    wrong = KVCache(2, 1, 8, 4, 8, windows=(None, W))  # the rings on the wrong layer
+    with pytest.raises(ValueError, match=r"a KVCache with windows \[None, 4\] does not fit this model's layers"):
+        model(tokens(1, 3), cache=wrong)
+    with pytest.raises(ValueError, match=r"windows=\[4\] is not allowed: one entry per layer \(2\)"):
+        KVCache(2, 1, 8, 4, 8, windows=(W,))
+    plain = KVCache(2, 1, T, 4, 8)  # every slot in every layer: window layers mask instead, also exact
+    ids = tokens(1)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat([model(ids[:, :6], cache=plain)] + [
+            model(ids[:, t : t + 1], cache=plain) for t in range(6, T)], dim=1), model(ids), **TOL)

@@ -12,8 +12,8 @@
   (`context_limit`), unless extrapolation is asked for explicitly.
 - Speed: float32 Linear weights are read column-major on the CPU while generating (`decode_layout`), and
   `compile_decode=True` runs the one-token steps through torch.compile (docs/inference.md, "Decode speed").
-Every decode step costs the same Python work at any length: the cache is preallocated and masks, positions
-and RoPE tables are built for the new token only.
+Every decode step costs the same Python work at any length: the cache is preallocated (sliding-window layers
+keep a ring of their window) and masks, positions and RoPE tables are built for the new token only.
 
 Shapes: B batch, T prompt length (padded), V vocabulary.
 """
@@ -47,8 +47,8 @@ class Generation:
 
     tokens: list[list[int]]  # new tokens per prompt, without the EOS; up to the token completing a stop string
     texts: list[str] = field(default_factory=list)  # decoded new text per prompt (generate_text only)
-    cache_bytes: int = 0  # bytes the KV cache allocated
-    context_len: int = 0  # slots per row in the cache: longest prompt + max_new_tokens
+    cache_bytes: int = 0  # bytes the KV cache allocated (window layers: their window), = costs.kv_cache_bytes
+    context_len: int = 0  # tokens per row the cache holds: longest prompt + max_new_tokens
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     decode_steps: int = 0  # forwards after the prefill (one token per row each)

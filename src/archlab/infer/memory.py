@@ -1,30 +1,42 @@
 """What generation costs in memory: KV-cache bytes for this model and for MHA / GQA / MQA at its width,
-and the measured peak (`archlab generate --report-memory`). Bytes come from `archlab.costs`, the one formula.
+and the measured peak (`archlab generate --report-memory`). Bytes come from `archlab.costs`, the one formula
+(sliding-window layers keep only their window), which is also what `KVCache.nbytes()` allocates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import sys
 
 import torch
 
+from archlab.costs import kv_cache_bytes, kv_tokens_within
 from archlab.infer.generate import Generation
 from archlab.nn.config import ModelConfig
-from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
 
 
-def kv_bytes_table(config: ModelConfig, dtype: torch.dtype, context_len: int, batch_size: int = 1) -> list[dict]:
-    """KV-cache bytes per token and for the whole context, for this model and for MHA / GQA / MQA at its width."""
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bfloat16", the key `archlab.costs.DTYPE_BYTES` knows it by."""
+    return str(dtype).removeprefix("torch.")
+
+
+def kv_bytes_table(
+    config: ModelConfig, dtype: torch.dtype, context_len: int, batch_size: int = 1, budget: int | None = None
+) -> list[dict]:
+    """KV-cache bytes per token and for the whole context (x batch), for this model and for MHA / GQA / MQA at
+    its width; with a `budget` in bytes, also the longest context one sequence's cache fits in (None: any)."""
     h = config.n_heads
     gqa = config.n_kv_heads if 1 < config.n_kv_heads < h else _gqa_heads(h)
     variants = [("MHA", h), *([("GQA", gqa)] if gqa else []), ("MQA", 1)]
     rows = []
     for name, k in variants:
-        per_token = KVCache.bytes_per_token(config.n_layers, k, config.head_dim, dtype)
+        variant = config if k == config.n_kv_heads else dataclasses.replace(config, n_kv_heads=k)
+        kv = kv_cache_bytes(variant, context_len, dtype_name(dtype), batch_size)
+        fits = kv_tokens_within(variant, budget, dtype_name(dtype)) if budget is not None else None
         rows.append(dict(attention=name, n_kv_heads=k, this_model=k == config.n_kv_heads,
-                         bytes_per_token=per_token, context_bytes=per_token * context_len * batch_size))
+                         bytes_per_token=kv["per_token"], context_bytes=kv["context"], tokens_within_budget=fits))
     return rows
 
 
@@ -48,14 +60,18 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     dtype = next(model.parameters()).dtype
     batch = len(result.tokens)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    windows = sum(w is not None for w in model.layer_windows)
+    kept = f"; {windows} sliding-window layers keep {config.sliding_window} slots" if windows else ""
     lines = [f"KV cache ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
-             f"{result.context_len} tokens x batch {batch}); allocated {result.cache_bytes:,} bytes"]
-    for row in kv_bytes_table(config, dtype, result.context_len, batch):
+             f"{result.context_len} tokens x batch {batch}{kept}); allocated {result.cache_bytes:,} bytes"]
+    for row in kv_bytes_table(config, dtype, result.context_len, batch, budget=param_bytes):
         marker = "  <- this model" if row["this_model"] else ""
-        outweighs = param_bytes // row["bytes_per_token"]
+        fits = row["tokens_within_budget"]
+        outweighs = (f"past {fits:,} tokens" if fits is not None
+                     else "at no length (every layer keeps only its window)")
         lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
                      f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "
-                     f"past {outweighs:,} tokens{marker}")
+                     f"{outweighs}{marker}")
     label, peak = peak_memory(device)
     lines.append(f"{label}: {peak / 2**20:,.1f} MiB")
     return "\n".join(lines)

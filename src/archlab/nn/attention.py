@@ -1,4 +1,4 @@
-"""Causal self-attention with every switch of the seeds in one module.
+"""Causal self-attention with every attention switch archlab offers, in one module.
 
 - MHA / GQA / MQA: `n_kv_heads` K/V heads, query head h reads K/V head h // (H / K) (Ainslie et al.
   arXiv 2305.13245; Shazeer arXiv 1911.02150).
@@ -7,12 +7,15 @@
 - KeyNorm: keys L2-normalised, and the scale defaults to 1 since |q| now sets the temperature
   (Su, "Transformer upgrade 15", kexue.fm/archives/9859).
 - attention logit softcapping: cap * tanh(scores / cap) before the mask (Gemma 2).
-- sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2 alternates).
-- RoPE, or an additive bias from positions.py (relative, ALiBi), or nothing.
+- sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2 alternates); its cache
+  keeps only the window (nn/kv_cache.py), and its mask and bias come with its `AttentionInputs`.
+- RoPE (how q and k are rotated is the `RopePositions` plan of nn/rope.py, asked at projection time and after
+  the cache update), or an additive bias from positions.py (relative, ALiBi), or nothing.
 The fast path is F.scaled_dot_product_attention (is_causal, no mask tensor, when nothing needs one); the
 eager path in functional.eager_attention supports everything and is tested against it.
 
-Shapes: B batch, T queries, S keys, D model width, H query heads, K KV heads, Dh head dim.
+Shapes: B batch, T queries, S keys, D model width, H query heads, K KV heads, Dh head dim; slots are token
+slots of the cache (query slots (T,), key slots (S,)).
 """
 
 from __future__ import annotations
@@ -27,20 +30,18 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import eager_attention
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
-from archlab.nn.rope import apply_rope
+from archlab.nn.rope import RopePositions
 
 
 @dataclass
 class AttentionInputs:
-    """What every layer's attention needs besides x, computed once per forward by the model."""
+    """What a layer's attention needs besides x, computed once per forward by the model for each kind of
+    layer (full, sliding-window): the keys a kind reads, and so its mask and bias, differ with its cache."""
 
-    cos_sin: tuple[torch.Tensor, torch.Tensor] | None  # RoPE tables (B, T, 1, d_rot) or None
+    rope: RopePositions | None  # how q and k are rotated; None without RoPE
     mask: torch.Tensor | None  # bool (B|1, 1, T, S), True = visible; None = plain causal
-    window_mask: torch.Tensor | None  # the same with the sliding window applied (window layers)
     bias: torch.Tensor | None  # additive (1, H, T, S) position bias, or None
     cache: KVCache | None
-    # RoPE tables (B, 1, S, d_rot) for all keys, set when keys are rotated after caching (Dynamic NTK)
-    key_cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -59,7 +60,6 @@ class Attention(nn.Module):
         c = config
         self.layer_idx = layer_idx
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
-        self.sliding = c.layer_is_sliding(layer_idx)
         self.qkv_proj = nn.Linear(c.d_model, (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, bias=c.attn_bias)  # [q|k|v]
         self.o_proj = nn.Linear(c.n_heads * c.head_dim, c.d_model, bias=c.attn_bias)
         self.qk_norm_scope = c.qk_norm_scope
@@ -75,14 +75,14 @@ class Attention(nn.Module):
         self.scale = c.resolved_attn_scale
         self.softcap = c.attn_softcap
         self.use_sdpa = c.attn_impl == "sdpa" or (c.attn_impl == "auto" and c.attn_softcap is None)
-        self.rope_layout = c.rope_layout
         self.dropout = c.attn_dropout
 
     def project(self, x: torch.Tensor, inp: AttentionInputs) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied.
 
         Norms and RoPE act in the (B, T, heads, Dh) layout that the fused projection gives; when q and k
-        get the same treatment, one RoPE call rotates both, which halves the small ops of a decode step."""
+        get the same treatment (no norm on either), the plan gets them as one tensor and one RoPE call
+        rotates both. Keys the cache holds unrotated are left for `RopePositions.rotate_cached_keys`."""
         B, T, _ = x.shape
         H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
         heads = self.qkv_proj(x).view(B, T, H + 2 * K, Dh)  # [q heads | k heads | v heads]
@@ -94,12 +94,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.key_norm:
             k = F.normalize(k, dim=-1)
-        rotate_k = inp.key_cos_sin is None  # else the cache holds unrotated keys, rotated in forward
-        if inp.cos_sin is not None and rotate_k and self.q_norm is None and not self.key_norm:
-            q, k = apply_rope(heads[:, :, : H + K], *inp.cos_sin, self.rope_layout).split([H, K], dim=2)
-        elif inp.cos_sin is not None:
-            q = apply_rope(q, *inp.cos_sin, self.rope_layout)
-            k = apply_rope(k, *inp.cos_sin, self.rope_layout) if rotate_k else k
+        if inp.rope is not None:
+            qk = heads[:, :, : H + K] if self.q_norm is None and not self.key_norm else None  # still [q | k]
+            q, k = inp.rope.rotate_queries_keys(q, k, qk)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, Dh)
 
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
@@ -107,11 +104,12 @@ class Attention(nn.Module):
         q, k, v = self.project(x, inp)
         if inp.cache is not None:
             k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
-        if inp.key_cos_sin is not None:
-            k = apply_rope(k, *inp.key_cos_sin, self.rope_layout)  # all S keys at the current length
-        mask = inp.window_mask if self.sliding else inp.mask
+        if inp.rope is not None and inp.rope.rotates_cached_keys:
+            k = inp.rope.rotate_cached_keys(k)  # (B, K, S, Dh)
+        mask = inp.mask
         if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa):
-            mask = causal_mask(T, k.shape[2], k.shape[2] - T, None, None, x.device)  # plain causal, explicit
+            S = k.shape[2]  # plain causal over keys in slot order, made explicit
+            mask = causal_mask(torch.arange(S - T, S, device=x.device), torch.arange(S, device=x.device), None, None)
         causal = mask is None and T > 1  # SDPA's is_causal: no mask tensor needed
         q, k, v, bias = self._match_heads(q, k, v, inp.bias)
         dropout = self.dropout if self.training else 0.0
@@ -153,16 +151,16 @@ class Attention(nn.Module):
 
 
 def causal_mask(
-    t: int, s: int, offset: int, window: int | None, key_mask: torch.Tensor | None, device: torch.device
+    q_slots: torch.Tensor, k_slots: torch.Tensor, window: int | None, key_mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """bool (B|1, 1, T, S): query slot offset+i sees key slot j iff j <= offset+i, within `window`, and
-    j holds a real token; a query always sees itself, so padded rows stay finite."""
-    q_slot = torch.arange(offset, offset + t, device=device)[:, None]  # (T, 1)
-    k_slot = torch.arange(s, device=device)[None, :]  # (1, S)
+    """bool (B|1, 1, T, S): the query in token slot q_slots[i] sees the key in token slot k_slots[j] iff
+    k <= q, within `window` (q - k < window), and k holds a real token (key_mask (B, L) by token slot); a
+    query always sees itself, so padded rows stay finite. Key slots in any order (a window's ring) work."""
+    q_slot, k_slot = q_slots[:, None], k_slots[None, :]  # (T, 1), (1, S)
     visible = k_slot <= q_slot
     if window is not None:
         visible = visible & (q_slot - k_slot < window)
     visible = visible[None, None]  # (1, 1, T, S)
     if key_mask is not None:
-        visible = visible & (key_mask[:, None, None, :s] | (k_slot == q_slot))
+        visible = visible & (key_mask[:, None, None, k_slots] | (k_slot == q_slot))
     return visible

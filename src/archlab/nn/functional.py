@@ -14,6 +14,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from archlab.nn.fused import cross_entropy as fused_cross_entropy
+from archlab.nn.fused import use_fused
+
 Z_LOSS_COEF = 1e-4  # PaLM (arXiv 2204.02311, sec. 5): 1e-4 * log(Z)^2 keeps log Z near 0
 
 
@@ -47,15 +50,20 @@ def cross_entropy(
     targets: torch.Tensor,
     z_loss_coef: float = 0.0,
     ignore_index: int = -100,
+    fused: bool = True,
 ) -> torch.Tensor:
     """Mean token cross entropy from logits (..., V) and targets (...), plus z_loss_coef * log(Z)^2.
 
-    Computed in float32 via logsumexp (stable for any logit size); targets equal to `ignore_index` count in
-    neither term.
+    Computed in float32 via log-softmax (stable for any logit size); targets equal to `ignore_index` count in
+    neither term. With autograd recording, `nn.fused.cross_entropy` (same value, a backward that reuses the
+    forward's buffer) runs unless `fused=False`.
     """
     logits = logits.reshape(-1, logits.size(-1)).float()  # (N, V)
     targets = targets.reshape(-1)  # (N,)
-    loss = F.cross_entropy(logits, targets, ignore_index=ignore_index)
+    if fused and use_fused(logits):
+        loss = fused_cross_entropy(logits, targets, ignore_index)
+    else:
+        loss = F.cross_entropy(logits, targets, ignore_index=ignore_index)
     if z_loss_coef:
         loss = loss + z_loss(logits, z_loss_coef, ignore=targets == ignore_index)
     return loss

@@ -1,26 +1,43 @@
 """The key/value cache that turns the model's forward into incremental decoding.
 
-It preallocates, per layer, K and V of shape (B, K, L, Dh) with K the number of KV heads (after GQA
-grouping, before `repeat_kv`), so grouped-query and multi-query models really store fewer bytes:
-2 * n_layers * K * Dh * bytes per element, per token. Writes go into the preallocated slots (no torch.cat),
-so a decode step costs the same Python work at any length.
+It preallocates, per layer, K and V of shape (B, K, L_layer, Dh) with K the number of KV heads (after GQA
+grouping, before `repeat_kv`), so grouped-query and multi-query models really store fewer bytes. A full
+layer keeps every slot, L_layer = L (the capacity); a sliding-window layer of window W keeps only its window,
+a ring of L_layer = min(W, L) slots where token slot a lives at ring slot a mod W (Mistral's rolling buffer,
+Jiang et al., arXiv 2310.06825, section 2). So the cache holds
+    bytes = 2 * K * Dh * bytes per element * B * sum over layers of L_layer,
+the formula of `archlab.costs.kv_cache_bytes` (tests check `nbytes()` against it). Writes go into the
+preallocated slots, so a decode step costs the same Python work at any length.
+
+What a ring layer's `update` returns, for T new tokens after `pos` written ones (`key_slots` says which
+token slot each returned key holds, for the model's masks, biases and key positions):
+- pos + T <= W: the ring has not wrapped; slots 0..pos+T-1 in order, as a full layer.
+- T = 1 past the window: the token is written over the oldest one and the whole ring is returned (W keys,
+  exactly the query's window, in ring order; attention does not care about key order, masks follow the slots).
+- a chunk of T > 1 past the window: the kept keys followed by the T new ones (a temporary of up to W + T
+  keys: the chunk's first queries still need keys the chunk overwrites), then the newest min(T, W) tokens
+  are written into the ring. Only the ring persists between calls.
 
 Besides keys and values it keeps only what says which slots hold tokens: `key_mask` (B, L) once a
-left-padded batch records its padding, and `lengths` (B,), each row's count of real tokens, from which the
-next positions follow in O(1) (the position of a real token is its index among its row's real tokens).
-What the keys are (RoPE applied or not, see `AttentionInputs.key_cos_sin`), masks and biases are the model's
-business.
+left-padded batch records its padding (one byte per slot, indexed by token slot for every layer), and
+`lengths` (B,), each row's count of real tokens, from which the next positions follow in O(1) (the position
+of a real token is its index among its row's real tokens). What the keys are (RoPE applied or not, see
+`archlab.nn.rope.RopePositions`), masks and biases are the model's business.
 
-Shapes: B batch, K KV heads, L capacity (slots), T new tokens, S filled slots, Dh head dim.
+Shapes: B batch, K KV heads, L capacity (token slots), W window (ring slots), T new tokens, S keys returned
+by `update`, Dh head dim.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 
 class KVCache:
-    """Per-layer K/V buffers filled slot by slot; `pos` is the number of slots already written."""
+    """Per-layer K/V buffers (full layers: every slot; window layers: a ring of their window); `pos` is the
+    number of token slots already written."""
 
     def __init__(
         self,
@@ -31,13 +48,23 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        windows: Sequence[int | None] | None = None,
     ) -> None:
-        shape = (batch_size, n_kv_heads, max_len, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        """`windows[i]` is layer i's sliding window (it keeps that many slots), or None for a full layer;
+        None for the whole argument keeps every slot in every layer (a window layer then reads them all
+        and masks, which is exact too)."""
+        self.windows = tuple(windows) if windows is not None else (None,) * n_layers
+        if len(self.windows) != n_layers or any(w is not None and w < 1 for w in self.windows):
+            raise ValueError(f"windows={list(self.windows)} is not allowed: one entry per layer ({n_layers}), "
+                             "each None (full) or a positive window")
+        self.has_rings = any(w is not None for w in self.windows)
+        self.rings = [None if w is None else min(w, max_len) for w in self.windows]  # ring slots per layer
+        shapes = [(batch_size, n_kv_heads, ring or max_len, head_dim) for ring in self.rings]
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
         self.batch_size, self.max_len = batch_size, max_len
         self.pos = 0
-        # (B, L) True where a slot holds a real token; None means every slot does (no padding)
+        # (B, L) True where a token slot holds a real token; None means every slot does (no padding)
         self.key_mask: torch.Tensor | None = None
         # (B,) real tokens per row once padding was recorded (else every row holds `pos`)
         self.lengths: torch.Tensor | None = None
@@ -45,18 +72,12 @@ class KVCache:
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, batch_size: int, max_len: int) -> KVCache:
-        """A cache sized for `model` (a TransformerLM), on its device and in its parameters' dtype."""
+        """A cache sized for `model` (a TransformerLM), on its device and in its parameters' dtype, whose
+        sliding-window layers keep only their window."""
         cfg = model.config
         p = next(model.parameters())
-        return cls(cfg.n_layers, batch_size, max_len, cfg.n_kv_heads, cfg.head_dim, p.dtype, p.device)
-
-    @staticmethod
-    def bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype = torch.float32) -> int:
-        """K and V of every layer for one token of one sequence: 2 * n_layers * n_kv_heads * head_dim * bytes."""
-        return 2 * n_layers * n_kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
-
-    def get_pos(self) -> int:
-        return self.pos
+        return cls(cfg.n_layers, batch_size, max_len, cfg.n_kv_heads, cfg.head_dim, p.dtype, p.device,
+                   model.layer_windows)
 
     def set_padding(self, attention_mask: torch.Tensor) -> None:
         """Record which of the next T slots are real tokens: attention_mask (B, T), 1 = token, 0 = padding.
@@ -83,22 +104,55 @@ class KVCache:
             return self.lengths[:, None] + torch.arange(t, device=device)  # (B, T)
         return (self.lengths[:, None] + self._chunk_mask.long().cumsum(dim=1) - 1).clamp_min(0)  # (B, T)
 
-    def slot_positions(self, s: int) -> torch.Tensor:
-        """Positions of the tokens in slots 0..s-1: (S,) without padding, else (B, S)."""
+    def slot_positions(self, slots: int | torch.Tensor) -> torch.Tensor:
+        """Positions of the tokens in the first `slots` token slots, or in the token slots a (S,) tensor lists
+        (`key_slots`): (S,) without padding, else (B, S)."""
         device = self.k[0].device
+        index = torch.arange(slots, device=device) if isinstance(slots, int) else slots  # (S,)
         if self.key_mask is None:
-            return torch.arange(s, device=device)
-        return (self.key_mask[:, :s].long().cumsum(dim=1) - 1).clamp_min(0)  # (B, S)
+            return index
+        counts = self.key_mask.long().cumsum(dim=1) - 1  # (B, L); slots past those written are never read
+        return counts[:, index].clamp_min(0)  # (B, S)
+
+    def key_slots(self, t: int, window: int) -> torch.Tensor | None:
+        """Token slot of each key `update` returns (S,) for a ring of `window` slots when t tokens are written
+        next; None when those are slots 0..pos+t-1 in order (the ring has not wrapped). See the module doc."""
+        p, ring = self.pos, min(window, self.max_len)
+        if p + t < ring or (t > 1 and p <= ring):  # in order: nothing was overwritten before this call
+            return None
+        device = self.k[0].device
+        j = torch.arange(ring, device=device)
+        if t == 1:  # the ring after writing slot p: ring slot j holds the latest token slot a <= p, a = j mod W
+            return p - (p - j) % ring  # (W,)
+        kept = (p - 1) - (p - 1 - j) % ring  # the ring before this chunk: token slots p-W..p-1
+        return torch.cat((kept, torch.arange(p, p + t, device=device)))  # (W + T,)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (B, K, T, Dh) at slots pos..pos+T-1 of `layer`; return all filled slots (B, K, S, Dh)."""
-        end = self.pos + k.shape[2]
+        """Write k, v (B, K, T, Dh) as token slots pos..pos+T-1 of `layer`; return the keys and values the new
+        queries attend to (B, K, S, Dh): every filled slot, or for a ring layer what the module doc says."""
+        t = k.shape[2]
+        end = self.pos + t
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} tokens needed, capacity max_len={self.max_len}")
-        k_buf, v_buf = self.k[layer], self.v[layer]
-        k_buf.narrow(2, self.pos, k.shape[2]).copy_(k)  # narrow: one view op, where [:, :, a:b] costs three
-        v_buf.narrow(2, self.pos, v.shape[2]).copy_(v)
-        return k_buf.narrow(2, 0, end), v_buf.narrow(2, 0, end)
+        k_buf, v_buf, ring = self.k[layer], self.v[layer], self.rings[layer]
+        if ring is None or end < ring:  # every slot so far fits: write in place, read the filled prefix
+            k_buf.narrow(2, self.pos, t).copy_(k)  # narrow: one view op, where [:, :, a:b] costs three
+            v_buf.narrow(2, self.pos, t).copy_(v)
+            return k_buf.narrow(2, 0, end), v_buf.narrow(2, 0, end)
+        if t == 1:  # decoding past the window: overwrite the oldest token, attend to the whole ring
+            # an index tensor, not narrow(pos % W): a compiled step would specialise on the slice's offset
+            # (whether it is 0) and compile twice; arange with host ints launches no sync
+            slot = torch.arange(self.pos % ring, self.pos % ring + 1, device=k.device)
+            k_buf.index_copy_(2, slot, k)
+            v_buf.index_copy_(2, slot, v)
+            return k_buf, v_buf
+        kept = min(self.pos, ring)
+        keys, values = torch.cat((k_buf.narrow(2, 0, kept), k), dim=2), torch.cat((v_buf.narrow(2, 0, kept), v), dim=2)
+        n = min(t, ring)  # the newest n tokens are what the ring keeps
+        index = torch.arange(end - n, end, device=k.device) % ring
+        k_buf.index_copy_(2, index, k[:, :, t - n :])
+        v_buf.index_copy_(2, index, v[:, :, t - n :])
+        return keys, values  # (B, K, kept + T, Dh)
 
     def advance(self, n: int) -> None:
         """Mark n more slots as written (the model calls this once all layers have been updated)."""
@@ -107,10 +161,6 @@ class KVCache:
         self._chunk_mask = None
         self.pos += n
 
-    def reset(self) -> None:
-        self.pos = 0
-        self.key_mask = self.lengths = self._chunk_mask = None
-
     def nbytes(self) -> int:
-        """Bytes held by the K and V buffers of all layers."""
+        """Bytes held by the K and V buffers of all layers (what the cache really allocated)."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v)

@@ -2,9 +2,12 @@
 
 One forward serves training, evaluation and decoding: `forward(input_ids, positions=None, cache=None)`.
 Positions default to the cache offset + arange(T); with a KVCache the same forward appends the new
-tokens' keys and values and returns only their logits.
+tokens' keys and values and returns only their logits. Once per forward the model builds what attention
+needs besides x, one `AttentionInputs` per kind of layer (full, sliding-window): the RoPE plan
+(nn/rope.py `RopePositions`), the mask and the position bias over the keys that kind reads, which for a
+window layer with a ring cache are its window in ring order (`KVCache.key_slots`).
 
-Shapes: B batch, T new tokens, S keys (cache + new), D d_model, V vocabulary, H heads.
+Shapes: B batch, T new tokens, S keys a layer reads (cache + new), D d_model, V vocabulary, H heads.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from archlab.nn.functional import softcap
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import RMSNorm, build_norm
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
-from archlab.nn.rope import RotaryEmbedding
+from archlab.nn.rope import RopePositions, RotaryEmbedding
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
-TRUNC_STDS = 3.0
-LOW_PRECISION = (torch.bfloat16, torch.float16)  # the seeds' trunc_normal clips at +-3 standard deviations
+TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # activation dtypes the embedding multiplier is rounded to
 
 
 class TransformerLM(nn.Module):
@@ -47,6 +50,10 @@ class TransformerLM(nn.Module):
                        if c.position == "rope" else None)
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
+        # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
+        self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
+        self._kinds = tuple(dict.fromkeys(self.layer_windows))  # the distinct kinds, each built once per forward
+        self._one_kind = len(self._kinds) == 1
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
@@ -66,7 +73,7 @@ class TransformerLM(nn.Module):
         """Initialise every parameter and computed buffer; safe to call again, and the way to materialise a
         model built on the meta device: `model.to_empty(device=d); model.init_weights()`.
 
-        | parameter                     | trunc_normal (the seeds)                  | gpt2                         |
+        | parameter                     | trunc_normal (CS336 lecture notes)        | gpt2                         |
         |-------------------------------|-------------------------------------------|------------------------------|
         | Linear weight [out, in]       | N(0, 2/(in+out)) clipped at +-3 std       | N(0, 0.02^2)                 |
         | o_proj, down_proj (residual)  | same                                      | std 0.02 / sqrt(2 n_layers)  |
@@ -118,6 +125,9 @@ class TransformerLM(nn.Module):
             bound = offset + T - 1  # a padded row has fewer real tokens than slots, never more
         positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
         self._check_positions(positions, bound)
+        if cache is not None and cache.has_rings and cache.windows != self.layer_windows:
+            raise ValueError(f"a KVCache with windows {list(cache.windows)} does not fit this model's layers "
+                             f"{list(self.layer_windows)}: build it with KVCache.for_model")
         x = self.embed_tokens(input_ids)  # (B, T, D)
         if self.embed_multiplier != 1.0:
             x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
@@ -125,8 +135,7 @@ class TransformerLM(nn.Module):
             x = x + self.pos_embed(positions).to(x.dtype)
         if self.drop is not None:
             x = self.drop(x)
-        inputs = self._attention_inputs(positions, T, offset, cache, bound)
-        for layer in self.layers:
+        for layer, inputs in zip(self.layers, self._attention_inputs(positions, cache, bound)):
             x = layer(x, inputs)  # (B, T, D)
         if cache is not None:
             cache.advance(T)
@@ -146,42 +155,48 @@ class TransformerLM(nn.Module):
                                  f"{self.config.max_seq_len}); learned positions cannot extrapolate")
 
     def _attention_inputs(
-        self, positions: torch.Tensor, t: int, offset: int, cache: KVCache | None, bound: int | None = None
-    ) -> AttentionInputs:
-        """RoPE tables, masks and position bias shared by all layers of one forward."""
-        c, device = self.config, positions.device
-        s = offset + t
-        key_mask = cache.key_mask if cache is not None else None
-        plain = offset == 0 and key_mask is None  # then SDPA's is_causal (or no mask at T=1) is exact
-        mask = None if plain or (t == 1 and key_mask is None) else causal_mask(t, s, offset, None, key_mask, device)
-        window_mask = None
-        if c.sliding_window is not None and s > c.sliding_window:
-            window_mask = causal_mask(t, s, offset, c.sliding_window, key_mask, device)
-        elif c.sliding_window is not None:
-            window_mask = mask  # the window covers every key
-        bias = None
-        if self.rel_bias is not None:
-            q_slot = torch.arange(offset, s, device=device)[:, None]
-            bias = self.rel_bias(q_slot - torch.arange(s, device=device)[None, :])  # (1, H, T, S)
-        cos_sin, key_cos_sin = (None, None)
-        if self.rotary is not None:
-            cos_sin, key_cos_sin = self._rope_tables(positions, s, cache, bound)
-        return AttentionInputs(cos_sin, mask, window_mask, bias, cache, key_cos_sin)
+        self, positions: torch.Tensor, cache: KVCache | None = None, bound: int | None = None
+    ) -> list[AttentionInputs]:
+        """What attention needs besides x, per layer (positions (B, T)); layers of one kind share one object.
+        A static RoPE plan is shared by all kinds; one whose cached keys are rotated late (Dynamic NTK) needs
+        each kind's key positions, so each kind gets its own."""
+        rope = None
+        if self.rotary is not None and (cache is None or not self.rotary.caches_unrotated_keys):
+            rope = self.rotary.plan(positions, bound)
+        if self._one_kind:  # every layer alike (no comprehension: a decode step's Python work counts)
+            return [self._kind_inputs(positions, cache, bound, self._kinds[0], rope)] * self.config.n_layers
+        kinds = {window: self._kind_inputs(positions, cache, bound, window, rope) for window in self._kinds}
+        return [kinds[window] for window in self.layer_windows]
 
-    def _rope_tables(
-        self, positions: torch.Tensor, s: int, cache: KVCache | None, bound: int | None
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
-        """cos/sin (B, T, 1, d_rot) for the new tokens, and for all S keys when the schedule depends on the
-        current length and a cache is used: Dynamic NTK's base changes with every decoded token, so the cache
-        keeps keys unrotated and every step rotates all of them at the current length, as a full forward on
-        the prefix would (caching rotated keys would freeze each key at the base of the step it was made)."""
-        if not (self.rotary.length_dependent and cache is not None):
-            return self.rotary(positions, max_position=bound), None
-        seq_len = positions.amax(dim=-1) + 1  # (B,) each row's length after this step
-        key_positions = cache.slot_positions(s).expand(positions.shape[0], s)  # (B, S)
-        key_cos, key_sin = self.rotary(key_positions, seq_len)  # (B, S, 1, d_rot)
-        key_tables = (key_cos.transpose(1, 2), key_sin.transpose(1, 2))  # (B, 1, S, d_rot) like keys (B, K, S, Dh)
-        return self.rotary(positions, seq_len), key_tables
+    def _kind_inputs(
+        self, positions: torch.Tensor, cache: KVCache | None, bound: int | None, window: int | None,
+        rope: RopePositions | None,
+    ) -> AttentionInputs:
+        """Inputs for the layers with this `window` (None: full): the keys they read are token slots
+        0..offset+T-1 in order, or with a ring cache past the window those `KVCache.key_slots` lists."""
+        t, device = positions.shape[1], positions.device
+        offset = cache.pos if cache is not None else 0
+        key_mask = cache.key_mask if cache is not None else None
+        ring = window is not None and cache is not None and cache.has_rings
+        key_slots = cache.key_slots(t, window) if ring else None  # (S,) or None: slots in order
+        # a mask tensor is needed for padding, for a chunk after cached keys and past the window; otherwise
+        # SDPA's is_causal (or, for one query, no mask at all) is exact. One query reading a ring reads exactly
+        # its window; a chunk reading kept + new keys needs the window mask.
+        if key_slots is None:
+            needs_mask = key_mask is not None or (offset > 0 and t > 1) or (window is not None and offset + t > window)
+        else:
+            needs_mask = key_mask is not None or t > 1
+        mask = bias = None
+        if needs_mask or self.rel_bias is not None:
+            q_slots = torch.arange(offset, offset + t, device=device)  # (T,)
+            k_slots = torch.arange(offset + t, device=device) if key_slots is None else key_slots  # (S,)
+            mask = causal_mask(q_slots, k_slots, window, key_mask) if needs_mask else None
+            if self.rel_bias is not None:
+                bias = self.rel_bias(q_slots[:, None] - k_slots[None, :])  # (1, H, T, S)
+        if self.rotary is not None and rope is None:  # keys cached unrotated: tables for every key read
+            rope = self.rotary.plan(positions, key_positions=cache.slot_positions(
+                offset + t if key_slots is None else key_slots))
+        return AttentionInputs(rope, mask, bias, cache)
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

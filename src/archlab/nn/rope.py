@@ -3,7 +3,7 @@
 Each pair of dimensions of q and k is rotated by the angle p * w_i, w_i = theta^(-2i/d_rot), so that
 q_m . k_n depends only on m - n. Options:
 - layout `half` (rotate_half: pairs (i, i + d_rot/2), as Llama in transformers, NeoX, nanochat) or
-  `interleaved` (pairs (2i, 2i+1), as the RoFormer paper, the seeds' code and GPT-J);
+  `interleaved` (pairs (2i, 2i+1), as the RoFormer paper and GPT-J);
 - partial rotary: only the first d_rot = fraction * head_dim dims rotate, the rest pass through (NeoX 25%);
 - a frequency schedule from `ROPE_SCALINGS`, a pure function (d_rot, theta, scaling[, seq_len]) ->
   (inv_freq, attention_factor); attention_factor multiplies cos and sin (YaRN's temperature):
@@ -17,15 +17,21 @@ q_m . k_n depends only on m - n. Options:
   Each schedule equals transformers 5's `ROPE_INIT_FUNCTIONS` entry (modeling_rope_utils.py; tested against
   it); the mapping to Hugging Face `rope_parameters` lives in `archlab.interop.hf_config`.
 
+How q and k get their positions in one forward is a `RopePositions` plan, built by the model
+(`RotaryEmbedding.plan`) and asked by every attention layer: `rotate_queries_keys` at projection time,
+`rotate_cached_keys` after the cache update. Static schedules rotate q and k together (one call) and cache
+rotated keys; a length-dependent one (`dynamic`) caches keys unrotated and rotates all of them at the current
+length after the update, since a key rotated at an earlier length would keep that length's base.
+
 Shapes: x (B, T, H, Dh) (or any layout the tables broadcast over); positions (B, T); cos/sin (B, T, 1, d_rot);
-seq_len (B,).
+seq_len (B,); key positions (B|1, S) and their tables (B, 1, S, d_rot), S the keys a layer attends to.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn as nn
@@ -194,6 +200,8 @@ SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
              ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
     "llama3": (("original_max_seq_len", "low_freq_factor", "high_freq_factor"), ()),
 }
+
+
 def rope_partner(x: torch.Tensor, layout: str) -> torch.Tensor:
     """Each dim's partner in its rotation pair: [x2 | x1] for halves, (x1, x0, x3, x2, ...) for pairs."""
     if layout == "half":
@@ -286,3 +294,60 @@ class RotaryEmbedding(nn.Module):
         else:
             cos, sin = self._tables(positions, self.inv_freq)
         return cos.unsqueeze(2), sin.unsqueeze(2)
+
+
+    @property
+    def caches_unrotated_keys(self) -> bool:
+        """Whether a cached key's rotation depends on later steps, so the cache must hold it unrotated."""
+        return self.length_dependent
+
+    def plan(
+        self, positions: torch.Tensor, bound: int | None = None, key_positions: torch.Tensor | None = None
+    ) -> RopePositions:
+        """The rotary plan of one forward. positions (B, T) of the new tokens; `bound` as `max_position` of
+        `forward`. `key_positions` (B|1, S), the positions of every key a layer will attend to (cached and new),
+        is needed only when `caches_unrotated_keys` and a cache is used: then the plan rotates q alone at
+        projection time and all S keys after the cache update, every one at each row's current length."""
+        if key_positions is None or not self.caches_unrotated_keys:
+            return RopePositions(*self(positions, max_position=bound), self.layout)
+        seq_len = positions.amax(dim=-1) + 1  # (B,) each row's length after this step
+        cos, sin = self(positions, seq_len)  # (B, T, 1, d_rot)
+        key_cos, key_sin = self(key_positions.expand(positions.shape[0], -1), seq_len)  # (B, S, 1, d_rot)
+        return RopePositions(cos, sin, self.layout, key_cos.transpose(1, 2), key_sin.transpose(1, 2))
+
+
+@dataclass(frozen=True)
+class RopePositions:
+    """How one forward rotates q and k: the new tokens' tables, and, when the cache holds unrotated keys, the
+    tables of every key a layer attends to (`RotaryEmbedding.plan` builds it; attention asks it)."""
+
+    cos: torch.Tensor  # (B, T, 1, d_rot) new tokens, for q (and k when keys are cached rotated)
+    sin: torch.Tensor
+    layout: str  # a ROPE_LAYOUTS entry
+    key_cos: torch.Tensor | None = None  # (B, 1, S, d_rot) all keys after the cache update, like k (B, K, S, Dh)
+    key_sin: torch.Tensor | None = None
+    # whether `rotate_cached_keys` does anything: a field, so attention skips the call (a decode step's Python
+    # work is most of its time at small widths)
+    rotates_cached_keys: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rotates_cached_keys", self.key_cos is not None)
+
+    def rotate_queries_keys(
+        self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (B, T, H, Dh), k (B, T, K, Dh) at projection time -> q rotated, and k rotated unless keys wait for
+        `rotate_cached_keys`. `qk` (B, T, H + K, Dh), when given, is [q | k] as one tensor (the fused
+        projection's view): one RoPE call then rotates both, half the small ops of a decode step."""
+        if self.rotates_cached_keys:  # keys are cached unrotated and rotated after the update
+            return apply_rope(q, self.cos, self.sin, self.layout), k
+        if qk is not None:
+            return apply_rope(qk, self.cos, self.sin, self.layout).split([q.shape[2], k.shape[2]], dim=2)
+        return apply_rope(q, self.cos, self.sin, self.layout), apply_rope(k, self.cos, self.sin, self.layout)
+
+    def rotate_cached_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """k (B, K, S, Dh), every key a layer attends to after the cache update: rotated here only when the
+        cache holds unrotated keys (else they were rotated at projection time and are returned as they are)."""
+        if not self.rotates_cached_keys:
+            return k
+        return apply_rope(k, self.key_cos, self.key_sin, self.layout)  # all S keys at the current length

@@ -113,11 +113,14 @@ class PrecisionConfig:
     dtype: str = "fp32"  # fp32 | bf16 (autocast; master weights and optimizer state stay fp32)
     device: str = "auto"  # auto | cpu | cuda; under torchrun each rank takes cuda:LOCAL_RANK
     compile: bool = False  # torch.compile the model (faster steps after a slow first one)
+    threads: int = 0  # CPU threads; 0 = auto: 1 for small steps, else the idle physical cores (train/hardware.py)
+    allow_slow_bf16: bool = False  # run bf16 on a CPU without bf16 units (emulated: several times slower)
 
     def __post_init__(self) -> None:
         check_finite(self, "precision.")
         _check(self.dtype in DTYPES, "precision.dtype", self.dtype, "one of " + ", ".join(DTYPES))
         _check(self.device in DEVICES, "precision.device", self.device, "one of " + ", ".join(DEVICES))
+        _check(self.threads >= 0, "precision.threads", self.threads, "an integer >= 0 (0 = auto)")
 
 
 @dataclass

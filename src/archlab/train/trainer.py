@@ -38,6 +38,7 @@ from archlab.checkpoint import (
     save_checkpoint,
     tied_aliases,
 )
+from archlab.costs import flops_per_token
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.infer.generate import check_context, generate_text
 from archlab.infer.sampling import SamplingConfig
@@ -45,6 +46,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy, z_loss
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
+from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
@@ -411,9 +413,21 @@ def loss_terms(logits: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) 
 
 def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False,
           init_from: TransformerLM | None = None) -> TrainResult:
-    """Join the process group (if any), train (from `init_from`'s weights if given), and leave it again."""
+    """Join the process group (if any), check the precision, pick CPU threads, train (from `init_from`'s
+    weights if given), and leave it again."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
+    threads = torch.get_num_threads()
     try:
+        p = train_config.precision
+        hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16)
+        if ctx.device.type == "cpu":
+            d = train_config.data
+            step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
+            n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
+            torch.set_num_threads(n)
+            if ctx.is_main:
+                logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
         return Trainer(train_config, model_config, ctx, resume, init_from).fit()
     finally:
+        torch.set_num_threads(threads)
         dist_utils.teardown(ctx)

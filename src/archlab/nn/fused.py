@@ -1,0 +1,107 @@
+"""Training fast paths: RMSNorm, SwiGLU and cross entropy with hand-written backward passes.
+
+Autograd differentiates the readable formulas in norms.py, ffn.py and functional.py op by op: every
+intermediate is saved and every op gets its own backward kernel. These `torch.autograd.Function`s compute
+the same values with fewer passes over memory and fewer saved tensors:
+- `rms_norm`: saves x and the (B, T, 1) inverse RMS instead of x * x, x * r and the gain-free product;
+  the backward is dx = r * (g w) - x * r^3 * mean(g w x), dw = sum(g * x * r).
+- `silu_mul`: silu(gate) * up from the fused [gate | up] projection; saves only that projection and
+  writes both halves of its gradient in place (autograd's chunk backward would concatenate them).
+- `cross_entropy`: saves the log-probabilities and turns them into softmax - onehot in place in the
+  backward (no (N, V) zero tensor for nll_loss, no second (N, V) gradient buffer).
+Each is tested against the plain formula (tests/nn/test_fused.py). Under torch.compile the callers use
+the plain formulas instead: Inductor fuses those itself (see `use_fused`).
+
+Shapes: x (..., D); gate_up (..., 2F) -> (..., F); logits (N, V), targets (N,).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def use_fused(x: torch.Tensor) -> bool:
+    """The hand-written backward pays off only when autograd records the op and nothing compiles it."""
+    return torch.is_grad_enabled() and x.requires_grad and not torch.compiler.is_compiling()
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, gain: torch.Tensor,
+                eps: float) -> torch.Tensor:
+        # ||x||^2 / D in one reduction, without the (..., D) temporary of (x * x).mean()
+        ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1])  # (..., 1)
+        r = ms.add_(eps).rsqrt_()  # (..., 1)
+        ctx.save_for_backward(x, gain, r)
+        return (x * r).mul_(gain)  # (..., D)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, gain, r = ctx.saved_tensors
+        gw = g * gain  # (..., D)
+        dot = torch.linalg.vecdot(gw, x, dim=-1).unsqueeze(-1)  # (..., 1) sum(g w x)
+        dx = (gw.mul_(r)).addcmul_(x, dot.mul_(r.pow(3)).div_(-x.shape[-1]))  # (..., D)
+        dgain = None
+        if ctx.needs_input_grad[1]:
+            dgain = (g * x).mul_(r).reshape(-1, x.shape[-1]).sum(0)  # (D,)
+        return dx, dgain, None
+
+
+def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * gain for float32 x and gain, differentiated by hand."""
+    return _RMSNorm.apply(x, gain, eps)
+
+
+class _SiluMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)  # (..., F) views
+        ctx.save_for_backward(gate_up)
+        return F.silu(gate).mul_(up)  # (..., F)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> torch.Tensor:
+        (gate_up,) = ctx.saved_tensors
+        gate, up = gate_up.chunk(2, dim=-1)
+        grad = torch.empty_like(gate_up)  # (..., 2F), filled half by half: no concatenation
+        d_gate, d_up = grad.chunk(2, dim=-1)
+        torch.mul(g, F.silu(gate), out=d_up)  # d up = g * silu(gate)
+        torch.ops.aten.silu_backward.grad_input(g * up, gate, grad_input=d_gate)  # d gate = g * up * silu'(gate)
+        return grad
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for the fused projection [gate | up] (..., 2F), differentiated by hand."""
+    return _SiluMul.apply(gate_up)
+
+
+class _CrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, logits: torch.Tensor, targets: torch.Tensor,
+                ignore_index: int) -> torch.Tensor:
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        keep = targets != ignore_index  # (N,)
+        safe = torch.where(keep, targets, 0)
+        count = keep.sum().clamp_min(1)
+        loss = -(logp.gather(1, safe[:, None]).squeeze(1) * keep).sum() / count
+        ctx.save_for_backward(logp, safe, keep, count)
+        ctx.consumed = False
+        return loss
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        if ctx.consumed:
+            raise RuntimeError("fused cross_entropy: backward ran twice (retain_graph); its buffer is reused in "
+                               "place; use archlab.nn.functional.cross_entropy(..., fused=False)")
+        ctx.consumed = True
+        logp, safe, keep, count = ctx.saved_tensors
+        grad = logp.exp_()  # softmax, in the buffer the forward saved (nothing else holds it)
+        grad.scatter_add_(1, safe[:, None], torch.full_like(grad[:, :1], -1.0))  # softmax - onehot
+        scale = (g / count) * keep  # (N,) rows that count, each 1/count of the mean
+        return grad.mul_(scale[:, None].to(grad.dtype)), None, None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """Mean cross entropy of logits (N, V) at targets (N,), skipping `ignore_index`, differentiated by hand."""
+    return _CrossEntropy.apply(logits, targets, ignore_index)

@@ -1,0 +1,90 @@
+"""What the machine offers a run: bf16 units, and how many CPU threads a training step should use.
+
+bf16 autocast pays off where the hardware multiplies bf16 natively: CUDA GPUs from Ampere on, and CPUs
+with AVX512-BF16 or AMX-BF16 (Intel Cooper Lake / Sapphire Rapids, AMD Zen 4 on). Elsewhere PyTorch
+emulates it with conversions around fp32 kernels, several times slower than fp32, so `check_precision`
+refuses bf16 there (one line; `precision.allow_slow_bf16 true` overrides) and recommends it where it helps.
+
+Threads (`pick_threads`): an OpenMP thread pool only helps a step when every thread gets a core. Two
+rules, measured on a shared 2-core machine (docs/performance.md): below `SMALL_STEP_FLOPS` of matmul work
+per step, one thread (the per-op fork/join costs more than it saves); otherwise the physical cores not
+already busy, by the 1-minute load average (a busy core makes the other threads spin-wait on it).
+`precision.threads N` overrides both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 dot products
+SMALL_STEP_FLOPS = 2e10  # matmul FLOPs per step below which one thread wins (docs/performance.md)
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags of /proc/cpuinfo (empty where the file does not exist, e.g. macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def bf16_units(device: torch.device) -> str | None:
+    """What multiplies bf16 natively on `device` (a CPU flag or 'cuda'), or None when it is emulated."""
+    if device.type == "cuda":
+        return "cuda" if torch.cuda.is_bf16_supported(including_emulation=False) else None
+    flags = cpu_flags()
+    return next((f for f in BF16_CPU_FLAGS if f in flags), None)
+
+
+def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool) -> None:
+    """Refuse bf16 where it would be emulated (unless allowed); recommend it where the units exist."""
+    units = bf16_units(device)
+    if dtype == "bf16" and units is None and not allow_slow_bf16:
+        raise ValueError(f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
+                         f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than fp32; "
+                         "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway")
+    if dtype == "fp32" and units is not None and device.type == "cpu":
+        logger.info("this CPU has %s: --precision.dtype bf16 should train faster", units)
+
+
+def physical_cores() -> int:
+    """Cores (not SMT siblings) among the CPUs this process may run on."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((topo.joinpath("physical_package_id").read_text().strip(),
+                       topo.joinpath("core_id").read_text().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
+
+
+def busy_cores() -> float:
+    """Runnable processes averaged over the last minute (/proc/loadavg), 0 where unknown."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
+    """CPU threads for a training step doing `step_flops` of matmul work, and the reason, for the log."""
+    if requested > 0:
+        return requested, "precision.threads"
+    if step_flops < SMALL_STEP_FLOPS:
+        return 1, f"small step ({step_flops / 1e9:.1f} GFLOP < {SMALL_STEP_FLOPS / 1e9:.0f})"
+    cores, load = physical_cores(), busy_cores()
+    free = max(1, min(cores, round(cores - load)))
+    return free, f"{cores} physical cores, load average {load:.1f}"

@@ -1,0 +1,28 @@
+"""benchmarks/gpu.sh --dry-run: the GPU script's code paths (bf16 autocast, fused AdamW, ceilings, MFU, decode)
+run on the CPU with a tiny model and write a complete result file. Its figures are not checked: they are
+CPU figures of a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
+    env = {**os.environ, "PY": sys.executable, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu.sh"), "--dry-run", "--no-compile", "--out",
+                          str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "gpu.json").read_text())
+    assert result["dry_run"] and result["device"] == "cpu (dry run)"
+    train = result["train"]
+    assert train["fused_adamw"] is True
+    assert train["tokens_per_s"] > 0 and train["mfu"] > 0 and train["flops_per_step"] > 0
+    assert train["tokens_per_s"] == result["batch"] * result["block"] / train["step_s"]
+    assert result["decode"]["tokens_per_s"] > 0 and result["ceiling"]["bf16_gemm_tflops"] > 0
+    assert "TRAIN" in out.stdout and "DECODE" in out.stdout

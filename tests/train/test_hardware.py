@@ -1,0 +1,61 @@
+"""bf16 detection and refusal, and the CPU thread rule, with the machine's answers replaced by fixed ones."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from archlab.cli import main
+from archlab.train import hardware
+
+CPU = torch.device("cpu")
+
+
+def test_bf16_is_refused_in_one_line_on_a_cpu_without_units_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2", "fma"})
+    with pytest.raises(ValueError, match=r"precision.dtype='bf16' is not allowed on this cpu: it has no bf16 units"):
+        hardware.check_precision("bf16", CPU, allow_slow_bf16=False)
+    hardware.check_precision("bf16", CPU, allow_slow_bf16=True)  # forced: no error
+    hardware.check_precision("fp32", CPU, allow_slow_bf16=False)
+
+
+def test_fp32_run_is_told_about_bf16_units(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "amx_bf16"})
+    assert hardware.bf16_units(CPU) == "amx_bf16"
+    with caplog.at_level(logging.INFO, logger=hardware.__name__):
+        hardware.check_precision("fp32", CPU, allow_slow_bf16=False)
+        hardware.check_precision("bf16", CPU, allow_slow_bf16=False)  # supported: no error
+    assert "amx_bf16: --precision.dtype bf16 should train faster" in caplog.text
+
+
+def test_cli_refuses_bf16_before_any_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: set())
+    code = main(["train", "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "run"),
+                 "--precision.dtype", "bf16", "--precision.device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("archlab train: error: precision.dtype='bf16'")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flops, cores, load, requested, want", [
+    (1e9, 8, 0.0, 0, 1),  # small step: one thread however many cores are idle
+    (1e12, 8, 0.0, 0, 8),  # large step on an idle machine: every physical core
+    (1e12, 8, 3.2, 0, 5),  # three cores busy: the five idle ones
+    (1e12, 2, 7.0, 0, 1),  # overloaded: one thread, never zero
+    (1e9, 2, 7.0, 3, 3),  # precision.threads wins
+])
+def test_thread_rule(monkeypatch: pytest.MonkeyPatch, flops: float, cores: int, load: float, requested: int,
+                     want: int) -> None:
+    monkeypatch.setattr(hardware, "physical_cores", lambda: cores)
+    monkeypatch.setattr(hardware, "busy_cores", lambda: load)
+    n, why = hardware.pick_threads(flops, requested)
+    assert n == want and why
+
+
+def test_physical_cores_counts_this_machine() -> None:
+    assert 1 <= hardware.physical_cores() <= len(os.sched_getaffinity(0))
