@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -23,3 +26,11 @@ def randomize_(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:
             if p.dim() == 1:
                 p.add_(1.0 if p.numel() > 0 else 0.0)
     return model
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every file under `folder` (relative path -> size, sha256): equal snapshots = nothing was changed."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file()}

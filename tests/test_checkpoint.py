@@ -3,6 +3,7 @@ and `load_model` from a checkpoint or a run folder."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import random
@@ -166,3 +167,82 @@ def test_missing_checkpoint_folder_is_named(tmp_path: Path) -> None:
         verify_checkpoint(tmp_path / "checkpoints" / "step_0000009")
     with pytest.raises(FileNotFoundError, match="no checkpoint in"):
         read_run_config(tmp_path)
+
+
+# ---------------------------------------------------------------------------------- one-line failures
+def rehash(path: Path) -> None:
+    """Re-write the manifest's sizes and hashes, so only the change itself is left to be found."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        data = (path / name).read_bytes()
+        entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_disk_full_names_the_folder_and_keeps_the_previous_checkpoint(
+    tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tiny_model()
+    first = save(tmp_path / "run", 1, model, tokenizer_file)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("archlab.checkpoint.save_file", full)
+    with pytest.raises(CheckpointError) as caught:
+        save(tmp_path / "run", 2, model, tokenizer_file)
+    assert str(caught.value) == (f"no space left on device at {tmp_path / 'run' / 'checkpoints'}: checkpoint step 2 "
+                                 f"was not written; the previous one ({first}) is still valid")
+    assert list_checkpoints(tmp_path / "run") == [first] and verify_checkpoint(first)
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == [first.name]  # no temp folder left
+
+
+def test_checkpoint_files_share_one_mode(tmp_path: Path, tokenizer_file: Path) -> None:
+    path = save(tmp_path / "run", 1, tiny_model(), tokenizer_file)
+    assert {(p.stat().st_mode & 0o777) for p in path.iterdir()} == {0o644}
+
+
+def test_weights_that_do_not_fit_the_config_are_named(tmp_path: Path, tokenizer_file: Path) -> None:
+    path = save(tmp_path / "run", 1, tiny_model(), tokenizer_file)
+    config = json.loads((path / "config.json").read_text())
+    config["model"]["d_ff"] = 96  # the weights were built with the default width
+    (path / "config.json").write_text(json.dumps(config))
+    rehash(path)
+    with pytest.raises(CheckpointError, match=r"layers.0.mlp.up_proj.weight is \[128, 32\] in model.safetensors but "
+                                              r"config.json builds \[96, 32\]"):
+        load_model(path)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda m: m.pop("files"), "manifest.json has no 'files' table"),
+    (lambda m: m.pop("step"), "manifest.json has no integer 'step'"),
+    (lambda m: m["files"]["state.pt"].pop("sha256"), "manifest.json entry 'state.pt' lacks 'bytes' or 'sha256'"),
+], ids=["no-files", "no-step", "no-sha256"])
+def test_a_manifest_missing_keys_is_named(edit, message: str, tmp_path: Path, tokenizer_file: Path) -> None:
+    path = save(tmp_path / "run", 1, tiny_model(), tokenizer_file)
+    manifest = json.loads((path / "manifest.json").read_text())
+    edit(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=f"checkpoint {path} is corrupt: {message}"):
+        load_checkpoint(path)
+
+
+class Payload:
+    """Unpickling this would run code: exactly what a weights-only load must refuse."""
+
+    def __reduce__(self) -> tuple:
+        return (print, ("pickle ran",))
+
+
+def test_a_pickled_file_is_refused_without_torch_s_advice(tmp_path: Path, tokenizer_file: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    path = save(tmp_path / "run", 1, tiny_model(), tokenizer_file)
+    torch.save({"step": 1, "payload": Payload()}, path / "state.pt")
+    rehash(path)
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(path)
+    message = str(caught.value)
+    assert message == (f"checkpoint {path}: state.pt holds Python objects, not only tensors; archlab loads "
+                       "weights-only files and never runs code from a checkpoint")
+    assert "weights_only" not in message and "\n" not in message
+    assert "pickle ran" not in capsys.readouterr().out

@@ -16,10 +16,12 @@ file, so truncation or bit rot is reported with the checkpoint and file named.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
@@ -45,6 +47,7 @@ FILES = ("model.safetensors", "optimizer.pt", "state.pt", "config.json", "tokeni
 STEP_DIR = re.compile(r"^step_(\d{7,})$")
 TMP_PREFIX = ".tmp-"
 HASH_CHUNK = 1 << 20
+FILE_MODE = 0o644  # checkpoint files: readable like the run folder, writable by the owner
 
 
 class CheckpointError(ValueError):
@@ -154,20 +157,35 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run folder
     try:
-        _write_files(tmp, model_state, aliases or {}, optimizer_state, state, config, Path(tokenizer_file))
-        files = {}
-        for name in FILES:
-            _fsync_file(tmp / name)
-            files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
-        manifest = {"step": step, "val_loss": val_loss, "files": files}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        _fsync_file(tmp / MANIFEST)
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(root)
+        _write_all(tmp, final, root, step, val_loss, model_state, aliases or {}, optimizer_state, state, config,
+                   Path(tokenizer_file))
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous checkpoints are untouched
+            raise CheckpointError(f"no space left on device at {root}: checkpoint step {step} was not written; "
+                                  f"the previous one ({latest_checkpoint(run_dir) or 'none'}) is still valid") from err
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
     return final
+
+
+def _write_all(tmp: Path, final: Path, root: Path, step: int, val_loss: float | None,
+               model_state: dict[str, torch.Tensor], aliases: dict[str, str], optimizer_state: dict, state: dict,
+               config: dict, tokenizer_file: Path) -> None:
+    """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes it as `final`."""
+    _write_files(tmp, model_state, aliases, optimizer_state, state, config, tokenizer_file)
+    files = {}
+    for name in FILES:
+        _fsync_file(tmp / name)
+        files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+    manifest = {"step": step, "val_loss": val_loss, "files": files}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    for name in (*FILES, MANIFEST):  # one mode for every file, whatever wrote it (torch, safetensors, shutil)
+        os.chmod(tmp / name, FILE_MODE)
+    _fsync_file(tmp / MANIFEST)
+    _fsync_dir(tmp)
+    os.rename(tmp, final)
+    _fsync_dir(root)
 
 
 def prune_checkpoints(run_dir: str | Path, keep_last: int) -> list[Path]:
@@ -191,6 +209,19 @@ def _read_manifest(path: Path) -> dict | None:
         return None
 
 
+def _check_manifest(path: Path, manifest: object) -> None:
+    """The manifest's shape: {"step": int, "files": {name: {"bytes": int, "sha256": str}}}."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("step"), int):
+        raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} has no integer 'step'")
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} has no 'files' table")
+    for name, entry in files.items():
+        ok = isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+        if not ok:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} entry {name!r} lacks 'bytes' or 'sha256'")
+
+
 def verify_checkpoint(path: str | Path) -> dict:
     """The manifest of checkpoint `path`, after checking every file's presence, size and sha256."""
     path = Path(path)
@@ -199,6 +230,7 @@ def verify_checkpoint(path: str | Path) -> dict:
     manifest = _read_manifest(path)
     if manifest is None:
         raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable")
+    _check_manifest(path, manifest)
     for name in FILES:
         file, want = path / name, manifest["files"].get(name)
         if want is None or not file.is_file():
@@ -230,13 +262,20 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     """Verify and read every file of checkpoint `path` onto the CPU."""
     path = Path(path)
     manifest = verify_checkpoint(path)
+    optimizer, state = _load_tensors(path / "optimizer.pt"), _load_tensors(path / "state.pt")
+    return Checkpoint(path, int(manifest["step"]), load_weights(path), optimizer, state, read_checkpoint_config(path))
+
+
+def _load_tensors(file: Path) -> dict:
+    """A torch.save'd file of tensors and plain values; anything that would need unpickling code is refused."""
     try:
-        optimizer = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:  # its message advises weights_only=False: exactly what we refuse
+        raise CheckpointError(f"checkpoint {file.parent}: {file.name} holds Python objects, not only tensors; "
+                              "archlab loads weights-only files and never runs code from a checkpoint") from err
     except Exception as err:  # torch.load raises several unrelated types on a damaged zip
-        raise CheckpointError(f"checkpoint {path} is corrupt: {err}") from err
-    return Checkpoint(path, int(manifest["step"]), load_weights(path), optimizer, state, config)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {file.parent} is corrupt: {file.name} cannot be read ({first})") from err
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -251,25 +290,53 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return latest
 
 
+def read_checkpoint_config(path: str | Path, sections: tuple[str, ...] = ("model",)) -> dict:
+    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for checks.
+    `sections` must be there (a run's checkpoint has "train" too; a model saved alone may not)."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: config.json cannot be read ({err})") from err
+    for key in sections:
+        if not isinstance(config, dict) or not isinstance(config.get(key), dict):
+            raise CheckpointError(f"checkpoint {path} is corrupt: config.json has no {key!r} section")
+    return config
+
+
 def read_run_config(run_dir: str | Path) -> dict:
     """The config.json of a run's latest checkpoint (verified), which a resumed run starts from."""
     latest = latest_checkpoint(run_dir)
     if latest is None:
         raise FileNotFoundError(f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINTS} to resume from")
     verify_checkpoint(latest)
-    return json.loads((latest / "config.json").read_text(encoding="utf-8"))
+    return read_checkpoint_config(latest, ("model", "train"))
 
 
 def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -> tuple[TransformerLM, Tokenizer]:
     """The trained model (eval mode) and its tokenizer from a checkpoint, or from a run's latest one."""
     path = resolve_checkpoint(checkpoint_dir)
     verify_checkpoint(path)
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    config = read_checkpoint_config(path)
     model = TransformerLM(ModelConfig.from_dict(config["model"]))
-    missing, unexpected = model.load_state_dict(load_weights(path), strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {path} does not fit its config: missing {missing}, unexpected {unexpected}")
+    weights = load_weights(path)
+    check_weights_fit(model, weights, path)
+    model.load_state_dict(weights)
     return model.to(device).eval(), Tokenizer.load(path)
+
+
+def check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    """Every tensor the model expects, with its shape, and nothing else; one line naming the first misfit."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in weights]
+    unexpected = [k for k in weights if k not in expected]
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {path}: model.safetensors does not fit config.json: missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]}")
+    for name, tensor in expected.items():
+        if tuple(weights[name].shape) != tuple(tensor.shape):
+            raise CheckpointError(f"checkpoint {path}: {name} is {list(weights[name].shape)} in model.safetensors "
+                                  f"but config.json builds {list(tensor.shape)}")
 
 
 # ------------------------------------------------------------------------------------------ RNG state

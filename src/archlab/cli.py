@@ -1,6 +1,9 @@
 """The `archlab` command line: one sub-command per module in `archlab.commands`.
 
-Each command module owns its flags and calls one library function; this file only dispatches.
+Each command module owns its flags and calls one library function; this file only dispatches, and turns
+what users cause into one line on stderr: bad input (exit 2), Ctrl-C (exit 130), a closed pipe such as
+`archlab inspect ... | head` (quiet exit, like other Unix tools). Only the named command's module is
+imported, so `archlab --help` answers without importing torch.
 """
 
 from __future__ import annotations
@@ -8,31 +11,42 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 
-# sub-command name -> module exposing `register(subparsers)`; the module sets `func` on its parser.
+# sub-command name -> (module exposing `register(subparsers)`, one-line help for `archlab --help`)
 COMMANDS = {
-    "inspect": "archlab.commands.inspect",
-    "data": "archlab.commands.data",
-    "train": "archlab.commands.train",
-    "generate": "archlab.commands.generate",
-    "plot": "archlab.commands.plot",
-    "convert": "archlab.commands.convert",
-    "ablate": "archlab.commands.ablate",
-    "eval": "archlab.commands.eval",
+    "inspect": ("archlab.commands.inspect", "parameter count, FLOPs per token and KV-cache bytes of a config"),
+    "data": ("archlab.commands.data", "prepare training data (token memmaps)"),
+    "train": ("archlab.commands.train", "train a model (single process, or under torchrun with --distributed)"),
+    "generate": ("archlab.commands.generate", "generate text from a checkpoint (streams to the terminal)"),
+    "plot": ("archlab.commands.plot", "plot training curves to PNG"),
+    "convert": ("archlab.commands.convert", "Hugging Face folder <-> archlab checkpoint"),
+    "ablate": ("archlab.commands.ablate", "run an ablation suite and compute its verdicts"),
+    "eval": ("archlab.commands.eval", "loss vs context length per RoPE method; passkey retrieval"),
 }
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process ended by Ctrl-C
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser with every sub-command, or with `only` that one (so `archlab inspect` never imports the
-    trainer's dependencies)."""
+    """The parser with the command `only` registered by its module, or every command listed by name only
+    (so `archlab --help` and a mistyped command never import torch)."""
     parser = argparse.ArgumentParser(prog="archlab", description="Build, train and compare transformer LMs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        importlib.import_module(module).register(sub)
+    for name, (module, summary) in COMMANDS.items():
+        if only is None:
+            sub.add_parser(name, help=summary, add_help=False)
+        elif name == only:
+            importlib.import_module(module).register(sub)
     return parser
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:  # user errors: one line, no traceback
         print(f"archlab {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a Ctrl-C nothing else handled (or the second one while a run stops)
+        print(f"archlab {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a run, as one
-PNG; `archlab plot run`), `plot_arms` (a metric over steps for every arm and seed of an ablation suite),
-`plot_length` (loss against context length per method; `archlab eval length`), `plot_passkey` (passkey
-accuracy per length and depth, a heat map; `archlab eval passkey`) and `plot_rope` (RoPE wavelengths per pair
-and the relative position each method feeds attention; `archlab plot rope`). matplotlib is imported inside
-each function, with the file-only Agg backend.
+PNG; `archlab plot run`; a dotted line marks each step where the run was resumed), `plot_arms` (a metric over
+steps for every arm and seed of an ablation suite), `plot_length` (loss against context length per method;
+`archlab eval length`), `plot_passkey` (passkey accuracy per length and depth, a heat map; `archlab eval
+passkey`) and `plot_rope` (RoPE wavelengths per pair and the relative position each method feeds attention;
+`archlab plot rope`). matplotlib is imported inside each function, with the file-only Agg backend.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     ax_lr.set(title="learning rate", xlabel="step")
     ax_norm.plot(steps, [r["grad_norm"] for r in train])
     ax_norm.set(title="gradient norm (before clipping)", xlabel="step", yscale="log")
+    for i, row in enumerate(read_metrics(run_dir, "resume")):
+        for ax in (ax_loss, ax_lr, ax_norm):
+            ax.axvline(row["step"], color="gray", linestyle=":", label="resumed" if ax is ax_lr and not i else None)
+    if ax_lr.get_legend_handles_labels()[0]:
+        ax_lr.legend()
     fig.suptitle(str(run_dir))
     path = Path(out) if out else run_dir / "curves.png"
     fig.savefig(path, dpi=100)

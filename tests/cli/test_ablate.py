@@ -42,7 +42,8 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
 
     # the first arm: seed 0 finished, seed 1 stopped at step 12 (as a kill would leave it); gqa not started
     first, stopped = plan.runs_of("mha")
-    plan.runs = [first, RunSpec(stopped.arm, stopped.seed, stopped.run_dir, {**stopped.keys, "steps": "12"}, 12)]
+    keys = {**stopped.keys, "steps": "12", "schedule.horizon": "24"}  # the 24-step schedule, stopped at 12
+    plan.runs = [first, RunSpec(stopped.arm, stopped.seed, stopped.run_dir, keys, 12)]
     run_plan(plan, jobs=2, poll_s=0.1)
     assert final_step(first.run_dir) == 24 and final_step(stopped.run_dir) == 12
     finished_log = (first.run_dir / "train.log").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -293,3 +294,25 @@ def test_cli_prepare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         main(["data", "prepare", "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "o")]) == 2
     )
     assert f"corpus path {tmp_path / 'missing.txt'} does not exist" in capsys.readouterr().err
+
+
+def test_cli_prepare_says_when_it_reused_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus = write(tmp_path / "c.txt", "hello world. " * 100)
+    argv = ["data", "prepare", "--data", str(corpus), "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert re.search(r", prepared in [\d.]+ s$", first.strip()) and "reused" not in first
+    assert main(argv) == 0
+    assert re.search(r", reused \(prepared earlier in [\d.]+ s\)$", capsys.readouterr().out.strip())
+
+
+def test_reuse_only_never_replaces_a_prepared_folder(tmp_path: Path) -> None:
+    corpus = write(tmp_path / "a.txt", "first corpus. " * 100)
+    out = prepare_data(str(corpus), tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    other = write(tmp_path / "b.txt", "another corpus. " * 100)
+    with pytest.raises(ValueError, match=rf"{out} holds {corpus} with tokenizer byte, not {other} with tokenizer "
+                                         "byte; a run's prepared data is never replaced"):
+        prepare_data(str(other), out, reuse_only=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert prepare_data(str(corpus), out, reuse_only=True) == out  # the same request is reused as before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -458,3 +459,11 @@ def test_token_ids_outside_the_vocabulary_fail_before_compute() -> None:
     model = tiny()
     with pytest.raises(ValueError, match=r"token id 256 is outside the model's vocabulary \(0..255\)"):
         generate(model, [[1, 2], [3, 256]], GREEDY)
+
+
+@pytest.mark.parametrize(("prompt", "wrong"), [([1.5, 2], "1.5"), ([1, 2.0], "2.0"), ([True, 2], "True"),
+                                               (["a", 2], "'a'")], ids=["float", "whole-float", "bool", "str"])
+def test_token_ids_that_are_not_integers_fail_in_one_line(prompt: list, wrong: str) -> None:
+    with pytest.raises(ValueError, match=rf"token id {re.escape(wrong)} is not an integer: prompts are "
+                                         "lists of int token ids"):
+        generate(tiny(), [[3, 4], prompt], GREEDY)

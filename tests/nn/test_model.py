@@ -180,3 +180,39 @@ def test_meta_device_build_then_init_equals_eager_build(position):
         assert torch.equal(a, b), name
     ids = torch.randint(0, 256, (2, 9))
     torch.testing.assert_close(lazy(ids), eager(ids))
+
+
+@pytest.mark.parametrize(("ids", "message"), [
+    (torch.tensor([[1, 64]]), r"token id 64 is outside the model's vocabulary \(0..63\)"),
+    (torch.tensor([[-1, 3]]), r"token id -1 is outside the model's vocabulary \(0..63\)"),
+    (torch.tensor([[1.0, 2.0]]), "input_ids must hold integer token ids, got dtype torch.float32"),
+], ids=["past-the-end", "negative", "float"])
+def test_bad_token_ids_fail_in_one_line(ids: torch.Tensor, message: str) -> None:
+    model = TransformerLM(ModelConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match=message):
+        model(ids)
+
+
+def _trunc_std(std: float) -> float:
+    """Standard deviation of N(0, std^2) truncated at +-3 std: std * sqrt(1 - 2a phi(a) / (2 Phi(a) - 1)), a = 3."""
+    a = 3.0
+    phi = math.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+    mass = math.erf(a / math.sqrt(2))  # 2 Phi(a) - 1
+    return std * math.sqrt(1 - 2 * a * phi / mass)
+
+
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_trunc_normal_std_of_every_matrix_and_the_embedding(tie: bool) -> None:
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=128, n_heads=4, n_layers=2, vocab_size=1024, tie_embeddings=tie, init="trunc_normal")
+    model = TransformerLM(cfg)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and not (tie and module is model.lm_head):
+            w = module.weight.detach().double()
+            std = math.sqrt(2.0 / (module.in_features + module.out_features))
+            assert float(w.abs().max()) <= 3 * std + 1e-7, name
+            assert abs(float(w.std()) / _trunc_std(std) - 1) < 0.04, name
+    e = model.embed_tokens.weight.detach().double()
+    std = cfg.d_model**-0.5 if tie else 1.0  # a tied table is also the output matrix: unit-scale logits
+    assert float(e.abs().max()) <= 3 * std + 1e-7
+    assert abs(float(e.std()) / _trunc_std(std) - 1) < 0.03

@@ -67,3 +67,20 @@ def test_bf16_input_normalised_in_float32():
 def test_registry_builds_every_norm():
     for kind, cls in NORMS.items():
         assert type(build_norm(kind, 8, 1e-5)) is cls
+
+
+def test_layernorm_with_a_non_default_eps():
+    # a small-variance input makes eps matter: with eps 1e-5 in place of 0.1 the output would be ~3x larger
+    x = torch.randn(3, 16) * 0.05
+    n = LayerNorm(16, eps=0.1, bias=True)
+    _random_params(n)
+    torch.testing.assert_close(n(x).double(), ln_ref(x, n.weight, n.bias, 0.1), rtol=1e-5, atol=1e-6)
+    assert build_norm("layernorm", 16, 0.1).eps == 0.1
+
+
+def test_rmsnorm_with_a_bias_adds_it_after_the_gain():
+    x = torch.randn(3, 5, 16) * 2
+    n = RMSNorm(16, 1e-5, bias=True)
+    _random_params(n)
+    assert n.bias is not None
+    torch.testing.assert_close(n(x).double(), rms_ref(x, n.weight, 1e-5, n.bias), rtol=1e-5, atol=1e-6)

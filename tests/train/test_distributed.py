@@ -87,7 +87,7 @@ def test_two_processes_match_one_with_the_same_global_batch(two_procs: Path, sin
 def single_resumed(single: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("single_resumed") / "run"
     shutil.copytree(single, out)
-    proc = run(["--out", str(out), "--resume", "--steps", "6"])
+    proc = run(["--out", str(out), "--resume", "--steps", "6", "--extend"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -96,7 +96,7 @@ def single_resumed(single: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 def test_a_distributed_checkpoint_resumes_in_one_process(two_procs: Path, single_resumed: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     shutil.copytree(two_procs, out)
-    proc = run(["--out", str(out), "--resume", "--steps", "6", "--distributed", "none"])
+    proc = run(["--out", str(out), "--resume", "--steps", "6", "--extend", "--distributed", "none"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours, ref = read_metrics(out, "train")[-2:], read_metrics(single_resumed, "train")[-2:]
     assert [r["step"] for r in ours] == [r["step"] for r in ref] == [5, 6]

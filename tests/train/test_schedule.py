@@ -66,3 +66,57 @@ def test_config_resolves_default_warmup_and_rejects_a_warmup_longer_than_the_run
         resolve_config([{"steps": "20", "schedule.warmup_steps": "50"}])
     with pytest.raises(ValueError, match="schedule.name='step' is not allowed: one of cosine, constant, wsd"):
         resolve_config([{"schedule.name": "step"}])
+
+
+# ------------------------------------------------------------------------------------------ extensions
+def test_wsd_decay_steps_are_rounded_to_the_nearest_step() -> None:
+    # 0.2 * 38 = 7.6 -> 8 decay steps (floor would give 7); 0.2 * 37 = 7.4 -> 7 (ceil would give 8)
+    for total, decay in ((38, 8), (37, 7)):
+        lr = build_schedule("wsd", MAX, total, warmup_steps=2, min_lr=MIN, decay_fraction=0.2)
+        start = total - decay
+        assert lr(start - 1) == lr(start) == MAX and lr(start + 1) == pytest.approx(MIN + (MAX - MIN) * (1 - 1 / decay))
+
+
+def test_cosine_extended_mid_decay_continues_as_a_new_tail_from_the_current_lr() -> None:
+    old = build_schedule("cosine", MAX, 100, warmup_steps=10, min_lr=MIN)
+    new = build_schedule("cosine", MAX, 100, warmup_steps=10, min_lr=MIN, extensions=[(60, 200)])
+    assert [new(s) for s in range(60)] == [old(s) for s in range(60)]
+    lr0 = old(60)  # 0.55, halfway down
+    assert new(60) == pytest.approx(lr0)
+    assert new(130) == pytest.approx(MIN + (lr0 - MIN) * 0.5)  # p = 1/2 of the new half cosine
+    assert new(200) == pytest.approx(MIN) and new(999) == pytest.approx(MIN)
+    assert all(new(s + 1) < new(s) for s in range(60, 199))  # no jump: the decay goes on
+
+
+def test_cosine_extended_after_its_end_stays_at_min_lr_and_in_warmup_replans() -> None:
+    done = build_schedule("cosine", MAX, 100, warmup_steps=10, min_lr=MIN, extensions=[(100, 150)])
+    assert [done(s) for s in (100, 120, 150)] == pytest.approx([MIN] * 3)
+    early = build_schedule("cosine", MAX, 100, warmup_steps=10, min_lr=MIN, extensions=[(5, 300)])
+    plan = build_schedule("cosine", MAX, 300, warmup_steps=10, min_lr=MIN)
+    assert [early(s) for s in range(0, 301, 7)] == [plan(s) for s in range(0, 301, 7)]
+
+
+def test_wsd_extended_in_the_stable_phase_moves_the_cooldown_to_the_new_end() -> None:
+    # 100 steps planned (cooldown 80..100), extended at step 50 to 300: cooldown 240..300 (20% of 300)
+    new = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2, extensions=[(50, 300)])
+    plan = build_schedule("wsd", MAX, 300, warmup_steps=10, min_lr=MIN, decay_fraction=0.2)
+    assert [new(s) for s in range(301)] == [plan(s) for s in range(301)]
+    assert new(90) == MAX and new(240) == MAX and new(270) == pytest.approx(0.55)
+    # extended at step 79 (still stable) to 85: 20% of 85 would start the cooldown at 68, before the step
+    # the run is at, so it starts at 79 and spans 6 steps
+    late = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2, extensions=[(79, 85)])
+    assert late(78) == late(79) == MAX and late(82) == pytest.approx(0.55) and late(85) == pytest.approx(MIN)
+
+
+def test_wsd_extended_during_its_cooldown_decays_from_the_current_lr_along_its_shape() -> None:
+    new = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2, decay_shape="1-sqrt",
+                         extensions=[(90, 190)])
+    lr0 = MIN + (MAX - MIN) * (1 - math.sqrt(0.5))  # the old cooldown at p = 1/2
+    assert new(90) == pytest.approx(lr0)
+    assert new(115) == pytest.approx(MIN + (lr0 - MIN) * (1 - math.sqrt(0.25)))
+    assert new(190) == pytest.approx(MIN)
+
+
+def test_constant_is_unchanged_by_an_extension() -> None:
+    new = build_schedule("constant", MAX, 10, warmup_steps=2, extensions=[(10, 50)])
+    assert [new(s) for s in (0, 1, 5, 30, 50)] == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0])

@@ -5,6 +5,7 @@ non-finite steps, divergence, exact resume after SIGKILL, clean stop on SIGINT/S
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -12,17 +13,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from archlab import PRESETS, TransformerLM
 from archlab.checkpoint import list_checkpoints
 from archlab.cli import main
-from archlab.data.tokens import prepare_data
 from archlab.overrides import load_yaml
 from archlab.plots import plot_run
 from archlab.train.config import resolve_config
@@ -37,26 +39,6 @@ TINY = {
     "logging.samples": "0", "logging.eval_every": "0", "logging.eval_batches": "2", "logging.log_every": "1",
     "checkpoint.save_every": "0",
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Two test workers share two cores: one thread each avoids oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    words = "def class return import self if else for while in not and or None True print lambda yield".split()
-    gen = torch.Generator().manual_seed(0)
-    picks = [torch.randint(0, len(words), (8,), generator=gen).tolist() for _ in range(3000)]
-    lines = [" ".join(words[i] for i in pick) for pick in picks]
-    (root / "corpus.txt").write_text("\n".join(lines))
-    return prepare_data(str(root / "corpus.txt"), root / "prepared")
 
 
 def make_trainer(run: Path, prepared: Path, **flags: str) -> Trainer:
@@ -310,3 +292,63 @@ def test_run_outputs_metrics_tensorboard_config_samples_and_plot(prepared: Path,
     png = plot_run(run)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", "run", str(run), "--out", str(tmp_path / "c.png")]) == 0 and (tmp_path / "c.png").is_file()
+
+
+def test_sample_prompt_defaults_to_the_corpus_own_first_characters(tmp_path: Path) -> None:
+    corpus = tmp_path / "english.txt"
+    corpus.write_text("\n\n".join(f"Once upon a time there was story number {i}." for i in range(400)))
+    trainer = make_trainer(tmp_path / "run", corpus, steps="2",
+                           **{"logging.samples": "1", "logging.sample_tokens": "8"})
+    val = np.fromfile(tmp_path / "run" / "data" / "val.bin", dtype=np.uint16)  # byte ids: the text's bytes
+    assert trainer.sample_prompt == bytes(val[:4].tolist()).decode() and trainer.sample_prompt != "def "
+    explicit = make_trainer(tmp_path / "run2", corpus, steps="2", **{"logging.sample_prompt": "Once"})
+    assert explicit.sample_prompt == "Once"
+
+
+def test_a_run_prints_one_summary_line_and_progress_lines_without_a_terminal(
+    prepared: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="archlab"):
+        assert main(["train", *cli_flags(prepared, run, steps="40", **{"logging.progress": "true"})]) == 0
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("archlab")]
+    assert all("\n" not in m for m in messages), "a multi-line log message (the resolved config?)"
+    assert sum("parameters;" in m and "config.yaml" in m for m in messages) == 1
+    progress = [m for m in messages if re.match(r"step \d+/40: loss", m)]
+    assert [int(m.split("/")[0].split()[1]) for m in progress] == list(range(2, 41, 2))  # every 5% of the run
+    assert yaml.safe_load((run / "config.yaml").read_text()) == json.loads((run / "config.json").read_text())
+
+
+# ---------------------------------------------------------------------------------- guards against bugs
+def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = make_trainer(tmp_path / "run", prepared, steps="6", **{"schedule.warmup_steps": "2"})
+    seen: list[float] = []
+    step = trainer.optimizer.step
+    record = lambda: seen.append(trainer.optimizer.param_groups[0]["lr"]) or step()  # noqa: E731
+    monkeypatch.setattr(trainer.optimizer, "step", record)
+    for _ in range(6):
+        trainer.train_step()
+    # update s (0-based) takes warmup lr 1e-3 (s+1)/2, then the cosine to 1e-4 at 6, written out
+    want = [5e-4, 1e-3] + [1e-4 + 0.45e-3 * (1 + math.cos(math.pi * (s - 2) / 4)) for s in range(2, 6)]
+    assert seen == pytest.approx(want, rel=1e-12)
+
+
+def test_a_finite_loss_with_a_non_finite_gradient_is_skipped(prepared: Path, tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path / "run", prepared, steps="3")
+    trainer.train_step()
+    before = {n: p.detach().clone() for n, p in trainer.raw.named_parameters()}
+    weight = trainer.raw.layers[0].mlp.down_proj.weight
+    hook = weight.register_hook(lambda g: g * float("inf"))  # the loss stays finite, one gradient does not
+    row = trainer.train_step()
+    hook.remove()
+    assert math.isfinite(row["loss"]) and not math.isfinite(row["grad_norm"]) and row["skipped"]
+    assert all(torch.equal(p, before[n]) for n, p in trainer.raw.named_parameters())
+    assert not trainer.train_step()["skipped"]
+    assert all(torch.isfinite(p).all() for p in trainer.raw.parameters())
+
+
+def test_validation_runs_in_eval_mode(prepared: Path, tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path / "run", prepared, steps="2", **{"model.dropout": "0.5"})
+    first, second = trainer.evaluate(), trainer.evaluate()  # dropout on would draw new masks each time
+    assert first == second and trainer.raw.training

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 from pathlib import Path
 
 from archlab.data.tokens import prepare_data
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     out = args.out or default_out_dir(args.data, args.tokenizer, args.vocab_size)
+    started = time.time()
     folder = prepare_data(
         args.data,
         out,
@@ -54,9 +56,10 @@ def run_prepare(args: argparse.Namespace) -> int:
     )
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     tok = meta["tokenizer"]
+    reused = (folder / "meta.json").stat().st_mtime < started  # written by an earlier run, not this one
+    when = f"reused (prepared earlier in {meta['seconds']} s)" if reused else f"prepared in {meta['seconds']} s"
     print(
         f"{folder}: train {meta['tokens']['train']:,} / val {meta['tokens']['val']:,} tokens "
-        f"({meta['dtype']}), tokenizer {tok['kind']} vocab {tok['vocab_size']}, "
-        f"prepared in {meta['seconds']} s"
+        f"({meta['dtype']}), tokenizer {tok['kind']} vocab {tok['vocab_size']}, {when}"
     )
     return 0

@@ -63,6 +63,26 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
     return load_model(folder)
 
 
+def resolve_device(name: str) -> torch.device:
+    """--device as a device this machine has, or one line saying what it lacks."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: this machine has no CUDA device (torch sees none); use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {name!r} is not allowed: archlab generates on cpu, cuda or mps")
+    return device
+
+
 def read_prompts(args: argparse.Namespace) -> list[str]:
     """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are skipped."""
     prompts = list(args.prompt)
@@ -88,7 +108,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    device = resolve_device(args.device)
     if args.compile:
         check_compile_decode(device)
     model, tokenizer = load_checkpoint(args.checkpoint)
@@ -97,13 +117,21 @@ def run_generate(args: argparse.Namespace) -> int:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
     if args.interactive:
+        if args.compile:
+            sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
         results = _interactive(model, tokenizer, sampling, args.compile)
     else:
         for prompt in prompts:  # every prompt fits, or nothing is printed at all
             check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
                           sampling.allow_extrapolation)
-        results = [_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile)
-                   for i in range(0, len(prompts), args.batch_size)]
+        if args.compile:  # the first batch waits for torch.compile: say so, then say how long it took
+            sys.stderr.write("archlab generate: compiling the decode step (torch.compile, once)...\n")
+        results = []
+        for i in range(0, len(prompts), args.batch_size):
+            results.append(_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile))
+            if args.compile and i == 0:
+                sys.stderr.write(f"archlab generate: compiled; the first batch decoded in "
+                                 f"{results[0].decode_seconds:.1f} s, compilation included\n")
     if args.report_memory and results:
         sys.stderr.write(memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n")
     return 0

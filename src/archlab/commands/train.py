@@ -11,13 +11,14 @@ import argparse
 import os
 import sys
 
-from archlab.checkpoint import read_run_config
+from archlab.checkpoint import latest_checkpoint, read_run_config
 from archlab.interop.surgery import adapt, load_source
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
-from archlab.nn.presets import PRESETS, SIZES
 from archlab.overrides import load_yaml, parse_flags
-from archlab.train.config import TrainConfig, config_keys, resolve_config
+from archlab.train.config import TrainConfig, resolve_config
+from archlab.train.config_doc import alias_help, help_text
+from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
 from archlab.train.trainer import TrainingDiverged, train
 
 # named flag (argparse dest) -> the config key it sets
@@ -37,20 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train a model (single process, or under torchrun with --distributed ddp|fsdp)",
         description=__doc__,
-        epilog="every config key (set with --KEY VALUE; model fields with --model.FIELD VALUE):\n  "
-        + "\n  ".join(config_keys()),
+        epilog=help_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # so --data.batch_size is never mistaken for --data
     )
-    parser.add_argument("--config", help="YAML run config, e.g. configs/tiny-llama.yaml")
-    parser.add_argument("--preset", help="architecture: " + ", ".join(PRESETS))
-    parser.add_argument("--size", help="model size: " + ", ".join(SIZES))
-    parser.add_argument("--data", help="text/JSONL file or folder, 'stdlib', 'hf:NAME' or a prepared folder")
-    parser.add_argument("--steps", help="optimizer steps of the whole run")
-    parser.add_argument("--out", help="run directory (checkpoints, metrics.jsonl, tb/, config.json)")
-    parser.add_argument("--save-every", help="steps between checkpoints (0 = only at the end)")
-    parser.add_argument("--distributed", help="none | ddp | fsdp (with torchrun)")
+    parser.add_argument("--config", help="YAML run config, e.g. configs/tiny-llama.yaml (flags override it)")
+    for dest, key in ALIASES.items():  # generated from the config's fields: no help written by hand
+        parser.add_argument(f"--{dest.replace('_', '-')}", dest=dest, help=alias_help(key))
     parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
+    parser.add_argument("--extend", action="store_true",
+                        help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)")
     parser.add_argument("--init-from", help="start from the weights of a Hugging Face folder or an archlab "
                         "checkpoint; --model.FIELD changes switches where a principled mapping exists "
                         "(fewer KV heads, RoPE scaling, max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)")
@@ -61,15 +58,23 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_flags(list(args.overrides or []))
     flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
+    if args.extend and not args.resume:
+        raise ValueError("--extend lengthens a resumed run: use it with --resume")
     init = None
     if args.init_from:
         if args.resume:
             raise ValueError("--init-from starts a new run and --resume continues one: give one of them")
         train_cfg, model_cfg, init = init_from(args.init_from, layers)
-    else:
+    elif not args.resume:
         train_cfg, model_cfg = resolve_config(layers)
-    if args.resume:
-        train_cfg, model_cfg = resolve_config(layers, read_run_config(train_cfg.out))
+    else:  # every refusal comes before any data, model or folder is touched
+        out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
+        saved = read_run_config(out or resolve_config(layers)[0].out)
+        train_cfg, model_cfg = resolve_config(layers, saved)
+        step = checkpoint_step(latest_checkpoint(train_cfg.out))
+        if args.extend:
+            extend_schedule(train_cfg, saved["train"], step)
+        check_resume(train_cfg, saved["train"], step)
     try:
         result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:

@@ -200,6 +200,17 @@ def _build(out: Path, corpus: FileCorpus | HubCorpus, request: dict, tokenizer: 
     return meta
 
 
+def _refusal(out: Path, meta: dict, data: str, request: dict) -> str:
+    """Why a prepared folder may not be rebuilt for `request`, naming what it holds and what was asked."""
+    old = f"{meta.get('source', {}).get('spec', '?')} with tokenizer {meta.get('tokenizer', {}).get('kind', '?')}"
+    new = f"{data} with tokenizer {request['tokenizer'].get('kind', '?')}"
+    if old == new:
+        why = f"{data} changed since {out} was prepared from it (or its tokenizer or split did)"
+    else:
+        why = f"{out} holds {old}, not {new}"
+    return f"{why}; a run's prepared data is never replaced: restore the corpus or start a new --out"
+
+
 def _check_sizes(spec: str, meta: dict, min_tokens: int) -> None:
     need = max(min_tokens, 2)  # one (x, y) pair needs two tokens even with block_size 1
     for split in SPLITS:
@@ -221,12 +232,14 @@ def prepare_data(
     *,
     text_field: str = "text",
     max_files: int | None = None,
+    reuse_only: bool = False,
 ) -> Path:
     """Tokenize `data` into the folder `out_dir` (train.bin, val.bin, meta.json, tokenizer.json).
 
     Cached: when `out_dir/meta.json` records the same source hash, tokenizer request and split, the folder
     is reused as is. Otherwise it is built in a temp folder beside `out_dir` and renamed into place.
     `min_tokens` (the trainer passes block_size + 1) is the least each split must hold.
+    `reuse_only=True` (a resumed run) refuses to replace a folder prepared from another corpus or tokenizer.
     Under torchrun, call it on rank 0 and barrier before the other ranks open the folder.
     """
     if not 0 < val_fraction < 1:
@@ -246,6 +259,8 @@ def prepare_data(
     meta = _read_meta(out)
     if meta is not None and meta.get("request") == request and _is_complete(out, meta):
         logger.info("reusing prepared data in %s", out)
+    elif meta is not None and reuse_only:
+        raise ValueError(_refusal(out, meta, data, request))
     else:
         meta = _build(out, corpus, request, tokenizer, vocab_size)
     _check_sizes(data, meta, min_tokens)

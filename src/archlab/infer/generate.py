@@ -20,6 +20,7 @@ Shapes: B batch, T prompt length (padded), V vocabulary.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +116,9 @@ def generate(
         raise ValueError("generate needs at least one prompt, and every prompt at least one token")
     n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
     check_context(model.config, longest, n_new, sampling.allow_extrapolation)
+    wrong = next((t for p in prompts for t in p if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None)
+    if wrong is not None:  # a float id would be truncated by torch.tensor(..., dtype=long) without a word
+        raise ValueError(f"token id {wrong!r} is not an integer: prompts are lists of int token ids")
     bad = next((t for p in prompts for t in p if not 0 <= t < model.config.vocab_size), None)
     if bad is not None:  # e.g. a tokenizer larger than the vocabulary; torch would only say "index out of range"
         raise ValueError(f"token id {bad} is outside the model's vocabulary (0..{model.config.vocab_size - 1})")

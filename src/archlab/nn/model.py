@@ -122,6 +122,7 @@ class TransformerLM(nn.Module):
         """input_ids (B, T) -> logits (B, T, V); positions (T,) or (B, T) default to arange(T), or with a
         cache to the next positions of each row (`KVCache.positions`). `logits_to_keep` = n returns only the
         last n positions' logits (B, n, V): a generation prefill needs one, not a (B, T, V) tensor."""
+        check_token_ids(input_ids, self.config.vocab_size)
         B, T = input_ids.shape
         offset = cache.pos if cache is not None else 0
         bound = None  # an upper bound on the positions known without reading them (no host sync)
@@ -231,6 +232,18 @@ class TransformerLM(nn.Module):
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""
         return sum(p.numel() for p in self.parameters())
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    """Integer ids in 0..vocab_size-1, or one line saying which is not. The range is read only on the CPU (and
+    not while compiling): on an accelerator reading it would sync the host every step."""
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+    if ids.device.type == "cpu" and ids.numel() and not torch.compiler.is_compiling():
+        lo, hi = (int(v) for v in torch.aminmax(ids))
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"token id {hi if hi >= vocab_size else lo} is outside the model's vocabulary "
+                             f"(0..{vocab_size - 1})")
 
 
 def _trunc_normal(t: torch.Tensor, std: float) -> None:

@@ -82,6 +82,15 @@ class ScheduleConfig:
     min_lr_ratio: float = 0.1  # lr at the end of the decay, as a fraction of optimizer.lr (LLaMA: 0.1)
     decay_fraction: float = 0.2  # wsd: share of the run spent cooling down at the end
     decay_shape: str = "linear"  # wsd cooldown: linear | 1-sqrt (Hägele et al., arXiv 2405.18392)
+    horizon: int | None = None  # steps the schedule is planned for; None = steps. A resume keeps it (see --extend)
+    extensions: tuple[int, ...] = ()  # set by --resume --extend: (at step, new end) pairs, flattened
+
+    def end(self) -> int:
+        """The step where the lr schedule ends: the planned horizon, or the last extension's end."""
+        return self.extensions[-1] if self.extensions else int(self.horizon or 0)
+
+    def extension_pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.extensions[::2], self.extensions[1::2]))
 
     def __post_init__(self) -> None:
         check_finite(self, "schedule.")
@@ -92,6 +101,11 @@ class ScheduleConfig:
         _check(0 < self.decay_fraction <= 1, "schedule.decay_fraction", self.decay_fraction, "a fraction in (0, 1]")
         _check(self.decay_shape in DECAY_SHAPES, "schedule.decay_shape", self.decay_shape,
                "one of " + ", ".join(DECAY_SHAPES))
+        _check(self.horizon is None or self.horizon >= 1, "schedule.horizon", self.horizon, "None or an integer >= 1")
+        self.extensions = tuple(int(v) for v in self.extensions)
+        pairs = self.extension_pairs()
+        _check(len(self.extensions) % 2 == 0 and all(at < end for at, end in pairs), "schedule.extensions",
+               list(self.extensions), "(at step, new end) pairs with at < end")
 
 
 @dataclass
@@ -130,10 +144,10 @@ class LoggingConfig:
     ratio_every: int = 100  # steps between per-layer update/param norm ratios; 0 = never
     samples: int = 1  # generated samples shown at each evaluation; 0 = none
     sample_tokens: int = 64  # new tokens per sample
-    sample_prompt: str = "def "  # prompt of the samples (the stdlib corpus is Python)
+    sample_prompt: str | None = None  # prompt of the samples; None = the first 4 characters of the validation text
     temperature: float = 0.8  # sampling temperature of the samples; 0 = greedy
     tensorboard: bool = True  # also write TensorBoard event files under RUN_DIR/tb
-    progress: bool = True  # tqdm progress bar on rank 0
+    progress: bool = True  # progress on rank 0: a bar on a terminal, else a line every ~5% of the run
 
     def __post_init__(self) -> None:
         check_finite(self, "logging.")
@@ -142,8 +156,8 @@ class LoggingConfig:
         for name in ("eval_every", "eval_batches", "ratio_every", "samples", "sample_tokens"):
             _check(getattr(self, name) >= 0, f"logging.{name}", getattr(self, name), "an integer >= 0")
         _check(self.temperature >= 0, "logging.temperature", self.temperature, "a value >= 0 (0 = greedy)")
-        _check(bool(self.sample_prompt) or not self.samples, "logging.sample_prompt", self.sample_prompt,
-               "a non-empty prompt when logging.samples > 0")
+        _check(self.sample_prompt is None or bool(self.sample_prompt) or not self.samples, "logging.sample_prompt",
+               self.sample_prompt, "a non-empty prompt (or None) when logging.samples > 0")
 
 
 @dataclass
@@ -171,10 +185,14 @@ class TrainConfig:
         _check(self.z_loss_coef >= 0, "z_loss_coef", self.z_loss_coef, "a value >= 0")
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
+        if self.schedule.horizon is None:
+            self.schedule.horizon = self.steps
+        horizon = self.schedule.horizon
         if self.schedule.warmup_steps is None:
-            self.schedule.warmup_steps = min(1000, max(1, self.steps // 20))
-        _check(self.schedule.warmup_steps < self.steps or self.schedule.name == "constant", "schedule.warmup_steps",
-               self.schedule.warmup_steps, f"fewer than steps={self.steps}")
+            self.schedule.warmup_steps = min(1000, max(1, horizon // 20))
+        planned = f"steps={horizon}" if horizon == self.steps else f"schedule.horizon={horizon}"
+        _check(self.schedule.warmup_steps < horizon or self.schedule.name == "constant", "schedule.warmup_steps",
+               self.schedule.warmup_steps, f"fewer than {planned}")
 
     def to_dict(self) -> dict[str, Value]:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists: plain JSON/YAML values
@@ -252,8 +270,3 @@ def resolve_config(
         raise ValueError(f"data.block_size={train.data.block_size} is not allowed: at most model.max_seq_len="
                          f"{model.max_seq_len} (raise --model.max_seq_len)")
     return train, model
-
-
-def config_keys() -> list[str]:
-    """Every settable key with its default, for `archlab train --help`."""
-    return [f"--{k} {v}" for k, v in flatten(defaults(TrainConfig)).items()]

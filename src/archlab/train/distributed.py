@@ -163,3 +163,8 @@ def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_st
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, model_state, options=options)
     set_optimizer_state_dict(model, optimizer, optim_state, options=options)
+    # the round trip turns tuple hyperparameters (AdamW's betas) into lists; put back the saved types
+    for group, saved in zip(optimizer.param_groups, optim_state.get("param_groups", [])):
+        for key, value in saved.items():
+            if isinstance(value, tuple) and isinstance(group.get(key), list):
+                group[key] = tuple(group[key])

@@ -1,7 +1,8 @@
 """What a run records: `RUN_DIR/metrics.jsonl` (one JSON object per row), TensorBoard events, norm ratios.
 
 Rows carry `step` and `kind`: `train` (loss, lr, grad_norm, tokens_per_s, ...), `eval` (val loss),
-`ratios` (per-layer update-norm / param-norm), `skip` (a non-finite step) and `sample` (generated text).
+`ratios` (per-layer update-norm / param-norm), `skip` (a non-finite step), `sample` (generated text) and
+`resume` (the step a resumed run started from, its new `steps` and schedule end).
 A resumed run first drops the rows past its checkpoint, so the file reads as if the run never stopped.
 """
 

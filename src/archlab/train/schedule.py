@@ -12,12 +12,23 @@ estimate is noisy for the first steps and a full lr then can blow the model up. 
   cooldown is from Hägele et al., arXiv 2405.18392. A run can be extended from the stable phase.
 
 p is clamped to [0, 1], so steps past the end stay at `min_lr`.
+
+Extending a run (`archlab train --resume --steps N --extend`): the schedule's end is part of the run, so a
+longer run is an explicit choice, recorded as `(at, end)` pairs in the run config. Each extension keeps
+every step before `at` unchanged and never makes the lr jump:
+- if the decay had not begun at `at` (still in warmup, or in WSD's stable phase), the schedule is the same
+  one planned for the new end: WSD's stable phase goes on and its cooldown moves to the new end, as
+  Hägele et al. (arXiv 2405.18392) extend a run from a stable-phase checkpoint; its length is
+  `decay_fraction` of the new end, but never starts before `at`;
+- otherwise a new tail decays from the lr at `at` down to `min_lr` at the new end (cosine: a half cosine;
+  WSD: its cooldown shape). A cosine run that already reached `min_lr` therefore goes on at `min_lr`.
+- constant has no end: extending it changes nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 # cooldown shape name -> f(p) in [0, 1], the fraction of (max_lr - min_lr) left at progress p
@@ -80,17 +91,56 @@ def build_schedule(
     min_lr: float = 0.0,
     decay_fraction: float = 0.2,
     decay_shape: str = "linear",
+    extensions: Sequence[tuple[int, int]] = (),
 ) -> Callable[[int], float]:
-    """`lr_at(step) -> float` for the named schedule with every other argument bound."""
+    """`lr_at(step) -> float` for the named schedule planned for `total_steps`, then each `(at, end)`
+    extension in order (see the module docstring)."""
+    if name not in SCHEDULES:
+        raise ValueError(f"schedule.name: unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
+    if decay_shape not in DECAY_SHAPES:
+        raise ValueError(f"schedule.decay_shape: unknown shape {decay_shape!r}; one of {sorted(DECAY_SHAPES)}")
+    decay_steps = max(1, round(decay_fraction * total_steps))
+    lr_at = _planned(name, max_lr, min_lr, warmup_steps, total_steps, decay_steps, decay_shape)
+    decay_start: int | None = _decay_start(name, warmup_steps, total_steps, decay_steps)
+    for at, end in extensions:
+        if decay_start is None:  # constant: nothing depends on the end
+            continue
+        if at <= decay_start:  # nothing has decayed yet: the plan for the new end equals the old one before `at`
+            decay_steps = end - max(at, end - max(1, round(decay_fraction * end)))
+            lr_at = _planned(name, max_lr, min_lr, warmup_steps, end, decay_steps, decay_shape)
+            decay_start = _decay_start(name, warmup_steps, end, decay_steps)
+        else:
+            shape = _half_cosine if name == "cosine" else DECAY_SHAPES[decay_shape]
+            lr_at = partial(_tail, before=lr_at, at=at, end=end, start_lr=lr_at(at), min_lr=min_lr, shape=shape)
+            decay_start = -1  # decaying from here on: any later extension is another tail
+    return lr_at
+
+
+def _planned(name: str, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int, decay_steps: int,
+             shape: str) -> Callable[[int], float]:
     if name == "cosine":
         return partial(warmup_cosine, max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps,
                        total_steps=total_steps)
     if name == "constant":
         return partial(warmup_constant, max_lr=max_lr, warmup_steps=warmup_steps)
-    if name == "wsd":
-        if decay_shape not in DECAY_SHAPES:
-            raise ValueError(f"schedule.decay_shape: unknown shape {decay_shape!r}; one of {sorted(DECAY_SHAPES)}")
-        decay_steps = max(1, round(decay_fraction * total_steps))
-        return partial(warmup_stable_decay, max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps,
-                       total_steps=total_steps, decay_steps=decay_steps, shape=decay_shape)
-    raise ValueError(f"schedule.name: unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
+    return partial(warmup_stable_decay, max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps,
+                   total_steps=total_steps, decay_steps=decay_steps, shape=shape)
+
+
+def _decay_start(name: str, warmup_steps: int, total_steps: int, decay_steps: int) -> int | None:
+    """The last step whose lr is still the undecayed plan (None: the schedule never decays)."""
+    if name == "constant":
+        return None
+    return warmup_steps if name == "cosine" else max(warmup_steps, total_steps - decay_steps)
+
+
+def _half_cosine(p: float) -> float:
+    return 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def _tail(step: int, before: Callable[[int], float], at: int, end: int, start_lr: float, min_lr: float,
+          shape: Callable[[float], float]) -> float:
+    """`before` up to `at`, then from `start_lr` down to `min_lr` at `end` along `shape`."""
+    if step < at:
+        return before(step)
+    return min_lr + (start_lr - min_lr) * shape(_progress(step, at, end - at))

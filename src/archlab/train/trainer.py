@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -27,9 +29,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from archlab.checkpoint import (
     Checkpoint,
     capture_rng_state,
+    check_weights_fit,
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
+    read_checkpoint_config,
     restore_rng_state,
     save_checkpoint,
     tied_aliases,
@@ -46,11 +50,14 @@ from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
+from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
 
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1  # validation batches come from their own generator: the same windows every eval
+SAMPLE_PROMPT_CHARS = 4  # default sample prompt: this many characters of the validation text
+PROGRESS_LINES = 20  # without a terminal, progress is about this many lines per run, not a redrawn bar
 
 
 class TrainingDiverged(RuntimeError):
@@ -93,18 +100,28 @@ class Trainer:
                  resume: bool = False, init_from: TransformerLM | None = None) -> None:
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
+        created = not self.run_dir.exists()
+        try:
+            self._setup(resume, init_from)
+        except BaseException:  # a failed start leaves no run folder behind (one it did not create stays)
+            if created and ctx.is_main:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+
+    def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
+        train, ctx = self.cfg, self.ctx
         resume_from = self._check_setup(resume)
-        self._prepare_data()
+        self._prepare_data(resume)
         torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
-        self.raw = TransformerLM(model_config).to(ctx.device)
+        self.raw = TransformerLM(self.model_config).to(ctx.device)
         if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
             self.raw.load_state_dict(init_from.state_dict())
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
         s = train.schedule
-        self.lr_at = build_schedule(s.name, o.lr, train.steps, s.warmup_steps, o.lr * s.min_lr_ratio,
-                                    s.decay_fraction, s.decay_shape)
+        self.lr_at = build_schedule(s.name, o.lr, s.horizon, s.warmup_steps, o.lr * s.min_lr_ratio,
+                                    s.decay_fraction, s.decay_shape, s.extension_pairs())
         torch.manual_seed(train.seed + ctx.rank)  # per-rank dropout streams
         self.generator = torch.Generator().manual_seed(train.seed)  # the batch order: same on every rank
         self.stats, self.step = TrainStats(), 0
@@ -112,8 +129,12 @@ class Trainer:
         if resume_from is not None:
             self._restore(load_checkpoint(resume_from))
         self.metrics = MetricsLogger(self.run_dir, self.step, train.logging.tensorboard, ctx.is_main)
+        if resume_from is not None:  # `archlab plot run` marks where the run was resumed
+            self.metrics.log(self.step, "resume", {"checkpoint": resume_from.name, "steps": train.steps,
+                                                   "schedule_end": s.end()})
         self._signal: str | None = None  # set by the handler, on this rank only
         self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
+        self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
         self._write_config()
 
     # ------------------------------------------------------------------------------------------ setup
@@ -125,17 +146,24 @@ class Trainer:
         if not resume and latest is not None:
             raise ValueError(f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
                              "or choose another --out")
+        if resume:
+            saved = read_checkpoint_config(latest, ("model", "train"))["train"]
+            check_resume(self.cfg, saved, checkpoint_step(latest))
+        elif self.cfg.steps > self.cfg.schedule.end():
+            raise ValueError(f"steps={self.cfg.steps} is not allowed: past the end of the lr schedule "
+                             f"(schedule.horizon={self.cfg.schedule.horizon})")
         d = self.cfg.data
         if d.batch_size % (self.ctx.world_size * self.cfg.optimizer.grad_accum):
             raise ValueError(f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
                              f"{self.ctx.world_size} ranks x {self.cfg.optimizer.grad_accum} accumulation steps")
         return latest if resume else None
 
-    def _prepare_data(self) -> None:
+    def _prepare_data(self, resume: bool) -> None:
         d = self.cfg.data
         folder = _data_dir(self.cfg, self.run_dir)
-        if self.ctx.is_main and folder != Path(d.source):
-            prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1)
+        if self.ctx.is_main and folder != Path(d.source):  # a resumed run's data is reused, never replaced
+            prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1,
+                         reuse_only=resume)
         dist_utils.barrier(self.ctx)  # the other ranks read what rank 0 wrote
         self.data = TokenData(folder, self.ctx.rank, self.ctx.world_size)
         self.tokenizer_file = folder / "tokenizer.json"
@@ -144,10 +172,18 @@ class Trainer:
             raise ValueError(f"model.vocab_size={self.model_config.vocab_size} is not allowed: the tokenizer of "
                              f"{folder} has {self.data.vocab_size} ids")
         lg = self.cfg.logging
+        self.sample_prompt = lg.sample_prompt if lg.sample_prompt is not None else self._corpus_prompt()
         if lg.samples:  # fail now rather than at the first evaluation
-            check_context(self.model_config, len(self.tokenizer.encode(lg.sample_prompt)), lg.sample_tokens, False)
+            check_context(self.model_config, len(self.tokenizer.encode(self.sample_prompt)), lg.sample_tokens, False)
+
+    def _corpus_prompt(self) -> str:
+        """The first characters of the validation text: a prompt in the corpus's own language."""
+        head = self.data.splits["val"][:SAMPLE_PROMPT_CHARS * 8].tolist()
+        text = self.tokenizer.decode(head).replace("\ufffd", "")  # a byte cut mid-character decodes to U+FFFD
+        return text[:SAMPLE_PROMPT_CHARS] or " "
 
     def _restore(self, ckpt: Checkpoint) -> None:
+        check_weights_fit(self.raw, ckpt.model, ckpt.path)
         dist_utils.load_full_state(self.raw, self.optimizer, ckpt.model, ckpt.optimizer)
         state = ckpt.state
         rng = state["rng"]
@@ -166,9 +202,11 @@ class Trainer:
             return
         config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
         (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        logger.info("resolved config:\n%s", yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False))
-        logger.info("model: %s parameters; data: %s train tokens; run: %s", f"{self.raw.num_parameters():,}",
-                    f"{self.data.num_tokens('train'):,}", self.run_dir)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        c, d = self.cfg, self.cfg.data
+        logger.info("%s/%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
+                    c.preset, c.size, f"{self.raw.num_parameters():,}", c.steps, d.batch_size, d.block_size,
+                    f"{self.data.num_tokens('train'):,}", d.source, self.run_dir / "config.yaml")
 
     # ------------------------------------------------------------------------------------------- step
     def _autocast(self) -> torch.autocast:
@@ -253,7 +291,7 @@ class Trainer:
         """
         lg = self.cfg.logging
         sampling = SamplingConfig(max_new_tokens=lg.sample_tokens, temperature=lg.temperature, seed=self.cfg.seed)
-        return generate_text(self.raw, self.tokenizer, [lg.sample_prompt] * lg.samples, sampling).texts
+        return generate_text(self.raw, self.tokenizer, [self.sample_prompt] * lg.samples, sampling).texts
 
     # -------------------------------------------------------------------------------------- checkpoints
     def save(self, val_loss: float | None = None) -> Path | None:
@@ -289,6 +327,9 @@ class Trainer:
         bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", gnorm=f"{row['grad_norm']:.3f}",
                         tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
         bar.update(1)
+        if self._progress_lines and (self.step % math.ceil(steps / PROGRESS_LINES) == 0 or self.step == steps):
+            logger.info("step %d/%d: loss %.4f, lr %.2e, grad norm %.3f, %s tokens/s", self.step, steps, row["loss"],
+                        row["lr"], row["grad_norm"], f"{row['tokens_per_s']:,.0f}")
         if row["skipped"]:
             if self.ctx.is_main:
                 logger.warning("step %d skipped: non-finite loss %s or grad norm %s (%d in a row)", self.step,
@@ -316,7 +357,7 @@ class Trainer:
         if self.ctx.is_main:
             logger.info("step %d: val loss %.4f", self.step, val)
             for text in texts:
-                logger.info("sample at step %d:\n%s%s", self.step, self.cfg.logging.sample_prompt, text)
+                logger.info("sample at step %d:\n%s%s", self.step, self.sample_prompt, text)
                 self.metrics.log(self.step, "sample", {"text": text})
         return val
 
@@ -342,8 +383,10 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train from the current step up to `train.steps`; checkpoint when due, at the end and on a signal."""
         previous = self._install_signals()
+        show = self.ctx.is_main and self.cfg.logging.progress
+        self._progress_lines = show and not sys.stderr.isatty()  # a log file gets lines, not bar redraws
         bar = tqdm(total=self.cfg.steps, initial=self.step, desc="train", dynamic_ncols=True,
-                   disable=not (self.ctx.is_main and self.cfg.logging.progress))
+                   disable=not show or self._progress_lines)
         start, start_step = time.perf_counter(), self.step
         try:
             with logging_redirect_tqdm():  # log lines print above the progress bar, not through it

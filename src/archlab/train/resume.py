@@ -1,0 +1,80 @@
+"""What `--resume` may change in a run, and how `--extend` lengthens its learning-rate schedule.
+
+A resumed run continues exactly: same model, same corpus and tokenizer, same lr curve. So resuming refuses
+- another corpus or tokenizer (`data.source`, `data.tokenizer`, `data.vocab_size`, `data.val_fraction`,
+  `data.dir`): the weights were trained on the run's token ids, and its prepared data is never replaced;
+- another schedule (`schedule.*`): the lr curve is part of the run;
+- a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
+  says how the lr continues); a smaller `--steps` stops early on the same curve;
+- a `--steps` the run has already reached: there is nothing to do.
+Each refusal is one line naming the run's value and the new one. The model config is checked in
+train/config.py (`resolve_model`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from archlab.train.config import TrainConfig
+
+DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir")
+SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape", "horizon")
+
+
+def saved_horizon(saved: dict) -> int:
+    """The schedule horizon of a saved train config (runs saved before `horizon` existed planned `steps`)."""
+    return int(saved["schedule"].get("horizon") or saved["steps"])
+
+
+def extend_schedule(train: TrainConfig, saved: dict, step: int) -> None:
+    """`--extend`: stretch the run's schedule from `step` to end at `train.steps` (recorded in the config)."""
+    end = train.schedule.end()
+    if train.steps <= end:
+        raise ValueError(f"--extend: --steps {train.steps} does not lengthen the run, whose lr schedule already "
+                         f"ends at step {end}; give a larger --steps")
+    train.schedule.horizon = saved_horizon(saved)
+    train.schedule.extensions = (*train.schedule.extensions, step, train.steps)
+
+
+def _same_path_or_value(new: object, old: object) -> bool:
+    if new == old:
+        return True
+    if isinstance(new, str) and isinstance(old, str) and new and old:
+        return os.path.realpath(new) == os.path.realpath(old)
+    return False
+
+
+def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
+    """Refuse a resume from checkpoint `step` of a run whose saved train config is `saved`, as listed above."""
+    old_data = saved.get("data", {})
+    for key in DATA_KEYS:
+        new = getattr(train.data, key)
+        old = old_data.get(key, new)
+        if not _same_path_or_value(new, old):
+            raise ValueError(f"--resume: data.{key} {new!r} differs from the run's {old!r}; a run trains on one "
+                             "corpus and tokenizer: resume without changing data.*, or start a new --out")
+    if "horizon" not in saved["schedule"]:  # an older run: its horizon was its steps, not the new --steps
+        train.schedule.horizon = saved_horizon(saved)
+    for key in SCHEDULE_KEYS:
+        new = getattr(train.schedule, key)
+        old = saved_horizon(saved) if key == "horizon" else saved["schedule"].get(key, new)
+        if new != old:
+            raise ValueError(f"--resume: schedule.{key} {new!r} differs from the run's {old!r}; the lr schedule is "
+                             "part of the run (lengthen it with --steps N --extend)")
+    ext, old_ext = train.schedule.extensions, tuple(saved["schedule"].get("extensions", ()))
+    if ext[: len(old_ext)] != old_ext or any(at != step for at in ext[len(old_ext) :: 2]):
+        raise ValueError(f"--resume: schedule.extensions {list(ext)} do not continue the run's {list(old_ext)} "
+                         "(set them with --extend, not by hand)")
+    end = train.schedule.end()
+    if train.steps <= step:
+        raise ValueError(f"--resume: the run is already at step {step}, so --steps {train.steps} leaves nothing "
+                         f"to do; to train longer: --resume --steps N --extend (N > {max(end, step)})")
+    if train.steps > end:
+        raise ValueError(f"--resume: --steps {train.steps} is past the end of the run's lr schedule (step {end}); "
+                         f"add --extend to stretch the schedule to {train.steps} steps, or give --steps <= {end}")
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step of a checkpoint folder `step_0000123`."""
+    return int(path.name.removeprefix("step_"))

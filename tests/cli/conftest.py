@@ -1,0 +1,3 @@
+"""The CLI tests train tiny runs on the training tests' prepared corpus."""
+
+from tests.train.conftest import one_thread, prepared  # noqa: F401 (fixtures shared with tests/train)

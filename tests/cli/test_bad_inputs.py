@@ -1,0 +1,175 @@
+"""Bad command lines, as a table: each exits 2 with one line on stderr (`archlab CMD: error: ...`), no
+traceback, nothing changed under the test folder and no run folder created. In-process through
+`archlab.cli.main`; config, data, checkpoints, prompts, sampling and devices."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from archlab.cli import main
+from tests.conftest import snapshot
+from tests.train.test_trainer import TINY, cli_flags
+
+
+def _rehash(path: Path) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        data = (path / name).read_bytes()
+        entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+class Payload:
+    def __reduce__(self) -> tuple:
+        return (print, ("pickle ran",))
+
+
+@pytest.fixture(scope="module")
+def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 2-step run, damaged copies of its checkpoint, and a few bad corpora and files."""
+    root = tmp_path_factory.mktemp("bad")
+    assert main(["train", *cli_flags(prepared, root / "run", steps="2", **{"schedule.horizon": "6"})]) == 0
+    ckpt = root / "run" / "checkpoints" / "step_0000002"
+    for name in ("truncated", "nomanifest", "noconfig", "shape", "pickled", "nofiles"):
+        shutil.copytree(root / "run", root / name)
+    copy = lambda name: root / name / "checkpoints" / ckpt.name  # noqa: E731
+    weights = copy("truncated") / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    (copy("nomanifest") / "manifest.json").unlink()
+    (copy("noconfig") / "config.json").write_text("{not json")
+    _rehash(copy("noconfig"))
+    config = json.loads((copy("shape") / "config.json").read_text())
+    config["model"]["d_ff"] = 96
+    (copy("shape") / "config.json").write_text(json.dumps(config))
+    _rehash(copy("shape"))
+    torch.save({"step": 2, "payload": Payload()}, copy("pickled") / "state.pt")
+    _rehash(copy("pickled"))
+    manifest = json.loads((copy("nofiles") / "manifest.json").read_text())
+    del manifest["files"]
+    (copy("nofiles") / "manifest.json").write_text(json.dumps(manifest))
+    (root / "empty.txt").write_text("")
+    (root / "short.txt").write_text("abc")
+    (root / "other.txt").write_text("another corpus entirely\n" * 300)
+    (root / "list.yaml").write_text("- 1\n- 2\n")
+    (root / "emptydir").mkdir()
+    (root / "hf").mkdir()
+    (root / "hf" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return root
+
+
+R = "{root}"  # replaced by the module's folder
+LONG = "x" * 40
+TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
+    (["--optimizer.name", "sgdx"], "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger"),
+    (["--optimizer.lr", "-1"], "optimizer.lr=-1.0 is not allowed"),
+    (["--steps", "0"], "steps=0 is not allowed: an integer >= 1"),
+    (["--steps", "abc"], "steps='abc' is not allowed: expected int"),
+    (["--optimizer.lrr", "1"], "unknown config key 'optimizer.lrr'"),
+    (["--optimizer.grad_clip", "abc"], "optimizer.grad_clip='abc' is not allowed"),
+    (["--optimizer.betas", "0.9,1.5"], "optimizer.betas=[0.9, 1.5] is not allowed"),
+    (["--preset", "gpt5"], "preset='gpt5' is not allowed"),
+    (["--size", "huge"], "size='huge' is not allowed"),
+    (["--model.norm", "batchnorm"], "ModelConfig.norm='batchnorm' is not allowed"),
+    (["--model.n_layerz", "2"], "unknown config key 'model.n_layerz'"),
+    (["--model.n_heads", "3"], "ModelConfig"),
+    (["--data.block_size", "64"], "data.block_size=64 is not allowed: at most model.max_seq_len=32"),
+    (["--data.batch_size", "6", "--optimizer.grad_accum", "4"], "must divide evenly over 1 ranks x 4"),
+    (["--data.val_fraction", "1.5"], "data.val_fraction=1.5 is not allowed"),
+    (["--config", "{root}/missing.yaml"], "config file {root}/missing.yaml does not exist"),
+    (["--config", "{root}/list.yaml"], "must hold a mapping of keys to values"),
+    (["--distributed", "ddp"], "--distributed ddp needs torchrun"),
+    (["--distributed", "mpi"], "distributed='mpi' is not allowed"),
+    (["--logging.eval_every", "-1"], "logging.eval_every=-1 is not allowed"),
+    (["--logging.sample_prompt", "", "--logging.samples", "1"], "logging.sample_prompt='' is not allowed"),
+    (["--model"], "flag --model needs a value"),
+    (["--schedule.name", "step"], "schedule.name='step' is not allowed"),
+    (["--schedule.warmup_steps", "50", "--steps", "20"], "schedule.warmup_steps=50 is not allowed: fewer than"),
+    (["--schedule.decay_shape", "cubic"], "schedule.decay_shape='cubic' is not allowed"),
+    (["--schedule.horizon", "5", "--steps", "10"], "steps=10 is not allowed: past the end of the lr schedule"),
+    (["--precision.dtype", "fp16"], "precision.dtype='fp16' is not allowed"),
+    (["--precision.device", "tpu"], "precision.device='tpu' is not allowed"),
+    (["--extend"], "--extend lengthens a resumed run: use it with --resume"),
+    (["--resume"], "--resume: no checkpoint in {root}/new/checkpoints to resume from"),
+    (["--data", "/no/such/corpus.txt"], "corpus path /no/such/corpus.txt does not exist"),
+    (["--data", "{root}/empty.txt"], "is empty"),
+    (["--data", "{root}/short.txt"], "split has"),
+    (["--data", "{root}/other.txt", "--data.tokenizer", "/no/such/tokenizer.json"], "/no/such/tokenizer.json"),
+]
+RESUME = [  # (flags after `train --out R/RUN`, expected text)
+    (["--out", "{root}/run"], "already holds checkpoints; pass --resume to continue it"),
+    (["--out", "{root}/run", "--resume", "--model.n_layers", "2"], "the model config differs from the checkpoint's"),
+    (["--out", "{root}/run", "--resume", "--preset", "gpt2"], "--resume: preset 'gpt2' differs from the checkpoint's"),
+    (["--out", "{root}/run", "--resume", "--steps", "1"], "the run is already at step 2, so --steps 1 leaves nothing"),
+    (["--out", "{root}/run", "--resume", "--steps", "50"], "--steps 50 is past the end of the run's lr schedule"),
+    (["--out", "{root}/run", "--resume", "--data", "{root}/other.txt"], "data.source '{root}/other.txt' differs"),
+    (["--out", "{root}/run", "--resume", "--schedule.name", "wsd"], "schedule.name 'wsd' differs from the run's"),
+    (["--out", "{root}/run", "--resume", "--steps", "2", "--extend"], "--steps 2 does not lengthen the run"),
+    (["--out", "{root}/truncated", "--resume"], "model.safetensors has 100 bytes"),
+    (["--out", "{root}/nomanifest", "--resume"], "manifest.json is missing or unreadable"),
+    (["--out", "{root}/noconfig", "--resume"], "config.json cannot be read"),
+    (["--out", "{root}/nofiles", "--resume"], "manifest.json has no 'files' table"),
+    (["--out", "{root}/shape", "--resume", "--steps", "4"], "gate_up_proj.weight is [256, 32] in model.safetensors"),
+    (["--out", "{root}/pickled", "--resume", "--steps", "4"], "state.pt holds Python objects, not only tensors"),
+]
+GOOD = ["--checkpoint", "{root}/run", "--device", "cpu"]
+GENERATE = [  # (generate flags, expected text)
+    (["--checkpoint", "/no/such/run", "--prompt", "a"], "--checkpoint /no/such/run: no such file or folder"),
+    (["--checkpoint", "{root}/emptydir", "--prompt", "a"], "is neither a checkpoint nor a run folder"),
+    (["--checkpoint", "{root}/hf", "--prompt", "a"], "this Hugging Face folder has no tokenizer.json"),
+    (["--checkpoint", "{root}/truncated", "--prompt", "a"], "model.safetensors has 100 bytes"),
+    (["--checkpoint", "{root}/nomanifest", "--prompt", "a"], "manifest.json is missing or unreadable"),
+    (["--checkpoint", "{root}/shape", "--prompt", "a"], "but config.json builds [192, 32]"),
+    (["--checkpoint", "{root}/nofiles", "--prompt", "a"], "manifest.json has no 'files' table"),
+    ([*GOOD, "--prompt", "a", "--temperature", "-1"], "SamplingConfig.temperature=-1.0 is not allowed"),
+    ([*GOOD, "--prompt", "a", "--top-p", "1.5"], "SamplingConfig.top_p=1.5 is not allowed"),
+    ([*GOOD, "--prompt", "a", "--top-k", "0"], "SamplingConfig.top_k=0 is not allowed"),
+    ([*GOOD, "--prompt", "a", "--max-new-tokens", "0"], "SamplingConfig.max_new_tokens=0 is not allowed"),
+    ([*GOOD, "--prompt", "a", "--stop", ""], "SamplingConfig.stop=('',) is not allowed"),
+    ([*GOOD, "--prompt", "a", "--batch-size", "0"], "--batch-size=0 is not allowed"),
+    ([*GOOD, "--prompt-file", "/no/such/prompts.txt"], "/no/such/prompts.txt"),
+    ([*GOOD, "--prompt", LONG, "--max-new-tokens", "10"], "exceeds the model's context of 32 tokens"),
+    (["--checkpoint", "{root}/run", "--prompt", "a", "--device", "tpu"], "--device 'tpu' is not allowed"),
+    (["--checkpoint", "{root}/run", "--prompt", "a", "--device", "cuda:7"], "--device cuda:7"),
+]
+OTHER = [  # (full argv, expected text)
+    (["inspect", "--preset", "gpt5"], "is not allowed"),
+    (["inspect", "--context", "0"], "--context=0 is not allowed"),
+    (["inspect", "--n_heads", "3"], "ModelConfig"),
+    (["inspect", "--d_modle", "3"], "d_modle"),
+    (["plot", "run", "/no/such/run"], "/no/such/run/metrics.jsonl does not exist"),
+    (["plot", "run", "{root}/emptydir"], "does not exist (is {root}/emptydir a training run folder?)"),
+    (["data", "prepare", "--data", "/no/such/corpus.txt", "--out", "{root}/newdata"], "does not exist"),
+    (["data", "prepare", "--data", "{root}/other.txt", "--val-fraction", "2", "--out", "{root}/newdata"],
+     "val_fraction must be in (0, 1)"),
+]
+BASE = [*(x for key, value in TINY.items() for x in (f"--{key}", value)), "--data.source", "{prepared}",
+        "--out", "{root}/new", "--steps", "3"]
+CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]
+         + [(["train", *a], m, "train " + " ".join(a[1:]).replace("{root}/", "")) for a, m in RESUME]
+         + [(["generate", *a], m, "generate " + " ".join(x for x in a if x not in GOOD)) for a, m in GENERATE]
+         + [(a, m, " ".join(a)) for a, m in OTHER])
+
+
+@pytest.mark.parametrize(("argv", "message"), [c[:2] for c in CASES], ids=[c[2] for c in CASES])
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(
+    argv: list[str], message: str, world: Path, prepared: Path, capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "cuda:7" in argv and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    argv = [a.replace(R, str(world)).replace("{prepared}", str(prepared)) for a in argv]
+    monkeypatch.setattr("sys.stdin", open("/dev/null"))  # no prompt piped in
+    before = snapshot(world)
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    err = out.err.strip()
+    assert "Traceback" not in out.err and "\n" not in err, out.err
+    assert err.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in err, err
+    assert snapshot(world) == before and not (world / "new").exists() and not (world / "newdata").exists()
+    assert len(CASES) >= 40

@@ -1,0 +1,59 @@
+"""`archlab.cli.main`: what users cause ends in one line (Ctrl-C: exit 130; a closed pipe: a quiet exit), and
+`archlab --help` does not import torch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from archlab.checkpoint import list_checkpoints
+from archlab.cli import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, main
+from archlab.train.trainer import Trainer
+from tests.train.test_trainer import cli_flags
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+
+
+def test_top_level_help_imports_no_torch() -> None:
+    code = ("import sys; from archlab.cli import build_parser; text = build_parser().format_help(); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; print(text)")
+    out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert all(name in out.stdout for name in ("inspect", "data", "train", "generate", "plot"))
+
+
+def test_a_closed_pipe_exits_quietly() -> None:
+    # `archlab inspect --json | head -c 1`: the reader is gone before archlab writes
+    proc = subprocess.Popen([sys.executable, "-m", "archlab", "inspect", "--json"], env=ENV, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_BROKEN_PIPE == 141 and err == b""
+
+
+def test_a_second_ctrl_c_exits_130_in_one_line(prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    original = Trainer.train_step
+
+    def step_then_two_ctrl_c(self: Trainer) -> dict:
+        row = original(self)
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the first: finish this step, checkpoint, stop
+            time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGINT)  # the second, before the checkpoint: stop now
+            time.sleep(0.05)
+        return row
+
+    monkeypatch.setattr(Trainer, "train_step", step_then_two_ctrl_c)
+    run = tmp_path / "run"
+    assert main(["train", *cli_flags(prepared, run, steps="10")]) == EXIT_INTERRUPTED == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "archlab train: interrupted" and "Traceback" not in captured.out
+    assert list_checkpoints(run) == []
