@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import sys
 from pathlib import Path
@@ -22,9 +21,8 @@ from archlab.commands import generate as command
 from archlab.data.tokenizer import build_tokenizer
 from archlab.infer.generate import check_context, context_limit, generate, generate_text
 from archlab.infer.memory import kv_bytes_table
-from archlab.infer.sampling import SamplingConfig, sample_next, sampling_probs
+from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
-from archlab.infer.stream import TextStream
 from archlab.nn.rerope import relative_positions
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
@@ -52,30 +50,6 @@ class EosTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self.inner.decode(ids)
-
-
-# ----- sampling -----
-def test_sampling_distribution_matches_its_definition() -> None:
-    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]], dtype=torch.float64)
-    p = (logits / 0.7).softmax(-1)[0]
-    probs = sampling_probs(logits, SamplingConfig(temperature=0.7))[0].double()
-    torch.testing.assert_close(probs, p, rtol=1e-6, atol=1e-7)
-    top3 = sampling_probs(logits, SamplingConfig(temperature=0.7, top_k=3))[0].double()
-    expected = torch.where(torch.tensor([1, 1, 1, 0, 0]).bool(), p, 0.0)
-    torch.testing.assert_close(top3, expected / expected.sum(), rtol=1e-6, atol=1e-7)
-    # nucleus: the smallest prefix (by probability) whose mass reaches top_p
-    cum = p.sort(descending=True).values.cumsum(0)
-    n_keep = int((cum < 0.8).sum()) + 1
-    nucleus = sampling_probs(logits, SamplingConfig(temperature=0.7, top_p=0.8))[0]
-    assert int((nucleus > 0).sum()) == n_keep and 1 < n_keep < 5
-    assert math.isclose(float(nucleus.sum()), 1.0, rel_tol=1e-6)
-
-
-def test_greedy_and_top_k_one_pick_the_argmax() -> None:
-    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(sample_next(logits, SamplingConfig(temperature=0), None), logits.argmax(-1))
-    g = torch.Generator().manual_seed(0)
-    assert torch.equal(sample_next(logits, SamplingConfig(temperature=5.0, top_k=1), g), logits.argmax(-1))
 
 
 def test_same_seed_same_text(tokenizer) -> None:
@@ -138,31 +112,6 @@ def test_streamed_pieces_add_up_to_the_text(tokenizer) -> None:
                            on_text=lambda row, piece: pieces[row].append(piece))
     assert ["".join(pieces[r]) for r in (0, 1)] == result.texts
     assert result.texts == [tokenizer.decode(t) for t in result.tokens]
-
-
-def test_text_stream_waits_for_whole_characters_and_holds_back_stop_prefixes(tokenizer) -> None:
-    text = "héllo €uro — ok"
-    stream = TextStream(tokenizer.decode, stop=("uro —",))
-    pieces = [stream.push(b) for b in text.encode("utf-8")] + [stream.finish()]
-    assert all("\ufffd" not in p for p in pieces)
-    assert "".join(pieces) == stream.text == "héllo €"
-    assert stream.stopped
-    bad = TextStream(tokenizer.decode)
-    assert "".join([bad.push(0xE2), bad.push(0x82), bad.finish()]) == "\ufffd"  # a cut-off character
-
-
-def test_text_stream_decodes_a_bounded_window(tokenizer) -> None:
-    windows: list[int] = []
-
-    def decode(ids: list[int]) -> str:
-        windows.append(len(ids))
-        return tokenizer.decode(ids)
-
-    stream = TextStream(decode, stop=("zz",))
-    for b in ("ab€" * 200).encode("utf-8"):
-        stream.push(b)
-    stream.finish()
-    assert max(windows) <= 4 and stream.text == "ab€" * 200  # the window never grows with the text
 
 
 # ----- limits -----

@@ -1,12 +1,14 @@
-"""SamplingConfig validation: every field rejects values outside its domain, NaN and inf included, in one line."""
+"""infer/sampling.py: the sampled distribution against its definition (float64), greedy, and SamplingConfig validation
+(every field rejects values outside its domain, NaN and inf included, in one line)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
-from archlab.infer.sampling import SamplingConfig
+from archlab.infer.sampling import SamplingConfig, sample_next, sampling_probs
 
 BAD = [
     ("temperature", math.inf), ("temperature", math.nan), ("temperature", -0.1), ("temperature", True),
@@ -29,3 +31,26 @@ def test_bad_values_fail_naming_the_field(field: str, value: object) -> None:
 def test_edge_values_are_accepted(fields: dict) -> None:
     config = SamplingConfig(**fields)
     assert config.stop == tuple(fields.get("stop", ()))
+
+
+def test_sampling_distribution_matches_its_definition() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]], dtype=torch.float64)
+    p = (logits / 0.7).softmax(-1)[0]
+    probs = sampling_probs(logits, SamplingConfig(temperature=0.7))[0].double()
+    torch.testing.assert_close(probs, p, rtol=1e-6, atol=1e-7)
+    top3 = sampling_probs(logits, SamplingConfig(temperature=0.7, top_k=3))[0].double()
+    expected = torch.where(torch.tensor([1, 1, 1, 0, 0]).bool(), p, 0.0)
+    torch.testing.assert_close(top3, expected / expected.sum(), rtol=1e-6, atol=1e-7)
+    # nucleus: the smallest prefix (by probability) whose mass reaches top_p
+    cum = p.sort(descending=True).values.cumsum(0)
+    n_keep = int((cum < 0.8).sum()) + 1
+    nucleus = sampling_probs(logits, SamplingConfig(temperature=0.7, top_p=0.8))[0]
+    assert int((nucleus > 0).sum()) == n_keep and 1 < n_keep < 5
+    assert math.isclose(float(nucleus.sum()), 1.0, rel_tol=1e-6)
+
+
+def test_greedy_and_top_k_one_pick_the_argmax() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(sample_next(logits, SamplingConfig(temperature=0), None), logits.argmax(-1))
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(sample_next(logits, SamplingConfig(temperature=5.0, top_k=1), g), logits.argmax(-1))

@@ -1,0 +1,39 @@
+"""infer/stream.py: incremental detokenization never emits half a character or a stop string's prefix, and decodes
+a window that does not grow with the text."""
+
+from __future__ import annotations
+
+import pytest
+
+from archlab.data.tokenizer import build_tokenizer
+from archlab.infer.stream import TextStream
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer("byte", 256, None)
+
+
+def test_text_stream_waits_for_whole_characters_and_holds_back_stop_prefixes(tokenizer) -> None:
+    text = "héllo €uro — ok"
+    stream = TextStream(tokenizer.decode, stop=("uro —",))
+    pieces = [stream.push(b) for b in text.encode("utf-8")] + [stream.finish()]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == stream.text == "héllo €"
+    assert stream.stopped
+    bad = TextStream(tokenizer.decode)
+    assert "".join([bad.push(0xE2), bad.push(0x82), bad.finish()]) == "\ufffd"  # a cut-off character
+
+
+def test_text_stream_decodes_a_bounded_window(tokenizer) -> None:
+    windows: list[int] = []
+
+    def decode(ids: list[int]) -> str:
+        windows.append(len(ids))
+        return tokenizer.decode(ids)
+
+    stream = TextStream(decode, stop=("zz",))
+    for b in ("ab€" * 200).encode("utf-8"):
+        stream.push(b)
+    stream.finish()
+    assert max(windows) <= 4 and stream.text == "ab€" * 200  # the window never grows with the text
