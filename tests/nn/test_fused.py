@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import cross_entropy
 from archlab.nn.fused import cross_entropy as fused_cross_entropy
-from archlab.nn.fused import rms_norm, silu_mul
+from archlab.nn.fused import rms_norm, rope_qkv, silu_mul
 from archlab.nn.norms import RMSNorm
+from archlab.nn.rope import full_tables
 
 
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor], seed: int = 0) -> list[torch.Tensor]:
@@ -61,6 +62,39 @@ def test_cross_entropy_refuses_a_second_backward() -> None:
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward ran twice"):
         loss.backward()
+
+
+def _rotate_reference(x: torch.Tensor, angles: torch.Tensor, layout: str) -> torch.Tensor:
+    """The textbook rotation of each pair (a, b) by its angle: (a cos - b sin, b cos + a sin), then the
+    pass-through dims; angles (B, T, 1, d_rot/2)."""
+    d_rot = 2 * angles.size(-1)
+    pairs = x[..., :d_rot].unflatten(-1, (2, -1) if layout == "half" else (-1, 2))
+    a, b = pairs.unbind(-2 if layout == "half" else -1)
+    cos, sin = angles.cos(), angles.sin()
+    rotated = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-2 if layout == "half" else -1)
+    return torch.cat((rotated.flatten(-2), x[..., d_rot:]), dim=-1)
+
+
+@pytest.mark.parametrize("layout, d_rot, n_kv", [("half", 8, 2), ("interleaved", 8, 4), ("half", 4, 1),
+                                                 ("interleaved", 6, 2)])
+def test_rope_qkv_values_and_gradients_match_autograd_float64(layout: str, d_rot: int, n_kv: int) -> None:
+    """Whole and partial rotary, both layouts, GQA / MHA / MQA; angles per row (B, T) and broadcast (1, T)."""
+    torch.manual_seed(0)
+    H, Dh = 4, 8
+    heads = torch.randn(2, 5, H + 2 * n_kv, Dh, dtype=torch.float64, requires_grad=True)
+    for rows in (2, 1):
+        angles = torch.rand(rows, 5, 1, d_rot // 2, dtype=torch.float64) * 40 - 20  # far past 2 pi
+        cos, sin = full_tables(angles.cos() * 0.9, angles.sin() * 0.9, layout)  # a YaRN-like attention factor
+        got = rope_qkv(heads, cos, sin, H, n_kv, layout)
+        q, k, v = heads.split([H, n_kv, n_kv], dim=2)
+        want = (_rotate_reference(q, angles, layout) * 0.9, _rotate_reference(k, angles, layout) * 0.9, v)
+        if d_rot < Dh:  # the factor scales only the rotated dims
+            want = tuple(torch.cat((w[..., :d_rot], t[..., d_rot:]), -1) for w, t in zip(want[:2], (q, k))) + (v,)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+        out = torch.cat([t.flatten() * (i + 1) for i, t in enumerate(got)])
+        ref = torch.cat([t.flatten() * (i + 1) for i, t in enumerate(want)])
+        torch.testing.assert_close(_grads(out, [heads])[0], _grads(ref, [heads])[0], rtol=1e-10, atol=1e-12)
 
 
 def test_modules_take_the_fused_path_in_training_and_agree_with_the_plain_one() -> None:

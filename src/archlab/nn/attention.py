@@ -15,7 +15,9 @@
 - log-n scaling: q times log(n) / log(L_train), n the keys the query sees (Su, kexue.fm/archives/8823); the
   model computes the factor per query (`AttentionInputs.query_scale`), so SDPA stays usable.
 The fast path is F.scaled_dot_product_attention (is_causal, no mask tensor, when nothing needs one); the
-eager path in functional.eager_attention supports everything and is tested against it.
+eager path in functional.eager_attention supports everything and is tested against it. In training, plain RoPE
+on q and k (no QK-norm, no KeyNorm, keys rotated at projection time) runs `fused.rope_qkv`, whose backward
+writes the projection's gradient in one buffer.
 
 Shapes: B batch, T queries, S keys, D model width, H query heads, K KV heads, Dh head dim; slots are token
 slots of the cache (query slots (T,), key slots (S,)).
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import attention_from_scores, eager_attention
+from archlab.nn.fused import rope_qkv, use_fused
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
 from archlab.nn.rerope import ReRopePositions
@@ -77,6 +80,7 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.key_norm = c.key_norm
+        self.plain_qk = self.q_norm is None and not c.key_norm  # q and k reach RoPE straight from the projection
         self.scale = c.resolved_attn_scale
         self.softcap = c.attn_softcap
         self.use_sdpa = c.attn_impl == "sdpa" or (c.attn_impl == "auto" and c.attn_softcap is None)
@@ -91,6 +95,11 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
         heads = self.qkv_proj(x).view(B, T, H + 2 * K, Dh)  # [q heads | k heads | v heads]
+        rope = inp.rope
+        if (self.plain_qk and isinstance(rope, RopePositions) and not rope.rotates_cached_keys
+                and use_fused(heads) and heads.dtype == rope.cos.dtype):  # training: split + RoPE, one backward
+            q, k, v = rope_qkv(heads, rope.cos, rope.sin, H, K, rope.layout)
+            return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, Dh)
         q, k, v = heads.split([H, K, K], dim=2)  # (B, T, H, Dh), (B, T, K, Dh) x 2
         if self.q_norm is not None and self.qk_norm_scope == "proj":  # over all heads at once (OLMo 2)
             q = self.q_norm(q.flatten(2)).view(B, T, H, Dh)
@@ -99,9 +108,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.key_norm:
             k = F.normalize(k, dim=-1)
-        if inp.rope is not None:
-            qk = heads[:, :, : H + K] if self.q_norm is None and not self.key_norm else None  # still [q | k]
-            q, k = inp.rope.rotate_queries_keys(q, k, qk)
+        if rope is not None:
+            qk = heads[:, :, : H + K] if self.plain_qk else None  # still [q | k]
+            q, k = rope.rotate_queries_keys(q, k, qk)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, Dh)
 
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:

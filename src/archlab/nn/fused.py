@@ -9,10 +9,15 @@ the same values with fewer passes over memory and fewer saved tensors:
   writes both halves of its gradient in place (autograd's chunk backward would concatenate them).
 - `cross_entropy`: saves the log-probabilities and turns them into softmax - onehot in place in the
   backward (no (N, V) zero tensor for nll_loss, no second (N, V) gradient buffer).
+- `rope_qkv`: the fused projection's heads [q | k | v] -> q and k rotated (RoPE, either layout, partial
+  rotary) and v, whose backward writes one [q | k | v] gradient buffer: the transpose of a rotation is the
+  rotation by -theta, so it rotates the incoming gradients straight into it. Autograd through split, slice
+  and rotate_half would zero-fill and concatenate full-size buffers and copy q and k for the partner.
 Each is tested against the plain formula (tests/nn/test_fused.py). Under torch.compile the callers use
 the plain formulas instead: Inductor fuses those itself (see `use_fused`).
 
-Shapes: x (..., D); gate_up (..., 2F) -> (..., F); logits (N, V), targets (N,).
+Shapes: x (..., D); gate_up (..., 2F) -> (..., F); logits (N, V), targets (N,); heads (B, T, H + 2K, Dh) -> q
+(B, T, H, Dh), k and v (B, T, K, Dh) with cos/sin (B|1, T, 1, d_rot).
 """
 
 from __future__ import annotations
@@ -105,3 +110,52 @@ class _CrossEntropy(torch.autograd.Function):
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     """Mean cross entropy of logits (N, V) at targets (N,), skipping `ignore_index`, differentiated by hand."""
     return _CrossEntropy.apply(logits, targets, ignore_index)
+
+
+def _rotate_into(out: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str,
+                 sign: float) -> None:
+    """out = x * cos + sign * partner(x) * sin on the first d_rot dims (nn/rope.py `apply_rope`'s formula and
+    tables; sign -1 is the inverse rotation), the rest copied; written half by half into `out`, so neither
+    the partner tensor nor a concatenation is ever built."""
+    d_rot = cos.size(-1)
+    pairs = (2, d_rot // 2) if layout == "half" else (d_rot // 2, 2)  # dims (i, i + d/2) or (2i, 2i + 1)
+    axis = -2 if layout == "half" else -1
+    (o1, o2), (x1, x2), (c1, c2), (s1, s2) = (t[..., :d_rot].unflatten(-1, pairs).unbind(axis)
+                                              for t in (out, x, cos, sin))
+    torch.mul(x1, c1, out=o1).addcmul_(x2, s1, value=sign)  # first of each pair: x1 c1 + sign x2 s1
+    torch.mul(x2, c2, out=o2).addcmul_(x1, s2, value=sign)  # second: x2 c2 + sign x1 s2
+    if d_rot < x.size(-1):  # partial rotary: the rest passes through
+        out[..., d_rot:].copy_(x[..., d_rot:])
+
+
+class _RopeQKV(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, heads: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, n_heads: int, n_kv_heads: int, layout: str) -> tuple[torch.Tensor, ...]:
+        H, K = n_heads, n_kv_heads
+        B, T, _, Dh = heads.shape
+        qk = heads.new_empty(B, T, H + K, Dh)  # rotated [q | k]
+        _rotate_into(qk, heads[:, :, : H + K], cos, sin, layout, 1.0)
+        ctx.save_for_backward(cos, sin)
+        ctx.sizes, ctx.layout = (H, K), layout
+        return qk[:, :, :H], qk[:, :, H:], heads[:, :, H + K:]  # v: a view of the input, no copy
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, gq: torch.Tensor, gk: torch.Tensor,
+                 gv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        cos, sin = ctx.saved_tensors
+        H, K = ctx.sizes
+        B, T, _, Dh = gq.shape
+        grad = gq.new_empty(B, T, H + 2 * K, Dh)  # [q | k | v], the layout of the projection's output
+        _rotate_into(grad[:, :, :H], gq, cos, sin, ctx.layout, -1.0)  # R(theta)^T = R(-theta)
+        _rotate_into(grad[:, :, H:H + K], gk, cos, sin, ctx.layout, -1.0)
+        grad[:, :, H + K:].copy_(gv)
+        return grad, None, None, None, None, None
+
+
+def rope_qkv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int, n_kv_heads: int,
+             layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """heads (B, T, H + 2K, Dh) = [q | k | v] -> q (B, T, H, Dh) and k (B, T, K, Dh) rotated by the full-width
+    tables cos/sin (B|1, T, 1, d_rot) of nn/rope.py (d_rot <= Dh), and v, differentiated by hand. The tables
+    must have the dtype of `heads` (the plain path rotates lower precisions in float32)."""
+    return _RopeQKV.apply(heads, cos, sin, n_heads, n_kv_heads, layout)
