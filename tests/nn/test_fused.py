@@ -115,15 +115,49 @@ def test_modules_take_the_fused_path_in_training_and_agree_with_the_plain_one() 
     assert "_CrossEntropyBackward" in _graph(cross_entropy(logits, targets))
 
 
+@pytest.mark.parametrize("fields", [dict(), dict(rope_layout="interleaved", rope_fraction=0.5, n_kv_heads=1)])
+def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fields: dict) -> None:
+    """A model whose attention runs rope_qkv equals the same weights forced onto split + apply_rope, in loss and
+    every gradient; the fast path is taken only with autograd recording."""
+    from archlab import TransformerLM, build_preset
+
+    torch.manual_seed(0)
+    config = build_preset("llama", "tiny", d_model=32, n_layers=2, n_heads=4, vocab_size=64, **fields)
+    fast, plain = TransformerLM(config), TransformerLM(config)
+    plain.load_state_dict(fast.state_dict())
+    for layer in plain.layers:
+        layer.attn.plain_qk = False  # the same math through autograd's split, slice and apply_rope
+    x, y = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    losses = [cross_entropy(model(x), y) for model in (fast, plain)]
+    assert "_RopeQKVBackward" in _graph(losses[0]) and "_RopeQKVBackward" not in _graph(losses[1])
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-6, atol=1e-6)
+    for loss in losses:
+        loss.backward()
+    for (name, a), b in zip(fast.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=name)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), plain(x))
+
+
+@pytest.mark.parametrize("fields", [dict(qk_norm="rmsnorm"), dict(key_norm=True),
+                                    dict(rope_scaling=dict(kind="rerope", window=4))])
+def test_attention_keeps_the_plain_path_where_rope_qkv_does_not_apply(fields: dict) -> None:
+    from archlab import TransformerLM, build_preset
+
+    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=4, vocab_size=64, **fields)
+    loss = cross_entropy(TransformerLM(config)(torch.randint(0, 64, (2, 12))), torch.randint(0, 64, (2, 12)))
+    assert "_RopeQKVBackward" not in _graph(loss)
+
+
 def _graph(out: torch.Tensor) -> set[str]:
     """Names of the autograd nodes behind `out`."""
-    names, todo = set(), [out.grad_fn]
+    seen, todo = set(), [out.grad_fn]
     while todo:
         node = todo.pop()
-        if node is not None and type(node).__name__ not in names:
-            names.add(type(node).__name__)
+        if node is not None and node not in seen:  # by node, not by name: every branch is walked
+            seen.add(node)
             todo.extend(n for n, _ in node.next_functions)
-    return names
+    return {type(node).__name__ for node in seen}
 
 
 def test_compiled_training_step_equals_the_eager_one() -> None:
