@@ -120,10 +120,10 @@ def _rotate_into(out: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: tor
     d_rot = cos.size(-1)
     pairs = (2, d_rot // 2) if layout == "half" else (d_rot // 2, 2)  # dims (i, i + d/2) or (2i, 2i + 1)
     axis = -2 if layout == "half" else -1
-    (o1, o2), (x1, x2), (c1, c2), (s1, s2) = (t[..., :d_rot].unflatten(-1, pairs).unbind(axis)
-                                              for t in (out, x, cos, sin))
-    torch.mul(x1, c1, out=o1).addcmul_(x2, s1, value=sign)  # first of each pair: x1 c1 + sign x2 s1
-    torch.mul(x2, c2, out=o2).addcmul_(x1, s2, value=sign)  # second: x2 c2 + sign x1 s2
+    torch.mul(x[..., :d_rot], cos, out=out[..., :d_rot])  # full width: one op with long contiguous rows
+    (o1, o2), (x1, x2), (s1, s2) = (t[..., :d_rot].unflatten(-1, pairs).unbind(axis) for t in (out, x, sin))
+    o1.addcmul_(x2, s1, value=sign)  # first of each pair: x1 c1 + sign x2 s1
+    o2.addcmul_(x1, s2, value=sign)  # second: x2 c2 + sign x1 s2
     if d_rot < x.size(-1):  # partial rotary: the rest passes through
         out[..., d_rot:].copy_(x[..., d_rot:])
 

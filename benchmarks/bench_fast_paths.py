@@ -1,0 +1,119 @@
+"""A/B micro-benchmarks of the training fast paths, in one process: A and B alternate (A B, then B A) so
+that drift and other load hit both; each side takes its best of `--reps` calls, and the speed-up A/B of every
+alternation is summarised as min / median / max (> 1: B is faster). docs/performance.md quotes these.
+
+    python benchmarks/bench_fast_paths.py rope_qkv           # attention projection: split + apply_rope vs rope_qkv
+    python benchmarks/bench_fast_paths.py step --batch 2     # the whole Llama-shape forward + backward, plain vs fast
+    python benchmarks/bench_fast_paths.py compile            # the model eager vs torch.compile, forward + backward
+
+Shapes are the Llama shape of bench_step.py (vocab 8192, d_model 512, 8 layers, 8 heads, d_ff 1408, T 256).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from archlab import TransformerLM, build_preset
+from archlab.nn.functional import cross_entropy
+
+LLAMA = dict(vocab_size=8192, d_model=512, n_layers=8, n_heads=8, d_ff=1408)
+BLOCK = 256
+
+
+def best_of(fn: Callable[[], object], reps: int, clock: Callable[[], float]) -> float:
+    times = []
+    for _ in range(reps):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return min(times)
+
+
+def alternate(a: Callable[[], object], b: Callable[[], object], alternations: int, reps: int) -> dict:
+    """Best times of a and b per alternation (order flipped every other one) and the A/B ratios. With one
+    thread the clock is this thread's CPU time: time spent descheduled while other processes hold the core
+    does not count, which on a loaded machine is most of the noise of wall time."""
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+    for fn in (a, b, a, b):  # warm-up: allocator, compile, caches
+        fn()
+    ta, tb = [], []
+    for i in range(alternations):
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        t1, t2 = best_of(first, reps, clock), best_of(second, reps, clock)
+        ta.append(t1 if i % 2 == 0 else t2)
+        tb.append(t2 if i % 2 == 0 else t1)
+    ratios = sorted(x / y for x, y in zip(ta, tb))
+    return {"a_ms": 1e3 * min(ta), "b_ms": 1e3 * min(tb),
+            "ratio": (ratios[0], statistics.median(ratios), ratios[-1])}
+
+
+def model_step(model: TransformerLM, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        cross_entropy(model(x), y).backward()
+        for p in model.parameters():
+            p.grad = None
+    return step
+
+
+def pair(batch: int, **fields: object) -> tuple[TransformerLM, TransformerLM, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    config = build_preset("llama", "tiny", **{**LLAMA, **fields})
+    a, b = TransformerLM(config), TransformerLM(config)
+    b.load_state_dict(a.state_dict())
+    x, y = (torch.randint(0, config.vocab_size, (batch, BLOCK)) for _ in range(2))
+    return a, b, x, y
+
+
+def case_rope_qkv(args: argparse.Namespace) -> dict:
+    """One attention layer forward + backward: A = split, slice and apply_rope; B = fused.rope_qkv."""
+    plain, fast, _, _ = pair(args.batch, n_layers=1)
+    x = torch.randn(args.batch, BLOCK, LLAMA["d_model"], requires_grad=True)
+    plain.layers[0].attn.plain_qk = False
+    inputs = fast._attention_inputs(torch.arange(BLOCK).expand(args.batch, BLOCK), None, BLOCK - 1)[0]
+
+    def run(attn: torch.nn.Module) -> Callable[[], None]:
+        return lambda: attn(x, inputs).sum().backward()
+    return alternate(run(plain.layers[0].attn), run(fast.layers[0].attn), args.alternations, args.reps)
+
+
+def case_step(args: argparse.Namespace) -> dict:
+    """The whole model's forward + backward: A = every attention on the plain path, B = as shipped."""
+    plain, fast, x, y = pair(args.batch)
+    for layer in plain.layers:
+        layer.attn.plain_qk = False
+    return alternate(model_step(plain, x, y), model_step(fast, x, y), args.alternations, args.reps)
+
+
+def case_compile(args: argparse.Namespace) -> dict:
+    """A = eager, B = the model compiled in place (as --precision.compile true)."""
+    eager, compiled, x, y = pair(args.batch)
+    compiled.compile()
+    return alternate(model_step(eager, x, y), model_step(compiled, x, y), args.alternations, args.reps)
+
+
+CASES = {"rope_qkv": case_rope_qkv, "step": case_step, "compile": case_compile}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("case", choices=sorted(CASES))
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--alternations", type=int, default=7)
+    p.add_argument("--reps", type=int, default=3, help="calls per side per alternation; the best counts")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    r = CASES[args.case](args)
+    lo, mid, hi = r["ratio"]
+    print(f"{args.case} (batch {args.batch} x {BLOCK}, {args.threads} thread(s), {args.alternations} alternations): "
+          f"A {r['a_ms']:.1f} ms, B {r['b_ms']:.1f} ms best; speed-up A/B min / median / max "
+          f"{lo:.2f} / {mid:.2f} / {hi:.2f}")
+
+
+if __name__ == "__main__":
+    main()
