@@ -13,17 +13,24 @@ the same values with fewer passes over memory and fewer saved tensors:
   rotary) and v, whose backward writes one [q | k | v] gradient buffer: the transpose of a rotation is the
   rotation by -theta, so it rotates the incoming gradients straight into it. Autograd through split, slice
   and rotate_half would zero-fill and concatenate full-size buffers and copy q and k for the partner.
+- `linear_cross_entropy`: the LM head, final softcap, cross entropy and z-loss over row chunks, so the (N, V)
+  float32 logits never exist at once: each chunk's gradient (softmax - onehot, through the softcap) goes
+  straight into the hidden states' and the head's gradients in the forward, and the backward only scales
+  them (the chunked loss of Liger-Kernel's fused linear cross entropy, arXiv 2410.10989).
 Each is tested against the plain formula (tests/nn/test_fused.py). Under torch.compile the callers use
 the plain formulas instead: Inductor fuses those itself (see `use_fused`).
 
 Shapes: x (..., D); gate_up (..., 2F) -> (..., F); logits (N, V), targets (N,); heads (B, T, H + 2K, Dh) -> q
-(B, T, H, Dh), k and v (B, T, K, Dh) with cos/sin (B|1, T, 1, d_rot).
+(B, T, H, Dh), k and v (B, T, K, Dh) with cos/sin (B|1, T, 1, d_rot); hidden (N, D), head weight (V, D).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+HEAD_CHUNK_ELEMENTS = 2**22  # logits per chunk of linear_cross_entropy (16 MB in float32)
+MIN_HEAD_CHUNK_ROWS = 256  # fewer rows make the head-gradient update (V, D) per chunk a memory-bound GEMM
 
 
 def use_fused(x: torch.Tensor) -> bool:
@@ -159,3 +166,74 @@ def rope_qkv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads:
     tables cos/sin (B|1, T, 1, d_rot) of nn/rope.py (d_rot <= Dh), and v, differentiated by hand. The tables
     must have the dtype of `heads` (the plain path rotates lower precisions in float32)."""
     return _RopeQKV.apply(heads, cos, sin, n_heads, n_kv_heads, layout)
+
+
+def _head_chunk_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                     keep: torch.Tensor, cap: float | None, z_coef: float) -> tuple[torch.Tensor, ...]:
+    """One chunk (c rows): summed CE and summed log(Z)^2 over kept rows, and d(sum CE + z_coef sum log(Z)^2) /
+    d pre-cap logits (c, V), computed in the logits' own buffer."""
+    logits = x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())  # (c, V)
+    capped = None
+    if cap is not None:  # cap * tanh(z / cap); its derivative 1 - tanh^2 is applied to the gradient below
+        capped = logits.div_(cap).tanh_()  # (c, V) tanh, in place
+        logits = capped * cap
+    lse = torch.logsumexp(logits, dim=-1)  # (c,) log Z
+    ce = ((lse - logits.gather(1, targets[:, None]).squeeze(1)) * keep).sum()
+    z = (lse.square() * keep).sum()
+    grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' buffer
+    weight_rows = keep * (1 + 2 * z_coef * lse) if z_coef else keep  # d(z_coef lse^2)/d logits = 2 z_coef lse p
+    grad.mul_(weight_rows[:, None]).scatter_add_(1, targets[:, None], -keep[:, None])  # p (1 + 2 c lse) - onehot
+    if capped is not None:
+        grad.mul_(capped.square_().neg_().add_(1))  # through the softcap: * (1 - tanh^2)
+    return ce, z, grad
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None, targets: torch.Tensor, cap: float | None, z_coef: float,
+                ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        keep = targets != ignore_index  # (N,)
+        safe = torch.where(keep, targets, 0)
+        keep = keep.to(x.dtype)
+        count = keep.sum().clamp_min(1)
+        dx, dw = torch.empty_like(x), torch.zeros_like(weight)  # (N, D), (V, D)
+        db = torch.zeros_like(bias) if bias is not None else None
+        ce, z = x.new_zeros(()), x.new_zeros(())
+        rows = max(MIN_HEAD_CHUNK_ROWS, HEAD_CHUNK_ELEMENTS // weight.shape[0])
+        for start in range(0, x.shape[0], rows):
+            part = slice(start, start + rows)
+            ce_c, z_c, grad = _head_chunk_grad(x[part], weight, bias, safe[part], keep[part], cap, z_coef)
+            ce += ce_c
+            z += z_c
+            torch.mm(grad, weight, out=dx[part])  # d x = d logits @ W
+            dw.addmm_(grad.t(), x[part])  # d W += d logits^T @ x
+            if db is not None:
+                db += grad.sum(0)
+        ce, z = ce / count, z * z_coef / count
+        ctx.save_for_backward(dx, dw, db, count)
+        ctx.mark_non_differentiable(ce, z)
+        ctx.consumed = False
+        return ce + z, ce, z
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor, _ce: torch.Tensor,
+                 _z: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        if ctx.consumed:
+            raise RuntimeError("fused linear_cross_entropy: backward ran twice (retain_graph); its gradients are "
+                               "scaled in place")
+        ctx.consumed = True
+        dx, dw, db, count = ctx.saved_tensors
+        scale = g / count  # the forward summed; the loss is a mean over kept rows
+        return (dx.mul_(scale), dw.mul_(scale), None if db is None else db.mul_(scale), None, None, None, None)
+
+
+def linear_cross_entropy(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+    cap: float | None = None, z_loss_coef: float = 0.0, ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hidden states x (N, D), head weight (V, D) and bias, targets (N,) -> (ce + z, ce, z): mean cross entropy
+    of softcap(x W^T + b, cap) skipping `ignore_index`, and z_loss_coef * mean log(Z)^2 over the same rows
+    (PaLM). Only the first output carries a gradient (ce and z are for the logs); float32 only. The gradients
+    are computed in the forward, so call it only when a backward follows."""
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, cap, z_loss_coef, ignore_index)
