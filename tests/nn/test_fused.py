@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from archlab.nn import fused
 from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import cross_entropy
 from archlab.nn.fused import cross_entropy as fused_cross_entropy
-from archlab.nn.fused import rms_norm, rope_qkv, silu_mul
+from archlab.nn.fused import linear_cross_entropy, rms_norm, rope_qkv, silu_mul
 from archlab.nn.norms import RMSNorm
 from archlab.nn.rope import full_tables
 
@@ -149,6 +150,73 @@ def test_attention_keeps_the_plain_path_where_rope_qkv_does_not_apply(fields: di
     assert "_RopeQKVBackward" not in _graph(loss)
 
 
+def _head_loss_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
+                         cap: float | None, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean CE and coef * mean log(Z)^2 over scored rows, written out in the inputs' dtype."""
+    logits = x @ w.t() + (0 if b is None else b)
+    logits = logits if cap is None else cap * torch.tanh(logits / cap)
+    keep = targets != -100
+    lse = logits.exp().sum(-1).log()[keep]
+    ce = (lse - logits[keep].gather(1, targets[keep, None]).squeeze(1)).mean()
+    return ce, coef * lse.square().mean()
+
+
+@pytest.mark.parametrize("cap, coef, bias", [(None, 0.0, False), (None, 0.1, True), (2.0, 0.0, True),
+                                             (2.0, 0.1, False)])
+def test_linear_cross_entropy_values_and_gradients_match_autograd_float64(
+    monkeypatch: pytest.MonkeyPatch, cap: float | None, coef: float, bias: bool
+) -> None:
+    """Softcap, z-loss, head bias and ignored rows, over chunks of 4 rows (the last one short)."""
+    monkeypatch.setattr(fused, "MIN_HEAD_CHUNK_ROWS", 4)
+    monkeypatch.setattr(fused, "HEAD_CHUNK_ELEMENTS", 1)
+    torch.manual_seed(0)
+    x = (torch.randn(10, 6, dtype=torch.float64) * 2).requires_grad_()
+    w = torch.randn(7, 6, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(7, dtype=torch.float64, requires_grad=True) if bias else None
+    targets = torch.randint(0, 7, (10,))
+    targets[[3, 9]] = -100
+    loss, ce, z = linear_cross_entropy(x, w, b, targets, cap, coef)
+    want_ce, want_z = _head_loss_reference(x, w, b, targets, cap, coef)
+    for got, want in ((loss, want_ce + want_z), (ce, want_ce), (z, want_z)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert not ce.requires_grad and not z.requires_grad
+    params = [x, w] + ([b] if bias else [])
+    got_grads = torch.autograd.grad(loss * 1.7, params)
+    for got, want in zip(got_grads, torch.autograd.grad((want_ce + want_z) * 1.7, params)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert got_grads[0][[3, 9]].abs().max() == 0  # an ignored row's hidden state gets no gradient
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(final_softcap=3.0, tie_embeddings=True, lm_head_bias=True)])
+def test_model_loss_takes_the_chunked_head_in_training_and_agrees_with_the_logits(fields: dict) -> None:
+    """forward(targets=...) with grad: linear_cross_entropy, equal to CE + z of the model's own logits (float64
+    reference) in value and every gradient; without grad: the logits path, same values."""
+    from archlab import TransformerLM, build_preset
+
+    torch.manual_seed(0)
+    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, **fields)
+    model = TransformerLM(config)
+    x, y = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    out = model(x, targets=y, z_loss_coef=0.01)
+    assert "_LinearCrossEntropyBackward" in _graph(out.loss)
+    out.loss.backward()
+    got = {name: p.grad for name, p in model.named_parameters()}
+    model.zero_grad()
+    ref = model.double()
+    logits = ref(x)
+    lse = logits.logsumexp(-1)
+    ce = (lse - logits.gather(-1, y[..., None]).squeeze(-1)).mean()
+    z = 0.01 * lse.square().mean()
+    torch.testing.assert_close(out.ce.double(), ce, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.z.double(), z, rtol=1e-6, atol=1e-8)
+    (ce + z).backward()
+    for name, p in ref.named_parameters():
+        torch.testing.assert_close(got[name].double(), p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    with torch.no_grad():
+        plain = model.float()(x, targets=y, z_loss_coef=0.01)
+    torch.testing.assert_close(plain.loss, out.loss, rtol=1e-6, atol=1e-6)
+
+
 def _graph(out: torch.Tensor) -> set[str]:
     """Names of the autograd nodes behind `out`."""
     seen, todo = set(), [out.grad_fn]
@@ -166,7 +234,7 @@ def test_compiled_training_step_equals_the_eager_one() -> None:
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64)
+    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, final_softcap=5.0)
     eager = TransformerLM(config)
     compiled = TransformerLM(config)
     compiled.load_state_dict(eager.state_dict())
@@ -174,7 +242,7 @@ def test_compiled_training_step_equals_the_eager_one() -> None:
     x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
     losses = []
     for model in (eager, compiled):
-        loss = cross_entropy(model(x), y)
+        loss = cross_entropy(model(x), y) + model(x, targets=y, z_loss_coef=0.01).loss  # logits and fused head
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from archlab.nn.fused import cross_entropy as fused_cross_entropy
 from archlab.nn.fused import use_fused
 
+IGNORE_INDEX = -100  # targets that are not scored (torch's F.cross_entropy default)
 Z_LOSS_COEF = 1e-4  # PaLM (arXiv 2204.02311, sec. 5): 1e-4 * log(Z)^2 keeps log Z near 0
 
 
@@ -49,7 +50,7 @@ def cross_entropy(
     logits: torch.Tensor,
     targets: torch.Tensor,
     z_loss_coef: float = 0.0,
-    ignore_index: int = -100,
+    ignore_index: int = IGNORE_INDEX,
     fused: bool = True,
 ) -> torch.Tensor:
     """Mean token cross entropy from logits (..., V) and targets (...), plus z_loss_coef * log(Z)^2.

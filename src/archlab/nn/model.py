@@ -2,7 +2,10 @@
 
 One forward serves training, evaluation and decoding: `forward(input_ids, positions=None, cache=None)`.
 Positions default to the cache offset + arange(T); with a KVCache the same forward appends the new
-tokens' keys and values and returns only their logits. Once per forward the model builds what attention
+tokens' keys and values and returns only their logits. Given `targets`, it returns the loss instead
+(`LossOutput`: mean cross entropy + z-loss, each term for the logs): in training `fused.linear_cross_entropy`
+computes head and loss in row chunks, so the (B*T, V) logits never exist at once; the loss lives in the
+forward so that DDP, FSDP and torch.compile wrap it with the model. Once per forward the model builds what attention
 needs besides x, one `AttentionInputs` per kind of layer (full, sliding-window): the RoPE plan
 (nn/rope.py `RopePositions`), the mask and the position bias over the keys that kind reads, which for a
 window layer with a ring cache are its window in ring order (`KVCache.key_slots`).
@@ -13,6 +16,7 @@ Shapes: B batch, T new tokens, S keys a layer reads (cache + new), D d_model, V 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -20,7 +24,8 @@ import torch.nn as nn
 from archlab.nn.attention import AttentionInputs, causal_mask
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
-from archlab.nn.functional import softcap
+from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, z_loss
+from archlab.nn.fused import linear_cross_entropy, use_fused
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import RMSNorm, build_norm
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
@@ -30,6 +35,15 @@ from archlab.nn.rope import POSITION_REMAPS, RopePositions, RotaryEmbedding
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
 TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations
 LOW_PRECISION = (torch.bfloat16, torch.float16)  # activation dtypes the embedding multiplier is rounded to
+
+
+class LossOutput(NamedTuple):
+    """What `TransformerLM.forward` returns given targets: `loss` = ce + z carries the gradient; `ce` and `z`
+    (z_loss_coef * mean log(Z)^2, exactly 0 when off) are detached, for the logs."""
+
+    loss: torch.Tensor
+    ce: torch.Tensor
+    z: torch.Tensor
 
 
 class TransformerLM(nn.Module):
@@ -118,11 +132,17 @@ class TransformerLM(nn.Module):
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
         logits_to_keep: int | None = None,
-    ) -> torch.Tensor:
+        targets: torch.Tensor | None = None,
+        z_loss_coef: float = 0.0,
+    ) -> torch.Tensor | LossOutput:
         """input_ids (B, T) -> logits (B, T, V); positions (T,) or (B, T) default to arange(T), or with a
         cache to the next positions of each row (`KVCache.positions`). `logits_to_keep` = n returns only the
-        last n positions' logits (B, n, V): a generation prefill needs one, not a (B, T, V) tensor."""
+        last n positions' logits (B, n, V): a generation prefill needs one, not a (B, T, V) tensor.
+        With `targets` (B, T) (IGNORE_INDEX = not scored) it returns `LossOutput` instead of the logits."""
         check_token_ids(input_ids, self.config.vocab_size)
+        if targets is not None and (cache is not None or logits_to_keep is not None):
+            raise ValueError("TransformerLM: targets score every position of a training batch; they cannot be "
+                             "combined with a cache or logits_to_keep")
         B, T = input_ids.shape
         offset = cache.pos if cache is not None else 0
         bound = None  # an upper bound on the positions known without reading them (no host sync)
@@ -149,7 +169,22 @@ class TransformerLM(nn.Module):
             x = x[:, -logits_to_keep:]  # (B, n, D)
         if self.norm is not None:
             x = self.norm(x)
+        if targets is not None:
+            return self._loss(x, targets, z_loss_coef)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
+
+    def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
+        """Head and loss from the final hidden states x (B, T, D): chunked and fused while autograd records a
+        float32 step; else through the (B, T, V) logits (Inductor, under compile, fuses those itself)."""
+        head, cap = self.lm_head, self.config.final_softcap
+        if use_fused(x) and x.dtype == head.weight.dtype == torch.float32 and not torch.is_autocast_enabled():
+            return LossOutput(*linear_cross_entropy(x.flatten(0, 1), head.weight, head.bias, targets.flatten(),
+                                                    cap, z_loss_coef, IGNORE_INDEX))
+        logits = softcap(head(x), cap)  # (B, T, V)
+        ce = cross_entropy(logits, targets)
+        ignore = targets.flatten() == IGNORE_INDEX
+        z = z_loss(logits.flatten(0, 1), z_loss_coef, ignore) if z_loss_coef else torch.zeros_like(ce)
+        return LossOutput(ce + z, ce.detach(), z.detach())
 
     def _check_positions(self, positions: torch.Tensor, bound: int | None) -> None:
         if isinstance(self.pos_embed, LearnedPositions):

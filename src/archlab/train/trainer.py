@@ -43,7 +43,7 @@ from archlab.data.tokens import TokenData, prepare_data
 from archlab.infer.generate import check_context, generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.config import ModelConfig
-from archlab.nn.functional import cross_entropy, z_loss
+from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
 from archlab.train import hardware
@@ -220,11 +220,11 @@ class Trainer:
         for i in range(accum):
             x, y = self.data.get_batch("train", self.micro_batch, block, self.generator, self.ctx.device)
             with dist_utils.gradient_sync(self.model, enabled=i == accum - 1):
-                with self._autocast():
-                    ce, z = loss_terms(self.model(x), y, self.cfg.z_loss_coef)
-                ((ce + z) / accum).backward()
-            ce_sum += ce.detach()
-            z_sum += z.detach()
+                with self._autocast():  # the model computes head and loss together (chunked: no (B, T, V) logits)
+                    out = self.model(x, targets=y, z_loss_coef=self.cfg.z_loss_coef)
+                (out.loss / accum).backward()
+            ce_sum += out.ce
+            z_sum += out.z
         return ce_sum, z_sum
 
     def train_step(self) -> dict[str, float | bool]:
@@ -400,15 +400,6 @@ class Trainer:
         tokens = (self.step - start_step) * self.cfg.data.batch_size * self.cfg.data.block_size
         interrupted = (self._signal or "a signal on another rank") if self.stopping else None
         return TrainResult(self.step, row.get("loss"), val, path, interrupted, tokens / seconds)
-
-
-def loss_terms(logits: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean cross entropy, PaLM z-loss coef * mean log(Z)^2); their sum is what the step minimises.
-
-    Kept apart so the logs show the CE that validation measures; the z term is exactly zero when off.
-    """
-    ce = cross_entropy(logits, targets)
-    return ce, (z_loss(logits, z_loss_coef) if z_loss_coef else torch.zeros_like(ce))
 
 
 def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False,
