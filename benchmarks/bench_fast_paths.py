@@ -4,6 +4,7 @@ alternation is summarised as min / median / max (> 1: B is faster). docs/perform
 
     python benchmarks/bench_fast_paths.py rope_qkv           # attention projection: split + apply_rope vs rope_qkv
     python benchmarks/bench_fast_paths.py step --batch 2     # the whole Llama-shape forward + backward, plain vs fast
+    python benchmarks/bench_fast_paths.py head_loss --batch 8   # logits + cross entropy vs the chunked fused head
     python benchmarks/bench_fast_paths.py compile            # the model eager vs torch.compile, forward + backward
 
 Shapes are the Llama shape of bench_step.py (vocab 8192, d_model 512, 8 layers, 8 heads, d_ff 1408, T 256).
@@ -12,7 +13,10 @@ Shapes are the Llama shape of bench_step.py (vocab 8192, d_model 512, 8 layers, 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -52,9 +56,11 @@ def alternate(a: Callable[[], object], b: Callable[[], object], alternations: in
             "ratio": (ratios[0], statistics.median(ratios), ratios[-1])}
 
 
-def model_step(model: TransformerLM, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+def model_step(model: TransformerLM, x: torch.Tensor, y: torch.Tensor, logits: bool = False) -> Callable[[], None]:
+    """Forward + backward as the trainer runs it (the model computes its loss), or through the full logits."""
     def step() -> None:
-        cross_entropy(model(x), y).backward()
+        loss = cross_entropy(model(x), y) if logits else model(x, targets=y).loss
+        loss.backward()
         for p in model.parameters():
             p.grad = None
     return step
@@ -89,6 +95,27 @@ def case_step(args: argparse.Namespace) -> dict:
     return alternate(model_step(plain, x, y), model_step(fast, x, y), args.alternations, args.reps)
 
 
+def case_head_loss(args: argparse.Namespace) -> dict:
+    """The whole model's forward + backward: A = (B, T, V) logits + fused cross entropy, B = the chunked head and
+    loss of `TransformerLM.forward(targets=...)`; plus each one's peak memory, in a fresh process each."""
+    a, b, x, y = pair(args.batch)
+    result = alternate(model_step(a, x, y, logits=True), model_step(b, x, y), args.alternations, args.reps)
+    for side in ("logits", "chunked"):
+        out = subprocess.run([sys.executable, __file__, "_peak", side, "--batch", str(args.batch)],
+                             capture_output=True, text=True, check=True)
+        result[f"{side}_peak_mb"] = float(out.stdout)
+    return result
+
+
+def peak_step_mb(side: str, batch: int) -> float:
+    """Peak RSS growth (MB) over two forward + backward steps, after the model and batch exist."""
+    model, _, x, y = pair(batch)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(2):
+        model_step(model, x, y, logits=side == "logits")()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+
+
 def case_compile(args: argparse.Namespace) -> dict:
     """A = eager, B = the model compiled in place (as --precision.compile true)."""
     eager, compiled, x, y = pair(args.batch)
@@ -96,10 +123,13 @@ def case_compile(args: argparse.Namespace) -> dict:
     return alternate(model_step(eager, x, y), model_step(compiled, x, y), args.alternations, args.reps)
 
 
-CASES = {"rope_qkv": case_rope_qkv, "step": case_step, "compile": case_compile}
+CASES = {"rope_qkv": case_rope_qkv, "step": case_step, "head_loss": case_head_loss, "compile": case_compile}
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["_peak"]:  # the child process of case_head_loss
+        print(peak_step_mb(sys.argv[2], int(sys.argv[4])))
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("case", choices=sorted(CASES))
     p.add_argument("--batch", type=int, default=4)
@@ -113,6 +143,8 @@ def main() -> None:
     print(f"{args.case} (batch {args.batch} x {BLOCK}, {args.threads} thread(s), {args.alternations} alternations): "
           f"A {r['a_ms']:.1f} ms, B {r['b_ms']:.1f} ms best; speed-up A/B min / median / max "
           f"{lo:.2f} / {mid:.2f} / {hi:.2f}")
+    if "logits_peak_mb" in r:
+        print(f"peak step memory: logits {r['logits_peak_mb']:.0f} MB, chunked {r['chunked_peak_mb']:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,6 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
-from archlab.nn.functional import cross_entropy
 from archlab.train.hardware import cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
 
@@ -149,7 +148,7 @@ def build(impl: str, config: ModelConfig) -> tuple[nn.Module, Callable[[torch.Te
     if impl.startswith("archlab"):
         if impl == "archlab-compile":
             ours.compile()  # in place, as `--precision.compile true` does
-        return ours, lambda x, y: cross_entropy(ours(x), y)
+        return ours, lambda x, y: ours(x, targets=y).loss  # as the trainer: head and loss fused, chunked
     if impl == "nanogpt":
         model = MiniGPT(config)
         model.load_state_dict(ours.state_dict(), strict=True)
