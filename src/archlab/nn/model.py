@@ -38,8 +38,8 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)  # activation dtypes the embeddi
 
 
 class LossOutput(NamedTuple):
-    """What `TransformerLM.forward` returns given targets: `loss` = ce + z carries the gradient; `ce` and `z`
-    (z_loss_coef * mean log(Z)^2, exactly 0 when off) are detached, for the logs."""
+    """What `TransformerLM.forward` returns given targets: `loss` = ce + z, the objective; `ce` and `z`
+    (z_loss_coef * mean log(Z)^2, exactly 0 when off) are for the logs: detach them before keeping them."""
 
     loss: torch.Tensor
     ce: torch.Tensor
@@ -184,7 +184,9 @@ class TransformerLM(nn.Module):
         ce = cross_entropy(logits, targets)
         ignore = targets.flatten() == IGNORE_INDEX
         z = z_loss(logits.flatten(0, 1), z_loss_coef, ignore) if z_loss_coef else torch.zeros_like(ce)
-        return LossOutput(ce + z, ce.detach(), z.detach())
+        # ce and z stay attached: torch 2.13's compile drops the gradient of `loss` when detached aliases of
+        # its terms are returned beside it (LossOutput's readers detach them)
+        return LossOutput(ce + z, ce, z)
 
     def _check_positions(self, positions: torch.Tensor, bound: int | None) -> None:
         if isinstance(self.pos_embed, LearnedPositions):

@@ -223,8 +223,8 @@ class Trainer:
                 with self._autocast():  # the model computes head and loss together (chunked: no (B, T, V) logits)
                     out = self.model(x, targets=y, z_loss_coef=self.cfg.z_loss_coef)
                 (out.loss / accum).backward()
-            ce_sum += out.ce
-            z_sum += out.z
+            ce_sum += out.ce.detach()
+            z_sum += out.z.detach()
         return ce_sum, z_sum
 
     def train_step(self) -> dict[str, float | bool]:
