@@ -44,6 +44,7 @@ GEMMA2 = Family(
     },
     weights=llama_weights(DOUBLE_NORMS),
     window="layer_types",
-    default_layer_types=lambda n: ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)],
+    window_default=4096,
+    default_layer_types=lambda hf, n: ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)],
     ignore=(r"rotary_emb\.inv_freq$",),
 )

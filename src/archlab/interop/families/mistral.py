@@ -14,5 +14,6 @@ MISTRAL = Family(
                          num_attention_heads=32, max_position_embeddings=131072)),
     weights=llama_weights(),
     window="all",
+    window_default=4096,
     ignore=(r"rotary_emb\.inv_freq$",),
 )
