@@ -36,7 +36,7 @@ GEMMA2 = Family(
     fixed=GEMMA_FIXED | dict(norm_position="double"),
     keys=llama_keys(GEMMA_SIZES | dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                                        num_attention_heads=8), tie=True, head_dim=256, act_key="hidden_activation",
-                    act="gelu_pytorch_tanh") | {
+                    act="gelu_pytorch_tanh", kv_heads=4) | {
         "attention_bias": Key("attn_bias", False),
         "attn_logit_softcapping": Key("attn_softcap", 50.0),
         "final_logit_softcapping": Key("final_softcap", 30.0),

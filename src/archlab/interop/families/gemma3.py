@@ -38,8 +38,7 @@ GEMMA3_TEXT = Family(
     fixed=GEMMA_FIXED | dict(norm_position="double", qk_norm="rmsnorm", qk_norm_scope="head"),
     keys=llama_keys(GEMMA_SIZES | dict(vocab_size=262_208, hidden_size=2304, intermediate_size=9216,
                                        num_hidden_layers=26, num_attention_heads=8, max_position_embeddings=131_072),
-                    tie=True, head_dim=256, act_key="hidden_activation", act="gelu_pytorch_tanh") | {
-        "num_key_value_heads": Key("n_kv_heads", 4),
+                    tie=True, head_dim=256, act_key="hidden_activation", act="gelu_pytorch_tanh", kv_heads=4) | {
         "attention_bias": Key("attn_bias", False),
         # read and never applied: transformers' Gemma3Attention does not pass it to attention (Gemma 3 replaced
         # Gemma 2's softcap with QK-norm), so it loads as no softcap, and a softcapped model has no gemma3_text form

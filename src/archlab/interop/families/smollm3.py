@@ -29,8 +29,7 @@ SMOLLM3 = Family(
     architecture="SmolLM3ForCausalLM",
     fixed=LLAMA_FIXED,
     keys=llama_keys(dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                         num_attention_heads=16, max_position_embeddings=32768), tie=True) | {
-        "num_key_value_heads": Key("n_kv_heads", 4),
+                         num_attention_heads=16, max_position_embeddings=32768), tie=True, kv_heads=4) | {
         "attention_bias": Key("attn_bias", False),
         "mlp_bias": Key("mlp_bias", False),
     },
