@@ -211,8 +211,9 @@ def canonical_rope(c: ModelConfig) -> dict[str, Any]:
     local_theta = c.rope_theta if c.rope_theta_local is None else c.rope_theta_local
     local = _canonical(local_theta, c.rope_scaling if c.rope_scaling_local else None, c.rope_dim)
     kinds = {None: "N", "global": _spell(*full), "local": _spell(*local)}
-    return {"rope_theta": full[0], "rope_scaling": full[1],
-            "position_pattern": tuple(kinds[c.layer_rope(i)] for i in range(c.n_layers))}
+    # without RoPE the rope fields keep their defaults, spelled as a RoPE model's, so that `position` alone differs
+    layers = [c.layer_rope(i) if c.position == "rope" else "global" for i in range(c.n_layers)]
+    return {"rope_theta": full[0], "rope_scaling": full[1], "position_pattern": tuple(kinds[k] for k in layers)}
 
 
 def _canonical(theta: float, scaling: RopeScaling | None, d_rot: int) -> tuple[float, RopeScaling | None]:
