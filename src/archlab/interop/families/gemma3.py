@@ -1,7 +1,7 @@
 """Gemma 3, text (`Gemma3ForCausalLM`, model_type `gemma3_text`): Gemma 2's sandwich norms, (1 + w) gains and
 sqrt(d) embedding scale, plus per-head (1 + w) RMSNorm on q and k instead of the attention softcap (a final
-softcap stays, off by default), and five window
-layers to one full layer (`layer_types`, else `sliding_window_pattern` = 6). Window layers rotate with their
+softcap stays, off by default), and five window layers to one full layer (`layer_types`, else
+`sliding_window_pattern` = 6). Window layers rotate with their
 own base (`rope_local_base_freq`, 10k: archlab's rope_theta_local) and full layers with 1M; a RoPE scaling
 applies to the full layers only (rope_scaling_local=False), as the 4B-27B checkpoints' linear x8 does.
 The multimodal `Gemma3ForConditionalGeneration` (model_type `gemma3`) is read for its text model (`GEMMA3`:
