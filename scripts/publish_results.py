@@ -19,9 +19,10 @@ import sys
 from pathlib import Path
 
 from archlab.cli import main as archlab_main
-from archlab.lab.report import judge
+from archlab.lab.measure import MEASURES
+from archlab.lab.report import ClaimResult, judge
 from archlab.lab.runner import measure_plan, plan_suite, read_plan
-from archlab.lab.suite import BUDGETS, load_suite
+from archlab.lab.suite import BUDGETS, list_suites, load_suite
 
 SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the summary table
 
@@ -29,8 +30,10 @@ SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the
 def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     """Rebuild one suite's report and write its page; returns its claims as summary rows."""
     recorded = read_plan(suite_dir)
-    suite = load_suite(recorded["suite"])  # a built-in suite's name or a suite file's path
-    if archlab_main(["ablate", recorded["suite"], "--collect", str(suite_dir)]) != 0:
+    spec = Path(recorded["suite"])  # a built-in suite's file (in whichever checkout ran it) goes by its name
+    spec = spec.stem if spec.parent.name == "suites" and spec.stem in {s.name for s in list_suites()} else str(spec)
+    suite = load_suite(spec)
+    if archlab_main(["ablate", spec, "--collect", str(suite_dir)]) != 0:
         raise SystemExit(f"publish_results: could not collect {suite_dir}")
     plan = plan_suite(suite, BUDGETS[recorded["budget"]], suite_dir, recorded["seeds"])
     results = judge(plan, measure_plan(plan))
@@ -51,9 +54,18 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     (docs / f"{suite.name}.md").write_text(f"{title}\n\n{header}{rest.lstrip()}", encoding="utf-8")
     rows = [{"suite": suite.name, "claim": r.claim.text, "metric": r.claim.metric,
              "arms": f"{r.claim.arm} vs {r.claim.versus}", "difference": r.diff, "p_holm": r.p_holm,
-             "verdict": r.verdict, "narang": r.narang} for r in results]
+             "noise_floor": r.noise_floor, "moved": moved(r), "verdict": r.verdict, "narang": r.narang}
+            for r in results]
     (images / SUMMARY).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return rows
+
+
+def moved(result: ClaimResult) -> str:
+    """Which way the claimed arm's mean went, whatever the verdict: a trend that 2 seeds cannot confirm is
+    still worth showing (the verdict says whether it is more than noise)."""
+    better = result.claim.direction or MEASURES[result.claim.metric].better
+    gain = -result.diff if better == "lower" else result.diff
+    return "no difference" if gain == 0 else ("the claimed way" if gain > 0 else "the other way")
 
 
 def write_summary(docs: Path) -> Path:
@@ -67,11 +79,12 @@ def write_summary(docs: Path) -> Path:
              "base arm's spread as the noise floor), never written by hand. \"Not visible at this scale\" is a "
              "result: 300 steps of a 0.85M-parameter model cannot show every effect that the sources measured "
              "at 100M-10B parameters.", "",
-             "| suite | claim | metric | arms | difference | p (Holm) | verdict | Narang et al. |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| suite | claim | metric | arms | difference | noise floor | mean moved | p (Holm) | verdict | "
+             "Narang et al. |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| [{r['suite']}]({r['suite']}.md) | {r['claim']} | {r['metric']} | {r['arms']} | "
-                     f"{r['difference']:.4g} | {r['p_holm']:.3g} | {r['verdict']} | {r['narang']} |")
+                     f"{r['difference']:.4g} | {r['noise_floor']:.3g} | {r['moved']} | {r['p_holm']:.3g} | "
+                     f"{r['verdict']} | {r['narang']} |")
     counts = {v: sum(r["verdict"] == v for r in rows) for v in sorted({r["verdict"] for r in rows})}
     n_suites = len({r["suite"] for r in rows})
     lines += ["", f"{len(rows)} claims from {n_suites} suite{'s' if n_suites != 1 else ''}: "

@@ -145,4 +145,6 @@ def test_publish_writes_a_page_per_suite_and_a_summary_of_every_claim(
     assert len(rows) == len(results) == 3
     for row, result in zip(rows, results):  # the verdicts are the report's, in the suite's order
         assert f"| {result.claim.text} |" in row and row.endswith(f"| {result.verdict} | {result.narang} |")
+    moved = [row.split(" | ")[6] for row in rows]
+    assert moved == ["the claimed way"] * 3  # val_loss b 2.505 < a 3.01, c 3.00 < a 3.01; step_ms a 51 < b 80.5
     assert "3 claims from 1 suite: 2 confirmed, 1 not visible at this scale." in summary
