@@ -203,7 +203,7 @@ def step_ms(
         model(torch.ones(1, prompt_len, dtype=torch.long), cache=cache)
         for _ in range(steps):
             start = time.perf_counter()
-            (step or model)(token, cache=cache)
+            (model if step is None else step)(token, cache=cache)
             times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
 
