@@ -49,10 +49,12 @@ class TransformerLM(nn.Module):
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
                        if c.position == "rope" else None)
-        # each layer's RoPE: "global", "local" (window layers with their own theta, Gemma 3) or None (NoPE layer)
+        # each layer's RoPE: "global", "local" (window layers with their own theta and, with rope_scaling_local
+        # off, unscaled: Gemma 3) or None (NoPE layer)
         self.layer_ropes = tuple(c.layer_rope(i) for i in range(c.n_layers))
-        self.rotary_local = (RotaryEmbedding(c.rope_dim, c.rope_theta_local, c.rope_layout, c.rope_scaling,
-                                             c.max_seq_len) if "local" in self.layer_ropes else None)
+        self.rotary_local = (RotaryEmbedding(
+            c.rope_dim, c.rope_theta if c.rope_theta_local is None else c.rope_theta_local, c.rope_layout,
+            c.rope_scaling if c.rope_scaling_local else None, c.max_seq_len) if "local" in self.layer_ropes else None)
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
