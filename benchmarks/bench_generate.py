@@ -215,7 +215,8 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
     print("`weight MB` is what a step reads (every weight once; of an untied embedding table only a row). "
           "`stream` is torch.sum over as many bytes, the fastest a memory-bound step can be (the bandwidth "
           "floor); `of floor` is stream / step, the fraction of the floor a path reaches; `best speed-up` "
-          "divides transformers' step (part 2, first prompt length) by the floor.\n")
+          "divides transformers' step (part 2, first prompt length) by the floor. The transformers column comes "
+          "from part 2, minutes earlier: on a loaded machine compare it only with part 2's own figures.\n")
     print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | compiled ms | stream ms "
           "| eager of floor | compiled of floor | transformers of floor | best speed-up |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
