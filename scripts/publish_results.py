@@ -26,7 +26,7 @@ from archlab.lab.suite import BUDGETS, load_suite
 SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the summary table
 
 
-def publish(suite_dir: Path, docs: Path) -> list[dict]:
+def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     """Rebuild one suite's report and write its page; returns its claims as summary rows."""
     recorded = read_plan(suite_dir)
     suite = load_suite(recorded["suite"])  # a built-in suite's name or a suite file's path
@@ -45,7 +45,8 @@ def publish(suite_dir: Path, docs: Path) -> list[dict]:
         if (suite_dir / "lab-time.json").is_file() else 1
     header = (f"Reproduce: `archlab ablate {suite.name} --budget {plan.budget.name} --jobs {jobs}` (about the "
               f"wall time below on a 2-core CPU). The run folders are not in the repository; this page is "
-              f"`results.md` of that command's folder, the interactive page is its `report.html`.\n\n")
+              f"`results.md` of that command's folder, the interactive page is its `report.html`.\n\n"
+              + (f"{note}\n\n" if note else ""))
     title, _, rest = text.partition("\n")
     (docs / f"{suite.name}.md").write_text(f"{title}\n\n{header}{rest.lstrip()}", encoding="utf-8")
     rows = [{"suite": suite.name, "claim": r.claim.text, "metric": r.claim.metric,
@@ -84,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("suites", nargs="+", type=Path, help="finished suite folders (archlab ablate --out)")
     parser.add_argument("--to", type=Path, default=Path("docs/results"), help="the docs folder to write")
+    parser.add_argument("--note", default="", help="a paragraph for the pages' header (how loaded the machine was)")
     args = parser.parse_args(argv)
     args.to.mkdir(parents=True, exist_ok=True)
     for suite_dir in args.suites:
-        rows = publish(suite_dir, args.to)
+        rows = publish(suite_dir, args.to, args.note)
         print(f"{suite_dir} -> {args.to / rows[0]['suite']}.md ({len(rows)} claims)" if rows else suite_dir)
     print(write_summary(args.to))
     return 0

@@ -133,10 +133,11 @@ def test_publish_writes_a_page_per_suite_and_a_summary_of_every_claim(
     plan, results = report
     write_plan(plan)
     docs = tmp_path / "docs"
-    assert publish.main([str(plan.out), "--to", str(docs)]) == 0
+    assert publish.main([str(plan.out), "--to", str(docs), "--note", "The machine was shared."]) == 0
     page = (docs / "synthetic.md").read_text()
     assert page.startswith("# synthetic: a suite whose results are written by hand\n\nReproduce: `archlab ablate "
                            "synthetic --budget tiny --jobs 1`")
+    assert "report.html`.\n\nThe machine was shared.\n\n" in page
     assert "![val_loss](synthetic/val_loss.png)" in page and "Machine: " in page
     assert (docs / "synthetic" / "val_loss.png").read_bytes() == (plan.out / "val_loss.png").read_bytes()
     summary = (docs / "README.md").read_text().splitlines()
