@@ -190,15 +190,19 @@ class TransformerLM(nn.Module):
         t, device = positions.shape[1], positions.device
         offset = cache.pos if cache is not None else 0
         key_mask = cache.key_mask if cache is not None else None
-        ring = window is not None and cache is not None and cache.has_rings
-        key_slots = cache.key_slots(t, window) if ring else None  # (S,) or None: slots in order
+        wrapped = window is not None and cache is not None and cache.has_rings and not cache.reads_in_order(t, window)
         # a mask tensor is needed for padding, for a chunk after cached keys and past the window; otherwise
         # SDPA's is_causal (or, for one query, no mask at all) is exact. One query reading a ring reads exactly
         # its window; a chunk reading kept + new keys needs the window mask.
-        if key_slots is None:
-            needs_mask = key_mask is not None or (offset > 0 and t > 1) or (window is not None and offset + t > window)
-        else:
+        if wrapped:
             needs_mask = key_mask is not None or t > 1
+        else:
+            needs_mask = key_mask is not None or (offset > 0 and t > 1) or (window is not None and offset + t > window)
+        unrotated = rope_name is not None and rope is None  # keys cached unrotated: tables for every key read
+        # which token slot each key holds, built only when something reads it: a plain decode step past the
+        # window (no padding, no bias, keys cached rotated) needs none, and skips its five small ops
+        needed = wrapped and (needs_mask or self.rel_bias is not None or unrotated)
+        key_slots = cache.key_slots(t, window) if needed else None  # (S,) or None: slots in order
         mask = bias = None
         if needs_mask or self.rel_bias is not None:
             q_slots = torch.arange(offset, offset + t, device=device)  # (T,)
@@ -206,7 +210,7 @@ class TransformerLM(nn.Module):
             mask = causal_mask(q_slots, k_slots, window, key_mask) if needs_mask else None
             if self.rel_bias is not None:
                 bias = self.rel_bias(q_slots[:, None] - k_slots[None, :])  # (1, H, T, S)
-        if rope_name is not None and rope is None:  # keys cached unrotated: tables for every key read
+        if unrotated:
             rope = self._rope_plan(self._rotary(rope_name), positions, key_positions=cache.slot_positions(
                 offset + t if key_slots is None else key_slots))
         return AttentionInputs(rope, mask, bias, cache, self._logn_scale(positions, window))
