@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_train.py --steps 20 --repeats 2 | tee benchmarks/results/trainer_overhead.txt
 	$(BIN)/python benchmarks/bench_data.py | tee benchmarks/results/data.txt
 	$(BIN)/python benchmarks/bench_generate.py --quick | tee benchmarks/results/generate.md
+	$(BIN)/python benchmarks/bench_generate.py --sizes llama --prompt-lens 128 --new-tokens 256 --repeats 9 \
+		| tee benchmarks/results/generate_llama.md
 
 # a couple of minutes: one small Llama shape, archlab vs transformers vs nanoGPT-style (train_step_quick.md)
 bench-quick: $(STAMP)

@@ -11,11 +11,14 @@
    transformers: a streamer noting when each token arrives), so prefill and first token are excluded alike.
    archlab runs twice: eager (the default) and with `compile_decode=True` (torch.compile'd decode step).
 3. Why the speed-up shrinks with size: an eager step with row-major and column-major Linear weights (what
-   `generate`'s decode layout buys), and the time to stream the weights' bytes once (torch.sum over a buffer
-   as large), the floor for a memory-bound step and so a ceiling on any speed-up over transformers.
+   `generate`'s decode layout buys), the compiled step, and the time to stream the weights' bytes once
+   (torch.sum over a buffer as large), the floor for a memory-bound step and so a ceiling on any speed-up
+   over transformers; each path's step as a fraction of that floor.
 
     .venv/bin/python benchmarks/bench_generate.py            # the figures in docs/inference.md
     .venv/bin/python benchmarks/bench_generate.py --quick    # a minute: fewer tokens and sizes
+    .venv/bin/python benchmarks/bench_generate.py --sizes llama --prompt-lens 128 --new-tokens 256 --repeats 9
+                                                             # issue 12's decode target, its shape and lengths
 
 Prints markdown tables. CPU threads default to 1: on a shared machine OpenMP spin-waits make multi-thread
 timings of small matmuls meaningless; pass --threads to change it.
@@ -36,12 +39,15 @@ from archlab import KVCache, ModelConfig, TransformerLM
 from archlab.costs import kv_cache_bytes
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
-from archlab.infer.speed import decode_layout
+from archlab.infer.speed import compiled_forward, decode_layout
 from archlab.interop.families.llama import llama_state_dict
 
-# (name, d_model, n_layers, n_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary), and a
-# model whose 32k-token head dominates a decode step, as in real LLMs
-SIZES = [("tiny", 64, 2, 4, 256), ("small", 256, 6, 8, 256), ("medium", 512, 8, 16, 32000)]
+# (name, d_model, n_layers, n_heads, n_kv_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary),
+# a model whose 32k-token head dominates a decode step, as in real LLMs (GQA, n_heads/4 KV heads), and `llama`,
+# the shape issue 12 states its decode target on (MHA, SwiGLU d_ff 1408: `--sizes llama --prompt-lens 128
+# --new-tokens 256`)
+SIZES = [("tiny", 64, 2, 4, 1, 256), ("small", 256, 6, 8, 2, 256), ("medium", 512, 8, 16, 4, 32000),
+         ("llama", 512, 8, 8, 8, 8192)]
 
 
 def parse_args() -> argparse.Namespace:
@@ -51,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-prompt-len", type=int, default=1024, help="prompt length for the MHA/GQA/MQA table")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--sizes", default=",".join(s[0] for s in SIZES), help="comma-separated rows of SIZES")
     p.add_argument("--quick", action="store_true", help="32 new tokens, prompts 32 and 256, 3 repeats")
     return p.parse_args()
 
@@ -110,7 +117,7 @@ def decode_rates(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str
 
 
 def kv_table(args: argparse.Namespace) -> None:
-    _, d, layers, h, vocab = SIZES[1]
+    _, d, layers, h, _, vocab = SIZES[1]
     context = args.kv_prompt_len + args.new_tokens
     prompt = [i % vocab for i in range(args.kv_prompt_len)]
     print(f"\n## KV cache: d_model={d}, {layers} layers, {h} heads of {d // h}, fp32, batch 1, "
@@ -143,7 +150,7 @@ def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
 
 def versus_transformers(args: argparse.Namespace) -> list[tuple[str, TransformerLM, float]]:
     """Part 2; returns each model with transformers' step milliseconds at the first prompt length, for part 3."""
-    print(f"\n## archlab vs transformers {transformers.__version__}: Llama, GQA (n_heads/4 KV heads), greedy, "
+    print(f"\n## archlab vs transformers {transformers.__version__}: Llama, greedy, "
           f"batch 1, {args.new_tokens} new tokens, decode tokens/s (median of {args.repeats})\n")
     print("Speed-ups are medians of paired ratios (min-max). `compiled` is `generate(..., compile_decode=True)`; "
           "its compile time is that of the first call (0 when the graph was already built for this model).\n")
@@ -152,8 +159,8 @@ def versus_transformers(args: argparse.Namespace) -> list[tuple[str, Transformer
     print("|---|---|---|---|---|---|---|---|---|---|")
     lengths = [int(n) for n in args.prompt_lens.split(",")]
     compared = []
-    for name, d, layers, h, vocab in SIZES:
-        model = build(d, layers, h, vocab, h // 4, max(lengths) + args.new_tokens)
+    for name, d, layers, h, kv, vocab in (s for s in SIZES if s[0] in args.sizes.split(",")):
+        model = build(d, layers, h, vocab, kv, max(lengths) + args.new_tokens)
         hf = to_transformers(model)
         for length in lengths:
             prompt = [(7 * i + 3) % vocab for i in range(length)]
@@ -179,14 +186,16 @@ def versus_transformers(args: argparse.Namespace) -> list[tuple[str, Transformer
                 ratios = sorted(x / y for x, y in zip(rates[run], rates["transformers"]))
                 cells += [f"{statistics.median(rates[run]):.0f}",
                           f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"]
-            print(f"| {name} (d={d}, {layers} layers, V={vocab}) | {length} | {diff:.1e} | {same} | {hf_rate:.0f} | "
-                  f"{' | '.join(cells)} | {compile_s:.1f} |", flush=True)
+            print(f"| {name} (d={d}, {layers} layers, {h}/{kv} heads, V={vocab}) | {length} | {diff:.1e} | {same} | "
+                  f"{hf_rate:.0f} | {' | '.join(cells)} | {compile_s:.1f} |", flush=True)
         compared.append((name, model, first_hf_ms))
     return compared
 
 
-def step_ms(model: TransformerLM, prompt_len: int, steps: int) -> float:
-    """Median milliseconds of an eager one-token step (cache filled with prompt_len tokens)."""
+def step_ms(
+    model: TransformerLM, prompt_len: int, steps: int, step: Callable[..., torch.Tensor] | None = None
+) -> float:
+    """Median milliseconds of a one-token step, eager or `step` (cache filled with prompt_len tokens)."""
     cache = KVCache.for_model(model, 1, prompt_len + steps + 1)
     token = torch.tensor([[1]])
     times = []
@@ -194,27 +203,30 @@ def step_ms(model: TransformerLM, prompt_len: int, steps: int) -> float:
         model(torch.ones(1, prompt_len, dtype=torch.long), cache=cache)
         for _ in range(steps):
             start = time.perf_counter()
-            model(token, cache=cache)
+            (model if step is None else step)(token, cache=cache)
             times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
 
 
 def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, TransformerLM, float]]) -> None:
     """What the column-major weights buy, and the fastest step that memory bandwidth allows."""
-    print(f"\n## Weight layout and the bandwidth bound: archlab's eager one-token steps, prompt 32, median ms of "
+    print(f"\n## Weight layout and the bandwidth bound: archlab's one-token steps, prompt 32, median ms of "
           f"{args.new_tokens} steps, best of {args.repeats} rounds\n")
     print("`weight MB` is what a step reads (every weight once; of an untied embedding table only a row). "
-          "`stream` is torch.sum over as many bytes, the fastest a memory-bound step can be; `best speed-up` "
-          "divides transformers' step (part 2, first prompt length) by it.\n")
-    print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | stream ms "
-          "| transformers ms | best speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
+          "`stream` is torch.sum over as many bytes, the fastest a memory-bound step can be (the bandwidth "
+          "floor); `of floor` is stream / step, the fraction of the floor a path reaches; `best speed-up` "
+          "divides transformers' step (part 2, first prompt length) by the floor. The transformers column comes "
+          "from part 2, minutes earlier: on a loaded machine compare it only with part 2's own figures.\n")
+    print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | compiled ms | stream ms "
+          "| eager of floor | compiled of floor | transformers of floor | best speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, model, hf_ms in compared:
-        rows, cols = [], []
+        rows, cols, comp = [], [], []
         for _ in range(args.repeats):
             rows.append(step_ms(model, 32, args.new_tokens))
             with decode_layout(model):
                 cols.append(step_ms(model, 32, args.new_tokens))
+                comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model)))
         table = model.embed_tokens.weight  # a step reads one row of it, unless it is also the head
         weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                            if p is not table or model.config.tie_embeddings)
@@ -225,9 +237,10 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
             buf.sum()
             streams.append(time.perf_counter() - start)
         stream = 1e3 * min(streams)
-        row, col = min(rows), min(cols)
-        print(f"| {name} | {weight_bytes / 1e6:.1f} | {row:.2f} | {col:.2f} | {row / col:.2f}x | "
-              f"{stream:.2f} | {hf_ms:.2f} | {hf_ms / stream:.1f}x |", flush=True)
+        row, col, com = min(rows), min(cols), min(comp)
+        print(f"| {name} | {weight_bytes / 1e6:.1f} | {row:.2f} | {col:.2f} | {row / col:.2f}x | {com:.2f} | "
+              f"{stream:.2f} | {stream / col:.0%} | {stream / com:.0%} | {stream / hf_ms:.0%} | "
+              f"{hf_ms / stream:.1f}x |", flush=True)
 
 
 def main() -> None:
@@ -236,7 +249,8 @@ def main() -> None:
         args.new_tokens, args.prompt_lens, args.kv_prompt_len, args.repeats = 32, "32,256", 256, 3
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s)")
-    kv_table(args)
+    if "small" in args.sizes.split(","):  # part 1 is on the small size
+        kv_table(args)
     layout_and_roofline(args, versus_transformers(args))
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from archlab.cli import main
-from archlab.lab.runner import RunSpec, final_step, plan_suite, prepare, run_plan
+from archlab.lab.runner import RunSpec, final_step, plan_suite, prepare, run_plan, run_wall_s
 from archlab.lab.suite import BUDGETS, load_suite
 from archlab.train.config import resolve_config
+from archlab.train.hardware import cpu_model
 
 SUITE = """
 name: two-arms
@@ -46,6 +47,8 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     plan.runs = [first, RunSpec(stopped.arm, stopped.seed, stopped.run_dir, keys, 12)]
     run_plan(plan, jobs=2, poll_s=0.1)
     assert final_step(first.run_dir) == 24 and final_step(stopped.run_dir) == 12
+    first_session = run_wall_s(stopped.run_dir)
+    assert first_session > 0
     finished_log = (first.run_dir / "train.log").read_text()
     assert not (out / "runs" / "gqa").exists()
 
@@ -56,6 +59,9 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
              if json.loads(line)["kind"] == "train"]
     assert steps == list(range(2, 25, 2)) and final_step(stopped.run_dir) == 24  # resumed at 12, not restarted
     assert "confirmed" in printed.splitlines()[-3] and "GQA cuts the KV cache" in printed
+    assert run_wall_s(stopped.run_dir) > first_session  # the resumed session's time is added to the first's
+    recorded = json.loads((out / "lab-time.json").read_text())
+    assert recorded["jobs"] == 2 and recorded["train_wall_s"] > 0 and cpu_model() in recorded["machine"]
 
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [(r["arm"], r["seed"]) for r in rows] == [("mha", "0"), ("mha", "1"), ("gqa", "0"), ("gqa", "1")]
@@ -67,6 +73,10 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
         assert last_eval["step"] == 24 and float(row["val_loss"]) == last_eval["loss"]
     md = (out / "results.md").read_text()
     assert "| GQA cuts the KV cache | kv_bytes_per_token | gqa vs mha |" in md and "confirmed" in md
+    walls = sorted(run_wall_s(r.run_dir) for r in plan_suite(load_suite(spec), BUDGETS["tiny"], out).runs)
+    assert f"Machine: {recorded['machine']}." in md and f"median {walls[2]:.0f} s per run" in md
+    assert f"{sum(walls) / 60:.1f} run-minutes in all" in md
+    assert f"Suite wall time: {recorded['train_wall_s'] / 60:.1f} min with --jobs 2." in md
     for png in ("val_loss.png", "grad_norm.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()

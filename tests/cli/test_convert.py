@@ -43,6 +43,28 @@ def test_convert_from_hf_and_back(hf_dir: Path, tmp_path: Path, capsys: pytest.C
     assert "wrote" in capsys.readouterr().out
 
 
+def test_convert_round_trips_gemma3_per_layer_rope(tmp_path: Path) -> None:
+    """Gemma 3's local base and full-layer-only scaling survive the archlab checkpoint and come back."""
+    from transformers import Gemma3TextConfig
+
+    from tests.interop.family_cases import ROPE, gemma3_like
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(**gemma3_like(dict(ROPE, rope_type="linear", factor=2.0, rope_theta=1000.0),
+                                            dict(ROPE, rope_theta=50.0), vocab_size=256, sliding_window_pattern=2))
+    randomize_hf_(AutoModelForCausalLM.from_config(config), 0.0).eval().save_pretrained(tmp_path / "hf")
+    build_tokenizer("byte", 256, None).save(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    model, _ = load_model(tmp_path / "run")
+    assert (model.config.rope_theta_local, model.config.rope_scaling_local) == (50.0, False)
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 0
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "back")(ids).logits
+    assert (got - want).abs().max() <= 1e-5
+
+
 def test_generate_and_inspect_read_a_hf_folder(hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
     capsys.readouterr()

@@ -50,6 +50,13 @@ def neox_like(**kw: Any) -> dict[str, Any]:
                 max_position_embeddings=LENGTH, bos_token_id=None, eos_token_id=None, pad_token_id=0) | kw
 
 
+def gemma3_like(full: dict[str, Any], sliding: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """Gemma 3 text: RoPE keyed by layer type (small bases, so that both rotate visibly within the batch)."""
+    base = llama_like(num_hidden_layers=4, head_dim=32, query_pre_attn_scalar=24, sliding_window=WINDOW,
+                      rope_parameters={"full_attention": full, "sliding_attention": sliding})
+    return base | kw
+
+
 L0 = 16  # original length of the scaled-RoPE cases
 CASES = [
     Case("llama", "gqa", "LlamaConfig", llama_like()),
@@ -95,6 +102,17 @@ CASES = [
     Case("starcoder2", "window-bias", "Starcoder2Config", neox_like(num_key_value_heads=2, sliding_window=WINDOW)),
     Case("starcoder2", "nobias-untied", "Starcoder2Config", neox_like(num_key_value_heads=1, use_bias=False,
                                                                       tie_word_embeddings=False)),
+    Case("gemma3", "local-global-linear-tied", "Gemma3TextConfig", gemma3_like(
+        dict(ROPE, rope_type="linear", factor=2.0, rope_theta=1000.0), dict(ROPE, rope_theta=50.0),
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"])),
+    Case("gemma3", "softcaps-mqa-untied-yarn", "Gemma3TextConfig", gemma3_like(
+        dict(ROPE, rope_type="yarn", factor=4.0, original_max_position_embeddings=LENGTH // 4, rope_theta=500.0),
+        dict(ROPE, rope_theta=20.0), sliding_window_pattern=2, num_key_value_heads=1, tie_word_embeddings=False,
+        attn_logit_softcapping=5.0, final_logit_softcapping=3.0, query_pre_attn_scalar=32)),
+    Case("smollm3", "nope-every-4th", "SmolLM3Config", llama_like(num_hidden_layers=4, tie_word_embeddings=True)),
+    Case("smollm3", "nope-list-windows-bias", "SmolLM3Config", llama_like(
+        num_hidden_layers=4, no_rope_layers=[1, 0, 1, 0], use_sliding_window=True, sliding_window=WINDOW,
+        attention_bias=True, mlp_bias=True, rope_parameters=dict(ROPE, rope_theta=100.0))),
     Case("qwen3", "bias-window", "Qwen3Config", llama_like(head_dim=16, attention_bias=True, use_sliding_window=True,
                                                            sliding_window=WINDOW, max_window_layers=0)),
 ]

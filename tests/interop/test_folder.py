@@ -178,15 +178,28 @@ def test_save_hf_refuses_a_nonzero_bias_the_family_lacks(tmp_path: Path) -> None
     ("olmo2", dict(clip_qkv=8.0), "clip_qkv=8.0 is not supported for model_type 'olmo2'"),
     ("gemma", dict(hidden_act="gelu_fast"), "hidden_act='gelu_fast' is not supported"),
     ("gpt2", dict(resid_pdrop=0.1, embd_pdrop=0.2), "embd_pdrop=0.2 disagrees with another key"),
+    ("gemma3_text", dict(rope_parameters=dict(full_attention=dict(rope_type="linear", factor=2.0),
+                                              sliding_attention=dict(rope_type="linear", factor=3.0))),
+     "rope_parameters.sliding_attention=.* no RoPE scaling or the full layers'"),
+    ("gemma3_text", dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)), "keyed by layer type"),
+    ("gemma3_text", dict(sliding_window=None), "sliding_window=None is not supported .* 'sliding_attention' layers"),
+    ("gemma3_text", dict(sliding_window_pattern=0), "sliding_window_pattern=0 is not supported"),
+    ("gemma3_text", dict(use_bidirectional_attention=True), "use_bidirectional_attention=True is not supported"),
+    ("gemma3", dict(), "model_type 'gemma3' has no 'text_config' dict"),
+    ("smollm3", dict(no_rope_layers=[1]), "no_rope_layers=\\[1\\] is not supported .* at least 2 entries"),
+    ("smollm3", dict(no_rope_layers=[1, 2]), "no_rope_layers=\\[1, 2\\] is not supported"),
+    ("smollm3", dict(no_rope_layer_interval=0), "no_rope_layer_interval=0 is not supported"),
+    ("smollm3", dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+     "use_sliding_window=None is not supported .* true when layer_types has 'sliding_attention' layers"),
 ])
 def test_unmappable_config_values_are_refused_by_name(model_type: str, change: dict, message: str) -> None:
-    from archlab.interop.families import FAMILIES
+    from archlab.interop.hf import family_of
     from archlab.interop.hf_config import config_from_hf
 
     config = dict(model_type=model_type, vocab_size=96, hidden_size=64, n_embd=64, num_attention_heads=4, n_head=4,
                   num_hidden_layers=2, n_layer=2, intermediate_size=96, head_dim=16) | change
     with pytest.raises(InteropError, match=message):
-        config_from_hf(config, FAMILIES[model_type])
+        config_from_hf(config, family_of(config))
 
 
 def test_export_names_an_activation_the_family_cannot_spell(tmp_path: Path) -> None:

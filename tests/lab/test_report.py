@@ -3,6 +3,7 @@ tables with mean and spread, and report.html rendered by headless Chromium with 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -14,7 +15,7 @@ import pytest
 
 from archlab.lab import stats
 from archlab.lab.report import narang_agreement, write_report
-from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite
+from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite, write_plan
 from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
 
 SUITE = """
@@ -32,6 +33,7 @@ claims:
   - {text: c beats a, metric: val_loss, arm: c, versus: a}
   - {text: a is faster than b, metric: step_ms, arm: a, versus: b}
 """
+ROOT = Path(__file__).resolve().parents[2]
 VAL = {"a": [3.00, 3.02], "b": [2.50, 2.51], "c": [3.01, 2.99]}  # b far better; c inside the noise
 STEP_MS = {"a": [50.0, 52.0], "b": [80.0, 81.0], "c": [40.0, 41.0]}
 
@@ -121,3 +123,28 @@ def test_narang_agreement() -> None:
     assert narang_agreement(same, stats.CONFIRMED).endswith("we agree")
     assert narang_agreement(Claim("x", "val_loss", "a", "b", narang="same"), stats.CONFIRMED).endswith("disagree")
     assert narang_agreement(Claim("x", "val_loss", "a", "b"), stats.CONFIRMED) == "not measured by Narang et al."
+
+
+def test_publish_writes_a_page_per_suite_and_a_summary_of_every_claim(
+        report: tuple[Plan, list], tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("publish_results", ROOT / "scripts" / "publish_results.py")
+    publish = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(publish)
+    plan, results = report
+    write_plan(plan)
+    docs = tmp_path / "docs"
+    assert publish.main([str(plan.out), "--to", str(docs), "--note", "The machine was shared."]) == 0
+    page = (docs / "synthetic.md").read_text()
+    assert page.startswith("# synthetic: a suite whose results are written by hand\n\nReproduce: `archlab ablate "
+                           "synthetic --budget tiny --jobs 1`")
+    assert "report.html`.\n\nThe machine was shared.\n\n" in page
+    assert "![val_loss](synthetic/val_loss.png)" in page and "Machine: " in page
+    assert (docs / "synthetic" / "val_loss.png").read_bytes() == (plan.out / "val_loss.png").read_bytes()
+    summary = (docs / "README.md").read_text().splitlines()
+    rows = [line for line in summary if line.startswith("| [synthetic](synthetic.md)")]
+    assert len(rows) == len(results) == 3
+    for row, result in zip(rows, results):  # the verdicts are the report's, in the suite's order
+        assert f"| {result.claim.text} |" in row and row.endswith(f"| {result.verdict} | {result.narang} |")
+    moved = [row.split(" | ")[6] for row in rows]
+    assert moved == ["the claimed way"] * 3  # val_loss b 2.505 < a 3.01, c 3.00 < a 3.01; step_ms a 51 < b 80.5
+    assert "3 claims from 1 suite: 2 confirmed, 1 not visible at this scale." in summary

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from archlab.lab.runner import LabError, RunSpec, _finish, is_done
+from archlab.lab.measure import STATUS
+from archlab.lab.runner import LabError, RunSpec, _finish, is_done, run_wall_s
 
 
 def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
@@ -31,3 +34,20 @@ def test_done_means_the_last_steps_checkpoint_and_metrics(tmp_path: Path) -> Non
     assert is_done(run)
     (run.run_dir / "metrics.jsonl").unlink()
     assert not is_done(run)
+
+
+def test_run_wall_time_is_recorded_or_read_from_file_times(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert run_wall_s(run_dir) == 0.0  # not finished
+    (run_dir / "config.yaml").write_text("{}")
+    (run_dir / STATUS).write_text(json.dumps({"returncode": 0, "diverged": False}))  # an older lab's status
+    os.utime(run_dir / "config.yaml", (1000.0, 1000.0))
+    os.utime(run_dir / STATUS, (1123.5, 1123.5))
+    assert run_wall_s(run_dir) == 123.5  # from the config written at start to the status written at exit
+    (run_dir / STATUS).write_text(json.dumps({"returncode": 0, "diverged": False, "wall_s": 42.0}))
+    assert run_wall_s(run_dir) == 42.0
+    run = RunSpec("arm", 0, run_dir, {}, steps=10)
+    (run_dir / "train.log").write_text("done\n")
+    _finish(run, 0)  # a run the runner did not start: no start time to count from
+    assert json.loads((run_dir / STATUS).read_text())["wall_s"] < 1.0

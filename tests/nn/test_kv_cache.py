@@ -257,6 +257,26 @@ def test_ring_holds_the_last_window_and_update_returns_the_slots_key_slots_names
     assert cache.k[1].shape[2] == W and cache.k[0].shape[2] == 30
 
 
+def test_a_plain_ring_step_builds_no_key_slots(monkeypatch) -> None:
+    """Past the window, a decode step without padding, bias or unrotated keys reads the ring without knowing
+    which token slot each key holds, so the model never asks `key_slots`; a padded batch's mask needs them.
+    Both still equal the full forward (`test_ring_cache_equals_full_forward`, the padded tests below)."""
+    asked = []
+    original = KVCache.key_slots
+    monkeypatch.setattr(KVCache, "key_slots", lambda self, t, window: asked.append(t) or original(self, t, window))
+    model = window_model(preset="llama", window_pattern="S")
+    for mask in (None, torch.tensor([[False, True, True, True, True, True]])):
+        cache = KVCache.for_model(model, 1, 12)
+        with torch.no_grad():
+            if mask is not None:
+                cache.set_padding(mask)
+            model(tokens(1, 6), cache=cache)  # a chunk past the window: its mask reads the slots
+            asked.clear()
+            for _ in range(3):
+                model(tokens(1, 1), cache=cache)
+        assert len(asked) == (0 if mask is None else 3)
+
+
 def test_dynamic_ntk_ring_rerotates_the_window_at_the_current_length() -> None:
     """One layer, window 4, Dynamic NTK past M = 10: the ring holds unrotated keys and every call rotates
     them at the current length, equal to the full forward on the prefix that ends where the call ends (a

@@ -1,6 +1,7 @@
-"""Per-layer positions (position_pattern, rope_theta_local), log-n attention scaling and the HWFA preset: log-n
-equals its formula in float64; a NoPE layer is position-free; window layers rotate with their own theta;
-HWFA (+ ReRoPE) trains and decodes with the cache equal to the full forward."""
+"""Per-layer positions (position_pattern, rope_theta_local, rope_scaling_local), log-n attention scaling and the
+HWFA preset: log-n equals its formula in float64; a NoPE layer is position-free; window layers rotate with their
+own theta and, with rope_scaling_local off, without the global layers' scaling (Gemma 3); HWFA (+ ReRoPE) trains
+and decodes with the cache equal to the full forward."""
 
 from __future__ import annotations
 
@@ -76,6 +77,28 @@ def test_window_layers_rotate_with_rope_theta_local() -> None:
         torch.testing.assert_close(inputs[layer].rope.cos, cos)
 
 
+def reference_cos(theta: float, factor: float, d_rot: int = 8) -> torch.Tensor:
+    """cos(p / factor * theta^(-2i/d)) in float64 for p < T, in the rotate_half layout (each pair's cos twice)."""
+    i = torch.arange(0, d_rot, 2, dtype=torch.float64)
+    angles = (torch.arange(T, dtype=torch.float64)[:, None] / factor) * theta ** (-i / d_rot)  # (T, d_rot/2)
+    return torch.cat((angles.cos(), angles.cos()), dim=-1)  # (T, d_rot)
+
+
+@pytest.mark.parametrize("scaled_local,theta_local", [(False, 500.0), (True, 500.0), (False, None)])
+def test_rope_scaling_on_global_layers_only(scaled_local: bool, theta_local: float | None) -> None:
+    """Gemma 3: linear scaling (factor 4) on the full layers; window layers keep their own, unscaled base."""
+    model = tiny(sliding_window=8, window_pattern="SF", rope_theta_local=theta_local, rope_scaling_local=scaled_local,
+                 rope_scaling=RopeScaling("linear", 4.0))
+    inputs = model._attention_inputs(torch.arange(T).expand(1, T))
+    local = reference_cos(10000.0 if theta_local is None else theta_local, 4.0 if scaled_local else 1.0)
+    for layer, want in [(0, local), (1, reference_cos(10000.0, 4.0))]:
+        torch.testing.assert_close(inputs[layer].rope.cos[0, :, 0].double(), want, rtol=0, atol=1e-6)
+    x = ids(length=24)
+    with torch.no_grad():
+        full = model(x)
+    torch.testing.assert_close(cached_logits(model, x, (5, 9)), full, **TOL)
+
+
 @pytest.mark.parametrize("fields", [dict(), dict(rope_scaling=RopeScaling("rerope", window=3)),
                                     dict(rope_scaling=RopeScaling("leaky_rerope", 4.0, window=3), n_kv_heads=2),
                                     dict(rope_theta_local=100.0, attn_impl="eager")],
@@ -112,6 +135,7 @@ def test_hwfa_trains() -> None:
     (dict(rope_theta_local=1.0), "rope_theta_local=1.0"), (dict(attn_logn_base=8), "only with attn_logn"),
     (dict(attn_logn=True, attn_logn_base=1), "attn_logn_base=1"),
     (dict(position="alibi", position_pattern="RN"), "only with position='rope'"),
+    (dict(position="alibi", rope_scaling_local=False), "rope_scaling_local=False is not allowed: only with position"),
 ])
 def test_bad_values_fail_in_one_line(fields: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

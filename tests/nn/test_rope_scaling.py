@@ -13,7 +13,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from archlab import ModelConfig, RopeScaling, TransformerLM
 from archlab.interop.families.llama import llama_state_dict
-from archlab.interop.hf_config import hf_max_position_embeddings, rope_from_hf, rope_to_hf
+from archlab.interop.hf_rope import hf_max_position_embeddings, rope_from_hf, rope_to_hf
 from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding, base_inv_freq
 
 THETA, HEAD_DIM, L0 = 10000.0, 32, 64

@@ -59,3 +59,14 @@ def test_thread_rule(monkeypatch: pytest.MonkeyPatch, flops: float, cores: int, 
 
 def test_physical_cores_counts_this_machine() -> None:
     assert 1 <= hardware.physical_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_machine_line_names_the_flags_that_decide_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2", "fma", "avx512f", "avx512_bf16", "sse2"})
+    monkeypatch.setattr(hardware, "cpu_model", lambda: "Test CPU 9000")
+    monkeypatch.setattr(hardware, "physical_cores", lambda: 3)
+    line = hardware.describe_machine()
+    assert line.startswith("Test CPU 9000, 3 physical cores")
+    assert "flags: avx2 fma avx512f avx512_bf16; no amx_bf16" in line and f"torch {torch.__version__}" in line
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"sse2"})
+    assert "flags: none of avx2/avx512; no avx512f / amx_bf16 / avx512_bf16" in hardware.describe_machine()

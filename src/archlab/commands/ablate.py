@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from archlab.lab.report import write_report
+from archlab.lab.report import record_suite_time, write_report
 from archlab.lab.runner import (
     LabError,
     Plan,
@@ -102,8 +102,11 @@ def run(args: argparse.Namespace) -> int:
             write_plan(plan)
             prepare(plan)
             start = time.perf_counter()
-            run_plan(plan, args.jobs, _show_progress)
-            print(f"\ntrained in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            try:
+                run_plan(plan, args.jobs, _show_progress)
+            finally:
+                wall = record_suite_time(plan, time.perf_counter() - start, args.jobs)
+            print(f"\ntrained in {wall:.0f} s (all sessions)", file=sys.stderr)
         measured = measure_plan(plan, lambda r: print(f"measuring {r.arm}/seed{r.seed}", file=sys.stderr))
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)

@@ -31,9 +31,26 @@ ACTIVATIONS_HF = {  # HF `ACT2FN` name -> ours; every pair is the same function 
 }
 
 
+SLIDING, FULL = "sliding_attention", "full_attention"  # the `layer_types` entries of transformers' configs
+
+
 class InteropError(ValueError):
     """A Hugging Face folder or config archlab cannot read or write exactly; the message names the file, key
     or switch, and what is supported."""
+
+
+def unsupported(family: Family, key: str, value: object, allowed: str) -> InteropError:
+    """The one-line refusal of a config.json value: the key, the value, the family and what is allowed."""
+    return InteropError(f"config.json {key}={value!r} is not supported for model_type {family.model_type!r}: "
+                        f"{allowed}")
+
+
+def shortest_period(pattern: str) -> str:
+    """The shortest string whose repetition, cut to len(pattern), is `pattern` ("SFSFSF" -> "SF")."""
+    for n in range(1, len(pattern) + 1):
+        if all(pattern[i] == pattern[i % n] for i in range(len(pattern))):
+            return pattern[:n]
+    return pattern
 
 
 class Missing:
@@ -81,6 +98,15 @@ class Rope:
     rotary_dim_key: str | None = None  # GPT-J gives rotary dims, not a share
     layout: str = "half"  # half (rotate_half) | interleaved (GPT-J's rotate_every_two)
     scaling: bool = True  # reads `rope_type` (GPT-J's fixed sinusoid table has no scaling)
+    theta_default: float = 10000.0  # the base when config.json gives none (transformers' `default_theta`)
+    # Gemma 3: `rope_parameters` keyed by layer type, the window layers' base under this legacy top-level key
+    # (rope_local_base_freq) with this default, and a legacy `rope_scaling` for the full layers only
+    local_theta_key: str | None = None
+    local_theta_default: float = 10000.0
+    # SmolLM3: a per-layer list, 1 = RoPE and 0 = NoPE (no_rope_layers), else every n-th layer NoPE (interval key)
+    nope_layers_key: str | None = None
+    nope_interval_key: str | None = None
+    nope_interval_default: int = 4
 
 
 @dataclass(frozen=True)
@@ -136,7 +162,12 @@ class Family:
     weights: dict[str, Rule]  # our parameter name ("{i}" = layer index) -> HF source
     rope: Rope | None = field(default_factory=Rope)  # None: learned absolute positions instead
     window: str = "none"  # none | all (one window, every layer) | layer_types | qwen (use_sliding_window too)
-    default_layer_types: Callable[[int], list[str]] | None = None  # when config.json has no layer_types
+    window_default: int | None = None  # sliding_window when config.json has no such key (transformers' default)
+    # (config.json, n_layers) -> layer_types, when config.json has none
+    default_layer_types: Callable[[dict[str, Any], int], list[str]] | None = None
+    window_switch: str | None = None  # a config.json bool without which layer_types' windows are off (SmolLM3)
+    export_keys: dict[str, Any] = field(default_factory=dict)  # written as given by export, never read
+    text_config: str | None = None  # a multimodal wrapper: config.json holds the text model's keys under this key
     ignore: tuple[str, ...] = ()  # regexes of saved non-parameters to skip (causal-mask buffers, inv_freq)
     head_aliases: tuple[str, ...] = ()  # other names of lm_head.weight in saved files (NeoX embed_out)
     export_head: str | None = None  # the name export writes lm_head.weight under, if not its table name
@@ -145,6 +176,18 @@ class Family:
     def __post_init__(self) -> None:
         if self.window not in WINDOWS:
             raise ValueError(f"Family.window={self.window!r} is not allowed: one of {', '.join(WINDOWS)}")
+
+
+def text_part(hf: dict[str, Any], family: Family) -> dict[str, Any]:
+    """The config.json keys of the text model: `hf` itself, or a multimodal wrapper's text config with the
+    wrapper's `tie_word_embeddings`, which is the one transformers ties the head by."""
+    if family.text_config is None:
+        return hf
+    text = hf.get(family.text_config)
+    if not isinstance(text, dict):
+        raise InteropError(f"config.json of model_type {family.model_type!r} has no {family.text_config!r} dict")
+    tie = family.keys["tie_word_embeddings"]
+    return {**text, "tie_word_embeddings": hf.get("tie_word_embeddings", tie.default)}
 
 
 def activation_key(hf_key: str, default: str, export_tanh: str) -> dict[str, Key]:

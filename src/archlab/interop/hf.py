@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from archlab.data.tokenizer import Tokenizer
-from archlab.interop.families import FAMILIES
+from archlab.interop.families import FAMILIES, READ_ONLY
 from archlab.interop.family import Family, InteropError
 from archlab.interop.folder import HFFolder, write_folder
 from archlab.interop.hf_config import config_diff, config_from_hf, config_to_hf
@@ -33,8 +33,10 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 def family_of(hf_config: dict) -> Family:
     """The family table of a config.json, by its model_type."""
     model_type = hf_config.get("model_type")
+    if model_type in READ_ONLY:
+        return READ_ONLY[model_type]
     if model_type not in FAMILIES:
-        raise InteropError(f"model_type {model_type!r} is not supported: one of {', '.join(FAMILIES)}")
+        raise InteropError(f"model_type {model_type!r} is not supported: one of {', '.join([*FAMILIES, *READ_ONLY])}")
     return FAMILIES[model_type]
 
 
@@ -78,6 +80,9 @@ def _assign(model: TransformerLM, state: dict[str, torch.Tensor], device: torch.
 def pick_family(config: ModelConfig, name: str | None = None) -> Family:
     """The family to export `config` as: `name`, or the first in FAMILIES that carries every switch."""
     if name is not None:
+        if name in READ_ONLY:
+            raise InteropError(f"model_type {name!r} is read only ({READ_ONLY[name].architecture} has parts archlab "
+                               f"does not model): export one of {', '.join(FAMILIES)}")
         family = family_of({"model_type": name})
         diff = config_diff(config, family)
         if diff:

@@ -18,10 +18,11 @@ from pathlib import Path
 from archlab.costs import parameter_counts
 from archlab.lab import stats
 from archlab.lab.measure import MEASURES, max_embed_row_norm_series
-from archlab.lab.runner import Plan, RunSpec, run_config
+from archlab.lab.runner import Plan, RunSpec, run_config, run_wall_s
 from archlab.lab.suite import PARAM_TOLERANCE, Claim, param_note
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
+from archlab.train.hardware import describe_machine
 from archlab.train.metrics import read_metrics
 
 RULE = (f"Welch's t-test on the seeds of the two arms (two-sided), p-values adjusted over all claims of the suite "
@@ -30,6 +31,33 @@ RULE = (f"Welch's t-test on the seeds of the two arms (two-sided), p-values adju
         "contradicted when the same holds the other way, otherwise not visible at this scale. An 'as good as' "
         "claim is contradicted when the arm is significantly worse by more than the noise floor, and confirmed "
         "when it is worse by no more than the noise floor.")
+
+
+SUITE_TIME = "lab-time.json"  # in the suite's folder: training wall time over all sessions, jobs, the machine
+
+
+def record_suite_time(plan: Plan, wall_s: float, jobs: int) -> float:
+    """Add one session's training wall time to the suite's record; returns the total over all sessions."""
+    path = plan.out / SUITE_TIME
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    record = {"train_wall_s": round(old.get("train_wall_s", 0.0) + wall_s, 1), "jobs": jobs,
+              "machine": describe_machine()}
+    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return record["train_wall_s"]
+
+
+def compute_summary(plan: Plan) -> str:
+    """Where and how long the suite trained: the machine, each run's wall time and the suite's (when recorded)."""
+    path = plan.out / SUITE_TIME
+    record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    walls = sorted(w for r in plan.runs if (w := run_wall_s(r.run_dir)) > 0)
+    parts = [f"Machine: {record.get('machine') or describe_machine()}."]
+    if walls:
+        parts.append(f"Training: {len(walls)} runs, median {walls[len(walls) // 2]:.0f} s per run "
+                     f"(process start to exit), {sum(walls) / 60:.1f} run-minutes in all.")
+    if record.get("train_wall_s"):
+        parts.append(f"Suite wall time: {record['train_wall_s'] / 60:.1f} min with --jobs {record['jobs']}.")
+    return " ".join(parts)
 
 
 @dataclass
@@ -176,6 +204,7 @@ def write_markdown(plan: Plan, measured: dict[RunSpec, dict], results: list[Clai
     parts = [f"# {s.name}: {s.title}", "", f"Source: {s.source}", "",
              f"Budget `{plan.budget.name}`, {plan.seeds} seeds per arm ({len(plan.runs_of(s.base_arm.name))} for "
              f"the base arm `{s.base_arm.name}`, whose spread is the noise floor). Command: `{command}`", "",
+             compute_summary(plan), "",
              "## Claims", "", _markdown(*claim_table(results)), "",
              f"Narang et al. 2021 (arXiv 2102.11972): {s.narang or 'did not measure this switch.'}", "",
              "## Arms (mean ± standard deviation over seeds)", "", _markdown(*arm_table(plan, measured)), "",
@@ -212,6 +241,7 @@ def write_html(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimRes
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(s.name)}: {html.escape(s.title)}</h1><p>Source: {html.escape(s.source)}</p>
 <p>Command: <code>{html.escape(command)}</code> (budget {plan.budget.name}, {plan.seeds} seeds per arm)</p>
+<p id="compute">{html.escape(compute_summary(plan))}</p>
 <h2>Verdicts</h2><ul id="verdicts">{verdicts}</ul>
 {_html_table(*claim_table(results), "claims")}
 <p>Narang et al. 2021 (arXiv 2102.11972): {html.escape(s.narang or 'did not measure this switch.')}</p>

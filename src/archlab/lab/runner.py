@@ -174,8 +174,24 @@ class Progress:
     eta_s: float | None
 
 
+_started: dict[RunSpec, tuple[float, float]] = {}  # run -> (when its process started, wall seconds before)
+
+
+def run_wall_s(run_dir: Path) -> float:
+    """Seconds a finished run's processes took, from start-up to exit (0 when unknown): recorded in its status
+    file; for runs the lab recorded without it, the time from its config (written at start) to its status."""
+    status, config = run_dir / STATUS, run_dir / "config.yaml"
+    if not status.is_file():
+        return 0.0
+    recorded = json.loads(status.read_text(encoding="utf-8")).get("wall_s")
+    if recorded is not None:
+        return float(recorded)
+    return max(0.0, status.stat().st_mtime - config.stat().st_mtime) if config.is_file() else 0.0
+
+
 def _start(run: RunSpec, jobs: int) -> subprocess.Popen:
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    _started[run] = (time.time(), run_wall_s(run.run_dir))  # a resumed run adds to its earlier sessions' time
     (run.run_dir / STATUS).unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if jobs > 1:  # one thread per process: N processes on N cores instead of N x cores threads fighting
@@ -189,8 +205,9 @@ def _finish(run: RunSpec, returncode: int) -> None:
     """Record how a run ended; raise on a failure that is not divergence."""
     log = (run.run_dir / "train.log").read_text(encoding="utf-8", errors="replace")
     diverged = returncode == 1 and DIVERGED_TEXT in log
-    (run.run_dir / STATUS).write_text(json.dumps({"returncode": returncode, "diverged": diverged}),
-                                      encoding="utf-8")
+    started, before = _started.pop(run, (time.time(), 0.0))
+    status = {"returncode": returncode, "diverged": diverged, "wall_s": round(before + time.time() - started, 1)}
+    (run.run_dir / STATUS).write_text(json.dumps(status), encoding="utf-8")
     if returncode != 0 and not diverged:
         last = next((line for line in reversed(log.splitlines()) if line.strip()), "(empty log)")
         raise LabError(f"arm {run.arm} seed {run.seed} failed (exit {returncode}): {last}; "

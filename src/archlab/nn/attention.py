@@ -131,7 +131,7 @@ class Attention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         if rerope:
             n_rep = self.n_heads // self.n_kv_heads
-            scores = inp.rope.scores(q, repeat_kv(k, n_rep)) * self.scale  # (B, H, T, S)
+            scores = inp.rope.scores(q, k) * self.scale  # (B, H, T, S), keys rotated per K/V head
             y = attention_from_scores(scores, repeat_kv(v, n_rep), inp.bias, mask, self.softcap, dropout,
                                       self.training)
             return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

@@ -47,6 +47,7 @@ ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
     "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
+    "rope_scaling_local": ("position", "rope"),
 }
 
 
@@ -105,6 +106,7 @@ class ModelConfig:
     rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/rope.py)
     position_pattern: str = "R"  # cycled over layers: R = RoPE, N = NoPE ("RRRN" = Llama 4 / SmolLM3 style)
     rope_theta_local: float | None = None  # RoPE base of sliding-window layers; None = rope_theta (Gemma 3: 10k)
+    rope_scaling_local: bool = True  # window layers take rope_scaling too; False = global layers only (Gemma 3)
     relative_buckets: int = 32  # T5 relative bias: number of distance buckets
     relative_max_distance: int = 128  # T5 relative bias: distance of the last bucket
     # --- attention ---
@@ -254,12 +256,18 @@ class ModelConfig:
             return False
         return self.window_pattern[layer_idx % len(self.window_pattern)] == "S"
 
+    @property
+    def has_local_rope(self) -> bool:
+        """Whether window layers rotate differently from full ones: their own base, or no share of rope_scaling."""
+        unscaled = not self.rope_scaling_local and self.rope_scaling is not None and self.rope_scaling.kind != "none"
+        return self.position == "rope" and (self.rope_theta_local is not None or unscaled)
+
     def layer_rope(self, layer_idx: int) -> str | None:
-        """Which RoPE layer `layer_idx` uses: "global", "local" (a window layer with rope_theta_local), or None
+        """Which RoPE layer `layer_idx` uses: "global", "local" (a window layer when `has_local_rope`), or None
         (no RoPE: another position type, or an N of position_pattern)."""
         if self.position != "rope" or self.position_pattern[layer_idx % len(self.position_pattern)] == "N":
             return None
-        return "local" if self.rope_theta_local is not None and self.layer_is_sliding(layer_idx) else "global"
+        return "local" if self.has_local_rope and self.layer_is_sliding(layer_idx) else "global"
 
     # ----- construction and serialisation -----
     def to_dict(self) -> dict[str, Any]:

@@ -114,12 +114,19 @@ class KVCache:
         counts = self.key_mask.long().cumsum(dim=1) - 1  # (B, L); slots past those written are never read
         return counts[:, index].clamp_min(0)  # (B, S)
 
+    def reads_in_order(self, t: int, window: int) -> bool:
+        """Whether `update` of t tokens returns a ring layer's slots 0..pos+t-1 in order (nothing was
+        overwritten before the call), in pure Python: the model asks it every step, `key_slots` only when a
+        mask, a bias or key positions need the slots."""
+        p, ring = self.pos, min(window, self.max_len)
+        return p + t < ring or (t > 1 and p <= ring)
+
     def key_slots(self, t: int, window: int) -> torch.Tensor | None:
         """Token slot of each key `update` returns (S,) for a ring of `window` slots when t tokens are written
         next; None when those are slots 0..pos+t-1 in order (the ring has not wrapped). See the module doc."""
-        p, ring = self.pos, min(window, self.max_len)
-        if p + t < ring or (t > 1 and p <= ring):  # in order: nothing was overwritten before this call
+        if self.reads_in_order(t, window):
             return None
+        p, ring = self.pos, min(window, self.max_len)
         device = self.k[0].device
         j = torch.arange(ring, device=device)
         if t == 1:  # the ring after writing slot p: ring slot j holds the latest token slot a <= p, a = j mod W

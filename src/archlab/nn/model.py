@@ -63,10 +63,12 @@ class TransformerLM(nn.Module):
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
                        if c.position == "rope" else None)
-        # each layer's RoPE: "global", "local" (window layers with their own theta, Gemma 3) or None (NoPE layer)
+        # each layer's RoPE: "global", "local" (window layers with their own theta and, with rope_scaling_local
+        # off, unscaled: Gemma 3) or None (NoPE layer)
         self.layer_ropes = tuple(c.layer_rope(i) for i in range(c.n_layers))
-        self.rotary_local = (RotaryEmbedding(c.rope_dim, c.rope_theta_local, c.rope_layout, c.rope_scaling,
-                                             c.max_seq_len) if "local" in self.layer_ropes else None)
+        self.rotary_local = (RotaryEmbedding(
+            c.rope_dim, c.rope_theta if c.rope_theta_local is None else c.rope_theta_local, c.rope_layout,
+            c.rope_scaling if c.rope_scaling_local else None, c.max_seq_len) if "local" in self.layer_ropes else None)
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
@@ -225,15 +227,19 @@ class TransformerLM(nn.Module):
         t, device = positions.shape[1], positions.device
         offset = cache.pos if cache is not None else 0
         key_mask = cache.key_mask if cache is not None else None
-        ring = window is not None and cache is not None and cache.has_rings
-        key_slots = cache.key_slots(t, window) if ring else None  # (S,) or None: slots in order
+        wrapped = window is not None and cache is not None and cache.has_rings and not cache.reads_in_order(t, window)
         # a mask tensor is needed for padding, for a chunk after cached keys and past the window; otherwise
         # SDPA's is_causal (or, for one query, no mask at all) is exact. One query reading a ring reads exactly
         # its window; a chunk reading kept + new keys needs the window mask.
-        if key_slots is None:
-            needs_mask = key_mask is not None or (offset > 0 and t > 1) or (window is not None and offset + t > window)
-        else:
+        if wrapped:
             needs_mask = key_mask is not None or t > 1
+        else:
+            needs_mask = key_mask is not None or (offset > 0 and t > 1) or (window is not None and offset + t > window)
+        unrotated = rope_name is not None and rope is None  # keys cached unrotated: tables for every key read
+        # which token slot each key holds, built only when something reads it: a plain decode step past the
+        # window (no padding, no bias, keys cached rotated) needs none, and skips its five small ops
+        needed = wrapped and (needs_mask or self.rel_bias is not None or unrotated)
+        key_slots = cache.key_slots(t, window) if needed else None  # (S,) or None: slots in order
         mask = bias = None
         if needs_mask or self.rel_bias is not None:
             q_slots = torch.arange(offset, offset + t, device=device)  # (T,)
@@ -241,7 +247,7 @@ class TransformerLM(nn.Module):
             mask = causal_mask(q_slots, k_slots, window, key_mask) if needs_mask else None
             if self.rel_bias is not None:
                 bias = self.rel_bias(q_slots[:, None] - k_slots[None, :])  # (1, H, T, S)
-        if rope_name is not None and rope is None:  # keys cached unrotated: tables for every key read
+        if unrotated:
             rope = self._rope_plan(self._rotary(rope_name), positions, key_positions=cache.slot_positions(
                 offset + t if key_slots is None else key_slots))
         return AttentionInputs(rope, mask, bias, cache, self._logn_scale(positions, window))

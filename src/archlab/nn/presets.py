@@ -109,7 +109,7 @@ def qwen3(shape: Fields) -> Fields:
 
 def hwfa(shape: Fields) -> Fields:
     """Su's hybrid window-full attention (HWFA; "Transformer upgrade 9: a new idea for global length
-    extrapolation", kexue.fm; with ReRoPE, "Transformer upgrade 14", kexue.fm/archives/9731): Llama blocks
+    extrapolation", kexue.fm/archives/9603; with ReRoPE, "Transformer upgrade 14", kexue.fm/archives/9731): Llama blocks
     whose layers but the last attend within a window (here a quarter of the context) with RoPE; the last
     attends to everything with no positions (NoPE) and log-n scaling. HWFA + ReRoPE: add
     rope_scaling={"kind": "rerope", "window": ...} (docs/long-context.md)."""

@@ -72,11 +72,17 @@ class ReRopePositions:
         return q_near, k_near, q_far, k_far
 
     def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """q (B, H, T, Dh), k (B, H, S, Dh) (K/V heads repeated), unrotated -> q_m . R(P(m, n)) k_n (B, H, T, S)."""
+        """q (B, H, T, Dh), k (B, K, S, Dh), unrotated -> q_m . R(P(m, n)) k_n (B, H, T, S), query head h reading
+        K/V head h // (H / K). Keys are rotated once per K/V head and the H / K query heads of a group are
+        multiplied with them as one (group * T) row block, so GQA / MQA never copy the cache per query head."""
         q_near, k_near, q_far, k_far = self.rotate_both(q, k)
-        near = q_near @ k_near.transpose(-2, -1)
-        far = q_far @ k_far.transpose(-2, -1)
-        return torch.where(self.in_window, near, far)
+        B, H, T, Dh = q.shape
+        K = k.shape[1]
+
+        def grouped(qr: torch.Tensor, kr: torch.Tensor) -> torch.Tensor:
+            return (qr.reshape(B, K, H // K * T, Dh) @ kr.transpose(-2, -1)).view(B, H, T, -1)
+
+        return torch.where(self.in_window, grouped(q_near, k_near), grouped(q_far, k_far))
 
 
 def rerope_plan(rotary: RotaryEmbedding, positions: torch.Tensor, key_positions: torch.Tensor) -> ReRopePositions:

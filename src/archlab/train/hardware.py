@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from pathlib import Path
 
 import torch
@@ -88,3 +89,25 @@ def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
     cores, load = physical_cores(), busy_cores()
     free = max(1, min(cores, round(cores - load)))
     return free, f"{cores} physical cores, load average {load:.1f}"
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo, or the platform's processor string where that is missing."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def describe_machine() -> str:
+    """One line for reports: CPU, cores, the vector and bf16 flags that decide speed, torch and Python."""
+    flags = cpu_flags()
+    vector = [f for f in ("avx2", "fma", "avx512f", *BF16_CPU_FLAGS) if f in flags]
+    missing = [f for f in ("avx512f", *BF16_CPU_FLAGS) if f not in flags]
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
+    return (f"{cpu_model()}, {physical_cores()} physical cores ({os.cpu_count()} logical); flags: "
+            f"{' '.join(vector) or 'none of avx2/avx512'}" + (f"; no {' / '.join(missing)}" if missing else "")
+            + f"{gpu}; torch {torch.__version__}, Python {platform.python_version()}")

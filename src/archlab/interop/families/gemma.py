@@ -11,7 +11,7 @@ from archlab.interop.family import Family, Key
 GEMMA_FIXED = LLAMA_FIXED | dict(norm_unit_offset=True, embed_scale="sqrt_d", mlp_bias=False)
 GEMMA_SIZES = dict(vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
                    num_attention_heads=16, max_position_embeddings=8192)
-GEMMA_KEYS = llama_keys(GEMMA_SIZES, tie=True, head_dim=256, act="gelu_pytorch_tanh")
+GEMMA_KEYS = llama_keys(GEMMA_SIZES, tie=True, head_dim=256, act="gelu_pytorch_tanh", kv_heads=16)
 GEMMA_KEYS["hidden_act"] = Key("activation", "gelu_pytorch_tanh", GEMMA_KEYS["hidden_act"].values | {
     "gelu": "gelu_tanh"}, export_value={"gelu_tanh": "gelu_pytorch_tanh"})
 

@@ -36,7 +36,7 @@ GEMMA2 = Family(
     fixed=GEMMA_FIXED | dict(norm_position="double"),
     keys=llama_keys(GEMMA_SIZES | dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                                        num_attention_heads=8), tie=True, head_dim=256, act_key="hidden_activation",
-                    act="gelu_pytorch_tanh") | {
+                    act="gelu_pytorch_tanh", kv_heads=4) | {
         "attention_bias": Key("attn_bias", False),
         "attn_logit_softcapping": Key("attn_softcap", 50.0),
         "final_logit_softcapping": Key("final_softcap", 30.0),
@@ -44,6 +44,7 @@ GEMMA2 = Family(
     },
     weights=llama_weights(DOUBLE_NORMS),
     window="layer_types",
-    default_layer_types=lambda n: ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)],
+    window_default=4096,
+    default_layer_types=lambda hf, n: ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)],
     ignore=(r"rotary_emb\.inv_freq$",),
 )

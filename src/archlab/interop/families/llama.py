@@ -30,15 +30,17 @@ PRE_NORMS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layerno
 
 
 def llama_keys(sizes: dict[str, Any], eps: float = 1e-6, tie: bool = False, act_key: str = "hidden_act",
-               act: str = "silu", tanh: str = "gelu_pytorch_tanh", head_dim: int | None = None) -> dict[str, Key]:
-    """config.json keys of the Llama-named families; `sizes` holds the config class's size defaults."""
+               act: str = "silu", tanh: str = "gelu_pytorch_tanh", head_dim: int | None = None,
+               kv_heads: int | None = None) -> dict[str, Key]:
+    """config.json keys of the Llama-named families; `sizes` holds the config class's size defaults, `head_dim`
+    and `kv_heads` its defaults of those (None: derived from the width and the query heads)."""
     return {
         "vocab_size": Key("vocab_size", sizes["vocab_size"]),
         "hidden_size": Key("d_model", sizes["hidden_size"]),
         "intermediate_size": Key("d_ff", sizes["intermediate_size"]),
         "num_hidden_layers": Key("n_layers", sizes["num_hidden_layers"]),
         "num_attention_heads": Key("n_heads", sizes["num_attention_heads"]),
-        "num_key_value_heads": Key("n_kv_heads", None),  # null: as many as query heads
+        "num_key_value_heads": Key("n_kv_heads", kv_heads),  # null: as many as query heads
         "head_dim": Key("head_dim", head_dim),  # null: hidden_size / num_attention_heads
         "max_position_embeddings": Key("max_seq_len", sizes["max_position_embeddings"]),
         "rms_norm_eps": Key("norm_eps", eps),

@@ -11,8 +11,9 @@ MISTRAL = Family(
     architecture="MistralForCausalLM",
     fixed=LLAMA_FIXED | dict(attn_bias=False, mlp_bias=False),
     keys=llama_keys(dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                         num_attention_heads=32, max_position_embeddings=131072)),
+                         num_attention_heads=32, max_position_embeddings=131072), kv_heads=8),
     weights=llama_weights(),
     window="all",
+    window_default=4096,
     ignore=(r"rotary_emb\.inv_freq$",),
 )

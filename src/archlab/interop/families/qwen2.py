@@ -18,7 +18,7 @@ QWEN2 = Family(
     model_type="qwen2",
     architecture="Qwen2ForCausalLM",
     fixed=LLAMA_FIXED | dict(attn_bias=True, mlp_bias=False),
-    keys=llama_keys(QWEN_SIZES),
+    keys=llama_keys(QWEN_SIZES, kv_heads=32),
     weights=llama_weights() | {"layers.{i}.attn.o_proj.bias": ZERO},
     window="qwen",
     ignore=(r"rotary_emb\.inv_freq$",),

@@ -12,7 +12,7 @@ QWEN3 = Family(
     model_type="qwen3",
     architecture="Qwen3ForCausalLM",
     fixed=LLAMA_FIXED | dict(qk_norm="rmsnorm", qk_norm_scope="head", mlp_bias=False),
-    keys=llama_keys(QWEN_SIZES, head_dim=128) | {"attention_bias": Key("attn_bias", False)},
+    keys=llama_keys(QWEN_SIZES, head_dim=128, kv_heads=32) | {"attention_bias": Key("attn_bias", False)},
     weights=llama_weights(qk_norm=True),
     window="qwen",
     ignore=(r"rotary_emb\.inv_freq$",),

@@ -1,0 +1,131 @@
+"""infer/speed.py: the column-major decode layout (same products, weights given back bit for bit), and the
+compiled decode step (equal to eager, one graph for every cache length and prompt length, still compiling
+for new models, a missing C++ compiler refused up front)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.utils import counters
+
+from archlab import KVCache, ModelConfig, TransformerLM
+from archlab.infer.generate import generate, generate_text
+from archlab.infer.sampling import SamplingConfig
+from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
+
+GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
+
+
+def tiny(**fields: object) -> TransformerLM:
+    torch.manual_seed(0)
+    base = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=48, vocab_size=256)
+    return TransformerLM(ModelConfig(**{**base, **fields})).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from archlab.data.tokenizer import build_tokenizer
+
+    return build_tokenizer("byte", 256, None)
+
+
+def test_column_major_linears_keep_shapes_values_and_products() -> None:
+    model = tiny(tie_embeddings=True)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    xs = {name: torch.randn(5, m.in_features) for name, m in linears.items()}
+    expected = {name: xs[name].double() @ m.weight.double().T for name, m in linears.items()}
+    changed = column_major_linears(model)
+    assert len(changed) == len({id(m.weight) for m in linears.values()})  # the tied head counts once
+    for name, m in linears.items():
+        w = m.weight
+        assert w.shape == (m.out_features, m.in_features) and w.stride() == (1, m.out_features)
+        torch.testing.assert_close(m(xs[name]).double(), expected[name], rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+    assert model.lm_head.weight is model.embed_tokens.weight
+    assert column_major_linears(model) == []  # already column-major
+    row_major_linears(changed)
+    assert all(p.is_contiguous() and torch.equal(p, before[name]) for name, p in model.named_parameters())
+    assert column_major_linears(tiny().to(torch.bfloat16)) == []  # only float32 is re-laid (bf16 runs slower so)
+
+
+def test_generate_gives_the_weights_back_trainable_and_bit_identical() -> None:
+    model = tiny().train()
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    seen = []
+    with torch.inference_mode():  # a caller's inference mode must not turn the weights into inference tensors
+        generate(model, [[1, 2, 3]], GREEDY,
+                 on_step=lambda tokens: seen.append(model.lm_head.weight.stride()) or [False] * len(tokens))
+    assert seen[0] == (1, model.config.vocab_size)  # decoding read the column-major layout
+    for name, p in model.named_parameters():
+        assert p.is_contiguous() and not p.is_inference() and torch.equal(p, before[name]), name
+    model(torch.tensor([[1, 2, 3]])).sum().backward()  # still trainable
+    assert all(p.grad is not None for p in model.parameters())
+
+
+COMPILED = dict(qk_norm="rmsnorm", attn_softcap=30.0, sliding_window=6, final_softcap=20.0, max_seq_len=64)
+
+
+def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> None:
+    """The compiled step's logits equal the eager step's to 1e-5 at every cache length. The cache length is a
+    symbol, so the graphs are one per branch of the model's Python (here: before and after the window's ring
+    cache wraps), never one per step."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny(**COMPILED)
+    step = compiled_forward(model)
+    caches = [KVCache.for_model(model, 2, 40) for _ in range(2)]
+    token = torch.tensor([[7], [9]])
+    graphs = []
+    with torch.inference_mode():
+        for cache in caches:
+            model(torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), cache=cache)
+        for _ in range(30):
+            torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
+                                       rtol=1e-5, atol=1e-5)
+            graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == 1 and graphs[5] == graphs[-1] == 2  # the ring of 6 slots is full from the second step on
+
+
+def test_compiled_generation_samples_the_same_text(tokenizer) -> None:
+    model = tiny(**COMPILED)
+    sampling = SamplingConfig(max_new_tokens=20, temperature=0.8, top_k=40, seed=3)
+    eager = generate_text(model, tokenizer, ["Once", "upon a"], sampling)
+    compiled = generate_text(model, tokenizer, ["Once", "upon a"], sampling, compile_decode=True)
+    assert compiled.tokens == eager.tokens and compiled.texts == eager.texts
+
+
+def test_compiled_decoding_keeps_compiling_for_new_models() -> None:
+    """A sweep over many models must not fall back to eager once dynamo's per-function limit is reached (here
+    lowered to 1, where the second model would already run eagerly)."""
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(recompile_limit=1):  # restores the limit afterwards
+        for heads in (2, 1):
+            generate(tiny(n_kv_heads=heads), [[1, 2, 3]], GREEDY, compile_decode=True)
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_compile_without_a_cpp_compiler_fails_before_compute(monkeypatch) -> None:
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ValueError, match=r"compile_decode=True \(--compile\) on the CPU needs a C\+\+ compiler"):
+        generate(tiny(), [[1, 2]], GREEDY, compile_decode=True)
+
+
+def test_compiled_generate_compiles_once_for_every_prompt_length() -> None:
+    """A warm-up at one length must not recompile at another: the cache position and the cache's capacity
+    (prompt + new tokens) are symbols of the one graph, so generating after prompts of 5, 9 and 17 tokens
+    builds one graph and recompiles nothing, and gives eager's greedy tokens each time."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny(n_layers=1)
+    sampling = SamplingConfig(max_new_tokens=6, temperature=0)
+    graphs = []
+    for length in (5, 9, 17):
+        prompt = [(7 * i + 3) % 256 for i in range(length)]
+        compiled = generate(model, [prompt], sampling, compile_decode=True).tokens
+        assert compiled == generate(model, [prompt], sampling).tokens
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs == [1, 1, 1] and not counters["recompiles"]

@@ -1,0 +1,105 @@
+"""RoPE and windows in config.json (interop/hf_rope.py, hf_config.py): keys a config leaves out resolve to what
+transformers' own config classes resolve them to; per-layer RoPE (Gemma 3's bases and full-layer scaling,
+SmolLM3's NoPE layers) exports to the family that carries it with transformers' logits, and nowhere else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from archlab import InteropError, ModelConfig, RopeScaling, TransformerLM, save_hf
+from archlab.interop.families import FAMILIES
+from archlab.interop.family import SLIDING
+from archlab.interop.hf_config import config_diff, config_from_hf
+from tests.conftest import randomize_
+from tests.interop.test_families import TOL, fresh_hf
+
+SIZES = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_attention_heads=8, head_dim=16)
+
+
+@pytest.mark.parametrize("model_type, config_class, keys", [
+    ("gemma3_text", "Gemma3TextConfig", dict(num_hidden_layers=7)),
+    ("gemma3_text", "Gemma3TextConfig", dict(num_hidden_layers=4, sliding_window_pattern=2, rope_theta=5e5)),
+    ("smollm3", "SmolLM3Config", dict(num_hidden_layers=5)),
+    ("smollm3", "SmolLM3Config", dict(num_hidden_layers=6, no_rope_layer_interval=3, use_sliding_window=True,
+                                      sliding_window=16)),
+    ("mistral", "MistralConfig", dict(num_hidden_layers=2)),
+    ("gemma2", "Gemma2Config", dict(num_hidden_layers=3)),
+])
+def test_absent_keys_resolve_as_transformers_resolves_them(model_type: str, config_class: str, keys: dict) -> None:
+    hf = getattr(transformers, config_class)(**SIZES, **keys)
+    ours = config_from_hf({"model_type": model_type, **SIZES, **keys}, FAMILIES[model_type])
+    assert ours.n_kv_heads == hf.num_key_value_heads
+    windowed = [t == SLIDING and getattr(hf, "use_sliding_window", True) for t in getattr(hf, "layer_types", None)
+                or [SLIDING] * hf.num_hidden_layers]
+    assert [ours.layer_is_sliding(i) for i in range(ours.n_layers)] == windowed
+    assert ours.sliding_window == (hf.sliding_window if any(windowed) else None)
+    thetas = hf.rope_parameters if model_type == "gemma3_text" else {"full_attention": hf.rope_parameters}
+    for i in range(ours.n_layers):
+        kind = ours.layer_rope(i)
+        if getattr(hf, "no_rope_layers", None) is not None and not hf.no_rope_layers[i]:
+            assert kind is None, i
+            continue
+        theta = ours.rope_theta_local if kind == "local" else ours.rope_theta
+        assert theta == thetas[hf.layer_types[i] if model_type == "gemma3_text" else "full_attention"]["rope_theta"]
+
+
+def gemma3_native(**fields: object) -> ModelConfig:
+    """A Gemma 3 built in archlab: window layers with their own unscaled base, full layers with linear x4."""
+    return ModelConfig(**{**dict(vocab_size=96, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32,
+                                 d_ff=96, max_seq_len=48, norm_eps=1e-6, norm_unit_offset=True, norm_position="double",
+                                 ffn="glu", activation="gelu_tanh", qk_norm="rmsnorm", embed_scale="sqrt_d",
+                                 tie_embeddings=True, attn_scale=24**-0.5, sliding_window=8, window_pattern="SSF",
+                                 rope_theta=1000.0, rope_theta_local=50.0, rope_scaling_local=False,
+                                 rope_scaling=RopeScaling("linear", 4.0)), **fields})
+
+
+SMOLLM3_NATIVE = dict(vocab_size=96, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=48,
+                      norm_eps=1e-6, rope_theta=100.0, position_pattern="RRRN", tie_embeddings=True)
+
+
+@pytest.mark.parametrize("config, model_type", [
+    (gemma3_native(), "gemma3_text"),
+    (gemma3_native(rope_scaling=None, rope_theta_local=None), "gemma3_text"),  # one base: only qk-norm is new
+    (ModelConfig(**SMOLLM3_NATIVE), "smollm3"),
+    (ModelConfig(**SMOLLM3_NATIVE, sliding_window=8, window_pattern="FS"), "smollm3"),
+    (ModelConfig(**{**SMOLLM3_NATIVE, "position_pattern": "R"}), "llama"),
+], ids=["gemma3", "gemma3-uniform-rope", "smollm3", "smollm3-windows", "all-rope"])
+def test_per_layer_rope_exports_to_its_family_with_the_same_logits(config: ModelConfig, model_type: str,
+                                                                   tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = randomize_(TransformerLM(config)).eval()
+    save_hf(model, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == model_type
+    x = torch.randint(0, 96, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, got = model(x), fresh_hf(tmp_path)(x).logits
+    assert (got - want).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("config, family, switch", [
+    (gemma3_native(attn_softcap=50.0), "gemma3_text", "attn_softcap=50.0"),  # transformers' Gemma 3 ignores it
+    (gemma3_native(rope_scaling_local=True), "gemma2", "position_pattern="),
+    (gemma3_native(position_pattern="RN"), "gemma3_text", "position_pattern="),
+    (ModelConfig(**SMOLLM3_NATIVE), "llama", "position_pattern=('R(theta=100.0, unscaled)',"),
+    (ModelConfig(**SMOLLM3_NATIVE, rope_theta_local=50.0, sliding_window=8), "smollm3", "position_pattern="),
+])
+def test_per_layer_rope_a_family_cannot_carry_is_named(config: ModelConfig, family: str, switch: str) -> None:
+    diff = config_diff(config, FAMILIES[family])
+    assert any(d.startswith(switch) for d in diff), diff
+
+
+def test_inert_local_rope_fields_do_not_block_export() -> None:
+    """rope_theta_local equal to the base, or rope_scaling_local without a scaling, change no layer; with a scaling
+    and every layer windowed, rope_scaling_local=False leaves every layer unscaled, which Mistral cannot say."""
+    plain = dict(d_model=64, n_heads=4, sliding_window=8)
+    assert config_diff(ModelConfig(**plain, rope_theta_local=10000.0), FAMILIES["mistral"]) == []
+    assert config_diff(ModelConfig(**plain, rope_scaling_local=False), FAMILIES["mistral"]) == []
+    with pytest.raises(InteropError, match=r"position_pattern=\('R\(theta=10000.0, unscaled\)'.*mistral gives "
+                                           r"\('R\(theta=10000.0, linear\)'"):
+        save_hf(TransformerLM(ModelConfig(**plain, rope_scaling_local=False, rope_scaling=RopeScaling("linear", 2.0))),
+                Path("unused"), family="mistral")
