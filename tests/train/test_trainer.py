@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 from archlab import PRESETS, TransformerLM
 from archlab.checkpoint import list_checkpoints
 from archlab.cli import main
+from archlab.nn.model import LossOutput
 from archlab.overrides import load_yaml
 from archlab.plots import plot_run
 from archlab.train.config import resolve_config
@@ -93,15 +94,17 @@ def test_bf16_autocast_trains_with_fp32_master_weights_and_tracks_the_fp32_curve
 
 
 class NanForward:
-    """Wraps a model's forward: NaN logits on the chosen call numbers (0-based)."""
+    """Wraps a model's forward: NaN logits (or NaN loss terms, given targets) on the chosen call numbers (0-based)."""
 
-    def __init__(self, forward: Callable[..., torch.Tensor], bad: Callable[[int], bool]) -> None:
+    def __init__(self, forward: Callable[..., torch.Tensor | LossOutput], bad: Callable[[int], bool]) -> None:
         self.forward, self.bad, self.calls = forward, bad, 0
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.forward(x)
+    def __call__(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor | LossOutput:
+        out = self.forward(x, **kwargs)
         self.calls += 1
-        return out * float("nan") if self.bad(self.calls - 1) else out
+        if not self.bad(self.calls - 1):
+            return out
+        return LossOutput(*(t * float("nan") for t in out)) if isinstance(out, LossOutput) else out * float("nan")
 
 
 def test_a_non_finite_step_is_skipped(prepared: Path, tmp_path: Path) -> None:

@@ -179,7 +179,8 @@ class TransformerLM(nn.Module):
         """Head and loss from the final hidden states x (B, T, D): chunked and fused while autograd records a
         float32 step; else through the (B, T, V) logits (Inductor, under compile, fuses those itself)."""
         head, cap = self.lm_head, self.config.final_softcap
-        if use_fused(x) and x.dtype == head.weight.dtype == torch.float32 and not torch.is_autocast_enabled():
+        float32 = x.dtype == head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type)
+        if use_fused(x) and float32:
             return LossOutput(*linear_cross_entropy(x.flatten(0, 1), head.weight, head.bias, targets.flatten(),
                                                     cap, z_loss_coef, IGNORE_INDEX))
         logits = softcap(head(x), cap)  # (B, T, V)
