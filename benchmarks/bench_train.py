@@ -25,7 +25,8 @@ from archlab import TransformerLM
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
-from archlab.train.config import TrainConfig, load_yaml, resolve_config
+from archlab.overrides import load_yaml
+from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.optim import build_optimizer
 from archlab.train.trainer import train
 

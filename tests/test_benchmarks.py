@@ -26,3 +26,13 @@ def test_gpu_script_dry_run_writes_every_figure(tmp_path: Path) -> None:
     assert train["tokens_per_s"] == result["batch"] * result["block"] / train["step_s"]
     assert result["decode"]["tokens_per_s"] > 0 and result["ceiling"]["bf16_gemm_tflops"] > 0
     assert "TRAIN" in out.stdout and "DECODE" in out.stdout
+
+
+def test_every_benchmark_script_imports_and_answers_help() -> None:
+    """The benchmarks are not run in CI, so an import they lose in a refactor (as bench_train.py once lost
+    load_yaml) is caught here: each script starts, imports everything it uses and prints its --help."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
+        done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0 and "usage:" in done.stdout, f"{script.name}: {done.stderr[-500:]}"
