@@ -6,7 +6,8 @@ Each argument is a suite folder that `archlab ablate SUITE --budget B --out DIR`
 rebuilt from the run folders (`archlab ablate SUITE --collect DIR`: cached measures, the computed verdicts, the
 plots), then `DIR/results.md` becomes `docs/results/SUITE.md` (its plots copied into `docs/results/SUITE/`) under
 a header saying how to reproduce it, and `docs/results/README.md` gets one row per claim of every suite
-published so far (suites published earlier keep their rows: the table is rebuilt from the pages' folders).
+published so far (suites published earlier keep their rows: the table is rebuilt from the pages' folders),
+followed by each suite's `docs/results/SUITE/reading.md`, a person's reading of the numbers, where one exists.
 Nothing here computes a verdict: they come from `archlab.lab.report.judge`, the rule every report prints.
 """
 
@@ -25,6 +26,7 @@ from archlab.lab.runner import measure_plan, plan_suite, read_plan
 from archlab.lab.suite import BUDGETS, list_suites, load_suite
 
 SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the summary table
+READING = "reading.md"  # per published suite, written by a person after reading its numbers: kept across publishing
 
 
 def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
@@ -38,8 +40,11 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     plan = plan_suite(suite, BUDGETS[recorded["budget"]], suite_dir, recorded["seeds"])
     results = judge(plan, measure_plan(plan))
     images = docs / suite.name
+    reading = (images / READING).read_text(encoding="utf-8") if (images / READING).is_file() else None
     shutil.rmtree(images, ignore_errors=True)
     images.mkdir(parents=True)
+    if reading is not None:
+        (images / READING).write_text(reading, encoding="utf-8")
     text = (suite_dir / "results.md").read_text(encoding="utf-8")
     for png in sorted(suite_dir.glob("*.png")):
         shutil.copy2(png, images / png.name)
@@ -85,10 +90,17 @@ def write_summary(docs: Path) -> Path:
         lines.append(f"| [{r['suite']}]({r['suite']}.md) | {r['claim']} | {r['metric']} | {r['arms']} | "
                      f"{r['difference']:.4g} | {r['noise_floor']:.3g} | {r['moved']} | {r['p_holm']:.3g} | "
                      f"{r['verdict']} | {r['narang']} |")
+    missing = [s.name for s in list_suites() if s.name not in {r["suite"] for r in rows}]
     counts = {v: sum(r["verdict"] == v for r in rows) for v in sorted({r["verdict"] for r in rows})}
     n_suites = len({r["suite"] for r in rows})
     lines += ["", f"{len(rows)} claims from {n_suites} suite{'s' if n_suites != 1 else ''}: "
-              + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+              + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."
+              + (f" Built-in suites not published yet: {', '.join(missing)}." if missing else ""), ""]
+    readings = [(path.parent.name, path.read_text(encoding="utf-8").strip())
+                for path in sorted(docs.glob(f"*/{READING}"))]
+    if readings:
+        lines += ["## Reading the numbers", ""]
+        lines += [f"**[{name}]({name}.md).** {text}\n" for name, text in readings]
     path = docs / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
