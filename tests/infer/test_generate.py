@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
+from archlab import KVCache, RopeScaling, TransformerLM
 from archlab.cli import main
 from archlab.commands import generate as command
 from archlab.data.tokenizer import build_tokenizer
@@ -21,19 +21,11 @@ from archlab.infer.generate import check_context, context_limit, generate, gener
 from archlab.infer.memory import kv_bytes_table
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.rerope import relative_positions
+from tests.infer.conftest import tiny
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
 
 
-def tiny(**fields: object) -> TransformerLM:
-    torch.manual_seed(0)
-    base = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=48, vocab_size=256)
-    return TransformerLM(ModelConfig(**{**base, **fields})).eval()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer("byte", 256, None)
 
 
 class EosTokenizer:

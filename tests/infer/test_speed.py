@@ -9,25 +9,15 @@ import torch
 import torch.nn as nn
 from torch._dynamo.utils import counters
 
-from archlab import KVCache, ModelConfig, TransformerLM
+from archlab import KVCache
 from archlab.infer.generate import generate, generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
+from tests.infer.conftest import tiny
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)
 
 
-def tiny(**fields: object) -> TransformerLM:
-    torch.manual_seed(0)
-    base = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=48, vocab_size=256)
-    return TransformerLM(ModelConfig(**{**base, **fields})).eval()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from archlab.data.tokenizer import build_tokenizer
-
-    return build_tokenizer("byte", 256, None)
 
 
 def test_column_major_linears_keep_shapes_values_and_products() -> None:

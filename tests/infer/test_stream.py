@@ -3,15 +3,7 @@ a window that does not grow with the text."""
 
 from __future__ import annotations
 
-import pytest
-
-from archlab.data.tokenizer import build_tokenizer
 from archlab.infer.stream import TextStream
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer("byte", 256, None)
 
 
 def test_text_stream_waits_for_whole_characters_and_holds_back_stop_prefixes(tokenizer) -> None:
