@@ -32,6 +32,9 @@ READING = "reading.md"  # per published suite, written by a person after reading
 def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     """Rebuild one suite's report and write its page; returns its claims as summary rows."""
     recorded = read_plan(suite_dir)
+    if not recorded:
+        raise SystemExit(f"publish_results: {suite_dir} is not a suite folder: it has no plan.json (made by "
+                         "`archlab ablate SUITE --out DIR`)")
     spec = Path(recorded["suite"])  # a built-in suite's file (in whichever checkout ran it) goes by its name
     spec = spec.stem if spec.parent.name == "suites" and spec.stem in {s.name for s in list_suites()} else str(spec)
     suite = load_suite(spec)

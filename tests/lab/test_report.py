@@ -131,6 +131,8 @@ def test_publish_writes_a_page_per_suite_and_a_summary_of_every_claim(
     publish = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(publish)
     plan, results = report
+    with pytest.raises(SystemExit, match="is not a suite folder: it has no plan.json"):
+        publish.main([str(tmp_path / "nothing"), "--to", str(tmp_path / "docs")])
     write_plan(plan)
     docs = tmp_path / "docs"
     assert publish.main([str(plan.out), "--to", str(docs), "--note", "The machine was shared."]) == 0
