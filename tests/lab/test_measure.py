@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import math
 import sysconfig
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -76,6 +78,25 @@ def test_timed_measures_are_sane(run_dir: Path) -> None:
     run = measure.RunView(run_dir, windows=2)
     assert 0.0 < measure.norm_time_share(run) < 1.0
     assert measure.step_ms(run) > 0 and measure.decode_tok_s(run) > 0
+
+
+def test_timings_keep_the_fastest_timed_try(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake clock advanced by fake work: the warm-up (made fastest here) never counts, the best try does."""
+    run, now = measure.RunView(run_dir, windows=2), [0.0]
+    monkeypatch.setattr(measure, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def work(seconds: Iterator[float]) -> Callable[..., object]:
+        def step(*args: object) -> object:
+            now[0] += next(seconds)
+            return SimpleNamespace(tokens=[[0] * measure.DECODE_TOKENS])
+        return step
+
+    passes = [0.01] * measure.WARMUP_STEPS + [0.5, 0.2, 0.9] + [0.3] * (measure.TIMED_STEPS - 3)
+    monkeypatch.setattr(measure, "_train_pass", work(iter(passes)))
+    assert measure.step_ms(run) == pytest.approx(200.0)  # the median (300) or a warm-up (10) would differ
+    monkeypatch.setattr(measure, "generate", work(iter([0.001, 2.0, 1.0, 4.0])))
+    assert measure.DECODE_TRIES == 3
+    assert measure.decode_tok_s(run) == pytest.approx(measure.DECODE_TOKENS / 1.0)
 
 
 def test_embedding_row_norm_over_checkpoints(run_dir: Path) -> None:
