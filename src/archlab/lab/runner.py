@@ -22,7 +22,7 @@ from pathlib import Path
 
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
-from archlab.lab.measure import STATUS, measure_run
+from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run
 from archlab.lab.suite import Arm, Budget, Suite, SuiteError, arm_keys, match_parameters, resolve_arm
 from archlab.train.metrics import METRICS
 
@@ -260,23 +260,43 @@ def _progress(plan: Plan, todo: list[RunSpec], running: dict, done: int, total: 
 
 # ------------------------------------------------------------------------------------------ measuring
 def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) -> dict[RunSpec, dict]:
-    """The suite's measures for every run, computed once and kept in RUN/lab-measures.json."""
+    """The suite's measures for every run, computed once and kept in RUN/lab-measures.json.
+
+    Runs are visited seed by seed (arms interleaved), so a slow spell of the machine hits all arms alike; timing
+    measures are then taken in TIMING_ROUNDS such rounds, each run keeping its best round."""
     missing = [str(r.run_dir) for r in plan.runs if not is_done(r)]
     if missing:
         raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
                        + (" ..." if len(missing) > 5 else ""))
-    results = {}
-    for run in sorted(plan.runs, key=lambda r: r.seed):  # arms interleaved: a slow spell of the machine hits all
-        path = run.run_dir / MEASURED
-        cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        wanted = [m for m in plan.suite.measures if m not in cached]
+    order = sorted(plan.runs, key=lambda r: r.seed)
+    cached = {run: _read_measured(run) for run in order}
+    timed = {run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing] for run in order}
+    for run in order:
+        wanted = [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
+        if (wanted or timed[run]) and on_run is not None:
+            on_run(run)
         if wanted:
-            if on_run is not None:
-                on_run(run)
-            cached.update(measure_run(run.run_dir, wanted, plan.budget.measure_windows))
-            path.write_text(json.dumps(cached, indent=2), encoding="utf-8")
-        results[run] = {k: math.nan if v is None else v for k, v in cached.items()}  # None: n/a for this arm
-    return results
+            cached[run].update(measure_run(run.run_dir, wanted, plan.budget.measure_windows))
+            _write_measured(run, cached[run])
+    best: dict[RunSpec, dict] = {run: {} for run in order}
+    for _ in range(TIMING_ROUNDS if any(timed.values()) else 0):
+        for run in (r for r in order if timed[r]):
+            for name, value in measure_run(run.run_dir, timed[run], plan.budget.measure_windows).items():
+                best[run][name] = MEASURES[name].best(best[run][name], value) if name in best[run] else value
+    for run in order:
+        if timed[run]:
+            cached[run].update(best[run])
+            _write_measured(run, cached[run])
+    return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}  # None: n/a
+
+
+def _read_measured(run: RunSpec) -> dict:
+    path = run.run_dir / MEASURED
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _write_measured(run: RunSpec, values: dict) -> None:
+    (run.run_dir / MEASURED).write_text(json.dumps(values, indent=2), encoding="utf-8")
 
 
 def run_config(run: RunSpec) -> dict:
