@@ -85,8 +85,11 @@ def write_summary(docs: Path) -> Path:
              "the base arm); each page has the exact command, the machine, the wall time, the tables and the "
              "plots. Verdicts are computed by the rule in docs/lab.md (Welch's t-test, Holm's correction, the "
              "base arm's spread as the noise floor), never written by hand. \"Not visible at this scale\" is a "
-             "result: 300 steps of a 0.85M-parameter model cannot show every effect that the sources measured "
-             "at 100M-10B parameters.", "",
+             "result: 300 steps of a 0.9M-parameter model cannot show every effect that the sources measured "
+             "at 100M-10B parameters. It is also a matter of power: with 2 seeds per arm, Welch's test has about "
+             "one degree of freedom, so only an effect that is large against both arms' spreads survives Holm's "
+             "correction. The \"mean moved\" column says which way each mean went all the same, and `--seeds N` "
+             "buys power where a claim matters.", "",
              "| suite | claim | metric | arms | difference | noise floor | mean moved | p (Holm) | verdict | "
              "Narang et al. |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
