@@ -67,11 +67,25 @@ def _is_val(index: int, val_fraction: float) -> bool:
     return math.floor((index + 1) * val_fraction) > math.floor(index * val_fraction)
 
 
-def _tokenizer_request(tokenizer: str, vocab_size: int) -> dict[str, str | int | None]:
+def tokenizer_request(tokenizer: str, vocab_size: int) -> dict[str, str | int | None]:
     """What the user asked for, known before any training: the cache key's tokenizer half."""
     if tokenizer == "bpe":
         return {"kind": "bpe", "vocab_size": vocab_size}
     return build_tokenizer(tokenizer, vocab_size, None).describe()  # byte or a file: cheap to build
+
+
+def check_prepared_tokenizer(folder: Path, tokenizer: str, vocab_size: int) -> None:
+    """Refuse a tokenizer asked for that is not the one `folder` was prepared with. A prepared folder always
+    trains with its own tokenizer.json, so a different request would otherwise be ignored without a word."""
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    held = meta.get("request", {}).get("tokenizer") or meta.get("tokenizer", {})
+    asked = tokenizer_request(tokenizer, vocab_size)
+    if all(held.get(key) == value for key, value in asked.items()):
+        return
+    what = f"data.tokenizer={tokenizer!r}" + (f" with data.vocab_size={vocab_size}" if tokenizer == "bpe" else "")
+    raise ValueError(f"{what} is not the tokenizer {folder} was prepared with ({held.get('kind')}, "
+                     f"{held.get('vocab_size')} ids): a prepared folder trains with its own tokenizer; drop "
+                     f"--data.tokenizer, or prepare another folder from the raw corpus")
 
 
 def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction: float, out: Path) -> dict:
@@ -253,7 +267,7 @@ def prepare_data(
     request = {
         "format": FORMAT_VERSION,
         "source_hash": corpus.fingerprint(),
-        "tokenizer": _tokenizer_request(tokenizer, vocab_size),
+        "tokenizer": tokenizer_request(tokenizer, vocab_size),
         "val_fraction": val_fraction,
     }
     meta = _read_meta(out)

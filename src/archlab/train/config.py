@@ -258,6 +258,11 @@ def resolve_config(
             else:
                 set_dotted(TrainConfig, tree, key, value)
     train = build(TrainConfig, tree)
+    asked = any("data.tokenizer" in layer for layer in layers)
+    if asked and (Path(train.data.source) / "meta.json").is_file():
+        from archlab.data.tokens import check_prepared_tokenizer  # numpy and tokenizers only when needed
+
+        check_prepared_tokenizer(Path(train.data.source), train.data.tokenizer, train.data.vocab_size)
     if saved is not None:
         for name in ("preset", "size"):
             if getattr(train, name) != saved["train"][name]:
