@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from archlab.lab import stats
-from archlab.lab.report import narang_agreement, write_report
+from archlab.lab.report import judge, narang_agreement, write_report
 from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite, write_plan
 from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
 
@@ -155,3 +155,18 @@ def test_publish_writes_a_page_per_suite_and_a_summary_of_every_claim(
     (docs / "synthetic" / "reading.md").write_text("b wins by far.\n")
     assert publish.main([str(plan.out), "--to", str(docs)]) == 0  # publishing again keeps the reading
     assert "**[synthetic](synthetic.md).** b wins by far." in (docs / "README.md").read_text().splitlines()
+
+
+def test_claims_compare_arms_on_the_seeds_both_ran(tmp_path: Path) -> None:
+    """The base arm's extra seeds (noise_seeds) set the noise floor but never enter a comparison's means."""
+    (tmp_path / "synthetic.yaml").write_text(SUITE)
+    plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["small"], tmp_path / "out")
+    base = {0: 3.00, 1: 3.02, 2: 3.90, 3: 3.10}  # seed 2 an outlier, as a real base arm had
+    val = {"a": base, "b": {0: 2.98, 1: 3.01}, "c": {0: 3.01, 1: 2.99}}
+    assert [r.seed for r in plan.runs_of("a")] == [0, 1, 2, 3] and [r.seed for r in plan.runs_of("b")] == [0, 1]
+    measured = {r: {"val_loss": val[r.arm][r.seed], "step_ms": 50.0 + r.seed} for r in plan.runs}
+    results = judge(plan, measured)
+    b_vs_a = stats.welch_test([2.98, 3.01], [3.00, 3.02])
+    assert results[0].diff == pytest.approx(-0.015) and results[0].p == pytest.approx(b_vs_a.p)
+    assert results[0].noise_floor == pytest.approx(stats.mean_std(list(base.values()))[1])  # all 4 seeds
+    assert results[0].verdict == stats.NOT_VISIBLE  # over all base seeds b would look 0.25 nats better

@@ -25,7 +25,8 @@ from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
 from archlab.train.metrics import read_metrics
 
-RULE = (f"Welch's t-test on the seeds of the two arms (two-sided), p-values adjusted over all claims of the suite "
+RULE = (f"Welch's t-test on the seeds both arms ran (two-sided; the base arm's extra seeds serve the noise floor "
+        "only, so a claim never compares means over different seeds), p-values adjusted over all claims of the suite "
         f"with Holm's method; a claim is confirmed when the adjusted p < {stats.ALPHA} and the mean moves the "
         "claimed way by more than the noise floor (the standard deviation of the base arm over its seeds), "
         "contradicted when the same holds the other way, otherwise not visible at this scale. An 'as good as' "
@@ -63,7 +64,7 @@ def compute_summary(plan: Plan) -> str:
 @dataclass
 class ClaimResult:
     claim: Claim
-    diff: float  # mean(arm) - mean(versus)
+    diff: float  # mean(arm) - mean(versus), both over the seeds the two arms share
     p: float  # Welch, two-sided
     p_holm: float
     noise_floor: float
@@ -71,8 +72,17 @@ class ClaimResult:
     narang: str  # whether we agree with Narang et al. 2021 on this comparison
 
 
-def values(plan: Plan, measured: dict[RunSpec, dict], arm: str, metric: str) -> list[float]:
-    return [float(measured[r][metric]) for r in plan.runs_of(arm)]
+def values(plan: Plan, measured: dict[RunSpec, dict], arm: str, metric: str,
+           seeds: set[int] | None = None) -> list[float]:
+    """An arm's results on `metric`, one per seed (only `seeds`, when given), in seed order."""
+    return [float(measured[r][metric]) for r in plan.runs_of(arm) if seeds is None or r.seed in seeds]
+
+
+def shared_seeds(plan: Plan, arm: str, versus: str) -> set[int]:
+    """The seeds both arms ran. A seed fixes the data order (and the init where shapes agree), and the base arm
+    has extra seeds: comparing its mean over seeds 0-3 with an arm's over seeds 0-1 would put the difference
+    between seeds into the difference between arms."""
+    return {r.seed for r in plan.runs_of(arm)} & {r.seed for r in plan.runs_of(versus)}
 
 
 def narang_agreement(claim: Claim, verdict: str) -> str:
@@ -91,9 +101,11 @@ def narang_agreement(claim: Claim, verdict: str) -> str:
 def judge(plan: Plan, measured: dict[RunSpec, dict]) -> list[ClaimResult]:
     """Every claim's test, Holm-adjusted over the suite, and its verdict (the rule in archlab.lab.stats)."""
     base = plan.suite.base_arm.name
-    tests = [stats.welch_test(values(plan, measured, c.arm, c.metric),
-                              values(plan, measured, c.versus, c.versus_metric or c.metric))
-             for c in plan.suite.claims]
+    tests = []
+    for c in plan.suite.claims:
+        seeds = shared_seeds(plan, c.arm, c.versus)
+        tests.append(stats.welch_test(values(plan, measured, c.arm, c.metric, seeds),
+                                      values(plan, measured, c.versus, c.versus_metric or c.metric, seeds)))
     adjusted = stats.holm([t.p for t in tests])
     out = []
     for claim, test, p_holm in zip(plan.suite.claims, tests, adjusted):

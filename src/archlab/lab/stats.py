@@ -2,8 +2,10 @@
 
 The rule, stated once (docs/lab.md repeats it):
 - For each claim, Welch's unequal-variance t-test compares the seeds of the claimed arm with the seeds of the
-  arm it is compared against; its two-sided p-value is the Student-t tail at the Welch-Satterthwaite degrees
-  of freedom (computed here with the regularized incomplete beta function; no scipy).
+  arm it is compared against, on the seeds both ran (the base arm's extra seeds serve the noise floor only: a
+  mean over other seeds would mix seed-to-seed differences into the comparison). Its two-sided p-value is the
+  Student-t tail at the Welch-Satterthwaite degrees of freedom (computed here with the regularized incomplete
+  beta function; no scipy).
 - The p-values of all claims of a suite are adjusted together with Holm's step-down method (Holm 1979), which
   keeps the chance of any false "confirmed" in the suite at ALPHA.
 - The noise floor is the standard deviation of the base config over its seeds: a difference smaller than it is
