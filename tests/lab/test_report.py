@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from archlab.lab import report as report_module
 from archlab.lab import stats
 from archlab.lab.report import judge, narang_agreement, write_report
 from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite, write_plan
@@ -157,7 +158,7 @@ def test_publish_writes_a_page_per_suite_and_a_summary_of_every_claim(
     assert "**[synthetic](synthetic.md).** b wins by far." in (docs / "README.md").read_text().splitlines()
 
 
-def test_claims_compare_arms_on_the_seeds_both_ran(tmp_path: Path) -> None:
+def test_claims_compare_arms_on_the_seeds_both_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The base arm's extra seeds (noise_seeds) set the noise floor but never enter a comparison's means."""
     (tmp_path / "synthetic.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["small"], tmp_path / "out")
@@ -170,3 +171,8 @@ def test_claims_compare_arms_on_the_seeds_both_ran(tmp_path: Path) -> None:
     assert results[0].diff == pytest.approx(-0.015) and results[0].p == pytest.approx(b_vs_a.p)
     assert results[0].noise_floor == pytest.approx(stats.mean_std(list(base.values()))[1])  # all 4 seeds
     assert results[0].verdict == stats.NOT_VISIBLE  # over all base seeds b would look 0.25 nats better
+    monkeypatch.setattr(report_module, "trained_params", lambda run: 1000)
+    _, rows = report_module.arm_table(plan, measured)
+    assert [r[:4] for r in rows[:3]] == [["a", "4", "1,000", "3.255 ± 0.4322"], ["a, seeds 0, 1", "2", "1,000",
+                                                                                  "3.01 ± 0.01414"],
+                                         ["b", "2", "1,000", "2.995 ± 0.02121"]]

@@ -144,6 +144,12 @@ def arm_table(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[list[str], lis
     rows = [[a.name, str(len(plan.runs_of(a.name))), f"{params[a.name]:,}",
              *(_cell(values(plan, measured, a.name, m)) for m in plan.suite.measures),
              param_note(plan.suite, a, params[a.name], base)] for a in plan.suite.arms]
+    b = plan.suite.base_arm.name
+    common = {r.seed for r in plan.runs if r.arm != b}
+    if common and common < {r.seed for r in plan.runs_of(b)}:  # the base's extra seeds: what claims compare with
+        rows.insert(1, [f"{b}, seeds {', '.join(map(str, sorted(common)))}", str(len(common)), f"{base:,}",
+                        *(_cell(values(plan, measured, b, m, common)) for m in plan.suite.measures),
+                        "the base on the other arms' seeds: what the claims compare with"])
     return head, rows
 
 
