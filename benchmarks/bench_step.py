@@ -11,9 +11,12 @@ same batch, in its own process, and the processes alternate A B C A B C ... so m
 them alike. The first loss of every process is recorded: equal weights give equal losses (a check that the
 comparison is fair). A process's step time is its best timed step (other load only adds time); ratios
 are per repeat (other's step time / archlab's), summarised as min/median/max.
-MFU is against a matmul ceiling this run measures (fp32 GEMM of the step's own FFN shape, best of several),
-never a datasheet peak. Memory is the peak RSS of the process minus its RSS before the first step (weights
-and the optimizer object exist by then; gradients, optimizer state and activations are the difference).
+MFU is against a matmul ceiling this run measures (a GEMM of the step's own FFN shape, best of several, in
+fp32, and in bf16 for the bf16 rows), never a datasheet peak. Where the CPU has bf16 units (avx512_bf16 or
+amx_bf16), the Llama shape also runs archlab, archlab compiled and transformers under bf16 autocast with fp32
+master weights (`--precision.dtype bf16`). Memory is the peak RSS of the process minus its RSS before the
+first step (weights and the optimizer object exist by then; gradients, optimizer state and activations are the
+difference).
 /proc/loadavg is read before and after: a load above the cores used means other processes shared the CPU.
 
     python benchmarks/bench_step.py            # Llama + GPT-2 shapes, 3 repeats (~10 min on 2 cores)
@@ -55,6 +58,9 @@ SHAPES = {
 QUICK = {"llama": ("llama", dict(vocab_size=4096, d_model=256, n_layers=4, n_heads=4, d_ff=704), 4, 128)}
 IMPLS = {"llama": ["archlab", "transformers", "nanogpt", "archlab-compile"], "gpt2": ["archlab", "transformers",
                                                                                        "nanogpt"]}
+# on a CPU with bf16 units (avx512_bf16 / amx_bf16) the Llama shape also runs under bf16 autocast, fp32 master
+# weights, as `--precision.dtype bf16` trains: archlab eager and compiled, and transformers for the same ratio
+BF16_IMPLS = ["archlab-bf16", "transformers-bf16", "archlab-bf16-compile"]
 
 
 # ------------------------------------------------------------------------------------------ baselines
@@ -146,10 +152,10 @@ def build(impl: str, config: ModelConfig) -> tuple[nn.Module, Callable[[torch.Te
     torch.manual_seed(0)
     ours = TransformerLM(config)
     if impl.startswith("archlab"):
-        if impl == "archlab-compile":
+        if impl.endswith("compile"):
             ours.compile()  # in place, as `--precision.compile true` does
         return ours, lambda x, y: ours(x, targets=y).loss  # as the trainer: head and loss fused, chunked
-    if impl == "nanogpt":
+    if impl.startswith("nanogpt"):
         model = MiniGPT(config)
         model.load_state_dict(ours.state_dict(), strict=True)
     else:
@@ -157,7 +163,7 @@ def build(impl: str, config: ModelConfig) -> tuple[nn.Module, Callable[[torch.Te
     V = config.vocab_size
 
     def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = model(x) if impl == "nanogpt" else model(input_ids=x).logits
+        logits = model(x) if impl.startswith("nanogpt") else model(input_ids=x).logits
         return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
 
     return model, loss
@@ -194,11 +200,13 @@ def rss_mb() -> float:
 def worker(args: argparse.Namespace) -> dict:
     """One implementation in this process: warm-up steps, then `steps` timed optimizer steps."""
     torch.set_num_threads(args.threads)
-    if args.impl == "ceiling":
-        return {"gflops": matmul_ceiling(args.m, args.k, args.n)}
+    if args.impl.startswith("ceiling"):
+        dtype = torch.bfloat16 if args.impl == "ceiling-bf16" else torch.float32
+        return {"gflops": matmul_ceiling(args.m, args.k, args.n, dtype=dtype)}
     preset, fields, batch, block = (QUICK if args.quick else SHAPES)[args.shape]
     config = build_preset(preset, "tiny", max_seq_len=block, **fields)
     model, loss_fn = build(args.impl, config)
+    bf16 = "-bf16" in args.impl  # autocast around forward + loss, as the trainer's `precision.dtype bf16`
     optimizer = build_optimizer(model, "adamw", 1e-3)
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, config.vocab_size, (batch, block), generator=gen)
@@ -207,7 +215,8 @@ def worker(args: argparse.Namespace) -> dict:
     times, losses = [], []
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
-        loss = loss_fn(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(x, y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -220,9 +229,9 @@ def worker(args: argparse.Namespace) -> dict:
             "step_mem_mb": peak - base, "params": sum(p.numel() for p in model.parameters())}
 
 
-def matmul_ceiling(m: int, k: int, n: int, repeats: int = 7) -> float:
-    """Best fp32 GEMM GFLOP/s of (m, k) @ (k, n), the shape of the step's FFN projection."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
+def matmul_ceiling(m: int, k: int, n: int, repeats: int = 7, dtype: torch.dtype = torch.float32) -> float:
+    """Best GEMM GFLOP/s of (m, k) @ (k, n) in `dtype`, the shape of the step's FFN projection."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     a @ b
     best = math.inf
     for _ in range(repeats):
@@ -247,7 +256,7 @@ def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def summarise(shape: str, runs: dict[str, list[dict]], ceiling: float, quick: bool) -> dict:
+def summarise(shape: str, runs: dict[str, list[dict]], ceiling: dict[str, float], quick: bool) -> dict:
     preset, fields, batch, block = (QUICK if quick else SHAPES)[shape]
     config = build_preset(preset, "tiny", max_seq_len=block, **fields)
     flops = flops_per_token(config, block)["training"] * batch * block
@@ -255,7 +264,9 @@ def summarise(shape: str, runs: dict[str, list[dict]], ceiling: float, quick: bo
     for impl, rs in runs.items():
         t = statistics.median(r["step_s"] for r in rs)
         ratios = [r["step_s"] / a["step_s"] for r, a in zip(rs, runs["archlab"])]  # >1: archlab faster
-        rows[impl] = {"step_s": t, "tokens_per_s": batch * block / t, "mfu": flops / t / 1e9 / ceiling,
+        dtype = "bf16" if "-bf16" in impl else "fp32"  # MFU against the ceiling of the dtype the GEMMs run in
+        rows[impl] = {"step_s": t, "tokens_per_s": batch * block / t, "dtype": dtype,
+                      "mfu": flops / t / 1e9 / ceiling[dtype],
                       "archlab_speedup": {"min": min(ratios), "median": statistics.median(ratios),
                                           "max": max(ratios)},
                       "step_mem_mb": statistics.median(r["step_mem_mb"] for r in rs),
@@ -271,7 +282,9 @@ def markdown(result: dict) -> str:
              f"Machine: {m['cpu']}, {m['cores']} physical cores, {result['threads']} threads, torch {m['torch']}; "
              f"bf16 units: {m['bf16_units'] or 'none'}. Load average before/after: {result['load_before']:.2f} / "
              f"{result['load_after']:.2f}.", "",
-             f"Matmul ceiling (fp32 GEMM measured in this run): {result['ceiling_gflops']:.1f} GFLOP/s. "
+             "Matmul ceiling (GEMM of the FFN shape measured in this run): " + ", ".join(
+                 f"{dtype} {g:,.1f} GFLOP/s" for dtype, g in result["ceiling_gflops"].items()) + "; MFU is against "
+             "the ceiling of the dtype an implementation multiplies in. "
              f"Repeats: {result['repeats']} (processes alternate), {result['steps']} timed steps each.", ""]
     if result["warning"]:
         lines += [f"**Warning:** {result['warning']}", ""]
@@ -288,27 +301,39 @@ def markdown(result: dict) -> str:
                          f"{r['step_mem_mb']:,.0f} | {r['first_loss']:.5f} |")
         lines.append("")
     lines.append("Speed-up = that implementation's step time / archlab eager's, in the same repeat (> 1: archlab is "
-                 "faster; for archlab-compile < 1 means compile is faster). Command: `" + result["command"] + "`")
+                 "faster; for archlab-compile and the -bf16 rows, < 1 means that row is faster than archlab's fp32 "
+                 "eager step). Command: `" + result["command"] + "`")
     return "\n".join(lines) + "\n"
 
 
 def drive(args: argparse.Namespace) -> None:
     shapes = QUICK if args.quick else SHAPES
     load_before = loadavg()
-    ceilings = []
+    bf16_units = [f for f in ("avx512_bf16", "amx_bf16") if f in cpu_flags()]
+    with_bf16 = args.bf16 and bool(bf16_units)
+    ceilings: dict[str, list[float]] = {"fp32": [], "bf16": []}
     results = []
     for shape, (_, fields, batch, block) in shapes.items():
         mkn = (batch * block, fields["d_model"], 2 * fields["d_ff"] if shape == "llama" else fields["d_ff"])
-        ceilings.append(run_worker(args, "ceiling", shape, mkn)["gflops"])
         impls = [i for i in IMPLS[shape] if args.compile or not i.endswith("compile")]
+        if with_bf16 and shape == "llama":
+            impls += [i for i in BF16_IMPLS if args.compile or not i.endswith("compile")]
+        dtypes = ["fp32"] + (["bf16"] if any("-bf16" in i for i in impls) else [])
+
+        def measure_ceilings() -> None:
+            for dtype in dtypes:
+                kind = "ceiling" if dtype == "fp32" else "ceiling-bf16"
+                ceilings[dtype].append(run_worker(args, kind, shape, mkn)["gflops"])
+
+        measure_ceilings()
         runs: dict[str, list[dict]] = {i: [] for i in impls}
         for repeat in range(args.repeats):
             for impl in impls:
                 runs[impl].append(run_worker(args, impl, shape))
                 print(f"{shape} repeat {repeat}: {impl} {runs[impl][-1]['step_s']:.3f} s/step", flush=True)
-        ceilings.append(run_worker(args, "ceiling", shape, mkn)["gflops"])
+        measure_ceilings()
         results.append((shape, runs))
-    ceiling = max(ceilings)
+    ceiling = {dtype: max(c) for dtype, c in ceilings.items() if c}
     load_after = loadavg()
     cores = physical_cores()
     warning = ""
@@ -318,10 +343,10 @@ def drive(args: argparse.Namespace) -> None:
                    "per-repeat ratios are the figures to trust")
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
-    bf16 = [f for f in ("avx512_bf16", "amx_bf16") if f in cpu_flags()]
     result = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": "python benchmarks/bench_step.py " +
               " ".join(sys.argv[1:]), "threads": args.threads, "repeats": args.repeats, "steps": args.steps,
-              "machine": {"cpu": model, "cores": cores, "torch": torch.__version__, "bf16_units": ",".join(bf16)},
+              "machine": {"cpu": model, "cores": cores, "torch": torch.__version__,
+                          "bf16_units": ",".join(bf16_units)},
               "load_before": load_before, "load_after": load_after, "warning": warning,
               "ceiling_gflops": ceiling, "ceiling_runs": ceilings,
               "shapes": [summarise(s, r, ceiling, args.quick) for s, r in results]}
@@ -340,6 +365,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (compile gets one more)")
     p.add_argument("--threads", type=int, default=physical_cores(), help="CPU threads of every process")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip archlab-compile")
+    p.add_argument("--no-bf16", dest="bf16", action="store_false",
+                   help="skip the bf16 autocast rows (run only where the CPU has avx512_bf16 or amx_bf16)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--impl", help=argparse.SUPPRESS)
     p.add_argument("--shape", help=argparse.SUPPRESS)

@@ -255,3 +255,81 @@ def test_compiled_training_step_equals_the_eager_one() -> None:
         torch.testing.assert_close(got[1], got[0], rtol=1e-5, atol=1e-6, msg=what)
         for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=f"{what}: {name}")
+
+
+def _bf16(t: torch.Tensor) -> torch.Tensor:
+    """t rounded to bf16, in float64: what a bf16 GEMM reads."""
+    return t.detach().bfloat16().double()
+
+
+@pytest.mark.parametrize("cap, coef", [(None, 0.0), (2.0, 0.1)])
+def test_linear_cross_entropy_in_bf16_matches_float64_math_on_bf16_operands(
+    monkeypatch: pytest.MonkeyPatch, cap: float | None, coef: float
+) -> None:
+    """mm_dtype bf16 (autocast's head): the loss is the float64 loss of the bf16-rounded logits of bf16 operands;
+    the float32 gradients are that loss's gradients with each GEMM's operands rounded to bf16 (within bf16
+    rounding of the (c, V) gradient), over several chunks."""
+    monkeypatch.setattr(fused, "MIN_HEAD_CHUNK_ROWS", 8)
+    monkeypatch.setattr(fused, "HEAD_CHUNK_ELEMENTS", 1)
+    torch.manual_seed(0)
+    x = (torch.randn(20, 16) * 2).requires_grad_()
+    w = torch.randn(40, 16, requires_grad=True)
+    targets = torch.randint(0, 40, (20,))
+    targets[[4, 13]] = -100
+    loss, ce, z = linear_cross_entropy(x, w, None, targets, cap, coef, mm_dtype=torch.bfloat16)
+    assert loss.dtype == torch.float32
+    logits = (_bf16(x) @ _bf16(w).t()).bfloat16().double().requires_grad_()  # bf16 GEMM: rounded output
+    capped = logits if cap is None else cap * torch.tanh(logits / cap)
+    keep = targets != -100
+    lse = capped.logsumexp(-1)[keep]
+    want_ce = (lse - capped[keep].gather(1, targets[keep, None]).squeeze(1)).mean()
+    want_z = coef * lse.square().mean()
+    torch.testing.assert_close(ce.double(), want_ce, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(z.double(), want_z, rtol=1e-6, atol=1e-6)
+    (g_logits,) = torch.autograd.grad(want_ce + want_z, logits)
+    gx, gw = torch.autograd.grad(loss, [x, w])
+    assert gx.dtype == gw.dtype == torch.float32
+    tol = dict(rtol=5e-3, atol=5e-3 * float(g_logits.abs().max()))
+    torch.testing.assert_close(gx.double(), g_logits @ _bf16(w), **tol)
+    torch.testing.assert_close(gw.double(), g_logits.t() @ _bf16(x), **tol)
+    assert gx[[4, 13]].abs().max() == 0
+
+
+def test_bf16_autocast_training_takes_the_fused_rope_and_head_and_agrees_with_the_plain_path() -> None:
+    """Under bf16 autocast the model rotates q and k with `rope_qkv` (bf16 tables) and computes the loss with
+    the chunked head in bf16; the same weights forced onto split + apply_rope and the (B, T, V) logits give the
+    same loss and gradients to bf16 rounding."""
+    from archlab import TransformerLM, build_preset
+
+    torch.manual_seed(0)
+    config = build_preset("llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96)
+    fast, plain = TransformerLM(config), TransformerLM(config)
+    plain.load_state_dict(fast.state_dict())
+    for layer in plain.layers:
+        layer.attn.plain_qk = False
+    x, y = torch.randint(0, 96, (2, 24)), torch.randint(0, 96, (2, 24))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = fast(x, targets=y).loss
+        want = cross_entropy(plain(x), y)  # logits path: bf16 logits, float32 softmax
+    nodes = _graph(got)
+    assert {"_RopeQKVBackward", "_LinearCrossEntropyBackward"} <= nodes
+    assert not {"_RopeQKVBackward", "_LinearCrossEntropyBackward"} & _graph(want)
+    torch.testing.assert_close(got, want, rtol=5e-3, atol=5e-3)
+    got.backward()
+    want.backward()
+    for (name, a), b in zip(fast.named_parameters(), plain.parameters()):
+        assert a.grad.dtype == torch.float32, name
+        scale = float(b.grad.abs().max())
+        torch.testing.assert_close(a.grad, b.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
+
+
+def test_rope_plan_casts_its_tables_once_per_dtype() -> None:
+    from archlab.nn.rope import RopePositions
+
+    cos, sin = torch.randn(1, 5, 1, 8), torch.randn(1, 5, 1, 8)
+    plan = RopePositions(cos, sin, "half")
+    assert plan.tables(torch.float32) == (cos, sin)
+    first = plan.tables(torch.bfloat16)
+    assert first[0].dtype == torch.bfloat16 and torch.equal(first[0], cos.bfloat16())
+    assert torch.equal(first[1], sin.bfloat16())
+    assert plan.tables(torch.bfloat16)[0] is first[0]  # every layer of the forward shares one cast

@@ -97,8 +97,8 @@ class Attention(nn.Module):
         heads = self.qkv_proj(x).view(B, T, H + 2 * K, Dh)  # [q heads | k heads | v heads]
         rope = inp.rope
         if (self.plain_qk and isinstance(rope, RopePositions) and not rope.rotates_cached_keys
-                and use_fused(heads) and heads.dtype == rope.cos.dtype):  # training: split + RoPE, one backward
-            q, k, v = rope_qkv(heads, rope.cos, rope.sin, H, K, rope.layout)
+                and use_fused(heads)):  # training: split + RoPE, one backward (bf16 heads: bf16 tables)
+            q, k, v = rope_qkv(heads, *rope.tables(heads.dtype), H, K, rope.layout)
             return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, Dh)
         q, k, v = heads.split([H, K, K], dim=2)  # (B, T, H, Dh), (B, T, K, Dh) x 2
         if self.q_norm is not None and self.qk_norm_scope == "proj":  # over all heads at once (OLMo 2)

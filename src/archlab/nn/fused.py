@@ -164,25 +164,32 @@ def rope_qkv(heads: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads:
              layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """heads (B, T, H + 2K, Dh) = [q | k | v] -> q (B, T, H, Dh) and k (B, T, K, Dh) rotated by the full-width
     tables cos/sin (B|1, T, 1, d_rot) of nn/rope.py (d_rot <= Dh), and v, differentiated by hand. The tables
-    must have the dtype of `heads` (the plain path rotates lower precisions in float32)."""
+    must have the dtype of `heads` (`RopePositions.tables`: bf16 heads rotate with bf16 tables, where the plain
+    path of inference rotates in float32 and rounds once)."""
     return _RopeQKV.apply(heads, cos, sin, n_heads, n_kv_heads, layout)
 
 
 def _head_chunk_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
                      keep: torch.Tensor, cap: float | None, z_coef: float) -> tuple[torch.Tensor, ...]:
     """One chunk (c rows): summed CE and summed log(Z)^2 over kept rows, and d(sum CE + z_coef sum log(Z)^2) /
-    d pre-cap logits (c, V), computed in the logits' own buffer."""
+    d pre-cap logits (c, V), computed in the logits' own buffer. The head multiplies in x's dtype (bf16 under
+    autocast); the softmax and everything after it run in keep's (float32 or float64)."""
     logits = x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())  # (c, V)
+    logits = logits if logits.dtype == keep.dtype else logits.to(keep.dtype)
     capped = None
     if cap is not None:  # cap * tanh(z / cap); its derivative 1 - tanh^2 is applied to the gradient below
         capped = logits.div_(cap).tanh_()  # (c, V) tanh, in place
         logits = capped * cap
-    lse = torch.logsumexp(logits, dim=-1)  # (c,) log Z
-    ce = ((lse - logits.gather(1, targets[:, None]).squeeze(1)) * keep).sum()
+    picked = logits.gather(1, targets[:, None]).squeeze(1)  # (c,) the targets' logits, before the buffer changes
+    top = logits.amax(dim=-1, keepdim=True)  # (c, 1)
+    grad = logits.sub_(top).exp_()  # exp(logits - max), in the logits' buffer: the one exp of the chunk
+    total = grad.sum(dim=-1)  # (c,)
+    lse = total.log().add_(top.squeeze(1))  # (c,) log Z
+    ce = ((lse - picked) * keep).sum()
     z = (lse.square() * keep).sum()
-    grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' buffer
     weight_rows = keep * (1 + 2 * z_coef * lse) if z_coef else keep  # d(z_coef lse^2)/d logits = 2 z_coef lse p
-    grad.mul_(weight_rows[:, None]).scatter_add_(1, targets[:, None], -keep[:, None])  # p (1 + 2 c lse) - onehot
+    # softmax (the 1 / Z folded into each row's weight) times p (1 + 2 c lse), minus the one-hot
+    grad.mul_((weight_rows / total)[:, None]).scatter_add_(1, targets[:, None], -keep[:, None])
     if capped is not None:
         grad.mul_(capped.square_().neg_().add_(1))  # through the softcap: * (1 - tanh^2)
     return ce, z, grad
@@ -192,24 +199,40 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
                 bias: torch.Tensor | None, targets: torch.Tensor, cap: float | None, z_coef: float,
-                ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                ignore_index: int, mm_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.autocast(x.device.type, enabled=False):  # every cast below is explicit
+            return _LinearCrossEntropy._forward(ctx, x, weight, bias, targets, cap, z_coef, ignore_index, mm_dtype)
+
+    @staticmethod
+    def _forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
+                 bias: torch.Tensor | None, targets: torch.Tensor, cap: float | None, z_coef: float,
+                 ignore_index: int, mm_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         keep = targets != ignore_index  # (N,)
         safe = torch.where(keep, targets, 0)
         keep = keep.to(x.dtype)
         count = keep.sum().clamp_min(1)
-        dx, dw = torch.empty_like(x), torch.zeros_like(weight)  # (N, D), (V, D)
+        dx, dw = torch.empty_like(x), torch.zeros_like(weight)  # (N, D), (V, D) in the parameters' dtype
         db = torch.zeros_like(bias) if bias is not None else None
         ce, z = x.new_zeros(()), x.new_zeros(())
+        same = mm_dtype == x.dtype  # else bf16 GEMMs (autocast): the head cast once, each chunk's rows and grad
+        w = weight if same else weight.to(mm_dtype)
+        b = bias if same or bias is None else bias.to(mm_dtype)
         rows = max(MIN_HEAD_CHUNK_ROWS, HEAD_CHUNK_ELEMENTS // weight.shape[0])
         for start in range(0, x.shape[0], rows):
             part = slice(start, start + rows)
-            ce_c, z_c, grad = _head_chunk_grad(x[part], weight, bias, safe[part], keep[part], cap, z_coef)
+            xc = x[part] if same else x[part].to(mm_dtype)
+            ce_c, z_c, grad = _head_chunk_grad(xc, w, b, safe[part], keep[part], cap, z_coef)
             ce += ce_c
             z += z_c
-            torch.mm(grad, weight, out=dx[part])  # d x = d logits @ W
-            dw.addmm_(grad.t(), x[part])  # d W += d logits^T @ x
             if db is not None:
                 db += grad.sum(0)
+            if same:
+                torch.mm(grad, weight, out=dx[part])  # d x = d logits @ W
+                dw.addmm_(grad.t(), xc)  # d W += d logits^T @ x
+            else:  # as autocast's backward would: the (c, V) gradient rounded to bf16 for both GEMMs
+                grad = grad.to(mm_dtype)
+                dx[part] = grad @ w
+                dw += grad.t() @ xc  # each chunk's share rounded to bf16, the sum kept in float32
         ce, z = ce / count, z * z_coef / count
         ctx.save_for_backward(dx, dw, db, count)
         ctx.mark_non_differentiable(ce, z)
@@ -225,15 +248,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.consumed = True
         dx, dw, db, count = ctx.saved_tensors
         scale = g / count  # the forward summed; the loss is a mean over kept rows
-        return (dx.mul_(scale), dw.mul_(scale), None if db is None else db.mul_(scale), None, None, None, None)
+        return (dx.mul_(scale), dw.mul_(scale), None if db is None else db.mul_(scale), None, None, None, None,
+                None)
 
 
 def linear_cross_entropy(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
     cap: float | None = None, z_loss_coef: float = 0.0, ignore_index: int = -100,
+    mm_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hidden states x (N, D), head weight (V, D) and bias, targets (N,) -> (ce + z, ce, z): mean cross entropy
     of softcap(x W^T + b, cap) skipping `ignore_index`, and z_loss_coef * mean log(Z)^2 over the same rows
-    (PaLM). Only the first output carries a gradient (ce and z are for the logs); float32 only. The gradients
-    are computed in the forward, so call it only when a backward follows."""
-    return _LinearCrossEntropy.apply(x, weight, bias, targets, cap, z_loss_coef, ignore_index)
+    (PaLM). Only the first output carries a gradient (ce and z are for the logs). x and weight are float32 (or
+    float64); `mm_dtype` bfloat16 multiplies in bf16 as autocast would (bf16 logits, softmax in float32,
+    gradients rounded to bf16 for the two GEMMs, float32 results). The gradients are computed in the forward,
+    so call it only when a backward follows."""
+    mm_dtype = mm_dtype or x.dtype
+    return _LinearCrossEntropy.apply(x, weight, bias, targets, cap, z_loss_coef, ignore_index, mm_dtype)

@@ -177,12 +177,14 @@ class TransformerLM(nn.Module):
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
         """Head and loss from the final hidden states x (B, T, D): chunked and fused while autograd records a
-        float32 step; else through the (B, T, V) logits (Inductor, under compile, fuses those itself)."""
+        step of float32 weights (under bf16 autocast its GEMMs run in bf16); else through the (B, T, V) logits
+        (Inductor, under compile, fuses those itself)."""
         head, cap = self.lm_head, self.config.final_softcap
-        float32 = x.dtype == head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type)
-        if use_fused(x) and float32:
+        if use_fused(x) and x.dtype == head.weight.dtype == torch.float32:
+            device = x.device.type
+            mm_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
             return LossOutput(*linear_cross_entropy(x.flatten(0, 1), head.weight, head.bias, targets.flatten(),
-                                                    cap, z_loss_coef, IGNORE_INDEX))
+                                                    cap, z_loss_coef, IGNORE_INDEX, mm_dtype))
         logits = softcap(head(x), cap)  # (B, T, V)
         ce = cross_entropy(logits, targets)
         ignore = targets.flatten() == IGNORE_INDEX

@@ -341,9 +341,20 @@ class RopePositions:
     # whether `rotate_cached_keys` does anything: a field, so attention skips the call (a decode step's Python
     # work is most of its time at small widths)
     rotates_cached_keys: bool = field(init=False)
+    _cast: dict = field(init=False, default_factory=dict, repr=False, compare=False)  # dtype -> (cos, sin)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rotates_cached_keys", self.key_cos is not None)
+
+    def tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The new tokens' cos and sin in `dtype`: bf16 activations under autocast rotate with bf16 tables in
+        the fused training path (as transformers' Llama casts its tables to the activations' dtype), cast once
+        per forward for every layer that shares this plan."""
+        if dtype == self.cos.dtype:
+            return self.cos, self.sin
+        if dtype not in self._cast:
+            self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
+        return self._cast[dtype]
 
     def rotate_queries_keys(
         self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
