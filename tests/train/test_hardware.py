@@ -43,7 +43,8 @@ def test_cli_refuses_bf16_before_any_work(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 
 @pytest.mark.parametrize("flops, cores, load, requested, want", [
-    (1e9, 8, 0.0, 0, 1),  # small step: one thread however many cores are idle
+    (5e7, 8, 0.0, 0, 1),  # small step: one thread however many cores are idle
+    (1e9, 2, 0.0, 0, 2),  # 1 GFLOP on an idle 2-core machine: both (measured 1.5x faster at 1.9 GFLOP)
     (1e12, 8, 0.0, 0, 8),  # large step on an idle machine: every physical core
     (1e12, 8, 3.2, 0, 5),  # three cores busy: the five idle ones
     (1e12, 2, 7.0, 0, 1),  # overloaded: one thread, never zero

@@ -6,9 +6,9 @@ emulates it with conversions around fp32 kernels, several times slower than fp32
 refuses bf16 there (one line; `precision.allow_slow_bf16 true` overrides) and recommends it where it helps.
 
 Threads (`pick_threads`): an OpenMP thread pool only helps a step when every thread gets a core. Two
-rules, measured on a shared 2-core machine (docs/performance.md): below `SMALL_STEP_FLOPS` of matmul work
-per step, one thread (the per-op fork/join costs more than it saves); otherwise the physical cores not
-already busy, by the 1-minute load average (a busy core makes the other threads spin-wait on it).
+rules, measured on 2-core machines quiet and shared (docs/performance.md): below `SMALL_STEP_FLOPS` of
+matmul work per step, one thread (the per-op fork/join costs more than it saves); otherwise the physical
+cores not already busy, by the 1-minute load average (a busy core makes the other threads spin-wait on it).
 `precision.threads N` overrides both.
 """
 
@@ -24,7 +24,9 @@ import torch
 logger = logging.getLogger(__name__)
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 dot products
-SMALL_STEP_FLOPS = 2e10  # matmul FLOPs per step below which one thread wins (docs/performance.md)
+# matmul FLOPs per step below which one thread wins on an idle machine: 2 threads lost 4% at 0.009 GFLOP and
+# won 11% at 0.21, 52% at 1.9 GFLOP (docs/performance.md, "Threads")
+SMALL_STEP_FLOPS = 1e8
 
 
 def cpu_flags() -> set[str]:
@@ -85,7 +87,7 @@ def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
     if requested > 0:
         return requested, "precision.threads"
     if step_flops < SMALL_STEP_FLOPS:
-        return 1, f"small step ({step_flops / 1e9:.1f} GFLOP < {SMALL_STEP_FLOPS / 1e9:.0f})"
+        return 1, f"small step ({step_flops / 1e9:.3f} GFLOP < {SMALL_STEP_FLOPS / 1e9:.1f})"
     cores, load = physical_cores(), busy_cores()
     free = max(1, min(cores, round(cores - load)))
     return free, f"{cores} physical cores, load average {load:.1f}"
