@@ -32,6 +32,22 @@ def test_fp32_run_is_told_about_bf16_units(monkeypatch: pytest.MonkeyPatch, capl
     assert "amx_bf16: --precision.dtype bf16 should train faster" in caplog.text
 
 
+def test_bf16_advice_follows_the_step_size(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A small step is told nothing in fp32 and warned in bf16 (measured slower there); a large one is told."""
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    small, large = hardware.BF16_STEP_FLOPS / 4, hardware.BF16_STEP_FLOPS * 2
+    with caplog.at_level(logging.INFO, logger=hardware.logger.name):
+        hardware.check_precision("fp32", CPU, allow_slow_bf16=False, step_flops=small)
+        assert "should train faster" not in caplog.text
+        hardware.check_precision("bf16", CPU, allow_slow_bf16=False, step_flops=small)
+        assert "likely slower than fp32 for a step of 7.5 GFLOP" in caplog.text
+        caplog.clear()
+        hardware.check_precision("bf16", CPU, allow_slow_bf16=False, step_flops=large)
+        assert caplog.text == ""
+        hardware.check_precision("fp32", CPU, allow_slow_bf16=False, step_flops=large)
+        assert "avx512_bf16: --precision.dtype bf16 should train faster" in caplog.text
+
+
 def test_cli_refuses_bf16_before_any_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                          capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(hardware, "cpu_flags", lambda: set())

@@ -27,6 +27,9 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf
 # matmul FLOPs per step below which one thread wins on an idle machine: 2 threads lost 4% at 0.009 GFLOP and
 # won 11% at 0.21, 52% at 1.9 GFLOP (docs/performance.md, "Threads")
 SMALL_STEP_FLOPS = 1e8
+# matmul FLOPs per step from which bf16 autocast beats fp32 on a CPU with bf16 units: measured 0.88x at
+# 12.5 GFLOP and 1.81x at 59 GFLOP (2 threads, AMX; docs/performance.md, "bf16")
+BF16_STEP_FLOPS = 3e10
 
 
 def cpu_flags() -> set[str]:
@@ -49,15 +52,25 @@ def bf16_units(device: torch.device) -> str | None:
     return next((f for f in BF16_CPU_FLAGS if f in flags), None)
 
 
-def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool) -> None:
-    """Refuse bf16 where it would be emulated (unless allowed); recommend it where the units exist."""
+def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool,
+                    step_flops: float | None = None) -> None:
+    """Refuse bf16 where it would be emulated (unless allowed). Where a CPU has the units, recommend bf16 to an
+    fp32 run whose step (`step_flops` of matmul work, when known) is large enough to gain from it, and warn a
+    bf16 run whose step is too small to."""
     units = bf16_units(device)
     if dtype == "bf16" and units is None and not allow_slow_bf16:
         raise ValueError(f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
                          f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than fp32; "
                          "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway")
-    if dtype == "fp32" and units is not None and device.type == "cpu":
+    if units is None or device.type != "cpu":
+        return
+    small = step_flops is not None and step_flops < BF16_STEP_FLOPS
+    if dtype == "fp32" and not small:
         logger.info("this CPU has %s: --precision.dtype bf16 should train faster", units)
+    elif dtype == "bf16" and small:
+        logger.warning("bf16 on this CPU (%s) is likely slower than fp32 for a step of %.1f GFLOP: the casts "
+                       "around each op cost more than the faster matmuls save below ~%.0f GFLOP per step",
+                       units, step_flops / 1e9, BF16_STEP_FLOPS / 1e9)
 
 
 def physical_cores() -> int:

@@ -409,11 +409,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     threads = torch.get_num_threads()
     try:
-        p = train_config.precision
-        hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16)
+        p, d = train_config.precision, train_config.data
+        step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
+        hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
         if ctx.device.type == "cpu":
-            d = train_config.data
-            step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
             n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
             torch.set_num_threads(n)
             if ctx.is_main:
