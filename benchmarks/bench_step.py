@@ -17,7 +17,8 @@ amx_bf16), the Llama shape also runs archlab, archlab compiled and transformers 
 master weights (`--precision.dtype bf16`). Memory is the peak RSS of the process minus its RSS before the
 first step (weights and the optimizer object exist by then; gradients, optimizer state and activations are the
 difference).
-/proc/loadavg is read before and after: a load above the cores used means other processes shared the CPU.
+The CPUs that other processes keep busy are sampled from /proc/stat for a second before and after the run
+(`hardware.busy_cores`); more than the cores the benchmark leaves free means they shared the CPU.
 
     python benchmarks/bench_step.py            # Llama + GPT-2 shapes, 3 repeats (~10 min on 2 cores)
     python benchmarks/bench_step.py --quick    # a small shape, 2 repeats (~2 min)
@@ -46,7 +47,7 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
-from archlab.train.hardware import cpu_flags, physical_cores
+from archlab.train.hardware import busy_cores, cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -252,8 +253,8 @@ def run_worker(args: argparse.Namespace, impl: str, shape: str = "", mkn: tuple[
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def loadavg() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
+def busy() -> float:
+    return busy_cores(1.0)  # CPUs busy with other processes now (not a lagging load average)
 
 
 def summarise(shape: str, runs: dict[str, list[dict]], ceiling: dict[str, float], quick: bool) -> dict:
@@ -280,8 +281,8 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [f"# Training step: archlab vs transformers vs nanoGPT-style ({result['date']})", "",
              f"Machine: {m['cpu']}, {m['cores']} physical cores, {result['threads']} threads, torch {m['torch']}; "
-             f"bf16 units: {m['bf16_units'] or 'none'}. Load average before/after: {result['load_before']:.2f} / "
-             f"{result['load_after']:.2f}.", "",
+             f"bf16 units: {m['bf16_units'] or 'none'}. CPUs busy with other work before/after: "
+             f"{result['busy_before']:.2f} / {result['busy_after']:.2f}.", "",
              "Matmul ceiling (GEMM of the FFN shape measured in this run): " + ", ".join(
                  f"{dtype} {g:,.1f} GFLOP/s" for dtype, g in result["ceiling_gflops"].items()) + "; MFU is against "
              "the ceiling of the dtype an implementation multiplies in. "
@@ -308,7 +309,7 @@ def markdown(result: dict) -> str:
 
 def drive(args: argparse.Namespace) -> None:
     shapes = QUICK if args.quick else SHAPES
-    load_before = loadavg()
+    busy_before = busy()
     bf16_units = [f for f in ("avx512_bf16", "amx_bf16") if f in cpu_flags()]
     with_bf16 = args.bf16 and bool(bf16_units)
     ceilings: dict[str, list[float]] = {"fp32": [], "bf16": []}
@@ -334,11 +335,11 @@ def drive(args: argparse.Namespace) -> None:
         measure_ceilings()
         results.append((shape, runs))
     ceiling = {dtype: max(c) for dtype, c in ceilings.items() if c}
-    load_after = loadavg()
+    busy_after = busy()
     cores = physical_cores()
     warning = ""
-    if max(load_before, load_after) > cores - args.threads + 0.5:
-        warning = (f"other processes loaded the machine (load average {load_before:.1f} before, {load_after:.1f} "
+    if max(busy_before, busy_after) > cores - args.threads + 0.5:
+        warning = (f"other processes loaded the machine ({busy_before:.1f} CPUs busy before, {busy_after:.1f} "
                    f"after, {cores} cores, {args.threads} threads used): absolute figures are low and noisy; the "
                    "per-repeat ratios are the figures to trust")
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -347,7 +348,7 @@ def drive(args: argparse.Namespace) -> None:
               " ".join(sys.argv[1:]), "threads": args.threads, "repeats": args.repeats, "steps": args.steps,
               "machine": {"cpu": model, "cores": cores, "torch": torch.__version__,
                           "bf16_units": ",".join(bf16_units)},
-              "load_before": load_before, "load_after": load_after, "warning": warning,
+              "busy_before": busy_before, "busy_after": busy_after, "warning": warning,
               "ceiling_gflops": ceiling, "ceiling_runs": ceilings,
               "shapes": [summarise(s, r, ceiling, args.quick) for s, r in results]}
     RESULTS.mkdir(exist_ok=True)

@@ -57,7 +57,9 @@ def trainer_run(layers: list[dict], data_dir: Path, steps: int, out: Path) -> fl
     """Tokens/s of `archlab train` (the library call behind the CLI), wall clock over the whole fit."""
     flags = {"data.source": str(data_dir), "out": str(out), "steps": str(steps), "checkpoint.save_every": "0",
              "logging.eval_batches": "1", "logging.samples": "0", "logging.tensorboard": "false",
-             "logging.eval_every": "0", "schedule.warmup_steps": "1"}
+             "logging.eval_every": "0", "schedule.warmup_steps": "1",
+             # the bare loop's thread count: this measures the trainer's overhead, not its thread choice
+             "precision.threads": str(torch.get_num_threads())}
     train_cfg, model_cfg = resolve_config([*layers, flags])
     start = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()):  # the progress bar still renders (and costs), unseen

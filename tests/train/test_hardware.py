@@ -74,6 +74,26 @@ def test_thread_rule(monkeypatch: pytest.MonkeyPatch, flops: float, cores: int, 
     assert n == want and why
 
 
+def test_busy_cores_reads_the_non_idle_share_of_each_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/proc/stat per-CPU lines: idle and iowait are free, everything else (steal too) busy; the summary line
+    and CPUs outside the affinity mask are skipped."""
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    line = "cpu{} {} 0 {} {} {} 0 0 {} 0 0"  # user nice system idle iowait irq softirq steal guest guest_nice
+    before = "\n".join(["cpu 1 1 1 1 1 1 1 1 0 0", line.format(0, 100, 0, 100, 0, 0),
+                        line.format(1, 100, 0, 100, 0, 0), line.format(2, 0, 0, 0, 0, 0), "intr 5"])
+    # cpu0: 100 user + 50 system of 200 ticks -> 0.75 busy; cpu1: 20 steal + 80 iowait of 100 -> 0.2; cpu2 ignored
+    after = "\n".join(["cpu 9 9 9 9 9 9 9 9 0 0", line.format(0, 200, 50, 150, 0, 0),
+                       line.format(1, 100, 0, 100, 80, 20), line.format(2, 500, 0, 0, 0, 0), "intr 9"])
+    t0, t1 = hardware.cpu_times(before), hardware.cpu_times(after)
+    assert set(t0) == {0, 1} and t0[0] == (100, 200)
+    assert hardware.busy_between(t0, t1) == pytest.approx(0.75 + 0.2)
+    assert hardware.busy_between(t1, t1) == 0.0  # no ticks elapsed: nothing known to be busy
+
+
+def test_busy_cores_samples_this_machine() -> None:
+    assert 0.0 <= hardware.busy_cores(0.05) <= len(os.sched_getaffinity(0)) + 0.5
+
+
 def test_physical_cores_counts_this_machine() -> None:
     assert 1 <= hardware.physical_cores() <= len(os.sched_getaffinity(0))
 

@@ -8,7 +8,8 @@ refuses bf16 there (one line; `precision.allow_slow_bf16 true` overrides) and re
 Threads (`pick_threads`): an OpenMP thread pool only helps a step when every thread gets a core. Two
 rules, measured on 2-core machines quiet and shared (docs/performance.md): below `SMALL_STEP_FLOPS` of
 matmul work per step, one thread (the per-op fork/join costs more than it saves); otherwise the physical
-cores not already busy, by the 1-minute load average (a busy core makes the other threads spin-wait on it).
+cores not already busy, sampled from /proc/stat at the start (a busy core makes the other threads spin-wait
+on it).
 `precision.threads N` overrides both.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -87,12 +89,51 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
-def busy_cores() -> float:
-    """Runnable processes averaged over the last minute (/proc/loadavg), 0 where unknown."""
+def busy_cores(interval: float = 0.3) -> float:
+    """CPUs that other processes keep busy right now: the non-idle share of each CPU this process may run on,
+    over `interval` seconds of /proc/stat while this process sleeps. Where /proc/stat is missing, the 1-minute
+    load average, which lags: it still counts a run that ended seconds ago (two threads measured 1.9x faster
+    than the one such a stale load picked); 0 where neither exists."""
+    before = cpu_times()
+    if before:
+        time.sleep(interval)
+        return busy_between(before, cpu_times())
     try:
         return float(Path("/proc/loadavg").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def cpu_times(stat: str | None = None) -> dict[int, tuple[int, int]]:
+    """CPU -> (busy, total) jiffies from /proc/stat's per-CPU lines (user nice system idle iowait irq softirq
+    steal; guest time is already inside user), for the CPUs this process may run on; {} where unreadable."""
+    if stat is None:
+        try:
+            stat = Path("/proc/stat").read_text()
+        except OSError:
+            return {}
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    times = {}
+    for line in stat.splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or len(fields) < 8:
+            continue
+        cpu = int(name[3:])
+        if allowed is None or cpu in allowed:
+            ticks = [int(f) for f in fields[:8]]
+            total = sum(ticks)
+            times[cpu] = (total - ticks[3] - ticks[4], total)  # idle and iowait are not busy; steal is
+    return times
+
+
+def busy_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> float:
+    """Busy CPUs (0 .. number of CPUs) between two `cpu_times` snapshots."""
+    busy = 0.0
+    for cpu, (b1, t1) in after.items():
+        b0, t0 = before.get(cpu, (b1, t1))
+        if t1 > t0:
+            busy += (b1 - b0) / (t1 - t0)
+    return busy
 
 
 def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
@@ -103,7 +144,7 @@ def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
         return 1, f"small step ({step_flops / 1e9:.3f} GFLOP < {SMALL_STEP_FLOPS / 1e9:.1f})"
     cores, load = physical_cores(), busy_cores()
     free = max(1, min(cores, round(cores - load)))
-    return free, f"{cores} physical cores, load average {load:.1f}"
+    return free, f"{cores} physical cores, {load:.1f} busy with other work"
 
 
 def cpu_model() -> str:
