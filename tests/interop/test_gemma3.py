@@ -105,3 +105,25 @@ def test_multimodal_exports_as_gemma3_text(multimodal_dir: Path, tmp_path: Path)
     with pytest.raises(InteropError, match="model_type 'gemma3' is read only .* export one of llama, "):
         save_hf(ours, tmp_path / "refused", family="gemma3")
     assert not (tmp_path / "refused").exists()
+
+
+def test_multimodal_folder_with_in_memory_names_loads(multimodal_dir: Path, tmp_path: Path) -> None:
+    """Files written from transformers' in-memory names (`model.language_model.*`, `model.vision_tower.*`,
+    `lm_head.weight`) load as the saved names do, with transformers' logits."""
+    from safetensors.torch import load_file, save_file
+
+    renamed = Path(shutil.copytree(multimodal_dir, tmp_path / "renamed"))
+    (file,) = renamed.glob("*.safetensors")
+    tensors = load_file(file)
+    moves = [("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
+             ("vision_tower.", "model.vision_tower."), ("multi_modal_projector.", "model.multi_modal_projector.")]
+
+    def rename(key: str) -> str:
+        return next((new + key.removeprefix(old) for old, new in moves if key.startswith(old)), key)
+
+    save_file({rename(k): v for k, v in tensors.items()}, file, metadata={"format": "pt"})
+    assert any(k.startswith("model.language_model.") for k in load_file(file))
+    ours = from_hf(renamed)
+    with torch.no_grad():
+        want, got = multimodal_hf(multimodal_dir)(input_ids=ids()).logits, ours(ids())
+    assert (got - want).abs().max().item() <= TOL

@@ -172,6 +172,9 @@ class Family:
     head_aliases: tuple[str, ...] = ()  # other names of lm_head.weight in saved files (NeoX embed_out)
     export_head: str | None = None  # the name export writes lm_head.weight under, if not its table name
     base_prefix: str | None = None  # a prefix older files omit (the original GPT-2 files say `h.0.`, `wte`)
+    # (prefix, other prefix): a saved file may name a key with the other prefix instead (multimodal Gemma 3 files
+    # written from transformers' in-memory names say `model.language_model.` for `language_model.model.`)
+    key_aliases: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.window not in WINDOWS:

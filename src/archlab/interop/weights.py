@@ -90,11 +90,15 @@ def to_hf(rule: Rule, t: torch.Tensor, c: ModelConfig) -> list[torch.Tensor]:
 
 def _resolve(folder: HFFolder, key: str, family: Family) -> str:
     """`key`, or the name a saved file uses for it: an alias of the head (NeoX writes lm_head.weight as
-    embed_out.weight), or the key without the base model's prefix (the original GPT-2 files)."""
+    embed_out.weight), the key under another prefix of the family's (`Family.key_aliases`), or the key
+    without the base model's prefix (the original GPT-2 files)."""
     if key in folder.keys():
         return key
     if key == "lm_head.weight":
         return next((a for a in family.head_aliases if a in folder.keys()), key)
+    for prefix, other in family.key_aliases:
+        if key.startswith(prefix) and other + key.removeprefix(prefix) in folder.keys():
+            return other + key.removeprefix(prefix)
     prefix = family.base_prefix
     if prefix and key.startswith(prefix) and key.removeprefix(prefix) in folder.keys():
         return key.removeprefix(prefix)

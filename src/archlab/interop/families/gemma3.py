@@ -5,7 +5,8 @@ softcap stays, off by default), and five window layers to one full layer (`layer
 own base (`rope_local_base_freq`, 10k: archlab's rope_theta_local) and full layers with 1M; a RoPE scaling
 applies to the full layers only (rope_scaling_local=False), as the 4B-27B checkpoints' linear x8 does.
 The multimodal `Gemma3ForConditionalGeneration` (model_type `gemma3`) is read for its text model (`GEMMA3`:
-its `text_config`, tensors under `language_model.`, the vision tower and projector skipped); export writes
+its `text_config`, tensors under `language_model.model.` or, as files written from transformers' in-memory
+names have them, `model.language_model.`; the vision tower and projector skipped); export writes
 `gemma3_text`, since archlab has no vision tower.
 Reference: transformers `models/gemma3/modeling_gemma3.py`, `configuration_gemma3.py`; arXiv 2503.19786.
 """
@@ -63,5 +64,7 @@ GEMMA3 = dataclasses.replace(
     | {"lm_head.weight": copy("language_model.lm_head.weight")},
     text_config="text_config",
     head_aliases=("language_model.lm_head.weight",),  # a tied file may store the head too
-    ignore=(*GEMMA3_TEXT.ignore, r"^vision_tower\.", r"^multi_modal_projector\."),
+    # files written from the in-memory names (transformers 4.52 on): model.language_model.*, lm_head.weight
+    key_aliases=(("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head.")),
+    ignore=(*GEMMA3_TEXT.ignore, r"^(model\.)?vision_tower\.", r"^(model\.)?multi_modal_projector\."),
 )
