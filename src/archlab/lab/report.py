@@ -25,7 +25,7 @@ from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
 from archlab.train.metrics import read_metrics
 
-RULE = (f"Welch's t-test on the seeds both arms ran (two-sided; the base arm's extra seeds serve the noise floor "
+RULE = ("Welch's t-test on the seeds both arms ran (two-sided; the base arm's extra seeds serve the noise floor "
         "only, so a claim never compares means over different seeds), p-values adjusted over all claims of the suite "
         f"with Holm's method; a claim is confirmed when the adjusted p < {stats.ALPHA} and the mean moves the "
         "claimed way by more than the noise floor (the standard deviation of the base arm over its seeds), "
