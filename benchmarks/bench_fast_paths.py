@@ -6,6 +6,7 @@ alternation is summarised as min / median / max (> 1: B is faster). docs/perform
     python benchmarks/bench_fast_paths.py step --batch 2     # the whole Llama-shape forward + backward, plain vs fast
     python benchmarks/bench_fast_paths.py head_loss --batch 8   # logits + cross entropy vs the chunked fused head
     python benchmarks/bench_fast_paths.py compile            # the model eager vs torch.compile, forward + backward
+    python benchmarks/bench_fast_paths.py bf16_attention --threads 2   # bf16 step: flash backward vs causal_attention
 
 Shapes are the Llama shape of bench_step.py (vocab 8192, d_model 512, 8 layers, 8 heads, d_ff 1408, T 256).
 """
@@ -24,9 +25,11 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM, build_preset
+from archlab.nn import fused
 from archlab.nn.functional import cross_entropy
 
 LLAMA = dict(vocab_size=8192, d_model=512, n_layers=8, n_heads=8, d_ff=1408)
+SMALL = dict(vocab_size=512, d_model=128, n_layers=4, n_heads=4, d_ff=352)  # the lab's small-budget size
 BLOCK = 256
 
 
@@ -134,7 +137,28 @@ def case_compile(args: argparse.Namespace) -> dict:
     return alternate(model_step(eager, x, y), model_step(compiled, x, y), args.alternations, args.reps)
 
 
-CASES = {"rope_qkv": case_rope_qkv, "step": case_step, "head_loss": case_head_loss, "compile": case_compile}
+def case_bf16_attention(args: argparse.Namespace) -> dict:
+    """The whole model's forward + backward under bf16 autocast: A = SDPA's flash backward, B = as shipped
+    (`fused.causal_attention`'s GEMM backward). `--small`: the lab's d_model 128 model at T 128."""
+    torch.manual_seed(0)
+    fields, block = (SMALL, 128) if args.small else (LLAMA, BLOCK)
+    model = TransformerLM(build_preset("llama", "tiny", max_seq_len=block, **fields))
+    x, y = (torch.randint(0, fields["vocab_size"], (args.batch, block)) for _ in range(2))
+    shipped = fused.CAUSAL_ATTENTION_MAX_LEN
+
+    def run(max_len: int) -> Callable[[], None]:
+        def step() -> None:
+            fused.CAUSAL_ATTENTION_MAX_LEN = max_len
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model_step(model, x, y)()
+        return step
+    result = alternate(run(0), run(shipped), args.alternations, args.reps)
+    fused.CAUSAL_ATTENTION_MAX_LEN = shipped
+    return result
+
+
+CASES = {"rope_qkv": case_rope_qkv, "step": case_step, "head_loss": case_head_loss, "compile": case_compile,
+         "bf16_attention": case_bf16_attention}
 
 
 def main() -> None:
@@ -147,11 +171,13 @@ def main() -> None:
     p.add_argument("--alternations", type=int, default=7)
     p.add_argument("--reps", type=int, default=3, help="calls per side per alternation; the best counts")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--small", action="store_true", help="bf16_attention: the d_model 128 model at T 128")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     r = CASES[args.case](args)
     lo, mid, hi = r["ratio"]
-    print(f"{args.case} (batch {args.batch} x {BLOCK}, {args.threads} thread(s), {args.alternations} alternations): "
+    block = 128 if args.small else BLOCK
+    print(f"{args.case} (batch {args.batch} x {block}, {args.threads} thread(s), {args.alternations} alternations): "
           f"A {r['a_ms']:.1f} ms, B {r['b_ms']:.1f} ms best; speed-up A/B min / median / max "
           f"{lo:.2f} / {mid:.2f} / {hi:.2f}")
     if "logits_peak_mb" in r:

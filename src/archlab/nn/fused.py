@@ -17,6 +17,9 @@ the same values with fewer passes over memory and fewer saved tensors:
   float32 logits never exist at once: each chunk's gradient (softmax - onehot, through the softcap) goes
   straight into the hidden states' and the head's gradients in the forward, and the backward only scales
   them (the chunked loss of Liger-Kernel's fused linear cross entropy, arXiv 2410.10989).
+- `causal_attention`: bf16 causal self-attention on the CPU: torch's flash kernel forward, and a backward that
+  recomputes the probabilities block by block with batched GEMMs (AMX/AVX512-BF16) and torch's softmax
+  backward kernel. The flash kernel's own CPU backward ran at half that speed in bf16 (docs/performance.md).
 Each is tested against the plain formula (tests/nn/test_fused.py). Under torch.compile the callers use
 the plain formulas instead: Inductor fuses those itself (see `use_fused`).
 
@@ -30,6 +33,8 @@ import torch
 import torch.nn.functional as F
 
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per chunk of linear_cross_entropy (16 MB in float32)
+CAUSAL_ATTENTION_MAX_LEN = 256  # measured faster than the flash backward up to 256 tokens, slower from 1024
+ATTENTION_BLOCK_ELEMENTS = 2**24  # scores per block of causal_attention's backward (32 MB in bf16)
 MIN_HEAD_CHUNK_ROWS = 256  # fewer rows make the head-gradient update (V, D) per chunk a memory-bound GEMM
 
 
@@ -265,3 +270,58 @@ def linear_cross_entropy(
     so call it only when a backward follows."""
     mm_dtype = mm_dtype or x.dtype
     return _LinearCrossEntropy.apply(x, weight, bias, targets, cap, z_loss_coef, ignore_index, mm_dtype)
+
+
+class _CausalAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scale: float) -> torch.Tensor:
+        out, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, scale=scale)
+        ctx.save_for_backward(q, k, v)  # the probabilities are recomputed, as the flash backward does
+        ctx.scale = scale
+        return out  # (B, H, T, Dh)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v = ctx.saved_tensors
+        B, H, T, _ = q.shape
+        qs = q * ctx.scale  # scores = qs k^T, so d qs = d scores k and d k = d scores^T qs
+        rows = max(1, min(T, ATTENTION_BLOCK_ELEMENTS // (B * H * T)))  # query rows per block
+        one_block = rows == T
+        dq = torch.empty_like(q)
+        # blocks add into d k and d v: a float32 sum, each block's share rounded to bf16 as its GEMM leaves it
+        dk = torch.zeros_like(k, dtype=torch.float32) if not one_block else None
+        dv = torch.zeros_like(v, dtype=torch.float32) if not one_block else None
+        for start in range(0, T, rows):
+            end = min(T, start + rows)
+            keys = end  # causal: queries [start, end) see keys [0, end) and no later block
+            qb, gb = qs[:, :, start:end], g[:, :, start:end]  # (B, H, r, Dh)
+            kb, vb = k[:, :, :keys], v[:, :, :keys]  # (B, H, keys, Dh)
+            scores = qb @ kb.transpose(-1, -2)  # (B, H, r, keys)
+            hidden = torch.ones(end - start, keys, dtype=torch.bool, device=q.device).triu_(start + 1)
+            p = torch.softmax(scores.masked_fill_(hidden, float("-inf")), dim=-1)  # float32 inside, bf16 out
+            dp = gb @ vb.transpose(-1, -2)  # (B, H, r, keys)
+            ds = torch._softmax_backward_data(dp, p, -1, p.dtype)  # p * (dp - sum(p * dp)): d scores
+            dq[:, :, start:end] = (ds @ kb).mul_(ctx.scale)
+            if one_block:
+                dk, dv = ds.transpose(-1, -2) @ qb, p.transpose(-1, -2) @ gb
+            else:
+                dk[:, :, :keys] += ds.transpose(-1, -2) @ qb
+                dv[:, :, :keys] += p.transpose(-1, -2) @ gb
+        return dq, dk.to(k.dtype), dv.to(v.dtype), None
+
+
+def use_causal_attention(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """`causal_attention` pays off for bf16 training steps on the CPU, self-attention without a mask, eager or
+    compiled (Inductor compiles its backward's GEMMs and softmax backward; the flash backward stays a call)."""
+    return (q.dtype == torch.bfloat16 and q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad
+            and q.shape[-2] == k.shape[-2] <= CAUSAL_ATTENTION_MAX_LEN and q.shape[:2] == k.shape[:2])
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale + causal mask) v for q, k, v (B, H, T, Dh) of equal heads and length, as
+    `F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)`: the same forward kernel, and a
+    backward of batched GEMMs over blocks of query rows (a block of r rows needs only the keys up to its
+    last row, so the masked upper triangle is partly skipped). The backward computes the probabilities from
+    bf16 scores, as bf16 attention without a flash kernel does; the gradients match it (tests/nn/test_fused.py)."""
+    return _CausalAttention.apply(q, k, v, scale)
