@@ -7,6 +7,7 @@ alternation is summarised as min / median / max (> 1: B is faster). docs/perform
     python benchmarks/bench_fast_paths.py head_loss --batch 8   # logits + cross entropy vs the chunked fused head
     python benchmarks/bench_fast_paths.py compile            # the model eager vs torch.compile, forward + backward
     python benchmarks/bench_fast_paths.py bf16_attention --threads 2   # bf16 step: flash backward vs causal_attention
+    python benchmarks/bench_fast_paths.py precision --threads 2   # fp32 vs bf16 autocast by model size
 
 Shapes are the Llama shape of bench_step.py (vocab 8192, d_model 512, 8 layers, 8 heads, d_ff 1408, T 256).
 """
@@ -157,8 +158,38 @@ def case_bf16_attention(args: argparse.Namespace) -> dict:
     return result
 
 
+PRECISION_SIZES = [(64, 2, 4, 64), (64, 2, 16, 128), (96, 3, 16, 128), (128, 4, 16, 128), (256, 4, 8, 256),
+                   (384, 6, 8, 256)]  # (d_model, n_layers, batch, tokens)
+
+
+def case_precision(args: argparse.Namespace) -> dict:
+    """bf16 autocast against fp32 by model size (llama preset `tiny` with d_model, n_layers; batch x T), forward
+    + backward: A = fp32, B = bf16. Decides `hardware.BF16_STEP_FLOPS`, from which `archlab train` recommends
+    bf16. Prints a markdown row per size (GFLOP, fp32 ms, bf16 ms, bf16 speed-up min / median / max)."""
+    from archlab.costs import flops_per_token
+
+    print("| model (d_model, layers, batch x tokens) | step GFLOP | fp32 (ms) | bf16 (ms) | bf16 speed-up |")
+    print("|---|---|---|---|---|")
+    for d_model, n_layers, batch, block in PRECISION_SIZES:
+        torch.manual_seed(0)
+        config = build_preset("llama", "tiny", d_model=d_model, n_layers=n_layers, max_seq_len=block)
+        model = TransformerLM(config)
+        x, y = (torch.randint(0, config.vocab_size, (batch, block)) for _ in range(2))
+        fp32 = model_step(model, x, y)
+
+        def bf16(fp32: Callable[[], None] = fp32) -> None:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                fp32()
+        result = alternate(fp32, bf16, args.alternations, args.reps)
+        gflop = flops_per_token(config, block)["training"] * batch * block / 1e9
+        lo, mid, hi = result["ratio"]
+        print(f"| d {d_model}, {n_layers} layers, {batch} x {block} | {gflop:.2g} | {result['a_ms']:.1f} | "
+              f"{result['b_ms']:.1f} | {lo:.2f} / {mid:.2f} / {hi:.2f} |", flush=True)
+    return {}
+
+
 CASES = {"rope_qkv": case_rope_qkv, "step": case_step, "head_loss": case_head_loss, "compile": case_compile,
-         "bf16_attention": case_bf16_attention}
+         "bf16_attention": case_bf16_attention, "precision": case_precision}
 
 
 def main() -> None:
@@ -175,6 +206,8 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     r = CASES[args.case](args)
+    if not r:  # the case printed its own table
+        return
     lo, mid, hi = r["ratio"]
     block = 128 if args.small else BLOCK
     print(f"{args.case} (batch {args.batch} x {block}, {args.threads} thread(s), {args.alternations} alternations): "

@@ -370,18 +370,18 @@ def test_causal_attention_in_bf16_matches_float64_math_on_bf16_operands(
 
 
 def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() -> None:
-    """bf16 autocast training with a causal mask of <= 256 tokens runs `causal_attention`; float32, inference,
+    """bf16 autocast training with a causal mask of <= 512 tokens runs `causal_attention`; float32, inference,
     longer sequences and attention with an additive bias keep SDPA. The bf16 loss and gradients stay those of
     the float32 model to bf16 rounding."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = build_preset("llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=512)
+    config = build_preset("llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=520)
     model = TransformerLM(config)
     x, y = torch.randint(0, 96, (2, 24)), torch.randint(0, 96, (2, 24))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = model(x, targets=y).loss
-        longer = model(torch.randint(0, 96, (1, 257)), targets=torch.randint(0, 96, (1, 257))).loss
+        longer = model(torch.randint(0, 96, (1, 513)), targets=torch.randint(0, 96, (1, 513))).loss
     assert "_CausalAttentionBackward" in _graph(bf16)
     assert "_CausalAttentionBackward" not in _graph(longer)
     fp32 = model(x, targets=y).loss
@@ -392,6 +392,10 @@ def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() 
     for (name, _), a, b in zip(model.named_parameters(), bf16_grads, fp32_grads):
         error = float((a - b).norm() / b.norm())
         assert error < 5e-2, (name, error)
+    q = torch.randn(1, 2, 8, 4, dtype=torch.bfloat16, requires_grad=True)
+    assert fused.use_causal_attention(q, q)
+    with torch.no_grad():
+        assert not fused.use_causal_attention(q, q)  # inference keeps SDPA
     alibi = TransformerLM(build_preset("llama", "tiny", d_model=64, n_layers=1, n_heads=4, vocab_size=96,
                                        position="alibi"))
     with torch.autocast("cpu", dtype=torch.bfloat16):

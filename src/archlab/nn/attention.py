@@ -17,7 +17,7 @@
 The fast path is F.scaled_dot_product_attention (is_causal, no mask tensor, when nothing needs one); the
 eager path in functional.eager_attention supports everything and is tested against it. In training, plain RoPE
 on q and k (no QK-norm, no KeyNorm, keys rotated at projection time) runs `fused.rope_qkv`, whose backward
-writes the projection's gradient in one buffer; and bf16 causal attention of up to 256 tokens runs
+writes the projection's gradient in one buffer; and bf16 causal attention of up to 512 tokens runs
 `fused.causal_attention` (SDPA's forward kernel, a faster backward on the CPU).
 
 Shapes: B batch, T queries, S keys, D model width, H query heads, K KV heads, Dh head dim; slots are token
@@ -167,7 +167,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """SDPA with is_causal when no mask tensor is needed, else with a bool or additive float mask."""
         if causal and dropout == 0.0 and bias is None and use_causal_attention(q, k):
-            return causal_attention(q, k, v, self.scale)  # bf16 training on the CPU, T <= 256
+            return causal_attention(q, k, v, self.scale)  # bf16 training on the CPU, T <= 512
         if bias is not None:
             bias = bias.to(q.dtype)
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))

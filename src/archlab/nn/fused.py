@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per chunk of linear_cross_entropy (16 MB in float32)
-CAUSAL_ATTENTION_MAX_LEN = 256  # measured faster than the flash backward up to 256 tokens, slower from 1024
+CAUSAL_ATTENTION_MAX_LEN = 512  # measured faster than the flash backward up to 512 tokens, slower at 1024
 ATTENTION_BLOCK_ELEMENTS = 2**24  # scores per block of causal_attention's backward (32 MB in bf16)
+ATTENTION_BLOCK_ROWS = 256  # query rows per block at most: 512 rows in one block ran slower than two of 256
 MIN_HEAD_CHUNK_ROWS = 256  # fewer rows make the head-gradient update (V, D) per chunk a memory-bound GEMM
 
 
@@ -283,10 +284,11 @@ class _CausalAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v = ctx.saved_tensors
+        # (B, H, T, Dh) views of the projection's (B, T, H, Dh) layout: batched GEMMs would copy them per use
+        q, k, v, g = (t.contiguous() for t in (*ctx.saved_tensors, g))
         B, H, T, _ = q.shape
         qs = q * ctx.scale  # scores = qs k^T, so d qs = d scores k and d k = d scores^T qs
-        rows = max(1, min(T, ATTENTION_BLOCK_ELEMENTS // (B * H * T)))  # query rows per block
+        rows = max(1, min(T, ATTENTION_BLOCK_ROWS, ATTENTION_BLOCK_ELEMENTS // (B * H * T)))  # query rows per block
         one_block = rows == T
         dq = torch.empty_like(q)
         # blocks add into d k and d v: a float32 sum, each block's share rounded to bf16 as its GEMM leaves it

@@ -29,9 +29,9 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf
 # matmul FLOPs per step below which one thread wins on an idle machine: 2 threads lost 4% at 0.009 GFLOP and
 # won 11% at 0.21, 52% at 1.9 GFLOP (docs/performance.md, "Threads")
 SMALL_STEP_FLOPS = 1e8
-# matmul FLOPs per step from which bf16 autocast beats fp32 on a CPU with bf16 units: measured 0.88x at
-# 12.5 GFLOP and 1.81x at 59 GFLOP (2 threads, AMX; docs/performance.md, "bf16")
-BF16_STEP_FLOPS = 3e10
+# matmul FLOPs per step from which bf16 autocast beats fp32 on a CPU with bf16 units: measured 0.97x at
+# 1.9 GFLOP, 1.25x at 5.3 and 1.60x at 12 (2 threads, AMX, T <= 512; docs/performance.md, "bf16")
+BF16_STEP_FLOPS = 5e9
 
 
 def cpu_flags() -> set[str]:
