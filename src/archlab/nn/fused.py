@@ -325,5 +325,6 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     `F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)`: the same forward kernel, and a
     backward of batched GEMMs over blocks of query rows (a block of r rows needs only the keys up to its
     last row, so the masked upper triangle is partly skipped). The backward computes the probabilities from
-    bf16 scores, as bf16 attention without a flash kernel does; the gradients match it (tests/nn/test_fused.py)."""
+    bf16 scores, as bf16 attention without a flash kernel does: its gradients agree with float64 math to bf16
+    rounding (tests/nn/test_fused.py). CPU bf16 training only: see `use_causal_attention`."""
     return _CausalAttention.apply(q, k, v, scale)
