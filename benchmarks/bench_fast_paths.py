@@ -183,7 +183,7 @@ def case_precision(args: argparse.Namespace) -> dict:
         result = alternate(fp32, bf16, args.alternations, args.reps)
         gflop = flops_per_token(config, block)["training"] * batch * block / 1e9
         lo, mid, hi = result["ratio"]
-        print(f"| d {d_model}, {n_layers} layers, {batch} x {block} | {gflop:.2g} | {result['a_ms']:.1f} | "
+        print(f"| d {d_model}, {n_layers} layers, {batch} x {block} | {gflop:{'.2g' if gflop < 100 else '.0f'}} | {result['a_ms']:.1f} | "
               f"{result['b_ms']:.1f} | {lo:.2f} / {mid:.2f} / {hi:.2f} |", flush=True)
     return {}
 
