@@ -182,8 +182,9 @@ def case_precision(args: argparse.Namespace) -> dict:
                 fp32()
         result = alternate(fp32, bf16, args.alternations, args.reps)
         gflop = flops_per_token(config, block)["training"] * batch * block / 1e9
+        gflop_text = f"{gflop:.2g}" if gflop < 100 else f"{gflop:.0f}"
         lo, mid, hi = result["ratio"]
-        print(f"| d {d_model}, {n_layers} layers, {batch} x {block} | {gflop:{'.2g' if gflop < 100 else '.0f'}} | {result['a_ms']:.1f} | "
+        print(f"| d {d_model}, {n_layers} layers, {batch} x {block} | {gflop_text} | {result['a_ms']:.1f} | "
               f"{result['b_ms']:.1f} | {lo:.2f} / {mid:.2f} / {hi:.2f} |", flush=True)
     return {}
 

@@ -30,7 +30,8 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf
 # won 11% at 0.21, 52% at 1.9 GFLOP (docs/performance.md, "Threads")
 SMALL_STEP_FLOPS = 1e8
 # matmul FLOPs per step from which bf16 autocast beats fp32 on a CPU with bf16 units: measured 0.97x at
-# 1.9 GFLOP, 1.25x at 5.3 and 1.60x at 12 (2 threads, AMX, T <= 512; docs/performance.md, "bf16")
+# 1.9 GFLOP, 1.25x at 5.3 and 1.60x at 12 with AMX, 1.22x / 1.29x / 1.48x with avx512_bf16 alone (Zen 4)
+# (2 threads, T <= 512; docs/performance.md, "bf16")
 BF16_STEP_FLOPS = 5e9
 
 
