@@ -39,7 +39,7 @@ from archlab import KVCache, ModelConfig, TransformerLM
 from archlab.costs import kv_cache_bytes
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
-from archlab.infer.speed import compiled_forward, decode_layout
+from archlab.infer.speed import compiled_forward, decode_layout, reduction_gemvs_win
 from archlab.interop.families.llama import llama_state_dict
 
 # (name, d_model, n_layers, n_heads, n_kv_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary),
@@ -216,17 +216,24 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
           "`stream` is torch.sum over as many bytes, the fastest a memory-bound step can be (the bandwidth "
           "floor); `of floor` is stream / step, the fraction of the floor a path reaches; `best speed-up` "
           "divides transformers' step (part 2, first prompt length) by the floor. The transformers column comes "
-          "from part 2, minutes earlier: on a loaded machine compare it only with part 2's own figures.\n")
+          "from part 2, minutes earlier: on a loaded machine compare it only with part 2's own figures. `compiled` "
+          "is the step `generate(..., compile_decode=True)` runs: its one-token products as Inductor reductions "
+          "over row-major weights (marked `R`) where they measured faster than MKL's, else MKL over column-major "
+          "ones.\n")
     print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | compiled ms | stream ms "
           "| eager of floor | compiled of floor | transformers of floor | best speed-up |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, model, hf_ms in compared:
         rows, cols, comp = [], [], []
+        reduce = reduction_gemvs_win(model)  # what generate(compile_decode=True) would choose here
         for _ in range(args.repeats):
             rows.append(step_ms(model, 32, args.new_tokens))
+            if reduce:
+                comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model, reduce_linears=True)))
             with decode_layout(model):
                 cols.append(step_ms(model, 32, args.new_tokens))
-                comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model)))
+                if not reduce:
+                    comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model)))
         table = model.embed_tokens.weight  # a step reads one row of it, unless it is also the head
         weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                            if p is not table or model.config.tie_embeddings)
@@ -238,7 +245,8 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
             streams.append(time.perf_counter() - start)
         stream = 1e3 * min(streams)
         row, col, com = min(rows), min(cols), min(comp)
-        print(f"| {name} | {weight_bytes / 1e6:.1f} | {row:.2f} | {col:.2f} | {row / col:.2f}x | {com:.2f} | "
+        print(f"| {name} | {weight_bytes / 1e6:.1f} | {row:.2f} | {col:.2f} | {row / col:.2f}x | {com:.2f}"
+              f"{' R' if reduce else ''} | "
               f"{stream:.2f} | {stream / col:.0%} | {stream / com:.0%} | {stream / hf_ms:.0%} | "
               f"{hf_ms / stream:.1f}x |", flush=True)
 

@@ -1,6 +1,7 @@
-"""infer/speed.py: the column-major decode layout (same products, weights given back bit for bit), and the
+"""infer/speed.py: the column-major decode layout (same products, weights given back bit for bit), the
 compiled decode step (equal to eager, one graph for every cache length and prompt length, still compiling
-for new models, a missing C++ compiler refused up front)."""
+for new models, a missing C++ compiler refused up front), and its one-token products as Inductor reductions
+(equal to eager, really in the graph, chosen by a measurement that restores the weights)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn as nn
 from torch._dynamo.utils import counters
 
 from archlab import KVCache
+from archlab.infer import speed
 from archlab.infer.generate import generate, generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
@@ -119,3 +121,86 @@ def test_compiled_generate_compiles_once_for_every_prompt_length() -> None:
         assert compiled == generate(model, [prompt], sampling).tokens
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs == [1, 1, 1] and not counters["recompiles"]
+
+
+REDUCING = dict(attn_bias=True, mlp_bias=True, qk_norm="rmsnorm", final_softcap=20.0, max_seq_len=64)
+
+
+def test_reducing_step_equals_eager_and_has_no_linear_left(monkeypatch) -> None:
+    """`compiled_forward(model, reduce_linears=True)`: every one-token `F.linear` of the traced step (biases
+    included) became a multiply and a sum, and the logits equal the eager step's at every cache length."""
+    torch._dynamo.reset()
+    graphs: list[torch.fx.GraphModule] = []
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(speed, "_compiled_reducing",
+                        torch.compile(speed._forward_reducing_linears, dynamic=True, backend=recording))
+    model = tiny(**REDUCING)
+    step = compiled_forward(model, reduce_linears=True)
+    caches = [KVCache.for_model(model, 2, 40) for _ in range(2)]
+    token = torch.tensor([[7], [9]])
+    with torch.inference_mode():
+        for cache in caches:
+            model(torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), cache=cache)
+        for _ in range(8):
+            torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
+                                       rtol=1e-5, atol=1e-5)
+    targets = [str(node.target) for gm in graphs for node in gm.graph.nodes
+               if node.op in ("call_function", "call_method")]
+    linears = sum(isinstance(m, nn.Linear) for m in model.modules())  # qkv, o, up/gate, down per layer, head
+    assert graphs and not any("linear" in t for t in targets)
+    assert sum(t == "sum" for t in targets) >= linears
+
+
+def test_generate_with_reductions_keeps_row_major_weights_and_eager_tokens(monkeypatch) -> None:
+    """Where the reductions win, the weights keep their row-major layout during decoding (the reductions read
+    rows), and the tokens are eager's; where MKL wins, they are column-major while decoding, as before."""
+    model = tiny(**REDUCING)
+    eager = generate(model, [[1, 2, 3]], GREEDY).tokens
+    for wins in (True, False):
+        monkeypatch.setattr("archlab.infer.generate.reduction_gemvs_win", lambda m, wins=wins: wins)
+        layouts = []
+
+        def on_step(tokens: list[int | None]) -> list[bool]:
+            layouts.append(model.lm_head.weight.is_contiguous())
+            return [False] * len(tokens)
+
+        assert generate(model, [[1, 2, 3]], GREEDY, on_step=on_step, compile_decode=True).tokens == eager
+        assert set(layouts) == {wins}
+        assert model.lm_head.weight.is_contiguous()
+
+
+def test_the_gemv_measurement_decides_once_per_shape_with_a_margin(monkeypatch) -> None:
+    """`reduction_gemvs_win` takes the reductions only when they take under PROBE_MARGIN of MKL's time,
+    measures each shape of weights once per process, and does not measure models small enough to stay in
+    the caches."""
+    calls = []
+    times = iter([(1.0, 2.0), (0.97, 1.0)])
+
+    def fake_seconds(model: nn.Module, weights: list[nn.Parameter]) -> tuple[float, float]:
+        calls.append(len(weights))
+        return next(times)
+
+    monkeypatch.setattr(speed, "_gemv_seconds", fake_seconds)
+    monkeypatch.setattr(speed, "_probe_results", {})
+    assert not speed.reduction_gemvs_win(tiny())  # far below PROBE_MIN_BYTES: not measured
+    assert calls == []
+    monkeypatch.setattr(speed, "PROBE_MIN_BYTES", 0)
+    assert speed.reduction_gemvs_win(tiny()) and speed.reduction_gemvs_win(tiny())  # 2x faster, measured once
+    assert calls == [2 * 4 + 1]  # qkv, o, gate_up, down per layer, and the head
+    assert not speed.reduction_gemvs_win(tiny(n_layers=1))  # 3% faster: inside the margin
+    assert calls == [9, 5]
+
+
+def test_gemv_measurement_gives_the_weights_back() -> None:
+    """The real measurement times both kernels and leaves every weight row-major and bit for bit as it was."""
+    model = tiny()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    reduce_s, mkl_s = speed._gemv_seconds(model, weights)
+    assert 0 < reduce_s < 1 and 0 < mkl_s < 1
+    for name, p in model.named_parameters():
+        assert p.is_contiguous() and torch.equal(p, before[name]), name

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numbers
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +33,7 @@ from archlab.infer.speed import (
     check_compile_decode,
     compiled_forward,
     decode_layout,
+    reduction_gemvs_win,
 )
 from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.config import ModelConfig
@@ -110,7 +112,9 @@ def generate(
     Its Linear weights are read column-major while it runs (`decode_layout`), and given back as they were.
     `compile_decode=True` runs the one-token steps through `torch.compile` (dynamic shapes, so one graph
     serves every cache length); the first call compiles (seconds, see docs/inference.md) and later calls on
-    the same model reuse it. The prefill stays eager: every prompt length would be a new graph.
+    the same model reuse it. Where this machine streams weights faster through Inductor's own reductions than
+    through MKL (`reduction_gemvs_win`, measured once per model shape), the compiled step uses those and the
+    weights keep their row-major layout. The prefill stays eager: every prompt length would be a new graph.
     """
     if not prompts or not all(prompts):
         raise ValueError("generate needs at least one prompt, and every prompt at least one token")
@@ -127,8 +131,9 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        with decode_layout(model):
-            return _generate(model, prompts, sampling, eos_id, on_step, compile_decode)
+        reduce_linears = compile_decode and reduction_gemvs_win(model)
+        with nullcontext() if reduce_linears else decode_layout(model):
+            return _generate(model, prompts, sampling, eos_id, on_step, compile_decode, reduce_linears)
     finally:
         model.train(was_training)
 
@@ -141,6 +146,7 @@ def _generate(
     eos_id: int | None,
     on_step: Callable[[list[int | None]], list[bool]] | None,
     compile_decode: bool,
+    reduce_linears: bool = False,
 ) -> Generation:
     """Prefill, then the decode loop, timed apart (inputs already checked)."""
     n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
@@ -154,7 +160,7 @@ def _generate(
     logits = model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
     _sync(device)
     prefill = time.perf_counter() - start
-    step = compiled_forward(model) if compile_decode else model
+    step = compiled_forward(model, reduce_linears) if compile_decode else model
     out, ends, steps = _decode(step, cache, logits, sampling, generator, eos_id, on_step)
     _sync(device)
     decode = time.perf_counter() - start - prefill

@@ -7,17 +7,28 @@ the weights plus per-step overhead (docs/inference.md, "Decode speed"):
 - `compiled_forward`: the model's forward under torch.compile with dynamic shapes, for the one-token steps
   (`generate(..., compile_decode=True)`, `archlab generate --compile`), and `check_compile_decode`, which
   fails up front where that cannot work.
+- `reduction_gemvs_win`: whether the compiled step should compute its one-token products as Inductor's own
+  reductions over row-major weights (`compiled_forward(model, reduce_linears=True)`) instead of calling MKL
+  on column-major ones. Measured per machine and model shape: on an AMD Zen 4 the reductions streamed the
+  weights at 18.3 GB/s against MKL's 13.1, while on an Intel Xeon MKL already ran near the memory bound
+  (docs/performance.md, "Decoding").
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+logger = logging.getLogger(__name__)
 
 
 def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
@@ -84,16 +95,112 @@ def check_compile_decode(device: torch.device) -> None:
 
 
 DYNAMO_RECOMPILE_LIMIT = 128  # graphs of TransformerLM.forward kept: a few per model (one per Python branch taken)
+# float32 Linear weights below which the GEMV kernel is not measured (MKL's is kept): such weights stay in the
+# CPU's caches, so a step is bound by its overhead, not by how fast a kernel streams memory
+PROBE_MIN_BYTES = 16 * 2**20
+PROBE_MAX_BYTES = 256 * 2**20  # the probe times the model's first Linear weights up to this many bytes
+PROBE_MARGIN = 0.95  # the reductions must take under this fraction of MKL's time to be chosen
+_probe_results: dict[tuple, bool] = {}  # weight shapes -> whether the reductions won, for this process
 
 
-def compiled_forward(model: nn.Module) -> Callable[..., torch.Tensor]:
+class _ReductionLinears(TorchFunctionMode):
+    """Inside a compiled step: `F.linear` of one token as `(W * x).sum(-1)`. Inductor turns that into its own
+    vectorized dot products, reading each row-major weight row once, and may fuse the op before it (a norm's
+    scale, SwiGLU's product) into the same loop; everything else runs unchanged."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's protocol
+        kwargs = kwargs or {}
+        if func is F.linear and args[0].dim() >= 2 and args[0].shape[-2] == 1:
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            y = (weight * x.unsqueeze(-2)).sum(-1)
+            return y if bias is None else y + bias
+        return func(*args, **kwargs)
+
+
+def _forward_reducing_linears(model: nn.Module, *args: object, **kwargs: object) -> torch.Tensor:
+    with _ReductionLinears():
+        return model(*args, **kwargs)
+
+
+_compiled_reducing = None  # torch.compile(_forward_reducing_linears), built on first use; guards on the model
+
+
+def compiled_forward(model: nn.Module, reduce_linears: bool = False) -> Callable[..., torch.Tensor]:
     """The model's forward under torch.compile with dynamic shapes: the cache length and batch are symbols,
     so decoding compiles once rather than once per step. torch's compile cache keys on the forward's code,
     so a later call on the same model finds the graph already built.
 
     Every model of another shape adds graphs to that one cache, and past dynamo's default limit of 8 per
     function torch quietly runs the forward eagerly: the ninth model of an ablation sweep would decode
-    uncompiled. So the limit is raised (never lowered) to DYNAMO_RECOMPILE_LIMIT."""
+    uncompiled. So the limit is raised (never lowered) to DYNAMO_RECOMPILE_LIMIT.
+    With `reduce_linears`, one-token Linear products are compiled as reductions (`_ReductionLinears`), which
+    need row-major weights: see `reduction_gemvs_win`."""
+    global _compiled_reducing
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = max(limit, DYNAMO_RECOMPILE_LIMIT)
-    return torch.compile(model, dynamic=True)
+    if not reduce_linears:
+        return torch.compile(model, dynamic=True)
+    if _compiled_reducing is None:
+        _compiled_reducing = torch.compile(_forward_reducing_linears, dynamic=True)
+    compiled = _compiled_reducing
+    return lambda *args, **kwargs: compiled(model, *args, **kwargs)
+
+
+def _reduce_all(xs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [(w * x).sum(-1) for x, w in zip(xs, weights)]
+
+
+def _gemv_seconds(model: nn.Module, weights: list[nn.Parameter]) -> tuple[float, float]:
+    """Best times of the one-row products with `weights` as Inductor reductions (row-major, as they are) and
+    through MKL (column-major, as `decode_layout` lays them), alternated over rounds so drift hits both."""
+    xs = [torch.randn(1, w.shape[1]) for w in weights]
+    reduce = torch.compile(_reduce_all, dynamic=False)
+    changed: list[nn.Parameter] = []
+    best = [float("inf"), float("inf")]
+    try:
+        with torch.no_grad():
+            for round_ in range(4):
+                for side in (0, 1) if round_ % 2 == 0 else (1, 0):
+                    if side == 0:
+                        row_major_linears(changed)
+                        changed = []
+                        fn = lambda: reduce(xs, weights)  # noqa: E731
+                    else:
+                        changed = changed or column_major_linears(model)
+                        fn = lambda: [F.linear(x, w) for x, w in zip(xs, weights)]  # noqa: E731
+                    fn()
+                    for _ in range(3):
+                        start = time.perf_counter()
+                        fn()
+                        best[side] = min(best[side], time.perf_counter() - start)
+    finally:
+        row_major_linears(changed)
+    return best[0], best[1]
+
+
+def reduction_gemvs_win(model: nn.Module) -> bool:
+    """Whether a compiled decode step of `model` should compute its one-token products as Inductor reductions
+    over row-major weights rather than with MKL over column-major ones: measured once per process and shape
+    of weights, on this machine (`_gemv_seconds`: its first float32 CPU Linear weights up to PROBE_MAX_BYTES,
+    a second or so after a small compile). Models with under PROBE_MIN_BYTES of such weights, other
+    dtypes, other devices and FSDP-sharded models keep MKL without measuring."""
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"
+               and m.weight.dtype == torch.float32 and m.weight.is_contiguous() and type(m.weight.data) is torch.Tensor]
+    total = sum(w.numel() * 4 for w in weights)
+    if total < PROBE_MIN_BYTES or _fsdp_managed(model):
+        return False
+    chosen, size = [], 0
+    for w in dict.fromkeys(weights):  # a tied head once
+        if size and size + w.numel() * 4 > PROBE_MAX_BYTES:
+            break
+        chosen.append(w)
+        size += w.numel() * 4
+    key = tuple(tuple(w.shape) for w in chosen)
+    if key not in _probe_results:
+        reduce_s, mkl_s = _gemv_seconds(model, chosen)
+        _probe_results[key] = reduce_s < PROBE_MARGIN * mkl_s
+        logger.info("compiled decode: one-token products as %s (%d weights, %.1f MB: reductions %.2f ms, MKL "
+                    "%.2f ms)", "Inductor reductions" if _probe_results[key] else "MKL GEMVs", len(chosen),
+                    size / 1e6, 1e3 * reduce_s, 1e3 * mkl_s)
+    return _probe_results[key]
