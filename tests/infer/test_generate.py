@@ -280,6 +280,21 @@ def test_cli_compile_flag_gives_the_same_text(fake_checkpoint, capsys) -> None:
     assert capsys.readouterr().out == eager
 
 
+def test_cli_compile_keeps_row_major_weights_where_reductions_win(fake_checkpoint, capsys, monkeypatch) -> None:
+    """`--compile` re-lays the weights column-major only where MKL's GEMVs beat the compiled reductions; either
+    way the text is eager's."""
+    argv = ["generate", "--checkpoint", "c", "--prompt", "Hi", "--max-new-tokens", "8", "--temperature", "0"]
+    assert main(argv) == 0
+    eager = capsys.readouterr().out
+    for wins in (True, False):
+        relaid = []
+        monkeypatch.setattr("archlab.commands.generate.column_major_linears", relaid.append)
+        monkeypatch.setattr("archlab.commands.generate.reduction_gemvs_win", lambda m, wins=wins: wins)
+        monkeypatch.setattr("archlab.infer.generate.reduction_gemvs_win", lambda m, wins=wins: wins)
+        assert main([*argv, "--compile"]) == 0
+        assert capsys.readouterr().out == eager and len(relaid) == (0 if wins else 1)
+
+
 def test_cli_errors_are_one_line(fake_checkpoint, capsys) -> None:
     assert main(["generate", "--checkpoint", "c", "--prompt", "x" * 60, "--max-new-tokens", "10"]) == 2
     err = capsys.readouterr().err.strip()

@@ -18,7 +18,7 @@ import torch
 from archlab.infer.generate import Generation, check_context, generate_text
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
-from archlab.infer.speed import check_compile_decode, column_major_linears
+from archlab.infer.speed import check_compile_decode, column_major_linears, reduction_gemvs_win
 from archlab.infer.stream import TokenizerLike
 from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.nn.model import TransformerLM
@@ -113,7 +113,8 @@ def run_generate(args: argparse.Namespace) -> int:
         check_compile_decode(device)
     model, tokenizer = load_checkpoint(args.checkpoint)
     model.to(device).eval()
-    column_major_linears(model)  # the decode layout once, rather than on and off around every prompt
+    if not (args.compile and reduction_gemvs_win(model)):  # compiled reductions read the weights row-major
+        column_major_linears(model)  # the decode layout once, rather than on and off around every prompt
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
     if args.interactive:
