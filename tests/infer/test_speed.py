@@ -5,6 +5,8 @@ for new models, a missing C++ compiler refused up front), and its one-token prod
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn as nn
@@ -56,6 +58,20 @@ def test_generate_gives_the_weights_back_trainable_and_bit_identical() -> None:
     assert all(p.grad is not None for p in model.parameters())
 
 
+def steps_match_eager(model: nn.Module, step: Callable[..., torch.Tensor], n: int,
+                      after_each: Callable[[], None] = lambda: None) -> None:
+    """After the same 4-token prompts, `n` one-token steps of `step` give the eager model's logits to 1e-5."""
+    caches = [KVCache.for_model(model, 2, 40) for _ in range(2)]
+    token = torch.tensor([[7], [9]])
+    with torch.inference_mode():
+        for cache in caches:
+            model(torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), cache=cache)
+        for _ in range(n):
+            torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
+                                       rtol=1e-5, atol=1e-5)
+            after_each()
+
+
 COMPILED = dict(qk_norm="rmsnorm", attn_softcap=30.0, sliding_window=6, final_softcap=20.0, max_seq_len=64)
 
 
@@ -67,16 +83,8 @@ def test_compiled_decode_step_equals_eager_and_does_not_recompile_per_step() -> 
     counters.clear()
     model = tiny(**COMPILED)
     step = compiled_forward(model)
-    caches = [KVCache.for_model(model, 2, 40) for _ in range(2)]
-    token = torch.tensor([[7], [9]])
     graphs = []
-    with torch.inference_mode():
-        for cache in caches:
-            model(torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), cache=cache)
-        for _ in range(30):
-            torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
-                                       rtol=1e-5, atol=1e-5)
-            graphs.append(counters["stats"]["unique_graphs"])
+    steps_match_eager(model, step, 30, lambda: graphs.append(counters["stats"]["unique_graphs"]))
     assert graphs[0] == 1 and graphs[5] == graphs[-1] == 2  # the ring of 6 slots is full from the second step on
 
 
@@ -140,14 +148,7 @@ def test_reducing_step_equals_eager_and_has_no_linear_left(monkeypatch) -> None:
                         torch.compile(speed._forward_reducing_linears, dynamic=True, backend=recording))
     model = tiny(**REDUCING)
     step = compiled_forward(model, reduce_linears=True)
-    caches = [KVCache.for_model(model, 2, 40) for _ in range(2)]
-    token = torch.tensor([[7], [9]])
-    with torch.inference_mode():
-        for cache in caches:
-            model(torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), cache=cache)
-        for _ in range(8):
-            torch.testing.assert_close(step(token, cache=caches[0]), model(token, cache=caches[1]),
-                                       rtol=1e-5, atol=1e-5)
+    steps_match_eager(model, step, 8)
     targets = [str(node.target) for gm in graphs for node in gm.graph.nodes
                if node.op in ("call_function", "call_method")]
     linears = sum(isinstance(m, nn.Linear) for m in model.modules())  # qkv, o, up/gate, down per layer, head
