@@ -151,31 +151,23 @@ def _reduce_all(xs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[tor
     return [(w * x).sum(-1) for x, w in zip(xs, weights)]
 
 
-def _gemv_seconds(model: nn.Module, weights: list[nn.Parameter]) -> tuple[float, float]:
+def _gemv_seconds(weights: list[nn.Parameter]) -> tuple[float, float]:
     """Best times of the one-row products with `weights` as Inductor reductions (row-major, as they are) and
-    through MKL (column-major, as `decode_layout` lays them), alternated over rounds so drift hits both."""
+    through MKL (on column-major copies, as `decode_layout` lays them: at most PROBE_MAX_BYTES more memory for
+    the moment), alternated over rounds so drift hits both. The model is not touched."""
     xs = [torch.randn(1, w.shape[1]) for w in weights]
     reduce = torch.compile(_reduce_all, dynamic=False)
-    changed: list[nn.Parameter] = []
-    best = [float("inf"), float("inf")]
-    try:
-        with torch.no_grad():
-            for round_ in range(4):
-                for side in (0, 1) if round_ % 2 == 0 else (1, 0):
-                    if side == 0:
-                        row_major_linears(changed)
-                        changed = []
-                        fn = lambda: reduce(xs, weights)  # noqa: E731
-                    else:
-                        changed = changed or column_major_linears(model)
-                        fn = lambda: [F.linear(x, w) for x, w in zip(xs, weights)]  # noqa: E731
-                    fn()
-                    for _ in range(3):
-                        start = time.perf_counter()
-                        fn()
-                        best[side] = min(best[side], time.perf_counter() - start)
-    finally:
-        row_major_linears(changed)
+    with torch.no_grad():
+        columns = [w.detach().t().contiguous().t() for w in weights]
+        sides = (lambda: reduce(xs, weights), lambda: [F.linear(x, c) for x, c in zip(xs, columns)])
+        best = [float("inf"), float("inf")]
+        for round_ in range(4):
+            for side in (0, 1) if round_ % 2 == 0 else (1, 0):
+                sides[side]()
+                for _ in range(3):
+                    start = time.perf_counter()
+                    sides[side]()
+                    best[side] = min(best[side], time.perf_counter() - start)
     return best[0], best[1]
 
 
@@ -198,7 +190,7 @@ def reduction_gemvs_win(model: nn.Module) -> bool:
         size += w.numel() * 4
     key = tuple(tuple(w.shape) for w in chosen)
     if key not in _probe_results:
-        reduce_s, mkl_s = _gemv_seconds(model, chosen)
+        reduce_s, mkl_s = _gemv_seconds(chosen)
         _probe_results[key] = reduce_s < PROBE_MARGIN * mkl_s
         logger.info("compiled decode: one-token products as %s (%d weights, %.1f MB: reductions %.2f ms, MKL "
                     "%.2f ms)", "Inductor reductions" if _probe_results[key] else "MKL GEMVs", len(chosen),
