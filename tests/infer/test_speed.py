@@ -114,10 +114,13 @@ def test_compile_without_a_cpp_compiler_fails_before_compute(monkeypatch) -> Non
         generate(tiny(), [[1, 2]], GREEDY, compile_decode=True)
 
 
-def test_compiled_generate_compiles_once_for_every_prompt_length() -> None:
+@pytest.mark.parametrize("reductions", [False, True], ids=["mkl", "reductions"])
+def test_compiled_generate_compiles_once_for_every_prompt_length(reductions: bool, monkeypatch) -> None:
     """A warm-up at one length must not recompile at another: the cache position and the cache's capacity
     (prompt + new tokens) are symbols of the one graph, so generating after prompts of 5, 9 and 17 tokens
-    builds one graph and recompiles nothing, and gives eager's greedy tokens each time."""
+    builds one graph and recompiles nothing, and gives eager's greedy tokens each time; with the products
+    as reductions too."""
+    monkeypatch.setattr("archlab.infer.generate.reduction_gemvs_win", lambda model: reductions)
     torch._dynamo.reset()
     counters.clear()
     model = tiny(n_layers=1)
