@@ -44,18 +44,21 @@ def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
     second time it is no longer contiguous), and embedding lookups read it strided.
     Returns the weights it changed, for `row_major_linears` to undo.
     """
-    changed: list[nn.Parameter] = []
-    if _fsdp_managed(model):
-        return changed
+    changed = _row_major_cpu_linears(model)
     with torch.inference_mode(False), torch.no_grad():  # real tensors, even inside a caller's inference_mode
-        for module in model.modules():
-            w = module.weight if isinstance(module, nn.Linear) else None
-            if (w is None or type(w.data) is not torch.Tensor or w.device.type != "cpu" or w.dtype != torch.float32
-                    or not w.is_contiguous() or min(w.shape) < 2):
-                continue
+        for w in changed:
             w.data = w.data.t().contiguous().t()
-            changed.append(w)
     return changed
+
+
+def _row_major_cpu_linears(model: nn.Module) -> list[nn.Parameter]:
+    """The float32 CPU `nn.Linear` weights still row-major (contiguous), each once (a tied head too); none for
+    FSDP-sharded models. What `column_major_linears` re-lays and `reduction_gemvs_win` measures."""
+    if _fsdp_managed(model):
+        return []
+    weights = (m.weight for m in model.modules() if isinstance(m, nn.Linear))
+    return list(dict.fromkeys(w for w in weights if type(w.data) is torch.Tensor and w.device.type == "cpu"
+                              and w.dtype == torch.float32 and w.is_contiguous() and min(w.shape) >= 2))
 
 
 def _fsdp_managed(model: nn.Module) -> bool:
@@ -100,7 +103,7 @@ DYNAMO_RECOMPILE_LIMIT = 128  # graphs of TransformerLM.forward kept: a few per 
 PROBE_MIN_BYTES = 16 * 2**20
 PROBE_MAX_BYTES = 256 * 2**20  # the probe times the model's first Linear weights up to this many bytes
 PROBE_MARGIN = 0.95  # the reductions must take under this fraction of MKL's time to be chosen
-_probe_results: dict[tuple, bool] = {}  # weight shapes -> whether the reductions won, for this process
+_probe_results: dict[tuple, bool] = {}  # (threads, weight shapes) -> whether the reductions won, this process
 
 
 class _ReductionLinears(TorchFunctionMode):
@@ -173,22 +176,20 @@ def _gemv_seconds(weights: list[nn.Parameter]) -> tuple[float, float]:
 
 def reduction_gemvs_win(model: nn.Module) -> bool:
     """Whether a compiled decode step of `model` should compute its one-token products as Inductor reductions
-    over row-major weights rather than with MKL over column-major ones: measured once per process and shape
-    of weights, on this machine (`_gemv_seconds`: its first float32 CPU Linear weights up to PROBE_MAX_BYTES,
-    a second or so after a small compile). Models with under PROBE_MIN_BYTES of such weights, other
+    over row-major weights rather than with MKL over column-major ones: measured once per process, thread
+    count and shape of weights, on this machine (`_gemv_seconds`: its first float32 CPU Linear weights up to
+    PROBE_MAX_BYTES, a second or so after a small compile). Models with under PROBE_MIN_BYTES of such weights, other
     dtypes, other devices and FSDP-sharded models keep MKL without measuring."""
-    weights = [m.weight for m in model.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"
-               and m.weight.dtype == torch.float32 and m.weight.is_contiguous() and type(m.weight.data) is torch.Tensor]
-    total = sum(w.numel() * 4 for w in weights)
-    if total < PROBE_MIN_BYTES or _fsdp_managed(model):
+    weights = _row_major_cpu_linears(model)
+    if sum(w.numel() * 4 for w in weights) < PROBE_MIN_BYTES:
         return False
     chosen, size = [], 0
-    for w in dict.fromkeys(weights):  # a tied head once
+    for w in weights:
         if size and size + w.numel() * 4 > PROBE_MAX_BYTES:
             break
         chosen.append(w)
         size += w.numel() * 4
-    key = tuple(tuple(w.shape) for w in chosen)
+    key = (torch.get_num_threads(), *(tuple(w.shape) for w in chosen))  # the winner may differ by threads
     if key not in _probe_results:
         reduce_s, mkl_s = _gemv_seconds(chosen)
         _probe_results[key] = reduce_s < PROBE_MARGIN * mkl_s
