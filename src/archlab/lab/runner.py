@@ -26,7 +26,19 @@ from pathlib import Path
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
 from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run
-from archlab.lab.suite import Arm, Budget, Suite, SuiteError, Timing, arm_keys, match_parameters, resolve_arm
+from archlab.lab.suite import (
+    Arm,
+    Budget,
+    Suite,
+    SuiteError,
+    Timing,
+    arm_keys,
+    flag_value,
+    match_parameters,
+    resolve_arm,
+)
+from archlab.lab.timing import time_pairs
+from archlab.nn.config import ModelConfig
 from archlab.train.config import resolve_config
 from archlab.train.metrics import METRICS
 
@@ -120,7 +132,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
                store: str | Path | None = None, extra: dict[str, int] | None = None) -> Plan:
     """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs: every arm at
     seeds 0..seeds-1 (plus `extra` seeds per arm), each in STORE/<run_hash>."""
-    seeds = seeds or budget.seeds
+    seeds = seeds or suite.seeds or budget.seeds
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
     match_parameters(suite, budget)
@@ -333,19 +345,30 @@ def measure_timings(plan: Plan, on_timing: Callable[[Timing], None] | None = Non
     for timing in plan.suite.timings:
         if timing.metric in cached and cached[timing.metric].get("arms") == list(timing.arms):
             continue
-        from archlab.lab.timing import time_pairs  # the timing harness (one thread, fresh models)
-
         if on_timing is not None:
             on_timing(timing)
-        a, b = (resolve_arm(plan.suite, plan.suite.arm(name), plan.budget) for name in timing.arms)
-        times = time_pairs(a[1], b[1], kind=timing.kind, pairs=timing.pairs,
-                           **{"batch_size": a[0].data.batch_size, "block_size": a[0].data.block_size,
-                              **timing.options})
+        configs = [timed_config(plan, name, timing) for name in timing.arms]
+        options = dict(timing.options)
+        if timing.kind == "train_step":  # the budget's batch and context unless the timing says otherwise
+            train = resolve_arm(plan.suite, plan.suite.arm(timing.arms[0]), plan.budget)[0]
+            options = {"batch": train.data.batch_size, "block": train.data.block_size, **options}
+        times = time_pairs(configs[0], configs[1], kind=timing.kind, pairs=timing.pairs, **options)
         cached[timing.metric] = {"arms": list(timing.arms), "kind": timing.kind, "options": timing.options,
                                  "a": list(times.a), "b": list(times.b)}
         plan.out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cached, indent=1), encoding="utf-8")
     return cached
+
+
+def timed_config(plan: Plan, arm: str, timing: Timing) -> ModelConfig:
+    """The model an arm times: its resolved config with the timing's own model keys (a longer max_seq_len for a
+    2k-token decode cache, say) on top."""
+    keys = {**arm_keys(plan.suite, plan.suite.arm(arm), plan.budget), **{k: flag_value(v) for k, v in
+                                                                          timing.keys.items()}}
+    try:
+        return resolve_config([keys])[1]
+    except ValueError as err:
+        raise SuiteError(f"suite {plan.suite.name} timing {timing.metric} arm {arm}: {err}") from None
 
 
 def _read_measured(run: RunSpec) -> dict:

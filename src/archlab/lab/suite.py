@@ -6,6 +6,8 @@
     design: the norms are built alike ... # why this design can show its claims (printed on the page)
     narang: RMSNorm improved ...          # Narang et al. 2021's finding on the same switch, one line (optional)
     base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested (archlab.overrides)
+    budget_keys: {small: {steps: 2000}}   # keys over the base at one budget only (a longer run where it must be)
+    seeds: 2                              # seeds per arm when not the budget's
     match_params: d_ff                    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
     unmatched: [wide]                     # arms that differ in size on purpose (flagged, never adjusted)
     checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
@@ -15,7 +17,7 @@
     margins: {val_loss: 0.02}             # equivalence margins per metric (metric units) for `same` claims
     measure: [val_loss]                   # archlab.lab.measure.MEASURES
     timings:                              # speed claims on fresh models, interleaved A/B pairs (lab/timing.py)
-      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24}
+      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {}, keys: {}}
     claims:
       - {text: ..., metric: val_loss, arm: rmsnorm, versus: layernorm, expect: same, margin: 0.02}
       - {text: ..., metric: val_loss, factor: lr, arm: high, versus: normal, within: {norm: post}}
@@ -42,6 +44,7 @@ import yaml
 
 from archlab.costs import parameter_counts
 from archlab.lab.measure import MEASURES
+from archlab.lab.timing import TIMINGS
 from archlab.nn.config import ModelConfig
 from archlab.overrides import flatten
 from archlab.train.config import TrainConfig, resolve_config
@@ -50,7 +53,6 @@ PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is 
 MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same")
 NARANG_FINDINGS = ("better", "same", "worse")
-TIMING_KINDS = ("train_step", "norm_op", "decode")  # archlab.lab.timing.TIMINGS
 # Equivalence margins for `same` claims, metric units. 0.02 nats on the final validation loss at `small`: the
 # review of the first published results put a "worth less than 25% more base compute" margin there (a WSD step
 # ladder that measures it per budget is not built yet), and it is ~0.7x the base's seed-to-seed spread on fixed
@@ -128,6 +130,7 @@ class Claim:
     versus_metric: str | None = None  # compare `metric` of arm with this metric of versus; None = the same metric
     direction: str | None = None  # higher | lower: the way the claim says arm moves; None = the measure's better
     narang: str | None = None  # Narang et al. 2021 on the same comparison: better | same | worse
+    untestable: str | None = None  # why this design cannot show the claim here (reported, never tested)
     factor: str | None = None  # a factorial contrast of this factor's levels `arm` vs `versus`
     within: dict[str, str] | None = None  # with `factor`: only the cells at these levels of other factors
 
@@ -147,7 +150,8 @@ class Timing:
     kind: str  # TIMING_KINDS
     arms: tuple[str, str]
     pairs: int = 24
-    options: dict[str, object] = field(default_factory=dict)  # passed to time_pairs (cache length, batch, d, ...)
+    options: dict[str, object] = field(default_factory=dict)  # passed to time_pairs (cache_len, batch, d, build)
+    keys: dict[str, object] = field(default_factory=dict)  # dotted model keys for the timed models only
 
 
 @dataclass
@@ -179,6 +183,8 @@ class Suite:
     regimes: dict[str, list[str]] = field(default_factory=dict)  # regime -> arms pooled together
     margins: dict[str, float] = field(default_factory=dict)  # the suite's margins per metric
     timings: list[Timing] = field(default_factory=list)
+    seeds: int | None = None  # seeds per arm when the suite needs other than the budget's (a factorial: fewer)
+    budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)  # budget -> keys over the base there
 
     @property
     def base_arm(self) -> Arm:
@@ -216,8 +222,8 @@ def _require(ok: bool, where: str, message: str) -> None:
         raise SuiteError(f"{where}: {message}")
 
 
-_KEYS = {"name", "title", "source", "design", "narang", "base", "arms", "factors", "regimes", "margins", "timings",
-         "measure", "claims", "match_params", "unmatched", "checkpoints"}
+_KEYS = {"name", "title", "source", "design", "narang", "base", "budget_keys", "arms", "factors", "regimes", "margins",
+         "timings", "measure", "claims", "match_params", "unmatched", "checkpoints", "seeds"}
 
 
 def load_suite(spec: str | Path) -> Suite:
@@ -248,7 +254,12 @@ def load_suite(spec: str | Path) -> Suite:
                   unmatched=[str(a) for a in tree.get("unmatched") or []], checkpoints=tree.get("checkpoints", 1),
                   path=str(path), design=" ".join(str(tree.get("design", "")).split()), factors=factors,
                   regimes={str(k): [str(a) for a in v] for k, v in (tree.get("regimes") or {}).items()},
-                  margins=margins, timings=timings)
+                  margins=margins, timings=timings, seeds=tree.get("seeds"),
+                  budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()})
+    _require(suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2), where,
+             f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)")
+    _require(set(suite.budget_keys) <= set(BUDGETS), where, f"budget_keys names budgets "
+             f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}")
     suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
     _require(isinstance(suite.checkpoints, int) and suite.checkpoints >= 1, where,
              f"checkpoints={suite.checkpoints!r}; an integer >= 1")
@@ -293,11 +304,12 @@ def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
     pair = raw.get("arms") or []
     _require(len(pair) == 2 and set(pair) <= set(arms), where, f"timing {raw.get('metric')!r}: arms {pair!r} must "
              f"name two arms ({', '.join(arms)})")
-    _require(raw.get("kind") in TIMING_KINDS, where, f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; "
-             f"one of {', '.join(TIMING_KINDS)}")
+    _require(raw.get("kind") in TIMINGS, where, f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; "
+             f"one of {', '.join(TIMINGS)}")
     pairs = raw.get("pairs", 24)
     _require(isinstance(pairs, int) and pairs >= 2, where, f"timing {raw.get('metric')!r}: pairs={pairs!r}; >= 2")
-    return Timing(str(raw["metric"]), raw["kind"], (str(pair[0]), str(pair[1])), pairs, dict(raw.get("options") or {}))
+    return Timing(str(raw["metric"]), raw["kind"], (str(pair[0]), str(pair[1])), pairs,
+                  dict(raw.get("options") or {}), flatten(raw.get("keys") or {}))
 
 
 def _claim(raw: dict, where: str, suite: Suite) -> Claim:
@@ -371,8 +383,9 @@ def flag_value(value: object) -> str:
 
 
 def arm_keys(suite: Suite, arm: Arm, budget: Budget) -> dict[str, str]:
-    """The arm's dotted keys as flag strings: the lab's defaults < budget < base < arm."""
-    merged = {**LAB_KEYS, **budget.keys, **suite.base, **arm.overrides}
+    """The arm's dotted keys as flag strings: the lab's defaults < budget < base < the base's keys at this budget
+    (`budget_keys:`) < arm."""
+    merged = {**LAB_KEYS, **budget.keys, **suite.base, **suite.budget_keys.get(budget.name, {}), **arm.overrides}
     if suite.checkpoints > 1:  # evenly spaced over the run, all kept
         merged["checkpoint.save_every"] = max(1, int(merged["steps"]) // suite.checkpoints)
         merged["checkpoint.keep_last"] = suite.checkpoints + 1
