@@ -233,13 +233,14 @@ def run_wall_s(run_dir: Path) -> float:
     return max(0.0, status.stat().st_mtime - config.stat().st_mtime) if config.is_file() else 0.0
 
 
-def _start(run: RunSpec, jobs: int) -> subprocess.Popen:
+def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
+    """Start (or resume) one run's `archlab train` process; `threads` caps its intra-op threads (None: torch's)."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     _started[run] = (time.time(), run_wall_s(run.run_dir))  # a resumed run adds to its earlier sessions' time
     (run.run_dir / STATUS).unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if jobs > 1:  # one thread per process: N processes on N cores instead of N x cores threads fighting
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if threads is not None:  # --jobs N: one thread per process, N processes on N cores, not N x cores fighting
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     cmd = [sys.executable, "-m", "archlab", *run.command(resume=final_step(run.run_dir) > 0)[1:]]
     with (run.run_dir / "train.log").open("a", encoding="utf-8") as log:  # the child keeps its own handle
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -264,15 +265,16 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
 
     On Ctrl-C the runs under way receive it too, checkpoint and exit; the next call continues them.
     """
-    todo = [r for r in plan.runs if not is_done(r)]
-    total, done = len(plan.runs), len(plan.runs) - len(todo)
+    unique = list({r.run_dir: r for r in reversed(plan.runs)}.values())[::-1]  # one run per folder (arms may agree)
+    todo = [r for r in unique if not is_done(r)]
+    total, done = len(unique), len(unique) - len(todo)
     running: dict[RunSpec, subprocess.Popen] = {}
     start, steps_before = time.perf_counter(), {r: current_step(r) for r in todo}
     try:
         while todo or running:
             while todo and len(running) < jobs:
                 run = todo.pop(0)
-                running[run] = _start(run, jobs)
+                running[run] = _start(run, 1 if jobs > 1 else None)
             for run, proc in list(running.items()):
                 if proc.poll() is not None:
                     del running[run]
