@@ -15,8 +15,9 @@ import pytest
 
 from archlab.lab import report as report_module
 from archlab.lab import stats
+from archlab.lab.measure import write_measured
 from archlab.lab.report import judge, narang_agreement, write_report
-from archlab.lab.runner import MEASURED, Plan, measure_plan, plan_suite, write_plan
+from archlab.lab.runner import Plan, measure_plan, plan_suite, write_plan
 from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
 
 SUITE = """
@@ -49,8 +50,7 @@ def _fake_runs(plan: Plan) -> None:
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         model = resolve_arm(plan.suite, plan.suite.arm(run.arm), BUDGETS["tiny"])[1]
         (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": run.keys}))
-        (run.run_dir / MEASURED).write_text(json.dumps({"val_loss": VAL[run.arm][run.seed],
-                                                         "step_ms": STEP_MS[run.arm][run.seed]}))
+        write_measured(run.run_dir, {"val_loss": VAL[run.arm][run.seed], "step_ms": STEP_MS[run.arm][run.seed]})
 
 
 @pytest.fixture(scope="module")

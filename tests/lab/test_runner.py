@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from archlab.lab import runner
-from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS
-from archlab.lab.runner import MEASURED, LabError, RunSpec, _finish, is_done, measure_plan, plan_suite, run_wall_s
+from archlab.lab.measure import MEASURED, MEASURES, STATUS, TIMING_ROUNDS, write_measured
+from archlab.lab.runner import LabError, RunSpec, _finish, is_done, measure_plan, plan_suite, run_wall_s
 from archlab.lab.suite import BUDGETS, load_suite
 from tests.lab.test_report import SUITE, _fake_runs
 
@@ -63,7 +63,7 @@ def test_timings_are_taken_in_rounds_over_all_runs_keeping_each_runs_best(
     plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out")
     _fake_runs(plan)  # val_loss and step_ms cached; drop step_ms so that it is timed again
     for run in plan.runs:
-        (run.run_dir / MEASURED).write_text(json.dumps({"val_loss": 1.0}))
+        write_measured(run.run_dir, {"val_loss": 1.0})
     order = sorted(plan.runs, key=lambda r: r.seed)
     calls: list[tuple[Path, list[str]]] = []
     slow_by_round = [5.0, 0.0, 9.0]  # round 1 is every run's fastest

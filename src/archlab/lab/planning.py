@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archlab.lab import stats
+from archlab.lab.measure import read_measured
 from archlab.lab.runner import Plan, is_done, read_plan
 from archlab.lab.suite import DEFAULT_MARGINS, Claim, is_exact
 from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, regime_of, spread
@@ -43,11 +44,9 @@ class PlanRow:
 
 def _stored(plan: Plan):
     """The earlier run's measures when every run of the suite at these seeds is already measured, else None."""
-    from archlab.lab.runner import _read_measured
-
     if not read_plan(plan.out) or not all(is_done(r) for r in plan.runs):
         return None
-    measured = {r: _read_measured(r) for r in plan.runs}
+    measured = {r: read_measured(r.run_dir) for r in plan.runs}
     return measured if all(measured.values()) else None
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
-from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run
+from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run, read_measured, write_measured
 from archlab.lab.suite import (
     Arm,
     Budget,
@@ -43,7 +43,6 @@ from archlab.train.config import resolve_config
 from archlab.train.metrics import METRICS
 
 PLAN = "plan.json"  # written in the suite's folder: which suite, budget, seeds and run folders it holds
-MEASURED = "lab-measures.json"  # per run: the lab's measurements, so a re-run or --collect does not redo them
 DIVERGED_TEXT = "training diverged"  # what `archlab train` prints when it stops on non-finite steps (exit 1)
 
 
@@ -315,7 +314,7 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
         raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
                        + (" ..." if len(missing) > 5 else ""))
     order = sorted(plan.runs, key=lambda r: r.seed)
-    cached = {run: _read_measured(run) for run in order}
+    cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
     timed = {run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing] for run in order}
     for run in order:
         wanted = [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
@@ -323,7 +322,7 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
             on_run(run)
         if wanted:
             cached[run].update(measure_run(run.run_dir, wanted, plan.budget.measure_windows))
-            _write_measured(run, cached[run])
+            write_measured(run.run_dir, cached[run])
     best: dict[RunSpec, dict] = {run: {} for run in order}
     for _ in range(TIMING_ROUNDS if any(timed.values()) else 0):
         for run in (r for r in order if timed[r]):
@@ -332,7 +331,7 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
     for run in order:
         if timed[run]:
             cached[run].update(best[run])
-            _write_measured(run, cached[run])
+            write_measured(run.run_dir, cached[run])
     return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}  # None: n/a
 
 
@@ -371,15 +370,6 @@ def timed_config(plan: Plan, arm: str, timing: Timing) -> ModelConfig:
         return resolve_config([keys])[1]
     except ValueError as err:
         raise SuiteError(f"suite {plan.suite.name} timing {timing.metric} arm {arm}: {err}") from None
-
-
-def _read_measured(run: RunSpec) -> dict:
-    path = run.run_dir / MEASURED
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def _write_measured(run: RunSpec, values: dict) -> None:
-    (run.run_dir / MEASURED).write_text(json.dumps(values, indent=2), encoding="utf-8")
 
 
 def run_config(run: RunSpec) -> dict:
