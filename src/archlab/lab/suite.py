@@ -58,9 +58,6 @@ NARANG_FINDINGS = ("better", "same", "worse")
 # ladder that measures it per budget is not built yet), and it is ~0.7x the base's seed-to-seed spread on fixed
 # evaluation windows (0.024), so a real tie can be confirmed with a handful of paired seeds.
 DEFAULT_MARGINS = {"val_loss": 0.02, "train_loss": 0.02, "loss_at_1x": 0.02}
-# Exact arithmetic (formulas, not experiments): claims on them are "by construction". measure.Measure.exact says
-# so for measures that carry the flag; these are the ones known before it existed.
-_EXACT = {"kv_bytes_per_token", "norm_flop_share"}
 # what lab runs default to: no TensorBoard, samples or progress bar (the lab shows its own), one final checkpoint
 LAB_KEYS = {"logging.tensorboard": False, "logging.samples": 0, "logging.progress": False, "checkpoint.save_every": 0}
 
@@ -87,8 +84,7 @@ class Budget:
 
 def is_exact(metric: str) -> bool:
     """Whether a measure is exact arithmetic (a formula), so that claims on it are "by construction"."""
-    measure = MEASURES.get(metric)
-    return bool(getattr(measure, "exact", False)) or metric in _EXACT
+    return metric in MEASURES and MEASURES[metric].exact
 
 
 # warmup is ~10% of the steps in every budget, so "no warmup" arms (schedule.warmup_steps: 0) mean the same

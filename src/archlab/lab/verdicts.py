@@ -21,11 +21,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from archlab.lab import stats
+from archlab.lab.measure import MEASURES
 from archlab.lab.runner import Plan, RunSpec
 from archlab.lab.suite import Claim, Suite, is_exact
 
 COUNT_METRICS = {"diverged": "binary", "spikes": "count"}  # discrete outcomes: exact tests, never a t-test
-LOSS_METRICS = ("val_loss", "train_loss", "loss_at_1x", "loss_at_2x", "loss_at_4x", "bits_per_byte")
 
 
 @dataclass
@@ -157,7 +157,7 @@ def _judge_one(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dic
         test, note = stats.paired_binary_test(a, b, alpha=alpha), "exact paired test of the divergence rates"
     elif kind == "count":
         test, note = stats.paired_count_test(a, b, alpha=alpha), "paired count test"
-    elif claim.metric in LOSS_METRICS and _diverged(plan, measured, arms):
+    elif MEASURES[claim.metric].censored and _diverged(plan, measured, arms):
         test, note = stats.rank_test(a, b, better=claim.better, alpha=alpha), "rank test: some runs diverged"
     else:
         pooled, note = _pooled(plan, measured, claim, arms, len(a))
