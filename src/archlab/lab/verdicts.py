@@ -131,6 +131,10 @@ def judge(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict] | 
 
 
 def _sides(plan: Plan, measured: dict[RunSpec, dict], claim: Claim) -> tuple[list[float], list[float]]:
+    """Per-seed values of both sides; a diverged run's value of a censored measure is NaN (no measurement)."""
+    if any(MEASURES[m].censored for m in (claim.metric, claim.versus_metric) if m in MEASURES):
+        measured = {r: {**v, **{m: math.nan for m in v if m in MEASURES and MEASURES[m].censored}}
+                    if v.get("diverged", 0.0) == 1.0 else v for r, v in measured.items()}
     a_arms, b_arms = plan.suite.cells(claim, claim.arm), plan.suite.cells(claim, claim.versus)
     a = _cell_means(plan, measured, a_arms, claim.metric)
     b = _cell_means(plan, measured, b_arms, claim.versus_metric or claim.metric)
@@ -144,7 +148,8 @@ def _judge_one(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dic
     if timing is not None:
         return _judge_timing(claim, timings.get(claim.metric), alpha)
     a, b = _sides(plan, measured, claim)
-    estimate = statistics.fmean(x - y for x, y in zip(a, b)) if a else math.nan
+    finite = [(x, y) for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)]
+    estimate = statistics.fmean(x - y for x, y in finite) if finite else math.nan
     if claim.untestable:
         return ClaimResult(claim, None, stats.UNTESTABLE, estimate, a, b, note=claim.untestable)
     if is_exact(claim.metric):
@@ -154,11 +159,13 @@ def _judge_one(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dic
     kind = COUNT_METRICS.get(claim.metric)
     arms = plan.suite.cells(claim, claim.arm) + plan.suite.cells(claim, claim.versus)
     if kind == "binary":
-        test, note = stats.paired_binary_test(a, b, alpha=alpha), "exact paired test of the divergence rates"
+        test, note = stats.paired_binary_test(a, b, better=claim.better, alpha=alpha), "exact paired (McNemar) test"
     elif kind == "count":
-        test, note = stats.paired_count_test(a, b, alpha=alpha), "paired count test"
+        test, note = stats.paired_count_test(a, b, better=claim.better, alpha=alpha), "paired count test"
     elif MEASURES[claim.metric].censored and _diverged(plan, measured, arms):
         test, note = stats.rank_test(a, b, better=claim.better, alpha=alpha), "rank test: some runs diverged"
+    elif len(finite) < len(a):
+        return ClaimResult(claim, None, stats.UNTESTABLE, estimate, a, b, note="the measure is n/a for some runs")
     else:
         pooled, note = _pooled(plan, measured, claim, arms, len(a))
         test = stats.test_claim(a, b, pooled=pooled, **kw)
