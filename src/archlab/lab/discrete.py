@@ -1,0 +1,188 @@
+"""Claims on outcomes a t-test must not judge: divergence (0/1 per seed), event counts, losses of diverged runs.
+
+Each test is paired by seed, exact where small samples need it, and returns a `ClaimTest` of "a is better than b"
+(`better="lower"`: fewer divergences, fewer spikes, lower loss). `p` is the one-sided p-value of "a is better",
+`p_contra` of "a is worse"; confirmed when p < alpha, contradicted when p_contra < alpha, else inconclusive.
+
+- `paired_binary_test`: the exact McNemar test. Only discordant seeds (one arm diverged, the other not) carry
+  information; under "no difference" the number where a is the worse one is Binomial(discordant, 1/2) (scipy's
+  `binomtest`). The estimate is the difference of rates, mean(a - b); its interval is the Clopper-Pearson interval
+  of the discordant split, scaled by the discordant share (conditional on the number of discordant seeds).
+- `paired_count_test`: paired Poisson counts. If seed s has rates lambda_s * theta_a and lambda_s * theta_b,
+  then given all events, a's total is Binomial(total, theta_a / (theta_a + theta_b)) whatever the lambda_s, so
+  the conditional binomial test of 1/2 is exact for "same rate". The estimate is mean(a - b).
+- `rank_test`: the Wilcoxon signed-rank test (scipy's `wilcoxon`) of the paired differences, with a diverged run
+  (NaN or +-inf) ranked worse than every finite value; two diverged runs at one seed tie. The estimate is the
+  median difference, its interval the distribution-free order-statistic interval of the median (coverage at least
+  1 - 2 alpha).
+
+No events in any run (nothing diverged, no spikes) gives "untestable by this design": the design cannot separate
+the arms, and more seeds of the same design would not either. Inconclusive binary and count tests carry the seeds
+per arm at which the exact test reaches 80% power at the observed rates (optimistic, as any observed effect is);
+the rank test carries the fewest seeds at which its exact p can reach alpha at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+from scipy import stats
+
+from archlab.lab.outcomes import BETTERS, INCONCLUSIVE, UNTESTABLE, ClaimTest, decide
+
+PLAN_POWER = 0.8
+MAX_PLANNED_SEEDS = 1000  # beyond this an exact-test plan is reported as None (not decidable in practice)
+
+
+def _check(better: str, alpha: float) -> None:
+    if better not in BETTERS:
+        raise ValueError(f"better must be one of {', '.join(BETTERS)}, got {better!r}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+
+
+def _counts(name: str, values: Sequence[float], binary: bool) -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    allowed = "0 or 1" if binary else "a count (integer >= 0)"
+    ok = np.isin(x, (0.0, 1.0)) if binary else (np.isfinite(x) & (x >= 0) & (x == np.round(x)))
+    if x.size == 0 or not ok.all():
+        where = int(np.nonzero(~ok)[0][0]) if x.size else 0
+        raise ValueError(f"{name}[{where}] = {x[where] if x.size else 'missing'!r}: each value must be {allowed}")
+    return x
+
+
+def _pair(a: np.ndarray, b: np.ndarray) -> None:
+    if a.size != b.size:
+        raise ValueError(f"paired values need one value per seed on both sides: len(a) = {a.size}, len(b) = {b.size}")
+
+
+def _exact_plan(total_pmf: Callable[[np.ndarray, int], np.ndarray], support: Callable[[int], int], q_worse: float,
+                alpha: float) -> int | None:
+    """Seeds for PLAN_POWER of the exact conditional test: t events ~ total_pmf(t, n), a-worse ~ Bin(t, q_worse).
+
+    Scanned upwards from 2 seeds (the power of an exact test is not monotone in n); `support(n)` bounds t.
+    """
+    totals = np.arange(0, support(MAX_PLANNED_SEEDS) + 1)
+    # the largest a-worse count that is significant given t events: binom.cdf(k, t, 1/2) < alpha
+    crit = stats.binom.ppf(alpha, totals, 0.5)
+    crit = np.where(stats.binom.cdf(crit, totals, 0.5) < alpha, crit, crit - 1)
+    reject_given_t = np.where(crit >= 0, stats.binom.cdf(crit, totals, q_worse), 0.0)
+    for n in range(2, MAX_PLANNED_SEEDS + 1):
+        t = totals[: support(n) + 1]
+        if float(np.sum(total_pmf(t, n) * reject_given_t[: t.size])) >= PLAN_POWER:
+            return n
+    return None
+
+
+def _rate_ci(worse: int, total: int, n: int, alpha: float, a_minus_b_per_worse: float) -> tuple[float, float]:
+    """Interval of mean(a - b) = total / n * (2 pi - 1) * sign, pi the Clopper-Pearson split of a-worse events."""
+    ci = stats.binomtest(worse, total, 0.5).proportion_ci(confidence_level=1 - 2 * alpha, method="exact")
+    ends = sorted(a_minus_b_per_worse * total / n * (2 * v - 1) for v in (ci.low, ci.high))
+    return ends[0], ends[1]
+
+
+def _conditional(worse: int, total: int, n: int, estimate: float, better: str, alpha: float, test: str,
+                 a_minus_b_per_worse: float) -> ClaimTest:
+    p = float(stats.binomtest(worse, total, 0.5, alternative="less").pvalue)
+    p_contra = float(stats.binomtest(worse, total, 0.5, alternative="greater").pvalue)
+    return ClaimTest(outcome=decide(p, p_contra, alpha), p=p, p_contra=p_contra, estimate=estimate,
+                     ci=_rate_ci(worse, total, n, alpha, a_minus_b_per_worse), df=math.nan, seeds_needed=None,
+                     expect="better", better=better, test=test, n=n, alpha=alpha, level=alpha)
+
+
+def paired_binary_test(x_a: Sequence[float], x_b: Sequence[float], *, better: str = "lower",
+                       alpha: float = 0.05) -> ClaimTest:
+    """Exact McNemar test of "a has a lower (better="higher": higher) rate than b" on 0/1 outcomes per seed."""
+    _check(better, alpha)
+    a, b = _counts("x_a", x_a, True), _counts("x_b", x_b, True)
+    _pair(a, b)
+    n, sign = a.size, (1.0 if better == "lower" else -1.0)
+    worse, wins = int(np.sum(sign * (a - b) > 0)), int(np.sum(sign * (a - b) < 0))
+    estimate = float(np.mean(a - b))
+    if not (a.any() or b.any()) or (a.all() and b.all()):
+        return _untestable(estimate, better, alpha, n, "exact binomial", "no seed differs: every run had the same "
+                           "outcome, so this design cannot compare the rates")
+    if worse + wins == 0:
+        test = _untestable(estimate, better, alpha, n, "exact binomial", "no discordant seed yet")
+        return replace(test, outcome=INCONCLUSIVE)
+    test = _conditional(worse, worse + wins, n, estimate, better, alpha, "exact binomial", sign)
+    if test.outcome == INCONCLUSIVE and wins > worse:
+        share, q = (worse + wins) / n, worse / (worse + wins)
+        plan = _exact_plan(lambda t, m: stats.binom.pmf(t, m, share), lambda m: m, q, alpha)
+        test = replace(test, seeds_needed=plan)
+    return test
+
+
+def paired_count_test(c_a: Sequence[float], c_b: Sequence[float], *, better: str = "lower",
+                      alpha: float = 0.05) -> ClaimTest:
+    """Conditional binomial test of "a has fewer (better="higher": more) events than b" on per-seed counts."""
+    _check(better, alpha)
+    a, b = _counts("c_a", c_a, False), _counts("c_b", c_b, False)
+    _pair(a, b)
+    n, sign = a.size, (1.0 if better == "lower" else -1.0)
+    total = int(a.sum() + b.sum())
+    estimate = float(np.mean(a - b))
+    if total == 0:
+        return _untestable(estimate, better, alpha, n, "conditional binomial", "no events in any run")
+    worse = int(a.sum()) if better == "lower" else int(b.sum())
+    test = _conditional(worse, total, n, estimate, better, alpha, "conditional binomial", sign)
+    if test.outcome == INCONCLUSIVE and 2 * worse < total:
+        rate, q = total / n, worse / total
+        plan = _exact_plan(lambda t, m: stats.poisson.pmf(t, m * rate),
+                           lambda m: int(m * rate + 10 * math.sqrt(m * rate) + 10), q, alpha)
+        test = replace(test, seeds_needed=plan)
+    return test
+
+
+def _diverged_worst(x: np.ndarray, worst: float) -> np.ndarray:
+    return np.where(np.isfinite(x), x, worst)
+
+
+def rank_test(a: Sequence[float], b: Sequence[float], *, better: str, alpha: float = 0.05) -> ClaimTest:
+    """Wilcoxon signed-rank test of "a is better than b", a diverged run (NaN, inf) ranked worst (module doc)."""
+    _check(better, alpha)
+    xa, xb = (np.asarray(v, dtype=np.float64).reshape(-1) for v in (a, b))
+    _pair(xa, xb)
+    if xa.size == 0:
+        raise ValueError("rank_test needs at least one seed")
+    finite = np.concatenate([xa[np.isfinite(xa)], xb[np.isfinite(xb)]])
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    # beyond every finite value by more than the finite range: a diverged run's |d| outranks every finite |d|
+    worst = high + 2 * (high - low) + 1 if better == "lower" else low - 2 * (high - low) - 1
+    d = _diverged_worst(xa, worst) - _diverged_worst(xb, worst)
+    n = int(d.size)
+    d_inf = np.where(np.isfinite(xa) & np.isfinite(xb), d, np.sign(d) * np.inf)
+    estimate = float(np.median(d_inf))
+    n_min = math.floor(math.log2(1 / alpha)) + 1  # an exact signed-rank p is at least 2^-n
+    if not np.any(d != 0):
+        return _untestable(estimate, better, alpha, n, "Wilcoxon signed-rank", "every seed ties")
+    method = "exact" if len(set(np.abs(d[d != 0]))) == np.count_nonzero(d) else stats.PermutationMethod(
+        n_resamples=4096, rng=np.random.default_rng(0))  # ties: sign flips, exhaustive for up to 12 seeds
+    toward_a = "less" if better == "lower" else "greater"
+    away = "greater" if better == "lower" else "less"
+    p = float(stats.wilcoxon(d, alternative=toward_a, method=method).pvalue)
+    p_contra = float(stats.wilcoxon(d, alternative=away, method=method).pvalue)
+    outcome = decide(p, p_contra, alpha)
+    return ClaimTest(outcome=outcome, p=p, p_contra=p_contra, estimate=estimate, ci=_median_ci(d_inf, alpha),
+                     df=math.nan, seeds_needed=n_min if outcome == INCONCLUSIVE and n < n_min else None,
+                     expect="better", better=better, test="Wilcoxon signed-rank", n=n, alpha=alpha, level=alpha,
+                     note="" if n >= n_min or outcome != INCONCLUSIVE else
+                     f"the exact test cannot reach p < {alpha} below {n_min} seeds")
+
+
+def _median_ci(d: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Order statistics (d_(k), d_(n+1-k)) with P(Bin(n, 1/2) <= k - 1) <= alpha: coverage >= 1 - 2 alpha."""
+    s, n = np.sort(d), d.size
+    k = int(stats.binom.ppf(alpha, n, 0.5))  # smallest k with cdf(k) >= alpha; cdf(k - 1) < alpha
+    if k < 1:
+        return (-math.inf, math.inf)
+    return float(s[k - 1]), float(s[n - k])
+
+
+def _untestable(estimate: float, better: str, alpha: float, n: int, test: str, note: str) -> ClaimTest:
+    return ClaimTest(outcome=UNTESTABLE, p=math.nan, ci=(math.nan, math.nan), estimate=estimate, df=math.nan,
+                     seeds_needed=None, expect="better", better=better, test=test, n=n, alpha=alpha, level=alpha,
+                     note=note)
