@@ -46,7 +46,7 @@ claims:
   - {text: b is faster than a, metric: step_s, arm: b, versus: a}
   - {text: c cuts the KV cache, metric: kv_bytes_per_token, arm: c, versus: a}
   - {text: c never diverges where a does, metric: diverged, arm: c, versus: a}
-  - {text: b is untestable here, metric: val_loss, arm: b, versus: a, untestable: the test says so}
+  - {text: c beats b but is untestable here, metric: val_loss, arm: c, versus: b, untestable: the test says so}
 """
 ROOT = Path(__file__).resolve().parents[2]
 # y[arm, seed] = mu_arm + u_seed + e[arm, seed], residuals summing to 0 over each arm and each seed
@@ -68,7 +68,7 @@ def _fake_runs(plan: Plan, values: dict[str, list[float]] = VAL) -> None:
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         model = resolve_arm(plan.suite, plan.suite.arm(run.arm), BUDGETS["tiny"])[1]
         (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": run.keys}))
-        write_measured(run.run_dir, {"val_loss": values[run.arm][run.seed], "kv_bytes_per_token": KV[run.arm],
+        write_measured(run.run_dir, {"val_loss": values[run.arm][run.seed], "kv_bytes_per_token": KV.get(run.arm, 0.0),
                                      "diverged": 0.0})
 
 
@@ -208,20 +208,31 @@ def test_a_factorial_contrast_uses_every_cell_and_the_pooled_residual(tmp_path: 
     (tmp_path / "f.yaml").write_text(FACTORIAL)
     plan = plan_suite(load_suite(tmp_path / "f.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=3)
     cells = {"pre-normal": 3.0, "pre-high": 3.2, "post-normal": 3.1, "post-high": 3.5}
-    values = {arm: [mu + U[s] + E["abc"[i % 3]][s] * (1 + i % 2) for s in range(3)]
-              for i, (arm, mu) in enumerate(cells.items())}
+    values = {arm: [mu + U[s] + E["abca"[i]][s] for s in range(3)] for i, (arm, mu) in enumerate(cells.items())}
     _fake_runs(plan, values)
     (result,) = judge(plan, measure_plan(plan))
     y = np.array([values[a] for a in cells])
     e = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
-    sigma = math.sqrt((e ** 2).sum() / (3 * 2))
-    se = sigma * math.sqrt(1 / 6 + 1 / 6)  # mean of 2 cells x 3 seeds on each side
+    sigma = math.sqrt((e ** 2).sum() / (3 * 2))  # (K - 1)(n - 1) = 6 df
+    se = sigma * math.sqrt(1 / 6 + 1 / 6)  # a mean of 2 cells x 3 seeds on each side
     a = (y[0] + y[1]) / 2
-    b = (y[2] + y[3]) / 2
+    assert "pooled residual of all arms (6 df)" in result.note
     assert result.a == pytest.approx(list(a)) and result.estimate == pytest.approx(-0.2)
     assert result.test.se == pytest.approx(se) and result.p == pytest.approx(sp.t.sf(0.2 / se, 6))
     assert result.outcome == stats.CONFIRMED
-    assert b.mean() - a.mean() == pytest.approx(0.2)
+
+
+def test_spreads_that_differ_over_3x_fall_back_to_the_pairs_own_differences(tmp_path: Path) -> None:
+    (tmp_path / "f.yaml").write_text(FACTORIAL)
+    plan = plan_suite(load_suite(tmp_path / "f.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=3)
+    scale = {"pre-normal": 1, "pre-high": 8, "post-normal": 1, "post-high": 8}  # high-lr cells 8x noisier
+    values = {arm: [3.0 + U[s] + scale[arm] * E["abca"[i]][s] for s in range(3)] for i, arm in enumerate(scale)}
+    _fake_runs(plan, values)
+    (result,) = judge(plan, measure_plan(plan))
+    d = np.array([(values["pre-normal"][s] + values["pre-high"][s] - values["post-normal"][s]
+                   - values["post-high"][s]) / 2 for s in range(3)])
+    assert "spreads in all arms differ > 3x" in result.note
+    assert result.test.se == pytest.approx(d.std(ddof=1) / math.sqrt(3)) and result.test.df == 2
 
 
 def _browser() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from statistics import NormalDist
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -157,9 +158,12 @@ def test_sequential_looks_at_stated_levels_and_extends_only_undecided_claims() -
     from archlab.lab import planning
     from archlab.lab.verdicts import ClaimResult
 
-    levels = planning.look_levels("pocock")
-    assert levels == pytest.approx([0.0294 / 2, 0.0294 / 2], abs=2e-4)  # Pocock, 2 looks, overall 0.05 two-sided
-    assert planning.look_levels("obrien-fleming") == pytest.approx([0.0052 / 2, 0.0480 / 2], abs=2e-4)
+    # one-sided 0.05 overall is two-sided 0.10: Pocock's constant boundary 1.875 at K = 2, O'Brien-Fleming's
+    # 1.678 * sqrt(2 / k) (Jennison & Turnbull 2000, tables 2.1 and 2.3); one-sided levels = the normal tail
+    tail = NormalDist().cdf
+    assert planning.look_levels("pocock") == pytest.approx([tail(-1.875)] * 2, abs=3e-4)
+    assert planning.look_levels("obrien-fleming") == pytest.approx([tail(-1.678 * math.sqrt(2)), tail(-1.678)],
+                                                                    abs=3e-4)
     plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], "/nonexistent")
     c = {x.text: x for x in plan.suite.claims}
     fake = stats.test_claim([1.0, 1.1], [1.05, 1.2], expect="better", better="lower")
