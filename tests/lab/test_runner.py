@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-from statistics import NormalDist
 import os
 from pathlib import Path
+from statistics import NormalDist
 from types import SimpleNamespace
 
 import pytest
@@ -195,8 +195,9 @@ def test_submitit_local_executor_trains_one_job_per_run(tmp_path: Path) -> None:
 
     (tmp_path / "two.yaml").write_text(SLURM_SUITE)
     plan = plan_suite(load_suite(tmp_path / "two.yaml"), BUDGETS["tiny"], tmp_path / "out")
+    plan.runs = [plan.runs_of("a")[0], plan.runs_of("b")[1]]  # two runs keep it short: one per arm
     jobs = submit_plan(plan, cluster="local", options=SlurmOptions(cpus=1, time_min=5), wait=True)
-    assert len(jobs) == len(plan.runs) == 4 and len({j.job_id for j in jobs}) == 4
+    assert len(jobs) == 2 and len({j.job_id for j in jobs}) == 2
     for run in plan.runs:
         assert is_done(run) and json.loads((run.run_dir / STATUS).read_text())["returncode"] == 0
         config = json.loads((run.run_dir / "config.json").read_text())

@@ -19,7 +19,6 @@ import shlex
 import signal
 import sys
 import time
-from pathlib import Path
 
 from archlab.lab import planning
 from archlab.lab.executor import EXECUTORS, SlurmOptions, submit_plan
@@ -91,8 +90,8 @@ def _plan(args: argparse.Namespace) -> Plan:
     out = args.collect or args.out or f"runs/ablate/{suite.name}-{budget}"
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs} is not allowed: at least 1")
-    store = args.store or recorded.get("store") or Path(out).parent / "store"
-    return plan_suite(suite, BUDGETS[budget], out, seeds, store=store, extra=recorded.get("extra"))
+    return plan_suite(suite, BUDGETS[budget], out, seeds, store=args.store or recorded.get("store"),
+                      extra=recorded.get("extra"))
 
 
 def _show_progress(p: Progress) -> None:

@@ -81,8 +81,8 @@ def _cell(xs: list[float]) -> str:
     finite = [x for x in xs if not math.isnan(x)]
     if not finite:
         return "n/a"
-    mean, std = stats.mean_std(finite)
-    return f"{_fmt(mean)} ± {_fmt(std)}"
+    std = statistics.stdev(finite) if len(finite) > 1 else 0.0
+    return f"{_fmt(statistics.fmean(finite))} ± {_fmt(std)}"
 
 
 def trained_params(run: RunSpec) -> int:

@@ -92,7 +92,7 @@ class Plan:
     data: list[DataSpec] = field(default_factory=list)
     runs: list[RunSpec] = field(default_factory=list)
 
-    store: Path | None = None  # where run folders live (default OUT/store); shared by suites given the same one
+    store: Path | None = None  # where run folders live (default OUT/../store): shared by the suites beside OUT
     extra: dict[str, int] = field(default_factory=dict)  # arm -> seeds beyond `seeds` (--sequential's later looks)
 
     def runs_of(self, arm: str) -> list[RunSpec]:
@@ -135,7 +135,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
     match_parameters(suite, budget)
-    plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out) / "store",
+    plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
                 extra=dict(extra or {}))
     for arm in suite.arms:
         data = _data_spec(suite, arm, budget, plan.store)

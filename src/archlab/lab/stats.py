@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from archlab.lab.discrete import paired_binary_test, paired_count_test, rank_test
 from archlab.lab.outcomes import (
@@ -63,7 +63,7 @@ from archlab.lab.rcbd import HETEROSCEDASTIC_RATIO, Pooled, Rcbd, rcbd
 
 __all__ = [
     "ALPHA", "BY_CONSTRUCTION", "CONFIRMED", "CONTRADICTED", "HETEROSCEDASTIC_RATIO", "INCONCLUSIVE",
-    "NOT_VISIBLE", "UNTESTABLE", "ClaimTest", "Pooled", "Rcbd", "adjust", "benjamini_hochberg", "holm",
+    "UNTESTABLE", "ClaimTest", "Pooled", "Rcbd", "adjust", "benjamini_hochberg", "holm",
     "paired_binary_test", "paired_count_test", "power", "rank_test", "rcbd", "seeds_needed", "sequential_levels",
     "test_claim",
 ]
@@ -280,60 +280,3 @@ def adjust(tests: Sequence[ClaimTest], method: str = "holm") -> list[ClaimTest]:
         level = tests[i].alpha / len(family)
         out[i] = _judge(tests[i], p, c, level, p_adjusted=p, p_contra_adjusted=c, level=level)
     return out
-
-
-# The old rule (Welch on shared seeds, a noise floor, the old outcome names), kept only because report.py,
-# scripts/publish_results.py and tests/lab/test_report.py call it until branch `laborch` moves them onto
-# test_claim and deletes it. Do not use it for new code: docs/lab-statistics.md says why it is wrong.
-NOT_VISIBLE = "not visible at this scale"
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1); the std of a single value is 0. (Old rule.)"""
-    n = len(values)
-    mean = math.fsum(values) / n
-    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var)
-
-
-@dataclass
-class Welch:
-    """Welch's t-test of a against b: difference of means (a - b), t, degrees of freedom, two-sided p. (Old rule.)"""
-
-    diff: float
-    t: float
-    df: float
-    p: float
-
-
-def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch:
-    """Welch's unequal-variance t-test (scipy); p is NaN with fewer than 2 values a side. (Old rule.)
-
-    Both spreads 0 give p = 0 when the means differ and p = 1 when they agree, as the old report expects.
-    """
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    diff = ma - mb
-    if len(a) < 2 or len(b) < 2:
-        return Welch(diff, math.nan, math.nan, math.nan)
-    va, vb = sa * sa / len(a), sb * sb / len(b)
-    if va + vb == 0.0:
-        return Welch(diff, math.copysign(math.inf, diff) if diff else 0.0, math.inf, 0.0 if diff else 1.0)
-    result = stats.ttest_ind(a, b, equal_var=False)
-    return Welch(diff, float(result.statistic), float(result.df), float(result.pvalue))
-
-
-def verdict(diff: float, p_adjusted: float, noise_floor: float, better: str, expect: str) -> str:
-    """The old rule's outcome (Welch + noise floor); kept for report.py until it moves onto test_claim."""
-    gain = -diff if better == "lower" else diff
-    significant = not math.isnan(p_adjusted) and p_adjusted < ALPHA
-    if expect == "better":
-        if significant and gain > noise_floor:
-            return CONFIRMED
-        if significant and -gain > noise_floor:
-            return CONTRADICTED
-        return NOT_VISIBLE
-    if significant and -gain > noise_floor:
-        return CONTRADICTED
-    if math.isnan(p_adjusted):
-        return NOT_VISIBLE
-    return CONFIRMED if -gain <= noise_floor else NOT_VISIBLE
