@@ -110,3 +110,13 @@ def test_bad_suite_name_is_one_line(capsys: pytest.CaptureFixture) -> None:
     assert main(["ablate", "no-such-suite"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("archlab ablate: error: suite 'no-such-suite': no such suite") and "\n" not in err
+
+
+def test_slurm_flags_are_documented_and_checked_before_compute(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["ablate", "--executor", "slurm", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--slurm-partition", "--slurm-time", "--slurm-gpus", "--slurm-cpus", "--slurm-array-parallelism"):
+        assert flag in text
+    assert main(["ablate", "heads", "--executor", "slurm", "--slurm-cpus", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "archlab ablate: error: --slurm-cpus 0 is not allowed: at least 1"

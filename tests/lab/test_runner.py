@@ -139,7 +139,7 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     plan = plan_suite(load_suite("heads"), BUDGETS["small"], tmp_path / "out")
     rows = {r.claim.text: r for r in power_plan(plan)}
     same = rows["GQA loses little (as good as MHA)"]
-    sigma, m, k = BUDGETS["small"].sigma, 2, 3  # two empirical loss claims; the timings and formulas stay out
+    sigma, m, k = BUDGETS["small"].sigma, 4, 3  # two loss claims and two timings; the formulas stay out
 
     def power(n: int) -> float:  # the pooled contrast: (K - 1)(n - 1) df, sd of a difference sigma * sqrt(2)
         df = (k - 1) * (n - 1)
@@ -152,6 +152,7 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     text = "\n".join(format_plan(plan, list(rows.values()), jobs=2))
     runs = 3 * same.seeds
     assert f"{same.seeds} seeds x 3 arms = {runs} runs, about {runs * 120 / 2 / 60:.0f} min wall" in text
+    assert "one-sided alpha 0.05/4" in text
 
 
 def test_sequential_looks_at_stated_levels_and_extends_only_undecided_claims() -> None:

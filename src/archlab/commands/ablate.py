@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="print the data and train commands instead of running them")
     parser.add_argument("--collect", metavar="DIR", default=None,
                         help="build the report from the finished run folders under DIR")
-    parser.add_argument("--store", default=None, help="folder of the run folders, shared by suites (default: the "
-                        "folder above --out, /store)")
+    parser.add_argument("--store", default=None, help="folder of the run folders, shared by suites (default: "
+                        "store/ beside --out; --collect reads the plan's)")
     parser.add_argument("--plan", action="store_true", help="print the seeds each claim needs for 80%% power and "
                         "the wall time that costs, then exit (trains nothing)")
     parser.add_argument("--sequential", choices=planning.SEQUENTIAL_KINDS, default=None,
@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     for arm in plan.suite.arms:
         print(f"{arm.name:24s} {arm.params:>12,} parameters  {param_note(plan.suite, arm, arm.params, base)}")
     command = shlex.join(["archlab", "ablate", args.suite, "--budget", plan.budget.name, "--seeds",
-                          str(plan.seeds), "--out", str(plan.out)])
+                          str(plan.seeds), "--out", str(plan.out)]
+                         + (["--sequential", args.sequential] if args.sequential else []))
     if args.plan:
         print("\n".join(planning.format_plan(plan, planning.power_plan(plan), max(args.jobs, 2))))
         return 0

@@ -47,14 +47,17 @@ def _stored(plan: Plan):
     if not read_plan(plan.out) or not all(is_done(r) for r in plan.runs):
         return None
     measured = {r: read_measured(r.run_dir) for r in plan.runs}
-    return measured if all(measured.values()) else None
+    return measured if all(set(plan.suite.measures) <= set(v) for v in measured.values()) else None
+
+
+def family_size(plan: Plan) -> int:
+    """The claims Holm's correction counts: all but the untestable and the by-construction ones."""
+    return max(1, sum(1 for c in plan.suite.claims if not c.untestable and not is_exact(c.metric)))
 
 
 def power_plan(plan: Plan) -> list[PlanRow]:
     """Each claim's seeds for 80% power (see the module doc)."""
-    family = [c for c in plan.suite.claims if not c.untestable and not is_exact(c.metric)
-              and plan.suite.timing(c) is None]
-    alpha = stats.ALPHA / max(1, len(family))
+    alpha = stats.ALPHA / family_size(plan)
     stored = _stored(plan)
     rows = []
     for claim in plan.suite.claims:
@@ -102,21 +105,24 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: dict | None) -> PlanRow
 
 def format_plan(plan: Plan, rows: list[PlanRow], jobs: int) -> list[str]:
     """The --plan printout: one line per claim, then the runs and wall time of the largest n."""
-    family = sum(1 for r in rows if r.seeds is not None or (r.effect and r.sigma is None))
     lines = [f"Power plan for {plan.suite.name} at budget {plan.budget.name}: seeds per arm for {POWER:.0%} power, "
-             f"one-sided alpha {stats.ALPHA}/{max(1, family)} (Holm's first step) per claim."]
+             f"one-sided alpha {stats.ALPHA}/{family_size(plan)} (Holm's first step over the suite's tested "
+             "claims) per claim."]
     for r in rows:
         seeds = f"{r.seeds:3d} seeds" if r.seeds is not None else "    -    "
         lines.append(f"  {seeds}  {r.claim.text}  [{r.why}]")
     planned = [r.seeds for r in rows if r.seeds is not None]
     n = max(planned) if planned else plan.seeds
-    runs = len(plan.suite.arms) * n
-    wall = runs * plan.budget.run_s / max(1, jobs) / 60
-    lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about {wall:.0f} min "
-                 f"wall with --jobs {jobs} (budget {plan.budget.name}: {plan.budget.run_s:g} s per run; an "
-                 f"estimate). The default, {plan.seeds} seeds: {len(plan.suite.arms) * plan.seeds} runs, about "
-                 f"{len(plan.suite.arms) * plan.seeds * plan.budget.run_s / max(1, jobs) / 60:.0f} min.")
+    runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
+    lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "
+                 f"{_duration(runs * plan.budget.run_s / max(1, jobs))} wall with --jobs {jobs} (budget "
+                 f"{plan.budget.name}: {plan.budget.run_s:g} s per run; an estimate). The default, {plan.seeds} "
+                 f"seeds: {default} runs, about {_duration(default * plan.budget.run_s / max(1, jobs))}.")
     return lines
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 # ------------------------------------------------------------------------------------------ sequential
