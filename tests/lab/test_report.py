@@ -293,3 +293,18 @@ def test_publish_counts_each_comparison_once_and_adjusts_across_suites(
     summary = (docs / "README.md").read_text()
     assert "| b beats a (also in twin) |" in summary and "10 claims from 2 suites, 9 distinct comparisons; 6 " \
         "tested:" in summary
+
+
+def test_a_looks_level_reaches_every_test_and_later_looks_replace_undecided_claims(
+        report: tuple[Plan, list]) -> None:
+    from archlab.lab.planning import sequential_results
+
+    plan, first = report
+    timings = json.loads((plan.out / TIMED).read_text())
+    strict = judge(plan, measure_plan(plan), timings, alpha=0.001)
+    assert first[0].outcome == stats.CONFIRMED and strict[0].outcome == stats.INCONCLUSIVE  # Holm p ~0.011
+    assert strict[0].test.alpha == 0.001 and strict[4].test.alpha == 0.001  # the timing claim too
+    again = judge(plan, measure_plan(plan), timings, claims=[first[1].claim])
+    merged = sequential_results(first, again, [0.01, 0.04])
+    assert [r.claim.text for r in merged] == [r.claim.text for r in first] and merged[1] is again[0]
+    assert "second look" in merged[1].note and "decided at the first look" in merged[0].note

@@ -104,7 +104,8 @@ class Plan:
     def commands(self) -> list[str]:
         """Every command of the suite as shell lines: data preparation first, then one line per run."""
         data = [shlex.join(d.command()) for d in self.data if not d.prepared]
-        return data + [shlex.join(r.command()) for r in self.runs]
+        unique = {r.run_dir: r for r in self.runs}.values()  # arms that resolve alike share one run
+        return data + [shlex.join(r.command()) for r in unique]
 
 
 def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
