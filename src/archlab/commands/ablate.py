@@ -22,6 +22,7 @@ import time
 
 from archlab.lab import planning
 from archlab.lab.executor import EXECUTORS, SlurmOptions, submit_plan
+from archlab.lab.report import needed as report_needed
 from archlab.lab.report import record_suite_time, write_report
 from archlab.lab.runner import (
     LabError,
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     for result in write_report(plan, measured, command, results=results):
-        needed = f" (needs {result.seeds_needed} seeds per arm)" if result.seeds_needed else ""
+        needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
         print(f"{result.outcome:26s} {result.claim.text}{needed}")
     print(f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}")
     return 0

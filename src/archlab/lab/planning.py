@@ -24,7 +24,7 @@ from pathlib import Path
 
 from archlab.lab import stats
 from archlab.lab.measure import read_measured
-from archlab.lab.runner import Plan, is_done, read_plan
+from archlab.lab.runner import Plan, is_done, read_plan, run_wall_s
 from archlab.lab.suite import DEFAULT_MARGINS, Claim, is_exact
 from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, regime_of, spread
 
@@ -113,11 +113,14 @@ def format_plan(plan: Plan, rows: list[PlanRow], jobs: int) -> list[str]:
         lines.append(f"  {seeds}  {r.claim.text}  [{r.why}]")
     planned = [r.seeds for r in rows if r.seeds is not None]
     n = max(planned) if planned else plan.seeds
+    walls = sorted(w for r in plan.runs if (w := run_wall_s(r.run_dir)) > 0)
+    run_s, source = ((walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs")
+                     if walls else (plan.budget.run_s, f"budget {plan.budget.name}'s figure"))
     runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
     lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "
-                 f"{_duration(runs * plan.budget.run_s / max(1, jobs))} wall with --jobs {jobs} (budget "
-                 f"{plan.budget.name}: {plan.budget.run_s:g} s per run; an estimate). The default, {plan.seeds} "
-                 f"seeds: {default} runs, about {_duration(default * plan.budget.run_s / max(1, jobs))}.")
+                 f"{_duration(runs * run_s / max(1, jobs))} wall with --jobs {jobs} ({run_s:.0f} s per run, "
+                 f"{source}; an estimate). The default, {plan.seeds} seeds: {default} runs, about "
+                 f"{_duration(default * run_s / max(1, jobs))}.")
     return lines
 
 

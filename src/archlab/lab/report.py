@@ -117,9 +117,16 @@ def _bound(r: ClaimResult) -> str:
     return "n/a" if math.isnan(low) else f"[{_fmt(low)}, {_fmt(high)}]"
 
 
+def needed(result: ClaimResult) -> str:
+    """What an inconclusive claim would need: seeds per arm, or timed pairs for a timing claim."""
+    if not result.seeds_needed:
+        return "-"
+    return f"{result.seeds_needed} {'pairs' if 'interleaved pairs' in result.note else 'seeds per arm'}"
+
+
 def claim_table(results: list[ClaimResult]) -> tuple[list[str], list[list[str]]]:
     head = ["claim", "metric", "arm vs", "n", "estimate (arm - vs)", "90% CI", "margin / min effect", "test",
-            "p (one-sided)", "p (Holm)", "outcome", "seeds needed", "Narang"]
+            "p (one-sided)", "p (Holm)", "outcome", "needs", "Narang"]
     rows = []
     for r in results:
         c = r.claim
@@ -128,7 +135,7 @@ def claim_table(results: list[ClaimResult]) -> tuple[list[str], list[list[str]]]
         test = r.note if r.test is None else f"{r.test.test}; {r.note}"
         rows.append([c.text, _metrics(c), f"{c.arm} vs {c.versus}", str(len(r.a)), _fmt(r.estimate), _bound(r), size,
                      test, _fmt(r.p), _fmt(r.p_adjusted), r.outcome,
-                     str(r.seeds_needed) if r.seeds_needed else "-", r.narang])
+                     needed(r), r.narang])
     return head, rows
 
 

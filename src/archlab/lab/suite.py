@@ -90,11 +90,12 @@ def is_exact(metric: str) -> bool:
 # warmup is ~10% of the steps in every budget, so "no warmup" arms (schedule.warmup_steps: 0) mean the same
 _SHARED = {"data.source": "stdlib", "data.tokenizer": "byte", "optimizer.lr": 3e-3, "schedule.name": "cosine"}
 BUDGETS: dict[str, Budget] = {
-    # seconds per run on a laptop: tests and a first look. sigma: not measured at this budget; the `small` figure
+    # seconds per run on a laptop: tests and a first look. run_s: an estimate for a quiet machine (measured: median
+    # 88 s with --jobs 1 while the 2-core machine ran ~10 other processes). sigma: not measured here; `small`'s
     "tiny": Budget("tiny", {
         **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
         "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
-        seeds=2, max_files=40, measure_windows=8, run_s=8.0, sigma=0.015),
+        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015),
     # ~2 CPU-minutes per run (measured: 0.4 s per step on one core; the published runs' medians were 93-136 s
     # with --jobs 2 on the quiet 2-core machine, so run_s 120). sigma: the residual spread (arm x seed
     # interaction) of val_loss, 0.015 nats, fitted to the 2-seed spreads of the 25 normal-lr Llama arms of the

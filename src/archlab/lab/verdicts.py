@@ -175,15 +175,15 @@ def _judge_one(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dic
 def _pooled(plan: Plan, measured: dict[RunSpec, dict], claim: Claim, arms: list[str], n: int) -> tuple[object, str]:
     """The pooled residual for a claim (scaled for cell means), or None with the reason for the pair's own."""
     if claim.versus_metric or claim.arm == claim.versus:
-        return None, "paired t on the pair's own differences (two metrics of one arm)"
+        return None, "the pair's own differences (two metrics of one arm)"
     regime = regime_of(plan.suite, arms)
     fit = spread(plan, measured, claim.metric, regime, n) if regime is not None else None
     if fit is None:
-        return None, "paired t on the pair's own differences (the arms span regimes, or too few arms to pool)"
+        return None, "the pair's own differences (the arms span regimes, or too few arms to pool)"
     if fit.heteroscedastic:
-        return None, f"paired t on the pair's own differences (spreads in {fit.regime} differ > 3x)"
+        return None, f"the pair's own differences (spreads in {fit.regime} differ > 3x)"
     if not set(arms) <= set(fit.arms):
-        return None, "paired t on the pair's own differences (an arm left the pooled analysis)"
+        return None, "the pair's own differences (an arm left the pooled analysis)"
     k_a, k_b = len(plan.suite.cells(claim, claim.arm)), len(plan.suite.cells(claim, claim.versus))
     scale = math.sqrt((1 / k_a + 1 / k_b) / 2)  # a mean of k cells per seed has 1/k of one cell's variance
     return stats.Pooled(fit.sigma_eps * scale, fit.df), f"pooled residual of {fit.regime} ({fit.df} df)"
@@ -198,7 +198,7 @@ def _judge_timing(claim: Claim, record: dict | None, alpha: float) -> ClaimResul
     test = stats.test_claim(a, b, expect=claim.expect, better="lower", margin=claim.margin or 0.0,
                             min_effect=claim.min_effect, alpha=alpha)
     return ClaimResult(claim, test, test.outcome, test.estimate, a, b,
-                       note=f"{len(a)} interleaved pairs on fresh models; log time ratio")
+                       note=f"{len(a)} interleaved pairs on fresh models, log time ratio")
 
 
 def narang_agreement(claim: Claim, outcome: str) -> str:
