@@ -101,7 +101,7 @@ VARIANTS = {  # GQA and biases, GLU and not
     "geglu-mqa-mlpbias": dict(ffn="glu", activation="gelu", n_kv_heads=1, attn_bias=False, mlp_bias=True),
     "relu-gqa-attnbias": dict(ffn="mlp", activation="relu", n_kv_heads=2, attn_bias=True, mlp_bias=False),
 }
-B, T = 2, 40  # 80 rows: at least FUSE_MIN_ROWS
+B, T = 2, 40
 
 
 def _parallel_model(position: str, n_norms: int, fused: bool = True, **fields) -> TransformerLM:
@@ -157,8 +157,8 @@ def test_fused_training_step_gives_the_unfused_gradients(variant):
 
 @pytest.mark.parametrize("position,n_norms", [("pre", 1), ("pre", 2), ("nonresidual_post", 1)])
 def test_fused_parallel_cached_decoding_equals_the_full_forward(monkeypatch, position, n_norms):
-    """Prefill and one-token steps through a KVCache, every call fused (the row threshold lowered to 1)."""
-    monkeypatch.setattr(block_module, "FUSE_MIN_ROWS", 1)
+    """Prefill and one-token steps through a KVCache, every call fused (in inference too, for the test)."""
+    monkeypatch.setattr(block_module.Block, "_fuse", lambda self: True)
     model = _parallel_model(position, n_norms, **VARIANTS["geglu-mqa-mlpbias"]).eval()
     blk = model.layers[0]
     ids = torch.randint(50, (B, 12), generator=torch.Generator().manual_seed(3))
@@ -171,14 +171,16 @@ def test_fused_parallel_cached_decoding_equals_the_full_forward(monkeypatch, pos
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
 
 
-def test_short_calls_and_wrapped_projections_run_apart():
-    """Fewer rows than FUSE_MIN_ROWS (a decode step) or a projection that is not a plain Linear (a LoRA
-    wrapper) runs the projections' own forwards: same values."""
+def test_inference_and_wrapped_projections_run_apart():
+    """Without autograd (decoding, evaluation) or with a projection that is not a plain Linear (a LoRA
+    wrapper) the block runs the projections' own forwards: same values."""
     model = _parallel_model("pre", 1, **VARIANTS["swiglu-mha-nobias"])
     blk = model.layers[0]
     calls = _projection_calls(blk)
-    short = torch.randn(1, block_module.FUSE_MIN_ROWS - 1, 32, dtype=torch.float64)
-    blk(short, model._attention_inputs(torch.arange(short.shape[1])[None])[0])
+    x = torch.randn(B, T, 32, dtype=torch.float64)
+    inp = model._attention_inputs(torch.arange(T)[None])[0]
+    with torch.no_grad():
+        blk(x, inp)
     assert set(calls.values()) == {1}
 
     class Wrapped(torch.nn.Linear):
@@ -188,8 +190,6 @@ def test_short_calls_and_wrapped_projections_run_apart():
     wrapped.load_state_dict(blk.attn.qkv_proj.state_dict())
     blk.attn.qkv_proj = wrapped
     calls = _projection_calls(blk)
-    x = torch.randn(B, T, 32, dtype=torch.float64)
-    inp = model._attention_inputs(torch.arange(T)[None])[0]
     got = blk(x, inp)
     assert set(calls.values()) == {1}
     torch.testing.assert_close(got, _expected(blk, x, inp, "pre", True, True), rtol=1e-12, atol=1e-12)

@@ -16,10 +16,11 @@ one input GEMM gives [q | k | v | gate | up] (or [q | k | v | up] without a GLU)
 output norm or dropout, one output GEMM maps the concatenated [attention heads | MLP hidden] through
 [W_o | W_down] (the two biases added). The parameters stay the separate Linears (`attn.qkv_proj`,
 `mlp.gate_up_proj`, ...), so checkpoints, Hugging Face interop, init and parameter counts are those of the
-unfused block; the forward concatenates their weights, which costs a copy of the layer's weights per call:
-negligible against a training step's GEMMs, but a decode step reads each weight once, so calls of fewer than
-FUSE_MIN_ROWS tokens run the projections apart (docs/performance.md has both timings). Wrapped projections
-(LoRA, quantised layers: anything not a plain nn.Linear) also run apart, so their wrappers are not bypassed.
+unfused block. The forward concatenates their weights, a copy of the layer's weights per call: amortised in a
+training step (forward, backward and the weight gradients of 2k tokens), but not in inference, where a CPU
+measured the fused forward 1.8x slower at 8 tokens and 1.14x at 256 (docs/performance.md), so the fused GEMMs
+run only while autograd records (training). Wrapped projections (LoRA, quantised layers: anything not a
+plain nn.Linear) run apart too, so their wrappers are not bypassed.
 Norm names: attn_norm / mlp_norm (the sublayers' input norms, or the post norms of `post`), attn_out_norm /
 mlp_out_norm (the norms on a sublayer's output, `double` and `nonresidual_post`).
 
@@ -38,7 +39,6 @@ from archlab.nn.ffn import FFNS
 from archlab.nn.norms import build_norm
 
 NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
-FUSE_MIN_ROWS = 64  # tokens per call from which the fused GEMMs pay for concatenating the weights (measured)
 
 
 def _norm_names(position: str, block: str, parallel_norms: int) -> list[str]:
@@ -93,8 +93,7 @@ class Block(nn.Module):
         """out(A(h)) + out(M(m)) of a parallel block, out = the branch's output norm and dropout; fused GEMMs
         where the layout allows (module doc)."""
         attn, mlp = self.attn, self.mlp
-        fuse = h.shape[0] * h.shape[1] >= FUSE_MIN_ROWS and all(
-            type(p) is nn.Linear for p in (attn.qkv_proj, attn.o_proj, mlp.in_proj, mlp.down_proj))
+        fuse = self._fuse()
         if fuse and self.fuse_in:  # one GEMM: [q | k | v | gate | up] (B, T, (H + 2K) Dh + F_in)
             w, b = _stacked(attn.qkv_proj, mlp.in_proj, dim=0)
             qkv, pre = F.linear(h, w, b).split([attn.qkv_proj.out_features, mlp.in_proj.out_features], dim=-1)
@@ -106,6 +105,13 @@ class Block(nn.Module):
             w, b = _stacked(attn.o_proj, mlp.down_proj, dim=1)
             return F.linear(torch.cat([heads, hidden], dim=-1), w, b)  # (B, T, D)
         return self._out(self.attn_out_norm, attn.o_proj(heads)) + self._out(self.mlp_out_norm, mlp.down_proj(hidden))
+
+
+    def _fuse(self) -> bool:
+        """Whether this call runs the fused GEMMs (module doc): in training, over plain Linears."""
+        attn, mlp = self.attn, self.mlp
+        return torch.is_grad_enabled() and all(
+            type(p) is nn.Linear for p in (attn.qkv_proj, attn.o_proj, mlp.in_proj, mlp.down_proj))
 
 
 def _stacked(a: nn.Linear, b: nn.Linear, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
