@@ -127,6 +127,8 @@ def test_decode_step_runs_at_the_stated_cache_length_and_batch() -> None:
     config = build_preset("llama", "tiny", n_kv_heads=2)
     step = DecodeStep(config, cache_len=40, batch=3)
     assert step.cache.pos == 40 and step.cache.k[0].shape == (3, 2, 41, config.head_dim)
+    w = step.model.layers[0].attn.qkv_proj.weight
+    assert w.stride() == (1, w.shape[0])  # the column-major layout `generate` decodes with
     read: list[int] = []
     update = step.cache.update
 
