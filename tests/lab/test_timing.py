@@ -4,6 +4,7 @@ options reach the measured op (the decode step really reads the stated cache len
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -127,6 +128,8 @@ def test_decode_step_runs_at_the_stated_cache_length_and_batch() -> None:
     config = build_preset("llama", "tiny", n_kv_heads=2)
     step = DecodeStep(config, cache_len=40, batch=3)
     assert step.cache.pos == 40 and step.cache.k[0].shape == (3, 2, 41, config.head_dim)
+    w = step.model.layers[0].attn.qkv_proj.weight
+    assert w.stride() == (1, w.shape[0])  # the column-major layout `generate` decodes with
     read: list[int] = []
     update = step.cache.update
 
@@ -150,9 +153,15 @@ def test_decode_step_runs_at_the_stated_cache_length_and_batch() -> None:
     torch.testing.assert_close(first, full, rtol=1e-4, atol=1e-4)
 
 
-def test_decode_refuses_a_cache_past_the_context() -> None:
-    with pytest.raises(ValueError, match="cache_len=128 needs 1 <= cache_len < max_seq_len"):
-        DecodeStep(build_preset("llama", "tiny"), cache_len=128)
+def test_decode_past_the_trained_context_extends_it_for_the_timing() -> None:
+    config = build_preset("llama", "tiny")  # max_seq_len 128: the lab's small budget trains at 128 tokens
+    step = DecodeStep(config, cache_len=200, batch=1)
+    assert step.model.config.max_seq_len == 201 and step.cache.pos == 200
+    assert step.model.config == dataclasses.replace(config, max_seq_len=201)  # nothing else changed
+    step()
+    assert step.cache.pos == 200
+    with pytest.raises(ValueError, match="cache_len=0 is not allowed"):
+        DecodeStep(config, cache_len=0)
 
 
 def test_train_step_builds_the_config_at_the_batch_and_steps_the_optimizer() -> None:

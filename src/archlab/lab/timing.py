@@ -24,6 +24,7 @@ thread is the least sensitive to other work on a shared machine) and restored af
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from scipy import stats as scipy_stats
 
+from archlab.infer.speed import column_major_linears
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
@@ -215,15 +217,20 @@ class NormOp:
 class DecodeStep:
     """One greedy decode step of a fresh model for `batch` rows whose KVCache holds `cache_len` tokens: the
     prompt is prefilled once, and the cache is rewound after each step, so every timed step reads the same
-    cache_len + 1 keys (`cache.pos` is cache_len before every call)."""
+    cache_len + 1 keys (`cache.pos` is cache_len before every call). A config whose max_seq_len is shorter
+    than that is timed with max_seq_len = cache_len + 1 (only position tables grow; speed is not a function of
+    the length trained for). The weights are laid out as `generate`
+    decodes with them (archlab.infer.speed: column-major float32 Linears on the CPU)."""
 
     def __init__(self, config: ModelConfig, *, cache_len: int = 1024, batch: int = 8, seed: int = 0,
                  device: str = "cpu") -> None:
-        if cache_len < 1 or cache_len + 1 > config.max_seq_len:
-            raise ValueError(f"decode timing: cache_len={cache_len} needs 1 <= cache_len < max_seq_len, the model "
-                             f"has max_seq_len={config.max_seq_len}")
+        if cache_len < 1:
+            raise ValueError(f"decode timing: cache_len={cache_len} is not allowed: a positive number of tokens")
+        if cache_len + 1 > config.max_seq_len:  # a suite trains short and times decoding at a long cache
+            config = dataclasses.replace(config, max_seq_len=cache_len + 1)
         self.cache_len = cache_len
         self.model = _fresh_model(config, seed, device).eval()
+        column_major_linears(self.model)  # permanent: the model is this op's own
         prompt = torch.randint(config.vocab_size, (batch, cache_len), generator=torch.Generator().manual_seed(seed))
         self.cache = KVCache.for_model(self.model, batch, cache_len + 1)
         with torch.inference_mode():
