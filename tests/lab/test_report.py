@@ -23,7 +23,7 @@ from archlab.lab.measure import write_measured
 from archlab.lab.report import write_report
 from archlab.lab.runner import TIMED, Plan, measure_plan, plan_suite, write_plan
 from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
-from archlab.lab.verdicts import judge, narang_agreement
+from archlab.lab.verdicts import factorial_anova, judge, narang_agreement
 
 SUITE = """
 name: synthetic
@@ -220,6 +220,14 @@ def test_a_factorial_contrast_uses_every_cell_and_the_pooled_residual(tmp_path: 
     assert result.a == pytest.approx(list(a)) and result.estimate == pytest.approx(-0.2)
     assert result.test.se == pytest.approx(se) and result.p == pytest.approx(sp.t.sf(0.2 / se, 6))
     assert result.outcome == stats.CONFIRMED
+    # the analysis of variance by hand: a main effect's sum of squares over the residual of cells + seeds
+    rows = {term: (df_, f, pv) for term, df_, f, pv in factorial_anova(plan, measure_plan(plan), "val_loss")}
+    level = {"norm": [(y[0] + y[1]) / 2, (y[2] + y[3]) / 2], "lr": [(y[0] + y[2]) / 2, (y[1] + y[3]) / 2]}
+    for factor, (hi, lo) in level.items():
+        ss = 6 * ((hi.mean() - y.mean()) ** 2 + (lo.mean() - y.mean()) ** 2)  # 2 cells x 3 seeds per level
+        f = ss / sigma ** 2
+        assert rows[factor][:2] == (1.0, pytest.approx(f)) and rows[factor][2] == pytest.approx(sp.f.sf(f, 1, 6))
+    assert rows["residual"][0] == 6.0 and set(rows) == {"norm", "lr", "norm:lr", "seed", "residual"}
 
 
 def test_spreads_that_differ_over_3x_fall_back_to_the_pairs_own_differences(tmp_path: Path) -> None:
