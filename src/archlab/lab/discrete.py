@@ -29,11 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from archlab.lab.outcomes import BETTERS, INCONCLUSIVE, UNTESTABLE, ClaimTest, decide
 
 PLAN_POWER = 0.8
+EXACT_PLAN_SEEDS = 60  # plans beyond this many seeds use the normal approximation alone
 MAX_PLANNED_SEEDS = 1000  # beyond this an exact-test plan is reported as None (not decidable in practice)
 
 
@@ -49,8 +50,10 @@ def _counts(name: str, values: Sequence[float], binary: bool) -> np.ndarray:
     allowed = "0 or 1" if binary else "a count (integer >= 0)"
     ok = np.isin(x, (0.0, 1.0)) if binary else (np.isfinite(x) & (x >= 0) & (x == np.round(x)))
     if x.size == 0 or not ok.all():
-        where = int(np.nonzero(~ok)[0][0]) if x.size else 0
-        raise ValueError(f"{name}[{where}] = {x[where] if x.size else 'missing'!r}: each value must be {allowed}")
+        if x.size == 0:
+            raise ValueError(f"{name} has no values: each seed needs one ({allowed})")
+        where = int(np.nonzero(~ok)[0][0])
+        raise ValueError(f"{name}[{where}] = {float(x[where])!r}: each value must be {allowed}")
     return x
 
 
@@ -59,29 +62,82 @@ def _pair(a: np.ndarray, b: np.ndarray) -> None:
         raise ValueError(f"paired values need one value per seed on both sides: len(a) = {a.size}, len(b) = {b.size}")
 
 
-def _exact_plan(total_pmf: Callable[[np.ndarray, int], np.ndarray], support: Callable[[int], int], q_worse: float,
-                alpha: float) -> int | None:
+def _critical_counts(t: np.ndarray, alpha: float) -> np.ndarray:
+    """The largest a-worse count k with P(X <= k | t, 1/2) < alpha, per number of events t (-1: none).
+
+    From the normal approximation, corrected step by step with the exact binomial CDF (scipy.special.bdtr).
+    """
+    z = special.ndtri(alpha)
+    k = np.clip(np.floor(0.5 * t + 0.5 * z * np.sqrt(t)), -1, t)
+    while True:
+        up = (k + 1 <= t) & (special.bdtr(k + 1, t, 0.5) < alpha)
+        down = (k >= 0) & (special.bdtr(np.maximum(k, 0), t, 0.5) >= alpha)
+        if not (up.any() or down.any()):
+            return k
+        k = k + up - down
+
+
+def _exact_power(total_pmf: Callable[[np.ndarray, int], np.ndarray], window: tuple[int, int], n: int,
+                 q_worse: float, alpha: float) -> float:
+    """P(reject) at n seeds: sum over t events of P(t) * P(a-worse count <= the critical count | t, q_worse)."""
+    t = np.arange(window[0], window[1] + 1, dtype=np.float64)
+    crit = _critical_counts(t, alpha)
+    reject_given_t = np.where(crit >= 0, special.bdtr(np.maximum(crit, 0), t, q_worse), 0.0)
+    return float(np.sum(total_pmf(t, n) * reject_given_t))
+
+
+def _exact_plan(total_pmf: Callable[[np.ndarray, int], np.ndarray], spread: Callable[[int], float],
+                events_per_seed: float, q_worse: float, alpha: float, most: Callable[[int], float]) -> int | None:
     """Seeds for PLAN_POWER of the exact conditional test: t events ~ total_pmf(t, n), a-worse ~ Bin(t, q_worse).
 
-    Scanned upwards from 2 seeds (the power of an exact test is not monotone in n); `support(n)` bounds t.
+    `spread(n)` is the sd of the events at n seeds and `most(n)` their largest possible number.
+    Starts from the normal approximation of the events needed (Connor 1987, Biometrics 43:207) and, up to
+    EXACT_PLAN_SEEDS, bisects on the exact power. The exact power saw-tooths in n by a point or two, so the n
+    found reaches PLAN_POWER but a neighbour may too: a plan, not a boundary.
     """
-    totals = np.arange(0, support(MAX_PLANNED_SEEDS) + 1)
-    # the largest a-worse count that is significant given t events: binom.cdf(k, t, 1/2) < alpha
-    crit = stats.binom.ppf(alpha, totals, 0.5)
-    crit = np.where(stats.binom.cdf(crit, totals, 0.5) < alpha, crit, crit - 1)
-    reject_given_t = np.where(crit >= 0, stats.binom.cdf(crit, totals, q_worse), 0.0)
-    for n in range(2, MAX_PLANNED_SEEDS + 1):
-        t = totals[: support(n) + 1]
-        if float(np.sum(total_pmf(t, n) * reject_given_t[: t.size])) >= PLAN_POWER:
-            return n
-    return None
+    def reaches(n: int) -> bool:
+        mean, sd = n * events_per_seed, spread(n)  # the events' law is negligible beyond 8 sd
+        window = (max(0, math.floor(mean - 8 * sd - 5)), math.ceil(min(most(n), mean + 8 * sd + 5)))
+        return _exact_power(total_pmf, window, n, q_worse, alpha) >= PLAN_POWER
+
+    z_a, z_b = stats.norm.ppf(1 - alpha), stats.norm.ppf(PLAN_POWER)
+    events = ((0.5 * z_a + z_b * math.sqrt(q_worse * (1 - q_worse))) / (0.5 - q_worse)) ** 2
+    guess = max(2, math.ceil(events / events_per_seed))
+    if guess > MAX_PLANNED_SEEDS:
+        return None
+    if guess > EXACT_PLAN_SEEDS:
+        return guess  # many events: the normal approximation is accurate, and the exact sums get costly
+    low, high = 2, guess
+    if not reaches(high):
+        low, high = high, min(2 * high, MAX_PLANNED_SEEDS)
+        while not reaches(high):
+            if high == MAX_PLANNED_SEEDS:
+                return None
+            low, high = high, min(2 * high, MAX_PLANNED_SEEDS)
+    elif reaches(low):
+        return low
+    while high - low > 1:  # not reaches(low), reaches(high)
+        mid = (low + high) // 2
+        low, high = (low, mid) if reaches(mid) else (mid, high)
+    return high
 
 
 def _rate_ci(worse: int, total: int, n: int, alpha: float, a_minus_b_per_worse: float) -> tuple[float, float]:
     """Interval of mean(a - b) = total / n * (2 pi - 1) * sign, pi the Clopper-Pearson split of a-worse events."""
-    ci = stats.binomtest(worse, total, 0.5).proportion_ci(confidence_level=1 - 2 * alpha, method="exact")
-    ends = sorted(a_minus_b_per_worse * total / n * (2 * v - 1) for v in (ci.low, ci.high))
-    return ends[0], ends[1]
+    low = special.betaincinv(worse, total - worse + 1, alpha) if worse > 0 else 0.0  # Clopper-Pearson (1934)
+    high = special.betaincinv(worse + 1, total - worse, 1 - alpha) if worse < total else 1.0
+    ends = sorted(a_minus_b_per_worse * total / n * (2 * v - 1) for v in (low, high))
+    return float(ends[0]), float(ends[1])
+
+
+def _binomial_pmf(t: np.ndarray, n: int, p: float) -> np.ndarray:
+    """Binomial(n, p) probabilities at t = 0..n (scipy.special: the stats objects cost ~1 ms a call)."""
+    return np.exp(special.gammaln(n + 1) - special.gammaln(t + 1) - special.gammaln(n - t + 1)
+                  + special.xlogy(t, p) + special.xlog1py(n - t, -p))
+
+
+def _poisson_pmf(t: np.ndarray, mean: float) -> np.ndarray:
+    return np.exp(special.xlogy(t, mean) - mean - special.gammaln(t + 1))
 
 
 def _conditional(worse: int, total: int, n: int, estimate: float, better: str, alpha: float, test: str,
@@ -111,7 +167,8 @@ def paired_binary_test(x_a: Sequence[float], x_b: Sequence[float], *, better: st
     test = _conditional(worse, worse + wins, n, estimate, better, alpha, "exact binomial", sign)
     if test.outcome == INCONCLUSIVE and wins > worse:
         share, q = (worse + wins) / n, worse / (worse + wins)
-        plan = _exact_plan(lambda t, m: stats.binom.pmf(t, m, share), lambda m: m, q, alpha)
+        plan = _exact_plan(lambda t, m: _binomial_pmf(t, m, share), lambda m: math.sqrt(m * share * (1 - share)),
+                           share, q, alpha, lambda m: m)
         test = replace(test, seeds_needed=plan)
     return test
 
@@ -131,8 +188,8 @@ def paired_count_test(c_a: Sequence[float], c_b: Sequence[float], *, better: str
     test = _conditional(worse, total, n, estimate, better, alpha, "conditional binomial", sign)
     if test.outcome == INCONCLUSIVE and 2 * worse < total:
         rate, q = total / n, worse / total
-        plan = _exact_plan(lambda t, m: stats.poisson.pmf(t, m * rate),
-                           lambda m: int(m * rate + 10 * math.sqrt(m * rate) + 10), q, alpha)
+        plan = _exact_plan(lambda t, m: _poisson_pmf(t, m * rate), lambda m: math.sqrt(m * rate), rate, q, alpha,
+                           lambda m: math.inf)
         test = replace(test, seeds_needed=plan)
     return test
 
@@ -154,7 +211,7 @@ def rank_test(a: Sequence[float], b: Sequence[float], *, better: str, alpha: flo
     worst = high + 2 * (high - low) + 1 if better == "lower" else low - 2 * (high - low) - 1
     d = _diverged_worst(xa, worst) - _diverged_worst(xb, worst)
     n = int(d.size)
-    d_inf = np.where(np.isfinite(xa) & np.isfinite(xb), d, np.sign(d) * np.inf)
+    d_inf = np.where(np.isfinite(xa) & np.isfinite(xb), d, np.where(d == 0, 0.0, np.copysign(np.inf, d)))
     estimate = float(np.median(d_inf))
     n_min = math.floor(math.log2(1 / alpha)) + 1  # an exact signed-rank p is at least 2^-n
     if not np.any(d != 0):

@@ -23,7 +23,7 @@ import numpy as np
 from scipy import optimize, special
 
 SEQUENTIAL_KINDS = ("pocock", "obrien-fleming")
-_QUADRATURE_NODES = 256  # Gauss-Legendre nodes per look: the bounds span at most ~11 sd of the increments
+_QUADRATURE_NODES = 64  # Gauss-Legendre nodes per look: 48 already agree with 256 to 1e-12 at 5 and 10 looks
 
 
 def _check_plan(effect: float, sigma_d: float, alpha: float, power: float = 0.5) -> None:

@@ -11,10 +11,14 @@ init the arms share at seed s) cancels from every contrast, and the residual var
   sigma_run = sqrt(max(tau^2, 0) + sigma_eps^2) and the between-arm seed correlation rho = tau^2 / (tau^2 +
   sigma_eps^2) (the intraclass correlation of the seeds; negative when arms disagree more than seeds vary).
 
-Pooling assumes the arms share sigma_eps. `arm_spreads` estimates each arm's residual sd from its own residuals,
-and `heteroscedastic` flags a spread ratio above `HETEROSCEDASTIC_RATIO`; callers then judge such pairs on their own
-differences (`test_claim` without `pooled`) or pool within declared regimes. With 2 arms the residuals of the two
-arms are equal and opposite, so the flag cannot fire, and the pooled test equals the paired t-test.
+Pooling assumes the arms share sigma_eps. `arm_spreads` estimates each arm's residual sd (Shukla's stability
+variance, Heredity 29:237, 1972), and `heteroscedastic` flags a spread ratio above `HETEROSCEDASTIC_RATIO` that
+Bartlett's test of equal variances (on the residual rows) also finds significant at 5%; callers then judge such
+pairs on their own differences (`test_claim` without `pooled`) or pool within declared regimes. With 2 arms the
+residuals of the two arms are equal and opposite, so the flag cannot fire, and the pooled test equals the paired
+t-test. With 3 seeds each arm's spread rests on ~2 df: a 3x ratio alone occurs by chance in most homoscedastic
+suites, and the test rarely detects a real 4x arm (docs/lab-statistics.md gives both rates), so regimes known in
+advance (high learning rates) are better declared in the suite than detected.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-HETEROSCEDASTIC_RATIO = 3.0  # largest / smallest arm residual sd above which pooling is not trusted
+HETEROSCEDASTIC_RATIO = 3.0  # largest / smallest arm residual sd above which pooling is not trusted ...
+HOMOGENEITY_ALPHA = 0.05  # ... when Bartlett's test also rejects equal spreads (a 3x ratio alone is chance at n = 3)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class Rcbd:
     rho: float
     arm_spreads: dict[str, float]
     spread_ratio: float
+    homogeneity_p: float  # Bartlett's test of equal residual variances over the arms (NaN with 2 arms)
     heteroscedastic: bool
 
 
@@ -75,6 +82,28 @@ def _table(table: Mapping[str, Sequence[float]]) -> tuple[tuple[str, ...], np.nd
     return tuple(table), y
 
 
+def _arm_spreads(e: np.ndarray, ms_residual: float) -> np.ndarray:
+    """Each arm's residual sd: Shukla's (1972) stability variance, unbiased when only that arm's sigma differs.
+
+    A residual mixes every arm's noise through the seed mean, so the arm's own mean square understates a noisy
+    arm and overstates a quiet one; sigma_a^2 = K / ((K - 2)(n - 1)) * sum_s e[a, s]^2 - SS_e / ((K - 1)(K - 2)
+    (n - 1)) undoes that (clipped at 0). With 2 arms the two cannot be told apart: both get the pooled sigma.
+    """
+    k, n = e.shape
+    if k == 2:
+        return np.full(k, math.sqrt(ms_residual))
+    ss_arm = np.sum(e * e, axis=1)
+    var = k / ((k - 2) * (n - 1)) * ss_arm - float(ss_arm.sum()) / ((k - 1) * (k - 2) * (n - 1))
+    return np.sqrt(np.maximum(var, 0.0))
+
+
+def _bartlett(e: np.ndarray) -> float:
+    """Bartlett's test on the arms' residual rows (approximate: the rows share the seed means)."""
+    if e.shape[0] == 2 or np.any(np.all(e == 0, axis=1)):
+        return math.nan
+    return float(stats.bartlett(*e).pvalue)
+
+
 def rcbd(table: Mapping[str, Sequence[float]]) -> Rcbd:
     """Fit y[a, s] = mu_a + beta_s + e from `{arm: values in seed order}` (every arm on the same seeds)."""
     arms, y = _table(table)
@@ -88,10 +117,10 @@ def rcbd(table: Mapping[str, Sequence[float]]) -> Rcbd:
     tau2 = (ms_seed - ms_residual) / k
     total = tau2 + ms_residual
     rho = tau2 / total if total > 0 else math.nan
-    # E[sum_s e[a, s]^2] = sigma^2 (K - 1)(n - 1) / K under a common sigma: scale so each arm estimates sigma
-    spreads = np.sqrt(np.sum(e * e, axis=1) * k / df)
+    spreads = _arm_spreads(e, ms_residual)
     low, high = float(spreads.min()), float(spreads.max())
     ratio = high / low if low > 0 else (math.inf if high > 0 else 1.0)
+    homogeneity = _bartlett(e)
     return Rcbd(
         arms=arms, n=n,
         arm_means=dict(zip(arms, map(float, arm_means), strict=True)),
@@ -103,5 +132,6 @@ def rcbd(table: Mapping[str, Sequence[float]]) -> Rcbd:
         rho=rho,
         arm_spreads=dict(zip(arms, map(float, spreads), strict=True)),
         spread_ratio=ratio,
-        heteroscedastic=ratio > HETEROSCEDASTIC_RATIO,
+        homogeneity_p=homogeneity,
+        heteroscedastic=ratio > HETEROSCEDASTIC_RATIO and homogeneity < HOMOGENEITY_ALPHA,
     )
