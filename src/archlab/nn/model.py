@@ -15,6 +15,7 @@ Shapes: B batch, T new tokens, S keys a layer reads (cache + new), D d_model, V 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import NamedTuple
 
@@ -91,9 +92,9 @@ class TransformerLM(nn.Module):
         return None
 
     @torch.no_grad()
-    def init_weights(self) -> None:
+    def init_weights(self, seed: int | None = None) -> None:
         """Initialise every parameter and computed buffer; safe to call again, and the way to materialise a
-        model built on the meta device: `model.to_empty(device=d); model.init_weights()`.
+        model built on the meta device: `model.to_empty(device=d); model.init_weights(seed)`.
 
         | parameter                     | trunc_normal (CS336 lecture notes)        | gpt2                         |
         |-------------------------------|-------------------------------------------|------------------------------|
@@ -105,8 +106,17 @@ class TransformerLM(nn.Module):
         | norm gains                    | 1 (0 when stored as 1 + w)                | same                         |
         A tied embedding is also the output matrix, so under trunc_normal it takes std d^-1/2 (unit-scale
         logits from unit-RMS features) instead of 1, which would start the loss far above log V.
+
+        Each random tensor is drawn on the CPU from its own generator, seeded by a SHA-256 of
+        (`seed`, its parameter name) (`param_seed`): an arm that changes one tensor's shape keeps every other
+        tensor's init bit for bit (common random numbers across arms), and the init is the same on every device
+        and rank. `seed=None` draws one from torch's global generator (so `torch.manual_seed` still decides).
         """
         c = self.config
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (), device="cpu"))
+        if c.tie_embeddings and self.lm_head.weight is not self.embed_tokens.weight:
+            self.lm_head.weight = self.embed_tokens.weight  # `to_empty` unties; re-tie before drawing
         residual_std = GPT2_INIT_STD / math.sqrt(2 * c.n_layers)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
@@ -115,7 +125,7 @@ class TransformerLM(nn.Module):
                 else:
                     std = math.sqrt(2.0 / (module.in_features + module.out_features))
                 if not (c.tie_embeddings and module is self.lm_head):
-                    _trunc_normal(module.weight, std)
+                    _trunc_normal(module.weight, std, seed, f"{name}.weight")
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):  # LayerNorm derives from it
@@ -123,10 +133,10 @@ class TransformerLM(nn.Module):
             elif hasattr(module, "reset_buffers"):  # RoPE frequencies, ALiBi slopes
                 module.reset_buffers()
             elif isinstance(module, LearnedPositions) or module is self.rel_bias and self.rel_bias is not None:
-                for p in module.parameters():
-                    _trunc_normal(p, GPT2_INIT_STD)
+                for p_name, p in module.named_parameters():
+                    _trunc_normal(p, GPT2_INIT_STD, seed, f"{name}.{p_name}")
         embed_std = GPT2_INIT_STD if c.init == "gpt2" else (c.d_model**-0.5 if c.tie_embeddings else 1.0)
-        _trunc_normal(self.embed_tokens.weight, embed_std)
+        _trunc_normal(self.embed_tokens.weight, embed_std, seed, "embed_tokens.weight")
 
     def forward(
         self,
@@ -292,5 +302,19 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
                              f"(0..{vocab_size - 1})")
 
 
-def _trunc_normal(t: torch.Tensor, std: float) -> None:
-    nn.init.trunc_normal_(t, mean=0.0, std=std, a=-TRUNC_STDS * std, b=TRUNC_STDS * std)
+def param_seed(seed: int, name: str) -> int:
+    """The seed of parameter `name`'s own generator: 63 bits of SHA-256("{seed}/{name}"). A stable hash, not
+    Python's `hash()`, which changes per process (PYTHONHASHSEED)."""
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _trunc_normal(t: torch.Tensor, std: float, seed: int, name: str) -> None:
+    """N(0, std^2) clipped at +-TRUNC_STDS std into `t`, drawn on the CPU from the generator of (seed, name)."""
+    if t.is_meta:  # nothing to fill yet (a meta build); `to_empty` + `init_weights` draws it later
+        return
+    draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
+    gen = torch.Generator().manual_seed(param_seed(seed, name))
+    nn.init.trunc_normal_(draw, mean=0.0, std=std, a=-TRUNC_STDS * std, b=TRUNC_STDS * std, generator=gen)
+    if draw is not t:
+        t.copy_(draw)
