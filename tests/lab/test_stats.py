@@ -183,7 +183,7 @@ def test_adjust_rederives_outcomes_and_leaves_untestable_out():
     bh = stats.adjust(tests, method="bh")
     assert [bh[i].p_adjusted for i in (0, 1, 3)] == pytest.approx(stats.benjamini_hochberg(family))
     assert bh[1].outcome == stats.CONFIRMED  # BH: 0.042 * 3 / 3 and 0.030 * 3 / 2 = 0.045 stay below 0.05
-    with pytest.raises(ValueError, match="method must be one of holm, bh, got 'bonf'"):
+    with pytest.raises(ValueError, match="method must be one of holm, bh, dunnett, got 'bonf'"):
         stats.adjust(tests, method="bonf")
 
 
