@@ -168,7 +168,11 @@ def _fit_welch(a: np.ndarray, b: np.ndarray) -> _Fit:
 
 
 def _p_values(expect: str, w: float, se: float, df: float, margin: float) -> tuple[float, float]:
-    """(p of the confirming test, p of the contradicting test); w > 0 means a is worse."""
+    """(p of the confirming test, p of the contradicting test); w > 0 means a is worse.
+
+    scipy.special.stdtr / stdtrit are the functions scipy.stats.t's cdf and ppf evaluate; called directly because
+    the distribution objects add ~0.3 ms of argument handling per call, and the simulations make thousands.
+    """
     if expect == "better":
         return float(special.stdtr(df, w / se)), float(special.stdtr(df, -w / se))
     upper = (w - margin) / se  # the non-inferiority statistic: significantly below margin confirms
