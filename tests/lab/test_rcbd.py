@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from archlab.lab import stats
 from archlab.lab.rcbd import HETEROSCEDASTIC_RATIO, rcbd
@@ -64,6 +65,8 @@ def test_heteroscedastic_arm_is_flagged():
     table = {"base": 3 + u + rng.normal(0, 0.01, n), "glu": 3 + u + rng.normal(0, 0.01, n),
              "high-lr": 3 + u + rng.normal(0, 0.08, n)}
     fit = rcbd(table)
+    residual_rows = [fit.residuals[arm] for arm in table]
+    assert fit.homogeneity_p == pytest.approx(scipy_stats.bartlett(*residual_rows).pvalue, rel=1e-9)
     assert fit.heteroscedastic and fit.spread_ratio > HETEROSCEDASTIC_RATIO
     assert max(fit.arm_spreads, key=fit.arm_spreads.get) == "high-lr"
 

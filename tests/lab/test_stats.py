@@ -183,7 +183,7 @@ def test_adjust_rederives_outcomes_and_leaves_untestable_out():
     bh = stats.adjust(tests, method="bh")
     assert [bh[i].p_adjusted for i in (0, 1, 3)] == pytest.approx(stats.benjamini_hochberg(family))
     assert bh[1].outcome == stats.CONFIRMED  # BH: 0.042 * 3 / 3 and 0.030 * 3 / 2 = 0.045 stay below 0.05
-    with pytest.raises(ValueError, match="method must be one of holm, bh, got 'bonf'"):
+    with pytest.raises(ValueError, match="method must be one of holm, bh, dunnett, got 'bonf'"):
         stats.adjust(tests, method="bonf")
 
 
@@ -284,3 +284,31 @@ def test_pooled_rcbd_has_the_right_false_positive_rate():
         confirmed += result.outcome == stats.CONFIRMED
     assert result.df == (k - 1) * (n - 1)
     assert abs(confirmed / suites - 0.05) <= _mc_tolerance(0.05, suites)
+
+
+def test_dunnett_matches_scipy_on_a_one_way_layout():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(9)
+    n, k = 5, 4
+    samples = [rng.normal(0.0, 1.0, n) + (0.8 if i == 2 else 0.0) for i in range(k + 1)]
+    reference = scipy_stats.dunnett(*samples[1:], control=samples[0], alternative="greater",
+                                    rng=np.random.default_rng(0))
+    df = (k + 1) * (n - 1)
+    sp = math.sqrt(sum(float(((s - s.mean()) ** 2).sum()) for s in samples) / df)
+    t = [(s.mean() - samples[0].mean()) / (sp * math.sqrt(2 / n)) for s in samples[1:]]
+    p = [float(scipy_stats.t.sf(v, df)) for v in t]
+    assert stats.dunnett(p, df) == pytest.approx(list(reference.pvalue), abs=2e-4)  # scipy's QMC error
+
+
+def test_adjust_by_dunnett_needs_one_pooled_residual():
+    pooled = stats.Pooled(0.01, 12)
+    base = [3.0, 3.01, 2.99, 3.0, 3.02]
+    tests = [stats.test_claim([v - d for v in base], base, expect="better", better="lower", pooled=pooled)
+             for d in (0.02, 0.011, 0.0)]
+    adjusted = stats.adjust(tests, method="dunnett")
+    for d, t in zip(adjusted, tests, strict=True):  # between the raw p and Bonferroni's m p (Holm's first step)
+        assert t.p <= d.p_adjusted <= min(1.0, 3 * t.p)
+    assert adjusted[0].p_adjusted < 0.9 * 3 * tests[0].p  # correlated contrasts: strictly less than Bonferroni
+    assert adjusted[0].outcome == stats.CONFIRMED and adjusted[2].outcome == stats.INCONCLUSIVE
+    with pytest.raises(ValueError, match="dunnett needs every claim on one pooled residual"):
+        stats.adjust([tests[0], stats.test_claim(A, B, expect="better", better="lower")], method="dunnett")

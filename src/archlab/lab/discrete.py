@@ -68,7 +68,8 @@ def _critical_counts(t: np.ndarray, alpha: float) -> np.ndarray:
     From the normal approximation, corrected step by step with the exact binomial CDF (scipy.special.bdtr).
     """
     z = special.ndtri(alpha)
-    k = np.clip(np.floor(0.5 * t + 0.5 * z * np.sqrt(t)), -1, t)
+    t = t.astype(np.int64)  # scipy.special.bdtr takes integer counts
+    k = np.clip(np.floor(0.5 * t + 0.5 * z * np.sqrt(t)), -1, t).astype(np.int64)
     while True:
         up = (k + 1 <= t) & (special.bdtr(k + 1, t, 0.5) < alpha)
         down = (k >= 0) & (special.bdtr(np.maximum(k, 0), t, 0.5) >= alpha)
@@ -80,7 +81,7 @@ def _critical_counts(t: np.ndarray, alpha: float) -> np.ndarray:
 def _exact_power(total_pmf: Callable[[np.ndarray, int], np.ndarray], window: tuple[int, int], n: int,
                  q_worse: float, alpha: float) -> float:
     """P(reject) at n seeds: sum over t events of P(t) * P(a-worse count <= the critical count | t, q_worse)."""
-    t = np.arange(window[0], window[1] + 1, dtype=np.float64)
+    t = np.arange(window[0], window[1] + 1, dtype=np.int64)
     crit = _critical_counts(t, alpha)
     reject_given_t = np.where(crit >= 0, special.bdtr(np.maximum(crit, 0), t, q_worse), 0.0)
     return float(np.sum(total_pmf(t, n) * reject_given_t))

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 HETEROSCEDASTIC_RATIO = 3.0  # largest / smallest arm residual sd above which pooling is not trusted ...
 HOMOGENEITY_ALPHA = 0.05  # ... when Bartlett's test also rejects equal spreads (a 3x ratio alone is chance at n = 3)
@@ -98,10 +98,19 @@ def _arm_spreads(e: np.ndarray, ms_residual: float) -> np.ndarray:
 
 
 def _bartlett(e: np.ndarray) -> float:
-    """Bartlett's test on the arms' residual rows (approximate: the rows share the seed means)."""
-    if e.shape[0] == 2 or np.any(np.all(e == 0, axis=1)):
+    """Bartlett's (1937) test of equal variances over the arms' residual rows, as scipy.stats.bartlett computes it.
+
+    Written out (equal row lengths) because rcbd runs inside simulations; approximate here, as the rows share the
+    seed means. NaN with 2 arms (mirror rows) or a row without spread.
+    """
+    k, n = e.shape
+    var = e.var(axis=1, ddof=1)
+    if k == 2 or np.any(var == 0):
         return math.nan
-    return float(stats.bartlett(*e).pvalue)
+    pooled = float(var.mean())
+    statistic = (n - 1) * (k * math.log(pooled) - float(np.sum(np.log(var))))
+    correction = 1.0 + (k / (n - 1) - 1.0 / (k * (n - 1))) / (3.0 * (k - 1))
+    return float(special.chdtrc(k - 1, statistic / correction))
 
 
 def rcbd(table: Mapping[str, Sequence[float]]) -> Rcbd:
