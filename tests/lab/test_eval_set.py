@@ -73,7 +73,8 @@ def test_scores_equal_cross_entropy_and_log_z_by_hand(corpora: dict[str, TokenDa
 
 
 @pytest.mark.parametrize("switches", [dict(), dict(qk_norm="rmsnorm", n_kv_heads=2, sliding_window=5),
-                                      dict(attn_logn=True, key_norm=True)], ids=["plain", "qknorm-gqa-window", "logn"])
+                                      dict(attn_logn=True, key_norm=True), dict(block="parallel")],
+                         ids=["plain", "qknorm-gqa-window", "logn", "parallel"])
 def test_max_attention_logit_equals_the_eager_paths_scores(
     corpora: dict[str, TokenData], monkeypatch: pytest.MonkeyPatch, switches: dict
 ) -> None:
@@ -102,8 +103,9 @@ def test_max_attention_logit_equals_the_eager_paths_scores(
         for x, _ in eval_set._batches(data, starts, BLOCK):
             model(x)
     reference = max(seen)
-    seen.clear()
+    assert len(seen) == 2 * len(list(eval_set._batches(data, starts, BLOCK)))  # every layer of every batch
     assert eval_set.max_attention_logit(model, data, starts, BLOCK) == pytest.approx(reference, rel=1e-6)
+    assert all("core" not in vars(m) for m in model.modules())  # the spies are gone
 
 
 def _target_bytes(data: TokenData, ids: np.ndarray) -> int:

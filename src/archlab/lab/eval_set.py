@@ -29,6 +29,7 @@ and `log_z_drift` share one pass; `max_attn_logit` and `bits_per_byte` are one m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,10 +89,9 @@ def score_windows(model: TransformerLM, data: TokenData, starts: np.ndarray, blo
     return Scores(ce_sum / n, abs_z_sum / n, n)
 
 
-def _layer_max_logit(module: Attention, x: torch.Tensor, inp: object) -> float:
-    """max |q . k| * scale over the pairs layer `module` lets a query see, recomputed from its input x and its
-    `AttentionInputs` exactly as its forward projects them (RoPE, QK-norm, KeyNorm, log-n)."""
-    q, k, _ = module.project(x, inp)  # (B, H, T, Dh), (B, K, T, Dh)
+def _layer_max_logit(module: Attention, q: torch.Tensor, k: torch.Tensor, inp: object) -> float:
+    """max |q . k| * scale over the pairs a layer lets a query see, from the projected q (B, H, T, Dh) and k
+    (B, K, T, Dh) its `core` receives, with the query scaling and late key rotation `core` applies."""
     if inp.query_scale is not None:
         q = q * inp.query_scale.to(q.dtype)
     if inp.rope is not None and inp.rope.rotates_cached_keys:
@@ -107,20 +107,28 @@ def _layer_max_logit(module: Attention, x: torch.Tensor, inp: object) -> float:
 
 @torch.no_grad()
 def max_attention_logit(model: TransformerLM, data: TokenData, starts: np.ndarray, block_size: int) -> float:
-    """The largest |q . k| * scale of any layer, head and visible pair over the windows at `starts`."""
+    """The largest |q . k| * scale of any layer, head and visible pair over the windows at `starts`. Read where
+    every block hands attention its projected q and k (`Attention.core`: a parallel block calls it directly)."""
     model.eval()
     found = [0.0]
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
 
-    def hook(module: Attention, args: tuple) -> None:
-        found[0] = max(found[0], _layer_max_logit(module, *args))
+    def spy(module: Attention) -> Callable[..., torch.Tensor]:
+        core = module.core
 
-    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, Attention)]
+        def read(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inp: object, cache: object) -> torch.Tensor:
+            found[0] = max(found[0], _layer_max_logit(module, q, k, inp))
+            return core(q, k, v, inp, cache)
+        return read
+
+    for m in layers:
+        m.core = spy(m)  # an instance attribute shadows the method until deleted
     try:
         for x, _ in _batches(data, starts, block_size):
             model(x)
     finally:
-        for h in handles:
-            h.remove()
+        for m in layers:
+            del m.core
     return found[0]
 
 
