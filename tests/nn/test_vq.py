@@ -149,16 +149,16 @@ def test_decoding_with_state_equals_full_forward(assign):
     kern.train()
     kern(q, k, v, None)  # initialises the codebook from keys and takes one EMA step
     kern.eval()
-    full, commit, _ = kern(q, k, v, None)
-    assert commit == 0
-    out, _, state = kern(q[:, :, :6], k[:, :, :6], v[:, :, :6], None)
+    full, _ = kern(q, k, v, None)
+    assert kern.aux_loss is None
+    out, state = kern(q[:, :, :6], k[:, :, :6], v[:, :, :6], None)
     outs, sizes = [out], []
     for t in range(6, 20):
-        o, _, state = kern(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], state, decoding=True)
+        o, state = kern(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], state, decoding=True)
         outs.append(o)
         if t % 4 == 3:
             sizes.append(state.nbytes())
-    o, _, state = kern(q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], state)  # a chunk after decoding
+    o, state = kern(q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], state)  # a chunk after decoding
     outs.append(o)
     assert (torch.cat(outs, 2) - full).abs().max() < 1e-5
     assert len(set(sizes)) == 1  # at the same place in a block the state has the same size, any context
@@ -168,8 +168,13 @@ def test_kernel_commitment_and_ema_only_in_training():
     torch.manual_seed(1)
     q, k, v, _ = (t.float() for t in _data())
     kern = _kernel().train()
-    _, commit, _ = kern(q, k, v, None)
-    assert bool(kern.initialised) and commit > 0
+    kern(q, k, v, None)
+    assert bool(kern.initialised)
+    k_hat = hard_assign(k, kern.codebook)[1]  # the codes after the first batch's EMA step: recompute the loss
+    kern.ema = 1.0
+    kern(q, k, v, None)
+    assert torch.allclose(kern.aux_loss, 1e-4 * (k - k_hat).square().sum(-1).mean())
+    kern.ema = 0.99
     before = kern.code_sums.clone()
     kern(q, k, v, None)
     assert not torch.equal(before, kern.code_sums)

@@ -19,6 +19,8 @@ eager path in functional.eager_attention supports everything and is tested again
 on q and k (no QK-norm, no KeyNorm, keys rotated at projection time) runs `fused.rope_qkv`, whose backward
 writes the projection's gradient in one buffer; and bf16 causal attention of up to 512 tokens runs
 `fused.causal_attention` (SDPA's forward kernel, a faster backward on the CPU).
+With `attn_kernel` favor or vq the projected (and rotated) q, k, v go to a linear kernel instead
+(nn/linear_kernels.py), which keeps a fixed-size state in the cache rather than keys and values.
 
 Shapes: B batch, T queries, S keys, D model width, H query heads, K KV heads, Dh head dim; slots are token
 slots of the cache (query slots (T,), key slots (S,)).
@@ -36,6 +38,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import attention_from_scores, eager_attention
 from archlab.nn.fused import causal_attention, rope_qkv, use_causal_attention, use_fused
 from archlab.nn.kv_cache import KVCache
+from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import build_norm
 from archlab.nn.rerope import ReRopePositions
 from archlab.nn.rope import RopePositions
@@ -86,6 +89,7 @@ class Attention(nn.Module):
         self.softcap = c.attn_softcap
         self.use_sdpa = c.attn_impl == "sdpa" or (c.attn_impl == "auto" and c.attn_softcap is None)
         self.dropout = c.attn_dropout
+        self.linear = LinearAttention(c, layer_idx) if c.attn_kernel != "softmax" else None
 
     def project(self, x: torch.Tensor, inp: AttentionInputs) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied.
@@ -119,6 +123,9 @@ class Attention(nn.Module):
         q, k, v = self.project(x, inp)
         if inp.query_scale is not None:
             q = q * inp.query_scale.to(q.dtype)  # scales each query's scores: log-n
+        if self.linear is not None:  # FAVOR+ / VQ: the kernel's state replaces the K/V cache
+            y = self.linear(q, k, v, inp.cache)  # (B, H, T, Dh)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         if inp.cache is not None:
             k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
         if inp.rope is not None and inp.rope.rotates_cached_keys:

@@ -39,6 +39,11 @@ QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
 ATTN_IMPLS = ("auto", "sdpa", "eager")
+# attn_kernel values: softmax, or a linear kernel of nn/linear_kernels.py (its LINEAR_KERNELS keys; a test keeps
+# the two in step: the registry imports this module, so it cannot be imported here)
+ATTN_KERNELS = ("softmax", "favor", "vq")
+FAVOR_FEATURE_MAPS = ("positive", "hyperbolic")  # nn/favor.py FAVOR_FEATURES
+VQ_ASSIGNS = ("hard", "soft")  # nn/vq.py VQ_ASSIGNS
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
@@ -48,6 +53,10 @@ ONLY_WITH = {
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
     "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
     "rope_scaling_local": ("position", "rope"),
+    **{name: ("attn_kernel", "favor") for name in ("favor_features", "favor_orthogonal", "favor_feature",
+                                                  "favor_redraw")},
+    **{name: ("attn_kernel", "vq") for name in ("vq_codes", "vq_block", "vq_commit", "vq_ema", "vq_assign",
+                                               "vq_tau", "vq_cache_grad")},
 }
 
 
@@ -120,6 +129,19 @@ class ModelConfig:
     attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
     attn_logn: bool = False  # scale each query's scores by log(n) / log(attn_logn_base), n = keys it sees
     attn_logn_base: int | None = None  # length where the log-n factor is 1 (kexue.fm/archives/8823); None = max_seq_len
+    # --- attention kernel (docs/linear-attention.md) ---
+    attn_kernel: str = "softmax"  # softmax | favor (Performer, arXiv 2009.14794) | vq (Transformer-VQ, 2309.16354)
+    favor_features: int | None = None  # FAVOR+ features per head; None = round(head_dim ln head_dim) (Theta(d log d))
+    favor_orthogonal: bool = True  # orthogonal blocks of features: lower variance, still unbiased (paper, sec. 2.4)
+    favor_feature: str = "positive"  # positive (exp) | hyperbolic (exp(+-w.x): lower variance, same width)
+    favor_redraw: int | None = None  # draw new features every n training forwards; None = fixed (from the seed)
+    vq_codes: int = 512  # codebook size per K/V head (512 in all of Lingle's experiments)
+    vq_block: int = 64  # block length: the current and previous block are exact, older ones compressed
+    vq_commit: float = 1e-4  # commitment loss coefficient (Lingle's c_beta), added to the model's loss
+    vq_ema: float = 0.99  # EMA decay of the codebook statistics (Lingle's c_gamma); 1 = frozen codebook
+    vq_assign: str = "hard"  # hard (nearest code + STE) | soft (softmax(-|k - c|^2 / 2 tau), Su kexue.fm/archives/9862)
+    vq_tau: float = 1.0  # soft assignment temperature (-> hard as tau -> 0)
+    vq_cache_grad: bool = False  # let gradients flow through the compressed cache (Lingle: off, like Transformer-XL)
     # --- embeddings and output ---
     tie_embeddings: bool = False  # lm_head shares the embedding matrix
     embed_scale: str = "none"  # none | sqrt_d (multiply embeddings by sqrt(d_model): Vaswani, Gemma)
@@ -137,6 +159,7 @@ class ModelConfig:
         self._check_sizes()
         self._check_positions()
         self._check_attention()
+        self._check_kernel()
 
     # ----- derived values -----
     def _set(self, name: str, value: object) -> None:
@@ -164,6 +187,9 @@ class ModelConfig:
                 self._set(name, self.bias)
         if self.final_norm is None:
             self._set("final_norm", self.norm_position != "post")
+        if self.attn_kernel == "favor" and self.favor_features is None and isinstance(self.head_dim, int):
+            m = max(2, round(self.head_dim * math.log(self.head_dim)))
+            self._set("favor_features", m + m % 2 if self.favor_feature == "hyperbolic" else m)
 
     # ----- checks -----
     def _check_choices(self) -> None:
@@ -171,6 +197,7 @@ class ModelConfig:
             "norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFNS, *GLU_SHORTHANDS),
             "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
+            "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_MAPS, "vq_assign": VQ_ASSIGNS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -237,6 +264,38 @@ class ModelConfig:
             raise _bad("attn_logn", True, "needs max_seq_len >= 2 or attn_logn_base (log 1 = 0)")
         if self.qk_norm != "none" and self.key_norm:
             raise _bad("key_norm", True, "not together with qk_norm (KeyNorm is its own key normalisation)")
+
+    def _check_kernel(self) -> None:
+        """A linear kernel never forms the T x S scores, so nothing that edits them can work; it folds each key
+        into a state once, so keys cannot be re-rotated later either."""
+        kernel = self.attn_kernel
+        if kernel == "softmax":
+            return
+        if self.attn_softcap is not None:
+            raise _bad("attn_softcap", self.attn_softcap, f"None with attn_kernel={kernel!r} (no scores to cap)")
+        if self.position in ("relative", "alibi"):
+            raise _bad("position", self.position, f"rope, sinusoidal, learned or none with attn_kernel={kernel!r} "
+                       "(an additive score bias does not factor through the kernel)")
+        if self.sliding_window is not None:
+            raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
+        if self.attn_dropout:
+            raise _bad("attn_dropout", self.attn_dropout, f"0 with attn_kernel={kernel!r} (no probabilities)")
+        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope"):
+            raise _bad("rope_scaling.kind", self.rope_scaling.kind, f"a static schedule with attn_kernel={kernel!r} "
+                       "(cached keys are folded into the state, never re-rotated)")
+        positive = {"favor_features": self.favor_features, "favor_redraw": self.favor_redraw,
+                    "vq_codes": self.vq_codes, "vq_block": self.vq_block}
+        for name, value in positive.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise _bad(name, value, "a positive integer" + (" or None" if name == "favor_redraw" else ""))
+        if self.favor_feature == "hyperbolic" and self.favor_features % 2:
+            raise _bad("favor_features", self.favor_features, "an even number with favor_feature='hyperbolic'")
+        if self.vq_commit < 0:
+            raise _bad("vq_commit", self.vq_commit, "a number >= 0")
+        if not 0 < self.vq_ema <= 1:
+            raise _bad("vq_ema", self.vq_ema, "a decay in (0, 1] (1 = frozen codebook)")
+        if not self.vq_tau > 0:
+            raise _bad("vq_tau", self.vq_tau, "a positive temperature")
 
     # ----- derived properties -----
     @property

@@ -146,6 +146,7 @@ class FavorKernel(nn.Module):
         self.generator = torch.Generator().manual_seed(FAVOR_SEED + layer_idx)
         self.register_buffer("projection", self._draw(), persistent=False)  # (P, d)
         self.calls = 0  # training forwards since build
+        self.aux_loss: torch.Tensor | None = None  # FAVOR adds no loss term
 
     def _draw(self) -> torch.Tensor:
         return draw_projection(self.rows, self.head_dim, self.orthogonal, self.generator, torch.float32)

@@ -3,7 +3,7 @@
 One forward serves training, evaluation and decoding: `forward(input_ids, positions=None, cache=None)`.
 Positions default to the cache offset + arange(T); with a KVCache the same forward appends the new
 tokens' keys and values and returns only their logits. Given `targets`, it returns the loss instead
-(`LossOutput`: mean cross entropy + z-loss, each term for the logs): in training `fused.linear_cross_entropy`
+(`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses, each term for the logs): in training `fused.linear_cross_entropy`
 computes head and loss in row chunks, so the (B*T, V) logits never exist at once; the loss lives in the
 forward so that DDP, FSDP and torch.compile wrap it with the model. Once per forward the model builds what attention
 needs besides x, one `AttentionInputs` per kind of layer (full, sliding-window): the RoPE plan
@@ -27,6 +27,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, z_loss
 from archlab.nn.fused import linear_cross_entropy, use_fused
 from archlab.nn.kv_cache import KVCache
+from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import RMSNorm, build_norm
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
 from archlab.nn.rerope import ReRopePositions, rerope_plan
@@ -44,6 +45,7 @@ class LossOutput(NamedTuple):
     loss: torch.Tensor
     ce: torch.Tensor
     z: torch.Tensor
+    aux: torch.Tensor | None = None  # the attention kernels' own losses (VQ commitment), already in `loss`
 
 
 class TransformerLM(nn.Module):
@@ -172,7 +174,9 @@ class TransformerLM(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         if targets is not None:
-            return self._loss(x, targets, z_loss_coef)
+            out = self._loss(x, targets, z_loss_coef)
+            aux = self._aux_loss()
+            return out if aux is None else LossOutput(out.loss + aux, out.ce, out.z, aux)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
@@ -192,6 +196,11 @@ class TransformerLM(nn.Module):
         # ce and z stay attached: torch 2.13's compile drops the gradient of `loss` when detached aliases of
         # its terms are returned beside it (LossOutput's readers detach them)
         return LossOutput(ce + z, ce, z)
+
+    def _aux_loss(self) -> torch.Tensor | None:
+        """The sum of the linear attention kernels' losses of this forward (VQ's commitment), or None."""
+        terms = [m.aux_loss for m in self.modules() if isinstance(m, LinearAttention) and m.aux_loss is not None]
+        return sum(terms[1:], terms[0]) if terms else None
 
     def _check_positions(self, positions: torch.Tensor, bound: int | None) -> None:
         if isinstance(self.pos_embed, LearnedPositions):

@@ -181,6 +181,7 @@ class VQKernel(nn.Module):
         self.register_buffer("code_sums", torch.randn(n_kv_heads, codes, head_dim))  # (K, C, d)
         self.register_buffer("code_counts", torch.ones(n_kv_heads, codes))  # (K, C)
         self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))  # set by the first training batch
+        self.aux_loss: torch.Tensor | None = None  # the last training forward's commitment loss
 
     def reset_buffers(self) -> None:
         with torch.no_grad():
@@ -195,8 +196,9 @@ class VQKernel(nn.Module):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: VQState | None,
         key_mask: torch.Tensor | None = None, decoding: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, VQState]:
-        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the commitment loss (scalar), the new state)."""
+    ) -> tuple[torch.Tensor, VQState]:
+        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state); a training forward leaves
+        its commitment loss in `aux_loss` (None otherwise)."""
         learning = self.training and not decoding
         if learning and not bool(self.initialised):
             self._init_from(k.detach().float())
@@ -207,7 +209,7 @@ class VQKernel(nn.Module):
             (assign, sq_err), k_hat = soft_assign(k, codebook, self.tau), None
         if key_mask is not None:
             assign = assign * key_mask[:, None, :, None].to(assign.dtype)  # padding: no weight anywhere
-        commit = self.commit * sq_err.mean() if learning else sq_err.new_zeros(())
+        self.aux_loss = self.commit * sq_err.mean() if learning else None
         if learning and self.ema < 1:
             with torch.no_grad():
                 sums, counts = ema_update(self.code_sums, self.code_counts, k.detach().float(), assign.float(),
@@ -216,7 +218,7 @@ class VQKernel(nn.Module):
                 self.code_counts.copy_(counts)
         o, new_state = vq_attention(q * self.scale, v, assign, codebook, self.block, k_hat, state,
                                     cache_grad=self.cache_grad)
-        return o, commit, new_state
+        return o, new_state
 
     def _init_from(self, k: torch.Tensor) -> None:
         """Codes = `codes` keys drawn at random from the batch, per K/V head; counts 1."""
