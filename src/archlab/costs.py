@@ -14,6 +14,14 @@ KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-m
     bytes = batch * 2 (K and V) * n_kv_heads * head_dim * bytes per element * sum over layers of slots
 with slots = T for full layers and min(T, window) for sliding-window layers, whose cache is a ring of
 their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_kv_heads * head_dim * bytes.
+
+Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0 bytes per token:
+    favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4       ([S | z] in float32, M features)
+    vq:    batch * n_layers * n_kv_heads * (tail * (C + head_dim) + C * (head_dim + 1)) * bytes
+with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t) and C codes.
+Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh (features, and reading or adding to
+the state); vq H (4 C Dh + 4 Dh min(T, 2L)) + 2 K C Dh (scores against the codes and the cache, the two exact
+blocks, the keys' nearest codes).
 """
 
 from __future__ import annotations
@@ -71,6 +79,12 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     t = context or c.max_seq_len
     keys = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
     attention = 4 * c.n_heads * c.head_dim * keys
+    H, K, Dh = c.n_heads, c.n_kv_heads, c.head_dim
+    if c.attn_kernel == "favor":
+        attention = c.n_layers * 4 * (H + K) * c.favor_features * Dh
+    elif c.attn_kernel == "vq":
+        C = c.vq_codes
+        attention = c.n_layers * (H * (4 * C * Dh + 4 * Dh * min(t, 2 * c.vq_block)) + 2 * K * C * Dh)
     forward = 2 * matmul_params(c) + attention
     return {"matmul": 2 * matmul_params(c), "attention": attention, "forward": forward, "training": 3 * forward}
 
@@ -94,13 +108,32 @@ def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf1
     `context` equals what `KVCache(..., max_len=context)` of the model allocates (`KVCache.nbytes()`)."""
     t = context or c.max_seq_len
     per_slot = _slot_bytes(c, dtype)
+    if c.attn_kernel != "softmax":
+        return {"per_token": 0, "context": state_bytes(c, t, dtype, batch)}
     return {"per_token": c.n_layers * per_slot, "context": batch * kv_cache_slots(c, t) * per_slot}
+
+
+def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 1) -> int:
+    """Bytes of a linear kernel's decoding state after `context` tokens (module doc); what `KVCache.nbytes()`
+    holds then. 0 for softmax attention."""
+    K, Dh = c.n_kv_heads, c.head_dim
+    if c.attn_kernel == "favor":
+        per_layer = K * c.favor_features * (Dh + 1) * (8 if DTYPE_BYTES[dtype] == 8 else 4)
+    elif c.attn_kernel == "vq":
+        L, C = c.vq_block, c.vq_codes
+        tail = L + context % L if context >= L else context
+        per_layer = K * (tail * (C + Dh) + C * (Dh + 1)) * DTYPE_BYTES[dtype]
+    else:
+        return 0
+    return batch * c.n_layers * per_layer
 
 
 def kv_tokens_within(c: ModelConfig, budget: int, dtype: str = "bf16") -> int | None:
     """The longest context whose cache for one sequence fits in `budget` bytes, or None when every context
-    does (every layer windowed: the cache stops growing at the window)."""
+    does (every layer windowed: the cache stops growing at the window; a linear kernel's fixed state)."""
     per_slot = _slot_bytes(c, dtype)
+    if c.attn_kernel != "softmax":
+        return None
     windowed = [i for i in range(c.n_layers) if c.layer_is_sliding(i)]
     n_full = c.n_layers - len(windowed)
     t = budget // (c.n_layers * per_slot)  # while every window still grows

@@ -151,14 +151,14 @@ def test_decoding_with_state_equals_full_forward(assign):
     kern.eval()
     full, _ = kern(q, k, v, None)
     assert kern.aux_loss is None
-    out, state = kern(q[:, :, :6], k[:, :, :6], v[:, :, :6], None)
+    out, state = kern(q[:, :, :6], k[:, :, :6], v[:, :, :6], None, decoding=True)
     outs, sizes = [out], []
     for t in range(6, 20):
         o, state = kern(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], state, decoding=True)
         outs.append(o)
         if t % 4 == 3:
             sizes.append(state.nbytes())
-    o, state = kern(q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], state)  # a chunk after decoding
+    o, state = kern(q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], state, decoding=True)  # a chunk after decoding
     outs.append(o)
     assert (torch.cat(outs, 2) - full).abs().max() < 1e-5
     assert len(set(sizes)) == 1  # at the same place in a block the state has the same size, any context
@@ -182,3 +182,23 @@ def test_kernel_commitment_and_ema_only_in_training():
     before = kern.code_sums.clone()
     kern(q, k, v, None)
     assert torch.equal(before, kern.code_sums)
+
+
+@pytest.mark.parametrize("assign_kind", ["hard", "soft"])
+def test_state_with_bias_continues_the_blockwise_form(assign_kind):
+    """A prefill, a chunk and one-token steps through the state give the blockwise (= dense) output, bias included."""
+    q, k, v, cb = _data(T=30)
+    bias = torch.randn(4, 8, dtype=f64) * 0.3
+    if assign_kind == "hard":
+        assign, k_hat, _ = hard_assign(k, cb)
+    else:
+        (assign, _), k_hat = soft_assign(k, cb, 0.7), None
+    full, _ = vq_attention(q, v, assign, cb, 4, k_hat, bias=bias)
+    outs, state, start = [], None, 0
+    for size in (7, 6, *([1] * 17)):
+        sl = slice(start, start + size)
+        o, state = vq_attention(q[:, :, sl], v[:, :, sl], assign[:, :, sl], cb, 4,
+                                None if k_hat is None else k_hat[:, :, sl], state, bias)
+        outs.append(o)
+        start += size
+    assert (torch.cat(outs, 2) - full).abs().max() < 1e-12

@@ -3,12 +3,12 @@
 One forward serves training, evaluation and decoding: `forward(input_ids, positions=None, cache=None)`.
 Positions default to the cache offset + arange(T); with a KVCache the same forward appends the new
 tokens' keys and values and returns only their logits. Given `targets`, it returns the loss instead
-(`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses, each term for the logs): in training `fused.linear_cross_entropy`
-computes head and loss in row chunks, so the (B*T, V) logits never exist at once; the loss lives in the
-forward so that DDP, FSDP and torch.compile wrap it with the model. Once per forward the model builds what attention
-needs besides x, one `AttentionInputs` per kind of layer (full, sliding-window): the RoPE plan
-(nn/rope.py `RopePositions`), the mask and the position bias over the keys that kind reads, which for a
-window layer with a ring cache are its window in ring order (`KVCache.key_slots`).
+(`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses, each term for the logs): in
+training `fused.linear_cross_entropy` computes head and loss in row chunks, so the (B*T, V) logits never exist
+at once; the loss lives in the forward so that DDP, FSDP and torch.compile wrap it with the model. Once per
+forward the model builds what attention needs besides x, one `AttentionInputs` per kind of layer (full,
+sliding-window): the RoPE plan (nn/rope.py `RopePositions`), the mask and the position bias over the keys
+that kind reads, which for a window layer with a ring cache are its window in ring order (`KVCache.key_slots`).
 
 Shapes: B batch, T new tokens, S keys a layer reads (cache + new), D d_model, V vocabulary, H heads.
 """

@@ -103,13 +103,15 @@ def _prepend_tail(q, v, assign, k_hat, codebook, state):
 def vq_attention(
     q: torch.Tensor, v: torch.Tensor, assign: torch.Tensor, codebook: torch.Tensor, block: int,
     k_hat: torch.Tensor | None = None, state: VQState | None = None, bias: torch.Tensor | None = None,
-    cache_grad: bool = False,
-) -> tuple[torch.Tensor, VQState]:
+    cache_grad: bool = False, with_state: bool = True,
+) -> tuple[torch.Tensor, VQState | None]:
     """Blockwise causal VQ attention. q (B, H, T, d) with the softmax scale applied; v (B, K, T, Dv); assign
     (B, K, T, C) one-hot (hard) or soft rows (all-zero rows are padding); codebook (K, C, d); k_hat (B, K, T, d)
     the straight-through keys for hard VQ (local scores q . k^, which carry the key gradient), None for soft;
     state of the tokens before, or None; bias (H, 2L) additive by distance, applied inside the two exact blocks.
-    -> (o (B, H, T, Dv), the state after these tokens)."""
+    -> (o (B, H, T, Dv), the state after these tokens, or None without `with_state`)."""
+    if state is not None and q.shape[2] == 1:
+        return _decode_step(q, v, assign, codebook, block, k_hat, state, bias)
     K, C = codebook.shape[:2]
     L, H, Dv = block, q.shape[1], v.shape[-1]
     B, R = q.shape[0], H // K
@@ -142,7 +144,32 @@ def vq_attention(
     out = w_cur @ vb[:, :, None] + w_prev @ _shift_blocks(vb)[:, :, None] + eq @ older[:, :, None]
     out = out.reshape(B, H, N * L, Dv + 1)[:, :, r : total]  # (B, H, T, Dv+1)
     y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)
-    return y, _next_state(assign[:, :, :total], v1[:, :, :total, :-1], block_sums, cache0, L)
+    return y, _next_state(assign[:, :, :total], v1[:, :, :total], cache0, L) if with_state else None
+
+
+def _decode_step(q, v, assign, codebook, L, k_hat, state, bias):
+    """One new token after a state: the tail plus it is at most 2L tokens from the start of the previous
+    block, so every one of them is exact for the new query; older tokens are the cache. O(L + C) per token."""
+    B, H, _, d = q.shape
+    K = codebook.shape[0]
+    R = H // K
+    a = torch.cat((state.tail_assign.to(assign.dtype), assign), 2)  # (B, K, S, C), S <= 2L
+    v1 = torch.cat((torch.cat((state.tail_v.to(v.dtype), v), 2), v.new_ones(B, K, a.shape[2], 1)), -1)
+    qi = q.reshape(B, K, R, 1, d)  # the group's query heads as rows
+    qc = qi @ codebook[None, :, None].transpose(-1, -2)  # (B, K, R, 1, C)
+    m = qc.amax(-1, keepdim=True)
+    eq = torch.exp(qc - m)
+    if k_hat is None:
+        w = eq @ a[:, :, None].transpose(-1, -2)  # (B, K, R, 1, S)
+    else:
+        keys = torch.cat(((state.tail_assign @ codebook[None]).to(k_hat.dtype), k_hat), 2)  # (B, K, S, d)
+        w = torch.exp(qi @ keys[:, :, None].transpose(-1, -2) - m) * a.sum(-1)[:, :, None, None, :]
+    if bias is not None:
+        S = a.shape[2]
+        w = w * bias.exp().view(K, R, -1)[..., S - 1 - torch.arange(S, device=q.device)][None, :, :, None]
+    out = w @ v1[:, :, None] + eq @ state.cache[:, :, None]  # (B, K, R, 1, Dv+1)
+    y = (out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)).reshape(B, H, 1, -1)
+    return y, _next_state(a, v1, state.cache, L)
 
 
 def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
@@ -156,14 +183,16 @@ def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
     return w_cur, w_prev * _shift_blocks(real)[:, :, None, :, None, :]
 
 
-def _next_state(assign, v, block_sums, cache0, L):
-    """The tail (from the start of the block before the next token's) and the cache of everything before it."""
+def _next_state(assign, v1, cache0, L):
+    """The tail (from the start of the block before the next token's) and the cache of everything before it;
+    v1 = [v | 1] (B, K, S, Dv+1)."""
     total = assign.shape[2]
     start = max(total // L - 1, 0) * L
-    cache = block_sums[:, :, : start // L].sum(2).detach()  # (B, K, C, Dv+1)
+    assign, v1 = assign.detach(), v1.detach()
+    cache = assign[:, :, :start].transpose(-1, -2) @ v1[:, :, :start]  # (B, K, C, Dv+1)
     if cache0 is not None:
         cache = cache + cache0
-    return VQState(assign[:, :, start:].detach(), v[:, :, start:].detach(), cache)
+    return VQState(assign[:, :, start:], v1[:, :, start:, :-1], cache)
 
 
 class VQKernel(nn.Module):
@@ -196,8 +225,9 @@ class VQKernel(nn.Module):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: VQState | None,
         key_mask: torch.Tensor | None = None, decoding: bool = False,
-    ) -> tuple[torch.Tensor, VQState]:
-        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state); a training forward leaves
+    ) -> tuple[torch.Tensor, VQState | None]:
+        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state when `decoding`); a training
+        forward leaves
         its commitment loss in `aux_loss` (None otherwise)."""
         learning = self.training and not decoding
         if learning and not bool(self.initialised):
@@ -217,7 +247,7 @@ class VQKernel(nn.Module):
                 self.code_sums.copy_(sums)
                 self.code_counts.copy_(counts)
         o, new_state = vq_attention(q * self.scale, v, assign, codebook, self.block, k_hat, state,
-                                    cache_grad=self.cache_grad)
+                                    cache_grad=self.cache_grad, with_state=decoding)
         return o, new_state
 
     def _init_from(self, k: torch.Tensor) -> None:
