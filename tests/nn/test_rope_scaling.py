@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from archlab import ModelConfig, RopeScaling, TransformerLM
-from archlab.interop.families.llama import llama_state_dict
+from archlab.interop.hf import hf_state_dict
 from archlab.interop.hf_rope import hf_max_position_embeddings, rope_from_hf, rope_to_hf
 from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding, base_inv_freq
 
@@ -198,7 +198,7 @@ def llama_pair(scaling: RopeScaling) -> tuple[TransformerLM, LlamaForCausalLM]:
     hf = LlamaForCausalLM(hf_config(scaling, c.rope_dim, hidden_size=c.d_model, num_attention_heads=c.n_heads,
                                     num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, vocab_size=c.vocab_size,
                                     intermediate_size=c.d_ff, num_hidden_layers=c.n_layers, rms_norm_eps=c.norm_eps))
-    hf.load_state_dict(llama_state_dict(ours), strict=True)
+    hf.load_state_dict(hf_state_dict(ours, "llama"), strict=True)
     return ours, hf.eval()
 
 

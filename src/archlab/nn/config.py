@@ -13,10 +13,11 @@ Derivations, each beaten by an explicit value (the field's default is `None` = "
 Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
 norm="layernorm") must keep their defaults otherwise.
 
-NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` keeps the GLU's
-d_ff and `replace(config, norm_position="post")` keeps final_norm=True. To vary a field, apply it where the
-layers are still apart (`build_preset(name, size, **overrides)` in nn/presets.py, or dotted keys through
-archlab/overrides.py), not to a built config.
+NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` would keep the GLU's
+d_ff and `replace(norm_position="post")` would keep final_norm=True. Vary a field of a built config with
+`config.replace(**changes)`, which re-derives every derived field (`DERIVED`) that still holds its derived
+value; a derived field that was set away from its derivation (a preset's d_ff=8192) is kept. A field set
+explicitly to exactly its derived value cannot be told apart from a derived one and is re-derived too.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from typing import Any
 
 from archlab.nn.activations import ACTIVATIONS
 from archlab.nn.ffn import FFNS, GLU_SHORTHANDS, default_d_ff
-from archlab.nn.norms import NORMS
+from archlab.nn.norms import NORM_PLACEMENTS, NORMS
 from archlab.nn.positions import POSITIONS
 from archlab.nn.rope import ROPE_LAYOUTS, ROPE_SCALINGS, RopeScaling
 
-NORM_POSITIONS = ("pre", "post", "double", "nonresidual_post")
+NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post (nn/norms.py, nn/block.py)
 BLOCKS = ("serial", "parallel")
 QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
@@ -42,6 +43,8 @@ ATTN_IMPLS = ("auto", "sdpa", "eager")
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
+# fields resolved in __post_init__ when None; `ModelConfig.replace` re-derives them (`derived_values`)
+DERIVED = ("n_kv_heads", "head_dim", "d_ff", "activation", "attn_bias", "mlp_bias", "final_norm")
 # field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
 ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
@@ -270,6 +273,34 @@ class ModelConfig:
         return "local" if self.has_local_rope and self.layer_is_sliding(layer_idx) else "global"
 
     # ----- construction and serialisation -----
+    def derived_values(self) -> dict[str, object]:
+        """What each field of `DERIVED` would be if left unset (None), from this config's other fields."""
+        divides = self.d_model % self.n_heads == 0
+        return {
+            "n_kv_heads": self.n_heads,
+            "head_dim": self.d_model // self.n_heads if divides else None,
+            "d_ff": default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of),
+            "activation": DEFAULT_ACTIVATION,
+            "attn_bias": self.bias,
+            "mlp_bias": self.bias,
+            "final_norm": self.norm_position != "post",
+        }
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """This config with `changes` applied, derived fields re-derived: a field of `DERIVED` that holds its
+        derived value and is not in `changes` goes back to None, so the new config derives it from the changed
+        fields (a Llama switched to ffn="mlp" gets the MLP's d_ff, as `build_preset(..., ffn="mlp")` does)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        changes = expand_shorthands(changes)  # ffn="swiglu" sets its activation, beating this config's
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, derived in self.derived_values().items():
+            if name not in changes and values[name] == derived:
+                values[name] = None
+        return ModelConfig(**{**values, **changes})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -62,6 +62,23 @@ class LayerNorm(RMSNorm):
 NORMS: dict[str, type[RMSNorm]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
 
 
+# norm placement (ModelConfig.norm_position; the formulas and diagram are in nn/block.py) -> the norms a layer
+# owns: "in" = its input norms (attn_norm, mlp_norm; for `post` the norms after each residual add), "out" = the
+# norms on each sublayer's output (attn_out_norm, mlp_out_norm). Block and costs.py both read this one table.
+NORM_PLACEMENTS: dict[str, tuple[str, ...]] = {
+    "pre": ("in",), "post": ("in",), "double": ("in", "out"), "nonresidual_post": ("out",),
+}
+
+
+def placement_norms(position: str, parallel: bool, parallel_norms: int) -> list[str]:
+    """The norms (attn_norm, mlp_norm, attn_out_norm, mlp_out_norm) a layer with norm placement `position` owns;
+    a parallel block with one shared input norm (or a post-norm parallel block, one norm after the sum) owns
+    attn_norm alone of the inputs."""
+    inputs = ["attn_norm"] if parallel and (parallel_norms == 1 or position == "post") else ["attn_norm", "mlp_norm"]
+    groups = {"in": inputs, "out": ["attn_out_norm", "mlp_out_norm"]}
+    return [name for group in NORM_PLACEMENTS[position] for name in groups[group]]
+
+
 def build_norm(kind: str, dim: int, eps: float, bias: bool = False, unit_offset: bool = False) -> RMSNorm:
     """The norm named `kind` (a key of NORMS) over the last `dim` features."""
     return NORMS[kind](dim, eps=eps, bias=bias, unit_offset=unit_offset)
