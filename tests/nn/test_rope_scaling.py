@@ -213,3 +213,28 @@ def test_model_logits_match_transformers(name: str) -> None:
         ids = torch.randint(0, 64, (1, length), generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
             torch.testing.assert_close(ours(ids), hf(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_yarn_ramp_clamp_at_the_top_dimension() -> None:
+    """theta 100, L0 4096, d_rot 16: the ramp ends at pairs floor(5.24) = 5 and ceil(11.26) = 12, past the last
+    pair (7) but inside transformers' clamp to d_rot - 1 = 15 (`find_correction_range` clamps to the dimension,
+    not the pair count). So even the top pair is only 2/7 of the way to interpolation: a clamp to d_rot/2 - 1
+    would make it fully interpolated. Checked against float64 math and transformers' own function."""
+    theta, l0, d_rot, s = 100.0, 4096, 16, 4.0
+    scaling = RopeScaling("yarn", s, l0)
+
+    def pair_with_rotations(n: float) -> float:
+        return d_rot * math.log(l0 / (2 * math.pi * n)) / (2 * math.log(theta))
+
+    lo, hi = math.floor(pair_with_rotations(32.0)), math.ceil(pair_with_rotations(1.0))
+    assert (lo, hi) == (5, 12) and d_rot // 2 - 1 < hi < d_rot - 1
+    inv0 = theta ** (-torch.arange(0, d_rot, 2, dtype=torch.float64) / d_rot)
+    ramp = ((torch.arange(d_rot // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+    assert ramp[-1] == pytest.approx(2 / 7)
+    ours, factor = ROPE_SCALINGS["yarn"](d_rot, theta, scaling)
+    torch.testing.assert_close(ours, inv0 * (1 - ramp) + inv0 / s * ramp, rtol=1e-12, atol=0)
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=d_rot, max_position_embeddings=4 * l0,
+                         rope_parameters=rope_to_hf(scaling, theta, d_rot))
+    ref, ref_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    torch.testing.assert_close(ours.float(), ref.float(), rtol=1e-6, atol=0)
+    assert factor == pytest.approx(ref_factor)
