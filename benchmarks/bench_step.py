@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
+from archlab.nn import fused
 from archlab.train.hardware import busy_cores, cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
 
@@ -153,6 +154,7 @@ def build(impl: str, config: ModelConfig) -> tuple[nn.Module, Callable[[torch.Te
     torch.manual_seed(0)
     ours = TransformerLM(config)
     if impl.startswith("archlab"):
+        fused.install(ours)  # as the trainer does
         if impl.endswith("compile"):
             ours.compile()  # in place, as `--precision.compile true` does
         return ours, lambda x, y: ours(x, targets=y).loss  # as the trainer: head and loss fused, chunked

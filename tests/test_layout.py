@@ -96,8 +96,9 @@ def test_no_import_cycles() -> None:
 
 # nn/ modules that take plain typed arguments (docs/architecture.md "Layers"); attention, block, model and the
 # per-forward attention inputs take the ModelConfig
-LEAVES = ("norms", "activations", "ffn", "positions", "rope", "rerope", "kv_cache", "functional", "fused",
+LEAVES = ("norms", "activations", "ffn", "positions", "rope", "rerope", "kv_cache", "functional", "fused_ops",
           "attention_kernels")
+FAST_PATHS = ("archlab.nn.fused", "archlab.nn.fused_ops")  # installed from outside; the formulas never call them
 PRINTING = ("archlab.commands", "archlab.cli", "archlab.__main__")  # the only modules that write to the terminal
 
 
@@ -139,6 +140,15 @@ def test_leaf_modules_of_nn_never_see_the_config(leaf: str) -> None:
 def test_library_code_never_prints(module: str) -> None:
     path = next(p for p in SRC.rglob("*.py") if module_name(p) == module)
     assert not terminal_writes(path), f"{module} writes to the terminal (log instead): {terminal_writes(path)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("archlab.nn.") and m not in FAST_PATHS))
+def test_the_readable_nn_modules_run_only_the_formulas(module: str) -> None:
+    """No module of nn/ but fused.py reaches the hand-written kernels: `fused.install` puts them in from outside
+    (issue 23), so `TransformerLM(config)` is the plain math."""
+    path = next(p for p in SRC.rglob("*.py") if module_name(p) == module)
+    assert not GRAPH[module] & set(FAST_PATHS), f"{module} imports {sorted(GRAPH[module] & set(FAST_PATHS))}"
+    assert "use_fused" not in path.read_text(encoding="utf-8"), f"{module} calls use_fused"
 
 
 def test_the_rule_checks_see_violations(tmp_path: Path) -> None:

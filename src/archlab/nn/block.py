@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from archlab.nn.attention import Attention, AttentionInputs
+from archlab.nn.attention import Attention
+from archlab.nn.attention_inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
 from archlab.nn.ffn import FFNS
 from archlab.nn.norms import build_norm, placement_norms

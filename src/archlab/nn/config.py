@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from archlab.nn.activations import ACTIVATIONS
+from archlab.nn.attention_kernels import ATTENTION_KERNELS
 from archlab.nn.ffn import FFNS, GLU_SHORTHANDS, default_d_ff
 from archlab.nn.norms import NORM_PLACEMENTS, NORMS
 from archlab.nn.positions import POSITIONS
@@ -39,7 +40,7 @@ QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
-ATTN_IMPLS = ("auto", "sdpa", "eager")
+ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one

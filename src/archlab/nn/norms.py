@@ -5,8 +5,8 @@ Variants
 - `layernorm`: (x - mean) / sqrt(var + eps) * w + b (Ba et al. 2016, arXiv 1607.06450); `bias=False` drops b.
 - `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function is the same.
 
-Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. When
-autograd records it, RMSNorm runs `fused.rms_norm` (same values, a hand-written backward).
+Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. (`fused.install`
+gives RMSNorm a hand-written backward in CPU training: nn/fused.py.)
 Shapes: (..., D) -> (..., D).
 """
 
@@ -15,8 +15,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from archlab.nn.fused import rms_norm, use_fused
 
 
 class RMSNorm(nn.Module):
@@ -40,9 +38,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x if x.dtype == torch.float32 else x.float()  # skip no-op casts: each is a call per decode step
-        if self.bias is None and use_fused(xf):  # training: the same formula with a hand-written backward
-            y = rms_norm(xf, self.gain(), self.eps)
-            return y if y.dtype == x.dtype else y.to(x.dtype)
         # written out: torch 2.13's F.rms_norm is a slower composite on CPU (a decode step measured ~25%
         # slower), and x * x is a cheaper kernel launch than x.pow(2) for the same values
         y = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + self.eps) * self.gain()
