@@ -40,7 +40,7 @@ from archlab.costs import kv_cache_bytes
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import compiled_forward, decode_layout, reduction_gemvs_win
-from archlab.interop.families.llama import llama_state_dict
+from archlab.interop.hf import hf_state_dict
 
 # (name, d_model, n_layers, n_heads, n_kv_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary),
 # a model whose 32k-token head dominates a decode step, as in real LLMs (GQA, n_heads/4 KV heads), and `llama`,
@@ -144,7 +144,7 @@ def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
         max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
         bos_token_id=None, eos_token_id=None, pad_token_id=0))
-    hf.load_state_dict({k: v.clone() for k, v in llama_state_dict(model).items()}, strict=True)
+    hf.load_state_dict({k: v.clone() for k, v in hf_state_dict(model, "llama").items()}, strict=True)
     return hf.eval()
 
 

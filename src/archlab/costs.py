@@ -30,6 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from archlab.nn.config import ModelConfig
+from archlab.nn.norms import placement_norms
 
 DTYPE_BYTES = {"float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "int8": 1, "fp8": 1}  # keys include torch's dtype names (str(torch.float32) less "torch.")
@@ -37,11 +38,6 @@ DTYPE_BYTES = {"float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "bfloat16": 2, 
 
 def _norm_params(c: ModelConfig, dim: int) -> int:
     return dim * (2 if c.norm_bias else 1)
-
-
-def _norms_per_layer(c: ModelConfig) -> int:
-    inputs = 1 if c.block == "parallel" and (c.parallel_norms == 1 or c.norm_position == "post") else 2
-    return {"pre": inputs, "post": inputs, "double": inputs + 2, "nonresidual_post": 2}[c.norm_position]
 
 
 def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
@@ -59,7 +55,8 @@ def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
     counts["position bias"] = c.relative_buckets * c.n_heads if c.position == "relative" else 0
     counts["attention"] = c.n_layers * attn
     counts["mlp"] = c.n_layers * mlp
-    counts["norms"] = c.n_layers * _norms_per_layer(c) * _norm_params(c, c.d_model) + (
+    per_layer = len(placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms))
+    counts["norms"] = c.n_layers * per_layer * _norm_params(c, c.d_model) + (
         _norm_params(c, c.d_model) if c.final_norm else 0)
     head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
     counts["lm_head"] = head + (c.vocab_size if c.lm_head_bias else 0)

@@ -18,7 +18,7 @@ def _block_and_inputs(position: str, block: str, parallel_norms: int):
                     block=block, parallel_norms=parallel_norms, position="rope", vocab_size=50)
     model = randomize_(TransformerLM(c)).double()
     pos = torch.arange(6)[None]
-    inputs = model._attention_inputs(pos)[0]
+    inputs = model.attention_inputs(pos)[0]
     return model.layers[0], inputs
 
 

@@ -180,3 +180,10 @@ def test_tiny_model_trains_through_the_cli(name, prepared, tmp_path):  # noqa: F
 def test_build_preset_takes_the_kernel():
     cfg = build_preset("llama", "tiny", attn_kernel="vq", vq_codes=64, vq_block=16, vq_assign="soft")
     assert (cfg.attn_kernel, cfg.vq_codes, cfg.vq_block, cfg.vq_assign) == ("vq", 64, 16, "soft")
+
+
+def test_replace_rederives_the_feature_count():
+    favor = ModelConfig(**SMALL, attn_kernel="favor")
+    assert favor.replace(attn_kernel="softmax").favor_features is None
+    assert favor.replace(d_model=64, n_heads=4).favor_features == round(16 * 2.7725887)  # Dh = 16: 44
+    assert favor.replace(favor_features=100).favor_features == 100

@@ -22,6 +22,7 @@ from archlab.infer.speed import check_compile_decode, column_major_linears, redu
 from archlab.infer.stream import TokenizerLike
 from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.nn.model import TransformerLM
+from archlab.train.hardware import resolve_device
 
 QUIT = "/quit"
 
@@ -61,26 +62,6 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
     from archlab.checkpoint import load_model  # imported here: generating needs no training code
 
     return load_model(folder)
-
-
-def resolve_device(name: str) -> torch.device:
-    """--device as a device this machine has, or one line saying what it lacks."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: this machine has no CUDA device (torch sees none); use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                         f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"--device {name!r} is not allowed: archlab generates on cpu, cuda or mps")
-    return device
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:

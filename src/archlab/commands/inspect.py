@@ -9,7 +9,6 @@ through the grammar of archlab/overrides.py, so the same flags give the same Mod
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
     overrides = typed_overrides(ModelConfig, flags)
     if args.checkpoint is not None:
-        config = dataclasses.replace(checkpoint_config(args.checkpoint), **overrides)
+        config = checkpoint_config(args.checkpoint).replace(**overrides)
         args.preset, args.size = Path(args.checkpoint).name, "checkpoint"
     else:
         config = build_preset(args.preset, args.size, **overrides)

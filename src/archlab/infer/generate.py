@@ -39,6 +39,7 @@ from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
+from archlab.nn.rope import ROPE_SCALINGS
 
 PAD_ID = 0  # any valid id: padded slots are masked out and never attended to
 
@@ -57,17 +58,13 @@ class Generation:
 
 
 def context_limit(config: ModelConfig) -> int | None:
-    """Tokens a model handles: max_seq_len, or with a RoPE scaling the stretched length factor * L0; with
-    ReRoPE None (no limit: no relative position past the window is ever seen), with Leaky ReRoPE the longest
-    length whose largest relative position W + (L - 1 - W) / k stays within the trained max_seq_len - 1."""
+    """Tokens a model handles: max_seq_len, or with a RoPE scaling its kind's limit (`RopeKind.context_limit`:
+    the stretched length factor * L0; ReRoPE None, no relative position past the window is ever seen; Leaky
+    ReRoPE the longest length whose largest relative position stays within the trained max_seq_len - 1)."""
     s = config.rope_scaling
-    if config.position != "rope" or s is None or s.kind == "none":
+    if config.position != "rope" or s is None:
         return config.max_seq_len
-    if s.kind == "rerope":
-        return None
-    if s.kind == "leaky_rerope":
-        return max(config.max_seq_len, s.window + 1 + int(s.factor * (config.max_seq_len - 1 - s.window)))
-    return max(config.max_seq_len, int((s.original_max_seq_len or config.max_seq_len) * s.factor))
+    return ROPE_SCALINGS[s.kind].context_limit(s, config.max_seq_len)
 
 
 def check_context(config: ModelConfig, prompt_len: int, max_new_tokens: int, allow_extrapolation: bool) -> None:

@@ -5,7 +5,6 @@ and the measured peak (`archlab generate --report-memory`). Bytes come from `arc
 
 from __future__ import annotations
 
-import dataclasses
 import resource
 import sys
 
@@ -32,7 +31,7 @@ def kv_bytes_table(
     variants = [("MHA", h), *([("GQA", gqa)] if gqa else []), ("MQA", 1)]
     rows = []
     for name, k in variants:
-        variant = config if k == config.n_kv_heads else dataclasses.replace(config, n_kv_heads=k)
+        variant = config if k == config.n_kv_heads else config.replace(n_kv_heads=k)
         kv = kv_cache_bytes(variant, context_len, dtype_name(dtype), batch_size)
         fits = kv_tokens_within(variant, budget, dtype_name(dtype)) if budget is not None else None
         rows.append(dict(attention=name, n_kv_heads=k, this_model=k == config.n_kv_heads,

@@ -9,14 +9,16 @@ Derivations, each beaten by an explicit value (the field's default is `None` = "
 - n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`);
 - activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
   different explicit activation is an error, never a silent rewrite;
-- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True.
+- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True;
+- favor_features = round(head_dim ln head_dim) with attn_kernel="favor" (`default_favor_features`).
 Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
 norm="layernorm") must keep their defaults otherwise.
 
-NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` keeps the GLU's
-d_ff and `replace(config, norm_position="post")` keeps final_norm=True. To vary a field, apply it where the
-layers are still apart (`build_preset(name, size, **overrides)` in nn/presets.py, or dotted keys through
-archlab/overrides.py), not to a built config.
+NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` would keep the GLU's
+d_ff and `replace(norm_position="post")` would keep final_norm=True. Vary a field of a built config with
+`config.replace(**changes)`, which re-derives every derived field (`DERIVED`) that still holds its derived
+value; a derived field that was set away from its derivation (a preset's d_ff=8192) is kept. A field set
+explicitly to exactly its derived value cannot be told apart from a derived one and is re-derived too.
 """
 
 from __future__ import annotations
@@ -27,18 +29,19 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from archlab.nn.activations import ACTIVATIONS
+from archlab.nn.attention_kernels import ATTENTION_KERNELS
 from archlab.nn.ffn import FFNS, GLU_SHORTHANDS, default_d_ff
-from archlab.nn.norms import NORMS
+from archlab.nn.norms import NORM_PLACEMENTS, NORMS
 from archlab.nn.positions import POSITIONS
 from archlab.nn.rope import ROPE_LAYOUTS, ROPE_SCALINGS, RopeScaling
 
-NORM_POSITIONS = ("pre", "post", "double", "nonresidual_post")
+NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post (nn/norms.py, nn/block.py)
 BLOCKS = ("serial", "parallel")
 QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
-ATTN_IMPLS = ("auto", "sdpa", "eager")
+ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
 # attn_kernel values: softmax, or a linear kernel of nn/linear_kernels.py (its LINEAR_KERNELS keys; a test keeps
 # the two in step: the registry imports this module, so it cannot be imported here)
 ATTN_KERNELS = ("softmax", "favor", "vq")
@@ -47,6 +50,8 @@ VQ_ASSIGNS = ("hard", "soft")  # nn/vq.py VQ_ASSIGNS
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
+# fields resolved in __post_init__ when None; `ModelConfig.replace` re-derives them (`derived_values`)
+DERIVED = ("n_kv_heads", "head_dim", "d_ff", "activation", "attn_bias", "mlp_bias", "final_norm", "favor_features")
 # field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
 ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
@@ -188,8 +193,7 @@ class ModelConfig:
         if self.final_norm is None:
             self._set("final_norm", self.norm_position != "post")
         if self.attn_kernel == "favor" and self.favor_features is None and isinstance(self.head_dim, int):
-            m = max(2, round(self.head_dim * math.log(self.head_dim)))
-            self._set("favor_features", m + m % 2 if self.favor_feature == "hyperbolic" else m)
+            self._set("favor_features", default_favor_features(self.head_dim, self.favor_feature))
 
     # ----- checks -----
     def _check_choices(self) -> None:
@@ -329,6 +333,36 @@ class ModelConfig:
         return "local" if self.has_local_rope and self.layer_is_sliding(layer_idx) else "global"
 
     # ----- construction and serialisation -----
+    def derived_values(self) -> dict[str, object]:
+        """What each field of `DERIVED` would be if left unset (None), from this config's other fields."""
+        divides = self.d_model % self.n_heads == 0
+        return {
+            "n_kv_heads": self.n_heads,
+            "head_dim": self.d_model // self.n_heads if divides else None,
+            "d_ff": default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of),
+            "activation": DEFAULT_ACTIVATION,
+            "attn_bias": self.bias,
+            "mlp_bias": self.bias,
+            "final_norm": self.norm_position != "post",
+            "favor_features": default_favor_features(self.head_dim, self.favor_feature)
+            if self.attn_kernel == "favor" else None,
+        }
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """This config with `changes` applied, derived fields re-derived: a field of `DERIVED` that holds its
+        derived value and is not in `changes` goes back to None, so the new config derives it from the changed
+        fields (a Llama switched to ffn="mlp" gets the MLP's d_ff, as `build_preset(..., ffn="mlp")` does)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        changes = expand_shorthands(changes)  # ffn="swiglu" sets its activation, beating this config's
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, derived in self.derived_values().items():
+            if name not in changes and values[name] == derived:
+                values[name] = None
+        return ModelConfig(**{**values, **changes})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -339,6 +373,12 @@ class ModelConfig:
         if unknown:
             raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+def default_favor_features(head_dim: int, feature: str) -> int:
+    """round(head_dim ln head_dim), Performer's Theta(d log d) (lucidrains' default), even for hyperbolic."""
+    m = max(2, round(head_dim * math.log(head_dim)))
+    return m + m % 2 if feature == "hyperbolic" else m
 
 
 # ----- helpers for building a ModelConfig from layers of fields -----

@@ -42,6 +42,7 @@ from archlab.costs import flops_per_token
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.infer.generate import check_context, generate_text
 from archlab.infer.sampling import SamplingConfig
+from archlab.nn import fused
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
@@ -116,6 +117,7 @@ class Trainer:
         self.raw = TransformerLM(self.model_config).to(ctx.device)
         if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
             self.raw.load_state_dict(init_from.state_dict())
+        fused.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fused.py)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
