@@ -22,6 +22,13 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import parse_flags, typed_overrides
 
+# attn_kernel -> (attention FLOPs per token, what the cache holds), as archlab.costs computes them
+KERNEL_FORMULAS = {
+    "softmax": ("4*H*Dh*sum(keys per layer): QK^T + probs@V", "windowed layers keep their window"),
+    "favor": ("4*(H+K)*M*Dh per layer: features, state read and update", "state [S | z]: layers*K*M*(Dh+1)*4"),
+    "vq": ("H*(4*C*Dh + 4*Dh*min(T, 2L)) + 2*K*C*Dh per layer", "state: last 2 blocks + per-code sums and counts"),
+}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="parameter count, FLOPs per token and KV-cache bytes of a config",
@@ -89,10 +96,12 @@ def _print_tables(preset: str, size: str, r: Report) -> None:
     console.print(params)
     cost = Table(title=f"cost per token at context {r.context}", title_justify="left")
     cost.add_column("quantity"), cost.add_column("value", justify="right"), cost.add_column("formula")
-    cost.add_row("FLOPs forward", _human(r.flops["forward"]), "2*N_matmul + 4*H*Dh*sum(keys per layer)")
+    attention, cache = KERNEL_FORMULAS.get(r.config.attn_kernel, KERNEL_FORMULAS["softmax"])
+    cost.add_row("FLOPs forward", _human(r.flops["forward"]), "2*N_matmul + attention")
     cost.add_row("  of which matmuls", _human(r.flops["matmul"]), f"2*N_matmul, N_matmul={r.flops['matmul'] // 2:,}")
-    cost.add_row("  of which attention", _human(r.flops["attention"]), "QK^T + probs@V")
+    cost.add_row("  of which attention", _human(r.flops["attention"]), attention)
     cost.add_row("FLOPs training", _human(r.flops["training"]), "3 * forward")
-    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), "2*layers*kv_heads*head_dim*bytes")
-    cost.add_row(f"KV cache / {r.context} tokens", _human(r.kv["context"], "B"), "windowed layers keep their window")
+    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), "2*layers*kv_heads*head_dim*bytes"
+                 if r.config.attn_kernel == "softmax" else "0: a fixed-size state instead")
+    cost.add_row(f"KV cache / {r.context} tokens", _human(r.kv["context"], "B"), cache)
     console.print(cost)

@@ -66,8 +66,9 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     for row in kv_bytes_table(config, dtype, result.context_len, batch, budget=param_bytes):
         marker = "  <- this model" if row["this_model"] else ""
         fits = row["tokens_within_budget"]
-        outweighs = (f"past {fits:,} tokens" if fits is not None
-                     else "at no length (every layer keeps only its window)")
+        fixed = ("a linear kernel's fixed-size state" if config.attn_kernel != "softmax"
+                 else "every layer keeps only its window")
+        outweighs = f"past {fits:,} tokens" if fits is not None else f"at no length ({fixed})"
         lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
                      f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "
                      f"{outweighs}{marker}")
