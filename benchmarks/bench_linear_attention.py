@@ -215,7 +215,13 @@ def markdown(res: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="lengths to 4k, 16 error draws")
+    p.add_argument("--lengths", help="comma-separated lengths: only the training table, to linear_attention_at.md")
     args = p.parse_args()
+    if args.lengths:
+        training = training_table([int(t) for t in args.lengths.split(",")], 2)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "linear_attention_at.json").write_text(json.dumps(training, indent=2))
+        return
     torch.manual_seed(0)
     lengths = [256, 512, 1024, 2048, 4096] if args.quick else [256, 512, 1024, 2048, 4096, 8192, 16384]
     rounds, draws = (3, 16) if args.quick else (3, 32)
