@@ -187,3 +187,17 @@ def test_replace_rederives_the_feature_count():
     assert favor.replace(attn_kernel="softmax").favor_features is None
     assert favor.replace(d_model=64, n_heads=4).favor_features == round(16 * 2.7725887)  # Dh = 16: 44
     assert favor.replace(favor_features=100).favor_features == 100
+
+
+@pytest.mark.parametrize("name", ["favor", "vq"])
+def test_kernels_run_in_float32_under_bf16_autocast(name):
+    """Under autocast the projections run in bf16 but the kernel's sums stay float32: the attention output equals
+    the kernel fed the same (bf16-rounded) q, k, v in float32."""
+    model = tiny(**KERNELS[name])
+    attn = model.layers[0].attn.linear
+    q, k, v = (torch.randn(1, n, 12, 8).bfloat16() for n in (4, 2, 2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn(q, k, v, None)
+    ref = attn.kernel(q.float(), k.float(), v.float(), None)[0]
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, ref.bfloat16())

@@ -51,7 +51,14 @@ class LinearAttention(nn.Module):
         return self.kernel.aux_loss
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        """q (B, H, T, Dh), k and v (B, K, T, Dh) -> o (B, H, T, Dh); with a cache, from and into its state."""
+        """q (B, H, T, Dh), k and v (B, K, T, Dh) -> o (B, H, T, Dh) in v's dtype; with a cache, from and into
+        its state. The kernels run in float32 at least, autocast off: their sums (a code's count, a feature's
+        running total) would lose their low digits in bf16."""
+        dtype = torch.promote_types(v.dtype, torch.float32)
+        with torch.autocast(q.device.type, enabled=False):
+            return self._run(q.to(dtype), k.to(dtype), v.to(dtype), cache).to(v.dtype)
+
+    def _run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         if cache is None:
             return self.kernel(q, k, v, None)[0]
         t = q.shape[2]
