@@ -121,7 +121,9 @@ def _sync(device: torch.device) -> None:
 
 
 class Decoder:
-    """Decodes with `model` (see the module docstring). Use as a context manager, or call `close`."""
+    """Decodes with `model` (see the module docstring). Use as a context manager, or call `close`. While open it
+    owns the model's weight layout: open one decoder per model at a time (another would see the re-laid weights
+    as the caller's), and do not train the model until it is closed."""
 
     def __init__(self, model: TransformerLM, compile_decode: bool | str = False, restore: bool = True) -> None:
         if compile_decode not in COMPILE_CHOICES:
