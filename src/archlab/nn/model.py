@@ -142,28 +142,12 @@ class TransformerLM(nn.Module):
         if targets is not None and (cache is not None or logits_to_keep is not None):
             raise ValueError("TransformerLM: targets score every position of a training batch; they cannot be "
                              "combined with a cache or logits_to_keep")
-        B, T = input_ids.shape
-        offset = cache.pos if cache is not None else 0
-        bound = None  # an upper bound on the positions known without reading them (no host sync)
-        if positions is None:  # a cache knows each row's real-token count (left padding)
-            positions = cache.positions(T) if cache is not None else torch.arange(T, device=input_ids.device)
-            bound = offset + T - 1  # a padded row has fewer real tokens than slots, never more
-        positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
-        self._check_positions(positions, bound)
-        if cache is not None and cache.has_rings and cache.windows != self.layer_windows:
-            raise ValueError(f"a KVCache with windows {list(cache.windows)} does not fit this model's layers "
-                             f"{list(self.layer_windows)}: build it with KVCache.for_model")
-        x = self.embed_tokens(input_ids)  # (B, T, D)
-        if self.embed_multiplier != 1.0:
-            x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
-        if self.pos_embed is not None:
-            x = x + self.pos_embed(positions).to(x.dtype)
-        if self.drop is not None:
-            x = self.drop(x)
+        positions, bound = self._positions(input_ids, positions, cache)  # (B, T), a bound on them or None
+        x = self._embed(input_ids, positions)  # (B, T, D)
         for layer, inputs in zip(self.layers, self.attention_inputs(positions, cache, bound)):
             x = layer(x, inputs)  # (B, T, D)
         if cache is not None:
-            cache.advance(T)
+            cache.advance(input_ids.shape[1])
         if logits_to_keep is not None:
             x = x[:, -logits_to_keep:]  # (B, n, D)
         if self.norm is not None:
@@ -173,6 +157,32 @@ class TransformerLM(nn.Module):
             aux = self._aux_loss()
             return out if aux is None else LossOutput(out.loss + aux, out.ce, out.z, aux)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
+
+    def _positions(
+        self, input_ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, int | None]:
+        """The new tokens' positions (B, T), checked, and an upper bound on them known without reading them (no
+        host sync; None when the caller gave positions)."""
+        B, T = input_ids.shape
+        bound = None
+        if positions is None:  # a cache knows each row's real-token count (left padding)
+            positions = cache.positions(T) if cache is not None else torch.arange(T, device=input_ids.device)
+            bound = (cache.pos if cache is not None else 0) + T - 1  # a padded row has fewer real tokens, never more
+        positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
+        self._check_positions(positions, bound)
+        if cache is not None and cache.has_rings and cache.windows != self.layer_windows:
+            raise ValueError(f"a KVCache with windows {list(cache.windows)} does not fit this model's layers "
+                             f"{list(self.layer_windows)}: build it with KVCache.for_model")
+        return positions, bound
+
+    def _embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (times the embedding scale), plus absolute positions, then embedding dropout."""
+        x = self.embed_tokens(input_ids)  # (B, T, D)
+        if self.embed_multiplier != 1.0:
+            x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(positions).to(x.dtype)
+        return x if self.drop is None else self.drop(x)
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
         """Head and loss from the final hidden states x (B, T, D), through the (B, T, V) logits (Inductor, under
