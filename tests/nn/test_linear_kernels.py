@@ -219,3 +219,16 @@ def test_generate_decodes_through_the_state(name):
             ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
     assert out.tokens[0] == ids[7:]
     assert 0 < out.cache_bytes < 20_000
+
+
+def test_vq_decoding_stays_eager_when_compile_is_asked():
+    """compile_decode=True measures compiled against eager steps; a VQ state changes shape every step (each
+    step would recompile), so the Decoder keeps eager decoding and the same tokens."""
+    from archlab.infer.engine import Decoder
+    from archlab.infer.sampling import SamplingConfig
+
+    model = tiny(**KERNELS["vq"])
+    sampling = SamplingConfig(max_new_tokens=6, temperature=0)
+    decoder = Decoder(model, compile_decode=True)
+    assert decoder._choose([[1, 2, 3]]) == "eager"
+    assert decoder.generate([[1, 2, 3]], sampling).tokens == Decoder(model).generate([[1, 2, 3]], sampling).tokens
