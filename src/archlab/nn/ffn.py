@@ -6,6 +6,8 @@
   keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls.
 gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. (`fused.install`
 gives SwiGLU's `activate` a hand-written backward in CPU training: nn/fused.py.)
+Each FFN is `down_proj(activate(in_proj(x)))`; a fused parallel block (nn/block.py) runs `in_proj` and
+`down_proj` inside its own GEMMs and calls `activate` on its share of the input GEMM.
 
 Shapes: x (B, T, D) -> (B, T, D); the hidden is (B, T, F).
 """
@@ -37,6 +39,14 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
 
+    @property
+    def in_proj(self) -> nn.Linear:
+        return self.up_proj
+
+    def activate(self, up: torch.Tensor) -> torch.Tensor:
+        """The hidden act(up) (B, T, F) from the input projection's output (B, T, F)."""
+        return self.act(up)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.up_proj(x)))  # (B, T, D)
 
@@ -50,6 +60,10 @@ class GatedMLP(nn.Module):
         self.activation = activation  # its name (a key of ACTIVATIONS)
         self.gate_up_proj = nn.Linear(d_model, 2 * d_ff, bias=bias)  # rows [gate | up]
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    @property
+    def in_proj(self) -> nn.Linear:
+        return self.gate_up_proj
 
     def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
         """The hidden act(gate) * up (B, T, F) from the input projection's output [gate | up] (B, T, 2F)."""
