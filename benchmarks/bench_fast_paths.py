@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM, build_preset
-from archlab.nn import fused
+from archlab.nn import fused, fused_ops
 from archlab.nn.functional import cross_entropy
 
 LLAMA = dict(vocab_size=8192, d_model=512, n_layers=8, n_heads=8, d_ff=1408)
@@ -76,6 +76,7 @@ def pair(batch: int, **fields: object) -> tuple[TransformerLM, TransformerLM, to
     config = build_preset("llama", "tiny", **{**LLAMA, **fields})
     a, b = TransformerLM(config), TransformerLM(config)
     b.load_state_dict(a.state_dict())
+    fused.install(b)  # a: the plain formulas, b: as the trainer runs it
     x, y = (torch.randint(0, config.vocab_size, (batch, BLOCK)) for _ in range(2))
     return a, b, x, y
 
@@ -84,8 +85,7 @@ def case_rope_qkv(args: argparse.Namespace) -> dict:
     """One attention layer forward + backward: A = split, slice and apply_rope; B = fused.rope_qkv."""
     plain, fast, _, _ = pair(args.batch, n_layers=1)
     x = torch.randn(args.batch, BLOCK, LLAMA["d_model"], requires_grad=True)
-    plain.layers[0].attn.plain_qk = False
-    inputs = fast._attention_inputs(torch.arange(BLOCK).expand(args.batch, BLOCK), None, BLOCK - 1)[0]
+    inputs = fast.attention_inputs(torch.arange(BLOCK).expand(args.batch, BLOCK), None, BLOCK - 1)[0]
 
     def run(attn: torch.nn.Module) -> Callable[[], None]:
         return lambda: attn(x, inputs).sum().backward()
@@ -93,18 +93,16 @@ def case_rope_qkv(args: argparse.Namespace) -> dict:
 
 
 def case_step(args: argparse.Namespace) -> dict:
-    """The whole model's forward + backward: A = every attention on the plain path, B = as shipped."""
+    """The whole model's forward + backward: A = the plain formulas, B = as the trainer runs it (fused.install)."""
     plain, fast, x, y = pair(args.batch)
-    for layer in plain.layers:
-        layer.attn.plain_qk = False
     return alternate(model_step(plain, x, y), model_step(fast, x, y), args.alternations, args.reps)
 
 
 def case_head_loss(args: argparse.Namespace) -> dict:
     """The whole model's forward + backward: A = (B, T, V) logits + fused cross entropy, B = the chunked head and
     loss of `TransformerLM.forward(targets=...)`; plus each one's peak memory, in a fresh process each."""
-    a, b, x, y = pair(args.batch)
-    result = alternate(model_step(a, x, y, logits=True), model_step(b, x, y), args.alternations, args.reps)
+    _, b, x, y = pair(args.batch)
+    result = alternate(model_step(b, x, y, logits=True), model_step(b, x, y), args.alternations, args.reps)
     for side in ("logits", "chunked"):
         # every block over 128 KB mapped and unmapped at once, so the peak RSS is the peak of live tensors
         # rather than of what glibc keeps cached (its default threshold adapts, up to 32 MB)
@@ -117,7 +115,7 @@ def case_head_loss(args: argparse.Namespace) -> dict:
 
 def peak_step_mb(side: str, batch: int) -> float:
     """Peak RSS growth (MB) over two forward + backward steps, after the model and batch exist."""
-    model, _, x, y = pair(batch)
+    _, model, x, y = pair(batch)
     before = _status_mb("VmRSS")
     for _ in range(2):
         model_step(model, x, y, logits=side == "logits")()
@@ -133,7 +131,8 @@ def _status_mb(field: str) -> float:
 
 def case_compile(args: argparse.Namespace) -> dict:
     """A = eager, B = the model compiled in place (as --precision.compile true)."""
-    eager, compiled, x, y = pair(args.batch)
+    _, eager, x, y = pair(args.batch)
+    _, compiled, _, _ = pair(args.batch)
     compiled.compile()
     return alternate(model_step(eager, x, y), model_step(compiled, x, y), args.alternations, args.reps)
 
@@ -144,17 +143,18 @@ def case_bf16_attention(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     fields, block = (SMALL, 128) if args.small else (LLAMA, BLOCK)
     model = TransformerLM(build_preset("llama", "tiny", max_seq_len=block, **fields))
+    fused.install(model)
     x, y = (torch.randint(0, fields["vocab_size"], (args.batch, block)) for _ in range(2))
-    shipped = fused.CAUSAL_ATTENTION_MAX_LEN
+    shipped = fused_ops.CAUSAL_ATTENTION_MAX_LEN
 
     def run(max_len: int) -> Callable[[], None]:
         def step() -> None:
-            fused.CAUSAL_ATTENTION_MAX_LEN = max_len
+            fused_ops.CAUSAL_ATTENTION_MAX_LEN = max_len
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 model_step(model, x, y)()
         return step
     result = alternate(run(0), run(shipped), args.alternations, args.reps)
-    fused.CAUSAL_ATTENTION_MAX_LEN = shipped
+    fused_ops.CAUSAL_ATTENTION_MAX_LEN = shipped
     return result
 
 

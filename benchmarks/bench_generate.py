@@ -9,7 +9,9 @@
    over repeats of the paired ratio (both runs of a repeat back to back, so machine drift cancels).
    Decode tokens/s counts tokens 2..N over their time for both (archlab: `Generation.decode_seconds`;
    transformers: a streamer noting when each token arrives), so prefill and first token are excluded alike.
-   archlab runs twice: eager (the default) and with `compile_decode=True` (torch.compile'd decode step).
+   archlab runs three ways: eager (the default), `compile_decode=True` (`--compile`: the Decoder times the
+   compiled step against eager on this machine and keeps the faster, named in the `picked` column), and
+   `compile_decode="always"` (the compiled step whatever it measures), so the table shows the fallback at work.
 3. Why the speed-up shrinks with size: an eager step with row-major and column-major Linear weights (what
    `generate`'s decode layout buys), the compiled step, and the time to stream the weights' bytes once
    (torch.sum over a buffer as large), the floor for a memory-bound step and so a ceiling on any speed-up
@@ -27,6 +29,7 @@ timings of small matmuls meaningless; pass --threads to change it.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from collections.abc import Callable
@@ -37,10 +40,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from archlab import KVCache, ModelConfig, TransformerLM
 from archlab.costs import kv_cache_bytes
+from archlab.infer.engine import Decoder
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
-from archlab.infer.speed import compiled_forward, decode_layout, reduction_gemvs_win
-from archlab.interop.families.llama import llama_state_dict
+from archlab.infer.speed import column_major_linears, compiled_forward, reduction_gemvs_win, row_major_linears
+from archlab.interop.hf import hf_state_dict
 
 # (name, d_model, n_layers, n_heads, n_kv_heads, vocab_size): archlab's tiny and small sizes (byte vocabulary),
 # a model whose 32k-token head dominates a decode step, as in real LLMs (GQA, n_heads/4 KV heads), and `llama`,
@@ -69,11 +73,11 @@ def build(d_model: int, n_layers: int, n_heads: int, vocab_size: int, n_kv_heads
     return TransformerLM(config).eval()
 
 
-def ours(model: TransformerLM, prompt: list[int], n: int, compile_decode: bool = False) -> Callable[[], float]:
-    """A run of archlab greedy generation returning its decode tokens/s (timed inside `generate`)."""
+def ours(decoder: Decoder, prompt: list[int], n: int) -> Callable[[], float]:
+    """A run of archlab greedy generation returning its decode tokens/s (timed inside the decode loop)."""
 
     def run() -> float:
-        g = generate(model, [prompt], SamplingConfig(max_new_tokens=n, temperature=0), compile_decode=compile_decode)
+        g = decoder.generate([prompt], SamplingConfig(max_new_tokens=n, temperature=0))
         return g.decode_steps / g.decode_seconds
 
     return run
@@ -126,7 +130,10 @@ def kv_table(args: argparse.Namespace) -> None:
           "decode tok/s (median) |")
     print("|---|---|---|---|---|---|")
     models = {name: build(d, layers, h, vocab, k, context) for name, k in (("MHA", h), ("GQA", h // 4), ("MQA", 1))}
-    rates = decode_rates({name: ours(m, prompt, args.new_tokens) for name, m in models.items()}, args.repeats)
+    decoders = {name: Decoder(m) for name, m in models.items()}
+    rates = decode_rates({name: ours(d, prompt, args.new_tokens) for name, d in decoders.items()}, args.repeats)
+    for decoder in decoders.values():
+        decoder.close()
     for name, model in models.items():
         c = model.config
         kv = kv_cache_bytes(c, context, "fp32")  # archlab.costs: the formula `archlab inspect` prints
@@ -144,7 +151,7 @@ def to_transformers(model: TransformerLM) -> LlamaForCausalLM:
         max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
         bos_token_id=None, eos_token_id=None, pad_token_id=0))
-    hf.load_state_dict({k: v.clone() for k, v in llama_state_dict(model).items()}, strict=True)
+    hf.load_state_dict({k: v.clone() for k, v in hf_state_dict(model, "llama").items()}, strict=True)
     return hf.eval()
 
 
@@ -152,11 +159,12 @@ def versus_transformers(args: argparse.Namespace) -> list[tuple[str, Transformer
     """Part 2; returns each model with transformers' step milliseconds at the first prompt length, for part 3."""
     print(f"\n## archlab vs transformers {transformers.__version__}: Llama, greedy, "
           f"batch 1, {args.new_tokens} new tokens, decode tokens/s (median of {args.repeats})\n")
-    print("Speed-ups are medians of paired ratios (min-max). `compiled` is `generate(..., compile_decode=True)`; "
-          "its compile time is that of the first call (0 when the graph was already built for this model).\n")
+    print("Speed-ups are medians of paired ratios (min-max). `--compile` is `compile_decode=True`, which decodes "
+          "with the step it measured faster (`picked`); `forced` is `compile_decode=\"always\"`; `compile s` is "
+          "the first compiled call (compile and measurement; ~0 once the graph exists for this model).\n")
     print("| model | prompt | max logit diff | same tokens | transformers tok/s | archlab tok/s | speed-up | "
-          "archlab compiled tok/s | speed-up | compile s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "--compile tok/s | speed-up | picked | forced compiled tok/s | speed-up | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lengths = [int(n) for n in args.prompt_lens.split(",")]
     compared = []
     for name, d, layers, h, kv, vocab in (s for s in SIZES if s[0] in args.sizes.split(",")):
@@ -165,27 +173,35 @@ def versus_transformers(args: argparse.Namespace) -> list[tuple[str, Transformer
         for length in lengths:
             prompt = [(7 * i + 3) % vocab for i in range(length)]
             greedy = SamplingConfig(max_new_tokens=args.new_tokens, temperature=0)
+            # one model copy per decoder: a Decoder owns its model's layout while open
+            decoders = {"archlab": Decoder(copy.deepcopy(model)), "compile": Decoder(copy.deepcopy(model), True),
+                        "forced": Decoder(copy.deepcopy(model), "always")}
             start = time.perf_counter()
-            compiled_tokens = generate(model, [prompt], greedy, compile_decode=True).tokens[0]
+            compiled_tokens = decoders["compile"].generate([prompt], greedy).tokens[0]
             compile_s = time.perf_counter() - start
+            decoders["forced"].generate([prompt], greedy)  # its compile, untimed
             with torch.inference_mode():
                 ids = torch.tensor([prompt])
                 diff = (model(ids) - hf(ids).logits).abs().max().item()
                 hf_tokens = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
                                         do_sample=False)[0, length:].tolist()
             same = generate(model, [prompt], greedy).tokens[0] == hf_tokens == compiled_tokens
-            rates = decode_rates({"archlab": ours(model, prompt, args.new_tokens),
-                                  "compiled": ours(model, prompt, args.new_tokens, compile_decode=True),
-                                  "transformers": theirs(hf, prompt, args.new_tokens)}, args.repeats)
+            runs = {key: ours(d, prompt, args.new_tokens) for key, d in decoders.items()}
+            rates = decode_rates({**runs, "transformers": theirs(hf, prompt, args.new_tokens)}, args.repeats)
+            picked = decoders["compile"].mode
+            for decoder in decoders.values():
+                decoder.close()
             hf_rate = statistics.median(rates["transformers"])
             if length == lengths[0]:
                 first_hf_ms = 1e3 / hf_rate
             cells = []
-            for run in ("archlab", "compiled"):
+            for run in ("archlab", "compile", "forced"):
                 # each repeat runs all back to back, so their ratio cancels the machine's drift between repeats
                 ratios = sorted(x / y for x, y in zip(rates[run], rates["transformers"]))
                 cells += [f"{statistics.median(rates[run]):.0f}",
                           f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"]
+                if run == "compile":
+                    cells.append(picked)
             print(f"| {name} (d={d}, {layers} layers, {h}/{kv} heads, V={vocab}) | {length} | {diff:.1e} | {same} | "
                   f"{hf_rate:.0f} | {' | '.join(cells)} | {compile_s:.1f} |", flush=True)
         compared.append((name, model, first_hf_ms))
@@ -217,7 +233,7 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
           "floor); `of floor` is stream / step, the fraction of the floor a path reaches; `best speed-up` "
           "divides transformers' step (part 2, first prompt length) by the floor. The transformers column comes "
           "from part 2, minutes earlier: on a loaded machine compare it only with part 2's own figures. `compiled` "
-          "is the step `generate(..., compile_decode=True)` runs: its one-token products as Inductor reductions "
+          "is the step `generate(..., compile_decode=\"always\")` runs: its one-token products as Inductor reductions "
           "over row-major weights (marked `R`) where they measured faster than MKL's, else MKL over column-major "
           "ones.\n")
     print("| model | weight MB read per step | row-major ms | column-major ms | layout gain | compiled ms | stream ms "
@@ -225,15 +241,16 @@ def layout_and_roofline(args: argparse.Namespace, compared: list[tuple[str, Tran
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, model, hf_ms in compared:
         rows, cols, comp = [], [], []
-        reduce = reduction_gemvs_win(model)  # what generate(compile_decode=True) would choose here
+        reduce = reduction_gemvs_win(model)  # what a Decoder's compiled step would use here
         for _ in range(args.repeats):
             rows.append(step_ms(model, 32, args.new_tokens))
             if reduce:
                 comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model, reduce_linears=True)))
-            with decode_layout(model):
-                cols.append(step_ms(model, 32, args.new_tokens))
-                if not reduce:
-                    comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model)))
+            changed = column_major_linears(model)  # the Decoder's layout
+            cols.append(step_ms(model, 32, args.new_tokens))
+            if not reduce:
+                comp.append(step_ms(model, 32, args.new_tokens, compiled_forward(model)))
+            row_major_linears(changed)
         table = model.embed_tokens.weight  # a step reads one row of it, unless it is also the head
         weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
                            if p is not table or model.config.tie_embeddings)

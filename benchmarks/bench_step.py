@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
+from archlab.nn import fused
 from archlab.train.hardware import busy_cores, cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
 
@@ -153,6 +154,7 @@ def build(impl: str, config: ModelConfig) -> tuple[nn.Module, Callable[[torch.Te
     torch.manual_seed(0)
     ours = TransformerLM(config)
     if impl.startswith("archlab"):
+        fused.install(ours)  # as the trainer does
         if impl.endswith("compile"):
             ours.compile()  # in place, as `--precision.compile true` does
         return ours, lambda x, y: ours(x, targets=y).loss  # as the trainer: head and loss fused, chunked
@@ -173,7 +175,7 @@ def build(impl: str, config: ModelConfig) -> tuple[nn.Module, Callable[[torch.Te
 def hf_model(ours: TransformerLM) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-    from archlab.interop.families.llama import llama_state_dict
+    from archlab.interop.hf import hf_state_dict
 
     c = ours.config
     if c.norm == "rmsnorm":
@@ -182,7 +184,7 @@ def hf_model(ours: TransformerLM) -> nn.Module:
             num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, max_position_embeddings=c.max_seq_len,
             rms_norm_eps=c.norm_eps, tie_word_embeddings=False, attn_implementation="sdpa",
             rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}))
-        state = llama_state_dict(ours)
+        state = hf_state_dict(ours, "llama")
     else:
         model = GPT2LMHeadModel(GPT2Config(
             vocab_size=c.vocab_size, n_positions=c.max_seq_len, n_embd=c.d_model, n_layer=c.n_layers,

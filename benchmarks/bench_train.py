@@ -23,6 +23,7 @@ import torch
 
 from archlab import TransformerLM
 from archlab.data.tokens import TokenData, prepare_data
+from archlab.nn import fused
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.overrides import load_yaml
@@ -37,6 +38,7 @@ def bare_loop(train_cfg: TrainConfig, model_cfg: ModelConfig, data_dir: Path, st
     """Tokens/s of the plainest loop over the same model, optimizer, clipping and batches."""
     torch.manual_seed(train_cfg.seed)
     model = TransformerLM(model_cfg)
+    fused.install(model)  # the same model as the trainer's
     o, d = train_cfg.optimizer, train_cfg.data
     optimizer = build_optimizer(model, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
     data = TokenData(data_dir)

@@ -124,3 +124,36 @@ def test_inspect_cli_json_and_errors():
         "archlab inspect: error: ModelConfig.n_kv_heads=3 is not allowed: must divide n_heads=8 (1 = MQA)"]
     table = subprocess.run(run[:-1], capture_output=True, text=True, check=True).stdout
     assert "total" in table and "KV cache / token" in table
+
+
+@pytest.mark.parametrize("fields", [dict(attn_kernel="favor", favor_features=24),
+                                    dict(attn_kernel="vq", vq_codes=16, vq_block=4)])
+@pytest.mark.parametrize("context", [3, 9, 16])
+def test_state_bytes_match_the_cache_after_decoding(fields, context):
+    """A linear kernel's cache holds no K/V: kv_cache_bytes is its state, 0 per token, never outweighing the
+    weights; it equals KVCache.nbytes() after `context` tokens (prefill + decode) and ignores max_len."""
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, **fields)
+    model = TransformerLM(cfg).eval()
+    cache = KVCache.for_model(model, 2, 1000)
+    with torch.no_grad():
+        model(torch.randint(0, 64, (2, context - 1)), cache=cache)
+        model(torch.randint(0, 64, (2, 1)), cache=cache)
+    kv = kv_cache_bytes(cfg, context, "float32", batch=2)
+    assert kv == {"per_token": 0, "context": cache.nbytes()}
+    assert kv_tokens_within(cfg, 1) is None
+
+
+def test_favor_decode_flops_match_the_counter():
+    """The FAVOR attention term per token (4 (H + K) M Dh) against torch's count of one decode step, within the
+    +1 columns of z and the elementwise work the formula leaves out (10%)."""
+    cfg = ModelConfig(d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="favor",
+                      favor_features=128)
+    model = TransformerLM(cfg).eval()
+    cache = KVCache.for_model(model, 1, 64)
+    with torch.no_grad():
+        model(torch.randint(0, 64, (1, 8)), cache=cache)
+        with FlopCounterMode(display=False) as counter:
+            model(torch.randint(0, 64, (1, 1)), cache=cache)
+    flops = flops_per_token(cfg)
+    measured = counter.get_total_flops() - flops["matmul"]
+    assert abs(measured - flops["attention"]) < 0.1 * flops["attention"], (measured, flops["attention"])

@@ -4,7 +4,9 @@
 
 A module may import its own layer and the layers below it, never above; nothing in `nn/` imports outside `nn/`; no
 module imports the package root `archlab` (the public facade re-exports from below and would hide a cycle); and the
-module graph, lazy imports inside functions included, has no cycle.
+module graph, lazy imports inside functions included, has no cycle. Two more rules of docs/architecture.md: the leaf
+modules of `nn/` never see the config (no import of nn/config.py, no `ModelConfig` anywhere in them), and library code
+never prints (no `print`, no `sys.stdout` / `sys.stderr` writes outside commands/ and cli.py).
 """
 
 from __future__ import annotations
@@ -90,6 +92,76 @@ def test_no_import_cycles() -> None:
     for module in sorted(GRAPH):
         if module not in state and module != ROOT:
             visit(module, [])
+
+
+# nn/ modules that take plain typed arguments (docs/architecture.md "Layers"); attention, block, model and the
+# per-forward attention inputs take the ModelConfig
+LEAVES = ("norms", "activations", "ffn", "positions", "rope", "rerope", "kv_cache", "functional", "fused_ops",
+          "attention_kernels", "linear_attention", "favor", "vq")
+FAST_PATHS = ("archlab.nn.fused", "archlab.nn.fused_ops")  # installed from outside; the formulas never call them
+PRINTING = ("archlab.commands", "archlab.cli", "archlab.__main__")  # the only modules that write to the terminal
+
+
+def mentions_config(path: Path) -> list[str]:
+    """Where a file imports archlab.nn.config or names ModelConfig (an annotation, a call, an attribute)."""
+    found = [f"imports {m}" for m in archlab_imports(path) if m == "archlab.nn.config"]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Name) and node.id == "ModelConfig":
+            found.append(f"line {node.lineno} names ModelConfig")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "ModelConfig" in node.value.split():
+            found.append(f"line {node.lineno} annotates with ModelConfig")
+    return found
+
+
+def terminal_writes(path: Path) -> list[str]:
+    """Lines that call print() or write / print to sys.stdout or sys.stderr."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "print":
+            found.append(f"line {node.lineno}: print()")
+        elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
+              and f.value.attr in ("stdout", "stderr") and isinstance(f.value.value, ast.Name)
+              and f.value.value.id == "sys" and f.attr != "isatty"):
+            found.append(f"line {node.lineno}: sys.{f.value.attr}.{f.attr}()")
+    return found
+
+
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_leaf_modules_of_nn_never_see_the_config(leaf: str) -> None:
+    path = SRC / "nn" / f"{leaf}.py"
+    assert path.is_file(), f"nn/{leaf}.py is listed as a leaf but does not exist"
+    assert not mentions_config(path), f"nn/{leaf}.py is a leaf module but {mentions_config(path)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if not m.startswith(PRINTING)))
+def test_library_code_never_prints(module: str) -> None:
+    path = next(p for p in SRC.rglob("*.py") if module_name(p) == module)
+    assert not terminal_writes(path), f"{module} writes to the terminal (log instead): {terminal_writes(path)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("archlab.nn.") and m not in FAST_PATHS))
+def test_the_readable_nn_modules_run_only_the_formulas(module: str) -> None:
+    """No module of nn/ but fused.py reaches the hand-written kernels: `fused.install` puts them in from outside
+    (issue 23), so `TransformerLM(config)` is the plain math."""
+    path = next(p for p in SRC.rglob("*.py") if module_name(p) == module)
+    assert not GRAPH[module] & set(FAST_PATHS), f"{module} imports {sorted(GRAPH[module] & set(FAST_PATHS))}"
+    assert "use_fused" not in path.read_text(encoding="utf-8"), f"{module} calls use_fused"
+
+
+def test_the_rule_checks_see_violations(tmp_path: Path) -> None:
+    """Each checker finds what it looks for (else the two rules above could not fail)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys\nfrom archlab.nn.config import ModelConfig\n"
+                     "def f(c: ModelConfig, d: 'ModelConfig') -> None:\n    print(c)\n    sys.stderr.write('x')\n"
+                     "    sys.stdout.isatty()\n")
+    assert len(mentions_config(probe)) == 3  # the import, the annotation, the string annotation
+    assert terminal_writes(probe) == ["line 4: print()", "line 5: sys.stderr.write()"]
+    clean = tmp_path / "clean.py"
+    clean.write_text("import logging\nlogging.getLogger(__name__).info('x')\n")
+    assert mentions_config(clean) == [] and terminal_writes(clean) == []
 
 
 def test_the_layout_test_sees_a_violation(tmp_path: Path) -> None:

@@ -14,6 +14,14 @@ KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-m
     bytes = batch * 2 (K and V) * n_kv_heads * head_dim * bytes per element * sum over layers of slots
 with slots = T for full layers and min(T, window) for sliding-window layers, whose cache is a ring of
 their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_kv_heads * head_dim * bytes.
+
+Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0 bytes per token:
+    favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4       ([S | z] in float32, M features)
+    vq:    batch * n_layers * n_kv_heads * (tail * (C + head_dim) + C * (head_dim + 1)) * bytes
+with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t) and C codes.
+Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh (features, and reading or adding to
+the state); vq H (4 C Dh + 4 Dh min(T, 2L)) + 2 K C Dh (scores against the codes and the cache, the two exact
+blocks, the keys' nearest codes).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from archlab.nn.config import ModelConfig
+from archlab.nn.norms import placement_norms
 
 DTYPE_BYTES = {"float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "int8": 1, "fp8": 1}  # keys include torch's dtype names (str(torch.float32) less "torch.")
@@ -29,11 +38,6 @@ DTYPE_BYTES = {"float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "bfloat16": 2, 
 
 def _norm_params(c: ModelConfig, dim: int) -> int:
     return dim * (2 if c.norm_bias else 1)
-
-
-def _norms_per_layer(c: ModelConfig) -> int:
-    inputs = 1 if c.block == "parallel" and (c.parallel_norms == 1 or c.norm_position == "post") else 2
-    return {"pre": inputs, "post": inputs, "double": inputs + 2, "nonresidual_post": 2}[c.norm_position]
 
 
 def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
@@ -51,7 +55,8 @@ def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
     counts["position bias"] = c.relative_buckets * c.n_heads if c.position == "relative" else 0
     counts["attention"] = c.n_layers * attn
     counts["mlp"] = c.n_layers * mlp
-    counts["norms"] = c.n_layers * _norms_per_layer(c) * _norm_params(c, c.d_model) + (
+    per_layer = len(placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms))
+    counts["norms"] = c.n_layers * per_layer * _norm_params(c, c.d_model) + (
         _norm_params(c, c.d_model) if c.final_norm else 0)
     head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
     counts["lm_head"] = head + (c.vocab_size if c.lm_head_bias else 0)
@@ -71,6 +76,12 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     t = context or c.max_seq_len
     keys = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
     attention = 4 * c.n_heads * c.head_dim * keys
+    H, K, Dh = c.n_heads, c.n_kv_heads, c.head_dim
+    if c.attn_kernel == "favor":
+        attention = c.n_layers * 4 * (H + K) * c.favor_features * Dh
+    elif c.attn_kernel == "vq":
+        C = c.vq_codes
+        attention = c.n_layers * (H * (4 * C * Dh + 4 * Dh * min(t, 2 * c.vq_block)) + 2 * K * C * Dh)
     forward = 2 * matmul_params(c) + attention
     return {"matmul": 2 * matmul_params(c), "attention": attention, "forward": forward, "training": 3 * forward}
 
@@ -94,13 +105,32 @@ def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf1
     `context` equals what `KVCache(..., max_len=context)` of the model allocates (`KVCache.nbytes()`)."""
     t = context or c.max_seq_len
     per_slot = _slot_bytes(c, dtype)
+    if c.attn_kernel != "softmax":
+        return {"per_token": 0, "context": state_bytes(c, t, dtype, batch)}
     return {"per_token": c.n_layers * per_slot, "context": batch * kv_cache_slots(c, t) * per_slot}
+
+
+def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 1) -> int:
+    """Bytes of a linear kernel's decoding state after `context` tokens (module doc); what `KVCache.nbytes()`
+    holds then. 0 for softmax attention."""
+    K, Dh = c.n_kv_heads, c.head_dim
+    if c.attn_kernel == "favor":
+        per_layer = K * c.favor_features * (Dh + 1) * (8 if DTYPE_BYTES[dtype] == 8 else 4)
+    elif c.attn_kernel == "vq":
+        L, C = c.vq_block, c.vq_codes
+        tail = L + context % L if context >= L else context
+        per_layer = K * (tail * (C + Dh) + C * (Dh + 1)) * DTYPE_BYTES[dtype]
+    else:
+        return 0
+    return batch * c.n_layers * per_layer
 
 
 def kv_tokens_within(c: ModelConfig, budget: int, dtype: str = "bf16") -> int | None:
     """The longest context whose cache for one sequence fits in `budget` bytes, or None when every context
-    does (every layer windowed: the cache stops growing at the window)."""
+    does (every layer windowed: the cache stops growing at the window; a linear kernel's fixed state)."""
     per_slot = _slot_bytes(c, dtype)
+    if c.attn_kernel != "softmax":
+        return None
     windowed = [i for i in range(c.n_layers) if c.layer_is_sliding(i)]
     n_full = c.n_layers - len(windowed)
     t = budget // (c.n_layers * per_slot)  # while every window still grows

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -57,3 +58,23 @@ def test_a_second_ctrl_c_exits_130_in_one_line(prepared: Path, tmp_path: Path, c
     captured = capsys.readouterr()
     assert captured.err.strip() == "archlab train: interrupted" and "Traceback" not in captured.out
     assert list_checkpoints(run) == []
+
+
+def test_inspect_varies_a_checkpoints_config_like_a_preset(tmp_path: Path, capsys) -> None:
+    """`inspect --checkpoint RUN --ffn mlp` and `--preset llama --size small --ffn mlp` report the d_ff and
+    parameter count of build_preset("llama", "small", ffn="mlp") (the derived d_ff re-derived, issue 23)."""
+    from archlab.checkpoint import save_checkpoint
+    from archlab.costs import parameter_counts
+    from archlab.nn.presets import build_preset
+
+    small = build_preset("llama", "small")
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text("{}")
+    save_checkpoint(tmp_path / "run", 1, {}, {}, {}, {"model": small.to_dict()}, tok)
+    want = build_preset("llama", "small", ffn="mlp")
+    for args in (["--checkpoint", str(tmp_path / "run")], ["--preset", "llama", "--size", "small"]):
+        capsys.readouterr()
+        assert main(["inspect", *args, "--ffn", "mlp", "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["config"]["d_ff"] == want.d_ff == 1024
+        assert report["params"]["total"] == parameter_counts(want)["total"]

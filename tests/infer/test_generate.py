@@ -280,19 +280,19 @@ def test_cli_compile_flag_gives_the_same_text(fake_checkpoint, capsys) -> None:
     assert capsys.readouterr().out == eager
 
 
-def test_cli_compile_keeps_row_major_weights_where_reductions_win(fake_checkpoint, capsys, monkeypatch) -> None:
-    """`--compile` re-lays the weights column-major only where MKL's GEMVs beat the compiled reductions; either
-    way the text is eager's."""
+def test_cli_compile_gives_eagers_text_whichever_step_the_decoder_picks(fake_checkpoint, capsys, monkeypatch) -> None:
+    """`--compile` decodes with the step the decoder measures fastest (compiled with reductions, compiled with
+    MKL, or eager) and says which; the text is eager's every time."""
     argv = ["generate", "--checkpoint", "c", "--prompt", "Hi", "--max-new-tokens", "8", "--temperature", "0"]
     assert main(argv) == 0
     eager = capsys.readouterr().out
-    for wins in (True, False):
-        relaid = []
-        monkeypatch.setattr("archlab.commands.generate.column_major_linears", relaid.append)
-        monkeypatch.setattr("archlab.commands.generate.reduction_gemvs_win", lambda m, wins=wins: wins)
-        monkeypatch.setattr("archlab.infer.generate.reduction_gemvs_win", lambda m, wins=wins: wins)
+    for wins, fastest in ((True, "compiled reductions"), (False, "compiled"), (False, "eager")):
+        monkeypatch.setattr("archlab.infer.engine.reduction_gemvs_win", lambda m, wins=wins: wins)
+        monkeypatch.setattr("archlab.infer.engine.Decoder._time_steps",
+                            lambda self, mode, batch, n, fastest=fastest: 1.0 if mode == fastest else 2.0)
         assert main([*argv, "--compile"]) == 0
-        assert capsys.readouterr().out == eager and len(relaid) == (0 if wins else 1)
+        out = capsys.readouterr()
+        assert out.out == eager and f"decoding {fastest} (measured faster here)" in out.err
 
 
 def test_cli_errors_are_one_line(fake_checkpoint, capsys) -> None:

@@ -54,3 +54,17 @@ def test_greedy_and_top_k_one_pick_the_argmax() -> None:
     assert torch.equal(sample_next(logits, SamplingConfig(temperature=0), None), logits.argmax(-1))
     g = torch.Generator().manual_seed(0)
     assert torch.equal(sample_next(logits, SamplingConfig(temperature=5.0, top_k=1), g), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (1, 0, 2), (2, 1, 0)])
+def test_top_p_stops_where_the_prefix_mass_equals_top_p_exactly(order: tuple[int, int, int]) -> None:
+    """Nucleus = the smallest set of most likely tokens whose mass reaches top_p: with probabilities 0.5, 0.25,
+    0.25 (exact in binary) and top_p = 0.5 the most likely token alone reaches it, so only it is kept; a
+    strict `>` would keep the next one too. Just above 0.5 the second token is needed (ties: either)."""
+    probs = torch.tensor([0.5, 0.25, 0.25])[list(order)]
+    logits = probs.log()[None]
+    top = order.index(0)
+    kept = sampling_probs(logits, SamplingConfig(top_p=0.5))[0]
+    assert kept.tolist() == [1.0 if i == top else 0.0 for i in range(3)]
+    wider = sampling_probs(logits, SamplingConfig(top_p=0.5 + 1e-4))[0]
+    assert (wider > 0).sum() == 2 and wider[top] == pytest.approx(2 / 3)

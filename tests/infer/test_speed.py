@@ -1,7 +1,8 @@
-"""infer/speed.py: the column-major decode layout (same products, weights given back bit for bit), the
-compiled decode step (equal to eager, one graph for every cache length and prompt length, still compiling
-for new models, a missing C++ compiler refused up front), and its one-token products as Inductor reductions
-(equal to eager, really in the graph, chosen by a measurement that restores the weights)."""
+"""infer/speed.py and the Decoder of infer/engine.py: the column-major decode layout (same products, the caller's
+own weight tensors given back: same data pointers and strides), the compiled decode step (equal to eager, one
+graph for every cache length and prompt length, still compiling for new models, a missing C++ compiler refused
+up front, chosen over eager only where measured faster), and its one-token products as Inductor reductions
+(equal to eager, really in the graph, chosen by a measurement that leaves the weights alone, once per decoder)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch.nn as nn
 from torch._dynamo.utils import counters
 
 from archlab import KVCache
-from archlab.infer import speed
+from archlab.infer import engine, speed
+from archlab.infer.engine import Decoder
 from archlab.infer.generate import generate, generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import column_major_linears, compiled_forward, row_major_linears
@@ -44,16 +46,22 @@ def test_column_major_linears_keep_shapes_values_and_products() -> None:
     assert column_major_linears(tiny().to(torch.bfloat16)) == []  # only float32 is re-laid (bf16 runs slower so)
 
 
-def test_generate_gives_the_weights_back_trainable_and_bit_identical() -> None:
-    model = tiny().train()
-    before = {name: p.clone() for name, p in model.named_parameters()}
+@pytest.mark.parametrize("compile_decode", [False, "always"])
+def test_generate_leaves_every_parameter_as_it_was(compile_decode: bool | str) -> None:
+    """generate() reads the column-major layout while decoding, and afterwards every parameter is the caller's
+    own tensor again: the same data pointer and strides (issue 23), values bit for bit, trainable."""
+    model = tiny(tie_embeddings=True).train()
+    before = {name: (p.data_ptr(), p.stride(), p.clone()) for name, p in model.named_parameters()}
     seen = []
     with torch.inference_mode():  # a caller's inference mode must not turn the weights into inference tensors
-        generate(model, [[1, 2, 3]], GREEDY,
+        generate(model, [[1, 2, 3]], GREEDY, compile_decode=compile_decode,
                  on_step=lambda tokens: seen.append(model.lm_head.weight.stride()) or [False] * len(tokens))
-    assert seen[0] == (1, model.config.vocab_size)  # decoding read the column-major layout
+    assert seen[0] == (1, model.config.vocab_size)  # decoding read the column-major layout (the tied head too)
     for name, p in model.named_parameters():
-        assert p.is_contiguous() and not p.is_inference() and torch.equal(p, before[name]), name
+        ptr, stride, value = before[name]
+        assert (p.data_ptr(), p.stride()) == (ptr, stride), name
+        assert not p.is_inference() and torch.equal(p, value), name
+    assert model.training and model.lm_head.weight is model.embed_tokens.weight
     model(torch.tensor([[1, 2, 3]])).sum().backward()  # still trainable
     assert all(p.grad is not None for p in model.parameters())
 
@@ -92,7 +100,7 @@ def test_compiled_generation_samples_the_same_text(tokenizer) -> None:
     model = tiny(**COMPILED)
     sampling = SamplingConfig(max_new_tokens=20, temperature=0.8, top_k=40, seed=3)
     eager = generate_text(model, tokenizer, ["Once", "upon a"], sampling)
-    compiled = generate_text(model, tokenizer, ["Once", "upon a"], sampling, compile_decode=True)
+    compiled = generate_text(model, tokenizer, ["Once", "upon a"], sampling, compile_decode="always")
     assert compiled.tokens == eager.tokens and compiled.texts == eager.texts
 
 
@@ -103,7 +111,7 @@ def test_compiled_decoding_keeps_compiling_for_new_models() -> None:
     counters.clear()
     with torch._dynamo.config.patch(recompile_limit=1):  # restores the limit afterwards
         for heads in (2, 1):
-            generate(tiny(n_kv_heads=heads), [[1, 2, 3]], GREEDY, compile_decode=True)
+            generate(tiny(n_kv_heads=heads), [[1, 2, 3]], GREEDY, compile_decode="always")
     assert counters["stats"]["unique_graphs"] == 2
 
 
@@ -120,7 +128,7 @@ def test_compiled_generate_compiles_once_for_every_prompt_length(reductions: boo
     (prompt + new tokens) are symbols of the one graph, so generating after prompts of 5, 9 and 17 tokens
     builds one graph and recompiles nothing, and gives eager's greedy tokens each time; with the products
     as reductions too."""
-    monkeypatch.setattr("archlab.infer.generate.reduction_gemvs_win", lambda model: reductions)
+    monkeypatch.setattr(engine, "reduction_gemvs_win", lambda model: reductions)
     torch._dynamo.reset()
     counters.clear()
     model = tiny(n_layers=1)
@@ -128,7 +136,7 @@ def test_compiled_generate_compiles_once_for_every_prompt_length(reductions: boo
     graphs = []
     for length in (5, 9, 17):
         prompt = [(7 * i + 3) % 256 for i in range(length)]
-        compiled = generate(model, [prompt], sampling, compile_decode=True).tokens
+        compiled = generate(model, [prompt], sampling, compile_decode="always").tokens
         assert compiled == generate(model, [prompt], sampling).tokens
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs == [1, 1, 1] and not counters["recompiles"]
@@ -147,10 +155,8 @@ def test_reducing_step_equals_eager_and_has_no_linear_left(monkeypatch) -> None:
         graphs.append(gm)
         return gm.forward
 
-    monkeypatch.setattr(speed, "_compiled_reducing",
-                        torch.compile(speed._forward_reducing_linears, dynamic=True, backend=recording))
     model = tiny(**REDUCING)
-    step = compiled_forward(model, reduce_linears=True)
+    step = compiled_forward(model, reduce_linears=True, backend=recording)
     steps_match_eager(model, step, 8)
     targets = [str(node.target) for gm in graphs for node in gm.graph.nodes
                if node.op in ("call_function", "call_method")]
@@ -165,38 +171,72 @@ def test_generate_with_reductions_keeps_row_major_weights_and_eager_tokens(monke
     model = tiny(**REDUCING)
     eager = generate(model, [[1, 2, 3]], GREEDY).tokens
     for wins in (True, False):
-        monkeypatch.setattr("archlab.infer.generate.reduction_gemvs_win", lambda m, wins=wins: wins)
+        monkeypatch.setattr(engine, "reduction_gemvs_win", lambda m, wins=wins: wins)
         layouts = []
 
         def on_step(tokens: list[int | None]) -> list[bool]:
             layouts.append(model.lm_head.weight.is_contiguous())
             return [False] * len(tokens)
 
-        assert generate(model, [[1, 2, 3]], GREEDY, on_step=on_step, compile_decode=True).tokens == eager
+        assert generate(model, [[1, 2, 3]], GREEDY, on_step=on_step, compile_decode="always").tokens == eager
         assert set(layouts) == {wins}
         assert model.lm_head.weight.is_contiguous()
 
 
-def test_the_gemv_measurement_decides_once_per_shape_with_a_margin(monkeypatch) -> None:
-    """`reduction_gemvs_win` takes the reductions only when they take under PROBE_MARGIN of MKL's time,
-    measures each shape of weights once per process, and does not measure models small enough to stay in
-    the caches."""
+def test_the_gemv_measurement_decides_with_a_margin_once_per_decoder(monkeypatch) -> None:
+    """`reduction_gemvs_win` takes the reductions only when they take under PROBE_MARGIN of MKL's time and does
+    not measure models small enough to stay in the caches; a Decoder measures once and keeps the answer as its
+    own state (a second decoder measures again: nothing is cached in the process)."""
     calls = []
-    times = iter([(1.0, 2.0), (0.97, 1.0)])
+    times = iter([(1.0, 2.0), (0.97, 1.0), (1.0, 2.0)])
 
     def fake_seconds(weights: list[nn.Parameter]) -> tuple[float, float]:
         calls.append(len(weights))
         return next(times)
 
     monkeypatch.setattr(speed, "_gemv_seconds", fake_seconds)
-    monkeypatch.setattr(speed, "_probe_results", {})
     assert not speed.reduction_gemvs_win(tiny())  # far below PROBE_MIN_BYTES: not measured
     assert calls == []
     monkeypatch.setattr(speed, "PROBE_MIN_BYTES", 0)
-    assert speed.reduction_gemvs_win(tiny()) and speed.reduction_gemvs_win(tiny())  # 2x faster, measured once
+    assert speed.reduction_gemvs_win(tiny())  # 2x faster
     assert calls == [2 * 4 + 1]  # qkv, o, gate_up, down per layer, and the head
     assert not speed.reduction_gemvs_win(tiny(n_layers=1))  # 3% faster: inside the margin
     assert calls == [9, 5]
+    model = tiny()
+    with Decoder(model, "always") as decoder:
+        for _ in range(2):
+            decoder.generate([[1, 2, 3]], GREEDY)
+        assert decoder.mode == "compiled reductions"
+    assert calls == [9, 5, 9]  # one measurement for both calls
+
+
+def test_compile_is_chosen_only_where_it_measures_faster(monkeypatch, caplog) -> None:
+    """compile_decode=True times the compiled step against eager in interleaved rounds and keeps the faster
+    (never slower than eager), logs the choice, and decodes eager's tokens either way."""
+    model = tiny()
+    eager = generate(model, [[1, 2, 3]], GREEDY).tokens
+    for compiled_s, want in ((1e-3, "compiled"), (3e-3, "eager")):
+        def fake(self: Decoder, mode: str, batch: list[list[int]], n: int, compiled_s: float = compiled_s) -> float:
+            self._step(mode)  # the compiled step is still built (and compiles during the warm-up)
+            return compiled_s if mode != "eager" else 2e-3
+
+        monkeypatch.setattr(Decoder, "_time_steps", fake)
+        with caplog.at_level("INFO", logger="archlab.infer.engine"), Decoder(model, True) as decoder:
+            assert decoder.generate([[1, 2, 3]], GREEDY).tokens == eager
+            assert decoder.mode == want
+        assert f"decode: {want}" in caplog.text
+        caplog.clear()
+
+
+def test_the_real_measurement_times_both_steps_and_decodes_eagers_tokens() -> None:
+    """Unfaked: the measurement compiles, times both sides on scratch caches, and the chosen step's tokens
+    are eager's."""
+    model = tiny(n_layers=1)
+    eager = generate(model, [[4, 5, 6]], GREEDY).tokens
+    with Decoder(model, True) as decoder:
+        assert decoder.generate([[4, 5, 6]], GREEDY).tokens == eager
+        assert decoder.mode in ("eager", "compiled")
+        assert 0 < decoder._time_steps("eager", [[1, 2]], 2) < 1
 
 
 def test_gemv_measurement_times_both_kernels_and_leaves_the_model_alone() -> None:

@@ -105,3 +105,55 @@ def test_inert_local_rope_fields_do_not_block_export() -> None:
                                            r"\('R\(theta=10000.0, linear\)'"):
         save_hf(TransformerLM(ModelConfig(**plain, rope_scaling_local=False, rope_scaling=RopeScaling("linear", 2.0))),
                 Path("unused"), family="mistral")
+
+
+def _example(kind: str) -> RopeScaling:
+    """A RopeScaling of `kind` with its required fields filled (nn/rope.py RopeKind.required); L0 = max_seq_len,
+    which dynamic NTK needs to export exactly (transformers reads its M from max_position_embeddings)."""
+    from archlab.nn.rope import ROPE_SCALINGS
+
+    values = {"original_max_seq_len": 64, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "window": 8}
+    entry = ROPE_SCALINGS[kind]
+    return RopeScaling(kind, 1.0 if entry.no_factor else 2.0, **{k: values[k] for k in entry.required})
+
+
+def test_every_rope_kind_has_a_mapping_or_a_named_refusal() -> None:
+    """Each kind of ROPE_SCALINGS is spelled in HF_ROPE_TYPE or refused in HF_ROPE_REFUSED, never both and never
+    neither (a new kind without an HF decision fails here, not with a KeyError at export)."""
+    from archlab.interop.hf_rope import HF_ROPE_KEYS, HF_ROPE_REFUSED, HF_ROPE_TYPE
+    from archlab.nn.rope import ROPE_SCALINGS
+
+    for kind in ROPE_SCALINGS:
+        assert (kind in HF_ROPE_TYPE) != (kind in HF_ROPE_REFUSED), kind
+        assert (kind in HF_ROPE_KEYS) == (kind in HF_ROPE_TYPE), kind
+    assert set(HF_ROPE_TYPE) | set(HF_ROPE_REFUSED) == set(ROPE_SCALINGS)
+
+
+@pytest.mark.parametrize("kind", ["none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "llama3", "rerope",
+                                  "leaky_rerope"])
+def test_each_rope_kind_exports_with_its_frequencies_or_is_refused_in_one_line(kind: str, tmp_path: Path) -> None:
+    """A mapped kind goes out and back through config.json with the same frequencies (as transformers computes
+    them; ntk comes back as the stretched base); a refused kind stops save_hf before any file is written, with
+    the kind and the reason."""
+    from archlab.interop.hf_rope import HF_ROPE_REFUSED
+    from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding
+
+    scaling = _example(kind)
+    config = ModelConfig(vocab_size=96, d_model=64, n_heads=4, max_seq_len=64,
+                         rope_scaling=None if kind == "none" else scaling)
+    model = TransformerLM(config)
+    if kind in HF_ROPE_REFUSED:
+        with pytest.raises(InteropError, match=f"rope_scaling.kind='{kind}'"):
+            save_hf(model, tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+        assert ROPE_SCALINGS[kind].remaps_positions  # only position remaps are refused today
+        return
+    assert config_diff(config, FAMILIES["llama"]) == []
+    save_hf(model, tmp_path / "out", family="llama")
+    hf = json.loads((tmp_path / "out" / "config.json").read_text())
+    back = config_from_hf(hf, FAMILIES["llama"])
+    ours = RotaryEmbedding(config.rope_dim, config.rope_theta, "half", scaling, 0)
+    theirs = RotaryEmbedding(back.rope_dim, back.rope_theta, "half", back.rope_scaling, 0)
+    positions = torch.arange(100)[None]
+    for a, b in zip(ours(positions), theirs(positions)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

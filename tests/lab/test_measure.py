@@ -196,7 +196,22 @@ def test_timings_keep_the_fastest_timed_try(run_dir: Path, monkeypatch: pytest.M
     monkeypatch.setattr(measure, "_train_pass", work(iter(passes)))
     assert measure.step_ms(run) == pytest.approx(200.0)  # the median (300) or a warm-up (10) would differ
     generations = [0.001] + [2.0, 1.0] + [4.0] * (measure.DECODE_TRIES - 2)
-    monkeypatch.setattr(measure, "generate", work(iter(generations)))
+    decode = work(iter(generations))
+
+    class FakeDecoder:  # one decoder for the warm-up and every try, as measure opens it
+        def __init__(self, model: object) -> None:
+            pass
+
+        def __enter__(self) -> FakeDecoder:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def generate(self, *args: object) -> object:
+            return decode(*args)
+
+    monkeypatch.setattr(measure, "Decoder", FakeDecoder)
     assert measure.decode_tok_s(run) == pytest.approx(measure.DECODE_TOKENS / 1.0)
 
 

@@ -70,7 +70,7 @@ def test_attention_matches_reference(name, impl):
     model = randomize_(TransformerLM(cfg), std=0.5)
     attn = model.layers[0].attn
     x = torch.randn(2, 7, 32)
-    inp = model._attention_inputs(torch.arange(7)[None].expand(2, 7))[0]
+    inp = model.attention_inputs(torch.arange(7)[None].expand(2, 7))[0]
     torch.testing.assert_close(attn(x, inp).double(), reference_attention(attn, x, inp, cfg), rtol=1e-4, atol=1e-5)
 
 
@@ -115,7 +115,7 @@ def test_gqa_with_all_kv_heads_is_mha():
     model = randomize_(TransformerLM(cfg), 0.5)
     attn = model.layers[0].attn
     x = torch.randn(1, 5, 32)
-    inp = model._attention_inputs(torch.arange(5)[None])[0]
+    inp = model.attention_inputs(torch.arange(5)[None])[0]
     torch.testing.assert_close(attn(x, inp).double(), reference_attention(attn, x, inp, cfg), rtol=1e-4, atol=1e-5)
 
 
@@ -127,6 +127,6 @@ def test_key_norm_scores_are_bounded_by_query_norm():
     model = randomize_(TransformerLM(cfg), 0.5)
     attn = model.layers[0].attn
     x = torch.randn(1, 6, 32) * 100
-    q, k, _ = attn.project(x, model._attention_inputs(torch.arange(6)[None])[0])
+    q, k, _ = attn.project(x, model.attention_inputs(torch.arange(6)[None])[0])
     assert torch.allclose(k.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5)
     assert ((q @ k.transpose(-1, -2)).abs() <= q.norm(dim=-1, keepdim=True) + 1e-4).all()

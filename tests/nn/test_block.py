@@ -19,7 +19,7 @@ def _block_and_inputs(position: str, block: str, parallel_norms: int):
                     block=block, parallel_norms=parallel_norms, position="rope", vocab_size=50)
     model = randomize_(TransformerLM(c)).double()
     pos = torch.arange(6)[None]
-    inputs = model._attention_inputs(pos)[0]
+    inputs = model.attention_inputs(pos)[0]
     return model.layers[0], inputs
 
 
@@ -126,7 +126,7 @@ def _projection_calls(blk) -> dict[str, int]:
 @pytest.mark.parametrize("position,n_norms", list(FUSED_LAYOUTS))
 def test_fused_parallel_block_equals_the_unfused_formula(position, n_norms, variant):
     model = _parallel_model(position, n_norms, **VARIANTS[variant])
-    blk, inp = model.layers[0], model._attention_inputs(torch.arange(T)[None])[0]
+    blk, inp = model.layers[0], model.attention_inputs(torch.arange(T)[None])[0]
     fuse_in, fuse_out = FUSED_LAYOUTS[(position, n_norms)]
     assert (blk.fuse_in, blk.fuse_out) == (fuse_in, fuse_out)
     x = torch.randn(B, T, 32, dtype=torch.float64)
@@ -178,7 +178,7 @@ def test_inference_and_wrapped_projections_run_apart():
     blk = model.layers[0]
     calls = _projection_calls(blk)
     x = torch.randn(B, T, 32, dtype=torch.float64)
-    inp = model._attention_inputs(torch.arange(T)[None])[0]
+    inp = model.attention_inputs(torch.arange(T)[None])[0]
     with torch.no_grad():
         blk(x, inp)
     assert set(calls.values()) == {1}

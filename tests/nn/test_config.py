@@ -210,3 +210,55 @@ def test_rope_scaling_floats_and_swish_beta_domain() -> None:
         ModelConfig(rope_scaling={"kind": "linear", "factor": math.inf})
     with pytest.raises(ConfigError, match=r"^ModelConfig\.swish_beta=0\.0 is not allowed: a positive number"):
         ModelConfig(swish_beta=0.0)
+
+
+# ----- ModelConfig.replace: a built config varied with its derived fields re-derived -----
+REPLACE_CHANGES = [dict(ffn="mlp"), dict(ffn="swiglu"), dict(ffn="geglu"), dict(norm_position="post"), dict(bias=True),
+                   dict(d_model=128), dict(n_heads=4), dict(activation="gelu")]
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("change", REPLACE_CHANGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_replace_equals_building_with_the_change(name: str, change: dict) -> None:
+    """Changing a field of a built config gives the config `build_preset` gives with that field as an override,
+    derived fields (d_ff, activation, biases, final_norm, n_kv_heads, head_dim) included."""
+    if name in ("gemma2", "qwen3") and "n_heads" in change:
+        pytest.skip("the preset, not ModelConfig, derives n_kv_heads from n_heads: replace cannot know it")
+    try:
+        want = build_preset(name, "small", **change)
+    except ConfigError:
+        with pytest.raises(ConfigError):
+            build_preset(name, "small").replace(**change)
+        return
+    assert build_preset(name, "small").replace(**change) == want
+
+
+def test_replace_fixes_the_issue_numbers() -> None:
+    """A small Llama switched to an MLP: d_ff 1024 and 4.85M parameters, as built (not the GLU's 704 and 3.87M)."""
+    from archlab.costs import parameter_counts
+
+    got = build_preset("llama", "small").replace(ffn="mlp")
+    assert got.d_ff == 1024 and got.d_ff == 4 * 256
+    assert parameter_counts(got)["total"] == parameter_counts(build_preset("llama", "small", ffn="mlp"))["total"]
+    assert parameter_counts(got)["total"] == 4_852_992
+    stale = dataclasses.replace(build_preset("llama", "small"), ffn="mlp")  # what the call sites used to do
+    assert stale.d_ff == 704
+
+
+def test_replace_keeps_explicit_values_and_changed_fields() -> None:
+    """A derived field set away from its derivation is kept; a changed derived field is what it is set to."""
+    c = ModelConfig(d_model=64, d_ff=100, n_kv_heads=2, final_norm=False, attn_bias=True)
+    r = c.replace(ffn="mlp", norm_position="post", n_heads=8)
+    assert (r.d_ff, r.n_kv_heads, r.final_norm, r.attn_bias, r.mlp_bias, r.head_dim) == (100, 2, False, True, False, 8)
+    assert c.replace(d_ff=256).d_ff == 256
+    assert c.replace() == c  # nothing changed, nothing re-derived differently
+
+
+def test_replace_lists_every_derived_field_and_refuses_unknown_fields() -> None:
+    from archlab.nn.config import DERIVED
+
+    assert set(DERIVED) == set(ModelConfig().derived_values())
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    assert all(defaults[name] is None for name in DERIVED)  # each is derived exactly when left None
+    with pytest.raises(ConfigError, match="ModelConfig has no field 'dff'"):
+        ModelConfig().replace(dff=3)

@@ -1,5 +1,6 @@
-"""The hand-written backward passes of nn/fused.py against autograd through the plain formulas (float64,
-so any wrong term shows far above rounding), and the modules that switch to them against their eager path."""
+"""The hand-written backward passes of nn/fused_ops.py against autograd through the plain formulas (float64,
+so any wrong term shows far above rounding), and the modules `fused.install` puts them into against the plain
+modules (fused equals unfused), only where installed, only on the measured devices."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from archlab.nn import fused
+from archlab.nn import fused, fused_ops
 from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import cross_entropy
-from archlab.nn.fused import cross_entropy as fused_cross_entropy
-from archlab.nn.fused import linear_cross_entropy, rms_norm, rope_qkv, silu_mul
+from archlab.nn.fused import FusedGatedMLP, FusedRMSNorm
+from archlab.nn.fused_ops import cross_entropy as fused_cross_entropy
+from archlab.nn.fused_ops import linear_cross_entropy, rms_norm, rope_qkv, silu_mul
 from archlab.nn.norms import RMSNorm
 from archlab.nn.rope import full_tables
 
@@ -98,36 +100,73 @@ def test_rope_qkv_values_and_gradients_match_autograd_float64(layout: str, d_rot
         torch.testing.assert_close(_grads(out, [heads])[0], _grads(ref, [heads])[0], rtol=1e-10, atol=1e-12)
 
 
+def installed(model: torch.nn.Module) -> torch.nn.Module:
+    assert fused.install(model)
+    return model
+
+
 def test_modules_take_the_fused_path_in_training_and_agree_with_the_plain_one() -> None:
-    """RMSNorm, SwiGLU and the loss: fused (grad recorded) equals plain (no grad / fused=False) to fp32 rounding."""
+    """RMSNorm, SwiGLU and the loss: fused (grad recorded) equals plain (no grad / the plain module) to fp32
+    rounding; the plain modules never take a fused path."""
     torch.manual_seed(0)
     norm, mlp = RMSNorm(32, unit_offset=True), GatedMLP(32, 48, "silu", bias=False)
     with torch.no_grad():
         norm.weight.normal_()
+    fast_norm, fast_mlp = RMSNorm(32, unit_offset=True), GatedMLP(32, 48, "silu", bias=False)
+    fast_norm.load_state_dict(norm.state_dict())
+    fast_mlp.load_state_dict(mlp.state_dict())
+    fast_norm.__class__, fast_mlp.__class__ = FusedRMSNorm, FusedGatedMLP
     x = torch.randn(2, 6, 32, requires_grad=True)
-    for module in (norm, mlp):
+    for module, fast in ((norm, fast_norm), (mlp, fast_mlp)):
         with torch.no_grad():
             plain = module(x)
-        torch.testing.assert_close(module(x), plain, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(fast(x), plain, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(fast(x), module(x), rtol=1e-6, atol=1e-6)
     logits = torch.randn(2, 6, 50, requires_grad=True)
     targets = torch.randint(0, 50, (2, 6))
-    torch.testing.assert_close(cross_entropy(logits, targets), cross_entropy(logits, targets, fused=False))
-    assert "_RMSNormBackward" in _graph(norm(x)) and "_SiluMulBackward" in _graph(mlp(x))
-    assert "_CrossEntropyBackward" in _graph(cross_entropy(logits, targets))
+    torch.testing.assert_close(fused_cross_entropy(logits.flatten(0, 1), targets.flatten()),
+                               cross_entropy(logits, targets))
+    assert "_RMSNormBackward" in _graph(fast_norm(x)) and "_SiluMulBackward" in _graph(fast_mlp(x))
+    assert "_RMSNormBackward" not in _graph(norm(x)) and "_SiluMulBackward" not in _graph(mlp(x))
+    assert "_CrossEntropyBackward" not in _graph(cross_entropy(logits, targets))  # the reference is plain
+
+
+def test_install_reaches_every_module_it_speeds_up_and_no_other() -> None:
+    """Exact classes only: a LayerNorm (an RMSNorm subclass), a GELU GLU's activation and a softcapped layer's
+    eager kernel stay plain; the model and its attention layers are swapped; a second install changes nothing;
+    a model on a device the kernels were not measured on is left alone."""
+    from archlab import TransformerLM, build_preset
+    from archlab.nn.attention import Attention
+    from archlab.nn.attention_kernels import ATTENTION_KERNELS
+    from archlab.nn.norms import LayerNorm
+
+    model = installed(TransformerLM(build_preset("llama", "tiny", qk_norm="layernorm")))
+    assert type(model) is fused.FusedTransformerLM and isinstance(model, TransformerLM)
+    kinds = {type(m) for m in model.modules()}
+    assert {fused.FusedRMSNorm, FusedGatedMLP, fused.FusedAttention, LayerNorm} <= kinds
+    assert not {RMSNorm, GatedMLP, Attention, TransformerLM} & kinds
+    assert all(isinstance(m.kernel, fused.CausalAttentionKernel) for m in model.modules() if isinstance(m, Attention))
+    kernel = model.layers[0].attn.kernel
+    assert fused.install(model) and model.layers[0].attn.kernel is kernel  # not wrapped twice
+    capped = installed(TransformerLM(build_preset("gemma2", "tiny")))
+    assert all(m.kernel is ATTENTION_KERNELS["eager"] for m in capped.modules() if isinstance(m, Attention))
+    on_meta = TransformerLM(build_preset("llama", "tiny")).to("meta")
+    assert not fused.install(on_meta) and type(on_meta) is TransformerLM
 
 
 @pytest.mark.parametrize("fields", [dict(), dict(rope_layout="interleaved", rope_fraction=0.5, n_kv_heads=1)])
 def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fields: dict) -> None:
-    """A model whose attention runs rope_qkv equals the same weights forced onto split + apply_rope, in loss and
-    every gradient; the fast path is taken only with autograd recording."""
+    """An installed model, whose attention runs rope_qkv, equals a plain one with the same weights (split +
+    apply_rope through autograd), in loss and every gradient; the fast path is taken only when installed and
+    with autograd recording."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
     config = build_preset("llama", "tiny", d_model=32, n_layers=2, n_heads=4, vocab_size=64, **fields)
-    fast, plain = TransformerLM(config), TransformerLM(config)
-    plain.load_state_dict(fast.state_dict())
-    for layer in plain.layers:
-        layer.attn.plain_qk = False  # the same math through autograd's split, slice and apply_rope
+    plain = TransformerLM(config)
+    fast = TransformerLM(config)
+    fast.load_state_dict(plain.state_dict())
+    installed(fast)
     x, y = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
     losses = [cross_entropy(model(x), y) for model in (fast, plain)]
     assert "_RopeQKVBackward" in _graph(losses[0]) and "_RopeQKVBackward" not in _graph(losses[1])
@@ -146,7 +185,8 @@ def test_attention_keeps_the_plain_path_where_rope_qkv_does_not_apply(fields: di
     from archlab import TransformerLM, build_preset
 
     config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=4, vocab_size=64, **fields)
-    loss = cross_entropy(TransformerLM(config)(torch.randint(0, 64, (2, 12))), torch.randint(0, 64, (2, 12)))
+    model = installed(TransformerLM(config))
+    loss = cross_entropy(model(torch.randint(0, 64, (2, 12))), torch.randint(0, 64, (2, 12)))
     assert "_RopeQKVBackward" not in _graph(loss)
 
 
@@ -167,8 +207,8 @@ def test_linear_cross_entropy_values_and_gradients_match_autograd_float64(
     monkeypatch: pytest.MonkeyPatch, cap: float | None, coef: float, bias: bool
 ) -> None:
     """Softcap, z-loss, head bias and ignored rows, over chunks of 4 rows (the last one short)."""
-    monkeypatch.setattr(fused, "MIN_HEAD_CHUNK_ROWS", 4)
-    monkeypatch.setattr(fused, "HEAD_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(fused_ops, "MIN_HEAD_CHUNK_ROWS", 4)
+    monkeypatch.setattr(fused_ops, "HEAD_CHUNK_ELEMENTS", 1)
     torch.manual_seed(0)
     x = (torch.randn(10, 6, dtype=torch.float64) * 2).requires_grad_()
     w = torch.randn(7, 6, dtype=torch.float64, requires_grad=True)
@@ -197,6 +237,8 @@ def test_model_loss_takes_the_chunked_head_in_training_and_agrees_with_the_logit
     config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, **fields)
     model = TransformerLM(config)
     x, y = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    assert "_LinearCrossEntropyBackward" not in _graph(model(x, targets=y).loss)  # plain until installed
+    installed(model)
     out = model(x, targets=y, z_loss_coef=0.01)
     assert "_LinearCrossEntropyBackward" in _graph(out.loss)
     out.loss.backward()
@@ -235,8 +277,8 @@ def test_compiled_training_step_equals_the_eager_one() -> None:
 
     torch.manual_seed(0)
     config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, final_softcap=5.0)
-    eager = TransformerLM(config)
-    compiled = TransformerLM(config)
+    eager = installed(TransformerLM(config))
+    compiled = installed(TransformerLM(config))
     compiled.load_state_dict(eager.state_dict())
     compiled.compile()
     x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
@@ -269,8 +311,8 @@ def test_linear_cross_entropy_in_bf16_matches_float64_math_on_bf16_operands(
     """mm_dtype bf16 (autocast's head): the loss is the float64 loss of the bf16-rounded logits of bf16 operands;
     the float32 gradients are that loss's gradients with each GEMM's operands rounded to bf16 (within bf16
     rounding of the (c, V) gradient), over several chunks."""
-    monkeypatch.setattr(fused, "MIN_HEAD_CHUNK_ROWS", 8)
-    monkeypatch.setattr(fused, "HEAD_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(fused_ops, "MIN_HEAD_CHUNK_ROWS", 8)
+    monkeypatch.setattr(fused_ops, "HEAD_CHUNK_ELEMENTS", 1)
     torch.manual_seed(0)
     x = (torch.randn(20, 16) * 2).requires_grad_()
     w = torch.randn(40, 16, requires_grad=True)
@@ -297,16 +339,15 @@ def test_linear_cross_entropy_in_bf16_matches_float64_math_on_bf16_operands(
 
 def test_bf16_autocast_training_takes_the_fused_rope_and_head_and_agrees_with_the_plain_path() -> None:
     """Under bf16 autocast the model rotates q and k with `rope_qkv` (bf16 tables) and computes the loss with
-    the chunked head in bf16; the same weights forced onto split + apply_rope and the (B, T, V) logits give the
-    same loss and gradients to bf16 rounding."""
+    the chunked head in bf16; the same weights in a plain model (split + apply_rope, the (B, T, V) logits) give
+    the same loss and gradients to bf16 rounding."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
     config = build_preset("llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96)
     fast, plain = TransformerLM(config), TransformerLM(config)
     plain.load_state_dict(fast.state_dict())
-    for layer in plain.layers:
-        layer.attn.plain_qk = False
+    installed(fast)
     x, y = torch.randint(0, 96, (2, 24)), torch.randint(0, 96, (2, 24))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = fast(x, targets=y).loss
@@ -350,12 +391,12 @@ def test_causal_attention_in_bf16_matches_float64_math_on_bf16_operands(
     """The forward is SDPA's flash kernel (bit for bit); the gradients of the GEMM backward agree with float64
     autograd of the written-out formula on the same bf16 inputs to bf16 rounding (relative error 1.5e-2; the
     flash kernel's own bf16 backward measured 3e-3, this one 6e-3 on larger shapes), block by block or in one."""
-    monkeypatch.setattr(fused, "ATTENTION_BLOCK_ELEMENTS", block_elements)
+    monkeypatch.setattr(fused_ops, "ATTENTION_BLOCK_ELEMENTS", block_elements)
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 12, 6, 8, generator=gen).mul(2).bfloat16().transpose(1, 2).requires_grad_()
                for _ in range(3))  # (B, H, T, Dh) as the model makes them: a view of (B, T, H, Dh)
     g = torch.randn(2, 6, 12, 8, generator=gen).bfloat16()
-    out = fused.causal_attention(q, k, v, 8**-0.5)
+    out = fused_ops.causal_attention(q, k, v, 8**-0.5)
     assert "_CausalAttentionBackward" in _graph(out)
     assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
     got = torch.autograd.grad(out, [q, k, v], g)
@@ -377,7 +418,7 @@ def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() 
 
     torch.manual_seed(0)
     config = build_preset("llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=520)
-    model = TransformerLM(config)
+    model = installed(TransformerLM(config))
     x, y = torch.randint(0, 96, (2, 24)), torch.randint(0, 96, (2, 24))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = model(x, targets=y).loss
@@ -393,11 +434,11 @@ def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() 
         error = float((a - b).norm() / b.norm())
         assert error < 5e-2, (name, error)
     q = torch.randn(1, 2, 8, 4, dtype=torch.bfloat16, requires_grad=True)
-    assert fused.use_causal_attention(q, q)
+    assert fused_ops.use_causal_attention(q, q)
     with torch.no_grad():
-        assert not fused.use_causal_attention(q, q)  # inference keeps SDPA
-    alibi = TransformerLM(build_preset("llama", "tiny", d_model=64, n_layers=1, n_heads=4, vocab_size=96,
-                                       position="alibi"))
+        assert not fused_ops.use_causal_attention(q, q)  # inference keeps SDPA
+    alibi = installed(TransformerLM(build_preset("llama", "tiny", d_model=64, n_layers=1, n_heads=4, vocab_size=96,
+                                                 position="alibi")))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert "_CausalAttentionBackward" not in _graph(alibi(x, targets=y).loss)
 
@@ -410,8 +451,8 @@ def test_causal_attention_compiles_in_one_graph_and_agrees_with_eager() -> None:
     g = torch.randn(2, 4, 16, 8, generator=gen).bfloat16()
 
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        assert fused.use_causal_attention(q, k)
-        return fused.causal_attention(q, k, v, 8**-0.5)
+        assert fused_ops.use_causal_attention(q, k)
+        return fused_ops.causal_attention(q, k, v, 8**-0.5)
 
     from torch._dynamo.backends.common import aot_autograd
 

@@ -49,7 +49,7 @@ def reference_logn_attention(attn: torch.nn.Module, x: torch.Tensor, base: int, 
 def test_logn_scaling_equals_its_formula(fields: dict, base: int) -> None:
     model = tiny(position="none", attn_logn=True, **fields)
     x = torch.randn(2, T, 32)
-    inputs = model._attention_inputs(torch.arange(T).expand(2, T))[0]
+    inputs = model.attention_inputs(torch.arange(T).expand(2, T))[0]
     with torch.no_grad():
         got = model.layers[0].attn(x, inputs)
     want = reference_logn_attention(model.layers[0].attn, x, base, fields.get("sliding_window"))
@@ -61,7 +61,7 @@ def test_nope_layers_are_models_without_positions() -> None:
     with torch.no_grad():
         torch.testing.assert_close(nope(ids()), none(ids()), rtol=0, atol=0)
     mixed = tiny(position_pattern="RN", n_layers=4)
-    ropes = [inputs.rope is not None for inputs in mixed._attention_inputs(torch.arange(T).expand(2, T))]
+    ropes = [inputs.rope is not None for inputs in mixed.attention_inputs(torch.arange(T).expand(2, T))]
     assert ropes == [True, False, True, False]
 
 
@@ -71,7 +71,7 @@ def test_window_layers_rotate_with_rope_theta_local() -> None:
     with torch.no_grad():
         torch.testing.assert_close(local(ids()), plain(ids()), rtol=0, atol=0)
     mixed = tiny(sliding_window=8, window_pattern="SF", rope_theta_local=500.0)
-    inputs = mixed._attention_inputs(torch.arange(T).expand(1, T))
+    inputs = mixed.attention_inputs(torch.arange(T).expand(1, T))
     for layer, theta in [(0, 500.0), (1, 10000.0)]:
         cos, _ = RotaryEmbedding(8, theta)(torch.arange(T)[None])
         torch.testing.assert_close(inputs[layer].rope.cos, cos)
@@ -89,7 +89,7 @@ def test_rope_scaling_on_global_layers_only(scaled_local: bool, theta_local: flo
     """Gemma 3: linear scaling (factor 4) on the full layers; window layers keep their own, unscaled base."""
     model = tiny(sliding_window=8, window_pattern="SF", rope_theta_local=theta_local, rope_scaling_local=scaled_local,
                  rope_scaling=RopeScaling("linear", 4.0))
-    inputs = model._attention_inputs(torch.arange(T).expand(1, T))
+    inputs = model.attention_inputs(torch.arange(T).expand(1, T))
     local = reference_cos(10000.0 if theta_local is None else theta_local, 4.0 if scaled_local else 1.0)
     for layer, want in [(0, local), (1, reference_cos(10000.0, 4.0))]:
         torch.testing.assert_close(inputs[layer].rope.cos[0, :, 0].double(), want, rtol=0, atol=1e-6)

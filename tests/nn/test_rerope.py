@@ -77,7 +77,7 @@ def reference_attention(attn: torch.nn.Module, x: torch.Tensor, P: torch.Tensor,
 def test_attention_equals_the_float64_reference(scaling: RopeScaling, layout: str, fraction: float, kv: int) -> None:
     model = tiny(rope_scaling=scaling, rope_layout=layout, rope_fraction=fraction, n_kv_heads=kv)
     x = torch.randn(2, T, 32)
-    inputs = model._attention_inputs(torch.arange(T).expand(2, T))[0]
+    inputs = model.attention_inputs(torch.arange(T).expand(2, T))[0]
     with torch.no_grad():
         got = model.layers[0].attn(x, inputs)
     slope = 0.0 if scaling.kind == "rerope" else 1 / scaling.factor

@@ -120,3 +120,19 @@ def test_wsd_extended_during_its_cooldown_decays_from_the_current_lr_along_its_s
 def test_constant_is_unchanged_by_an_extension() -> None:
     new = build_schedule("constant", MAX, 10, warmup_steps=2, extensions=[(10, 50)])
     assert [new(s) for s in (0, 1, 5, 30, 50)] == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0])
+
+
+def test_wsd_extended_exactly_at_its_decay_start_is_still_the_stable_phase() -> None:
+    """100 steps, cooldown over 80..100: step 80 is the last undecayed step (p = 0, lr = max). Extending there
+    replans as from the stable phase (cooldown 240..300, the plan for 300 steps at every step); one step later
+    the cooldown has begun and the extension is a tail from lr(81). Either way the steps run so far keep their lr."""
+    old = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2)
+    assert old(80) == MAX and old(81) < MAX
+    at_start = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2, extensions=[(80, 300)])
+    plan = build_schedule("wsd", MAX, 300, warmup_steps=10, min_lr=MIN, decay_fraction=0.2)
+    assert [at_start(s) for s in range(301)] == [plan(s) for s in range(301)]
+    assert at_start(81) == at_start(240) == MAX
+    after = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2, extensions=[(81, 300)])
+    assert [after(s) for s in range(82)] == [old(s) for s in range(82)]
+    assert after(81) == old(81) and after(300) == pytest.approx(MIN)
+    assert after(190) == pytest.approx(MIN + (old(81) - MIN) * (1 - (190 - 81) / (300 - 81)))

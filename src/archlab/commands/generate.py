@@ -15,13 +15,15 @@ from pathlib import Path
 
 import torch
 
-from archlab.infer.generate import Generation, check_context, generate_text
+from archlab.infer.engine import Decoder
+from archlab.infer.generate import Generation, check_context, text_generation
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
-from archlab.infer.speed import check_compile_decode, column_major_linears, reduction_gemvs_win
+from archlab.infer.speed import check_compile_decode
 from archlab.infer.stream import TokenizerLike
 from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.nn.model import TransformerLM
+from archlab.train.hardware import resolve_device
 
 QUIT = "/quit"
 
@@ -42,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
     p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the decode step: faster tokens after a one-off compile of seconds")
+                   help="torch.compile the decode step where it measures faster than eager on this machine "
+                        "(a one-off compile of seconds)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
     p.set_defaults(func=run_generate)
 
@@ -61,26 +64,6 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
     from archlab.checkpoint import load_model  # imported here: generating needs no training code
 
     return load_model(folder)
-
-
-def resolve_device(name: str) -> torch.device:
-    """--device as a device this machine has, or one line saying what it lacks."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: this machine has no CUDA device (torch sees none); use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                         f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"--device {name!r} is not allowed: archlab generates on cpu, cuda or mps")
-    return device
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -113,29 +96,36 @@ def run_generate(args: argparse.Namespace) -> int:
         check_compile_decode(device)
     model, tokenizer = load_checkpoint(args.checkpoint)
     model.to(device).eval()
-    if not (args.compile and reduction_gemvs_win(model)):  # compiled reductions read the weights row-major
-        column_major_linears(model)  # the decode layout once, rather than on and off around every prompt
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
-    if args.interactive:
-        if args.compile:
-            sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
-        results = _interactive(model, tokenizer, sampling, args.compile)
-    else:
-        for prompt in prompts:  # every prompt fits, or nothing is printed at all
-            check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
-                          sampling.allow_extrapolation)
-        if args.compile:  # the first batch waits for torch.compile: say so, then say how long it took
-            sys.stderr.write("archlab generate: compiling the decode step (torch.compile, once)...\n")
-        results = []
-        for i in range(0, len(prompts), args.batch_size):
-            results.append(_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile))
-            if args.compile and i == 0:
-                sys.stderr.write(f"archlab generate: compiled; the first batch decoded in "
-                                 f"{results[0].decode_seconds:.1f} s, compilation included\n")
+    # one decoder for every prompt: the decode layout once, the compiled step and its measurement once; the
+    # command owns the model, so the row-major weights need not be kept for restoring (restore=False)
+    with Decoder(model, args.compile, restore=False) as decoder:
+        results = _run(args, decoder, tokenizer, prompts, sampling)
     if args.report_memory and results:
         sys.stderr.write(memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n")
     return 0
+
+
+def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str],
+         sampling: SamplingConfig) -> list[Generation]:
+    if args.interactive:
+        if args.compile:
+            sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
+        return _interactive(decoder, tokenizer, sampling)
+    for prompt in prompts:  # every prompt fits, or nothing is printed at all
+        check_context(decoder.model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
+                      sampling.allow_extrapolation)
+    if args.compile:  # the first batch waits for torch.compile and the measurement: say so, then say what won
+        sys.stderr.write("archlab generate: compiling the decode step (torch.compile, once) and timing it "
+                         "against eager...\n")
+    results = []
+    for i in range(0, len(prompts), args.batch_size):
+        results.append(_run_batch(decoder, tokenizer, prompts[i : i + args.batch_size], sampling))
+        if args.compile and i == 0:
+            sys.stderr.write(f"archlab generate: decoding {decoder.mode} (measured faster here); the first batch "
+                             f"decoded in {results[0].decode_seconds:.1f} s, compilation included\n")
+    return results
 
 
 def _stream(row: int, piece: str) -> None:
@@ -144,23 +134,19 @@ def _stream(row: int, piece: str) -> None:
     sys.stdout.flush()
 
 
-def _run_batch(
-    model: TransformerLM, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig, compile_decode: bool
-) -> Generation:
+def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig) -> Generation:
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
-        result = generate_text(model, tokenizer, prompts, sampling, on_text=_stream, compile_decode=compile_decode)
+        result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream)
         sys.stdout.write("\n")
         return result
-    result = generate_text(model, tokenizer, prompts, sampling, compile_decode=compile_decode)
+    result = text_generation(decoder, tokenizer, prompts, sampling)
     for prompt, text in zip(prompts, result.texts):
         sys.stdout.write(f"{prompt}{text}\n\n")
     return result
 
 
-def _interactive(
-    model: TransformerLM, tokenizer: TokenizerLike, sampling: SamplingConfig, compile_decode: bool
-) -> list[Generation]:
+def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig) -> list[Generation]:
     results = []
     tty = sys.stdin.isatty()
     while True:
@@ -173,9 +159,9 @@ def _interactive(
         if line.strip():
             prompt = line.rstrip("\r\n")
             try:  # a prompt too long for the context is reported, and the session goes on
-                check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
+                check_context(decoder.model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
                               sampling.allow_extrapolation)
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(model, tokenizer, [prompt], sampling, compile_decode))
+            results.append(_run_batch(decoder, tokenizer, [prompt], sampling))

@@ -9,7 +9,6 @@ through the grammar of archlab/overrides.py, so the same flags give the same Mod
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -22,6 +21,13 @@ from archlab.interop import is_hf_folder, read_hf_config
 from archlab.nn.config import ModelConfig
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import parse_flags, typed_overrides
+
+# attn_kernel -> (attention FLOPs per token, what the cache holds), as archlab.costs computes them
+KERNEL_FORMULAS = {
+    "softmax": ("4*H*Dh*sum(keys per layer): QK^T + probs@V", "windowed layers keep their window"),
+    "favor": ("4*(H+K)*M*Dh per layer: features, state read and update", "state [S | z]: layers*K*M*(Dh+1)*4"),
+    "vq": ("H*(4*C*Dh + 4*Dh*min(T, 2L)) + 2*K*C*Dh per layer", "state: last 2 blocks + per-code sums and counts"),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
     overrides = typed_overrides(ModelConfig, flags)
     if args.checkpoint is not None:
-        config = dataclasses.replace(checkpoint_config(args.checkpoint), **overrides)
+        config = checkpoint_config(args.checkpoint).replace(**overrides)
         args.preset, args.size = Path(args.checkpoint).name, "checkpoint"
     else:
         config = build_preset(args.preset, args.size, **overrides)
@@ -90,10 +96,12 @@ def _print_tables(preset: str, size: str, r: Report) -> None:
     console.print(params)
     cost = Table(title=f"cost per token at context {r.context}", title_justify="left")
     cost.add_column("quantity"), cost.add_column("value", justify="right"), cost.add_column("formula")
-    cost.add_row("FLOPs forward", _human(r.flops["forward"]), "2*N_matmul + 4*H*Dh*sum(keys per layer)")
+    attention, cache = KERNEL_FORMULAS.get(r.config.attn_kernel, KERNEL_FORMULAS["softmax"])
+    cost.add_row("FLOPs forward", _human(r.flops["forward"]), "2*N_matmul + attention")
     cost.add_row("  of which matmuls", _human(r.flops["matmul"]), f"2*N_matmul, N_matmul={r.flops['matmul'] // 2:,}")
-    cost.add_row("  of which attention", _human(r.flops["attention"]), "QK^T + probs@V")
+    cost.add_row("  of which attention", _human(r.flops["attention"]), attention)
     cost.add_row("FLOPs training", _human(r.flops["training"]), "3 * forward")
-    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), "2*layers*kv_heads*head_dim*bytes")
-    cost.add_row(f"KV cache / {r.context} tokens", _human(r.kv["context"], "B"), "windowed layers keep their window")
+    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), "2*layers*kv_heads*head_dim*bytes"
+                 if r.config.attn_kernel == "softmax" else "0: a fixed-size state instead")
+    cost.add_row(f"KV cache / {r.context} tokens", _human(r.kv["context"], "B"), cache)
     console.print(cost)

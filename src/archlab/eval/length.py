@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +74,7 @@ def method_configs(
                              "use --scalings none")
         for length in lengths:
             scaling = method_scaling(method, length, config.max_seq_len, window)
-            c = replace(config, rope_scaling=scaling) if config.position == "rope" else config
+            c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
             check_context(c, length, 0, allow_extrapolation)
             out[method, length] = c
     return out

@@ -5,7 +5,6 @@ and the measured peak (`archlab generate --report-memory`). Bytes come from `arc
 
 from __future__ import annotations
 
-import dataclasses
 import resource
 import sys
 
@@ -32,7 +31,7 @@ def kv_bytes_table(
     variants = [("MHA", h), *([("GQA", gqa)] if gqa else []), ("MQA", 1)]
     rows = []
     for name, k in variants:
-        variant = config if k == config.n_kv_heads else dataclasses.replace(config, n_kv_heads=k)
+        variant = config if k == config.n_kv_heads else config.replace(n_kv_heads=k)
         kv = kv_cache_bytes(variant, context_len, dtype_name(dtype), batch_size)
         fits = kv_tokens_within(variant, budget, dtype_name(dtype)) if budget is not None else None
         rows.append(dict(attention=name, n_kv_heads=k, this_model=k == config.n_kv_heads,
@@ -67,8 +66,9 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     for row in kv_bytes_table(config, dtype, result.context_len, batch, budget=param_bytes):
         marker = "  <- this model" if row["this_model"] else ""
         fits = row["tokens_within_budget"]
-        outweighs = (f"past {fits:,} tokens" if fits is not None
-                     else "at no length (every layer keeps only its window)")
+        fixed = ("a linear kernel's fixed-size state" if config.attn_kernel != "softmax"
+                 else "every layer keeps only its window")
+        outweighs = f"past {fits:,} tokens" if fits is not None else f"at no length ({fixed})"
         lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
                      f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "
                      f"{outweighs}{marker}")

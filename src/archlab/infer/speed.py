@@ -1,12 +1,12 @@
 """What makes batch-1 decoding fast on the CPU: the column-major weight layout and the compiled decode step.
 
 At batch 1 a decode step multiplies one row vector by every weight matrix once, so it costs the time to stream
-the weights plus per-step overhead (docs/inference.md, "Decode speed"):
-- `decode_layout` / `column_major_linears`: float32 CPU Linear weights stored column-major, which MKL's
-  one-row product reads at close to memory bandwidth; `generate` uses it around every call.
-- `compiled_forward`: the model's forward under torch.compile with dynamic shapes, for the one-token steps
-  (`generate(..., compile_decode=True)`, `archlab generate --compile`), and `check_compile_decode`, which
-  fails up front where that cannot work.
+the weights plus per-step overhead (docs/inference.md, "Decode speed"). The pieces, which the `Decoder` of
+infer/engine.py owns per model (nothing here keeps state between calls):
+- `column_major_linears` / `row_major_cpu_linears`: float32 CPU Linear weights stored column-major, which MKL's
+  one-row product reads at close to memory bandwidth;
+- `compiled_forward`: the model's forward under torch.compile with dynamic shapes, for the one-token steps,
+  `recompile_limit` around its calls, and `check_compile_decode`, which fails up front where that cannot work;
 - `reduction_gemvs_win`: whether the compiled step should compute its one-token products as Inductor's own
   reductions over row-major weights (`compiled_forward(model, reduce_linears=True)`) instead of calling MKL
   on column-major ones. Measured per machine and model shape: on an AMD Zen 4 the reductions streamed the
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
-    """Store each float32 CPU `nn.Linear` weight column-major, in place: same shape and values, strides (1, out).
+    """Store each float32 CPU `nn.Linear` weight column-major: same shape and values, strides (1, out).
 
     `F.linear(x, W)` multiplies by W^T. With W column-major, W^T is a contiguous (in, out) matrix, and MKL's
     one-row product (every decode step at batch 1) streams that layout at close to memory bandwidth; with the
@@ -44,14 +44,14 @@ def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
     second time it is no longer contiguous), and embedding lookups read it strided.
     Returns the weights it changed, for `row_major_linears` to undo.
     """
-    changed = _row_major_cpu_linears(model)
+    changed = row_major_cpu_linears(model)
     with torch.inference_mode(False), torch.no_grad():  # real tensors, even inside a caller's inference_mode
         for w in changed:
             w.data = w.data.t().contiguous().t()
     return changed
 
 
-def _row_major_cpu_linears(model: nn.Module) -> list[nn.Parameter]:
+def row_major_cpu_linears(model: nn.Module) -> list[nn.Parameter]:
     """The float32 CPU `nn.Linear` weights still row-major (contiguous), each once (a tied head too); none for
     FSDP-sharded models. What `column_major_linears` re-lays and `reduction_gemvs_win` measures."""
     if _fsdp_managed(model):
@@ -76,17 +76,6 @@ def row_major_linears(weights: list[nn.Parameter]) -> None:
             w.data = w.data.contiguous()
 
 
-@contextmanager
-def decode_layout(model: nn.Module) -> Iterator[None]:
-    """`column_major_linears` for the duration of a block, then the model's own layout back (bit for bit), so
-    generating in the middle of training changes nothing the trainer sees."""
-    changed = column_major_linears(model)
-    try:
-        yield
-    finally:
-        row_major_linears(changed)
-
-
 def check_compile_decode(device: torch.device) -> None:
     """Fail before any compute where `compile_decode` cannot work: on the CPU, torch.compile builds C++ kernels
     and needs a compiler ($CXX, else g++, c++ or clang++ on the PATH)."""
@@ -103,7 +92,6 @@ DYNAMO_RECOMPILE_LIMIT = 128  # graphs of TransformerLM.forward kept: a few per 
 PROBE_MIN_BYTES = 16 * 2**20
 PROBE_MAX_BYTES = 256 * 2**20  # the probe times the model's first Linear weights up to this many bytes
 PROBE_MARGIN = 0.95  # the reductions must take under this fraction of MKL's time to be chosen
-_probe_results: dict[tuple, bool] = {}  # (threads, weight shapes) -> whether the reductions won, this process
 
 
 class _ReductionLinears(TorchFunctionMode):
@@ -126,27 +114,27 @@ def _forward_reducing_linears(model: nn.Module, *args: object, **kwargs: object)
         return model(*args, **kwargs)
 
 
-_compiled_reducing = None  # torch.compile(_forward_reducing_linears), built on first use; guards on the model
-
-
-def compiled_forward(model: nn.Module, reduce_linears: bool = False) -> Callable[..., torch.Tensor]:
-    """The model's forward under torch.compile with dynamic shapes: the cache length and batch are symbols,
-    so decoding compiles once rather than once per step. torch's compile cache keys on the forward's code,
-    so a later call on the same model finds the graph already built.
-
-    Every model of another shape adds graphs to that one cache, and past dynamo's default limit of 8 per
-    function torch quietly runs the forward eagerly: the ninth model of an ablation sweep would decode
-    uncompiled. So the limit is raised (never lowered) to DYNAMO_RECOMPILE_LIMIT.
-    With `reduce_linears`, one-token Linear products are compiled as reductions (`_ReductionLinears`), which
-    need row-major weights: see `reduction_gemvs_win`."""
-    global _compiled_reducing
+@contextmanager
+def recompile_limit() -> Iterator[None]:
+    """Dynamo's per-function graph limit raised to DYNAMO_RECOMPILE_LIMIT for the duration (never lowered), then
+    put back. torch's compile cache keys on the forward's code, so every model of another shape adds graphs to
+    one cache, and past the default limit of 8 torch quietly runs the forward eagerly: the ninth model of an
+    ablation sweep would decode uncompiled."""
     limit = torch._dynamo.config.recompile_limit
-    torch._dynamo.config.recompile_limit = max(limit, DYNAMO_RECOMPILE_LIMIT)
+    with torch._dynamo.config.patch(recompile_limit=max(limit, DYNAMO_RECOMPILE_LIMIT)):
+        yield
+
+
+def compiled_forward(
+    model: nn.Module, reduce_linears: bool = False, backend: str | Callable = "inductor"
+) -> Callable[..., torch.Tensor]:
+    """The model's forward under torch.compile with dynamic shapes: the cache length and batch are symbols,
+    so decoding compiles once rather than once per step; call it inside `recompile_limit()`. With
+    `reduce_linears`, one-token Linear products are compiled as reductions (`_ReductionLinears`), which need
+    row-major weights: see `reduction_gemvs_win`."""
     if not reduce_linears:
-        return torch.compile(model, dynamic=True)
-    if _compiled_reducing is None:
-        _compiled_reducing = torch.compile(_forward_reducing_linears, dynamic=True)
-    compiled = _compiled_reducing
+        return torch.compile(model, dynamic=True, backend=backend)
+    compiled = torch.compile(_forward_reducing_linears, dynamic=True, backend=backend)
     return lambda *args, **kwargs: compiled(model, *args, **kwargs)
 
 
@@ -156,7 +144,7 @@ def _reduce_all(xs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[tor
 
 def _gemv_seconds(weights: list[nn.Parameter]) -> tuple[float, float]:
     """Best times of the one-row products with `weights` as Inductor reductions (row-major, as they are) and
-    through MKL (on column-major copies, as `decode_layout` lays them: at most PROBE_MAX_BYTES more memory for
+    through MKL (on column-major copies, as the `Decoder` lays them: at most PROBE_MAX_BYTES more memory for
     the moment), alternated over rounds so drift hits both. The model is not touched."""
     xs = [torch.randn(1, w.shape[1]) for w in weights]
     reduce = torch.compile(_reduce_all, dynamic=False)
@@ -176,11 +164,11 @@ def _gemv_seconds(weights: list[nn.Parameter]) -> tuple[float, float]:
 
 def reduction_gemvs_win(model: nn.Module) -> bool:
     """Whether a compiled decode step of `model` should compute its one-token products as Inductor reductions
-    over row-major weights rather than with MKL over column-major ones: measured once per process, thread
-    count and shape of weights, on this machine (`_gemv_seconds`: its first float32 CPU Linear weights up to
-    PROBE_MAX_BYTES, a second or so after a small compile). Models with under PROBE_MIN_BYTES of such weights, other
-    dtypes, other devices and FSDP-sharded models keep MKL without measuring."""
-    weights = _row_major_cpu_linears(model)
+    over row-major weights rather than with MKL over column-major ones, measured now on this machine
+    (`_gemv_seconds`: its first float32 CPU Linear weights up to PROBE_MAX_BYTES, a second or so after a small
+    compile; a `Decoder` measures once and keeps the answer). Models with under PROBE_MIN_BYTES of such weights,
+    other dtypes, other devices and FSDP-sharded models keep MKL without measuring."""
+    weights = row_major_cpu_linears(model)
     if sum(w.numel() * 4 for w in weights) < PROBE_MIN_BYTES:
         return False
     chosen, size = [], 0
@@ -189,11 +177,9 @@ def reduction_gemvs_win(model: nn.Module) -> bool:
             break
         chosen.append(w)
         size += w.numel() * 4
-    key = (torch.get_num_threads(), *(tuple(w.shape) for w in chosen))  # the winner may differ by threads
-    if key not in _probe_results:
-        reduce_s, mkl_s = _gemv_seconds(chosen)
-        _probe_results[key] = reduce_s < PROBE_MARGIN * mkl_s
-        logger.info("compiled decode: one-token products as %s (%d weights, %.1f MB: reductions %.2f ms, MKL "
-                    "%.2f ms)", "Inductor reductions" if _probe_results[key] else "MKL GEMVs", len(chosen),
-                    size / 1e6, 1e3 * reduce_s, 1e3 * mkl_s)
-    return _probe_results[key]
+    reduce_s, mkl_s = _gemv_seconds(chosen)
+    wins = reduce_s < PROBE_MARGIN * mkl_s
+    logger.info("compiled decode: one-token products as %s (%d weights, %.1f MB: reductions %.2f ms, MKL "
+                "%.2f ms)", "Inductor reductions" if wins else "MKL GEMVs", len(chosen), size / 1e6,
+                1e3 * reduce_s, 1e3 * mkl_s)
+    return wins

@@ -114,6 +114,17 @@ def save_hf(model: TransformerLM, path: str | Path, tokenizer: Tokenizer | None 
     return path
 
 
+def hf_state_dict(model: TransformerLM, model_type: str = "llama") -> dict[str, torch.Tensor]:
+    """The model's weights under the state-dict names of `model_type`'s transformers class (views of ours, not
+    copies), for loading into a model built from its config class. Only the weight layout is checked: RoPE
+    scaling and lengths are the caller's to put in that config."""
+    family = family_of({"model_type": model_type})
+    diff = config_diff(model.config.replace(rope_scaling=None), family)
+    if diff:
+        raise InteropError(f"hf_state_dict: this model is not {model_type}-shaped; it has {'; '.join(diff)}")
+    return export_state(model, family)
+
+
 def load_hf_tokenizer(path: str | Path) -> Tokenizer:
     """The folder's tokenizer.json; EOS from tokenizer_config.json, else generation_config.json / config.json."""
     tokenizer = Tokenizer.load(path)

@@ -24,7 +24,7 @@ from archlab.interop.family import (
     text_part,
     unsupported,
 )
-from archlab.interop.hf_rope import canonical_rope, read_rope, write_rope
+from archlab.interop.hf_rope import canonical_rope, read_rope, rope_refusal, write_rope
 from archlab.nn.config import ModelConfig
 
 # ------------------------------------------------------------------------------ config.json <-> ModelConfig
@@ -148,7 +148,10 @@ def config_to_hf(config: ModelConfig, family: Family) -> tuple[dict[str, Any], l
                 continue
             value = spelled[0]
         hf[key] = value
-    if family.rope is not None and c.position == "rope":
+    refused = rope_refusal(c.rope_scaling)
+    if family.rope is not None and c.position == "rope" and refused:
+        problems.append(refused)
+    elif family.rope is not None and c.position == "rope":
         hf |= write_rope(c, family)
     if family.window != "none":
         hf |= _write_window(c, family)

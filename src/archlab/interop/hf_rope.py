@@ -23,11 +23,19 @@ from archlab.interop.family import FIXED_THETA, FULL, SLIDING, Family, InteropEr
 from archlab.nn.config import ModelConfig
 from archlab.nn.rope import RopeScaling, ntk_theta
 
-# kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default`, see rope_to_hf)
-HF_ROPE_TYPE = {"none": "default", "linear": "linear", "ntk_by_parts": "llama3", "dynamic": "dynamic",
-                "yarn": "yarn", "llama3": "llama3"}
+# kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default` with the
+# stretched base, see rope_to_hf); every kind of nn/rope.py ROPE_SCALINGS is here or in HF_ROPE_REFUSED
+HF_ROPE_TYPE = {"none": "default", "linear": "linear", "ntk": "default", "ntk_by_parts": "llama3",
+                "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+READ_AS_OTHER = ("none", "ntk", "ntk_by_parts")  # kinds whose HF spelling reads back as another kind (or none)
+# kind -> why transformers cannot express it; export refuses such a model in one line naming the kind
+HF_ROPE_REFUSED = {
+    "rerope": "transformers has no ReRoPE (relative positions clipped per query and key)",
+    "leaky_rerope": "transformers has no Leaky ReRoPE (relative positions remapped per query and key)",
+}
 HF_ROPE_KEYS: dict[str, dict[str, str]] = {
     "none": {},
+    "ntk": {},
     "linear": {"factor": "factor"},
     "dynamic": {"factor": "factor"},
     "ntk_by_parts": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
@@ -47,6 +55,8 @@ def rope_to_hf(scaling: RopeScaling, theta: float, d_rot: int) -> dict[str, Any]
     `ntk_by_parts` exports as `llama3`, the same formula. For `dynamic`, transformers takes M from
     `max_position_embeddings`, so write `hf_max_position_embeddings(...)` there.
     """
+    if scaling.kind in HF_ROPE_REFUSED:
+        raise InteropError(rope_refusal(scaling))
     if scaling.kind == "ntk":
         return {"rope_type": "default", "rope_theta": ntk_theta(theta, d_rot, scaling.factor)}
     out: dict[str, Any] = {"rope_type": HF_ROPE_TYPE[scaling.kind], "rope_theta": theta}
@@ -54,6 +64,13 @@ def rope_to_hf(scaling: RopeScaling, theta: float, d_rot: int) -> dict[str, Any]
         if getattr(scaling, name) is not None:
             out[hf_key] = getattr(scaling, name)
     return out
+
+
+def rope_refusal(scaling: RopeScaling | None) -> str | None:
+    """Why a Hugging Face config.json cannot carry `scaling` (a kind in HF_ROPE_REFUSED), or None."""
+    if scaling is None or scaling.kind not in HF_ROPE_REFUSED:
+        return None
+    return f"rope_scaling.kind={scaling.kind!r} ({HF_ROPE_REFUSED[scaling.kind]})"
 
 
 def hf_max_position_embeddings(scaling: RopeScaling, max_seq_len: int) -> int:
@@ -65,7 +82,7 @@ def rope_from_hf(params: dict[str, Any] | None, max_position_embeddings: int) ->
     """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers 5 fills them)."""
     params = dict(params or {})
     hf_type = params.get("rope_type", params.get("type", "default"))
-    kinds = {"default": "none", **{v: k for k, v in HF_ROPE_TYPE.items() if k not in ("none", "ntk_by_parts")}}
+    kinds = {"default": "none", **{v: k for k, v in HF_ROPE_TYPE.items() if k not in READ_AS_OTHER}}
     if hf_type not in kinds:
         raise ValueError(f"rope_type={hf_type!r} is not supported: one of {', '.join(kinds)}")
     kind = kinds[hf_type]

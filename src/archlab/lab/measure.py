@@ -42,7 +42,7 @@ import torch
 from archlab.checkpoint import latest_checkpoint, list_checkpoints, load_initial_weights, load_model, load_weights
 from archlab.costs import flops_per_token, kv_cache_bytes
 from archlab.data.tokens import TokenData
-from archlab.infer.generate import generate
+from archlab.infer.engine import Decoder
 from archlab.infer.sampling import SamplingConfig
 from archlab.lab import drift, eval_set
 from archlab.nn.functional import cross_entropy
@@ -239,12 +239,13 @@ def decode_tok_s(run: RunView) -> float:
     fastest of DECODE_TRIES generations (after one untimed)."""
     prompt = _batch(run)[0, :DECODE_PROMPT].tolist()
     sampling = SamplingConfig(max_new_tokens=DECODE_TOKENS, temperature=0.0)
-    generate(run.model, [prompt], sampling)  # warm-up
-    rates = []
-    for _ in range(DECODE_TRIES):
-        start = time.perf_counter()
-        out = generate(run.model, [prompt], sampling)
-        rates.append(len(out.tokens[0]) / (time.perf_counter() - start))
+    with Decoder(run.model) as decoder:  # one decode layout for every try; the weights come back after
+        decoder.generate([prompt], sampling)  # warm-up
+        rates = []
+        for _ in range(DECODE_TRIES):
+            start = time.perf_counter()
+            out = decoder.generate([prompt], sampling)
+            rates.append(len(out.tokens[0]) / (time.perf_counter() - start))
     return max(rates)
 
 

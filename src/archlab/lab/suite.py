@@ -398,7 +398,7 @@ def resolve_arm(suite: Suite, arm: Arm, budget: Budget) -> tuple[TrainConfig, Mo
 
 
 def _total(model: ModelConfig, **changes: object) -> int:
-    return parameter_counts(dataclasses.replace(model, **changes) if changes else model)["total"]
+    return parameter_counts(model.replace(**changes) if changes else model)["total"]
 
 
 def match_parameters(suite: Suite, budget: Budget) -> None:

@@ -24,7 +24,6 @@ thread is the least sensitive to other work on a shared machine) and restored af
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import statistics
@@ -220,14 +219,14 @@ class DecodeStep:
     cache_len + 1 keys (`cache.pos` is cache_len before every call). A config whose max_seq_len is shorter
     than that is timed with max_seq_len = cache_len + 1 (only position tables grow; speed is not a function of
     the length trained for). The weights are laid out as `generate`
-    decodes with them (archlab.infer.speed: column-major float32 Linears on the CPU)."""
+    decodes with them (the Decoder of archlab.infer.engine: column-major float32 Linears on the CPU)."""
 
     def __init__(self, config: ModelConfig, *, cache_len: int = 1024, batch: int = 8, seed: int = 0,
                  device: str = "cpu") -> None:
         if cache_len < 1:
             raise ValueError(f"decode timing: cache_len={cache_len} is not allowed: a positive number of tokens")
         if cache_len + 1 > config.max_seq_len:  # a suite trains short and times decoding at a long cache
-            config = dataclasses.replace(config, max_seq_len=cache_len + 1)
+            config = config.replace(max_seq_len=cache_len + 1)
         self.cache_len = cache_len
         self.model = _fresh_model(config, seed, device).eval()
         column_major_linears(self.model)  # permanent: the model is this op's own

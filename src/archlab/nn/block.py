@@ -33,21 +33,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from archlab.nn.attention import Attention, AttentionInputs
+from archlab.nn.attention import Attention
+from archlab.nn.attention_inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
 from archlab.nn.ffn import FFNS
-from archlab.nn.norms import build_norm
+from archlab.nn.norms import build_norm, placement_norms
 
 NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
-
-
-def _norm_names(position: str, block: str, parallel_norms: int) -> list[str]:
-    """Which norms a layer owns for a placement and block type."""
-    inputs = ["attn_norm", "mlp_norm"]
-    if block == "parallel" and (parallel_norms == 1 or position == "post"):
-        inputs = ["attn_norm"]  # one shared input norm (or, for post, one norm after the sum)
-    outputs = ["attn_out_norm", "mlp_out_norm"]
-    return {"pre": inputs, "post": inputs, "double": inputs + outputs, "nonresidual_post": outputs}[position]
 
 
 class Block(nn.Module):
@@ -59,7 +51,7 @@ class Block(nn.Module):
         self.position, self.parallel = c.norm_position, c.block == "parallel"
         self.attn = Attention(c, layer_idx)
         self.mlp = FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
-        present = _norm_names(c.norm_position, c.block, c.parallel_norms)
+        present = placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms)
         for name in NORM_NAMES:  # an absent norm is None, so forward never probes with getattr/hasattr
             present_norm = name in present
             norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if present_norm else None

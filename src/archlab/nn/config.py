@@ -9,14 +9,16 @@ Derivations, each beaten by an explicit value (the field's default is `None` = "
 - n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`);
 - activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
   different explicit activation is an error, never a silent rewrite;
-- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True.
+- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True;
+- favor_features = round(head_dim ln head_dim) with attn_kernel="favor" (`default_favor_features`).
 Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
 norm="layernorm") must keep their defaults otherwise.
 
-NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` keeps the GLU's
-d_ff and `replace(config, norm_position="post")` keeps final_norm=True. To vary a field, apply it where the
-layers are still apart (`build_preset(name, size, **overrides)` in nn/presets.py, or dotted keys through
-archlab/overrides.py), not to a built config.
+NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` would keep the GLU's
+d_ff and `replace(norm_position="post")` would keep final_norm=True. Vary a field of a built config with
+`config.replace(**changes)`, which re-derives every derived field (`DERIVED`) that still holds its derived
+value; a derived field that was set away from its derivation (a preset's d_ff=8192) is kept. A field set
+explicitly to exactly its derived value cannot be told apart from a derived one and is re-derived too.
 """
 
 from __future__ import annotations
@@ -27,27 +29,39 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from archlab.nn.activations import ACTIVATIONS
+from archlab.nn.attention_kernels import ATTENTION_KERNELS
 from archlab.nn.ffn import FFNS, GLU_SHORTHANDS, default_d_ff
-from archlab.nn.norms import NORMS
+from archlab.nn.norms import NORM_PLACEMENTS, NORMS
 from archlab.nn.positions import POSITIONS
 from archlab.nn.rope import ROPE_LAYOUTS, ROPE_SCALINGS, RopeScaling
 
-NORM_POSITIONS = ("pre", "post", "double", "nonresidual_post")
+NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post (nn/norms.py, nn/block.py)
 BLOCKS = ("serial", "parallel")
 QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
-ATTN_IMPLS = ("auto", "sdpa", "eager")
+ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
+# attn_kernel values: softmax, or a linear kernel of nn/linear_kernels.py (its LINEAR_KERNELS keys; a test keeps
+# the two in step: the registry imports this module, so it cannot be imported here)
+ATTN_KERNELS = ("softmax", "favor", "vq")
+FAVOR_FEATURE_MAPS = ("positive", "hyperbolic")  # nn/favor.py FAVOR_FEATURES
+VQ_ASSIGNS = ("hard", "soft")  # nn/vq.py VQ_ASSIGNS
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
+# fields resolved in __post_init__ when None; `ModelConfig.replace` re-derives them (`derived_values`)
+DERIVED = ("n_kv_heads", "head_dim", "d_ff", "activation", "attn_bias", "mlp_bias", "final_norm", "favor_features")
 # field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
 ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
     "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
     "rope_scaling_local": ("position", "rope"),
+    **{name: ("attn_kernel", "favor") for name in ("favor_features", "favor_orthogonal", "favor_feature",
+                                                  "favor_redraw")},
+    **{name: ("attn_kernel", "vq") for name in ("vq_codes", "vq_block", "vq_commit", "vq_ema", "vq_assign",
+                                               "vq_tau", "vq_cache_grad")},
 }
 
 
@@ -121,6 +135,19 @@ class ModelConfig:
     attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
     attn_logn: bool = False  # scale each query's scores by log(n) / log(attn_logn_base), n = keys it sees
     attn_logn_base: int | None = None  # length where the log-n factor is 1 (kexue.fm/archives/8823); None = max_seq_len
+    # --- attention kernel (docs/linear-attention.md) ---
+    attn_kernel: str = "softmax"  # softmax | favor (Performer, arXiv 2009.14794) | vq (Transformer-VQ, 2309.16354)
+    favor_features: int | None = None  # FAVOR+ features per head; None = round(head_dim ln head_dim) (Theta(d log d))
+    favor_orthogonal: bool = True  # orthogonal blocks of features: lower variance, still unbiased (paper, sec. 2.4)
+    favor_feature: str = "positive"  # positive (exp) | hyperbolic (exp(+-w.x): lower variance, same width)
+    favor_redraw: int | None = None  # draw new features every n training forwards; None = fixed (from the seed)
+    vq_codes: int = 512  # codebook size per K/V head (512 in all of Lingle's experiments)
+    vq_block: int = 64  # block length: the current and previous block are exact, older ones compressed
+    vq_commit: float = 1e-4  # commitment loss coefficient (Lingle's c_beta), added to the model's loss
+    vq_ema: float = 0.99  # EMA decay of the codebook statistics (Lingle's c_gamma); 1 = frozen codebook
+    vq_assign: str = "hard"  # hard (nearest code + STE) | soft (softmax(-|k - c|^2 / 2 tau), Su kexue.fm/archives/9862)
+    vq_tau: float = 1.0  # soft assignment temperature (-> hard as tau -> 0)
+    vq_cache_grad: bool = False  # let gradients flow through the compressed cache (Lingle: off, like Transformer-XL)
     # --- embeddings and output ---
     tie_embeddings: bool = False  # lm_head shares the embedding matrix
     embed_scale: str = "none"  # none | sqrt_d (multiply embeddings by sqrt(d_model): Vaswani, Gemma)
@@ -138,6 +165,7 @@ class ModelConfig:
         self._check_sizes()
         self._check_positions()
         self._check_attention()
+        self._check_kernel()
 
     # ----- derived values -----
     def _set(self, name: str, value: object) -> None:
@@ -165,6 +193,8 @@ class ModelConfig:
                 self._set(name, self.bias)
         if self.final_norm is None:
             self._set("final_norm", self.norm_position != "post")
+        if self.attn_kernel == "favor" and self.favor_features is None and isinstance(self.head_dim, int):
+            self._set("favor_features", default_favor_features(self.head_dim, self.favor_feature))
 
     # ----- checks -----
     def _check_choices(self) -> None:
@@ -172,6 +202,7 @@ class ModelConfig:
             "norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFNS, *GLU_SHORTHANDS),
             "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
+            "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_MAPS, "vq_assign": VQ_ASSIGNS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -239,6 +270,38 @@ class ModelConfig:
         if self.qk_norm != "none" and self.key_norm:
             raise _bad("key_norm", True, "not together with qk_norm (KeyNorm is its own key normalisation)")
 
+    def _check_kernel(self) -> None:
+        """A linear kernel never forms the T x S scores, so nothing that edits them can work; it folds each key
+        into a state once, so keys cannot be re-rotated later either."""
+        kernel = self.attn_kernel
+        if kernel == "softmax":
+            return
+        if self.attn_softcap is not None:
+            raise _bad("attn_softcap", self.attn_softcap, f"None with attn_kernel={kernel!r} (no scores to cap)")
+        if self.position in ("relative", "alibi"):
+            raise _bad("position", self.position, f"rope, sinusoidal, learned or none with attn_kernel={kernel!r} "
+                       "(an additive score bias does not factor through the kernel)")
+        if self.sliding_window is not None:
+            raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
+        if self.attn_dropout:
+            raise _bad("attn_dropout", self.attn_dropout, f"0 with attn_kernel={kernel!r} (no probabilities)")
+        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope"):
+            raise _bad("rope_scaling.kind", self.rope_scaling.kind, f"a static schedule with attn_kernel={kernel!r} "
+                       "(cached keys are folded into the state, never re-rotated)")
+        positive = {"favor_features": self.favor_features, "favor_redraw": self.favor_redraw,
+                    "vq_codes": self.vq_codes, "vq_block": self.vq_block}
+        for name, value in positive.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise _bad(name, value, "a positive integer" + (" or None" if name == "favor_redraw" else ""))
+        if self.favor_feature == "hyperbolic" and self.favor_features % 2:
+            raise _bad("favor_features", self.favor_features, "an even number with favor_feature='hyperbolic'")
+        if self.vq_commit < 0:
+            raise _bad("vq_commit", self.vq_commit, "a number >= 0")
+        if not 0 < self.vq_ema <= 1:
+            raise _bad("vq_ema", self.vq_ema, "a decay in (0, 1] (1 = frozen codebook)")
+        if not self.vq_tau > 0:
+            raise _bad("vq_tau", self.vq_tau, "a positive temperature")
+
     # ----- derived properties -----
     @property
     def rope_dim(self) -> int:
@@ -271,6 +334,36 @@ class ModelConfig:
         return "local" if self.has_local_rope and self.layer_is_sliding(layer_idx) else "global"
 
     # ----- construction and serialisation -----
+    def derived_values(self) -> dict[str, object]:
+        """What each field of `DERIVED` would be if left unset (None), from this config's other fields."""
+        divides = self.d_model % self.n_heads == 0
+        return {
+            "n_kv_heads": self.n_heads,
+            "head_dim": self.d_model // self.n_heads if divides else None,
+            "d_ff": default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of),
+            "activation": DEFAULT_ACTIVATION,
+            "attn_bias": self.bias,
+            "mlp_bias": self.bias,
+            "final_norm": self.norm_position != "post",
+            "favor_features": default_favor_features(self.head_dim, self.favor_feature)
+            if self.attn_kernel == "favor" else None,
+        }
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """This config with `changes` applied, derived fields re-derived: a field of `DERIVED` that holds its
+        derived value and is not in `changes` goes back to None, so the new config derives it from the changed
+        fields (a Llama switched to ffn="mlp" gets the MLP's d_ff, as `build_preset(..., ffn="mlp")` does)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        changes = expand_shorthands(changes)  # ffn="swiglu" sets its activation, beating this config's
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, derived in self.derived_values().items():
+            if name not in changes and values[name] == derived:
+                values[name] = None
+        return ModelConfig(**{**values, **changes})
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -281,6 +374,12 @@ class ModelConfig:
         if unknown:
             raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+def default_favor_features(head_dim: int, feature: str) -> int:
+    """round(head_dim ln head_dim), Performer's Theta(d log d) (lucidrains' default), even for hyperbolic."""
+    m = max(2, round(head_dim * math.log(head_dim)))
+    return m + m % 2 if feature == "hyperbolic" else m
 
 
 # ----- helpers for building a ModelConfig from layers of fields -----

@@ -4,8 +4,8 @@
 - `glu`: down(act(gate(x)) * up(x)) (Shazeer 2020, arXiv 2002.05202): SwiGLU = glu + silu, GeGLU = glu +
   gelu, ReGLU = glu + relu. A GLU has three matrices instead of two, so d_ff defaults to 8/3 * d_model to
   keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls.
-gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. In
-training, SwiGLU runs `fused.silu_mul` (same values, a hand-written backward that saves less).
+gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. (`fused.install`
+gives SwiGLU's `activate` a hand-written backward in CPU training: nn/fused.py.)
 Each FFN is `down_proj(activate(in_proj(x)))`; a fused parallel block (nn/block.py) runs `in_proj` and
 `down_proj` inside its own GEMMs and calls `activate` on its share of the input GEMM.
 
@@ -20,7 +20,6 @@ import torch
 import torch.nn as nn
 
 from archlab.nn.activations import get_activation
-from archlab.nn.fused import silu_mul, use_fused
 
 FFN_WIDTH_FACTOR = {"mlp": 4.0, "glu": 8.0 / 3.0}  # d_ff / d_model that keeps the two kinds at equal size
 
@@ -58,7 +57,7 @@ class GatedMLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool, swish_beta: float = 1.0) -> None:
         super().__init__()
         self.act = get_activation(activation, swish_beta)
-        self.swiglu = activation == "silu"
+        self.activation = activation  # its name (a key of ACTIVATIONS)
         self.gate_up_proj = nn.Linear(d_model, 2 * d_ff, bias=bias)  # rows [gate | up]
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
 
@@ -68,8 +67,6 @@ class GatedMLP(nn.Module):
 
     def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
         """The hidden act(gate) * up (B, T, F) from the input projection's output [gate | up] (B, T, 2F)."""
-        if self.swiglu and use_fused(gate_up):
-            return silu_mul(gate_up)  # (B, T, F)
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, F) each
         return self.act(gate) * up  # (B, T, F)
 

@@ -1,8 +1,8 @@
 """Reference math shared by `nn/`, the trainer and the tests.
 
 Everything here is a pure function of tensors: numerically stable softmax and cross entropy (with the
-optional PaLM z-loss), tanh softcapping, and a readable eager attention that the fast SDPA path is tested
-against.
+optional PaLM z-loss), tanh softcapping, the causal / window / padding mask, and a readable eager attention that
+the fast SDPA path is tested against.
 
 Shapes: B batch, H query heads, T queries, S keys, Dh head dim, V vocabulary.
 """
@@ -13,9 +13,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-
-from archlab.nn.fused import cross_entropy as fused_cross_entropy
-from archlab.nn.fused import use_fused
 
 IGNORE_INDEX = -100  # targets that are not scored (torch's F.cross_entropy default)
 Z_LOSS_COEF = 1e-4  # PaLM (arXiv 2204.02311, sec. 5): 1e-4 * log(Z)^2 keeps log Z near 0
@@ -51,20 +48,15 @@ def cross_entropy(
     targets: torch.Tensor,
     z_loss_coef: float = 0.0,
     ignore_index: int = IGNORE_INDEX,
-    fused: bool = True,
 ) -> torch.Tensor:
     """Mean token cross entropy from logits (..., V) and targets (...), plus z_loss_coef * log(Z)^2.
 
     Computed in float32 via log-softmax (stable for any logit size); targets equal to `ignore_index` count in
-    neither term. With autograd recording, `nn.fused.cross_entropy` (same value, a backward that reuses the
-    forward's buffer) runs unless `fused=False`.
+    neither term. (`nn.fused_ops.cross_entropy` is the same value with a backward that reuses the forward's buffer.)
     """
     logits = logits.reshape(-1, logits.size(-1)).float()  # (N, V)
     targets = targets.reshape(-1)  # (N,)
-    if fused and use_fused(logits):
-        loss = fused_cross_entropy(logits, targets, ignore_index)
-    else:
-        loss = F.cross_entropy(logits, targets, ignore_index=ignore_index)
+    loss = F.cross_entropy(logits, targets, ignore_index=ignore_index)
     if z_loss_coef:
         loss = loss + z_loss(logits, z_loss_coef, ignore=targets == ignore_index)
     return loss
@@ -109,3 +101,19 @@ def attention_from_scores(
     if dropout_p and training:
         probs = F.dropout(probs, dropout_p)
     return probs @ v  # (B, H, T, Dh)
+
+
+def causal_mask(
+    q_slots: torch.Tensor, k_slots: torch.Tensor, window: int | None, key_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """bool (B|1, 1, T, S): the query in token slot q_slots[i] sees the key in token slot k_slots[j] iff
+    k <= q, within `window` (q - k < window), and k holds a real token (key_mask (B, L) by token slot); a
+    query always sees itself, so padded rows stay finite. Key slots in any order (a window's ring) work."""
+    q_slot, k_slot = q_slots[:, None], k_slots[None, :]  # (T, 1), (1, S)
+    visible = k_slot <= q_slot
+    if window is not None:
+        visible = visible & (q_slot - k_slot < window)
+    visible = visible[None, None]  # (1, 1, T, S)
+    if key_mask is not None:
+        visible = visible & (key_mask[:, None, None, k_slots] | (k_slot == q_slot))
+    return visible

@@ -24,6 +24,10 @@ left-padded batch records its padding (one byte per slot, indexed by token slot 
 of a real token is its index among its row's real tokens). What the keys are (RoPE applied or not, see
 `archlab.nn.rope.RopePositions`), masks and biases are the model's business.
 
+A layer with a linear attention kernel (`state_layers[i]`, nn/linear_kernels.py) keeps no keys at all: it
+holds its kernel's fixed-size decoding state in `states[i]` (FAVOR+: the running sums; VQ: the last two blocks
+and the per-code sums), whatever the context length, and `nbytes()` counts it. Positions and padding work the same.
+
 Shapes: B batch, K KV heads, L capacity (token slots), W window (ring slots), T new tokens, S keys returned
 by `update`, Dh head dim.
 """
@@ -49,17 +53,23 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         windows: Sequence[int | None] | None = None,
+        state_layers: Sequence[bool] | None = None,
     ) -> None:
         """`windows[i]` is layer i's sliding window (it keeps that many slots), or None for a full layer;
         None for the whole argument keeps every slot in every layer (a window layer then reads them all
-        and masks, which is exact too)."""
+        and masks, which is exact too). `state_layers[i]` True: layer i keeps a kernel state, no K/V."""
         self.windows = tuple(windows) if windows is not None else (None,) * n_layers
         if len(self.windows) != n_layers or any(w is not None and w < 1 for w in self.windows):
             raise ValueError(f"windows={list(self.windows)} is not allowed: one entry per layer ({n_layers}), "
                              "each None (full) or a positive window")
         self.has_rings = any(w is not None for w in self.windows)
         self.rings = [None if w is None else min(w, max_len) for w in self.windows]  # ring slots per layer
-        shapes = [(batch_size, n_kv_heads, ring or max_len, head_dim) for ring in self.rings]
+        self.state_layers = tuple(state_layers) if state_layers is not None else (False,) * n_layers
+        if len(self.state_layers) != n_layers:
+            raise ValueError(f"state_layers has {len(self.state_layers)} entries for {n_layers} layers")
+        shapes = [(batch_size, n_kv_heads, 0 if stateful else ring or max_len, head_dim)
+                  for ring, stateful in zip(self.rings, self.state_layers)]
+        self.states: list[object | None] = [None] * n_layers  # a state layer's kernel state (with nbytes()), or None
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
         self.batch_size, self.max_len = batch_size, max_len
@@ -76,8 +86,9 @@ class KVCache:
         sliding-window layers keep only their window."""
         cfg = model.config
         p = next(model.parameters())
+        stateful = [getattr(cfg, "attn_kernel", "softmax") != "softmax"] * cfg.n_layers
         return cls(cfg.n_layers, batch_size, max_len, cfg.n_kv_heads, cfg.head_dim, p.dtype, p.device,
-                   model.layer_windows)
+                   model.layer_windows, stateful)
 
     def set_padding(self, attention_mask: torch.Tensor) -> None:
         """Record which of the next T slots are real tokens: attention_mask (B, T), 1 = token, 0 = padding.
@@ -93,6 +104,11 @@ class KVCache:
             self.lengths = torch.full((b,), self.pos, dtype=torch.long, device=device)
         self._chunk_mask = attention_mask.to(device=device, dtype=torch.bool)
         self.key_mask[:, self.pos : self.pos + t] = self._chunk_mask
+
+    @property
+    def chunk_mask(self) -> torch.Tensor | None:
+        """(B, T) True for the real tokens of the chunk about to be written (set_padding), or None: all real."""
+        return self._chunk_mask
 
     def positions(self, t: int) -> torch.Tensor:
         """Positions of the next t tokens: (T,) = pos + arange(t) without padding, else (B, T) counting
@@ -180,5 +196,7 @@ class KVCache:
         self.pos = pos
 
     def nbytes(self) -> int:
-        """Bytes held by the K and V buffers of all layers (what the cache really allocated)."""
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        """Bytes held by the K and V buffers of all layers (what the cache really allocated) and by the state
+        layers' kernel states."""
+        kv = sum(t.numel() * t.element_size() for t in self.k + self.v)
+        return kv + sum(s.nbytes() for s in self.states if s is not None)

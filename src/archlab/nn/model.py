@@ -3,14 +3,13 @@
 One forward serves training, evaluation and decoding: `forward(input_ids, positions=None, cache=None)`.
 Positions default to the cache offset + arange(T); with a KVCache the same forward appends the new
 tokens' keys and values and returns only their logits. Given `targets`, it returns the loss instead
-(`LossOutput`: mean cross entropy + z-loss, each term for the logs): in training `fused.linear_cross_entropy`
-computes head and loss in row chunks, so the (B*T, V) logits never exist at once; the loss lives in the
-forward so that DDP, FSDP and torch.compile wrap it with the model. Once per forward the model builds what attention
-needs besides x, one `AttentionInputs` per kind of layer (full, sliding-window): the RoPE plan
-(nn/rope.py `RopePositions`), the mask and the position bias over the keys that kind reads, which for a
-window layer with a ring cache are its window in ring order (`KVCache.key_slots`).
+(`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses such as VQ's commitment, each
+term for the logs); the loss lives in the forward so that DDP, FSDP and torch.compile wrap it with the model.
+What attention needs besides x (masks, RoPE plans, ring
+slots, log-n) is built once per forward per kind of layer by nn/attention_inputs.py. The training fast paths
+(nn/fused.py) are installed from outside (`fused.install`); this module runs only the formulas.
 
-Shapes: B batch, T new tokens, S keys a layer reads (cache + new), D d_model, V vocabulary, H heads.
+Shapes: B batch, T new tokens, D d_model, V vocabulary.
 """
 
 from __future__ import annotations
@@ -22,16 +21,15 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
-from archlab.nn.attention import AttentionInputs, causal_mask
+from archlab.nn.attention_inputs import AttentionInputsBuilder
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, z_loss
-from archlab.nn.fused import linear_cross_entropy, use_fused
 from archlab.nn.kv_cache import KVCache
+from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import RMSNorm, build_norm
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
-from archlab.nn.rerope import ReRopePositions, rerope_plan
-from archlab.nn.rope import POSITION_REMAPS, RopePositions, RotaryEmbedding
+from archlab.nn.rope import RotaryEmbedding
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
 TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations
@@ -45,6 +43,7 @@ class LossOutput(NamedTuple):
     loss: torch.Tensor
     ce: torch.Tensor
     z: torch.Tensor
+    aux: torch.Tensor | None = None  # the attention kernels' own losses (VQ commitment), already in `loss`
 
 
 class TransformerLM(nn.Module):
@@ -64,19 +63,17 @@ class TransformerLM(nn.Module):
         self.rel_bias = self._build_attention_bias(c)
         self.rotary = (RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
                        if c.position == "rope" else None)
-        # each layer's RoPE: "global", "local" (window layers with their own theta and, with rope_scaling_local
-        # off, unscaled: Gemma 3) or None (NoPE layer)
-        self.layer_ropes = tuple(c.layer_rope(i) for i in range(c.n_layers))
+        # window layers' RoPE when it differs (their own theta and, with rope_scaling_local off, unscaled: Gemma 3)
         self.rotary_local = (RotaryEmbedding(
             c.rope_dim, c.rope_theta if c.rope_theta_local is None else c.rope_theta_local, c.rope_layout,
-            c.rope_scaling if c.rope_scaling_local else None, c.max_seq_len) if "local" in self.layer_ropes else None)
+            c.rope_scaling if c.rope_scaling_local else None, c.max_seq_len)
+            if any(c.layer_rope(i) == "local" for i in range(c.n_layers)) else None)
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
-        # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
-        self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
-        self._layer_kinds = tuple(zip(self.layer_windows, self.layer_ropes))  # (window, rope) per layer
-        self._kinds = tuple(dict.fromkeys(self._layer_kinds))  # the distinct kinds, each built once per forward
-        self._one_kind = len(self._kinds) == 1
+        rotaries = {"global": self.rotary, "local": self.rotary_local}
+        self.attention_inputs = AttentionInputsBuilder(c, rotaries, self.rel_bias)
+        self.layer_windows = self.attention_inputs.layer_windows  # per layer: its window (None: full)
+        self.layer_ropes = self.attention_inputs.layer_ropes  # per layer: "global", "local" or None (NoPE)
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
@@ -155,53 +152,63 @@ class TransformerLM(nn.Module):
         if targets is not None and (cache is not None or logits_to_keep is not None):
             raise ValueError("TransformerLM: targets score every position of a training batch; they cannot be "
                              "combined with a cache or logits_to_keep")
-        B, T = input_ids.shape
-        offset = cache.pos if cache is not None else 0
-        bound = None  # an upper bound on the positions known without reading them (no host sync)
-        if positions is None:  # a cache knows each row's real-token count (left padding)
-            positions = cache.positions(T) if cache is not None else torch.arange(T, device=input_ids.device)
-            bound = offset + T - 1  # a padded row has fewer real tokens than slots, never more
-        positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
-        self._check_positions(positions, bound)
-        if cache is not None and cache.has_rings and cache.windows != self.layer_windows:
-            raise ValueError(f"a KVCache with windows {list(cache.windows)} does not fit this model's layers "
-                             f"{list(self.layer_windows)}: build it with KVCache.for_model")
-        x = self.embed_tokens(input_ids)  # (B, T, D)
-        if self.embed_multiplier != 1.0:
-            x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
-        if self.pos_embed is not None:
-            x = x + self.pos_embed(positions).to(x.dtype)
-        if self.drop is not None:
-            x = self.drop(x)
-        for layer, inputs in zip(self.layers, self._attention_inputs(positions, cache, bound)):
+        positions, bound = self._positions(input_ids, positions, cache)  # (B, T), a bound on them or None
+        x = self._embed(input_ids, positions)  # (B, T, D)
+        for layer, inputs in zip(self.layers, self.attention_inputs(positions, cache, bound)):
             x = layer(x, inputs)  # (B, T, D)
         if cache is not None:
-            cache.advance(T)
+            cache.advance(input_ids.shape[1])
         if logits_to_keep is not None:
             x = x[:, -logits_to_keep:]  # (B, n, D)
         if self.norm is not None:
             x = self.norm(x)
         if targets is not None:
-            return self._loss(x, targets, z_loss_coef)
+            out = self._loss(x, targets, z_loss_coef)
+            aux = self._aux_loss()
+            return out if aux is None else LossOutput(out.loss + aux, out.ce, out.z, aux)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
 
+    def _positions(
+        self, input_ids: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, int | None]:
+        """The new tokens' positions (B, T), checked, and an upper bound on them known without reading them (no
+        host sync; None when the caller gave positions)."""
+        B, T = input_ids.shape
+        bound = None
+        if positions is None:  # a cache knows each row's real-token count (left padding)
+            positions = cache.positions(T) if cache is not None else torch.arange(T, device=input_ids.device)
+            bound = (cache.pos if cache is not None else 0) + T - 1  # a padded row has fewer real tokens, never more
+        positions = positions.expand(B, T) if positions.dim() == 1 else positions  # (B, T)
+        self._check_positions(positions, bound)
+        if cache is not None and cache.has_rings and cache.windows != self.layer_windows:
+            raise ValueError(f"a KVCache with windows {list(cache.windows)} does not fit this model's layers "
+                             f"{list(self.layer_windows)}: build it with KVCache.for_model")
+        return positions, bound
+
+    def _embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (times the embedding scale), plus absolute positions, then embedding dropout."""
+        x = self.embed_tokens(input_ids)  # (B, T, D)
+        if self.embed_multiplier != 1.0:
+            x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(positions).to(x.dtype)
+        return x if self.drop is None else self.drop(x)
+
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
-        """Head and loss from the final hidden states x (B, T, D): chunked and fused while autograd records a
-        step of float32 weights (under bf16 autocast its GEMMs run in bf16); else through the (B, T, V) logits
-        (Inductor, under compile, fuses those itself)."""
-        head, cap = self.lm_head, self.config.final_softcap
-        if use_fused(x) and x.dtype == head.weight.dtype == torch.float32:
-            device = x.device.type
-            mm_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-            return LossOutput(*linear_cross_entropy(x.flatten(0, 1), head.weight, head.bias, targets.flatten(),
-                                                    cap, z_loss_coef, IGNORE_INDEX, mm_dtype))
-        logits = softcap(head(x), cap)  # (B, T, V)
+        """Head and loss from the final hidden states x (B, T, D), through the (B, T, V) logits (Inductor, under
+        compile, fuses those itself; `fused.install` replaces this with a chunked head + loss)."""
+        logits = softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
         ce = cross_entropy(logits, targets)
         ignore = targets.flatten() == IGNORE_INDEX
         z = z_loss(logits.flatten(0, 1), z_loss_coef, ignore) if z_loss_coef else torch.zeros_like(ce)
         # ce and z stay attached: torch 2.13's compile drops the gradient of `loss` when detached aliases of
         # its terms are returned beside it (LossOutput's readers detach them)
         return LossOutput(ce + z, ce, z)
+
+    def _aux_loss(self) -> torch.Tensor | None:
+        """The sum of the linear attention kernels' losses of this forward (VQ's commitment), or None."""
+        terms = [m.aux_loss for m in self.modules() if isinstance(m, LinearAttention) and m.aux_loss is not None]
+        return sum(terms[1:], terms[0]) if terms else None
 
     def _check_positions(self, positions: torch.Tensor, bound: int | None) -> None:
         if isinstance(self.pos_embed, LearnedPositions):
@@ -211,79 +218,6 @@ class TransformerLM(nn.Module):
             if top >= self.config.max_seq_len:
                 raise ValueError(f"position {top} is past the learned position table (max_seq_len="
                                  f"{self.config.max_seq_len}); learned positions cannot extrapolate")
-
-    def _attention_inputs(
-        self, positions: torch.Tensor, cache: KVCache | None = None, bound: int | None = None
-    ) -> list[AttentionInputs]:
-        """What attention needs besides x, per layer (positions (B, T)); layers of one kind (window, RoPE) share
-        one object. A static RoPE plan is shared by all kinds with that RoPE; one whose cached keys are rotated
-        late (Dynamic NTK, ReRoPE) needs each kind's key positions, so each kind gets its own."""
-        shared = {}
-        for name in dict.fromkeys(r for r in self.layer_ropes if r is not None):
-            if cache is None or not self._rotary(name).caches_unrotated_keys:
-                shared[name] = self._rope_plan(self._rotary(name), positions, bound)
-        if self._one_kind:  # every layer alike (no comprehension: a decode step's Python work counts)
-            kind = self._kinds[0]
-            return [self._kind_inputs(positions, cache, bound, *kind, shared.get(kind[1]))] * self.config.n_layers
-        kinds = {kind: self._kind_inputs(positions, cache, bound, *kind, shared.get(kind[1])) for kind in self._kinds}
-        return [kinds[kind] for kind in self._layer_kinds]
-
-    def _rotary(self, name: str) -> RotaryEmbedding:
-        return self.rotary_local if name == "local" else self.rotary
-
-    def _kind_inputs(
-        self, positions: torch.Tensor, cache: KVCache | None, bound: int | None, window: int | None,
-        rope_name: str | None, rope: RopePositions | ReRopePositions | None,
-    ) -> AttentionInputs:
-        """Inputs for the layers with this `window` (None: full) and RoPE: the keys they read are token slots
-        0..offset+T-1 in order, or with a ring cache past the window those `KVCache.key_slots` lists."""
-        t, device = positions.shape[1], positions.device
-        offset = cache.pos if cache is not None else 0
-        key_mask = cache.key_mask if cache is not None else None
-        wrapped = window is not None and cache is not None and cache.has_rings and not cache.reads_in_order(t, window)
-        # a mask tensor is needed for padding, for a chunk after cached keys and past the window; otherwise
-        # SDPA's is_causal (or, for one query, no mask at all) is exact. One query reading a ring reads exactly
-        # its window; a chunk reading kept + new keys needs the window mask.
-        if wrapped:
-            needs_mask = key_mask is not None or t > 1
-        else:
-            needs_mask = key_mask is not None or (offset > 0 and t > 1) or (window is not None and offset + t > window)
-        unrotated = rope_name is not None and rope is None  # keys cached unrotated: tables for every key read
-        # which token slot each key holds, built only when something reads it: a plain decode step past the
-        # window (no padding, no bias, keys cached rotated) needs none, and skips its five small ops
-        needed = wrapped and (needs_mask or self.rel_bias is not None or unrotated)
-        key_slots = cache.key_slots(t, window) if needed else None  # (S,) or None: slots in order
-        mask = bias = None
-        if needs_mask or self.rel_bias is not None:
-            q_slots = torch.arange(offset, offset + t, device=device)  # (T,)
-            k_slots = torch.arange(offset + t, device=device) if key_slots is None else key_slots  # (S,)
-            mask = causal_mask(q_slots, k_slots, window, key_mask) if needs_mask else None
-            if self.rel_bias is not None:
-                bias = self.rel_bias(q_slots[:, None] - k_slots[None, :])  # (1, H, T, S)
-        if unrotated:
-            rope = self._rope_plan(self._rotary(rope_name), positions, key_positions=cache.slot_positions(
-                offset + t if key_slots is None else key_slots))
-        return AttentionInputs(rope, mask, bias, cache, self._logn_scale(positions, window))
-
-    @staticmethod
-    def _rope_plan(
-        rotary: RotaryEmbedding, positions: torch.Tensor, bound: int | None = None,
-        key_positions: torch.Tensor | None = None,
-    ) -> RopePositions | ReRopePositions:
-        """The rotary plan: ReRoPE's two rotations (keys at `key_positions`, without a cache the new tokens
-        themselves) or one of `RotaryEmbedding.plan`."""
-        if rotary.scaling.kind in POSITION_REMAPS:
-            return rerope_plan(rotary, positions, positions if key_positions is None else key_positions)
-        return rotary.plan(positions, bound, key_positions)
-
-    def _logn_scale(self, positions: torch.Tensor, window: int | None) -> torch.Tensor | None:
-        """log(n) / log(L) per query (B, 1, T, 1): n = the keys it sees, its position + 1 (a window layer: at most
-        the window), L = attn_logn_base or max_seq_len (Su, "Entropy invariance", kexue.fm/archives/8823)."""
-        c = self.config
-        if not c.attn_logn:
-            return None
-        n = positions + 1 if window is None else (positions + 1).clamp_max(window)
-        return (n.double().log() / math.log(c.attn_logn_base or c.max_seq_len)).float()[:, None, :, None]
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

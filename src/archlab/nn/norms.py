@@ -5,11 +5,11 @@ Variants
 - `layernorm`: (x - mean) / sqrt(var + eps) * w + b (Ba et al. 2016, arXiv 1607.06450); `bias=False` drops b.
 - `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function is the same.
 
-Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. When
-autograd records it, RMSNorm runs `fused.rms_norm` (same values, a hand-written backward), while LayerNorm runs
-torch's native kernel. `NORM_FORMULAS` holds both as plain composite formulas that autograd differentiates op
-by op: built alike, so a timing of one against the other (archlab.lab.timing, `norm_op`) measures the norms,
-not which of them has a hand-written kernel.
+Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. (`fused.install`
+gives RMSNorm a hand-written backward in CPU training: nn/fused.py; LayerNorm runs torch's native kernel.)
+`NORM_FORMULAS` holds both as plain composite formulas that autograd differentiates op by op: built alike, so a
+timing of one against the other (archlab.lab.timing, `norm_op`) measures the norms, not which of them has a
+hand-written kernel.
 Shapes: (..., D) -> (..., D).
 """
 
@@ -18,8 +18,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from archlab.nn.fused import rms_norm, use_fused
 
 
 class RMSNorm(nn.Module):
@@ -43,9 +41,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x if x.dtype == torch.float32 else x.float()  # skip no-op casts: each is a call per decode step
-        if self.bias is None and use_fused(xf):  # training: the same formula with a hand-written backward
-            y = rms_norm(xf, self.gain(), self.eps)
-            return y if y.dtype == x.dtype else y.to(x.dtype)
         # written out: torch 2.13's F.rms_norm is a slower composite on CPU (a decode step measured ~25%
         # slower), and x * x is a cheaper kernel launch than x.pow(2) for the same values
         y = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + self.eps) * self.gain()
@@ -63,6 +58,23 @@ class LayerNorm(RMSNorm):
 
 
 NORMS: dict[str, type[RMSNorm]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+
+
+# norm placement (ModelConfig.norm_position; the formulas and diagram are in nn/block.py) -> the norms a layer
+# owns: "in" = its input norms (attn_norm, mlp_norm; for `post` the norms after each residual add), "out" = the
+# norms on each sublayer's output (attn_out_norm, mlp_out_norm). Block and costs.py both read this one table.
+NORM_PLACEMENTS: dict[str, tuple[str, ...]] = {
+    "pre": ("in",), "post": ("in",), "double": ("in", "out"), "nonresidual_post": ("out",),
+}
+
+
+def placement_norms(position: str, parallel: bool, parallel_norms: int) -> list[str]:
+    """The norms (attn_norm, mlp_norm, attn_out_norm, mlp_out_norm) a layer with norm placement `position` owns;
+    a parallel block with one shared input norm (or a post-norm parallel block, one norm after the sum) owns
+    attn_norm alone of the inputs."""
+    inputs = ["attn_norm"] if parallel and (parallel_norms == 1 or position == "post") else ["attn_norm", "mlp_norm"]
+    groups = {"in": inputs, "out": ["attn_out_norm", "mlp_out_norm"]}
+    return [name for group in NORM_PLACEMENTS[position] for name in groups[group]]
 
 
 def rms_norm_formula(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -38,8 +38,9 @@ def relative_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, fa
 
 @dataclass(frozen=True)
 class ReRopePositions:
-    """The ReRoPE plan of one forward (built by `rerope_plan`, asked by attention): q and k stay unrotated at
-    projection time and in the cache; `rotate_both` gives the two rotations and `in_window` picks per score."""
+    """The ReRoPE plan of one forward (a `ScoringPlan` of nn/rope.py, built by `rerope_plan`, asked by attention):
+    q and k stay unrotated at projection time and in the cache; `scores` computes the two rotations' score
+    matrices and `in_window` picks per score."""
 
     q_cos: torch.Tensor  # (B, 1, T, d_rot) queries at m, like q (B, H, T, Dh)
     q_sin: torch.Tensor
@@ -52,6 +53,7 @@ class ReRopePositions:
     in_window: torch.Tensor  # bool (B, 1, T, S): m - n < W
     layout: str
     rotates_cached_keys: ClassVar[bool] = False  # keys stay unrotated: `rotate_both` rotates them per step
+    computes_scores: ClassVar[bool] = True  # two score matrices merged per (m, n): `scores`, eager kernel
 
     def rotate_queries_keys(
         self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
@@ -60,6 +62,9 @@ class ReRopePositions:
 
     def rotate_cached_keys(self, k: torch.Tensor) -> torch.Tensor:
         return k
+
+    def projection_tables(self, dtype: torch.dtype) -> None:
+        return None  # no rotation at projection time
 
     def rotate_both(
         self, q: torch.Tensor, k: torch.Tensor

@@ -18,13 +18,16 @@ q_m . k_n depends only on m - n. Options:
                   upgrade 12", kexue.fm/archives/9708); leaky_rerope continues past W with slope 1/factor,
                   W + (m - n - W) / k. These change positions, not frequencies: nn/rerope.py
   Each schedule equals transformers 5's `ROPE_INIT_FUNCTIONS` entry (modeling_rope_utils.py; tested against
-  it); the mapping to Hugging Face `rope_parameters` lives in `archlab.interop.hf_config`.
+  it). One `RopeKind` entry of ROPE_SCALINGS holds all a kind is: its function, its fields, whether it depends
+  on the length or remaps positions, and its context limit; the mapping to Hugging Face `rope_parameters`
+  lives in `archlab.interop.hf_rope`.
 
-How q and k get their positions in one forward is a `RopePositions` plan, built by the model
-(`RotaryEmbedding.plan`) and asked by every attention layer: `rotate_queries_keys` at projection time,
-`rotate_cached_keys` after the cache update. Static schedules rotate q and k together (one call) and cache
-rotated keys; a length-dependent one (`dynamic`) caches keys unrotated and rotates all of them at the current
-length after the update, since a key rotated at an earlier length would keep that length's base.
+How q and k get their positions in one forward is a `PositionPlan` (the protocol every plan follows; attention
+asks it and never tests its class): `RopePositions`, built by `RotaryEmbedding.plan` for nn/attention_inputs.py,
+is asked `rotate_queries_keys` at projection time and `rotate_cached_keys` after the cache update. Static
+schedules rotate q and k together (one call) and cache rotated keys; a length-dependent one (`dynamic`)
+caches keys unrotated and rotates all of them at the current length after the update, since a key rotated at
+an earlier length would keep that length's base.
 
 Shapes: x (B, T, H, Dh) (or any layout the tables broadcast over); positions (B, T); cos/sin (B, T, 1, d_rot);
 seq_len (B,); key positions (B|1, S) and their tables (B, 1, S, d_rot), S the keys a layer attends to.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn as nn
@@ -51,8 +55,8 @@ def _bad(name: str, value: object, allowed: str) -> ValueError:
 class RopeScaling:
     """How to stretch RoPE's frequencies past the training length; `kind` is a key of ROPE_SCALINGS.
 
-    Each kind reads only the fields listed for it in `SCALING_FIELDS`; setting any other field away from
-    its default is an error, so a typo'd schedule never silently falls back to defaults.
+    Each kind reads only the fields its `RopeKind` entry lists (required, optional); setting any other field
+    away from its default is an error, so a typo'd schedule never silently falls back to defaults.
     """
 
     kind: str = "none"  # a key of ROPE_SCALINGS; "none" keeps theta^(-2i/d)
@@ -73,17 +77,15 @@ class RopeScaling:
             raise _bad("kind", self.kind, "one of " + ", ".join(ROPE_SCALINGS))
         if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor >= 1:
             raise _bad("factor", self.factor, "a number >= 1 (the context extension ratio)")
-        if self.kind == "none" and self.factor != 1:
-            raise _bad("factor", self.factor, "1 with kind='none' (pick a scaling kind to stretch the context)")
-        if self.kind == "rerope" and self.factor != 1:
-            raise _bad("factor", self.factor, "1 with kind='rerope' (leaky_rerope takes the slope 1/factor)")
-        required, optional = SCALING_FIELDS[self.kind]
+        kind = ROPE_SCALINGS[self.kind]
+        if kind.no_factor is not None and self.factor != 1:
+            raise _bad("factor", self.factor, f"1 with kind={self.kind!r} ({kind.no_factor})")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in required and value is None:
+            if f.name in kind.required and value is None:
                 raise _bad(f.name, None, f"required with kind={self.kind!r}")
-            if f.name not in ("kind", "factor", *required, *optional) and value != f.default:
-                users = [k for k, (req, opt) in SCALING_FIELDS.items() if f.name in req + opt]
+            if f.name not in ("kind", "factor", *kind.required, *kind.optional) and value != f.default:
+                users = [k for k, entry in ROPE_SCALINGS.items() if f.name in entry.required + entry.optional]
                 raise _bad(f.name, value, f"only with kind in {users} (kind={self.kind!r})")
         self._check_values()
 
@@ -194,22 +196,49 @@ def yarn(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, 
     return inv_freq, factor
 
 
-ROPE_SCALINGS: dict[str, ScalingFn] = {
-    "none": no_scaling, "linear": linear, "ntk": ntk, "ntk_by_parts": ntk_by_parts,
-    "dynamic": dynamic, "yarn": yarn, "llama3": llama3, "rerope": no_scaling, "leaky_rerope": no_scaling,
-}
-LENGTH_DEPENDENT = ("dynamic",)  # schedules whose frequencies change with the current length
-POSITION_REMAPS = ("rerope", "leaky_rerope")  # kinds that remap relative positions per (query, key): nn/rerope.py
+def stretched_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """Tokens a model with this scaling handles: the stretched length factor * L0 (at least max_seq_len)."""
+    return max(max_seq_len, int((scaling.original_max_seq_len or max_seq_len) * scaling.factor))
 
-# kind -> (required fields, optional fields) besides `kind` and `factor`
-SCALING_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "none": ((), ()), "linear": ((), ()), "ntk": ((), ()),
-    "ntk_by_parts": (("original_max_seq_len",), ("beta_fast", "beta_slow")),
-    "dynamic": (("original_max_seq_len",), ()),
-    "yarn": (("original_max_seq_len",),
-             ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
-    "llama3": (("original_max_seq_len", "low_freq_factor", "high_freq_factor"), ()),
-    "rerope": (("window",), ()), "leaky_rerope": (("window",), ()),
+
+def no_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """ReRoPE: no relative position past the window is ever seen, so no length is out of range."""
+    return None
+
+
+def leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """Leaky ReRoPE: the longest L whose largest relative position W + (L - 1 - W) / k stays within the trained
+    max_seq_len - 1."""
+    return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
+
+
+@dataclass(frozen=True)
+class RopeKind:
+    """Everything archlab knows about one RoPE scaling kind, in one entry of ROPE_SCALINGS (its Hugging Face
+    spelling lives in interop/hf_rope.py, which knows that format)."""
+
+    frequencies: ScalingFn  # (d_rot, theta, scaling[, seq_len]) -> (inv_freq (d_rot/2,), attention_factor)
+    required: tuple[str, ...] = ()  # RopeScaling fields the kind needs (besides kind and factor)
+    optional: tuple[str, ...] = ()  # fields it reads when given; every other field must keep its default
+    length_dependent: bool = False  # frequencies change with the current length: keys are cached unrotated
+    remaps_positions: bool = False  # relative positions remapped per (query, key): the plan of nn/rerope.py
+    context_limit: Callable[[RopeScaling, int], int | None] = stretched_limit  # (scaling, max_seq_len) -> tokens
+    no_factor: str | None = None  # why the kind takes no factor (it must be 1); None: it takes one
+
+
+BY_PARTS = ("beta_fast", "beta_slow")
+ROPE_SCALINGS: dict[str, RopeKind] = {
+    "none": RopeKind(no_scaling, no_factor="pick a scaling kind to stretch the context"),
+    "linear": RopeKind(linear),
+    "ntk": RopeKind(ntk),
+    "ntk_by_parts": RopeKind(ntk_by_parts, ("original_max_seq_len",), BY_PARTS),
+    "dynamic": RopeKind(dynamic, ("original_max_seq_len",), length_dependent=True),
+    "yarn": RopeKind(yarn, ("original_max_seq_len",),
+                     (*BY_PARTS, "attention_factor", "mscale", "mscale_all_dim", "truncate")),
+    "llama3": RopeKind(llama3, ("original_max_seq_len", "low_freq_factor", "high_freq_factor")),
+    "rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, context_limit=no_limit,
+                       no_factor="leaky_rerope takes the slope 1/factor"),
+    "leaky_rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, context_limit=leaky_rerope_limit),
 }
 
 
@@ -260,8 +289,9 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.d_rot, self.theta, self.layout = d_rot, theta, layout
         self.scaling = scaling or RopeScaling()
-        self.length_dependent = self.scaling.kind in LENGTH_DEPENDENT
-        inv_freq, self.attention_factor = ROPE_SCALINGS[self.scaling.kind](d_rot, theta, self.scaling)
+        self.kind = ROPE_SCALINGS[self.scaling.kind]
+        self.length_dependent = self.kind.length_dependent
+        inv_freq, self.attention_factor = self.kind.frequencies(d_rot, theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
         # tables for positions 0..n-1, gathered instead of recomputed (ten small ops per forward, which
         # is a few percent of a decode step); length-dependent schedules cannot have one
@@ -274,7 +304,7 @@ class RotaryEmbedding(nn.Module):
         """Recompute inv_freq and the tables in place (after `to_empty` from the meta device they hold garbage)."""
         if self.inv_freq.is_meta:
             return
-        inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling)
+        inv_freq, _ = self.kind.frequencies(self.d_rot, self.theta, self.scaling)
         self.inv_freq.copy_(inv_freq.float())
         positions = torch.arange(self.cos_table.shape[0], device=self.inv_freq.device)
         cos, sin = self._tables(positions, self.inv_freq)
@@ -300,18 +330,17 @@ class RotaryEmbedding(nn.Module):
             return self.cos_table[positions], self.sin_table[positions]  # (B, T, 1, d_rot)
         if self.length_dependent:
             seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
-            inv_freq, _ = ROPE_SCALINGS[self.scaling.kind](self.d_rot, self.theta, self.scaling, seq_len)
+            inv_freq, _ = self.kind.frequencies(self.d_rot, self.theta, self.scaling, seq_len)
             cos, sin = self._tables(positions, inv_freq.float()[:, None, :])  # (B, T, d_rot)
         else:
             cos, sin = self._tables(positions, self.inv_freq)
         return cos.unsqueeze(2), sin.unsqueeze(2)
 
-
     @property
     def caches_unrotated_keys(self) -> bool:
         """Whether a cached key's rotation depends on later steps, so the cache must hold it unrotated: a
         length-dependent schedule, or a position remap (ReRoPE) that rotates each key two ways per query."""
-        return self.length_dependent or self.scaling.kind in POSITION_REMAPS
+        return self.length_dependent or self.kind.remaps_positions
 
     def plan(
         self, positions: torch.Tensor, bound: int | None = None, key_positions: torch.Tensor | None = None
@@ -328,6 +357,40 @@ class RotaryEmbedding(nn.Module):
         return RopePositions(cos, sin, self.layout, key_cos.transpose(1, 2), key_sin.transpose(1, 2))
 
 
+class PositionPlan(Protocol):
+    """How one forward gives q and k their positions, built once per kind of layer (nn/attention_inputs.py) and
+    asked by attention, which never tests a plan's class. `RopePositions` below; ReRoPE's in nn/rerope.py."""
+
+    # the cache holds keys unrotated: `rotate_cached_keys` rotates every key after the cache update
+    rotates_cached_keys: bool
+    # the plan computes q . k itself (`scores(q, k)`, as `ScoringPlan`), so attention runs the eager kernel with it
+    computes_scores: bool
+    layout: str  # a ROPE_LAYOUTS entry: how its tables pair the dims
+
+    def rotate_queries_keys(
+        self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (B, T, H, Dh), k (B, T, K, Dh) at projection time -> as the cache and the kernel should see them."""
+        ...
+
+    def rotate_cached_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """k (B, K, S, Dh), every key a layer reads after the cache update -> rotated where the plan waited."""
+        ...
+
+    def projection_tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos, sin (B, T, 1, d_rot) in `dtype` when rotating q and k at projection time by one pair of tables is
+        all the plan does (a fused split + rotate may then do it: nn/fused.py); else None."""
+        ...
+
+
+class ScoringPlan(PositionPlan, Protocol):
+    """A plan that computes its own scores (`computes_scores` is True)."""
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """q (B, H, T, Dh), k (B, K, S, Dh) -> unscaled q . k scores (B, H, T, S)."""
+        ...
+
+
 @dataclass(frozen=True)
 class RopePositions:
     """How one forward rotates q and k: the new tokens' tables, and, when the cache holds unrotated keys, the
@@ -342,6 +405,7 @@ class RopePositions:
     # work is most of its time at small widths)
     rotates_cached_keys: bool = field(init=False)
     _cast: dict = field(init=False, default_factory=dict, repr=False, compare=False)  # dtype -> (cos, sin)
+    computes_scores: ClassVar[bool] = False  # q . k of the rotated vectors: any kernel
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rotates_cached_keys", self.key_cos is not None)
@@ -355,6 +419,10 @@ class RopePositions:
         if dtype not in self._cast:
             self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
         return self._cast[dtype]
+
+    def projection_tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The new tokens' tables in `dtype` when keys are rotated at projection time (else None: they wait)."""
+        return None if self.rotates_cached_keys else self.tables(dtype)
 
     def rotate_queries_keys(
         self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None

@@ -33,6 +33,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from archlab.train.hardware import resolve_device
+
 logger = logging.getLogger(__name__)
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0, on the CPU
@@ -54,30 +56,19 @@ class DistContext:
         return self.rank == 0
 
 
-def resolve_device(preference: str, local_rank: int = 0) -> torch.device:
-    """`auto` picks CUDA when present; under torchrun each process takes the GPU of its local rank."""
-    if preference == "auto":
-        preference = "cuda" if torch.cuda.is_available() else "cpu"
-    if preference == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("precision.device='cuda' is not allowed: no CUDA device is available")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
 def setup(mode: str, device: str = "auto") -> DistContext:
     """Join the process group torchrun described in the environment (or stay a single process)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if mode == "none":
         if world > 1:
             raise ValueError(f"launched with {world} processes but distributed='none'; pass --distributed ddp or fsdp")
-        return DistContext("none", 0, 1, 0, resolve_device(device))
+        return DistContext("none", 0, 1, 0, resolve_device(device, flag="precision.device"))
     if "RANK" not in os.environ:
         raise ValueError(f"--distributed {mode} needs torchrun (RANK/WORLD_SIZE are not set): "
                          f"torchrun --nproc-per-node N -m archlab train ... --distributed {mode}; "
                          "or pass --distributed none for one process")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    dev = resolve_device(device, local_rank)
+    dev = resolve_device(device, local_rank, "precision.device")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():

@@ -168,3 +168,28 @@ def describe_machine() -> str:
     return (f"{cpu_model()}, {physical_cores()} physical cores ({os.cpu_count()} logical); flags: "
             f"{' '.join(vector) or 'none of avx2/avx512'}" + (f"; no {' / '.join(missing)}" if missing else "")
             + f"{gpu}; torch {torch.__version__}, Python {platform.python_version()}")
+
+
+def resolve_device(name: str, local_rank: int = 0, flag: str = "--device") -> torch.device:
+    """`name` (auto, cpu, cuda, cuda:N, mps) as a device this machine has, or one line naming `flag`, the value
+    and what the machine lacks. `auto` picks CUDA when present; a bare `cuda` under torchrun is the GPU of the
+    process's `local_rank`."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"{flag} {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{flag} {name!r} is not allowed: archlab runs on cpu, cuda or mps")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{flag} {name}: this machine has no CUDA device (torch sees none); use cpu")
+        if device.index is None:
+            return torch.device("cuda", local_rank % count)
+        if device.index >= count:
+            raise ValueError(f"{flag} {name}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{flag} {name}: MPS is not available on this machine; use cpu")
+    return device

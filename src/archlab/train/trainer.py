@@ -43,6 +43,7 @@ from archlab.costs import flops_per_token
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.infer.generate import check_context, generate_text
 from archlab.infer.sampling import SamplingConfig
+from archlab.nn import fused
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
@@ -113,6 +114,7 @@ class Trainer:
         resume_from = self._check_setup(resume)
         self._prepare_data(resume)
         self.raw = self._build_model(init_from, fresh=resume_from is None)
+        fused.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fused.py)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
@@ -224,11 +226,13 @@ class Trainer:
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision.dtype == "bf16")
 
-    def _micro_steps(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward over grad_accum micro-batches; returns summed CE and z-loss (detached)."""
+    def _micro_steps(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Forward and backward over grad_accum micro-batches; returns summed CE, z-loss and the attention
+        kernels' losses (detached)."""
         accum, block = self.cfg.optimizer.grad_accum, self.cfg.data.block_size
         ce_sum = torch.zeros((), device=self.ctx.device)
         z_sum = torch.zeros((), device=self.ctx.device)
+        aux_sum = torch.zeros((), device=self.ctx.device)
         for i in range(accum):
             x, y = self.data.get_batch("train", self.micro_batch, block, self.generator, self.ctx.device)
             with dist_utils.gradient_sync(self.model, enabled=i == accum - 1):
@@ -237,7 +241,9 @@ class Trainer:
                 (out.loss / accum).backward()
             ce_sum += out.ce.detach()
             z_sum += out.z.detach()
-        return ce_sum, z_sum
+            if out.aux is not None:
+                aux_sum += out.aux.detach()
+        return ce_sum, z_sum, aux_sum
 
     def train_step(self) -> dict[str, float | bool]:
         """One optimizer step (or a skipped one); returns what the logs show."""
@@ -245,13 +251,13 @@ class Trainer:
         lr = self.lr_at(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        ce_sum, z_sum = self._micro_steps()
+        ce_sum, z_sum, aux_sum = self._micro_steps()
         vote = torch.tensor(1.0 if self._signal else 0.0, device=ce_sum.device)
-        packed = dist_utils.all_reduce_sum(torch.stack([ce_sum, z_sum, vote]).float(), self.ctx).tolist()
+        packed = dist_utils.all_reduce_sum(torch.stack([ce_sum, z_sum, aux_sum, vote]).float(), self.ctx).tolist()
         scale = self.ctx.world_size * self.cfg.optimizer.grad_accum
-        loss, zl, stop_votes = packed[0] / scale, packed[1] / scale, packed[2]
+        loss, zl, aux, stop_votes = packed[0] / scale, packed[1] / scale, packed[2] / scale, packed[3]
         grad_norm = clip_gradients(self.raw.parameters(), self.cfg.optimizer.grad_clip)
-        ok = math.isfinite(loss + zl) and math.isfinite(grad_norm)
+        ok = math.isfinite(loss + zl + aux) and math.isfinite(grad_norm)
         ratios = self._ratio_step() if ok and self._due(self.cfg.logging.ratio_every) else None
         if ok and ratios is None:
             self.optimizer.step()
@@ -265,6 +271,8 @@ class Trainer:
         row = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / (time.perf_counter() - start)}
         if self.cfg.z_loss_coef:
             row["z_loss"] = zl
+        if self.raw.config.attn_kernel == "vq":
+            row["aux_loss"] = aux  # the VQ commitment loss, part of the objective
         return {**row, "skipped": not ok, **({"ratios": ratios} if ratios else {})}
 
     def _due(self, every: int) -> bool:

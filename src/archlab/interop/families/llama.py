@@ -7,14 +7,10 @@ Reference: transformers `models/llama/modeling_llama.py`, `configuration_llama.p
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
-
-import torch
 
 from archlab.interop.family import (
     Family,
-    InteropError,
     Key,
     Rule,
     activation_key,
@@ -22,9 +18,6 @@ from archlab.interop.family import (
     fuse_gate_up,
     fuse_qkv,
 )
-from archlab.interop.hf_config import config_diff
-from archlab.interop.weights import export_state
-from archlab.nn.model import TransformerLM
 
 PRE_NORMS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
 
@@ -87,11 +80,3 @@ LLAMA = Family(
     ignore=(r"rotary_emb\.inv_freq$",),
 )
 
-
-def llama_state_dict(model: TransformerLM) -> dict[str, torch.Tensor]:
-    """The model's weights under `LlamaForCausalLM` state-dict names (views of ours, not copies). Only the
-    weight layout is checked: RoPE and lengths are the caller's to put in the HF config."""
-    diff = config_diff(dataclasses.replace(model.config, rope_scaling=None), LLAMA)
-    if diff:
-        raise InteropError(f"llama_state_dict needs a Llama-shaped model; this one has {'; '.join(diff)}")
-    return export_state(model, LLAMA)

@@ -1,0 +1,124 @@
+"""Attention kernels: what one layer does with its projected, rotated q, k, v, behind one small interface.
+
+A kernel is a function `(q, k, v, call) -> y` registered in `ATTENTION_KERNELS`:
+    q     (B, H, T, Dh)  the new tokens' queries, rotated (and log-n scaled)
+    k, v  (B, K, S, Dh)  every key and value the layer attends to (the cache's and the new ones), K dividing H:
+                         query head h reads K/V head h // (H / K)
+    call  `KernelCall`   scale, mask, bias, softcap, dropout, and the position plan's own scores (ReRoPE)
+    y     (B, T, H * Dh) the heads' outputs side by side, ready for o_proj
+`Attention` (nn/attention.py) calls the kernel that `ModelConfig.attn_impl` names ("auto": sdpa unless the
+scores are needed, i.e. softcapping); a position plan that computes its own scores takes `eager`, the only
+kernel that takes `call.scores`. Kernels:
+- `sdpa`: F.scaled_dot_product_attention, is_causal when no mask tensor is needed; one query (decoding) reads
+  a GQA cache in place, the n_rep query heads of a group as that group's query rows.
+- `eager`: the scores written out (functional.attention_from_scores): the reference every kernel is tested
+  against, and the one that supports softcapping and plan-computed scores.
+A new kernel (linear attention, say) is a function here or in its own file, one entry in ATTENTION_KERNELS
+and a test against `eager` (tests/nn/test_attention_kernels.py); docs/adding-a-variant.md.
+
+Shapes: B batch, H query heads, K KV heads, T queries, S keys, Dh head dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from archlab.nn.functional import attention_from_scores, causal_mask
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """What a kernel needs besides q, k and v."""
+
+    scale: float  # multiplies q . k
+    mask: torch.Tensor | None  # bool (B|1, 1, T, S), True = visible; None = causal over keys in slot order
+    bias: torch.Tensor | None  # additive (1, H, T, S) position bias (T5 relative, ALiBi), or None
+    softcap: float | None = None  # cap * tanh(scores / cap) before bias and mask (Gemma 2)
+    dropout: float = 0.0  # on the probabilities; 0 outside training
+    # (q, k) -> unscaled scores (B, H, T, S) from a position plan that computes its own (ReRoPE); eager only
+    scores: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+
+
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, KernelCall], torch.Tensor]
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, K, S, Dh) -> (B, K * n_rep, S, Dh), each K/V head serving n_rep consecutive query heads."""
+    if n_rep == 1:
+        return x
+    b, k, s, d = x.shape
+    return x[:, :, None].expand(b, k, n_rep, s, d).reshape(b, k * n_rep, s, d)
+
+
+def explicit_mask(call: KernelCall, t: int, s: int, device: torch.device) -> torch.Tensor | None:
+    """`call.mask`, or for T > 1 queries the plain causal mask over keys in slot order made explicit (the T
+    queries are the last T of the S keys); one query with no mask sees every key."""
+    if call.mask is not None or t == 1:
+        return call.mask
+    return causal_mask(torch.arange(s - t, s, device=device), torch.arange(s, device=device), None, None)
+
+
+def merge_heads(y: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, Dh) -> (B, T, H * Dh)."""
+    B, H, T, Dh = y.shape
+    return y.transpose(1, 2).reshape(B, T, H * Dh)
+
+
+def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
+    """Scores -> softcap -> + bias -> mask -> softmax -> @ v, written out (functional.attention_from_scores).
+    One query (decoding) reads a GQA cache in place, as `sdpa` does."""
+    B, H, T, Dh = q.shape
+    n_rep, bias = H // k.shape[1], call.bias
+    mask = explicit_mask(call, T, k.shape[2], q.device)
+    if call.scores is not None:  # the plan reads the cache per K/V head itself
+        scores = call.scores(q, k) * call.scale  # (B, H, T, S)
+        v = repeat_kv(v, n_rep)
+    elif T == 1 and n_rep > 1:
+        q, bias = _grouped(q, k.shape[1], bias)
+        scores = (q @ k.transpose(-2, -1)) * call.scale  # (B, K, n_rep, S)
+    else:
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+        scores = (q @ k.transpose(-2, -1)) * call.scale  # (B, H, T, S)
+    y = attention_from_scores(scores, v, bias, mask, call.softcap, call.dropout, call.dropout > 0)
+    if T == 1:  # (B, H, 1, Dh) or grouped (B, K, n_rep, Dh): heads already consecutive
+        return y.reshape(B, 1, H * Dh)
+    return merge_heads(y)  # (B, T, H*Dh)
+
+
+def _grouped(q: torch.Tensor, n_kv: int, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One query: q (B, H, 1, Dh) -> (B, K, n_rep, Dh), a group's query heads as its rows; bias alike."""
+    B, H, _, Dh = q.shape
+    bias = None if bias is None else bias.reshape(bias.shape[0], n_kv, H // n_kv, -1)  # (1, K, n_rep, S)
+    return q.reshape(B, n_kv, H // n_kv, Dh), bias
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
+    """F.scaled_dot_product_attention: is_causal when no mask tensor is needed, else a bool or additive mask.
+    For one query (decoding) the n_rep query heads of a group become that group's query rows, q (B, K, n_rep,
+    Dh), so the cache is read in place; repeating K/V would copy the whole cache every step."""
+    if call.softcap is not None or call.scores is not None:
+        raise ValueError("the sdpa kernel cannot softcap scores or take a plan's own scores: use eager")
+    B, H, T, Dh = q.shape
+    K = k.shape[1]
+    n_rep, bias = H // K, call.bias
+    mask = call.mask if call.mask is not None or bias is None else explicit_mask(call, T, k.shape[2], q.device)
+    causal = mask is None and T > 1
+    if n_rep > 1 and T == 1:
+        q, bias = _grouped(q, K, bias)  # (B, K, n_rep, Dh)
+    elif n_rep > 1:
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, Dh)
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=call.dropout, is_causal=causal,
+                                       scale=call.scale)  # (B, H, T, Dh) or grouped (B, K, n_rep, Dh)
+    if T == 1:  # heads are already consecutive in memory (also in the grouped layout)
+        return y.reshape(B, 1, H * Dh)
+    return merge_heads(y)
+
+
+ATTENTION_KERNELS: dict[str, Kernel] = {"sdpa": sdpa, "eager": eager}

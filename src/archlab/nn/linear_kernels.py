@@ -1,0 +1,72 @@
+"""Linear attention kernels behind `ModelConfig.attn_kernel`: the registry and the one call `Attention` makes.
+
+A linear kernel replaces softmax attention over the keys with a fixed-size state per layer: FAVOR+ keeps the
+running sums [S | z] per K/V head (nn/favor.py), Transformer-VQ and soft VQ the last two blocks and the per-code
+value sums and counts (nn/vq.py). Each kernel is a module with
+    forward(q, k, v, state, key_mask, decoding) -> (o, new state)     q (B, H, T, Dh), k, v (B, K, T, Dh)
+and an `aux_loss` attribute (a scalar tensor after a training forward, or None) that the model adds to its
+loss. `LinearAttention` reads and writes the state in the `KVCache` (its state layers hold no keys) and keeps
+the aux loss. A new kernel: a leaf module with that forward, one builder here, one name in `ATTN_KERNELS` of
+nn/config.py (tests/nn/test_linear_kernels.py checks the two agree).
+
+Shapes: B batch, H query heads, K K/V heads, T new tokens, Dh head dim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+
+from archlab.nn.config import ModelConfig
+from archlab.nn.favor import FavorKernel
+from archlab.nn.kv_cache import KVCache
+from archlab.nn.vq import VQKernel
+
+
+def build_favor(c: ModelConfig, layer_idx: int) -> nn.Module:
+    return FavorKernel(c.head_dim, c.favor_features, c.favor_feature, c.favor_orthogonal, c.favor_redraw,
+                       c.resolved_attn_scale, layer_idx)
+
+
+def build_vq(c: ModelConfig, layer_idx: int) -> nn.Module:
+    return VQKernel(c.n_kv_heads, c.head_dim, c.vq_codes, c.vq_block, c.vq_commit, c.vq_ema, c.vq_assign, c.vq_tau,
+                    c.resolved_attn_scale, c.vq_cache_grad)
+
+
+LINEAR_KERNELS: dict[str, Callable[[ModelConfig, int], nn.Module]] = {"favor": build_favor, "vq": build_vq}
+
+
+class LinearAttention(nn.Module):
+    """The state-cache side of a linear kernel: q, k, v of the new tokens in, their attention output out."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.kernel = LINEAR_KERNELS[config.attn_kernel](config, layer_idx)
+
+    @property
+    def aux_loss(self) -> torch.Tensor | None:
+        return self.kernel.aux_loss
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        """q (B, H, T, Dh), k and v (B, K, T, Dh) -> o (B, H, T, Dh) in v's dtype; with a cache, from and into
+        its state. The kernels run in float32 at least, autocast off: their sums (a code's count, a feature's
+        running total) would lose their low digits in bf16."""
+        dtype = torch.promote_types(v.dtype, torch.float32)
+        with torch.autocast(q.device.type, enabled=False):
+            return self._run(q.to(dtype), k.to(dtype), v.to(dtype), cache).to(v.dtype)
+
+    def _run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        if cache is None:
+            return self.kernel(q, k, v, None)[0]
+        t = q.shape[2]
+        if cache.pos + t > cache.max_len:
+            raise ValueError(f"KV cache full: {cache.pos + t} tokens needed, capacity max_len={cache.max_len}")
+        if not cache.state_layers[self.layer_idx]:
+            raise ValueError(f"layer {self.layer_idx} uses a linear kernel but its cache layer holds keys: build "
+                             "the cache with KVCache.for_model")
+        o, cache.states[self.layer_idx] = self.kernel(q, k, v, cache.states[self.layer_idx], cache.chunk_mask,
+                                                      decoding=True)
+        return o

@@ -1,0 +1,259 @@
+"""Transformer-VQ and soft VQ: softmax attention over vector-quantised keys, linear in the sequence length.
+
+Transformer-VQ (Lingle, arXiv 2309.16354; Su, kexue.fm/archives/9844) replaces each key by its nearest code of
+a codebook C (c x d), K^ = Delta C with Delta one-hot, so exp(Q K^T) V = exp(Q C^T) (Delta^T V). Causally, in
+blocks of L tokens, block n attends exactly (quantised keys, a windowed bias) to itself and block n-1, and to
+every older block through the compressed cache U_{n-2} = sum_{b <= n-2} Delta_b^T [V_b | 1]: per code, the sum
+of its values and its count. Decoding keeps the last two blocks and U, whatever the context length.
+- hard (Transformer-VQ): nearest code; keys pass a straight-through estimator k^ = k + sg(c_z - k), so the
+  gradient reaches k unchanged; a commitment loss beta |k - sg(c_z)|^2 pulls keys to their codes.
+- soft (Su, kexue.fm/archives/9862): the one-hot row becomes p(y|k) = softmax_y(-|k - c_y|^2 / 2 tau), and the
+  weight of key j for query i is sum_y p(y|k_j) exp(q_i . c_y); differentiable, no STE, -> hard as tau -> 0.
+The codebook is not trained by gradients: an EMA of the keys assigned to each code (gamma = `ema`), sums and
+counts as buffers, C = sums / max(counts, 0.01) (the reference's rule). The cache gets no gradient by default,
+like Transformer-XL's memory.
+
+All weights are computed relative to m_i = max_y q_i . c_y, one number per query (so nothing of the future
+enters a past output): exp(q . c_z - m) <= 1 for every key a query can see.
+
+Shapes: B batch, H query heads, K K/V heads, R = H / K, T tokens, L block, N blocks, C codes, d head dim,
+Dv value dim.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+MIN_COUNT = 0.01  # a code's count is floored here before dividing (Lingle's `c_count` floor)
+VQ_ASSIGNS = ("hard", "soft")
+
+
+def code_distances(k: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
+    """k (B, K, T, d), codebook (K, C, d) -> squared distances (B, K, T, C), |k|^2 - 2 k.c + |c|^2 floored at 0."""
+    cross = k @ codebook.transpose(-1, -2)  # (B, K, T, C)
+    return (k.square().sum(-1, keepdim=True) - 2 * cross + codebook.square().sum(-1)[:, None]).clamp_min(0)
+
+
+def hard_assign(k: torch.Tensor, codebook: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> (one-hot assignment (B, K, T, C), k^ = k + sg(c_z - k) (B, K, T, d), |k - sg(c_z)|^2 (B, K, T))."""
+    codes = code_distances(k.detach(), codebook).argmin(-1)  # (B, K, T)
+    onehot = torch.nn.functional.one_hot(codes, codebook.shape[1]).to(k.dtype)  # (B, K, T, C)
+    c_z = onehot @ codebook  # (B, K, T, d), exactly the codes
+    return onehot, k + (c_z - k).detach(), (k - c_z.detach()).square().sum(-1)
+
+
+def soft_assign(k: torch.Tensor, codebook: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (p(y|k) = softmax_y(-|k - c_y|^2 / 2 tau) (B, K, T, C), the expected |k - c_y|^2 under it (B, K, T))."""
+    dist = code_distances(k, codebook)
+    p = torch.softmax(-dist / (2 * tau), dim=-1)
+    return p, (p * dist).sum(-1)
+
+
+def ema_update(
+    sums: torch.Tensor, counts: torch.Tensor, k: torch.Tensor, assign: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One EMA step of the codebook statistics: sums (K, C, d) <- gamma sums + (1 - gamma) sum_t p_ts k_t,
+    counts (K, C) <- gamma counts + (1 - gamma) sum_t p_ts, over batch and time (k (B, K, T, d))."""
+    new_sums = torch.einsum("bktc,bktd->kcd", assign, k)
+    new_counts = assign.sum(dim=(0, 2))
+    return gamma * sums + (1 - gamma) * new_sums, gamma * counts + (1 - gamma) * new_counts
+
+
+def codebook_from(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    return sums / counts.clamp_min(MIN_COUNT)[..., None]
+
+
+class VQState:
+    """Constant-size decoding state of one VQ layer: the tail (the last complete block and the current partial
+    one) as assignments (B, K, <2L, C) and values (B, K, <2L, Dv), and the compressed cache (B, K, C, Dv + 1) of
+    every older token: per code, its values' sum and its count."""
+
+    def __init__(self, tail_assign: torch.Tensor, tail_v: torch.Tensor, cache: torch.Tensor) -> None:
+        self.tail_assign, self.tail_v, self.cache = tail_assign, tail_v, cache
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.tail_assign, self.tail_v, self.cache))
+
+
+def _shift_blocks(x: torch.Tensor) -> torch.Tensor:
+    """(B, K, N, ...) -> the previous block of each block (zeros before the first)."""
+    return torch.cat((torch.zeros_like(x[:, :, :1]), x[:, :, :-1]), dim=2)
+
+
+def _window_bias(bias: torch.Tensor, L: int, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """exp of a bias by distance (H, 2L) for the current block (K, R, L, L) and the previous one (K, R, L, L)."""
+    i = torch.arange(L, device=bias.device)
+    dist = i[:, None] - i[None, :]  # (L, L)
+    e = bias.exp().view(K, -1, bias.shape[-1])  # (K, R, 2L)
+    return e[..., dist.clamp_min(0)], e[..., dist + L]
+
+
+def _prepend_tail(q, v, assign, k_hat, codebook, state):
+    """Put the state's tail (a whole number of blocks back) before the new tokens; its queries are dummies."""
+    r = state.tail_v.shape[2]
+    B, H, _, d = q.shape
+    q = torch.cat((q.new_zeros(B, H, r, d), q), 2)
+    v = torch.cat((state.tail_v.to(v.dtype), v), 2)
+    if k_hat is not None:
+        k_hat = torch.cat(((state.tail_assign @ codebook[None]).to(k_hat.dtype), k_hat), 2)
+    return q, v, torch.cat((state.tail_assign.to(assign.dtype), assign), 2), k_hat, r
+
+
+def vq_attention(
+    q: torch.Tensor, v: torch.Tensor, assign: torch.Tensor, codebook: torch.Tensor, block: int,
+    k_hat: torch.Tensor | None = None, state: VQState | None = None, bias: torch.Tensor | None = None,
+    cache_grad: bool = False, with_state: bool = True,
+) -> tuple[torch.Tensor, VQState | None]:
+    """Blockwise causal VQ attention. q (B, H, T, d) with the softmax scale applied; v (B, K, T, Dv); assign
+    (B, K, T, C) one-hot (hard) or soft rows (all-zero rows are padding); codebook (K, C, d); k_hat (B, K, T, d)
+    the straight-through keys for hard VQ (local scores q . k^, which carry the key gradient), None for soft;
+    state of the tokens before, or None; bias (H, 2L) additive by distance, applied inside the two exact blocks.
+    -> (o (B, H, T, Dv), the state after these tokens, or None without `with_state`)."""
+    if state is not None and q.shape[2] == 1:
+        return _decode_step(q, v, assign, codebook, block, k_hat, state, bias)
+    K, C = codebook.shape[:2]
+    L, H, Dv = block, q.shape[1], v.shape[-1]
+    B, R = q.shape[0], H // K
+    cache0, r = None, 0
+    if state is not None:
+        q, v, assign, k_hat, r = _prepend_tail(q, v, assign, k_hat, codebook, state)
+        cache0 = state.cache
+    total = q.shape[2]
+    pad = (-total) % L  # padded keys come after every real query, so causality hides them
+    v1 = torch.cat((v, v.new_ones(*v.shape[:-1], 1)), -1)  # (B, K, S, Dv+1): [v | 1]
+    if pad:
+        q, v1, assign = (nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, v1, assign))
+        k_hat = None if k_hat is None else nn.functional.pad(k_hat, (0, 0, 0, pad))
+    N = (total + pad) // L
+    qb = q.reshape(B, K, R, N, L, -1)  # (B, K, R, N, L, d)
+    ab, vb = assign.reshape(B, K, N, L, C), v1.reshape(B, K, N, L, Dv + 1)
+    qc = qb @ codebook[None, :, None, None].transpose(-1, -2)  # (B, K, R, N, L, C)
+    m = qc.amax(-1, keepdim=True).detach()  # per query: cancels between numerator and denominator
+    eq = torch.exp(qc - m)  # (B, K, R, N, L, C), each <= 1
+    w_cur, w_prev = _local_weights(qb, eq, m, ab, k_hat, B, K, N, L)  # (B, K, R, N, L, L) each
+    if bias is not None:
+        e_cur, e_prev = _window_bias(bias.to(eq.dtype), L, K)
+        w_cur, w_prev = w_cur * e_cur[None, :, :, None], w_prev * e_prev[None, :, :, None]
+    w_cur = w_cur.masked_fill(~torch.ones(L, L, dtype=torch.bool, device=q.device).tril(), 0.0)
+    block_sums = ab.transpose(-1, -2) @ vb  # (B, K, N, C, Dv+1): Delta_b^T [V_b | 1]
+    sums = block_sums if cache_grad else block_sums.detach()
+    older = torch.cat((torch.zeros_like(sums[:, :, :2]), sums.cumsum(2)[:, :, : N - 2]), 2)[:, :, :N]
+    if cache0 is not None:
+        older = older + cache0[:, :, None]  # (B, K, N, C, Dv+1): the compressed cache before each block
+    out = w_cur @ vb[:, :, None] + w_prev @ _shift_blocks(vb)[:, :, None] + eq @ older[:, :, None]
+    out = out.reshape(B, H, N * L, Dv + 1)[:, :, r : total]  # (B, H, T, Dv+1)
+    y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)
+    return y, _next_state(assign[:, :, :total], v1[:, :, :total], cache0, L) if with_state else None
+
+
+def _decode_step(q, v, assign, codebook, L, k_hat, state, bias):
+    """One new token after a state: the tail plus it is at most 2L tokens from the start of the previous
+    block, so every one of them is exact for the new query; older tokens are the cache. O(L + C) per token."""
+    B, H, _, d = q.shape
+    K = codebook.shape[0]
+    R = H // K
+    a = torch.cat((state.tail_assign.to(assign.dtype), assign), 2)  # (B, K, S, C), S <= 2L
+    v1 = torch.cat((torch.cat((state.tail_v.to(v.dtype), v), 2), v.new_ones(B, K, a.shape[2], 1)), -1)
+    qi = q.reshape(B, K, R, 1, d)  # the group's query heads as rows
+    qc = qi @ codebook[None, :, None].transpose(-1, -2)  # (B, K, R, 1, C)
+    m = qc.amax(-1, keepdim=True)
+    eq = torch.exp(qc - m)
+    if k_hat is None:
+        w = eq @ a[:, :, None].transpose(-1, -2)  # (B, K, R, 1, S)
+    else:
+        keys = torch.cat(((state.tail_assign @ codebook[None]).to(k_hat.dtype), k_hat), 2)  # (B, K, S, d)
+        w = torch.exp(qi @ keys[:, :, None].transpose(-1, -2) - m) * a.sum(-1)[:, :, None, None, :]
+    if bias is not None:
+        S = a.shape[2]
+        w = w * bias.exp().view(K, R, -1)[..., S - 1 - torch.arange(S, device=q.device)][None, :, :, None]
+    out = w @ v1[:, :, None] + eq @ state.cache[:, :, None]  # (B, K, R, 1, Dv+1)
+    y = (out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)).reshape(B, H, 1, -1)
+    return y, _next_state(a, v1, state.cache, L)
+
+
+def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
+    """exp(score - m) of each query against its own block and the previous one (zero where there is none)."""
+    if k_hat is None:  # soft: sum_y p(y|k) exp(q . c_y - m)
+        return eq @ ab[:, :, None].transpose(-1, -2), eq @ _shift_blocks(ab)[:, :, None].transpose(-1, -2)
+    kb = k_hat.reshape(B, K, N, L, -1)  # (B, K, N, L, d)
+    real = ab.sum(-1)  # (B, K, N, L): exactly 1 for a one-hot row, 0 for padding (and before the first block)
+    w_cur = torch.exp(qb @ kb[:, :, None].transpose(-1, -2) - m) * real[:, :, None, :, None, :]
+    w_prev = torch.exp(qb @ _shift_blocks(kb)[:, :, None].transpose(-1, -2) - m)
+    return w_cur, w_prev * _shift_blocks(real)[:, :, None, :, None, :]
+
+
+def _next_state(assign, v1, cache0, L):
+    """The tail (from the start of the block before the next token's) and the cache of everything before it;
+    v1 = [v | 1] (B, K, S, Dv+1)."""
+    total = assign.shape[2]
+    start = max(total // L - 1, 0) * L
+    assign, v1 = assign.detach(), v1.detach()
+    cache = assign[:, :, :start].transpose(-1, -2) @ v1[:, :, :start]  # (B, K, C, Dv+1)
+    if cache0 is not None:
+        cache = cache + cache0
+    return VQState(assign[:, :, start:], v1[:, :, start:, :-1], cache)
+
+
+class VQKernel(nn.Module):
+    """One layer's VQ attention: the codebook statistics (buffers: EMA sums and counts per K/V head), the
+    assignment, the commitment loss and the call into `vq_attention`. The codebook starts as random keys of
+    the first training batch (random codes far from every key would never be chosen, and EMA never moves them)."""
+
+    def __init__(
+        self, n_kv_heads: int, head_dim: int, codes: int, block: int, commit: float, ema: float, assign: str,
+        tau: float, scale: float, cache_grad: bool = False,
+    ) -> None:
+        super().__init__()
+        self.codes, self.block, self.commit, self.ema, self.assign, self.tau = codes, block, commit, ema, assign, tau
+        self.scale, self.cache_grad = scale, cache_grad
+        self.register_buffer("code_sums", torch.randn(n_kv_heads, codes, head_dim))  # (K, C, d)
+        self.register_buffer("code_counts", torch.ones(n_kv_heads, codes))  # (K, C)
+        self.register_buffer("initialised", torch.zeros((), dtype=torch.bool))  # set by the first training batch
+        self.aux_loss: torch.Tensor | None = None  # the last training forward's commitment loss
+
+    def reset_buffers(self) -> None:
+        with torch.no_grad():
+            self.code_sums.normal_()
+            self.code_counts.fill_(1.0)
+            self.initialised.fill_(False)
+
+    @property
+    def codebook(self) -> torch.Tensor:
+        return codebook_from(self.code_sums, self.code_counts)  # (K, C, d)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: VQState | None,
+        key_mask: torch.Tensor | None = None, decoding: bool = False,
+    ) -> tuple[torch.Tensor, VQState | None]:
+        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state when `decoding`); a training
+        forward leaves
+        its commitment loss in `aux_loss` (None otherwise)."""
+        learning = self.training and not decoding
+        if learning and not bool(self.initialised):
+            self._init_from(k.detach().float())
+        codebook = self.codebook.to(k.dtype)
+        if self.assign == "hard":
+            assign, k_hat, sq_err = hard_assign(k, codebook)
+        else:
+            (assign, sq_err), k_hat = soft_assign(k, codebook, self.tau), None
+        if key_mask is not None:
+            assign = assign * key_mask[:, None, :, None].to(assign.dtype)  # padding: no weight anywhere
+        self.aux_loss = self.commit * sq_err.mean() if learning else None
+        if learning and self.ema < 1:
+            with torch.no_grad():
+                sums, counts = ema_update(self.code_sums, self.code_counts, k.detach().float(), assign.float(),
+                                          self.ema)
+                self.code_sums.copy_(sums)
+                self.code_counts.copy_(counts)
+        o, new_state = vq_attention(q * self.scale, v, assign, codebook, self.block, k_hat, state,
+                                    cache_grad=self.cache_grad, with_state=decoding)
+        return o, new_state
+
+    def _init_from(self, k: torch.Tensor) -> None:
+        """Codes = `codes` keys drawn at random from the batch, per K/V head; counts 1."""
+        keys = k.transpose(0, 1).flatten(1, 2)  # (K, B*T, d)
+        pick = torch.randint(keys.shape[1], (self.codes,), device=k.device)
+        self.code_sums.copy_(keys[:, pick])
+        self.code_counts.fill_(1.0)
+        self.initialised.fill_(True)
