@@ -118,3 +118,77 @@ def test_train_init_from_refuses_an_unmapped_change(hf_dir: Path, tmp_path: Path
              "--model.d_ff", "64"]
     assert main(["train", *flags]) == 2
     assert "cannot change d_ff 96 -> 64: no principled weight mapping" in capsys.readouterr().err
+
+
+def test_convert_from_hf_into_a_run_with_checkpoints_is_refused_or_adds_a_new_step(
+    hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from archlab.checkpoint import list_checkpoints
+    from tests.conftest import snapshot
+
+    run = tmp_path / "run"
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run)]) == 0
+    capsys.readouterr()
+    before = snapshot(run)
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "already holds checkpoints up to step_0000000" in err and "--force" in err
+    assert snapshot(run) == before  # nothing written, nothing replaced
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run), "--force"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {run}/checkpoints/step_0000001 (a new step" in out  # says what it wrote, truthfully
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000000", "step_0000001"]
+    assert all(before[k] == v for k, v in snapshot(run).items() if k in before)  # step 0 is untouched
+    fresh = tmp_path / "fresh"
+    assert main(["convert", "--from-hf", str(tmp_path / "nowhere"), "--out", str(fresh)]) == 2
+    assert not fresh.exists()  # a refused conversion leaves no folder behind
+
+
+def test_convert_to_hf_into_a_non_empty_folder_needs_force(hf_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    (target / "model-00001-of-00002.safetensors").write_bytes(b"old shard")
+    capsys.readouterr()
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {target} is not empty (model-00001-of-00002.safetensors, notes.txt)" in err
+    assert sorted(p.name for p in target.iterdir()) == ["model-00001-of-00002.safetensors", "notes.txt"]
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(target), "--force"]) == 0
+    assert "replaced 1 earlier weight file(s)" in capsys.readouterr().out
+    assert (target / "notes.txt").read_text() == "mine"  # only config and weights are replaced
+    assert not (target / "model-00001-of-00002.safetensors").exists()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(hf_dir)(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(target)(ids).logits
+    assert (got - want).abs().max() <= 1e-5
+
+
+def test_convert_from_hf_of_an_archlab_run_says_what_it_is(hf_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(tmp_path / "run"), "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert "is an archlab checkpoint, not a Hugging Face folder: `convert --to-hf` exports it" in err
+    assert "tokenizer.json" not in err
+
+
+def test_convert_keeps_the_chat_template_both_ways(hf_dir: Path, tmp_path: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    source = tmp_path / "hf"
+    source.mkdir()
+    for file in hf_dir.iterdir():
+        (source / file.name).write_bytes(file.read_bytes())
+    (source / "chat_template.jinja").write_text(template)
+    assert main(["convert", "--from-hf", str(source), "--out", str(tmp_path / "run")]) == 0
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 0
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tmp_path / "back")
+    messages = [{"role": "user", "content": "hi"}]
+    assert tokenizer.chat_template == template
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == "<|user|>hi\n"

@@ -48,6 +48,7 @@ from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
 from archlab.train import hardware
 from archlab.train.config import TrainConfig
+from archlab.train.lock import RunLock
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
 from archlab.train.resume import check_resume, checkpoint_step
@@ -97,16 +98,24 @@ class Trainer:
     """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
 
     def __init__(self, train: TrainConfig, model_config: ModelConfig, ctx: dist_utils.DistContext,
-                 resume: bool = False, init_from: TransformerLM | None = None) -> None:
+                 resume: bool = False, init_from: TransformerLM | None = None, lock: RunLock | None = None) -> None:
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
-        created = not self.run_dir.exists()
+        # one writer per folder: refused here, before anything is written, while another process holds it
+        self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
+        fresh = self.lock is not None and self.lock.created_folder
         try:
             self._setup(resume, init_from)
-        except BaseException:  # a failed start leaves no run folder behind (one it did not create stays)
-            if created and ctx.is_main:
+        except BaseException:  # a failed start leaves no run folder behind (one that held anything stays)
+            if fresh:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.release()
             raise
+
+    def release(self) -> None:
+        """Give the run folder's lock back (fit() does at its end; idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
         train, ctx = self.cfg, self.ctx
@@ -394,6 +403,7 @@ class Trainer:
         finally:
             bar.close()
             self.metrics.close()
+            self.release()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         seconds = max(time.perf_counter() - start, 1e-9)
@@ -408,7 +418,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
     weights if given), and leave it again."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     threads = torch.get_num_threads()
+    lock = RunLock(train_config.out) if ctx.is_main else None
     try:
+        if lock is not None:  # before any line is logged: a refused second writer prints one line only
+            lock.acquire()
         p, d = train_config.precision, train_config.data
         step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
         hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
@@ -417,7 +430,9 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
             torch.set_num_threads(n)
             if ctx.is_main:
                 logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        return Trainer(train_config, model_config, ctx, resume, init_from).fit()
+        return Trainer(train_config, model_config, ctx, resume, init_from, lock).fit()
     finally:
+        if lock is not None:
+            lock.release()
         torch.set_num_threads(threads)
         dist_utils.teardown(ctx)
