@@ -75,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         if args.extend:
             extend_schedule(train_cfg, saved["train"], step)
         check_resume(train_cfg, saved["train"], step)
+        if step == train_cfg.steps:  # nothing left: a finished run resumes to itself (the README's order)
+            print(f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to resume; to train "
+                  f"longer: --resume --steps N --extend (N > {step})")
+            return 0
     try:
         result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:

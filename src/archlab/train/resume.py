@@ -6,7 +6,7 @@ A resumed run continues exactly: same model, same corpus and tokenizer, same lr 
 - another schedule (`schedule.*`): the lr curve is part of the run;
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
   says how the lr continues); a smaller `--steps` stops early on the same curve;
-- a `--steps` the run has already reached: there is nothing to do.
+- a `--steps` below the step the run has reached (resuming a finished run to its own end is a no-op).
 Each refusal is one line naming the run's value and the new one. The model config is checked in
 train/config.py (`resolve_model`).
 """
@@ -67,7 +67,7 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         raise ValueError(f"--resume: schedule.extensions {list(ext)} do not continue the run's {list(old_ext)} "
                          "(set them with --extend, not by hand)")
     end = train.schedule.end()
-    if train.steps <= step:
+    if train.steps < step:
         raise ValueError(f"--resume: the run is already at step {step}, so --steps {train.steps} leaves nothing "
                          f"to do; to train longer: --resume --steps N --extend (N > {max(end, step)})")
     if train.steps > end:
