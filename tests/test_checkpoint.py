@@ -246,3 +246,29 @@ def test_a_pickled_file_is_refused_without_torch_s_advice(tmp_path: Path, tokeni
                        "weights-only files and never runs code from a checkpoint")
     assert "weights_only" not in message and "\n" not in message
     assert "pickle ran" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("preset", ["original", "gpt2", "llama", "gemma2", "gptj", "hwfa"])
+def test_load_model_builds_without_random_init_and_gives_the_same_logits(
+    preset: str, tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's model is built on the meta device: init_weights never touches a real tensor, every buffer
+    (RoPE tables, ALiBi slopes) is computed, a tied head is one tensor, and the logits equal the saved model's."""
+    from tests.conftest import randomize_
+
+    model = randomize_(tiny_model(preset), 0.2).eval()
+    save(tmp_path / "run", 1, model, tokenizer_file)
+    real_inits: list[bool] = []
+    original = TransformerLM.init_weights
+    monkeypatch.setattr(TransformerLM, "init_weights",
+                        lambda self: real_inits.append(not self.embed_tokens.weight.is_meta) or original(self))
+    loaded, _ = load_model(tmp_path / "run")
+    assert real_inits and not any(real_inits)  # built (on meta), never randomly initialised for real
+    assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])
+    if loaded.config.tie_embeddings:
+        assert loaded.lm_head.weight is loaded.embed_tokens.weight
+    for (name, a), (_, b) in zip(model.named_buffers(), loaded.named_buffers()):
+        assert torch.equal(a, b), name
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))

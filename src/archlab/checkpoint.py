@@ -318,11 +318,35 @@ def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -
     path = resolve_checkpoint(checkpoint_dir)
     verify_checkpoint(path)
     config = read_checkpoint_config(path)
-    model = TransformerLM(ModelConfig.from_dict(config["model"]))
-    weights = load_weights(path)
-    check_weights_fit(model, weights, path)
-    model.load_state_dict(weights)
-    return model.to(device).eval(), Tokenizer.load(path)
+    model = build_model(ModelConfig.from_dict(config["model"]), load_weights(path), device, path)
+    return model.eval(), Tokenizer.load(path)
+
+
+def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
+                path: Path | None = None) -> TransformerLM:
+    """The model of `config` holding `weights`, without a random init that the weights would overwrite.
+
+    Built on the meta device, the weights become its parameters (cast to the dtype the model is built in,
+    float32 unless changed, as load_state_dict would); the computed buffers (RoPE tables, ALiBi slopes) are
+    then made on `device`. For a SmolLM2-135M-shaped checkpoint the random init was over half of the load
+    time (docs/inference.md). `path` names the checkpoint in a misfit's message.
+    """
+    with torch.device("meta"):
+        model = TransformerLM(config)
+    check_weights_fit(model, weights, path or Path("(weights)"))
+    device = torch.device(device)
+    expected = model.state_dict()
+    state = {k: weights[k].to(device=device, dtype=expected[k].dtype) for k in expected}
+    model.load_state_dict(state, assign=True)
+    if config.tie_embeddings:  # assign gave the head its own Parameter object: tie it again
+        model.lm_head.weight = model.embed_tokens.weight
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_meta:
+                module._buffers[name] = torch.empty_like(buffer, device=device)
+        if hasattr(module, "reset_buffers"):
+            module.reset_buffers()
+    return model
 
 
 def check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:

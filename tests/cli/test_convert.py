@@ -192,3 +192,25 @@ def test_convert_keeps_the_chat_template_both_ways(hf_dir: Path, tmp_path: Path)
     messages = [{"role": "user", "content": "hi"}]
     assert tokenizer.chat_template == template
     assert tokenizer.apply_chat_template(messages, tokenize=False) == "<|user|>hi\n"
+
+
+def test_eval_length_and_passkey_read_a_hf_folder_as_its_converted_checkpoint(
+    hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same weights give the same table, read from the HF folder or from `convert --from-hf`'s checkpoint."""
+    main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
+    (tmp_path / "held_out.txt").write_text("def f(x):\n    return x * 2\n" * 40)
+    tables = {}
+    for name, source in (("hf", hf_dir), ("run", tmp_path / "run")):
+        capsys.readouterr()
+        assert main(["eval", "length", "--checkpoint", str(source), "--lengths", "32,128", "--scalings", "none,yarn",
+                     "--data", str(tmp_path / "held_out.txt"), "--out", str(tmp_path / f"len-{name}"),
+                     "--allow-extrapolation", "--no-progress"]) == 0
+        assert main(["eval", "passkey", "--checkpoint", str(source), "--lengths", "100", "--depths", "0.5",
+                     "--trials", "2", "--allow-extrapolation", "--out", str(tmp_path / f"pk-{name}"), "--no-progress"]) == 0
+        tables[name] = ((tmp_path / f"len-{name}" / "length.md").read_text(),
+                        (tmp_path / f"pk-{name}" / "passkey.md").read_text())
+    assert tables["hf"] == tables["run"] and "| yarn |" in tables["hf"][0]
+    capsys.readouterr()
+    assert main(["eval", "length", "--checkpoint", str(hf_dir), "--lengths", "32"]) == 2
+    assert "--data is needed with a Hugging Face folder" in capsys.readouterr().err

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from archlab.infer.generate import check_context
+from archlab.checkpoint import build_model
+from archlab.infer.generate import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
@@ -75,7 +76,12 @@ def method_configs(
         for length in lengths:
             scaling = method_scaling(method, length, config.max_seq_len, window)
             c = replace(config, rope_scaling=scaling) if config.position == "rope" else config
-            check_context(c, length, 0, allow_extrapolation)
+            limit = context_limit(c)
+            if limit is not None and length > limit and not (allow_extrapolation and c.position != "learned"):
+                how = ("learned positions cannot extrapolate" if c.position == "learned"
+                       else "pass --allow-extrapolation (allow_extrapolation=True) to evaluate past it")
+                raise ValueError(f"length {length} is past the {limit} tokens that scaling {method!r} covers for "
+                                 f"this model (trained at {config.max_seq_len}): {how}")
             out[method, length] = c
     return out
 
@@ -112,8 +118,7 @@ def evaluate_lengths(
     batches = {length: windows(tokens, length, n_windows) for length in lengths}
     results = []
     for (method, length), config in tqdm(configs.items(), desc="eval length", disable=not progress):
-        scaled = TransformerLM(config).eval()
-        scaled.load_state_dict(state)
+        scaled = build_model(config, state).eval()  # no random init of weights about to be replaced
         results.append(LengthResult(method, length, window_loss(scaled, batches[length], score_last)))
     return results
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from archlab.checkpoint import build_model
 from archlab.data.passkey import KEY_DIGITS, passkey_prompt, random_key
 from archlab.eval.length import method_configs
 from archlab.infer.generate import generate
@@ -54,8 +55,7 @@ def evaluate_passkey(
     scaled = {}
     for length, depth in tqdm(cells, desc="eval passkey", disable=not progress):
         if length not in scaled:
-            scaled[length] = TransformerLM(configs[method, length]).eval()
-            scaled[length].load_state_dict(state)
+            scaled[length] = build_model(configs[method, length], state).eval()
         results.append(PasskeyResult(length, depth, passkey_accuracy(scaled[length], tokenizer, length, depth,
                                                                      trials)))
     return results

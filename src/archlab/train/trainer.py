@@ -28,6 +28,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from archlab.checkpoint import (
     Checkpoint,
+    build_model,
     capture_rng_state,
     check_weights_fit,
     latest_checkpoint,
@@ -122,9 +123,10 @@ class Trainer:
         resume_from = self._check_setup(resume)
         self._prepare_data(resume)
         torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
-        self.raw = TransformerLM(self.model_config).to(ctx.device)
         if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
-            self.raw.load_state_dict(init_from.state_dict())
+            self.raw = build_model(self.model_config, init_from.state_dict(), ctx.device)  # no random init first
+        else:
+            self.raw = TransformerLM(self.model_config).to(ctx.device)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
