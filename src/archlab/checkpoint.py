@@ -145,8 +145,10 @@ def save_checkpoint(
     tokenizer_file: str | Path,
     aliases: dict[str, str] | None = None,
     val_loss: float | None = None,
+    provenance: dict[str, str] | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is kept)."""
+    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is kept).
+    `provenance` (e.g. {"init_from": folder}) goes into the manifest: where the weights came from."""
     root = Path(run_dir) / CHECKPOINTS
     final = root / checkpoint_name(step)
     if final.exists():  # same step, same state (e.g. a signal right after a periodic save)
@@ -158,7 +160,7 @@ def save_checkpoint(
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run folder
     try:
         _write_all(tmp, final, root, step, val_loss, model_state, aliases or {}, optimizer_state, state, config,
-                   Path(tokenizer_file))
+                   Path(tokenizer_file), provenance)
     except OSError as err:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous checkpoints are untouched
             raise CheckpointError(f"no space left on device at {root}: checkpoint step {step} was not written; "
@@ -171,14 +173,15 @@ def save_checkpoint(
 
 def _write_all(tmp: Path, final: Path, root: Path, step: int, val_loss: float | None,
                model_state: dict[str, torch.Tensor], aliases: dict[str, str], optimizer_state: dict, state: dict,
-               config: dict, tokenizer_file: Path) -> None:
+               config: dict, tokenizer_file: Path, provenance: dict[str, str] | None = None) -> None:
     """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes it as `final`."""
     _write_files(tmp, model_state, aliases, optimizer_state, state, config, tokenizer_file)
     files = {}
     for name in FILES:
         _fsync_file(tmp / name)
         files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
-    manifest = {"step": step, "val_loss": val_loss, "files": files}
+    manifest = {"step": step, "val_loss": val_loss, "files": files, **({"provenance": provenance} if provenance
+                                                                       else {})}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     for name in (*FILES, MANIFEST):  # one mode for every file, whatever wrote it (torch, safetensors, shutil)
         os.chmod(tmp / name, FILE_MODE)

@@ -91,7 +91,8 @@ def test_convert_errors_are_one_line(hf_dir: Path, tmp_path: Path, capsys: pytes
     assert "--dtype='int8' is not allowed" in capsys.readouterr().err
 
 
-def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path: Path) -> None:
+def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     """`archlab train --init-from HF_DIR --model.n_kv_heads 1`: with lr 0 the saved weights are exactly the
     mean-pooled source, and the run uses the folder's tokenizer."""
     from archlab.interop.surgery import adapt
@@ -102,13 +103,34 @@ def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path:
              "--schedule.warmup_steps", "0", "--data.batch_size", "2", "--data.block_size", "32",
              "--logging.samples", "0", "--logging.eval_every", "0", "--logging.tensorboard", "false",
              "--logging.progress", "false"]
-    assert main(["train", *flags]) == 0
+    with caplog.at_level("INFO"):
+        assert main(["train", *flags]) == 0
+    assert f"from {hf_dir}, " in caplog.text and "llama/tiny" not in caplog.text  # the log names the source
     trained, _ = load_model(tmp_path / "run")
     source = from_hf(hf_dir)
+    # the source is recorded (run config, checkpoint config and manifest, metrics) and evaluated at step 0
+    from archlab.checkpoint import latest_checkpoint
+    from archlab.train.metrics import read_metrics
+
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["train"]["init_from"] == str(hf_dir)
+    ckpt = latest_checkpoint(run)
+    assert json.loads((ckpt / "manifest.json").read_text())["provenance"] == {"init_from": str(hf_dir)}
+    assert json.loads((ckpt / "config.json").read_text())["train"]["init_from"] == str(hf_dir)
+    assert [r["init_from"] for r in read_metrics(run, "init")] == [str(hf_dir)]
+    evals = read_metrics(run, "eval")
+    assert [r["step"] for r in evals] == [0, 1]
+    assert evals[0]["loss"] == evals[1]["loss"]  # lr 0: the step-0 loss is the loaded weights' own
     expected = adapt(source, trained.config)
     assert trained.config.n_kv_heads == 1 and trained.config.d_model == source.config.d_model
     for (name, a), (_, b) in zip(trained.state_dict().items(), expected.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+def test_init_from_as_a_config_key_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "--init_from", "somewhere", "--out", str(tmp_path / "run")]) == 2
+    assert "init_from is set by --init-from PATH" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_init_from_refuses_an_unmapped_change(hf_dir: Path, tmp_path: Path,

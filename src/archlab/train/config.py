@@ -171,6 +171,7 @@ class TrainConfig:
     seed: int = 0  # seeds weights, dropout and the batch order
     out: str = ""  # run directory; empty = runs/{preset}-{size}
     distributed: str = "none"  # none | ddp | fsdp (launch with torchrun --nproc-per-node N -m archlab train ...)
+    init_from: str = ""  # the weights the run started from (HF folder or archlab checkpoint); empty = random init
     z_loss_coef: float = 0.0  # PaLM z-loss weight on log(Z)^2 (1e-4 in PaLM, OLMo 2); 0 = off
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)

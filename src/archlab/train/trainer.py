@@ -215,8 +215,9 @@ class Trainer:
         (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         c, d = self.cfg, self.cfg.data
-        logger.info("%s/%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
-                    c.preset, c.size, f"{self.raw.num_parameters():,}", c.steps, d.batch_size, d.block_size,
+        label = f"from {c.init_from}" if c.init_from else f"{c.preset}/{c.size}"  # a fine-tune names its source
+        logger.info("%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
+                    label, f"{self.raw.num_parameters():,}", c.steps, d.batch_size, d.block_size,
                     f"{self.data.num_tokens('train'):,}", d.source, self.run_dir / "config.yaml")
 
     # ------------------------------------------------------------------------------------------- step
@@ -315,7 +316,8 @@ class Trainer:
                      "stats": asdict(self.stats)}
             config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
             path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
-                                   self.tokenizer_file, tied_aliases(self.raw), val_loss)
+                                   self.tokenizer_file, tied_aliases(self.raw), val_loss,
+                                   {"init_from": self.cfg.init_from} if self.cfg.init_from else None)
             prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
         dist_utils.barrier(self.ctx)
         return path
@@ -401,6 +403,9 @@ class Trainer:
         start, start_step = time.perf_counter(), self.step
         try:
             with logging_redirect_tqdm():  # log lines print above the progress bar, not through it
+                if self.cfg.init_from and self.step == 0:  # the loaded weights' loss: what a fine-tune starts from
+                    self.metrics.log(0, "init", {"init_from": self.cfg.init_from})
+                    self._evaluate_and_log()
                 row, val, path = self._loop(bar)
         finally:
             bar.close()
