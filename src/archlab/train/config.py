@@ -172,6 +172,7 @@ class TrainConfig:
     out: str = ""  # run directory; empty = runs/{preset}-{size}
     distributed: str = "none"  # none | ddp | fsdp (launch with torchrun --nproc-per-node N -m archlab train ...)
     init_from: str = ""  # the weights the run started from (HF folder or archlab checkpoint); empty = random init
+    trainable: tuple[str, ...] = ()  # parameter-name patterns that train, e.g. "layers.1.*,norm.*"; empty = all
     z_loss_coef: float = 0.0  # PaLM z-loss weight on log(Z)^2 (1e-4 in PaLM, OLMo 2); 0 = off
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
@@ -187,6 +188,7 @@ class TrainConfig:
         _check(1 <= self.steps <= MAX_STEPS, "steps", self.steps, f"an integer from 1 to {MAX_STEPS:,}")
         _check(self.distributed in DISTRIBUTED, "distributed", self.distributed, "one of " + ", ".join(DISTRIBUTED))
         _check(self.z_loss_coef >= 0, "z_loss_coef", self.z_loss_coef, "a value >= 0")
+        self.trainable = tuple(p.strip() for p in self.trainable if p.strip())
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
         if self.schedule.horizon is None:

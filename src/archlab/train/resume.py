@@ -54,6 +54,11 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         if not _same_path_or_value(new, old):
             raise ValueError(f"--resume: data.{key} {new!r} differs from the run's {old!r}; a run trains on one "
                              "corpus and tokenizer: resume without changing data.*, or start a new --out")
+    old_trainable = tuple(saved.get("trainable", ()))
+    if train.trainable != old_trainable:  # the optimizer state exists for the trained parameters only
+        raise ValueError(f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "
+                         f"{','.join(old_trainable) or '(all)'!r}; resume with the same parameters or start a new "
+                         "--out")
     if "horizon" not in saved["schedule"]:  # an older run: its horizon was its steps, not the new --steps
         train.schedule.horizon = saved_horizon(saved)
     for key in SCHEDULE_KEYS:

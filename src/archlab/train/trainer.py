@@ -50,10 +50,12 @@ from archlab.train import distributed as dist_utils
 from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
+from archlab.train.memory import check_memory
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
+from archlab.train.trainable import freeze_all_but
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +129,11 @@ class Trainer:
             self.raw = build_model(self.model_config, init_from.state_dict(), ctx.device)  # no random init first
         else:
             self.raw = TransformerLM(self.model_config).to(ctx.device)
+        if train.trainable:  # a partial fine-tune: the rest gets no gradient and no optimizer state
+            count = freeze_all_but(self.raw, train.trainable)
+            if ctx.is_main:
+                logger.info("training %s of %s parameters (trainable=%s)", f"{count:,}",
+                            f"{self.raw.num_parameters():,}", ",".join(train.trainable))
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
@@ -431,7 +438,13 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
             lock.acquire()
         p, d = train_config.precision, train_config.data
         step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
-        hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
+        try:
+            hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
+            check_memory(train_config, model_config, ctx)  # before any model or batch is allocated
+        except BaseException:  # refused: no run folder is left behind (the lock made it)
+            if lock is not None and lock.created_folder:
+                shutil.rmtree(train_config.out, ignore_errors=True)
+            raise
         if ctx.device.type == "cpu":
             n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
             torch.set_num_threads(n)
