@@ -88,3 +88,36 @@ def test_a_pattern_that_matches_nothing_and_a_resume_that_changes_them_are_refus
     assert main(["train", *cli_flags(prepared, run, steps="2", trainable="norm.*")]) == 0
     assert main(["train", "--out", str(run), "--resume", "--steps", "4", "--extend", "--trainable", "*"]) == 2
     assert "--resume: trainable '*' differs from the run's 'norm.*'" in capsys.readouterr().err
+
+
+def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(prepared: Path, tmp_path: Path) -> None:
+    """Step 0 of a LoRA run computes the base model exactly (B = 0); after training, the checkpoint (merged
+    W + alpha/r B A under the plain names) loads without peft and gives the adapted model's logits."""
+    from archlab.checkpoint import load_model
+
+    trainer = make_trainer(tmp_path / "run", prepared, steps="3", lora_rank="4", lora_alpha="8",
+                           **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"})
+    base = {n.replace(".base_layer", ""): p.detach().clone() for n, p in trainer.raw.named_parameters()
+            if ".lora_" not in n}
+    assert all(not p.requires_grad for n, p in trainer.raw.named_parameters() if ".lora_" not in n)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, _ in trainer.raw.named_parameters() if ".lora_" in n} == {
+        "qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    from archlab.checkpoint import build_model
+
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # B = 0: before training the adapted model is the base model
+        assert torch.equal(trainer.raw.eval()(ids), build_model(trainer.model_config, base).eval()(ids))
+    trainer.raw.train()
+    trainer.fit()
+    for name, param in trainer.raw.named_parameters():  # the base stays bitwise the same
+        if ".lora_" not in name:
+            assert torch.equal(param, base[name.replace(".base_layer", "")]), name
+    loaded, _ = load_model(tmp_path / "run")
+    with torch.no_grad():
+        adapted, merged = trainer.raw.eval()(ids), loaded(ids)
+    assert (adapted - merged).abs().max() <= 1e-5
+    assert not torch.equal(loaded.layers[0].attn.qkv_proj.weight, base["layers.0.attn.qkv_proj.weight"])
+    q = loaded.layers[0].attn.qkv_proj.weight  # W + (8 / 4) B A, from the adapters themselves
+    lora = trainer.raw.layers[0].attn.qkv_proj
+    want = base["layers.0.attn.qkv_proj.weight"] + 2.0 * lora.lora_B["default"].weight @ lora.lora_A["default"].weight
+    assert torch.allclose(q, want, atol=1e-6)

@@ -173,6 +173,9 @@ class TrainConfig:
     distributed: str = "none"  # none | ddp | fsdp (launch with torchrun --nproc-per-node N -m archlab train ...)
     init_from: str = ""  # the weights the run started from (HF folder or archlab checkpoint); empty = random init
     trainable: tuple[str, ...] = ()  # parameter-name patterns that train, e.g. "layers.1.*,norm.*"; empty = all
+    lora_rank: int = 0  # LoRA adapters of this rank on lora_targets (peft), the rest frozen; 0 = off
+    lora_alpha: float = 16.0  # LoRA scale alpha / rank (Hu et al. 2021 keep alpha fixed as the rank varies)
+    lora_targets: tuple[str, ...] = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")  # linear layers
     z_loss_coef: float = 0.0  # PaLM z-loss weight on log(Z)^2 (1e-4 in PaLM, OLMo 2); 0 = off
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
@@ -189,6 +192,9 @@ class TrainConfig:
         _check(self.distributed in DISTRIBUTED, "distributed", self.distributed, "one of " + ", ".join(DISTRIBUTED))
         _check(self.z_loss_coef >= 0, "z_loss_coef", self.z_loss_coef, "a value >= 0")
         self.trainable = tuple(p.strip() for p in self.trainable if p.strip())
+        _check(self.lora_rank >= 0, "lora_rank", self.lora_rank, "an integer >= 0 (0 = no LoRA)")
+        _check(not (self.lora_rank and self.trainable), "trainable", ",".join(self.trainable),
+               "empty with lora_rank > 0 (LoRA trains its adapters only)")
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
         if self.schedule.horizon is None:

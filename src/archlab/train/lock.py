@@ -18,6 +18,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
@@ -109,6 +110,12 @@ class RunLock:
             os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
+
+    def discard(self) -> None:
+        """After a refused or failed start: remove the run folder if acquire() made it, then release."""
+        if self._fd is not None and self.created_folder:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
+        self.release()
 
     def __del__(self) -> None:  # a lock object dropped without release() (e.g. a Trainer that never ran)
         self.release()

@@ -25,7 +25,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.train.config import TrainConfig
 from archlab.train.distributed import DistContext
-from archlab.train.trainable import trainable_names
+from archlab.train.trainable import lora_parameter_count, trainable_names
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +83,12 @@ def check_memory(train_config: TrainConfig, model_config: ModelConfig, ctx: Dist
     with torch.device("meta"):  # names and sizes only: nothing is allocated
         meta = TransformerLM(model_config)
     sizes = {name: p.numel() for name, p in meta.named_parameters()}
-    trainable = sum(sizes[n] for n in trainable_names(meta, train_config.trainable))
+    trainable = (lora_parameter_count(meta, train_config.lora_rank, train_config.lora_targets)
+                 if train_config.lora_rank else sum(sizes[n] for n in trainable_names(meta, train_config.trainable)))
     d, o = train_config.data, train_config.optimizer
     shards = ctx.world_size if train_config.distributed == "fsdp" else 1
-    parts = training_bytes(model_config, sum(sizes.values()) // shards, trainable // shards,
+    parameters = sum(sizes.values()) + (trainable if train_config.lora_rank else 0)  # adapters add weights
+    parts = training_bytes(model_config, parameters // shards, trainable // shards,
                            max(1, d.batch_size // (ctx.world_size * o.grad_accum)), d.block_size, o.name,
                            train_config.precision.dtype)
     check_fits(parts, ctx.device)  # a refusal is one line, the estimate in it

@@ -54,6 +54,9 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         if not _same_path_or_value(new, old):
             raise ValueError(f"--resume: data.{key} {new!r} differs from the run's {old!r}; a run trains on one "
                              "corpus and tokenizer: resume without changing data.*, or start a new --out")
+    if train.lora_rank or saved.get("lora_rank"):
+        raise ValueError("--resume of a LoRA run is not supported: its checkpoints hold the merged weights; "
+                         "continue with a new run: --init-from RUN_DIR --lora_rank N")
     old_trainable = tuple(saved.get("trainable", ()))
     if train.trainable != old_trainable:  # the optimizer state exists for the trained parameters only
         raise ValueError(f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "

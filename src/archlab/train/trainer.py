@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import signal
 import sys
 import threading
@@ -55,7 +54,7 @@ from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
-from archlab.train.trainable import freeze_all_but
+from archlab.train.trainable import merged_state, select_trainable
 
 logger = logging.getLogger(__name__)
 
@@ -106,19 +105,12 @@ class Trainer:
         self.run_dir = Path(train.out)
         # one writer per folder: refused here, before anything is written, while another process holds it
         self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
-        fresh = self.lock is not None and self.lock.created_folder
         try:
             self._setup(resume, init_from)
         except BaseException:  # a failed start leaves no run folder behind (one that held anything stays)
-            if fresh:
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-            self.release()
+            if self.lock is not None:
+                self.lock.discard()
             raise
-
-    def release(self) -> None:
-        """Give the run folder's lock back (fit() does at its end; idempotent)."""
-        if self.lock is not None:
-            self.lock.release()
 
     def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
         train, ctx = self.cfg, self.ctx
@@ -129,11 +121,9 @@ class Trainer:
             self.raw = build_model(self.model_config, init_from.state_dict(), ctx.device)  # no random init first
         else:
             self.raw = TransformerLM(self.model_config).to(ctx.device)
-        if train.trainable:  # a partial fine-tune: the rest gets no gradient and no optimizer state
-            count = freeze_all_but(self.raw, train.trainable)
-            if ctx.is_main:
-                logger.info("training %s of %s parameters (trainable=%s)", f"{count:,}",
-                            f"{self.raw.num_parameters():,}", ",".join(train.trainable))
+        note = select_trainable(self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets)
+        if note and ctx.is_main:
+            logger.info(note)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
@@ -316,6 +306,8 @@ class Trainer:
     def save(self, val_loss: float | None = None) -> Path | None:
         """Checkpoint the current step (all ranks gather; rank 0 writes and prunes)."""
         model_state, optim_state = dist_utils.full_state_dicts(self.raw, self.optimizer)
+        if self.cfg.lora_rank:  # the plain model's weights: loads without peft (LoRA runs do not resume)
+            model_state = merged_state(model_state, self.cfg.lora_rank, self.cfg.lora_alpha)
         rng = dist_utils.all_gather_objects(capture_rng_state(), self.ctx)
         path = None
         if self.ctx.is_main:
@@ -417,7 +409,8 @@ class Trainer:
         finally:
             bar.close()
             self.metrics.close()
-            self.release()
+            if self.lock is not None:  # the folder's next writer may start
+                self.lock.release()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         seconds = max(time.perf_counter() - start, 1e-9)
@@ -441,9 +434,9 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
         try:
             hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
             check_memory(train_config, model_config, ctx)  # before any model or batch is allocated
-        except BaseException:  # refused: no run folder is left behind (the lock made it)
-            if lock is not None and lock.created_folder:
-                shutil.rmtree(train_config.out, ignore_errors=True)
+        except BaseException:
+            if lock is not None:
+                lock.discard()  # refused: no run folder is left behind
             raise
         if ctx.device.type == "cpu":
             n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
