@@ -107,3 +107,13 @@ def test_cli_errors_are_one_line(checkpoint: Path, capsys) -> None:
     assert "archlab eval: error: --data: nope is neither" in capsys.readouterr().err
     assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,x"]) == 2
     assert "--lengths '16,x' is not allowed" in capsys.readouterr().err
+
+
+def test_progress_without_a_terminal_is_plain_log_lines(capsys, caplog) -> None:
+    """Piped to a log file (stderr is not a terminal under pytest), progress is one line per cell, no \\r redraws."""
+    tokens = np.arange(200, dtype=np.int64) % 50
+    with caplog.at_level("INFO", logger="archlab.eval.length"):
+        evaluate_lengths(tiny(), tokens, [8, 16], ["none"], 4, n_windows=1, progress=True)
+    assert "\r" not in capsys.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.name == "archlab.eval.length"]
+    assert len(lines) == 2 and lines[0].startswith("eval length 1/2: none at 8 tokens, loss ")

@@ -16,7 +16,9 @@ Per method and target length L (L_train = the model's max_seq_len, s = max(1, L 
 from __future__ import annotations
 
 import csv
+import logging
 import math
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +31,8 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.nn.rope import RopeScaling
+
+logger = logging.getLogger(__name__)
 
 METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
 
@@ -117,9 +121,14 @@ def evaluate_lengths(
     state = model.state_dict()
     batches = {length: windows(tokens, length, n_windows) for length in lengths}
     results = []
-    for (method, length), config in tqdm(configs.items(), desc="eval length", disable=not progress):
+    lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
+    for i, ((method, length), config) in enumerate(tqdm(configs.items(), desc="eval length",
+                                                        disable=not progress or lines)):
         scaled = build_model(config, state).eval()  # no random init of weights about to be replaced
         results.append(LengthResult(method, length, window_loss(scaled, batches[length], score_last)))
+        if lines:
+            logger.info("eval length %d/%d: %s at %d tokens, loss %.3f", i + 1, len(configs), method, length,
+                        results[-1].loss)
     return results
 
 
