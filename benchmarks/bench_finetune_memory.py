@@ -1,6 +1,6 @@
 """Peak memory of a fine-tune at SmolLM2-135M shapes: full AdamW vs LoRA vs the last layers only.
 
-python benchmarks/bench_finetune_memory.py                     # batch 4 x 256 tokens, 2 steps per arm
+python benchmarks/bench_finetune_memory.py                     # batch 1 x 128 tokens, 2 steps per arm
 python benchmarks/bench_finetune_memory.py --batch 8 --block 512
 
 Each arm is `archlab train --init-from FOLDER ...` in a fresh process (a random model of SmolLM2-135M's shapes,
@@ -50,8 +50,8 @@ def run_arm(hf: Path, corpus: Path, out: Path, extra: list[str], batch: int, blo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--block", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--block", type=int, default=128)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
