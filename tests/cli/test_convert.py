@@ -229,7 +229,8 @@ def test_eval_length_and_passkey_read_a_hf_folder_as_its_converted_checkpoint(
                      "--data", str(tmp_path / "held_out.txt"), "--out", str(tmp_path / f"len-{name}"),
                      "--allow-extrapolation", "--no-progress"]) == 0
         assert main(["eval", "passkey", "--checkpoint", str(source), "--lengths", "100", "--depths", "0.5",
-                     "--trials", "2", "--allow-extrapolation", "--out", str(tmp_path / f"pk-{name}"), "--no-progress"]) == 0
+                     "--trials", "2", "--allow-extrapolation", "--out", str(tmp_path / f"pk-{name}"),
+                     "--no-progress"]) == 0
         tables[name] = ((tmp_path / f"len-{name}" / "length.md").read_text(),
                         (tmp_path / f"pk-{name}" / "passkey.md").read_text())
     assert tables["hf"] == tables["run"] and "| yarn |" in tables["hf"][0]

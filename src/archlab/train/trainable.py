@@ -61,6 +61,10 @@ def add_lora(model: nn.Module, rank: int, alpha: float, targets: tuple[str, ...]
     the number of adapter parameters. B starts at zero, so the model computes exactly what it did before."""
     from peft import LoraConfig, inject_adapter_in_model  # only a LoRA run needs peft
 
+    config = getattr(model, "config", None)
+    if config is not None and config.block == "parallel" and getattr(config, "parallel_fused", False):
+        raise ValueError("lora_rank with the fused parallel block is not allowed: its fused GEMM reads the "
+                         "weights directly and would skip the adapters; add --model.parallel_fused false")
     present = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     wanted = [t for t in targets if t in present]
     if not wanted:
