@@ -6,9 +6,8 @@ python benchmarks/bench_finetune_memory.py --batch 8 --block 512
 Each arm is `archlab train --init-from FOLDER ...` in a fresh process (a random model of SmolLM2-135M's shapes,
 benchmarks/bench_first_token.py writes it; nothing is downloaded), run under a wrapper process that reports its
 child's peak resident memory (getrusage ru_maxrss). The trainer's own estimate (train/memory.py) is printed beside
-the measurement; the process also holds the Python runtime, torch and the tokenized corpus (the `baseline` row:
-the same command with --steps refused after loading, i.e. load only, is not separable, so the estimate is
-compared with peak minus the measured RSS of a process that only imports torch and loads the model).
+the measurement. A process also holds the Python runtime, torch's libraries and, when it saves the checkpoint,
+copies of the weights being written; the first line measures a process that only loads the model, for scale.
 """
 
 from __future__ import annotations
