@@ -264,3 +264,32 @@ def test_initial_weights_round_trip_are_kept_and_never_a_checkpoint(tmp_path: Pa
     assert not torch.equal(load_initial_weights(run)["embed_tokens.weight"], model.embed_tokens.weight)
     assert list_checkpoints(run) == [] and latest_checkpoint(run) is None
     assert [p.name for p in run.iterdir()] == ["initial"]  # no temp folder left behind
+
+
+@pytest.mark.parametrize("preset", ["original", "gpt2", "llama", "gemma2", "gptj", "hwfa"])
+def test_load_model_builds_without_random_init_and_gives_the_same_logits(
+    preset: str, tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's model is built on the meta device: init_weights never touches a real tensor, every buffer
+    (RoPE tables, ALiBi slopes) is computed, a tied head is one tensor, and the logits equal the saved model's."""
+    from tests.conftest import randomize_
+
+    model = randomize_(tiny_model(preset), 0.2).eval()
+    save(tmp_path / "run", 1, model, tokenizer_file)
+    real_inits: list[bool] = []
+    original = TransformerLM.init_weights
+    def spy(self: TransformerLM, seed: int | None = None) -> None:
+        real_inits.append(not self.embed_tokens.weight.is_meta)
+        original(self, seed)
+
+    monkeypatch.setattr(TransformerLM, "init_weights", spy)
+    loaded, _ = load_model(tmp_path / "run")
+    assert real_inits and not any(real_inits)  # built (on meta), never randomly initialised for real
+    assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])
+    if loaded.config.tie_embeddings:
+        assert loaded.lm_head.weight is loaded.embed_tokens.weight
+    for (name, a), (_, b) in zip(model.named_buffers(), loaded.named_buffers()):
+        assert torch.equal(a, b), name
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))

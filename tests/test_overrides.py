@@ -199,3 +199,14 @@ def test_an_unknown_rope_scaling_key_is_one_line_in_both_commands(command: str, 
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"archlab {command}: error: unknown config key "), err
     assert "rope_scaling.fctor': RopeScaling has the fields kind, factor" in err
+
+
+def test_an_unknown_top_level_key_suggests_the_section_that_has_it() -> None:
+    from archlab.train.config import resolve_config
+
+    cases = (("lr", "optimizer.lr"), ("tokenizer", "data.tokenizer"), ("warmup_steps", "schedule.warmup_steps"))
+    for key, near in cases:
+        with pytest.raises(ValueError, match=rf"^unknown config key '{key}': did you mean {near}\? TrainConfig has"):
+            resolve_config([{key: "1"}])
+    with pytest.raises(ValueError, match=r"^unknown config key 'bogus': TrainConfig has"):  # no guess without one
+        resolve_config([{"bogus": "1"}])

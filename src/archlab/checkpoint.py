@@ -151,8 +151,10 @@ def save_checkpoint(
     tokenizer_file: str | Path,
     aliases: dict[str, str] | None = None,
     val_loss: float | None = None,
+    provenance: dict[str, str] | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is kept)."""
+    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is kept).
+    `provenance` (e.g. {"init_from": folder}) goes into the manifest: where the weights came from."""
     root = Path(run_dir) / CHECKPOINTS
     final = root / checkpoint_name(step)
     if final.exists():  # same step, same state (e.g. a signal right after a periodic save)
@@ -164,7 +166,7 @@ def save_checkpoint(
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run folder
     try:
         _write_all(tmp, final, root, step, val_loss, model_state, aliases or {}, optimizer_state, state, config,
-                   Path(tokenizer_file))
+                   Path(tokenizer_file), provenance)
     except OSError as err:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous checkpoints are untouched
             raise CheckpointError(f"no space left on device at {root}: checkpoint step {step} was not written; "
@@ -177,14 +179,15 @@ def save_checkpoint(
 
 def _write_all(tmp: Path, final: Path, root: Path, step: int, val_loss: float | None,
                model_state: dict[str, torch.Tensor], aliases: dict[str, str], optimizer_state: dict, state: dict,
-               config: dict, tokenizer_file: Path) -> None:
+               config: dict, tokenizer_file: Path, provenance: dict[str, str] | None = None) -> None:
     """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes it as `final`."""
     _write_files(tmp, model_state, aliases, optimizer_state, state, config, tokenizer_file)
     files = {}
     for name in FILES:
         _fsync_file(tmp / name)
         files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
-    manifest = {"step": step, "val_loss": val_loss, "files": files}
+    manifest = {"step": step, "val_loss": val_loss, "files": files, **({"provenance": provenance} if provenance
+                                                                       else {})}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     for name in (*FILES, MANIFEST):  # one mode for every file, whatever wrote it (torch, safetensors, shutil)
         os.chmod(tmp / name, FILE_MODE)
@@ -351,11 +354,35 @@ def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -
     path = resolve_checkpoint(checkpoint_dir)
     verify_checkpoint(path)
     config = read_checkpoint_config(path)
-    model = TransformerLM(ModelConfig.from_dict(config["model"]))
-    weights = load_weights(path)
-    check_weights_fit(model, weights, path)
-    model.load_state_dict(weights)
-    return model.to(device).eval(), Tokenizer.load(path)
+    model = build_model(ModelConfig.from_dict(config["model"]), load_weights(path), device, path)
+    return model.eval(), Tokenizer.load(path)
+
+
+def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
+                path: Path | None = None) -> TransformerLM:
+    """The model of `config` holding `weights`, without a random init that the weights would overwrite.
+
+    Built on the meta device, the weights become its parameters (cast to the dtype the model is built in,
+    float32 unless changed, as load_state_dict would); the computed buffers (RoPE tables, ALiBi slopes) are
+    then made on `device`. For a SmolLM2-135M-shaped checkpoint the random init was over half of the load
+    time (docs/inference.md). `path` names the checkpoint in a misfit's message.
+    """
+    with torch.device("meta"):
+        model = TransformerLM(config)
+    check_weights_fit(model, weights, path or Path("(weights)"))
+    device = torch.device(device)
+    expected = model.state_dict()
+    state = {k: weights[k].to(device=device, dtype=expected[k].dtype) for k in expected}
+    model.load_state_dict(state, assign=True)
+    if config.tie_embeddings:  # assign gave the head its own Parameter object: tie it again
+        model.lm_head.weight = model.embed_tokens.weight
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_meta:
+                module._buffers[name] = torch.empty_like(buffer, device=device)
+        if hasattr(module, "reset_buffers"):
+            module.reset_buffers()
+    return model
 
 
 def check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:

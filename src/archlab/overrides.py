@@ -212,7 +212,10 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
     where = f"{prefix}{head}"
     if head not in _hints(cls):
         known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise ConfigError(f"unknown config key {prefix + key!r}: {cls.__name__} has the fields {known}")
+        near = [f"{prefix}{name}.{head}" for name, hint in _hints(cls).items()
+                if (sub := _dataclass_in(hint)) is not None and head in _hints(sub)]  # `lr` -> optimizer.lr
+        hint_text = f"did you mean {' or '.join(near)}? " if near else ""
+        raise ConfigError(f"unknown config key {prefix + key!r}: {hint_text}{cls.__name__} has the fields {known}")
     hint = _hints(cls)[head]
     sub = _dataclass_in(hint)
     if sub is None:

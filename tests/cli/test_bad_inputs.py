@@ -68,7 +68,8 @@ LONG = "x" * 40
 TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--optimizer.name", "sgdx"], "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger"),
     (["--optimizer.lr", "-1"], "optimizer.lr=-1.0 is not allowed"),
-    (["--steps", "0"], "steps=0 is not allowed: an integer >= 1"),
+    (["--steps", "0"], "steps=0 is not allowed: an integer from 1 to 1,000,000,000"),
+    (["--steps", "1e20"], "steps=100000000000000000000 is not allowed: an integer from 1 to 1,000,000,000"),
     (["--steps", "abc"], "steps='abc' is not allowed: expected int"),
     (["--optimizer.lrr", "1"], "unknown config key 'optimizer.lrr'"),
     (["--optimizer.grad_clip", "abc"], "optimizer.grad_clip='abc' is not allowed"),

@@ -91,7 +91,8 @@ def test_convert_errors_are_one_line(hf_dir: Path, tmp_path: Path, capsys: pytes
     assert "--dtype='int8' is not allowed" in capsys.readouterr().err
 
 
-def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path: Path) -> None:
+def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     """`archlab train --init-from HF_DIR --model.n_kv_heads 1`: with lr 0 the saved weights are exactly the
     mean-pooled source, and the run uses the folder's tokenizer."""
     from archlab.interop.surgery import adapt
@@ -102,13 +103,34 @@ def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path:
              "--schedule.warmup_steps", "0", "--data.batch_size", "2", "--data.block_size", "32",
              "--logging.samples", "0", "--logging.eval_every", "0", "--logging.tensorboard", "false",
              "--logging.progress", "false"]
-    assert main(["train", *flags]) == 0
+    with caplog.at_level("INFO"):
+        assert main(["train", *flags]) == 0
+    assert f"from {hf_dir}, " in caplog.text and "llama/tiny" not in caplog.text  # the log names the source
     trained, _ = load_model(tmp_path / "run")
     source = from_hf(hf_dir)
+    # the source is recorded (run config, checkpoint config and manifest, metrics) and evaluated at step 0
+    from archlab.checkpoint import latest_checkpoint
+    from archlab.train.metrics import read_metrics
+
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["train"]["init_from"] == str(hf_dir)
+    ckpt = latest_checkpoint(run)
+    assert json.loads((ckpt / "manifest.json").read_text())["provenance"] == {"init_from": str(hf_dir)}
+    assert json.loads((ckpt / "config.json").read_text())["train"]["init_from"] == str(hf_dir)
+    assert [r["init_from"] for r in read_metrics(run, "init")] == [str(hf_dir)]
+    evals = read_metrics(run, "eval")
+    assert [r["step"] for r in evals] == [0, 1]
+    assert evals[0]["loss"] == evals[1]["loss"]  # lr 0: the step-0 loss is the loaded weights' own
     expected = adapt(source, trained.config)
     assert trained.config.n_kv_heads == 1 and trained.config.d_model == source.config.d_model
     for (name, a), (_, b) in zip(trained.state_dict().items(), expected.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+def test_init_from_as_a_config_key_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "--init_from", "somewhere", "--out", str(tmp_path / "run")]) == 2
+    assert "init_from is set by --init-from PATH" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_init_from_refuses_an_unmapped_change(hf_dir: Path, tmp_path: Path,
@@ -118,3 +140,100 @@ def test_train_init_from_refuses_an_unmapped_change(hf_dir: Path, tmp_path: Path
              "--model.d_ff", "64"]
     assert main(["train", *flags]) == 2
     assert "cannot change d_ff 96 -> 64: no principled weight mapping" in capsys.readouterr().err
+
+
+def test_convert_from_hf_into_a_run_with_checkpoints_is_refused_or_adds_a_new_step(
+    hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from archlab.checkpoint import list_checkpoints
+    from tests.conftest import snapshot
+
+    run = tmp_path / "run"
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run)]) == 0
+    capsys.readouterr()
+    before = snapshot(run)
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "already holds checkpoints up to step_0000000" in err and "--force" in err
+    assert snapshot(run) == before  # nothing written, nothing replaced
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run), "--force"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {run}/checkpoints/step_0000001 (a new step" in out  # says what it wrote, truthfully
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000000", "step_0000001"]
+    assert all(before[k] == v for k, v in snapshot(run).items() if k in before)  # step 0 is untouched
+    fresh = tmp_path / "fresh"
+    assert main(["convert", "--from-hf", str(tmp_path / "nowhere"), "--out", str(fresh)]) == 2
+    assert not fresh.exists()  # a refused conversion leaves no folder behind
+
+
+def test_convert_to_hf_into_a_non_empty_folder_needs_force(hf_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    (target / "model-00001-of-00002.safetensors").write_bytes(b"old shard")
+    capsys.readouterr()
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {target} is not empty (model-00001-of-00002.safetensors, notes.txt)" in err
+    assert sorted(p.name for p in target.iterdir()) == ["model-00001-of-00002.safetensors", "notes.txt"]
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(target), "--force"]) == 0
+    assert "replaced 1 earlier weight file(s)" in capsys.readouterr().out
+    assert (target / "notes.txt").read_text() == "mine"  # only config and weights are replaced
+    assert not (target / "model-00001-of-00002.safetensors").exists()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(hf_dir)(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(target)(ids).logits
+    assert (got - want).abs().max() <= 1e-5
+
+
+def test_convert_from_hf_of_an_archlab_run_says_what_it_is(hf_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(tmp_path / "run"), "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert "is an archlab checkpoint, not a Hugging Face folder: `convert --to-hf` exports it" in err
+    assert "tokenizer.json" not in err
+
+
+def test_convert_keeps_the_chat_template_both_ways(hf_dir: Path, tmp_path: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    source = tmp_path / "hf"
+    source.mkdir()
+    for file in hf_dir.iterdir():
+        (source / file.name).write_bytes(file.read_bytes())
+    (source / "chat_template.jinja").write_text(template)
+    assert main(["convert", "--from-hf", str(source), "--out", str(tmp_path / "run")]) == 0
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 0
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tmp_path / "back")
+    messages = [{"role": "user", "content": "hi"}]
+    assert tokenizer.chat_template == template
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == "<|user|>hi\n"
+
+
+def test_eval_length_and_passkey_read_a_hf_folder_as_its_converted_checkpoint(
+    hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same weights give the same table, read from the HF folder or from `convert --from-hf`'s checkpoint."""
+    main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run")])
+    (tmp_path / "held_out.txt").write_text("def f(x):\n    return x * 2\n" * 40)
+    tables = {}
+    for name, source in (("hf", hf_dir), ("run", tmp_path / "run")):
+        capsys.readouterr()
+        assert main(["eval", "length", "--checkpoint", str(source), "--lengths", "32,128", "--scalings", "none,yarn",
+                     "--data", str(tmp_path / "held_out.txt"), "--out", str(tmp_path / f"len-{name}"),
+                     "--allow-extrapolation", "--no-progress"]) == 0
+        assert main(["eval", "passkey", "--checkpoint", str(source), "--lengths", "100", "--depths", "0.5",
+                     "--trials", "2", "--allow-extrapolation", "--out", str(tmp_path / f"pk-{name}"),
+                     "--no-progress"]) == 0
+        tables[name] = ((tmp_path / f"len-{name}" / "length.md").read_text(),
+                        (tmp_path / f"pk-{name}" / "passkey.md").read_text())
+    assert tables["hf"] == tables["run"] and "| yarn |" in tables["hf"][0]
+    capsys.readouterr()
+    assert main(["eval", "length", "--checkpoint", str(hf_dir), "--lengths", "32"]) == 2
+    assert "--data is needed with a Hugging Face folder" in capsys.readouterr().err

@@ -301,9 +301,10 @@ def test_cli_prepare_says_when_it_reused_a_folder(tmp_path: Path, capsys: pytest
     argv = ["data", "prepare", "--data", str(corpus), "--out", str(tmp_path / "out")]
     assert main(argv) == 0
     first = capsys.readouterr().out
-    assert re.search(r", prepared in [\d.]+ s$", first.strip()) and "reused" not in first
+    assert re.search(r", prepared in [\d.]+ s; train on it with `archlab train --data .*`$", first.strip())
+    assert "reused" not in first
     assert main(argv) == 0
-    assert re.search(r", reused \(prepared earlier in [\d.]+ s\)$", capsys.readouterr().out.strip())
+    assert re.search(r", reused \(prepared earlier in [\d.]+ s\); train on it with", capsys.readouterr().out.strip())
 
 
 def test_reuse_only_never_replaces_a_prepared_folder(tmp_path: Path) -> None:

@@ -68,8 +68,10 @@ def test_evaluate_lengths_loads_the_same_weights_under_each_method() -> None:
 
 def test_lengths_past_the_context_and_scalings_without_rope_fail_before_compute() -> None:
     tokens = np.zeros(100, dtype=np.int64)
-    with pytest.raises(ValueError, match="exceeds the model's context of 16 tokens"):
+    with pytest.raises(ValueError, match=r"^length 32 is past the 16 tokens that scaling 'none' covers for this "
+                                         r"model \(trained at 16\): pass --allow-extrapolation") as err:
         evaluate_lengths(tiny(), tokens, [16, 32], ["linear", "none"], 8, progress=False)
+    assert "max_new_tokens" not in str(err.value)  # generate's wording does not belong here
     with pytest.raises(ValueError, match="scaling 'linear' needs a RoPE model"):
         evaluate_lengths(tiny(position="alibi"), tokens, [16], ["linear"], 8, progress=False)
     with pytest.raises(ValueError, match="too few for length 200"):
@@ -105,3 +107,13 @@ def test_cli_errors_are_one_line(checkpoint: Path, capsys) -> None:
     assert "archlab eval: error: --data: nope is neither" in capsys.readouterr().err
     assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,x"]) == 2
     assert "--lengths '16,x' is not allowed" in capsys.readouterr().err
+
+
+def test_progress_without_a_terminal_is_plain_log_lines(capsys, caplog) -> None:
+    """Piped to a log file (stderr is not a terminal under pytest), progress is one line per cell, no \\r redraws."""
+    tokens = np.arange(200, dtype=np.int64) % 50
+    with caplog.at_level("INFO", logger="archlab.eval.length"):
+        evaluate_lengths(tiny(), tokens, [8, 16], ["none"], 4, n_windows=1, progress=True)
+    assert "\r" not in capsys.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.name == "archlab.eval.length"]
+    assert len(lines) == 2 and lines[0].startswith("eval length 1/2: none at 8 tokens, loss ")

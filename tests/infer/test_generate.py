@@ -335,3 +335,30 @@ def test_token_ids_that_are_not_integers_fail_in_one_line(prompt: list, wrong: s
     with pytest.raises(ValueError, match=rf"token id {re.escape(wrong)} is not an integer: prompts are "
                                          "lists of int token ids"):
         generate(tiny(), [[3, 4], prompt], GREEDY)
+
+
+def test_cli_default_max_new_tokens_is_clipped_to_the_context_with_a_note(fake_checkpoint, capsys,
+                                                                         monkeypatch) -> None:
+    """The model's context is 64: the default 128 new tokens cannot fit, so it becomes 64 - prompt length (the
+    README's `generate --interactive` on a 128-token model); a value the user gave is refused instead."""
+    assert main(["generate", "--checkpoint", "c", "--prompt", "Hello", "--temperature", "0"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ("archlab generate: --max-new-tokens 59 (the default 128 clipped to the model's 64-token "
+                            "context after a 5-token prompt)\n")
+    assert main(["generate", "--checkpoint", "c", "--prompt", "Hello", "--temperature", "0",
+                 "--max-new-tokens", "59"]) == 0
+    explicit = capsys.readouterr()
+    assert captured.out == explicit.out and explicit.err == ""  # the same 59 tokens; a given value gets no note
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ab\nabcd\n"))
+    assert main(["generate", "--checkpoint", "c", "--interactive", "--temperature", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "--max-new-tokens 62 (the default" in err and "--max-new-tokens 60 (the default" in err
+    assert main(["generate", "--checkpoint", "c", "--prompt", "Hello", "--max-new-tokens", "128"]) == 2
+    assert "exceeds the model's context of 64 tokens" in capsys.readouterr().err
+
+
+def test_cli_missing_prompt_file_is_one_line(fake_checkpoint, capsys, tmp_path: Path) -> None:
+    assert main(["generate", "--checkpoint", "c", "--prompt-file", str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"archlab generate: error: --prompt-file {tmp_path / 'nope.txt'}: no such file (one prompt per "
+                   "line; '-' reads stdin)\n")

@@ -20,7 +20,6 @@ from archlab.lab.suite import (
     match_parameters,
     param_note,
     resolve_arm,
-    suites_dir,
 )
 from archlab.nn.model import TransformerLM
 

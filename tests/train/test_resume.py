@@ -57,6 +57,20 @@ def test_resume_keeps_the_schedule_and_extend_continues_its_decay(
     assert [(r["step"], r["steps"], r["schedule_end"]) for r in resumes] == [(4, 6, 8), (6, 12, 12)]
 
 
+def test_a_finished_run_extended_decays_again_to_the_new_end(prepared: Path, tmp_path: Path) -> None:
+    """The README's `--resume --steps 400 --extend` after a finished run, at 8 -> 16 steps: the logged lr re-warms
+    over the warmup steps onto the cosine planned for 16 and reaches MIN at its last step."""
+    run = tmp_path / "run"
+    assert run_cli(*cli_flags(prepared, run, steps="8", **{"schedule.warmup_steps": "2"})) == 0
+    assert run_cli("--out", str(run), "--resume", "--steps", "16", "--extend") == 0
+    lrs = [r["lr"] for r in read_metrics(run, "train")]
+    target = cosine(10, 2, 16)
+    want = ([cosine(s, 2, 8) for s in range(8)] + [MIN + (target - MIN) * k / 2 for k in (1, 2)]
+            + [cosine(s, 2, 16) for s in range(10, 16)])
+    assert lrs == pytest.approx(want, rel=1e-12)
+    assert lrs[8] > MIN and lrs[-1] < lrs[10]  # it rises off the minimum, then decays
+
+
 def test_the_plot_marks_every_resume(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
     assert run_cli(*cli_flags(prepared, run, steps="3", **{"schedule.horizon": "6"})) == 0
@@ -98,12 +112,16 @@ def test_resume_to_a_step_already_reached_says_so(prepared: Path, tmp_path: Path
     assert run_cli(*cli_flags(prepared, run, steps="4")) == 0
     capsys.readouterr()
     before = snapshot(run)
-    for extra, reached in ((["--steps", "2"], "--steps 2"), ([], "--steps 4")):
-        assert run_cli("--out", str(run), "--resume", *extra) == 2
-        err = capsys.readouterr()
-        assert err.out == "" and err.err.strip() == (
-            f"archlab train: error: --resume: the run is already at step 4, so {reached} leaves nothing to do; "
-            "to train longer: --resume --steps N --extend (N > 4)")
+    assert run_cli("--out", str(run), "--resume", "--steps", "2") == 2
+    err = capsys.readouterr()
+    assert err.out == "" and err.err.strip() == (
+        "archlab train: error: --resume: the run is already at step 4, so --steps 2 leaves nothing to do; "
+        "to train longer: --resume --steps N --extend (N > 4)")
+    for extra in ([], ["--steps", "4"]):  # a finished run resumed to its own end: done, exit 0 (README order)
+        assert run_cli("--out", str(run), "--resume", *extra) == 0
+        out = capsys.readouterr()
+        assert out.err == "" and out.out.strip() == (
+            f"{run} is already at step 4 of 4: nothing to resume; to train longer: --resume --steps N --extend (N > 4)")
     assert run_cli("--out", str(run), "--resume", "--steps", "3", "--extend") == 2
     assert "--extend: --steps 3 does not lengthen the run" in capsys.readouterr().err
     assert snapshot(run) == before

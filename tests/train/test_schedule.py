@@ -68,6 +68,23 @@ def test_config_resolves_default_warmup_and_rejects_a_warmup_longer_than_the_run
         resolve_config([{"schedule.name": "step"}])
 
 
+@pytest.mark.parametrize(("steps", "warmup"), [(1, 0), (2, 1), (19, 1), (40, 2), (10**6, 1000)])
+def test_the_derived_warmup_fits_any_number_of_steps(steps: int, warmup: int) -> None:
+    """`--steps 1` must not fail on a warmup the user never set: the derived one is always shorter than the run."""
+    train, _ = resolve_config([{"steps": str(steps)}])
+    assert train.schedule.warmup_steps == warmup
+    lr = build_schedule("cosine", MAX, steps, warmup_steps=warmup, min_lr=MIN)
+    assert lr(0) == pytest.approx(MAX if warmup == 0 else MAX / warmup)
+
+
+def test_absurd_step_counts_are_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match=r"^steps=100000000000000000000 is not allowed: an integer from 1 to "
+                                         r"1,000,000,000$"):
+        resolve_config([{"steps": "1e20"}])
+    with pytest.raises(ValueError, match="schedule.horizon=10000000000 is not allowed"):
+        resolve_config([{"schedule.horizon": "1e10"}])
+
+
 # ------------------------------------------------------------------------------------------ extensions
 def test_wsd_decay_steps_are_rounded_to_the_nearest_step() -> None:
     # 0.2 * 38 = 7.6 -> 8 decay steps (floor would give 7); 0.2 * 37 = 7.4 -> 7 (ceil would give 8)
@@ -88,9 +105,50 @@ def test_cosine_extended_mid_decay_continues_as_a_new_tail_from_the_current_lr()
     assert all(new(s + 1) < new(s) for s in range(60, 199))  # no jump: the decay goes on
 
 
-def test_cosine_extended_after_its_end_stays_at_min_lr_and_in_warmup_replans() -> None:
-    done = build_schedule("cosine", MAX, 100, warmup_steps=10, min_lr=MIN, extensions=[(100, 150)])
-    assert [done(s) for s in (100, 120, 150)] == pytest.approx([MIN] * 3)
+def test_a_finished_cosine_extended_rewarms_and_decays_to_the_new_end() -> None:
+    """A 200-step cosine extended at its end to 400 (the README's --extend): min_lr at step 200, a linear
+    re-warm over the 10 warmup steps onto the cosine planned for 400, that cosine down to min_lr at 400."""
+    w = 10
+
+    def cosine_400(s: int) -> float:  # explicit: warmup 10, half cosine from MAX to MIN over steps 10..400
+        return MIN + 0.5 * (MAX - MIN) * (1 + math.cos(math.pi * (s - w) / (400 - w)))
+
+    new = build_schedule("cosine", MAX, 200, warmup_steps=w, min_lr=MIN, extensions=[(200, 400)])
+    old = build_schedule("cosine", MAX, 200, warmup_steps=w, min_lr=MIN)
+    assert [new(s) for s in range(200)] == [old(s) for s in range(200)]
+    target = cosine_400(200 + w)
+    for s in range(200, 200 + w):
+        assert new(s) == pytest.approx(MIN + (target - MIN) * (s - 200 + 1) / w, rel=1e-12)
+    for s in range(200 + w, 401):
+        assert new(s) == pytest.approx(cosine_400(s), rel=1e-12)
+    assert new(400) == pytest.approx(MIN) and new(300) > new(350) > new(399) > MIN  # it decays to the new end
+    jump = build_schedule("cosine", MAX, 200, warmup_steps=0, min_lr=MIN, extensions=[(250, 400)])
+    assert jump(250) == pytest.approx(MIN + 0.5 * (MAX - MIN) * (1 + math.cos(math.pi * 250 / 400)))  # no warmup
+
+
+def test_a_finished_wsd_extended_rewarms_into_its_stable_phase_and_cools_down_at_the_new_end() -> None:
+    new = build_schedule("wsd", MAX, 100, warmup_steps=4, min_lr=MIN, decay_fraction=0.2, extensions=[(100, 300)])
+    assert new(99) == pytest.approx(MIN + (MAX - MIN) * (1 - 19 / 20))  # the old cooldown's last step
+    assert [new(s) for s in range(100, 104)] == pytest.approx([MIN + (MAX - MIN) * k / 4 for k in (1, 2, 3, 4)])
+    assert all(new(s) == MAX for s in range(104, 241))  # stable again; cooldown = the last 20% of 300
+    assert new(270) == pytest.approx(MIN + (MAX - MIN) * 0.5) and new(300) == pytest.approx(MIN)
+    again = build_schedule("wsd", MAX, 100, warmup_steps=4, min_lr=MIN, decay_fraction=0.2,
+                           extensions=[(100, 300), (200, 500)])  # extended again in that stable phase
+    assert [again(s) for s in range(200)] == [new(s) for s in range(200)]
+    assert again(399) == MAX and again(450) == pytest.approx(MIN + (MAX - MIN) * 0.5)
+
+
+def test_wsd_extended_exactly_at_its_decay_start_keeps_max_and_moves_the_cooldown() -> None:
+    # 100 steps, cooldown 80..100: extended at step 80 (its first cooldown step, still at MAX) to 200
+    new = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2, extensions=[(80, 200)])
+    old = build_schedule("wsd", MAX, 100, warmup_steps=10, min_lr=MIN, decay_fraction=0.2)
+    assert old(80) == MAX and [new(s) for s in range(81)] == [old(s) for s in range(81)]
+    for s in range(80, 201):  # stable until 160 = 200 - 20% of 200, then linear to MIN at 200
+        want = MAX if s < 160 else MIN + (MAX - MIN) * (1 - (s - 160) / 40)
+        assert new(s) == pytest.approx(want, rel=1e-12)
+
+
+def test_cosine_extended_in_its_warmup_replans_for_the_new_end() -> None:
     early = build_schedule("cosine", MAX, 100, warmup_steps=10, min_lr=MIN, extensions=[(5, 300)])
     plan = build_schedule("cosine", MAX, 300, warmup_steps=10, min_lr=MIN)
     assert [early(s) for s in range(0, 301, 7)] == [plan(s) for s in range(0, 301, 7)]

@@ -3,22 +3,37 @@
     archlab convert --from-hf DIR --out RUN [--dtype bf16]      # RUN/checkpoints/step_0000000, loads anywhere
     archlab convert --to-hf CKPT --out DIR [--family llama]     # a folder transformers' from_pretrained reads
 
-The HF folder's tokenizer.json travels both ways (archlab checkpoints always carry one). Export picks the
-first family that carries every switch of the model, or `--family`; a model no family expresses is refused
-with the switches named (see docs/interop.md).
+The HF folder's tokenizer.json (and its chat template) travels both ways (archlab checkpoints always carry a
+tokenizer). Export picks the first family that carries every switch of the model, or `--family`; a model no
+family expresses is refused with the switches named (see docs/interop.md).
+
+Nothing is overwritten silently: `--from-hf` into a run folder that already holds checkpoints, or `--to-hf` into
+a non-empty folder, is refused unless `--force`. With `--force`, `--from-hf` adds the model as the run's next
+step (the earlier checkpoints stay) and says so; `--to-hf` replaces the folder's config and weight files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
-from archlab.checkpoint import load_model, save_checkpoint
+from archlab.checkpoint import (
+    CHECKPOINTS,
+    latest_checkpoint,
+    load_model,
+    read_checkpoint_config,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from archlab.interop import from_hf, load_hf_tokenizer, save_hf
 from archlab.interop.families import FAMILIES
+from archlab.train.lock import LOCK_FILE, RunLock
+from archlab.train.resume import checkpoint_step
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -32,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="run folder (--from-hf) or Hugging Face folder (--to-hf)")
     p.add_argument("--dtype", default=None, help=f"--from-hf: cast weights to {', '.join(DTYPES)} (default: as stored)")
     p.add_argument("--family", default=None, help=f"--to-hf: the model_type to write ({', '.join(FAMILIES)})")
+    p.add_argument("--force", action="store_true", help="write into a folder that is not empty: --from-hf adds a "
+                   "new step to the run, --to-hf replaces the folder's config and weights")
     p.set_defaults(func=run)
 
 
@@ -39,21 +56,94 @@ def run(args: argparse.Namespace) -> int:
     if args.dtype is not None and args.dtype not in DTYPES:
         raise ValueError(f"--dtype={args.dtype!r} is not allowed: one of {', '.join(DTYPES)}")
     if args.from_hf:
-        print(f"wrote {from_hf_folder(Path(args.from_hf), Path(args.out), DTYPES.get(args.dtype))}")
+        source, out = Path(args.from_hf), Path(args.out)
+        check_hf_source(source)
+        lock = RunLock(out).acquire()  # one writer per run folder (train/lock.py)
+        try:
+            step = next_step(out, args.force)
+            path = from_hf_folder(source, out, DTYPES.get(args.dtype), step)
+        except BaseException:
+            if lock.created_folder:  # a refused or failed conversion leaves no folder behind
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+        finally:
+            lock.release()
+        kept = f" (a new step: the run's earlier checkpoints stay, up to step {step - 1})" if step else ""
+        print(f"wrote {path}{kept}")
     else:
+        out = Path(args.out)
+        stale = check_hf_target(out, args.force)
         model, tokenizer = load_model(args.to_hf)
-        print(f"wrote {save_hf(model, args.out, tokenizer, family=args.family)}")
+        chat_template = read_checkpoint_config(resolve_checkpoint(args.to_hf)).get("tokenizer", {}).get("chat_template")
+        for file in stale:  # --force: weights of an earlier export would be read beside the new ones
+            file.unlink()
+        save_hf(model, out, tokenizer, family=args.family)
+        if chat_template:
+            write_chat_template(out, chat_template)
+        print(f"wrote {out}" + (f" (replaced {len(stale)} earlier weight file(s))" if stale else ""))
     return 0
 
 
-def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None) -> Path:
-    """An HF folder as step 0 of run `out`: weights, config and tokenizer; no optimizer state."""
+def check_hf_source(folder: Path) -> None:
+    """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
+    if not (folder / "config.json").is_file() and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
+        raise ValueError(f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
+                         "`convert --to-hf` exports it, and train / generate / eval read it as it is")
     if not (folder / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{folder / 'tokenizer.json'} is missing: an archlab checkpoint carries its tokenizer")
+
+
+def next_step(out: Path, force: bool) -> int:
+    """The step the converted model gets in run `out`: 0 in a new run, the next one with --force."""
+    latest = latest_checkpoint(out)
+    others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, CHECKPOINTS)) if out.is_dir() else []
+    if (latest is not None or others) and not force:
+        what = f"checkpoints up to {latest.name}" if latest is not None else f"other files ({', '.join(others[:3])})"
+        raise ValueError(f"--out {out} already holds {what}: choose another --out, or pass --force to add this "
+                         "model as a new step")
+    return 0 if latest is None else checkpoint_step(latest) + 1
+
+
+def check_hf_target(out: Path, force: bool) -> list[Path]:
+    """Refuse a non-empty --to-hf folder without --force; with it, the weight files an export would leave stale."""
+    entries = sorted(out.iterdir()) if out.is_dir() else []
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file: give a folder for the Hugging Face model")
+    if entries and not force:
+        names = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ValueError(f"--out {out} is not empty ({names}): choose another folder, or pass --force to replace "
+                         "its config and weights")
+    return [p for p in entries if p.name.endswith((".safetensors", ".safetensors.index.json"))]
+
+
+def write_chat_template(folder: Path, template: str) -> None:
+    """The chat template into tokenizer_config.json, where transformers' tokenizers look for it."""
+    file = folder / "tokenizer_config.json"
+    config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    config["chat_template"] = template
+    file.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def read_chat_template(folder: Path) -> str | None:
+    """An HF folder's chat template: chat_template.jinja (transformers >= 4.43 writes it) or tokenizer_config.json."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    file = folder / "tokenizer_config.json"
+    template = json.loads(file.read_text(encoding="utf-8")).get("chat_template") if file.is_file() else None
+    return template if isinstance(template, str) else None
+
+
+def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int = 0) -> Path:
+    """An HF folder as checkpoint `step` of run `out`: weights, config, tokenizer (and chat template); no
+    optimizer state."""
     tokenizer = load_hf_tokenizer(folder)
     model = from_hf(folder, dtype=dtype)
     config = {"model": model.config.to_dict(), "source": {"hf_folder": str(folder)}}
+    chat_template = read_chat_template(folder)
+    if chat_template:
+        config["tokenizer"] = {"chat_template": chat_template}
     aliases = {"lm_head.weight": "embed_tokens.weight"} if model.config.tie_embeddings else {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_file = tokenizer.save(tmp)
-        return save_checkpoint(out, 0, model.state_dict(), {}, {"step": 0}, config, tokenizer_file, aliases)
+        return save_checkpoint(out, step, model.state_dict(), {}, {"step": step}, config, tokenizer_file, aliases)

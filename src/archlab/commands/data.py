@@ -60,6 +60,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     when = f"reused (prepared earlier in {meta['seconds']} s)" if reused else f"prepared in {meta['seconds']} s"
     print(
         f"{folder}: train {meta['tokens']['train']:,} / val {meta['tokens']['val']:,} tokens "
-        f"({meta['dtype']}), tokenizer {tok['kind']} vocab {tok['vocab_size']}, {when}"
+        f"({meta['dtype']}), tokenizer {tok['kind']} vocab {tok['vocab_size']}, {when}; train on it with "
+        f"`archlab train --data {folder}`"
     )
     return 0

@@ -11,9 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from archlab.checkpoint import load_model, resolve_checkpoint
+from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
 from archlab.eval.length import METHODS, evaluate_lengths, markdown_table, write_csv
 from archlab.eval.passkey import evaluate_passkey, passkey_table
+from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
+from archlab.nn.model import TransformerLM
 from archlab.plots import plot_length, plot_passkey
 
 
@@ -21,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a checkpoint (length extrapolation)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     length = actions.add_parser("length", help="loss vs context length per RoPE scaling method")
-    length.add_argument("--checkpoint", required=True, help="a checkpoint or run folder")
+    length.add_argument("--checkpoint", required=True, help="a checkpoint or run folder, or a Hugging Face folder")
     length.add_argument("--lengths", default="256,512,1024,2048,4096", help="comma-separated context lengths")
     length.add_argument("--scalings", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     length.add_argument("--data", default=None, help="held-out text file, or a prepared data folder (its val "
@@ -36,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length.add_argument("--no-progress", action="store_true", help="no progress bar")
     length.set_defaults(func=run_length)
     passkey = actions.add_parser("passkey", help="passkey retrieval accuracy per length and needle depth")
-    passkey.add_argument("--checkpoint", required=True, help="a checkpoint or run folder")
+    passkey.add_argument("--checkpoint", required=True, help="a checkpoint or run folder, or a Hugging Face folder")
     passkey.add_argument("--lengths", default="256,512,1024,2048", help="comma-separated prompt lengths (chars)")
     passkey.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="comma-separated needle depths in [0, 1]")
     passkey.add_argument("--trials", type=int, default=10, help="prompts per cell")
@@ -58,10 +61,26 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
-def held_out_tokens(checkpoint: Path, data: str | None, tokenizer) -> np.ndarray:  # noqa: ANN001
+def load_for_eval(path: str) -> tuple[TransformerLM, Tokenizer, Path | None]:
+    """Model, tokenizer and checkpoint folder of an archlab checkpoint or run; a Hugging Face folder gives
+    its model (built on the meta device, no random init) and tokenizer, and no checkpoint."""
+    folder = Path(path)
+    if is_hf_folder(folder):
+        if not (folder / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json")
+        return from_hf(folder), load_hf_tokenizer(folder), None
+    checkpoint = resolve_checkpoint(folder)
+    model, tokenizer = load_model(checkpoint)
+    return model, tokenizer, checkpoint
+
+
+def held_out_tokens(checkpoint: Path | None, data: str | None, tokenizer) -> np.ndarray:  # noqa: ANN001
     """Tokens to score: a text file encoded with the model's tokenizer, or a prepared folder's val split."""
     if data is not None and Path(data).is_file():
         return np.asarray(tokenizer.encode(Path(data).read_text(encoding="utf-8", errors="replace")), dtype=np.int64)
+    if data is None and checkpoint is None:
+        raise ValueError("--data is needed with a Hugging Face folder, which has no prepared data of its own: give "
+                         "a held-out text file or a prepared data folder")
     if data is None:
         run_dir = checkpoint.parents[1]
         config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
@@ -76,8 +95,7 @@ def held_out_tokens(checkpoint: Path, data: str | None, tokenizer) -> np.ndarray
 def run_length(args: argparse.Namespace) -> int:
     lengths = _int_list(args.lengths, "--lengths")
     methods = [m.strip() for m in args.scalings.split(",") if m.strip()]
-    checkpoint = resolve_checkpoint(args.checkpoint)
-    model, tokenizer = load_model(checkpoint)
+    model, tokenizer, checkpoint = load_for_eval(args.checkpoint)
     tokens = held_out_tokens(checkpoint, args.data, tokenizer)
     score_last = args.score_last or max(1, min(lengths) // 2)
     results = evaluate_lengths(model, tokens, lengths, methods, score_last, args.windows, args.window,
@@ -87,7 +105,7 @@ def run_length(args: argparse.Namespace) -> int:
     table = markdown_table(results)
     (out / "length.md").write_text(table + "\n", encoding="utf-8")
     write_csv(results, out / "length.csv")
-    title = f"{checkpoint} (trained at {model.config.max_seq_len}; last {score_last} tokens scored)"
+    title = f"{checkpoint or args.checkpoint} (trained at {model.config.max_seq_len}; last {score_last} tokens scored)"
     plot_length([(r.method, r.length, r.loss) for r in results], out / "length.png", title)
     print(table)
     print(f"wrote {out / 'length.md'}, {out / 'length.csv'}, {out / 'length.png'}")
@@ -106,8 +124,7 @@ def _depths(text: str) -> list[float]:
 
 def run_passkey(args: argparse.Namespace) -> int:
     lengths, depths = _int_list(args.lengths, "--lengths"), _depths(args.depths)
-    checkpoint = resolve_checkpoint(args.checkpoint)
-    model, tokenizer = load_model(checkpoint)
+    model, tokenizer, _ = load_for_eval(args.checkpoint)
     results = evaluate_passkey(model, tokenizer, lengths, depths, args.trials, args.scaling, args.window,
                                args.allow_extrapolation, progress=not args.no_progress)
     out = Path(args.out)

@@ -9,6 +9,7 @@ the context length at which the cache outweighs the weights, and the measured pe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,16 +17,30 @@ from pathlib import Path
 import torch
 
 from archlab.infer.engine import Decoder
-from archlab.infer.generate import Generation, check_context, text_generation
+from archlab.infer.generate import Generation, check_context, context_limit, text_generation
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import check_compile_decode
 from archlab.infer.stream import TokenizerLike
 from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
+from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.train.hardware import resolve_device
 
 QUIT = "/quit"
+DEFAULT_NEW_TOKENS = 128  # without --max-new-tokens: this many, or fewer where the context ends sooner
+
+
+def fit_default(sampling: SamplingConfig, config: ModelConfig, prompt_len: int, given: bool) -> SamplingConfig:
+    """The default max_new_tokens clipped to the context left after the prompt (with a note on stderr); a
+    value the user gave is kept, so check_context refuses it in one line if it does not fit."""
+    limit = context_limit(config)
+    room = None if limit is None or sampling.allow_extrapolation else limit - prompt_len
+    if given or room is None or room >= sampling.max_new_tokens or room < 1:
+        return sampling
+    sys.stderr.write(f"archlab generate: --max-new-tokens {room} (the default {DEFAULT_NEW_TOKENS} clipped to the "
+                     f"model's {limit}-token context after a {prompt_len}-token prompt)\n")
+    return dataclasses.replace(sampling, max_new_tokens=room)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", help="one prompt per line; '-' reads stdin")
     p.add_argument("--interactive", action="store_true", help="a REPL: one prompt per line, /quit or EOF ends")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit the model's context)")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -70,6 +86,9 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are skipped."""
     prompts = list(args.prompt)
     if args.prompt_file:
+        if args.prompt_file != "-" and not Path(args.prompt_file).is_file():
+            raise FileNotFoundError(f"--prompt-file {args.prompt_file}: no such file (one prompt per line; "
+                                    "'-' reads stdin)")
         source = sys.stdin if args.prompt_file == "-" else Path(args.prompt_file).open(encoding="utf-8")
         with source:
             prompts += _lines(source)
@@ -85,9 +104,10 @@ def _lines(source: Iterable[str]) -> list[str]:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, stop=tuple(args.stop),
-                              allow_extrapolation=args.allow_extrapolation)
+    given = args.max_new_tokens is not None
+    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens if given else DEFAULT_NEW_TOKENS,
+                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                              stop=tuple(args.stop), allow_extrapolation=args.allow_extrapolation)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
@@ -101,18 +121,20 @@ def run_generate(args: argparse.Namespace) -> int:
     # one decoder for every prompt: the decode layout once, the compiled step and its measurement once; the
     # command owns the model, so the row-major weights need not be kept for restoring (restore=False)
     with Decoder(model, args.compile, restore=False) as decoder:
-        results = _run(args, decoder, tokenizer, prompts, sampling)
+        results = _run(args, decoder, tokenizer, prompts, sampling, given)
     if args.report_memory and results:
         sys.stderr.write(memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n")
     return 0
 
 
 def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str],
-         sampling: SamplingConfig) -> list[Generation]:
+         sampling: SamplingConfig, given: bool) -> list[Generation]:
     if args.interactive:
         if args.compile:
             sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
-        return _interactive(decoder, tokenizer, sampling)
+        return _interactive(decoder, tokenizer, sampling, given)
+    longest = max(len(tokenizer.encode(prompt)) for prompt in prompts)
+    sampling = fit_default(sampling, decoder.model.config, longest, given)
     for prompt in prompts:  # every prompt fits, or nothing is printed at all
         check_context(decoder.model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
                       sampling.allow_extrapolation)
@@ -146,7 +168,7 @@ def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], s
     return result
 
 
-def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig) -> list[Generation]:
+def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig, given: bool) -> list[Generation]:
     results = []
     tty = sys.stdin.isatty()
     while True:
@@ -158,10 +180,11 @@ def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingC
             return results
         if line.strip():
             prompt = line.rstrip("\r\n")
+            fitted = fit_default(sampling, decoder.model.config, len(tokenizer.encode(prompt)), given)
             try:  # a prompt too long for the context is reported, and the session goes on
-                check_context(decoder.model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
-                              sampling.allow_extrapolation)
+                check_context(decoder.model.config, len(tokenizer.encode(prompt)), fitted.max_new_tokens,
+                              fitted.allow_extrapolation)
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(decoder, tokenizer, [prompt], sampling))
+            results.append(_run_batch(decoder, tokenizer, [prompt], fitted))

@@ -49,8 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--extend", action="store_true",
                         help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)")
     parser.add_argument("--init-from", help="start from the weights of a Hugging Face folder or an archlab "
-                        "checkpoint; --model.FIELD changes switches where a principled mapping exists "
-                        "(fewer KV heads, RoPE scaling, max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)")
+                        "checkpoint (recorded as init_from in the run's config; validated at step 0); --model.FIELD "
+                        "changes switches where a principled mapping exists (fewer KV heads, RoPE scaling, "
+                        "max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)")
     parser.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_flags(list(args.overrides or []))
     flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
+    if any("init_from" in layer for layer in layers):  # a config key alone would record weights never loaded
+        raise ValueError("init_from is set by --init-from PATH, which also loads the weights; not as a config key")
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
     init = None
@@ -75,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
         if args.extend:
             extend_schedule(train_cfg, saved["train"], step)
         check_resume(train_cfg, saved["train"], step)
+        if step == train_cfg.steps:  # nothing left: a finished run resumes to itself (the README's order)
+            print(f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to resume; to train "
+                  f"longer: --resume --steps N --extend (N > {step})")
+            return 0
     try:
         result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:
@@ -93,6 +100,7 @@ def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, 
     """The run config with the source model's config under the user's layers (so `--model.FIELD` changes it
     and data.tokenizer defaults to the source's tokenizer.json), and the source weights adapted to it."""
     source, tokenizer_file = load_source(path)
-    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {"data.tokenizer": str(tokenizer_file)}
+    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {"data.tokenizer": str(tokenizer_file),
+                                                                           "init_from": str(path)}
     train_cfg, model_cfg = resolve_config([base, *layers])
     return train_cfg, model_cfg, adapt(source, model_cfg)

@@ -16,18 +16,23 @@ Per method and target length L (L_train = the model's max_seq_len, s = max(1, L 
 from __future__ import annotations
 
 import csv
+import logging
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from archlab.infer.generate import check_context
+from archlab.checkpoint import build_model
+from archlab.infer.generate import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.nn.rope import RopeScaling
+
+logger = logging.getLogger(__name__)
 
 METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
 
@@ -75,7 +80,12 @@ def method_configs(
         for length in lengths:
             scaling = method_scaling(method, length, config.max_seq_len, window)
             c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
-            check_context(c, length, 0, allow_extrapolation)
+            limit = context_limit(c)
+            if limit is not None and length > limit and not (allow_extrapolation and c.position != "learned"):
+                how = ("learned positions cannot extrapolate" if c.position == "learned"
+                       else "pass --allow-extrapolation (allow_extrapolation=True) to evaluate past it")
+                raise ValueError(f"length {length} is past the {limit} tokens that scaling {method!r} covers for "
+                                 f"this model (trained at {config.max_seq_len}): {how}")
             out[method, length] = c
     return out
 
@@ -111,10 +121,14 @@ def evaluate_lengths(
     state = model.state_dict()
     batches = {length: windows(tokens, length, n_windows) for length in lengths}
     results = []
-    for (method, length), config in tqdm(configs.items(), desc="eval length", disable=not progress):
-        scaled = TransformerLM(config).eval()
-        scaled.load_state_dict(state)
+    lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
+    for i, ((method, length), config) in enumerate(tqdm(configs.items(), desc="eval length",
+                                                        disable=not progress or lines)):
+        scaled = build_model(config, state).eval()  # no random init of weights about to be replaced
         results.append(LengthResult(method, length, window_loss(scaled, batches[length], score_last)))
+        if lines:
+            logger.info("eval length %d/%d: %s at %d tokens, loss %.3f", i + 1, len(configs), method, length,
+                        results[-1].loss)
     return results
 
 

@@ -7,15 +7,20 @@ A RoPE scaling method of archlab.eval.length may be applied at each length, as i
 
 from __future__ import annotations
 
+import logging
 import random
+import sys
 from dataclasses import dataclass
 
+from archlab.checkpoint import build_model
 from archlab.data.passkey import KEY_DIGITS, passkey_prompt, random_key
 from archlab.eval.length import method_configs
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.stream import TokenizerLike
 from archlab.nn.model import TransformerLM
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,12 +57,15 @@ def evaluate_passkey(
     results = []
     cells = [(n, d) for n in lengths for d in depths]
     scaled = {}
-    for length, depth in tqdm(cells, desc="eval passkey", disable=not progress):
+    lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
+    for length, depth in tqdm(cells, desc="eval passkey", disable=not progress or lines):
         if length not in scaled:
-            scaled[length] = TransformerLM(configs[method, length]).eval()
-            scaled[length].load_state_dict(state)
+            scaled[length] = build_model(configs[method, length], state).eval()
         results.append(PasskeyResult(length, depth, passkey_accuracy(scaled[length], tokenizer, length, depth,
                                                                      trials)))
+        if lines:
+            logger.info("eval passkey %d/%d: length %d, depth %g, accuracy %.2f", len(results), len(cells), length,
+                        depth, results[-1].accuracy)
     return results
 
 

@@ -24,6 +24,8 @@ DISTRIBUTED = ("none", "ddp", "fsdp")  # none: one process; ddp / fsdp: launched
 DTYPES = ("fp32", "bf16")  # bf16 = autocast for matmuls; weights, grads and optimizer state stay fp32
 DEVICES = ("auto", "cpu", "cuda")  # auto = cuda when available
 BYTE_VOCAB = 256
+# a bound on steps: a billion optimizer steps is past any run; `--steps 1e20` is a typo, not a plan
+MAX_STEPS = 10**9
 
 
 def _check(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -78,7 +80,7 @@ class OptimizerConfig:
 @dataclass
 class ScheduleConfig:
     name: str = "cosine"  # cosine | constant | wsd (train/schedule.py SCHEDULES)
-    warmup_steps: int | None = None  # linear warmup length; None = 5% of the run, at least 1, at most 1000
+    warmup_steps: int | None = None  # linear warmup; None = 5% of the run, 1 to 1000, and fewer than its steps
     min_lr_ratio: float = 0.1  # lr at the end of the decay, as a fraction of optimizer.lr (LLaMA: 0.1)
     decay_fraction: float = 0.2  # wsd: share of the run spent cooling down at the end
     decay_shape: str = "linear"  # wsd cooldown: linear | 1-sqrt (Hägele et al., arXiv 2405.18392)
@@ -101,7 +103,8 @@ class ScheduleConfig:
         _check(0 < self.decay_fraction <= 1, "schedule.decay_fraction", self.decay_fraction, "a fraction in (0, 1]")
         _check(self.decay_shape in DECAY_SHAPES, "schedule.decay_shape", self.decay_shape,
                "one of " + ", ".join(DECAY_SHAPES))
-        _check(self.horizon is None or self.horizon >= 1, "schedule.horizon", self.horizon, "None or an integer >= 1")
+        _check(self.horizon is None or 1 <= self.horizon <= MAX_STEPS, "schedule.horizon", self.horizon,
+               f"None or an integer from 1 to {MAX_STEPS:,}")
         self.extensions = tuple(int(v) for v in self.extensions)
         pairs = self.extension_pairs()
         _check(len(self.extensions) % 2 == 0 and all(at < end for at, end in pairs), "schedule.extensions",
@@ -169,6 +172,11 @@ class TrainConfig:
     seed: int = 0  # seeds weights, dropout and the batch order
     out: str = ""  # run directory; empty = runs/{preset}-{size}
     distributed: str = "none"  # none | ddp | fsdp (launch with torchrun --nproc-per-node N -m archlab train ...)
+    init_from: str = ""  # the weights the run started from (HF folder or archlab checkpoint); empty = random init
+    trainable: tuple[str, ...] = ()  # parameter-name patterns that train, e.g. "layers.1.*,norm.*"; empty = all
+    lora_rank: int = 0  # LoRA adapters of this rank on lora_targets (peft), the rest frozen; 0 = off
+    lora_alpha: float = 16.0  # LoRA scale alpha / rank (Hu et al. 2021 keep alpha fixed as the rank varies)
+    lora_targets: tuple[str, ...] = ("qkv_proj", "o_proj", "gate_up_proj", "up_proj", "down_proj")  # linear layers
     z_loss_coef: float = 0.0  # PaLM z-loss weight on log(Z)^2 (1e-4 in PaLM, OLMo 2); 0 = off
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
@@ -181,16 +189,20 @@ class TrainConfig:
         check_finite(self, "")
         _check(self.preset in PRESETS, "preset", self.preset, "one of " + ", ".join(PRESETS))
         _check(self.size in SIZES, "size", self.size, "one of " + ", ".join(SIZES))
-        _check(self.steps >= 1, "steps", self.steps, "an integer >= 1")
+        _check(1 <= self.steps <= MAX_STEPS, "steps", self.steps, f"an integer from 1 to {MAX_STEPS:,}")
         _check(self.distributed in DISTRIBUTED, "distributed", self.distributed, "one of " + ", ".join(DISTRIBUTED))
         _check(self.z_loss_coef >= 0, "z_loss_coef", self.z_loss_coef, "a value >= 0")
+        self.trainable = tuple(p.strip() for p in self.trainable if p.strip())
+        _check(self.lora_rank >= 0, "lora_rank", self.lora_rank, "an integer >= 0 (0 = no LoRA)")
+        _check(not (self.lora_rank and self.trainable), "trainable", ",".join(self.trainable),
+               "empty with lora_rank > 0 (LoRA trains its adapters only)")
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
         if self.schedule.horizon is None:
             self.schedule.horizon = self.steps
         horizon = self.schedule.horizon
-        if self.schedule.warmup_steps is None:
-            self.schedule.warmup_steps = min(1000, max(1, horizon // 20))
+        if self.schedule.warmup_steps is None:  # derived: always fits the run, so `--steps 1` just works
+            self.schedule.warmup_steps = min(1000, max(1, horizon // 20), horizon - 1)
         planned = f"steps={horizon}" if horizon == self.steps else f"schedule.horizon={horizon}"
         _check(self.schedule.warmup_steps < horizon or self.schedule.name == "constant", "schedule.warmup_steps",
                self.schedule.warmup_steps, f"fewer than {planned}")

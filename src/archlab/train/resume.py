@@ -6,7 +6,7 @@ A resumed run continues exactly: same model, same corpus and tokenizer, same lr 
 - another schedule (`schedule.*`): the lr curve is part of the run;
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
   says how the lr continues); a smaller `--steps` stops early on the same curve;
-- a `--steps` the run has already reached: there is nothing to do.
+- a `--steps` below the step the run has reached (resuming a finished run to its own end is a no-op).
 Each refusal is one line naming the run's value and the new one. The model config is checked in
 train/config.py (`resolve_model`).
 """
@@ -54,6 +54,14 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         if not _same_path_or_value(new, old):
             raise ValueError(f"--resume: data.{key} {new!r} differs from the run's {old!r}; a run trains on one "
                              "corpus and tokenizer: resume without changing data.*, or start a new --out")
+    if train.lora_rank or saved.get("lora_rank"):
+        raise ValueError("--resume of a LoRA run is not supported: its checkpoints hold the merged weights; "
+                         "continue with a new run: --init-from RUN_DIR --lora_rank N")
+    old_trainable = tuple(saved.get("trainable", ()))
+    if train.trainable != old_trainable:  # the optimizer state exists for the trained parameters only
+        raise ValueError(f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "
+                         f"{','.join(old_trainable) or '(all)'!r}; resume with the same parameters or start a new "
+                         "--out")
     if "horizon" not in saved["schedule"]:  # an older run: its horizon was its steps, not the new --steps
         train.schedule.horizon = saved_horizon(saved)
     for key in SCHEDULE_KEYS:
@@ -67,7 +75,7 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         raise ValueError(f"--resume: schedule.extensions {list(ext)} do not continue the run's {list(old_ext)} "
                          "(set them with --extend, not by hand)")
     end = train.schedule.end()
-    if train.steps <= step:
+    if train.steps < step:
         raise ValueError(f"--resume: the run is already at step {step}, so --steps {train.steps} leaves nothing "
                          f"to do; to train longer: --resume --steps N --extend (N > {max(end, step)})")
     if train.steps > end:

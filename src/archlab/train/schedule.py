@@ -15,13 +15,18 @@ p is clamped to [0, 1], so steps past the end stay at `min_lr`.
 
 Extending a run (`archlab train --resume --steps N --extend`): the schedule's end is part of the run, so a
 longer run is an explicit choice, recorded as `(at, end)` pairs in the run config. Each extension keeps
-every step before `at` unchanged and never makes the lr jump:
-- if the decay had not begun at `at` (still in warmup, or in WSD's stable phase), the schedule is the same
-  one planned for the new end: WSD's stable phase goes on and its cooldown moves to the new end, as
-  Hägele et al. (arXiv 2405.18392) extend a run from a stable-phase checkpoint; its length is
-  `decay_fraction` of the new end, but never starts before `at`;
-- otherwise a new tail decays from the lr at `at` down to `min_lr` at the new end (cosine: a half cosine;
-  WSD: its cooldown shape). A cosine run that already reached `min_lr` therefore goes on at `min_lr`.
+every step before `at` unchanged and always decays to `min_lr` at the new end (docs/training.md states the
+rule for users):
+- decay not begun at `at` (still in warmup, or in WSD's stable phase): the schedule is the one planned for
+  the new end: WSD's stable phase goes on and its cooldown moves to the new end, as Hägele et al. (arXiv
+  2405.18392) extend a run from a stable-phase checkpoint; its length is `decay_fraction` of the new end,
+  but never starts before `at`;
+- decay under way (`at` before the schedule's end): a new tail decays from the lr at `at` down to `min_lr`
+  at the new end (cosine: a half cosine; WSD: its cooldown shape), so the lr never jumps;
+- decay finished (`at` at or past the end, the lr at `min_lr`): the lr re-warms linearly over
+  `warmup_steps` steps from `min_lr` to the schedule planned for the new end, then follows that plan, the
+  re-warm-then-decay of continued pre-training (Gupta et al., arXiv 2308.04014). With `warmup_steps` 0
+  it steps straight onto the plan.
 - constant has no end: extending it changes nothing.
 """
 
@@ -102,17 +107,26 @@ def build_schedule(
     decay_steps = max(1, round(decay_fraction * total_steps))
     lr_at = _planned(name, max_lr, min_lr, warmup_steps, total_steps, decay_steps, decay_shape)
     decay_start: int | None = _decay_start(name, warmup_steps, total_steps, decay_steps)
+    plan_end = total_steps
     for at, end in extensions:
         if decay_start is None:  # constant: nothing depends on the end
             continue
+        new_decay = max(1, round(decay_fraction * end))
         if at <= decay_start:  # nothing has decayed yet: the plan for the new end equals the old one before `at`
-            decay_steps = end - max(at, end - max(1, round(decay_fraction * end)))
-            lr_at = _planned(name, max_lr, min_lr, warmup_steps, end, decay_steps, decay_shape)
-            decay_start = _decay_start(name, warmup_steps, end, decay_steps)
-        else:
+            new_decay = end - max(at, end - new_decay)
+            lr_at = partial(_switch, before=lr_at, at=at,
+                            after=_planned(name, max_lr, min_lr, warmup_steps, end, new_decay, decay_shape))
+            decay_start = _decay_start(name, warmup_steps, end, new_decay)
+        elif at < plan_end:
             shape = _half_cosine if name == "cosine" else DECAY_SHAPES[decay_shape]
             lr_at = partial(_tail, before=lr_at, at=at, end=end, start_lr=lr_at(at), min_lr=min_lr, shape=shape)
             decay_start = -1  # decaying from here on: any later extension is another tail
+        else:  # finished at min_lr: re-warm onto the plan for the new end
+            plan = _planned(name, max_lr, min_lr, warmup_steps, end, new_decay, decay_shape)
+            lr_at = partial(_rewarm, before=lr_at, at=at, warmup=warmup_steps, start_lr=lr_at(at), plan=plan)
+            start = _decay_start(name, warmup_steps, end, new_decay)
+            decay_start = start if start >= at + warmup_steps else -1  # WSD re-warmed into its stable phase
+        plan_end = end
     return lr_at
 
 
@@ -132,6 +146,22 @@ def _decay_start(name: str, warmup_steps: int, total_steps: int, decay_steps: in
     if name == "constant":
         return None
     return warmup_steps if name == "cosine" else max(warmup_steps, total_steps - decay_steps)
+
+
+def _switch(step: int, before: Callable[[int], float], at: int, after: Callable[[int], float]) -> float:
+    """`before` up to `at`, `after` from there on."""
+    return before(step) if step < at else after(step)
+
+
+def _rewarm(step: int, before: Callable[[int], float], at: int, warmup: int, start_lr: float,
+            plan: Callable[[int], float]) -> float:
+    """`before` up to `at`; then linearly from `start_lr` to `plan(at + warmup)` over `warmup` steps (the
+    first warmup's (s + 1) / W shape); then `plan`."""
+    if step < at:
+        return before(step)
+    if step < at + warmup:
+        return start_lr + (plan(at + warmup) - start_lr) * (step - at + 1) / warmup
+    return plan(step)
 
 
 def _half_cosine(p: float) -> float:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import signal
 import sys
 import threading
@@ -28,6 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from archlab.checkpoint import (
     Checkpoint,
+    build_model,
     capture_rng_state,
     check_weights_fit,
     latest_checkpoint,
@@ -50,10 +50,13 @@ from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
 from archlab.train import hardware
 from archlab.train.config import TrainConfig
+from archlab.train.lock import RunLock
+from archlab.train.memory import check_memory
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
+from archlab.train.trainable import merged_state, select_trainable
 
 logger = logging.getLogger(__name__)
 
@@ -98,15 +101,16 @@ class Trainer:
     """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
 
     def __init__(self, train: TrainConfig, model_config: ModelConfig, ctx: dist_utils.DistContext,
-                 resume: bool = False, init_from: TransformerLM | None = None) -> None:
+                 resume: bool = False, init_from: TransformerLM | None = None, lock: RunLock | None = None) -> None:
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
-        created = not self.run_dir.exists()
+        # one writer per folder: refused here, before anything is written, while another process holds it
+        self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
         try:
             self._setup(resume, init_from)
-        except BaseException:  # a failed start leaves no run folder behind (one it did not create stays)
-            if created and ctx.is_main:
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+        except BaseException:  # a failed start leaves no run folder behind (one that held anything stays)
+            if self.lock is not None:
+                self.lock.discard()
             raise
 
     def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
@@ -114,6 +118,9 @@ class Trainer:
         resume_from = self._check_setup(resume)
         self._prepare_data(resume)
         self.raw = self._build_model(init_from, fresh=resume_from is None)
+        note = select_trainable(self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets)
+        if note and ctx.is_main:
+            logger.info(note)
         fused.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fused.py)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
@@ -142,12 +149,13 @@ class Trainer:
         each parameter from its own generator (the same on every rank, so FSDP needs no broadcast, and an
         arm that reshapes one tensor keeps the others' init); or `init_from`'s weights. With
         `checkpoint.keep_initial` a fresh run saves its step-0 weights beside it (drift measures read them)."""
-        with torch.device("meta"):
-            raw = TransformerLM(self.model_config)
-        raw.to_empty(device=self.ctx.device)
-        raw.init_weights(seed=self.cfg.seed)
-        if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
-            raw.load_state_dict(init_from.state_dict())
+        if init_from is not None:  # existing weights (archlab train --init-from), never randomly initialised first
+            raw = build_model(self.model_config, init_from.state_dict(), self.ctx.device)
+        else:
+            with torch.device("meta"):
+                raw = TransformerLM(self.model_config)
+            raw.to_empty(device=self.ctx.device)
+            raw.init_weights(seed=self.cfg.seed)
         if self.cfg.checkpoint.keep_initial and self.ctx.is_main and fresh:
             save_initial_weights(self.run_dir, raw.state_dict(), tied_aliases(raw))
         return raw
@@ -218,8 +226,9 @@ class Trainer:
         (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         c, d = self.cfg, self.cfg.data
-        logger.info("%s/%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
-                    c.preset, c.size, f"{self.raw.num_parameters():,}", c.steps, d.batch_size, d.block_size,
+        label = f"from {c.init_from}" if c.init_from else f"{c.preset}/{c.size}"  # a fine-tune names its source
+        logger.info("%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
+                    label, f"{self.raw.num_parameters():,}", c.steps, d.batch_size, d.block_size,
                     f"{self.data.num_tokens('train'):,}", d.source, self.run_dir / "config.yaml")
 
     # ------------------------------------------------------------------------------------------- step
@@ -321,6 +330,8 @@ class Trainer:
     def save(self, val_loss: float | None = None) -> Path | None:
         """Checkpoint the current step (all ranks gather; rank 0 writes and prunes)."""
         model_state, optim_state = dist_utils.full_state_dicts(self.raw, self.optimizer)
+        if self.cfg.lora_rank:  # the plain model's weights: loads without peft (LoRA runs do not resume)
+            model_state = merged_state(model_state, self.cfg.lora_rank, self.cfg.lora_alpha)
         rng = dist_utils.all_gather_objects(capture_rng_state(), self.ctx)
         path = None
         if self.ctx.is_main:
@@ -328,7 +339,8 @@ class Trainer:
                      "stats": asdict(self.stats)}
             config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
             path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
-                                   self.tokenizer_file, tied_aliases(self.raw), val_loss)
+                                   self.tokenizer_file, tied_aliases(self.raw), val_loss,
+                                   {"init_from": self.cfg.init_from} if self.cfg.init_from else None)
             prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
         dist_utils.barrier(self.ctx)
         return path
@@ -414,10 +426,15 @@ class Trainer:
         start, start_step = time.perf_counter(), self.step
         try:
             with logging_redirect_tqdm():  # log lines print above the progress bar, not through it
+                if self.cfg.init_from and self.step == 0:  # the loaded weights' loss: what a fine-tune starts from
+                    self.metrics.log(0, "init", {"init_from": self.cfg.init_from})
+                    self._evaluate_and_log()
                 row, val, path = self._loop(bar)
         finally:
             bar.close()
             self.metrics.close()
+            if self.lock is not None:  # the folder's next writer may start
+                self.lock.release()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         seconds = max(time.perf_counter() - start, 1e-9)
@@ -432,16 +449,27 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
     weights if given), and leave it again."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     threads = torch.get_num_threads()
+    lock = RunLock(train_config.out) if ctx.is_main else None
     try:
+        if lock is not None:  # before any line is logged: a refused second writer prints one line only
+            lock.acquire()
         p, d = train_config.precision, train_config.data
         step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
-        hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
+        try:
+            hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
+            check_memory(train_config, model_config, ctx)  # before any model or batch is allocated
+        except BaseException:
+            if lock is not None:
+                lock.discard()  # refused: no run folder is left behind
+            raise
         if ctx.device.type == "cpu":
             n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
             torch.set_num_threads(n)
             if ctx.is_main:
                 logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        return Trainer(train_config, model_config, ctx, resume, init_from).fit()
+        return Trainer(train_config, model_config, ctx, resume, init_from, lock).fit()
     finally:
+        if lock is not None:
+            lock.release()
         torch.set_num_threads(threads)
         dist_utils.teardown(ctx)

@@ -1,0 +1,34 @@
+"""`make test` (what CI runs) installs Python packages into .venv only, never system packages: the recipes it would
+run, read from `make --dry-run --always-make`, call no system package manager, with or without the browser opt-in."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEM_INSTALLERS = re.compile(r"\b(apt-get|apt|dpkg|yum|dnf|apk|brew|snap|pacman|zypper)\b")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("browser_opt_in", ["", "1"])
+def test_make_test_runs_no_system_package_manager(browser_opt_in: str) -> None:
+    env = {**os.environ, "ARCHLAB_BROWSER_TESTS": browser_opt_in}
+    plan = subprocess.run(["make", "--dry-run", "--always-make", "test"], cwd=REPO, env=env, capture_output=True,
+                          text=True, check=True).stdout
+    assert "pytest" in plan and "pip install" in plan  # the dry run shows the real recipe
+    assert not SYSTEM_INSTALLERS.search(plan), plan
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_browser_install_is_its_own_opt_in_target() -> None:
+    plan = subprocess.run(["make", "--dry-run", "--always-make", "chromium"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+    assert "apt-get install" in plan  # the only place archlab installs a system package, and only when asked
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "make chromium" not in ci and "apt-get" not in ci  # CI opts in only where a browser already is
