@@ -49,7 +49,7 @@ from archlab.train import distributed as dist_utils
 from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.metrics import MetricsLogger, grouped_norms
-from archlab.train.optim import build_optimizer, clip_gradients
+from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
 
@@ -118,7 +118,10 @@ class Trainer:
             self.raw.load_state_dict(init_from.state_dict())
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
-        self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
+        self.optimizer = build_optimizer(
+            self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings,
+            lazy_embeddings=o.lazy_embeddings, embedding_optimizer=o.embedding_optimizer,
+            embedding_lr_ratio=o.embedding_lr_ratio, rms_lr=o.tiger_rms_lr, nan_shrink=o.tiger_nan_shrink)
         s = train.schedule
         self.lr_at = build_schedule(s.name, o.lr, s.horizon, s.warmup_steps, o.lr * s.min_lr_ratio,
                                     s.decay_fraction, s.decay_shape, s.extension_pairs())
@@ -231,8 +234,7 @@ class Trainer:
         """One optimizer step (or a skipped one); returns what the logs show."""
         start = time.perf_counter()
         lr = self.lr_at(self.step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         ce_sum, z_sum = self._micro_steps()
         vote = torch.tensor(1.0 if self._signal else 0.0, device=ce_sum.device)
         packed = dist_utils.all_reduce_sum(torch.stack([ce_sum, z_sum, vote]).float(), self.ctx).tolist()
@@ -243,6 +245,8 @@ class Trainer:
         ratios = self._ratio_step() if ok and self._due(self.cfg.logging.ratio_every) else None
         if ok and ratios is None:
             self.optimizer.step()
+        elif not ok and getattr(self.optimizer, "guards_nan", False):  # Tiger: keep m, shrink the weights
+            self.optimizer.shrink()
         self.optimizer.zero_grad(set_to_none=True)
         self.stats.bad_steps = 0 if ok else self.stats.bad_steps + 1
         self.stats.skipped += 0 if ok else 1
