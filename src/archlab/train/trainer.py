@@ -48,7 +48,7 @@ from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
 from archlab.train import hardware
 from archlab.train.config import TrainConfig
-from archlab.train.metrics import MetricsLogger, grouped_norms
+from archlab.train.metrics import EmbeddingWatch, MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
@@ -122,6 +122,7 @@ class Trainer:
             self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings,
             lazy_embeddings=o.lazy_embeddings, embedding_optimizer=o.embedding_optimizer,
             embedding_lr_ratio=o.embedding_lr_ratio, rms_lr=o.tiger_rms_lr, nan_shrink=o.tiger_nan_shrink)
+        self.embed_watch = EmbeddingWatch(self.model_config.vocab_size, ctx.device)  # the outlier signature
         s = train.schedule
         self.lr_at = build_schedule(s.name, o.lr, s.horizon, s.warmup_steps, o.lr * s.min_lr_ratio,
                                     s.decay_fraction, s.decay_shape, s.extension_pairs())
@@ -222,6 +223,7 @@ class Trainer:
         z_sum = torch.zeros((), device=self.ctx.device)
         for i in range(accum):
             x, y = self.data.get_batch("train", self.micro_batch, block, self.generator, self.ctx.device)
+            self.embed_watch.see(x)
             with dist_utils.gradient_sync(self.model, enabled=i == accum - 1):
                 with self._autocast():  # the model computes head and loss together (chunked: no (B, T, V) logits)
                     out = self.model(x, targets=y, z_loss_coef=self.cfg.z_loss_coef)
@@ -356,7 +358,10 @@ class Trainer:
         val = self.evaluate()
         if self.stats.best_val_loss is None or val < self.stats.best_val_loss:
             self.stats.best_val_loss, self.stats.best_step = val, self.step
-        self.metrics.log(self.step, "eval", {"loss": val})
+        o = self.cfg.optimizer
+        signature = self.embed_watch.measure(self.raw.embed_tokens.weight, o.weight_decay if o.decay_embeddings
+                                             else 0.0, lambda t: dist_utils.all_reduce_sum(t, self.ctx))
+        self.metrics.log(self.step, "eval", {"loss": val, **signature})
         texts = self.samples() if self.cfg.logging.samples else []
         if self.ctx.is_main:
             logger.info("step %d: val loss %.4f", self.step, val)
