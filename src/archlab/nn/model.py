@@ -24,7 +24,7 @@ import torch.nn as nn
 from archlab.nn.attention import AttentionInputs, causal_mask
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
-from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, z_loss
+from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, swap_halves, z_loss
 from archlab.nn.fused import linear_cross_entropy, use_fused
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import RMSNorm, build_norm
@@ -77,6 +77,8 @@ class TransformerLM(nn.Module):
         self._kinds = tuple(dict.fromkeys(self._layer_kinds))  # the distinct kinds, each built once per forward
         self._one_kind = len(self._kinds) == 1
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
+        # a tied head's projection after the final norm (tied_head="proj": BERT's MLM transform, orthogonal init)
+        self.head_proj = nn.Linear(c.d_model, c.d_model, bias=False) if c.tied_head == "proj" else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
@@ -103,8 +105,12 @@ class TransformerLM(nn.Module):
         | learned positions, rel. bias  | N(0, 0.02^2)                              | N(0, 0.02^2)                 |
         | biases                        | 0                                         | 0                            |
         | norm gains                    | 1 (0 when stored as 1 + w)                | same                         |
+        | tied head projection          | orthogonal (P^T P = I)                    | same                         |
         A tied embedding is also the output matrix, so under trunc_normal it takes std d^-1/2 (unit-scale
-        logits from unit-RMS features) instead of 1, which would start the loss far above log V.
+        logits from unit-RMS features) instead of 1, which would start the loss far above log V. With residual
+        branches near zero a plain tied model still starts as "repeat the input": loss ~ log(e^(d std) + V - 1)
+        (Su, kexue.fm/archives/9698), ~ sqrt(d) nats at std d^-1/2; `tied_embed_init="log_n_over_d"` (std log(V)/d,
+        ~ log(2V - 1)) and `tied_head` "swap" / "proj" (~ log V + 1/2) are his remedies.
         """
         c = self.config
         residual_std = GPT2_INIT_STD / math.sqrt(2 * c.n_layers)
@@ -114,7 +120,9 @@ class TransformerLM(nn.Module):
                     std = residual_std if name.endswith(("o_proj", "down_proj")) else GPT2_INIT_STD
                 else:
                     std = math.sqrt(2.0 / (module.in_features + module.out_features))
-                if not (c.tie_embeddings and module is self.lm_head):
+                if module is self.head_proj:
+                    nn.init.orthogonal_(module.weight)
+                elif not (c.tie_embeddings and module is self.lm_head):
                     _trunc_normal(module.weight, std)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
@@ -126,6 +134,8 @@ class TransformerLM(nn.Module):
                 for p in module.parameters():
                     _trunc_normal(p, GPT2_INIT_STD)
         embed_std = GPT2_INIT_STD if c.init == "gpt2" else (c.d_model**-0.5 if c.tie_embeddings else 1.0)
+        if c.tied_embed_init == "log_n_over_d":
+            embed_std = math.log(c.vocab_size) / c.d_model  # e^(d std) = V: the self-logit no longer dominates
         _trunc_normal(self.embed_tokens.weight, embed_std)
 
     def forward(
@@ -171,9 +181,19 @@ class TransformerLM(nn.Module):
             x = x[:, -logits_to_keep:]  # (B, n, D)
         if self.norm is not None:
             x = self.norm(x)
+        x = self._tied_head_input(x)  # (B, T, D)
         if targets is not None:
             return self._loss(x, targets, z_loss_coef)
         return softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
+
+    def _tied_head_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the (tied) head reads: the final hidden states, channel halves swapped, or projected."""
+        match self.config.tied_head:
+            case "swap":
+                return swap_halves(x)
+            case "proj":
+                return self.head_proj(x)
+        return x
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
         """Head and loss from the final hidden states x (B, T, D): chunked and fused while autograd records a
