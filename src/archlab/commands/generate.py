@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="same seed, same text")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
+    p.add_argument("--token-healing", type=int, nargs="?", const=1, default=0, metavar="N",
+                   help="back the prompt off by N tokens (1 if no N) and let the first new tokens re-spell them, "
+                        "so a prompt ending mid-token continues as in training (kexue.fm/archives/9762)")
     p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
     p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
     p.add_argument("--compile", action="store_true",
@@ -107,6 +110,8 @@ def run_generate(args: argparse.Namespace) -> int:
                               allow_extrapolation=args.allow_extrapolation)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
+    if args.token_healing < 0:
+        raise ValueError(f"--token-healing={args.token_healing} is not allowed: an integer >= 0 (tokens to back off)")
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
     device = resolve_device(args.device)
     if args.compile:
@@ -120,7 +125,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.interactive:
         if args.compile:
             sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
-        results = _interactive(model, tokenizer, sampling, args.compile)
+        results = _interactive(model, tokenizer, sampling, args.compile, args.token_healing)
     else:
         for prompt in prompts:  # every prompt fits, or nothing is printed at all
             check_context(model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
@@ -129,7 +134,8 @@ def run_generate(args: argparse.Namespace) -> int:
             sys.stderr.write("archlab generate: compiling the decode step (torch.compile, once)...\n")
         results = []
         for i in range(0, len(prompts), args.batch_size):
-            results.append(_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile))
+            results.append(_run_batch(model, tokenizer, prompts[i : i + args.batch_size], sampling, args.compile,
+                                      args.token_healing))
             if args.compile and i == 0:
                 sys.stderr.write(f"archlab generate: compiled; the first batch decoded in "
                                  f"{results[0].decode_seconds:.1f} s, compilation included\n")
@@ -145,21 +151,25 @@ def _stream(row: int, piece: str) -> None:
 
 
 def _run_batch(
-    model: TransformerLM, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig, compile_decode: bool
+    model: TransformerLM, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig, compile_decode: bool,
+    token_healing: int = 0,
 ) -> Generation:
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
-        result = generate_text(model, tokenizer, prompts, sampling, on_text=_stream, compile_decode=compile_decode)
+        result = generate_text(model, tokenizer, prompts, sampling, on_text=_stream, compile_decode=compile_decode,
+                               token_healing=token_healing)
         sys.stdout.write("\n")
         return result
-    result = generate_text(model, tokenizer, prompts, sampling, compile_decode=compile_decode)
+    result = generate_text(model, tokenizer, prompts, sampling, compile_decode=compile_decode,
+                           token_healing=token_healing)
     for prompt, text in zip(prompts, result.texts):
         sys.stdout.write(f"{prompt}{text}\n\n")
     return result
 
 
 def _interactive(
-    model: TransformerLM, tokenizer: TokenizerLike, sampling: SamplingConfig, compile_decode: bool
+    model: TransformerLM, tokenizer: TokenizerLike, sampling: SamplingConfig, compile_decode: bool,
+    token_healing: int = 0,
 ) -> list[Generation]:
     results = []
     tty = sys.stdin.isatty()
@@ -178,4 +188,4 @@ def _interactive(
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(model, tokenizer, [prompt], sampling, compile_decode))
+            results.append(_run_batch(model, tokenizer, [prompt], sampling, compile_decode, token_healing))

@@ -8,6 +8,9 @@
 - Stops: EOS id, stop strings (matched on the decoded text, in O(1) Python work per token), max new tokens.
 - Streaming: `generate_text` hands each piece of confirmed text to a callback as soon as it is known; it
   never emits half a UTF-8 character or text that may still turn out to start a stop string.
+- Token healing (`token_healing=N`): the prompt is backed off by up to N tokens and the first new tokens re-spell
+  the removed bytes under a byte-trie constraint (infer/healing.py), so a prompt cut mid-token continues as the
+  training text did; each row of a batch backs off its own amount.
 - Context limit: prompt + max_new_tokens past the model's context fails before any compute
   (`context_limit`), unless extrapolation is asked for explicitly.
 - Speed: float32 Linear weights are read column-major on the CPU while generating (`decode_layout`), and
@@ -22,12 +25,14 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 
+from archlab.infer.healing import ByteTrie, Healing, back_off
 from archlab.infer.sampling import SamplingConfig, sample_next
 from archlab.infer.speed import (
     check_compile_decode,
@@ -54,6 +59,8 @@ class Generation:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     decode_steps: int = 0  # forwards after the prefill (one token per row each)
+    backed_off: list[int] = field(default_factory=list)  # token healing: prompt tokens removed per row, whose
+    # bytes the first new tokens re-spell (empty without healing)
 
 
 def context_limit(config: ModelConfig) -> int | None:
@@ -104,8 +111,14 @@ def generate(
     eos_id: int | None = None,
     on_step: Callable[[list[int | None]], list[bool]] | None = None,
     compile_decode: bool = False,
+    token_healing: int = 0,
+    token_bytes: Sequence[bytes | None] | None = None,
 ) -> Generation:
     """Generate up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch.
+
+    `token_healing=N` backs each prompt off by up to N tokens (`healing.back_off`) and constrains the first new
+    tokens to re-spell the removed bytes; `token_bytes` (each id's raw bytes, `Tokenizer.token_bytes()`) is
+    then required. The returned tokens follow the shortened prompt (`Generation.backed_off` says by how much).
 
     `on_step(tokens)` sees each step's new token per row (None for rows already finished) and returns, per
     row, whether it must stop (e.g. a stop string appeared). The model runs in eval mode, then gets its mode back.
@@ -128,15 +141,39 @@ def generate(
         raise ValueError(f"token id {bad} is outside the model's vocabulary (0..{model.config.vocab_size - 1})")
     if compile_decode:
         check_compile_decode(next(model.parameters()).device)
+    prompts, heal, backed = _heal_prompts(prompts, token_healing, token_bytes, model.config.vocab_size)
     was_training = model.training
     model.eval()
     try:
         reduce_linears = compile_decode and reduction_gemvs_win(model)
         with nullcontext() if reduce_linears else decode_layout(model):
-            return _generate(model, prompts, sampling, eos_id, on_step, compile_decode, reduce_linears)
+            result = _generate(model, prompts, sampling, eos_id, on_step, compile_decode, reduce_linears, heal)
     finally:
         model.train(was_training)
+    result.backed_off = backed
+    return result
 
+
+@lru_cache(maxsize=4)
+def _trie(token_bytes: tuple[bytes | None, ...]) -> ByteTrie:
+    return ByteTrie(token_bytes)
+
+
+def _heal_prompts(
+    prompts: list[list[int]], n: int, token_bytes: Sequence[bytes | None] | None, vocab_size: int
+) -> tuple[list[list[int]], Healing | None, list[int]]:
+    """The prompts backed off for token healing, its state, and the tokens removed per row (n = 0: unchanged)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"token_healing={n!r} is not allowed: an integer >= 0 (tokens to back off; 0 = off)")
+    if not n:
+        return prompts, None, []
+    if token_bytes is None or len(token_bytes) > vocab_size:
+        raise ValueError("token_healing needs token_bytes: each id's raw bytes (Tokenizer.token_bytes()), at most "
+                         f"the model's {vocab_size} ids")
+    plans = [back_off(p, n, token_bytes) for p in prompts]
+    table = tuple(token_bytes) + (None,) * (vocab_size - len(token_bytes))  # ids past the tokenizer: never
+    heal = Healing(_trie(table), [r for _, r, _ in plans], [c for _, _, c in plans])
+    return [p[: len(p) - k] for p, (k, _, _) in zip(prompts, plans)], heal, [k for k, _, _ in plans]
 
 @torch.inference_mode()
 def _generate(
@@ -147,6 +184,7 @@ def _generate(
     on_step: Callable[[list[int | None]], list[bool]] | None,
     compile_decode: bool,
     reduce_linears: bool = False,
+    heal: Healing | None = None,
 ) -> Generation:
     """Prefill, then the decode loop, timed apart (inputs already checked)."""
     n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
@@ -161,7 +199,7 @@ def _generate(
     _sync(device)
     prefill = time.perf_counter() - start
     step = compiled_forward(model, reduce_linears) if compile_decode else model
-    out, ends, steps = _decode(step, cache, logits, sampling, generator, eos_id, on_step)
+    out, ends, steps = _decode(step, cache, logits, sampling, generator, eos_id, on_step, heal)
     _sync(device)
     decode = time.perf_counter() - start - prefill
     tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
@@ -176,14 +214,19 @@ def _decode(
     generator: torch.Generator | None,
     eos_id: int | None,
     on_step: Callable[[list[int | None]], list[bool]] | None,
+    heal: Healing | None = None,
 ) -> tuple[torch.Tensor, list[int], int]:
-    """The decode loop: sample, record, feed back. Returns tokens (B, N), each row's length, steps taken."""
+    """The decode loop: sample (the first steps constrained while healing), record, feed back. Returns tokens
+    (B, N), each row's length, steps taken."""
     n_new, batch = sampling.max_new_tokens, logits.shape[0]
     out = torch.empty(batch, n_new, dtype=torch.long, device=logits.device)
     ends = [n_new] * batch  # a row's tokens end before its EOS / after the token that completed a stop string
     watch = eos_id is not None or on_step is not None  # otherwise no per-step host sync at all
     for step in range(n_new):
-        token = sample_next(logits, sampling, generator)  # (B,)
+        healing = heal is not None and heal.active
+        token = sample_next(heal.constrain(logits) if healing else logits, sampling, generator)  # (B,)
+        if healing:
+            heal.advance(token.tolist())
         out[:, step] = token
         if watch:
             _update_ends(token.tolist(), step, ends, eos_id, on_step)
@@ -217,12 +260,23 @@ def generate_text(
     sampling: SamplingConfig = SamplingConfig(),
     on_text: Callable[[int, str], None] | None = None,
     compile_decode: bool = False,
+    token_healing: int = 0,
 ) -> Generation:
     """`generate` on text: encode, decode incrementally, apply stop strings, stream `on_text(row, piece)`.
 
-    Rows stop at the tokenizer's EOS id (if it has one), at a stop string, or after max_new_tokens.
+    Rows stop at the tokenizer's EOS id (if it has one), at a stop string, or after max_new_tokens. With
+    `token_healing=N` the texts are still what follows each prompt (the re-spelled bytes are not repeated), so
+    prompt + text starts with the prompt byte for byte.
     """
-    streams = [TextStream(tokenizer.decode, sampling.stop) for _ in prompts]
+    ids = [tokenizer.encode(p) for p in prompts]
+    skips = [0] * len(prompts)
+    token_bytes = None
+    if token_healing:
+        if not hasattr(tokenizer, "token_bytes"):
+            raise ValueError("token_healing needs a tokenizer with token_bytes() (archlab.data.tokenizer.Tokenizer)")
+        token_bytes = tokenizer.token_bytes()
+        skips = [len(back_off(p, token_healing, token_bytes)[1].decode("utf-8")) for p in ids]
+    streams = [TextStream(tokenizer.decode, sampling.stop, skip) for skip in skips]
 
     def on_step(tokens: list[int | None]) -> list[bool]:
         for row, tok in enumerate(tokens):
@@ -230,8 +284,7 @@ def generate_text(
                 on_text(row, piece)
         return [s.stopped for s in streams]
 
-    ids = [tokenizer.encode(p) for p in prompts]
-    result = generate(model, ids, sampling, tokenizer.eos_id, on_step, compile_decode)
+    result = generate(model, ids, sampling, tokenizer.eos_id, on_step, compile_decode, token_healing, token_bytes)
     for row, stream in enumerate(streams):
         if (rest := stream.finish()) and on_text is not None:
             on_text(row, rest)
