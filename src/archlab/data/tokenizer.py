@@ -126,6 +126,23 @@ class Tokenizer:
         # Keep special tokens: a sample should show where the model ended a document.
         return self.inner.decode(ids, skip_special_tokens=False)
 
+    def with_dropout(self, p: float) -> Tokenizer:
+        """This BPE with BPE-dropout p (Provilkov et al., arXiv 1910.13267): each merge is skipped with
+        probability p while encoding, so one text gets many segmentations that all decode back to it.
+
+        Set on the serialised model, after any training: `tokenizers`' trainer rebuilds the BPE model and
+        drops a dropout given before (tokenizers issue #201), and `ignore_merges` would bypass dropout for
+        whole-word vocabulary hits, so it is turned off. The draws come from the library's own unseeded RNG.
+        """
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"bpe_dropout={p!r} is not allowed: a probability in [0, 1)")
+        spec = json.loads(self._json)
+        if self.kind != "bpe" or not spec["model"].get("merges"):
+            raise ValueError(f"bpe_dropout={p!r} needs a BPE tokenizer with merges (this one is {self.kind!r})")
+        spec["model"]["dropout"] = p if p > 0 else None
+        spec["model"]["ignore_merges"] = False
+        return Tokenizer(HFTokenizer.from_str(json.dumps(spec)), eos_id=self.eos_id)
+
     def token_bytes(self) -> list[bytes | None]:
         """Each id's raw bytes (None for special tokens), what token healing's byte trie is keyed by: a
         ByteLevel vocabulary's characters mapped back through `bytes_to_unicode`, SentencePiece's byte-fallback

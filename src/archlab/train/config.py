@@ -38,6 +38,7 @@ class DataConfig:
     tokenizer: str = "byte"  # byte (256 ids, nothing to train) | bpe (trained on the corpus) | path to a tokenizer.json
     vocab_size: int = 8192  # ids a bpe tokenizer learns; ignored by byte
     val_fraction: float = 0.05  # share of documents held out for validation
+    bpe_dropout: float = 0.0  # BPE-dropout on the train split only (arXiv 1910.13267): merges skipped with this p
     dir: str = ""  # where the token memmaps go; empty = RUN_DIR/data
     batch_size: int = 32  # sequences per optimizer step, all ranks and micro-steps together
     block_size: int | None = None  # tokens per sequence; None = model.max_seq_len
@@ -47,6 +48,7 @@ class DataConfig:
         _check(self.batch_size >= 1, "data.batch_size", self.batch_size, "an integer >= 1")
         _check(self.block_size is None or self.block_size >= 1, "data.block_size", self.block_size, "None or >= 1")
         _check(0 < self.val_fraction < 1, "data.val_fraction", self.val_fraction, "a fraction in (0, 1)")
+        _check(0 <= self.bpe_dropout < 1, "data.bpe_dropout", self.bpe_dropout, "a probability in [0, 1) (0 = off)")
 
 
 @dataclass
@@ -278,6 +280,10 @@ def resolve_config(
         from archlab.data.tokens import check_prepared_tokenizer  # numpy and tokenizers only when needed
 
         check_prepared_tokenizer(Path(train.data.source), train.data.tokenizer, train.data.vocab_size)
+    if any("data.bpe_dropout" in layer for layer in layers) and (Path(train.data.source) / "meta.json").is_file():
+        from archlab.data.tokens import check_prepared_dropout
+
+        check_prepared_dropout(Path(train.data.source), train.data.bpe_dropout)
     if saved is not None:
         for name in ("preset", "size"):
             if getattr(train, name) != saved["train"][name]:

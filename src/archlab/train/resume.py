@@ -2,7 +2,8 @@
 
 A resumed run continues exactly: same model, same corpus and tokenizer, same lr curve. So resuming refuses
 - another corpus or tokenizer (`data.source`, `data.tokenizer`, `data.vocab_size`, `data.val_fraction`,
-  `data.dir`): the weights were trained on the run's token ids, and its prepared data is never replaced;
+  `data.dir`, `data.bpe_dropout`): the weights were trained on the run's token ids, and its prepared data is
+  never replaced;
 - another schedule (`schedule.*`): the lr curve is part of the run;
 - another optimizer or embedding remedy (`OPTIMIZER_KEYS`): the saved state and param groups belong to it;
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from archlab.train.config import TrainConfig
 
-DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir")
+DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir", "bpe_dropout")
 # what the optimizer's saved param groups hold: a checkpoint's values would silently win over new ones
 OPTIMIZER_KEYS = ("name", "lazy_embeddings", "embedding_optimizer", "embedding_lr_ratio", "tiger_rms_lr")
 SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape", "horizon")

@@ -167,7 +167,7 @@ class Trainer:
         folder = _data_dir(self.cfg, self.run_dir)
         if self.ctx.is_main and folder != Path(d.source):  # a resumed run's data is reused, never replaced
             prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1,
-                         reuse_only=resume)
+                         reuse_only=resume, bpe_dropout=d.bpe_dropout)
         dist_utils.barrier(self.ctx)  # the other ranks read what rank 0 wrote
         self.data = TokenData(folder, self.ctx.rank, self.ctx.world_size)
         self.tokenizer_file = folder / "tokenizer.json"
