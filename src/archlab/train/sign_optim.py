@@ -113,12 +113,12 @@ class Lion(torch.optim.Optimizer):
                 self._accumulate(group, params)
             elif group["rule"] == "adamw":
                 for p in params:
-                    _lazy(group, p, self._state(p, True), _adamw_update)
+                    _apply(group, p, self._state(p, True), _adamw_update)
             elif _plain(group) and _use_foreach(params):
                 _foreach_sign_step(group, params, [self._state(p, False)["exp_avg"] for p in params])
             else:
                 for p in params:
-                    _lazy(group, p, self._state(p, False), _sign_update)
+                    _apply(group, p, self._state(p, False), _sign_update)
         return loss
 
     def _accumulate(self, group: dict, params: list[torch.Tensor]) -> None:
@@ -183,7 +183,7 @@ def _adamw_update(group: dict, p: torch.Tensor, g: torch.Tensor, state: dict) ->
     return {"param": new, "exp_avg": m, "exp_avg_sq": v, "step": torch.tensor(step, dtype=torch.float32)}
 
 
-def _lazy(group: dict, p: torch.Tensor, state: dict, update: Callable[..., dict[str, torch.Tensor]]) -> None:
+def _apply(group: dict, p: torch.Tensor, state: dict, update: Callable[..., dict[str, torch.Tensor]]) -> None:
     """Apply `update` to p and its state; NaN guard first, and with `lazy` only to rows with a gradient."""
     g = p.grad
     if group["nan_shrink"] < 1.0 and not bool(g.isfinite().all()):  # keep m, shrink theta (bojone/tiger)
