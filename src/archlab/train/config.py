@@ -54,7 +54,7 @@ class DataConfig:
 @dataclass
 class OptimizerConfig:
     name: str = "adamw"  # adamw | lion | tiger (train/optim.py OPTIMIZERS)
-    lr: float = 1e-3  # peak learning rate; 1e-3 suits tiny models with AdamW, use ~3-10x less with lion/tiger
+    lr: float = 1e-3  # peak lr; 1e-3 suits tiny models with AdamW, ~3-10x less for lion (tiger_rms_lr: relative step)
     betas: tuple[float, ...] | None = None  # None = default: adamw (0.9, 0.95), lion (0.9, 0.99), tiger (0.965,)
     eps: float = 1e-8  # AdamW's denominator guard
     weight_decay: float = 0.1  # decoupled decay on weight matrices only (GPT-3, LLaMA, PaLM use 0.1)
