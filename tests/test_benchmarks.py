@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -36,3 +38,27 @@ def test_every_benchmark_script_imports_and_answers_help() -> None:
         done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, env=env,
                               timeout=120)
         assert done.returncode == 0 and "usage:" in done.stdout, f"{script.name}: {done.stderr[-500:]}"
+
+
+def test_lab_timings_script_runs_every_comparison_on_tiny_settings(tmp_path: Path) -> None:
+    """benchmarks/bench_lab_timings.py --tiny: every comparison of the three timing kinds runs and its figures
+    hang together (ratios inside their intervals, the step effect = share x (1 - 1 / speedup)); no value is
+    checked against a speed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = tmp_path / "timings.json"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_lab_timings.py"), "--tiny", "--out",
+                           str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    rows = result["block"] + result["norm"] + [result["norm_step"]] + result["decode"]
+    assert [r["comparison"] for r in result["block"]] == ["fused parallel vs serial (train step)",
+                                                          "fused parallel vs unfused parallel (train step)"]
+    assert [r["comparison"] for r in result["norm"]] == [f"RMSNorm vs LayerNorm, {b}, d 32" for b in
+                                                         ("composite", "module")]
+    assert [r["comparison"][:10] for r in result["decode"]] == ["GQA vs MHA", "MQA vs MHA"]
+    for r in rows:
+        lo, hi = r["ci95"]
+        assert r["pairs"] == 3 and 0 < lo <= r["mean_ratio"] <= hi
+    for e in result["norm_step_effect"]:
+        assert e["step_effect"] == pytest.approx(e["norm_share"] * (1 - 1 / e["op_speedup"]))
+    assert "HEADS: one-token decode step" in done.stdout

@@ -328,3 +328,24 @@ def test_a_cache_with_other_windows_is_refused() -> None:
     with torch.no_grad():
         torch.testing.assert_close(torch.cat([model(ids[:, :6], cache=plain)] + [
             model(ids[:, t : t + 1], cache=plain) for t in range(6, T)], dim=1), model(ids), **TOL)
+
+
+def test_rewind_rewrites_the_forgotten_slots_as_if_never_written() -> None:
+    """Decoding token b after rewinding past token a equals decoding b straight after the prompt."""
+    model = tiny()
+    ids = torch.randint(VOCAB, (2, PREFILL + 2), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        cache = KVCache.for_model(model, 2, T)
+        model(ids[:, :PREFILL], cache=cache)
+        model(ids[:, PREFILL : PREFILL + 1], cache=cache)  # token a, then forgotten
+        cache.rewind(PREFILL)
+        rewound = model(ids[:, PREFILL + 1 :], cache=cache)
+        full = model(torch.cat([ids[:, :PREFILL], ids[:, PREFILL + 1 :]], dim=1))[:, -1:]
+    assert cache.pos == PREFILL + 1
+    torch.testing.assert_close(rewound, full, **TOL)
+    with pytest.raises(ValueError, match=r"rewind\(9\) is not allowed: a position in 0..7"):
+        cache.rewind(9)
+    ring = KVCache(1, 1, 8, 1, 4, windows=[2])
+    ring.pos = 3  # past its 2-slot window: the ring has overwritten slot 0
+    with pytest.raises(ValueError, match="rings have not wrapped"):
+        ring.rewind(2)

@@ -84,3 +84,27 @@ def test_rmsnorm_with_a_bias_adds_it_after_the_gain():
     _random_params(n)
     assert n.bias is not None
     torch.testing.assert_close(n(x).double(), rms_ref(x, n.weight, 1e-5, n.bias), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_composite_formulas_equal_the_float64_references_and_the_modules(kind, with_bias):
+    """NORM_FORMULAS (what the norm_op timing builds alike) compute the norms: values and gradients."""
+    from archlab.nn.norms import NORM_FORMULAS
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 48, dtype=torch.float64, requires_grad=True)
+    w, b = torch.randn(48, dtype=torch.float64), torch.randn(48, dtype=torch.float64) if with_bias else None
+    y = NORM_FORMULAS[kind](x, w, b, 1e-5)
+    ref = rms_ref(x, w, 1e-5, b) if kind == "rmsnorm" else ln_ref(x, w, b, 1e-5)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    module = NORMS[kind](48, eps=1e-5, bias=with_bias)  # normalises in float32 (its own fast paths)
+    with torch.no_grad():
+        module.weight.copy_(w)
+        if b is not None:
+            module.bias.copy_(b)
+    g = torch.randn(6, 48, dtype=torch.float64)
+    (dx,) = torch.autograd.grad(y, x, g)
+    x32 = x.detach().float().requires_grad_()
+    (dx_module,) = torch.autograd.grad(module(x32), x32, g.float())
+    torch.testing.assert_close(dx_module.double(), dx, rtol=1e-4, atol=1e-4)

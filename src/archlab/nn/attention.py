@@ -87,15 +87,18 @@ class Attention(nn.Module):
         self.use_sdpa = c.attn_impl == "sdpa" or (c.attn_impl == "auto" and c.attn_softcap is None)
         self.dropout = c.attn_dropout
 
-    def project(self, x: torch.Tensor, inp: AttentionInputs) -> tuple[torch.Tensor, ...]:
-        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied.
+    def project(
+        self, x: torch.Tensor, inp: AttentionInputs, qkv: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied; `qkv` (B, T,
+        (H + 2K) Dh) is the projection when the caller computed it (a fused parallel block's input GEMM).
 
         Norms and RoPE act in the (B, T, heads, Dh) layout that the fused projection gives; when q and k
         get the same treatment (no norm on either), the plan gets them as one tensor and one RoPE call
         rotates both. Keys the cache holds unrotated are left for `RopePositions.rotate_cached_keys`."""
         B, T, _ = x.shape
         H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
-        heads = self.qkv_proj(x).view(B, T, H + 2 * K, Dh)  # [q heads | k heads | v heads]
+        heads = (self.qkv_proj(x) if qkv is None else qkv).view(B, T, H + 2 * K, Dh)  # [q heads | k heads | v heads]
         rope = inp.rope
         if (self.plain_qk and isinstance(rope, RopePositions) and not rope.rotates_cached_keys
                 and use_fused(heads)):  # training: split + RoPE, one backward (bf16 heads: bf16 tables)
@@ -115,19 +118,27 @@ class Attention(nn.Module):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, heads, T, Dh)
 
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
-        B, T, _ = x.shape
         q, k, v = self.project(x, inp)
+        return self.o_proj(self.core(q, k, v, inp, inp.cache))  # (B, T, D)
+
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inp: AttentionInputs, cache: KVCache | None
+    ) -> torch.Tensor:
+        """Projected q (B, H, T, Dh), k and v (B, K, T, Dh) -> the heads' output (B, T, H*Dh) before o_proj:
+        query scaling, the cache, late key rotation, masks and the attention itself. A fused parallel block
+        (nn/block.py) projects q, k, v itself and applies o_proj in its own output GEMM."""
+        B, _, T, _ = q.shape
         if inp.query_scale is not None:
             q = q * inp.query_scale.to(q.dtype)  # scales each query's scores: log-n
-        if inp.cache is not None:
-            k, v = inp.cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
         if inp.rope is not None and inp.rope.rotates_cached_keys:
             k = inp.rope.rotate_cached_keys(k)  # (B, K, S, Dh)
         rerope = isinstance(inp.rope, ReRopePositions)
         mask = inp.mask
         if mask is None and T > 1 and (inp.bias is not None or not self.use_sdpa or rerope):
             S = k.shape[2]  # plain causal over keys in slot order, made explicit
-            mask = causal_mask(torch.arange(S - T, S, device=x.device), torch.arange(S, device=x.device), None, None)
+            mask = causal_mask(torch.arange(S - T, S, device=q.device), torch.arange(S, device=q.device), None, None)
         causal = mask is None and T > 1  # SDPA's is_causal: no mask tensor needed
         dropout = self.dropout if self.training else 0.0
         if rerope:
@@ -135,16 +146,15 @@ class Attention(nn.Module):
             scores = inp.rope.scores(q, k) * self.scale  # (B, H, T, S), keys rotated per K/V head
             y = attention_from_scores(scores, repeat_kv(v, n_rep), inp.bias, mask, self.softcap, dropout,
                                       self.training)
-            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+            return y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
         q, k, v, bias = self._match_heads(q, k, v, inp.bias)
         if self.use_sdpa:
             y = self._sdpa(q, k, v, mask, bias, dropout, causal)
         else:
             y = eager_attention(q, k, v, self.scale, bias, mask, self.softcap, dropout, self.training)
         if T == 1:  # heads are already consecutive in memory (also in the grouped decode layout)
-            return self.o_proj(y.reshape(B, 1, self.n_heads * self.head_dim))  # (B, 1, D)
-        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*Dh)
-        return self.o_proj(y)  # (B, T, D)
+            return y.reshape(B, 1, self.n_heads * self.head_dim)  # (B, 1, H*Dh)
+        return y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # (B, T, H*Dh)
 
     def _match_heads(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None

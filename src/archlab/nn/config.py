@@ -95,6 +95,7 @@ class ModelConfig:
     # --- block and feed-forward ---
     block: str = "serial"  # serial | parallel (attention and MLP read the same input)
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
+    parallel_fused: bool = True  # parallel block: one input and one output GEMM (PaLM); False: apart, same function
     ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
     activation: str | None = None  # relu | gelu | gelu_tanh | silu | swish | ...; None = the shorthand's, else silu
     swish_beta: float = 1.0  # beta of swish(x) = x * sigmoid(beta x)

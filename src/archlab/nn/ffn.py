@@ -6,6 +6,8 @@
   keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls.
 gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. In
 training, SwiGLU runs `fused.silu_mul` (same values, a hand-written backward that saves less).
+Each FFN is `down_proj(activate(in_proj(x)))`; a fused parallel block (nn/block.py) runs `in_proj` and
+`down_proj` inside its own GEMMs and calls `activate` on its share of the input GEMM.
 
 Shapes: x (B, T, D) -> (B, T, D); the hidden is (B, T, F).
 """
@@ -38,6 +40,14 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
 
+    @property
+    def in_proj(self) -> nn.Linear:
+        return self.up_proj
+
+    def activate(self, up: torch.Tensor) -> torch.Tensor:
+        """The hidden act(up) (B, T, F) from the input projection's output (B, T, F)."""
+        return self.act(up)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.up_proj(x)))  # (B, T, D)
 
@@ -52,12 +62,19 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = nn.Linear(d_model, 2 * d_ff, bias=bias)  # rows [gate | up]
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)  # (B, T, 2F)
+    @property
+    def in_proj(self) -> nn.Linear:
+        return self.gate_up_proj
+
+    def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The hidden act(gate) * up (B, T, F) from the input projection's output [gate | up] (B, T, 2F)."""
         if self.swiglu and use_fused(gate_up):
-            return self.down_proj(silu_mul(gate_up))  # (B, T, D)
+            return silu_mul(gate_up)  # (B, T, F)
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, F) each
-        return self.down_proj(self.act(gate) * up)  # (B, T, D)
+        return self.act(gate) * up  # (B, T, F)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.activate(self.gate_up_proj(x)))  # (B, T, D)
 
 
 FFNS: dict[str, type[nn.Module]] = {"mlp": MLP, "glu": GatedMLP}

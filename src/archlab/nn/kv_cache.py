@@ -168,6 +168,17 @@ class KVCache:
         self._chunk_mask = None
         self.pos += n
 
+    def rewind(self, pos: int) -> None:
+        """Forget the slots from `pos` on, so the next tokens are written there again (re-timing one decode
+        step at a fixed cache length, discarding a rejected draft). Only without recorded padding (`lengths`
+        and `key_mask` would have to forget per row) and before any ring has wrapped (the tokens the forgotten
+        ones overwrote are gone)."""
+        wrapped = any(ring is not None and self.pos > ring for ring in self.rings)
+        if not 0 <= pos <= self.pos or self.key_mask is not None or wrapped:
+            raise ValueError(f"rewind({pos}) is not allowed: a position in 0..{self.pos} (the slots written) of a "
+                             "cache without recorded padding whose sliding-window rings have not wrapped")
+        self.pos = pos
+
     def nbytes(self) -> int:
         """Bytes held by the K and V buffers of all layers (what the cache really allocated)."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v)

@@ -6,7 +6,10 @@ Variants
 - `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function is the same.
 
 Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. When
-autograd records it, RMSNorm runs `fused.rms_norm` (same values, a hand-written backward).
+autograd records it, RMSNorm runs `fused.rms_norm` (same values, a hand-written backward), while LayerNorm runs
+torch's native kernel. `NORM_FORMULAS` holds both as plain composite formulas that autograd differentiates op
+by op: built alike, so a timing of one against the other (archlab.lab.timing, `norm_op`) measures the norms,
+not which of them has a hand-written kernel.
 Shapes: (..., D) -> (..., D).
 """
 
@@ -60,6 +63,23 @@ class LayerNorm(RMSNorm):
 
 
 NORMS: dict[str, type[RMSNorm]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+
+
+def rms_norm_formula(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * w (+ b), written out: one statistic, no re-centring."""
+    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+    return y if bias is None else y + bias
+
+
+def layer_norm_formula(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) * w (+ b), written out in the same style (biased variance, as torch)."""
+    centred = x - x.mean(-1, keepdim=True)
+    y = centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps) * weight
+    return y if bias is None else y + bias
+
+
+# the norms as composite formulas (x, weight, bias or None, eps) -> y, keyed like NORMS
+NORM_FORMULAS = {"rmsnorm": rms_norm_formula, "layernorm": layer_norm_formula}
 
 
 def build_norm(kind: str, dim: int, eps: float, bias: bool = False, unit_offset: bool = False) -> RMSNorm:
