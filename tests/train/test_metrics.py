@@ -82,3 +82,15 @@ def test_a_vanished_token_drifts_under_tiger_and_stands_still_with_lazy_rows(
         assert moved == 0.0 and row["embed_unseen_drift"] == 0.0
     else:  # ten full Tiger steps of lr x RMS(row) on each of 32 entries, all in one direction
         assert moved > 10 * 1e-2 * 0.5 * 32**0.5 and row["embed_unseen_drift"] > 0
+
+
+def test_watch_state_round_trip_gives_the_same_next_signature() -> None:
+    a = EmbeddingWatch(6, torch.device("cpu"))
+    table = torch.arange(12.0).view(6, 2)
+    a.see(torch.tensor([0, 1, 2]))
+    a.measure(table, 0.1)
+    a.see(torch.tensor([2, 3]))
+    b = EmbeddingWatch(6, torch.device("cpu"))
+    b.load_state_dict(a.state_dict())
+    moved = table + torch.tensor([[1.0, 0.0]] * 6)
+    assert a.measure(moved, 0.1) == b.measure(moved, 0.1)

@@ -139,15 +139,24 @@ def embedding_signature(table: torch.Tensor, decay: float, previous: torch.Tenso
 
 class EmbeddingWatch:
     """Which token ids the training batches held since the last evaluation, and the table as it was then: what
-    `embedding_signature` needs, at the cost of one boolean scatter per micro-batch and a (V, D) copy.
-
-    Not checkpointed: after a resume the first evaluation has no snapshot, so it logs max |E| and the share
-    near 1/lambda but no unseen-row drift."""
+    `embedding_signature` needs, at the cost of one boolean scatter per micro-batch and a (V, D) copy. The
+    trainer checkpoints it (`state_dict`), so a resumed run logs the same signature as one that never stopped
+    (on several ranks, each resumes with rank 0's masks: the union over ranks is then a superset)."""
 
     def __init__(self, vocab_size: int, device: torch.device) -> None:
         self.seen_since = torch.zeros(vocab_size, dtype=torch.bool, device=device)  # (V,)
         self.seen_before = torch.zeros(vocab_size, dtype=torch.bool, device=device)  # (V,) up to the snapshot
         self.snapshot: torch.Tensor | None = None
+
+    def state_dict(self) -> dict[str, torch.Tensor | None]:
+        snapshot = None if self.snapshot is None else self.snapshot.cpu()
+        return {"seen_since": self.seen_since.cpu(), "seen_before": self.seen_before.cpu(), "snapshot": snapshot}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | None]) -> None:
+        device = self.seen_since.device
+        self.seen_since.copy_(state["seen_since"])
+        self.seen_before.copy_(state["seen_before"])
+        self.snapshot = None if state["snapshot"] is None else state["snapshot"].to(device)
 
     def see(self, ids: torch.Tensor) -> None:
         self.seen_since[ids.flatten()] = True

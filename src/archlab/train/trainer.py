@@ -197,6 +197,8 @@ class Trainer:
         restore_rng_state(rng[self.ctx.rank] if self.ctx.rank < len(rng) else rng[0])
         self.generator.set_state(state["generator"])
         self.stats = TrainStats(**state["stats"])
+        if "embed_watch" in state:  # checkpoints written before the outlier signature have none
+            self.embed_watch.load_state_dict(state["embed_watch"])
         self.step = int(state["step"])
         if self.ctx.is_main:
             logger.info("resumed %s at step %d", ckpt.path, self.step)
@@ -307,6 +309,7 @@ class Trainer:
         path = None
         if self.ctx.is_main:
             state = {"step": self.step, "rng": rng, "generator": self.generator.get_state(),
+                     "embed_watch": self.embed_watch.state_dict(),
                      "stats": asdict(self.stats)}
             config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
             path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
