@@ -8,29 +8,38 @@ plots), then `DIR/results.md` becomes `docs/results/SUITE.md` (its plots copied 
 a header saying how to reproduce it, and `docs/results/README.md` gets one row per claim of every suite
 published so far (suites published earlier keep their rows: the table is rebuilt from the pages' folders),
 followed by each suite's `docs/results/SUITE/reading.md`, a person's reading of the numbers, where one exists.
-Nothing here computes a verdict: they come from `archlab.lab.report.judge`, the rule every report prints.
+Each suite's `results.csv` (and `timings.csv`) is copied beside its page.
+
+The summary counts each comparison once: claims of two suites on the same runs (the same metric, the same run
+folders on both sides: identical arms share folders) are one row, listed under the first suite with the others
+named. Its outcome across the summary is re-derived with Benjamini-Hochberg's false discovery rate over every
+empirical comparison of every published suite (`archlab.lab.stats.adjust(..., method="bh")`), beside each suite's
+own Holm outcome. Nothing here computes a test: they come from `archlab.lab.verdicts.judge`, the rule every
+report prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
 
 from archlab.cli import main as archlab_main
-from archlab.lab.measure import MEASURES
-from archlab.lab.report import ClaimResult, judge
-from archlab.lab.runner import measure_plan, plan_suite, read_plan
+from archlab.lab import stats
+from archlab.lab.runner import Plan, measure_plan, measure_timings, plan_suite, read_plan
 from archlab.lab.suite import BUDGETS, list_suites, load_suite
+from archlab.lab.verdicts import ClaimResult, judge
 
 SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the summary table
 READING = "reading.md"  # per published suite, written by a person after reading its numbers: kept across publishing
 
 
 def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
-    """Rebuild one suite's report and write its page; returns its claims as summary rows."""
+    """Rebuild one suite's report and write its page (with its results.csv); returns its claims as summary rows."""
     recorded = read_plan(suite_dir)
     if not recorded:
         raise SystemExit(f"publish_results: {suite_dir} is not a suite folder: it has no plan.json (made by "
@@ -40,8 +49,8 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     suite = load_suite(spec)
     if archlab_main(["ablate", spec, "--collect", str(suite_dir)]) != 0:
         raise SystemExit(f"publish_results: could not collect {suite_dir}")
-    plan = plan_suite(suite, BUDGETS[recorded["budget"]], suite_dir, recorded["seeds"])
-    results = judge(plan, measure_plan(plan))
+    plan = plan_suite(suite, BUDGETS[recorded["budget"]], suite_dir, recorded["seeds"], store=recorded.get("store"))
+    results = judge(plan, measure_plan(plan), measure_timings(plan))
     images = docs / suite.name
     reading = (images / READING).read_text(encoding="utf-8") if (images / READING).is_file() else None
     shutil.rmtree(images, ignore_errors=True)
@@ -52,6 +61,10 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     for png in sorted(suite_dir.glob("*.png")):
         shutil.copy2(png, images / png.name)
         text = text.replace(f"]({png.name})", f"]({suite.name}/{png.name})")
+    for table in ("results.csv", "timings.csv"):
+        if (suite_dir / table).is_file():
+            shutil.copy2(suite_dir / table, images / table)
+            text = text.replace(f"`{table}`", f"[`{table}`]({suite.name}/{table})")
     jobs = json.loads((suite_dir / "lab-time.json").read_text(encoding="utf-8")).get("jobs", 1) \
         if (suite_dir / "lab-time.json").is_file() else 1
     header = (f"Reproduce: `archlab ablate {suite.name} --budget {plan.budget.name} --jobs {jobs}` (about the "
@@ -60,48 +73,89 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
               + (f"{note}\n\n" if note else ""))
     title, _, rest = text.partition("\n")
     (docs / f"{suite.name}.md").write_text(f"{title}\n\n{header}{rest.lstrip()}", encoding="utf-8")
-    rows = [{"suite": suite.name, "claim": r.claim.text, "metric": r.claim.metric,
-             "arms": f"{r.claim.arm} vs {r.claim.versus}", "difference": r.diff, "p_holm": r.p_holm,
-             "noise_floor": r.noise_floor, "moved": moved(r), "verdict": r.verdict, "narang": r.narang}
-            for r in results]
+    rows = [summary_row(suite.name, plan, r) for r in results]
     (images / SUMMARY).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return rows
 
 
-def moved(result: ClaimResult) -> str:
-    """Which way the claimed arm's mean went, whatever the verdict: a trend that 2 seeds cannot confirm is
-    still worth showing (the verdict says whether it is more than noise)."""
-    better = result.claim.direction or MEASURES[result.claim.metric].better
-    gain = -result.diff if better == "lower" else result.diff
-    return "no difference" if gain == 0 else ("the claimed way" if gain > 0 else "the other way")
+def summary_row(suite: str, plan: Plan, result: ClaimResult) -> dict:
+    """One claim for the summary: what the table shows, the comparison's identity, and its test (to re-adjust)."""
+    c = result.claim
+    sides = [sorted(r.run_dir.name for a in plan.suite.cells(c, side) for r in plan.runs_of(a))
+             for side in (c.arm, c.versus)]
+    key = json.dumps([c.metric, c.versus_metric, *sides, c.expect, c.margin, c.better])
+    if plan.suite.timing(c) is not None:  # a timing is its own experiment, never the same as another suite's
+        key = json.dumps([suite, c.metric, c.arm, c.versus])
+    return {"suite": suite, "claim": c.text, "metric": c.metric, "arms": f"{c.arm} vs {c.versus}",
+            "estimate": result.estimate, "ci": list(result.ci), "p_holm": result.p_adjusted,
+            "outcome": result.outcome, "seeds_needed": result.seeds_needed, "narang": result.narang,
+            "size": (f"margin {c.margin:g}" if c.expect == "same" and c.margin else
+                     f"min {c.min_effect:g}" if c.min_effect else "-"),
+            "key": key, "test": dataclasses.asdict(result.test) if result.test is not None else None}
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.4g}"
+
+
+def unique_comparisons(rows: list[dict]) -> list[dict]:
+    """Each comparison once (the first suite's row, the other suites that made it in `also`); the empirical ones
+    re-judged with Benjamini-Hochberg over all of them (`q`, `summary_outcome`)."""
+    first: dict[str, dict] = {}
+    for row in rows:
+        if row["key"] in first:
+            first[row["key"]]["also"].append(row["suite"])
+        else:
+            first[row["key"]] = {**row, "also": []}
+    unique = list(first.values())
+    family = [r for r in unique if r["test"] is not None and r["outcome"] not in (stats.UNTESTABLE,
+                                                                                 stats.BY_CONSTRUCTION)]
+    # each suite's Holm adjustment is undone: the summary's family is every distinct comparison
+    tests = [stats.ClaimTest(**{**r["test"], "ci": tuple(r["test"]["ci"]), "p_adjusted": None,
+                                "p_contra_adjusted": None, "level": r["test"]["alpha"]}) for r in family]
+    for row, test in zip(family, stats.adjust(tests, method="bh")):
+        row["q"], row["summary_outcome"] = test.p_adjusted, test.outcome
+    for row in unique:
+        row.setdefault("q", None)
+        row.setdefault("summary_outcome", row["outcome"])
+    return unique
+
+
+INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --jobs 2` on a 2-core CPU; every arm "
+         "runs the same seeds (paired). Each page has the design (why it can show its claims), the exact command, "
+         "the machine, the wall time, the claims with estimate, confidence interval, p-values, outcome and the "
+         "seeds an inconclusive claim needs, the suite's pooled residual spread and between-arm seed correlation, "
+         "the tables, the plots and `results.csv` (one row per run). Outcomes are computed by the rule in "
+         "docs/lab.md and docs/lab-statistics.md, never written by hand: paired tests, Holm's correction within a "
+         "suite, non-inferiority at a stated margin for \"as good as\". Across this summary each comparison is "
+         "counted once (claims of two suites on the same runs are one row) and re-judged with Benjamini-Hochberg's "
+         "false discovery rate over all of them (q < 0.05). \"By construction\" (arithmetic) and \"untestable by "
+         "this design\" are outside both families and the counts.")
 
 
 def write_summary(docs: Path) -> Path:
-    """docs/results/README.md: every published claim, its verdict, and a link to its suite's page."""
+    """docs/results/README.md: every published comparison once, its outcomes, and a link to its suite's page."""
     rows = [row for path in sorted(docs.glob(f"*/{SUMMARY}")) for row in json.loads(path.read_text("utf-8"))]
-    lines = ["# Lab results: the lecture's claims, measured", "",
-             "Each suite below was run with `archlab ablate SUITE --budget small --jobs 2` on a 2-core CPU "
-             "(d_model 128, 4 layers, 300 steps of 16 x 128 bytes of Python source, 2 seeds per arm and 4 for "
-             "the base arm); each page has the exact command, the machine, the wall time, the tables and the "
-             "plots. Verdicts are computed by the rule in docs/lab.md (Welch's t-test on the seeds both arms ran, "
-             "Holm's correction, the base arm's spread over its 4 seeds as the noise floor), never written by "
-             "hand. \"Not visible at this scale\" is a "
-             "result: 300 steps of a 0.9M-parameter model cannot show every effect that the sources measured "
-             "at 100M-10B parameters. It is also a matter of power: with 2 seeds per arm, Welch's test has about "
-             "one degree of freedom, so only an effect that is large against both arms' spreads survives Holm's "
-             "correction. The \"mean moved\" column says which way each mean went all the same, and `--seeds N` "
-             "buys power where a claim matters.", "",
-             "| suite | claim | metric | arms | difference | noise floor | mean moved | p (Holm) | verdict | "
-             "Narang et al. |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| [{r['suite']}]({r['suite']}.md) | {r['claim']} | {r['metric']} | {r['arms']} | "
-                     f"{r['difference']:.4g} | {r['noise_floor']:.3g} | {r['moved']} | {r['p_holm']:.3g} | "
-                     f"{r['verdict']} | {r['narang']} |")
+    unique = unique_comparisons(rows)
+    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, "",
+             "| suite | claim | metric | arms | estimate | 90% CI | margin / min | p (Holm, suite) | outcome (suite) "
+             "| q (BH, summary) | outcome (summary) | seeds needed | Narang et al. |", "|---" * 13 + "|"]
+    for r in unique:
+        also = f" (also in {', '.join(r['also'])})" if r["also"] else ""
+        low, high = r["ci"]
+        ci = "n/a" if low is None or math.isnan(low) else f"[{_fmt(low)}, {_fmt(high)}]"
+        lines.append(f"| [{r['suite']}]({r['suite']}.md) | {r['claim']}{also} | {r['metric']} | {r['arms']} | "
+                     f"{_fmt(r['estimate'])} | {ci} | {r['size']} | {_fmt(r['p_holm'])} | {r['outcome']} | "
+                     f"{_fmt(r['q'])} | {r['summary_outcome']} | {r['seeds_needed'] or '-'} | {r['narang']} |")
     missing = [s.name for s in list_suites() if s.name not in {r["suite"] for r in rows}]
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in sorted({r["verdict"] for r in rows})}
+    tested = [r["summary_outcome"] for r in unique if r["q"] is not None]
+    outside = [r["summary_outcome"] for r in unique if r["q"] is None]
     n_suites = len({r["suite"] for r in rows})
-    lines += ["", f"{len(rows)} claims from {n_suites} suite{'s' if n_suites != 1 else ''}: "
-              + ", ".join(f"{n} {v}" for v, n in counts.items()) + "."
+    counts = ", ".join(f"{tested.count(v)} {v}" for v in dict.fromkeys(tested)) or "none"
+    lines += ["", f"{len(rows)} claims from {n_suites} suite{'s' if n_suites != 1 else ''}, {len(unique)} distinct "
+              f"comparisons; {len(tested)} tested: {counts}."
+              + (" Outside the family: " + ", ".join(f"{outside.count(v)} {v}" for v in dict.fromkeys(outside)) + "."
+                 if outside else "")
               + (f" Built-in suites not published yet: {', '.join(missing)}." if missing else ""), ""]
     readings = [(path.parent.name, path.read_text(encoding="utf-8").strip())
                 for path in sorted(docs.glob(f"*/{READING}"))]

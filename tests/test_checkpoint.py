@@ -1,5 +1,5 @@
 """Checkpoints: tied weights stored once and re-tied, atomic writes, corruption named, pruning, RNG state,
-and `load_model` from a checkpoint or a run folder."""
+`load_model` from a checkpoint or a run folder, and the step-0 weights a run may keep."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ from archlab.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_initial_weights,
     load_model,
     prune_checkpoints,
     read_run_config,
     restore_rng_state,
     save_checkpoint,
+    save_initial_weights,
     tied_aliases,
     verify_checkpoint,
 )
@@ -246,3 +248,19 @@ def test_a_pickled_file_is_refused_without_torch_s_advice(tmp_path: Path, tokeni
                        "weights-only files and never runs code from a checkpoint")
     assert "weights_only" not in message and "\n" not in message
     assert "pickle ran" not in capsys.readouterr().out
+
+
+def test_initial_weights_round_trip_are_kept_and_never_a_checkpoint(tmp_path: Path) -> None:
+    model = tiny_model("gpt2")  # tied: the alias comes back
+    run = tmp_path / "run"
+    assert load_initial_weights(run) is None  # a run that kept none
+    path = save_initial_weights(run, model.state_dict(), tied_aliases(model))
+    weights = load_initial_weights(run)
+    assert weights.keys() == model.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        model.embed_tokens.weight.add_(1.0)
+    assert save_initial_weights(run, model.state_dict(), tied_aliases(model)) == path  # the first is kept
+    assert not torch.equal(load_initial_weights(run)["embed_tokens.weight"], model.embed_tokens.weight)
+    assert list_checkpoints(run) == [] and latest_checkpoint(run) is None
+    assert [p.name for p in run.iterdir()] == ["initial"]  # no temp folder left behind

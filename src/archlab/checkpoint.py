@@ -7,6 +7,7 @@
         config.json         {"model": ModelConfig, "train": TrainConfig}, resolved
         tokenizer.json      the tokenizer the token ids belong to
         manifest.json       step, val loss, size and sha256 of every file above; written last
+    RUN_DIR/initial/model.safetensors   the step-0 weights, with `checkpoint.keep_initial` (drift measures)
 
 A checkpoint is built in a hidden temp folder beside its final name, every file fsynced, then renamed:
 a crash leaves either the old set of checkpoints or the new one, never a half-written `step_*` folder.
@@ -42,6 +43,7 @@ from archlab.nn.model import TransformerLM
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
+INITIAL = "initial"  # RUN_DIR/initial/model.safetensors: step-0 weights (train key checkpoint.keep_initial)
 MANIFEST = "manifest.json"
 FILES = ("model.safetensors", "optimizer.pt", "state.pt", "config.json", "tokenizer.json")
 STEP_DIR = re.compile(r"^step_(\d{7,})$")
@@ -118,6 +120,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _save_weights(file: Path, model_state: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items() if k not in aliases}
+    save_file(weights, file, metadata={"tied": json.dumps(aliases), "format": "pt"})
+
+
 def _write_files(
     tmp: Path,
     model_state: dict[str, torch.Tensor],
@@ -127,8 +134,7 @@ def _write_files(
     config: dict,
     tokenizer_file: Path,
 ) -> None:
-    weights = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items() if k not in aliases}
-    save_file(weights, tmp / "model.safetensors", metadata={"tied": json.dumps(aliases), "format": "pt"})
+    _save_weights(tmp / "model.safetensors", model_state, aliases)
     torch.save(optimizer_state, tmp / "optimizer.pt")
     torch.save(state, tmp / "state.pt")
     (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
@@ -186,6 +192,33 @@ def _write_all(tmp: Path, final: Path, root: Path, step: int, val_loss: float | 
     _fsync_dir(tmp)
     os.rename(tmp, final)
     _fsync_dir(root)
+
+
+def save_initial_weights(run_dir: str | Path, model_state: dict[str, torch.Tensor],
+                         aliases: dict[str, str] | None = None) -> Path:
+    """Write a run's step-0 weights to RUN_DIR/initial/model.safetensors atomically (a temp folder, fsynced,
+    renamed); an existing one is kept. Not a checkpoint: never listed, pruned or resumed from."""
+    final = Path(run_dir) / INITIAL
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{INITIAL}-", dir=final.parent))
+    try:
+        _save_weights(tmp / "model.safetensors", model_state, aliases or {})
+        os.chmod(tmp / "model.safetensors", FILE_MODE)
+        _fsync_file(tmp / "model.safetensors")
+        _fsync_dir(tmp)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
+    return final
+
+
+def load_initial_weights(run_dir: str | Path) -> dict[str, torch.Tensor] | None:
+    """The step-0 weights `save_initial_weights` kept (tied aliases filled in), or None when the run has none."""
+    path = Path(run_dir) / INITIAL
+    return load_weights(path) if (path / "model.safetensors").is_file() else None
 
 
 def prune_checkpoints(run_dir: str | Path, keep_last: int) -> list[Path]:

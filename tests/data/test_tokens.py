@@ -316,3 +316,27 @@ def test_reuse_only_never_replaces_a_prepared_folder(tmp_path: Path) -> None:
         prepare_data(str(other), out, reuse_only=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert prepare_data(str(corpus), out, reuse_only=True) == out  # the same request is reused as before
+
+
+def test_strided_windows_span_the_split_evenly_without_a_generator(tmp_path: Path) -> None:
+    out = prepare_data(str(write(tmp_path / "c.txt", "abcdefghij" * 30)), tmp_path / "p", "byte", val_fraction=0.5)
+    data = TokenData(out)
+    n_val = data.num_tokens("val")  # half of the 302 bytes
+    starts = data.strided_windows("val", 7, 10)
+    assert starts.tolist() == [round(i * (n_val - 11) / 6) for i in range(7)]  # first token .. last full window
+    assert data.strided_windows("val", 1, 10).tolist() == [0]
+    x, y = data.windows_at("val", starts, 10)
+    val = np.asarray(data.splits["val"]).astype(np.int64)
+    assert x.tolist() == [val[s:s + 10].tolist() for s in starts] and y.tolist() == [val[s + 1:s + 11].tolist()
+                                                                                      for s in starts]
+    with pytest.raises(ValueError, match=r"cannot lay 2 windows of block_size 200 over split 'val'"):
+        data.strided_windows("val", 2, 200)
+
+
+def test_each_rank_gets_its_slice_of_the_one_draw(tmp_path: Path) -> None:
+    out = prepare_data(str(write(tmp_path / "c.txt", "abcdefghij" * 30)), tmp_path / "p", "byte", val_fraction=0.5)
+    starts = TokenData(out, 0, 2).batch_starts("train", 3, 8, torch.Generator().manual_seed(5))  # 2 ranks x 3
+    train = np.asarray(TokenData(out).splits["train"]).astype(np.int64)
+    for rank in (0, 1):
+        x, _ = TokenData(out, rank, 2).get_batch("train", 3, 8, torch.Generator().manual_seed(5))
+        assert x.tolist() == [train[s:s + 8].tolist() for s in starts[rank * 3:(rank + 1) * 3]]

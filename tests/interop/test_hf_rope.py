@@ -78,7 +78,9 @@ def test_per_layer_rope_exports_to_its_family_with_the_same_logits(config: Model
     x = torch.randint(0, 96, (2, 48), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want, got = model(x), fresh_hf(tmp_path)(x).logits
-    assert (got - want).abs().max().item() <= TOL
+    # float32 differences between the two implementations grow with the logits: randomized weights give
+    # |logit| ~ 25-30 here, where 1e-4 is ~50 ulps and 2 of 6 seeds of this draw exceed it (1.4e-4 at most)
+    assert (got - want).abs().max().item() <= max(TOL, 1e-5 * want.abs().max().item())
 
 
 @pytest.mark.parametrize("config, family, switch", [

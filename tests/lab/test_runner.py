@@ -1,18 +1,30 @@
-"""The runner's bookkeeping: how a run's end is recorded, when a run counts as done, how timings are taken."""
+"""The runner's bookkeeping: how a run's end is recorded, when a run counts as done, how timings are taken; the
+Slurm path through submitit's real local executor; the power plan against a hand-computed noncentral t."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
+from statistics import NormalDist
+from types import SimpleNamespace
 
 import pytest
 
-from archlab.lab import runner
-from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS
-from archlab.lab.runner import MEASURED, LabError, RunSpec, _finish, is_done, measure_plan, plan_suite, run_wall_s
+from archlab.lab import runner, stats
+from archlab.lab.measure import MEASURED, MEASURES, STATUS, TIMING_ROUNDS, write_measured
+from archlab.lab.runner import LabError, RunSpec, _finish, is_done, measure_plan, plan_suite, run_wall_s
 from archlab.lab.suite import BUDGETS, load_suite
-from tests.lab.test_report import SUITE, _fake_runs
+from tests.lab.test_report import _fake_runs
+
+TIMED_SUITE = """
+base: {preset: llama}
+design: timings by rounds
+arms: {a: {}, b: {model.norm: layernorm}, c: {model.block: parallel}}
+measure: [val_loss, step_ms]
+claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
+"""
 
 
 def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
@@ -59,11 +71,11 @@ def test_run_wall_time_is_recorded_or_read_from_file_times(tmp_path: Path) -> No
 def test_timings_are_taken_in_rounds_over_all_runs_keeping_each_runs_best(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "synthetic.yaml").write_text(SUITE)
+    (tmp_path / "synthetic.yaml").write_text(TIMED_SUITE)
     plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out")
-    _fake_runs(plan)  # val_loss and step_ms cached; drop step_ms so that it is timed again
-    for run in plan.runs:
-        (run.run_dir / MEASURED).write_text(json.dumps({"val_loss": 1.0}))
+    _fake_runs(plan)
+    for run in plan.runs:  # val_loss cached, step_ms not: it is timed
+        write_measured(run.run_dir, {"val_loss": 1.0})
     order = sorted(plan.runs, key=lambda r: r.seed)
     calls: list[tuple[Path, list[str]]] = []
     slow_by_round = [5.0, 0.0, 9.0]  # round 1 is every run's fastest
@@ -89,3 +101,109 @@ def test_best_follows_each_measures_direction() -> None:
     assert MEASURES["step_ms"].best(3.0, 2.0) == 2.0 and MEASURES["decode_tok_s"].best(3.0, 2.0) == 3.0
     assert MEASURES["step_ms"].best(None, 2.0) is None  # n/a for the run (no checkpoint) stays n/a
     assert {n for n, m in MEASURES.items() if m.timing} == {"step_ms", "decode_tok_s"}
+
+
+def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `timings:` entry reaches time_pairs with both arms' models (and the timing's own model keys), the
+    budget's batch and context for a train step, and is kept: a second report times nothing."""
+    (tmp_path / "t.yaml").write_text(TIMED_SUITE.replace("measure: [val_loss, step_ms]", "measure: [val_loss]")
+                                     + "timings:\n  - {metric: decode_s, kind: decode, arms: [c, a], pairs: 3, "
+                                       "options: {cache_len: 200}, keys: {model.max_seq_len: 256}}\n"
+                                       "  - {metric: step_s, kind: train_step, arms: [b, a], pairs: 2}\n")
+    plan = plan_suite(load_suite(tmp_path / "t.yaml"), BUDGETS["tiny"], tmp_path / "out")
+    calls = []
+
+    def fake(config_a, config_b, *, kind, pairs, **options):  # noqa: ANN001, ANN003, ANN202
+        calls.append((config_a, config_b, kind, pairs, options))
+        return SimpleNamespace(a=[1.0] * pairs, b=[2.0] * pairs)
+
+    monkeypatch.setattr(runner, "time_pairs", fake)
+    timings = runner.measure_timings(plan)
+    (a_decode, b_decode, kind, pairs, options), (a_step, b_step, kind2, pairs2, options2) = calls
+    assert (a_decode.block, b_decode.block, a_decode.max_seq_len, kind, pairs, options) == (
+        "parallel", "serial", 256, "decode", 3, {"cache_len": 200})
+    assert (a_step.norm, b_step.norm, a_step.max_seq_len, kind2, pairs2) == ("layernorm", "rmsnorm", 128,
+                                                                            "train_step", 2)
+    assert options2 == {"batch": 8, "block": 64}  # the tiny budget's batch and context
+    assert timings["decode_s"] == {"arms": ["c", "a"], "kind": "decode", "options": {"cache_len": 200},
+                                   "a": [1.0] * 3, "b": [2.0] * 3}
+    calls.clear()
+    assert runner.measure_timings(plan) == timings and calls == []
+
+
+def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None:
+    from scipy import stats as sp
+
+    from archlab.lab.planning import format_plan, power_plan
+
+    plan = plan_suite(load_suite("heads"), BUDGETS["small"], tmp_path / "out")
+    rows = {r.claim.text: r for r in power_plan(plan)}
+    same = rows["GQA loses little (as good as MHA)"]
+    sigma, m, k = BUDGETS["small"].sigma, 4, 3  # two loss claims and two timings; the formulas stay out
+
+    def power(n: int) -> float:  # the pooled contrast: (K - 1)(n - 1) df, sd of a difference sigma * sqrt(2)
+        df = (k - 1) * (n - 1)
+        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, df), df, 0.02 * math.sqrt(n) / (sigma * math.sqrt(2)))
+
+    assert same.seeds == next(n for n in range(2, 200) if power(n) >= 0.8)
+    assert "planning sigma_eps 0.015" in same.why and "margin" in same.why
+    assert rows["GQA cuts the KV cache"].seeds is None and "by construction" in rows["GQA cuts the KV cache"].why
+    assert "24 interleaved pairs" in rows["MQA decodes faster than MHA at a 1k-token cache and batch 8"].why
+    text = "\n".join(format_plan(plan, list(rows.values()), jobs=2))
+    runs = 3 * same.seeds
+    assert f"{same.seeds} seeds x 3 arms = {runs} runs, about {runs * 120 / 2 / 60:.0f} min wall" in text
+    assert "one-sided alpha 0.05/4" in text
+
+
+def test_sequential_looks_at_stated_levels_and_extends_only_undecided_claims() -> None:
+    from archlab.lab import planning
+    from archlab.lab.verdicts import ClaimResult
+
+    # one-sided 0.05 overall is two-sided 0.10: Pocock's constant boundary 1.875 at K = 2, O'Brien-Fleming's
+    # 1.678 * sqrt(2 / k) (Jennison & Turnbull 2000, tables 2.1 and 2.3); one-sided levels = the normal tail
+    tail = NormalDist().cdf
+    assert planning.look_levels("pocock") == pytest.approx([tail(-1.875)] * 2, abs=3e-4)
+    assert planning.look_levels("obrien-fleming") == pytest.approx([tail(-1.678 * math.sqrt(2)), tail(-1.678)],
+                                                                    abs=3e-4)
+    plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], "/nonexistent")
+    c = {x.text: x for x in plan.suite.claims}
+    fake = stats.test_claim([1.0, 1.1], [1.05, 1.2], expect="better", better="lower")
+    results = [ClaimResult(c["GQA loses little (as good as MHA)"], fake, stats.INCONCLUSIVE, 0.0),
+               ClaimResult(c["MQA loses little (as good as MHA)"], fake, stats.CONFIRMED, 0.0),
+               ClaimResult(c["GQA cuts the KV cache"], None, stats.BY_CONSTRUCTION, 0.0)]
+    assert planning.extra_seeds(plan, results) == {"gqa": 2, "mha": 2}
+    extended = plan_suite(plan.suite, BUDGETS["tiny"], "/nonexistent", extra={"gqa": 2, "mha": 2})
+    assert [r.seed for r in extended.runs_of("gqa")] == [0, 1, 2, 3] and len(extended.runs_of("mqa")) == 2
+    # the first look's runs are the same folders (reused, not retrained)
+    assert [r.run_dir for r in extended.runs_of("gqa")[:2]] == [r.run_dir for r in plan.runs_of("gqa")]
+
+
+SLURM_SUITE = """
+name: two
+design: the executor's plumbing
+base: {preset: llama, steps: 4, logging.eval_every: 4, schedule.warmup_steps: 1}
+arms: {a: {}, b: {model.norm: layernorm}}
+measure: [val_loss]
+claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
+"""
+
+
+@pytest.mark.slow
+def test_submitit_local_executor_trains_one_job_per_run(tmp_path: Path) -> None:
+    """The Slurm path, through submitit's real local executor: one array task per run, each run's folder
+    finished with its own config; submitting again submits nothing."""
+    from archlab.lab.executor import SlurmOptions, submit_plan
+
+    (tmp_path / "two.yaml").write_text(SLURM_SUITE)
+    plan = plan_suite(load_suite(tmp_path / "two.yaml"), BUDGETS["tiny"], tmp_path / "out")
+    plan.runs = [plan.runs_of("a")[0], plan.runs_of("b")[1]]  # two runs keep it short: one per arm
+    jobs = submit_plan(plan, cluster="local", options=SlurmOptions(cpus=1, time_min=5), wait=True)
+    assert len(jobs) == 2 and len({j.job_id for j in jobs}) == 2
+    for run in plan.runs:
+        assert is_done(run) and json.loads((run.run_dir / STATUS).read_text())["returncode"] == 0
+        config = json.loads((run.run_dir / "config.json").read_text())
+        assert config["train"]["seed"] == run.seed and config["train"]["steps"] == 4
+        assert config["model"]["norm"] == ("layernorm" if run.arm == "b" else "rmsnorm")
+    assert submit_plan(plan, cluster="local", wait=True) == []  # every run is done: nothing to submit
+    with pytest.raises(ValueError, match="--slurm-cpus 0 is not allowed: at least 1"):
+        SlurmOptions(cpus=0)

@@ -1,4 +1,5 @@
-"""Every built-in suite loads, every arm resolves and builds (meta device), parameters follow the 2% rule."""
+"""Every built-in suite loads, every arm resolves and builds (meta device), parameters follow the 2% rule; the
+plumbing's boundaries (d_ff matching, checkpoint keys, margins, factors, shared run folders) against hand counts."""
 
 from __future__ import annotations
 
@@ -7,24 +8,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from archlab.lab.runner import plan_suite
+from archlab.lab.runner import plan_suite, write_plan
 from archlab.lab.suite import (
     BUDGETS,
+    DEFAULT_MARGINS,
     PARAM_TOLERANCE,
     SuiteError,
+    arm_keys,
     list_suites,
     load_suite,
+    match_parameters,
     param_note,
     resolve_arm,
+    suites_dir,
 )
 from archlab.nn.model import TransformerLM
 
-SUITES = ["block", "embeddings", "ffn", "head-dim", "heads", "norm-position", "norm-type", "optimizer",
-          "original-vs-modern", "position", "regularization", "stability", "vocab"]
+SUITES = sorted(p.stem for p in suites_dir().glob("*.yaml"))  # whatever the folder ships
 
 
-def test_all_thirteen_suites_ship() -> None:
-    assert sorted(s.name for s in list_suites()) == SUITES
+def test_the_suites_are_the_folders_files() -> None:
+    assert len(SUITES) >= 10 and sorted(s.name for s in list_suites()) == SUITES
 
 
 @pytest.mark.parametrize("budget", ["tiny", "small"])
@@ -47,32 +51,201 @@ def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path:
         note = param_note(suite, arm, built, base)
         assert arm.flagged == ("parameters vs the base" in note)
         assert ("model.d_ff" in arm.overrides) == ("d_ff" in note and arm.matched != "")
-        assert train.steps == BUDGETS[budget].keys["steps"]
+        assert train.steps == {**BUDGETS[budget].keys, **suite.budget_keys.get(budget, {})}["steps"]
     # fair by construction: every run of an arm differs from the base's only in the arm's own keys
     base_keys = plan.runs_of(suite.base_arm.name)[0].keys
     for run in plan.runs:
         arm = suite.arm(run.arm)
         differ = {k for k in set(base_keys) | set(run.keys) if base_keys.get(k) != run.keys.get(k)}
         assert differ <= set(arm.overrides) | {"seed", "out", "data.source"}, (run.arm, differ)
-    assert min(len(plan.runs_of(a.name)) for a in suite.arms) >= 2
+    # paired by construction: every arm, the base included, runs seeds 0..n-1
+    n = suite.seeds or BUDGETS[budget].seeds
+    assert all([r.seed for r in plan.runs_of(a.name)] == list(range(n)) for a in suite.arms)
+    assert suite.design, f"{name}: the page must say why its design can show its claims (design:)"
+    for claim in suite.claims:  # every equivalence has a margin, unless it is arithmetic
+        assert claim.expect == "better" or claim.margin is not None or name == "heads"
+
+
+def test_small_runs_three_seeds_per_arm_and_no_noise_seeds() -> None:
+    assert BUDGETS["small"].seeds == 3
+    assert not hasattr(BUDGETS["small"], "noise_seeds")
+
+
+# --------------------------------------------------------------------------------- d_ff matching by hand
+D, LAYERS, VOCAB, HEADS, D_FF = 64, 2, 256, 4, 192  # the `tiny` size, llama preset: SwiGLU, 8/3 * 64 -> 192
+
+
+def _llama_params(d_ff: int = D_FF, kv_heads: int = HEADS, head_dim: int = D // HEADS, tied: bool = False) -> int:
+    """Llama's parameters by hand: embeddings (+ an untied head), q/k/v/o, two RMSNorm gains per layer, the
+    SwiGLU's three matrices, the final norm."""
+    attn = D * HEADS * head_dim * 2 + 2 * D * kv_heads * head_dim  # q and o; k and v
+    layer = attn + 2 * D + 3 * D * d_ff
+    return VOCAB * D * (1 if tied else 2) + LAYERS * layer + D
+
+
+def _nearest_d_ff(**arm: object) -> int:
+    """The d_ff whose parameter count is nearest the base's (the rule: match the base's parameters)."""
+    base = _llama_params()
+    return min(range(1, 1000), key=lambda f: abs(_llama_params(d_ff=f, **arm) - base))
+
+
+MATCHING = """
+base: {preset: llama}
+unmatched: [wide]
+arms:
+  base: {}
+  gqa: {model.n_kv_heads: 2}
+  tied: {model.tie_embeddings: true}
+  big-heads: {model.head_dim: 32}
+  own-d-ff: {model.n_kv_heads: 1, model.d_ff: 150}
+  wide: {model.n_kv_heads: 1}
+claims: [{text: x, metric: val_loss, arm: gqa, versus: base}]
+"""
+
+
+def test_d_ff_is_matched_to_the_nearest_parameter_count_by_hand(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MATCHING)
+    suite = load_suite(tmp_path / "m.yaml")
+    match_parameters(suite, BUDGETS["tiny"])
+    # by hand: 8192 fewer parameters (k, v) / 384 per unit of d_ff = 21.33 -> 213 (ceil would give 214);
+    # 16384 fewer (the head) / 384 = 42.67 -> 235 (truncating would give 234); 32768 more / 384 = -85.33 -> 107
+    # (floor would give 106)
+    expected = {"gqa": 213, "tied": 235, "big-heads": 107}
+    assert expected == {"gqa": _nearest_d_ff(kv_heads=2), "tied": _nearest_d_ff(tied=True),
+                        "big-heads": _nearest_d_ff(head_dim=32)}
+    for name, d_ff in expected.items():
+        arm = suite.arm(name)
+        assert arm.overrides["model.d_ff"] == d_ff and arm.matched == f"d_ff 192 -> {d_ff} to match the base's " \
+            "parameters"
+        assert not arm.flagged
+    assert suite.arm("gqa").params == _llama_params(d_ff=213, kv_heads=2)
+    # an arm that sets its own d_ff keeps it; an arm in `unmatched` keeps the default d_ff: both flagged
+    assert suite.arm("own-d-ff").overrides["model.d_ff"] == 150 and suite.arm("own-d-ff").matched == ""
+    assert "model.d_ff" not in suite.arm("wide").overrides and suite.arm("wide").matched == ""
+    assert suite.arm("wide").params == _llama_params(kv_heads=1) and suite.arm("wide").flagged
+    assert "(by design)" in param_note(suite, suite.arm("wide"), suite.arm("wide").params, _llama_params())
+
+
+def test_a_d_ff_set_in_the_base_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MATCHING.replace("base: {preset: llama}", "base: {preset: llama, model: "
+                                                      "{d_ff: 160}}").replace("unmatched: [wide]\n", ""))
+    suite = load_suite(tmp_path / "m.yaml")
+    match_parameters(suite, BUDGETS["tiny"])
+    for arm in suite.arms:
+        assert arm.matched == "" and arm.overrides.get("model.d_ff", 160) in (160, 150)
+        assert resolve_arm(suite, arm, BUDGETS["tiny"])[1].d_ff == arm.overrides.get("model.d_ff", 160)
+    assert suite.arm("gqa").params == _llama_params(d_ff=160, kv_heads=2) and suite.arm("gqa").flagged
+
+
+@pytest.mark.parametrize(("budget", "checkpoints", "every", "keep"), [("tiny", 8, 3, 9), ("small", 8, 37, 9),
+                                                                     ("tiny", 5, 4, 6), ("tiny", 1, 0, None)])
+def test_checkpoint_keys_keep_every_evenly_spaced_checkpoint(budget: str, checkpoints: int, every: int,
+                                                             keep: int | None, tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(MATCHING + f"checkpoints: {checkpoints}\n")
+    suite = load_suite(tmp_path / "c.yaml")
+    keys = arm_keys(suite, suite.base_arm, BUDGETS[budget])
+    assert keys["checkpoint.save_every"] == str(every) and keys.get("checkpoint.keep_last") == (
+        None if keep is None else str(keep))
+    if keep is not None:  # the saves (every `every` steps, and the last step) all fit in keep_last
+        steps = int(BUDGETS[budget].keys["steps"])
+        saves = len({s for s in range(every, steps + 1, every)} | {steps})
+        assert checkpoints <= saves <= keep
+
+
+# ------------------------------------------------------------------------------------- claims and keys
+def _suite(tmp_path: Path, text: str):
+    (tmp_path / "s.yaml").write_text(text)
+    return load_suite(tmp_path / "s.yaml")
+
+
+ARMS = "arms: {a: {}, b: {model.norm: layernorm}}\nmeasure: [val_loss, spikes]\n"
+
+
+def test_margins_come_from_the_claim_the_suite_or_the_metric_default(tmp_path: Path) -> None:
+    same = "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b, expect: same%s}\n"
+    assert _suite(tmp_path, ARMS + same % "").claims[0].margin == DEFAULT_MARGINS["val_loss"] == 0.02
+    assert _suite(tmp_path, ARMS + "margins: {val_loss: 0.05}\n" + same % "").claims[0].margin == 0.05
+    assert _suite(tmp_path, ARMS + "margins: {val_loss: 0.05}\n" + same % ", margin: 0.01").claims[0].margin == 0.01
+    with pytest.raises(SuiteError, match="expect: same needs margin: .*no default for spikes"):
+        _suite(tmp_path, ARMS + same.replace("val_loss", "spikes") % "")
+    with pytest.raises(SuiteError, match="margin=-0.1; a number > 0"):
+        _suite(tmp_path, ARMS + same % ", margin: -0.1")
+    with pytest.raises(SuiteError, match="min_effect=-1; a number >= 0"):
+        _suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b, min_effect: -1}\n")
+    better = _suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n").claims[0]
+    assert better.margin is None and better.min_effect == 0.0 and better.better == "lower"
+    higher = _suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b, direction: higher}\n")
+    assert higher.claims[0].better == "higher"
 
 
 def test_claims_name_arms_and_measures(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("arms: {a: {}, b: {model.norm: layernorm}}\nclaims:\n"
-                   "  - {text: x, metric: val_loss, arm: a, versus: c}\n", encoding="utf-8")
     with pytest.raises(SuiteError, match="versus='c' is not an arm"):
-        load_suite(bad)
+        _suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: c}\n")
     with pytest.raises(SuiteError, match="no such suite"):
         load_suite("no-such-suite")
+    with pytest.raises(SuiteError, match="regimes name arms that do not exist: \\['z'\\]"):
+        _suite(tmp_path, ARMS + "regimes: {hot: [a, z]}\nclaims:\n  - {text: x, metric: val_loss, arm: a, "
+               "versus: b}\n")
+    with pytest.raises(SuiteError, match="kind=.gpu.; one of train_step"):
+        _suite(tmp_path, ARMS + "timings: [{metric: step_ms, kind: gpu, arms: [a, b]}]\nclaims:\n"
+               "  - {text: x, metric: step_ms, arm: a, versus: b}\n")
+    timed = _suite(tmp_path, ARMS + "timings: [{metric: step_ms, kind: train_step, arms: [a, b], pairs: 20}]\n"
+                   "claims:\n  - {text: x, metric: step_ms, arm: b, versus: a}\n")
+    assert timed.timing(timed.claims[0]).pairs == 20 and timed.claims[0].better == "lower"
+
+
+FACTORIAL = """
+measure: [val_loss]
+factors:
+  norm: {pre: {}, post: {model.norm_position: post}}
+  warmup: {"on": {}, "off": {schedule.warmup_steps: 0}}
+  lr: {normal: {}, high: {optimizer.lr: 0.02}}
+claims:
+  - {text: post needs warmup, metric: val_loss, factor: warmup, arm: "on", versus: "off", within: {norm: post}}
+  - {text: pre beats post, metric: val_loss, factor: norm, arm: pre, versus: post}
+"""
+
+
+def test_factors_make_every_combination_an_arm(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, FACTORIAL)
+    assert [a.name for a in suite.arms] == ["pre-on-normal", "pre-on-high", "pre-off-normal", "pre-off-high",
+                                           "post-on-normal", "post-on-high", "post-off-normal", "post-off-high"]
+    assert suite.arm("post-off-high").overrides == {"model.norm_position": "post", "schedule.warmup_steps": 0,
+                                                    "optimizer.lr": 0.02}
+    assert suite.arm("pre-on-normal").overrides == {} and suite.base_arm.name == "pre-on-normal"
+    warmup, norm = suite.claims
+    assert suite.cells(warmup, "on") == ["post-on-normal", "post-on-high"]
+    assert suite.cells(warmup, "off") == ["post-off-normal", "post-off-high"]
+    assert suite.cells(norm, "post") == [a.name for a in suite.arms[4:]]
+    with pytest.raises(SuiteError, match="arm='mid' is not a level of lr"):
+        _suite(tmp_path, FACTORIAL + "  - {text: x, metric: val_loss, factor: lr, arm: mid, versus: high}\n")
+
+
+def test_identical_runs_share_one_folder_across_suites(tmp_path: Path) -> None:
+    """A run's folder is a hash of its resolved config: an arm that two suites both run trains once."""
+    store = tmp_path / "store"
+    one = plan_suite(_suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n"),
+                     BUDGETS["tiny"], tmp_path / "one", store=store)
+    explicit = ("arms: {rms: {model.norm: rmsnorm}, qk: {model.qk_norm: rmsnorm}}\nmeasure: [val_loss]\n"
+                "claims:\n  - {text: x, metric: val_loss, arm: qk, versus: rms}\n")
+    (tmp_path / "2").mkdir()
+    two = plan_suite(_suite(tmp_path / "2", explicit), BUDGETS["tiny"], tmp_path / "two", store=store)
+    # llama's default norm is rmsnorm: arm `rms` (explicit) resolves to the same run as arm `a` (the default)
+    assert [r.run_dir for r in one.runs_of("a")] == [r.run_dir for r in two.runs_of("rms")]
+    assert len({r.run_dir for r in one.runs + two.runs}) == 6  # a=rms, b, qk at 2 seeds
+    assert all(r.run_dir.parent == store for r in one.runs)
+    other = plan_suite(one.suite, BUDGETS["small"], tmp_path / "three", store=store)
+    assert not {r.run_dir for r in other.runs} & {r.run_dir for r in one.runs}  # another budget, other runs
+    write_plan(one)
+    link = tmp_path / "one" / "runs" / "a" / "seed1"
+    assert link.is_symlink() and link.resolve() == one.runs_of("a")[1].run_dir.resolve()
 
 
 def test_bad_arm_fails_with_the_trainers_error(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("arms: {a: {}, b: {model.norm: batchnorm}}\nclaims:\n"
-                   "  - {text: x, metric: val_loss, arm: a, versus: b}\n", encoding="utf-8")
+    bad = _suite(tmp_path, "arms: {a: {}, b: {model.norm: batchnorm}}\nclaims:\n"
+                 "  - {text: x, metric: val_loss, arm: a, versus: b}\n")
     with pytest.raises(SuiteError, match=r"arm b: .*norm='batchnorm' is not allowed: one of rmsnorm, layernorm"):
-        plan_suite(load_suite(bad), BUDGETS["tiny"], tmp_path)
+        plan_suite(bad, BUDGETS["tiny"], tmp_path)
 
 
 def test_one_seed_is_refused(tmp_path: Path) -> None:

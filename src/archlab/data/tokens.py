@@ -1,4 +1,5 @@
-"""Training data: corpora -> token memmaps (`prepare_data`), and random windows from them (`TokenData`).
+"""Training data: corpora -> token memmaps (`prepare_data`); random training windows and fixed, evenly strided
+evaluation windows from them (`TokenData`).
 
 A prepared folder holds `train.bin` and `val.bin` (raw uint16/uint32 token ids, read back with
 `np.memmap`), `tokenizer.json` and `meta.json` (source hash, tokenizer description, dtype, token counts).
@@ -343,6 +344,17 @@ class TokenData:
             raise ValueError(f"split {split!r} is not one of {SPLITS}")
         return self.splits[split]
 
+    def batch_starts(self, split: str, batch_size: int, block_size: int, generator: torch.Generator) -> np.ndarray:
+        """The window starts of one draw for all ranks together (batch_size * world_size of them): what
+        `get_batch` slices its rank's windows from, and what a replay of a run's batches draws (lab/drift.py)."""
+        n_starts = len(self._split(split)) - block_size  # start i needs tokens i .. i + block_size inclusive
+        if batch_size < 1 or block_size < 1 or n_starts < 1:
+            raise ValueError(
+                f"cannot draw batch_size {batch_size} x block_size {block_size} from split {split!r} of "
+                f"{self.data_dir} ({len(self._split(split))} tokens; need block_size + 1 and sizes >= 1)"
+            )
+        return torch.randint(n_starts, (batch_size * self.world_size,), generator=generator).numpy()
+
     def get_batch(
         self,
         split: str,
@@ -352,16 +364,31 @@ class TokenData:
         device: str | torch.device = "cpu",
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random windows x (B, T) and targets y = x shifted left by one, both int64 on `device`."""
-        data = self._split(split)
-        n_starts = len(data) - block_size  # start i needs tokens i .. i + block_size inclusive
-        if batch_size < 1 or block_size < 1 or n_starts < 1:
-            raise ValueError(
-                f"cannot draw batch_size {batch_size} x block_size {block_size} from split {split!r} of "
-                f"{self.data_dir} ({len(data)} tokens; need block_size + 1 and sizes >= 1)"
-            )
-        starts = torch.randint(n_starts, (batch_size * self.world_size,), generator=generator)
-        starts = starts[self.rank * batch_size : (self.rank + 1) * batch_size].numpy()  # this rank's slice
-        window = data[starts[:, None] + np.arange(block_size + 1)]  # (B, T + 1), one gather from the memmap
+        starts = self.batch_starts(split, batch_size, block_size, generator)
+        starts = starts[self.rank * batch_size : (self.rank + 1) * batch_size]  # this rank's slice
+        return self._windows(split, starts, block_size, device)
+
+    def strided_windows(self, split: str, n: int, block_size: int) -> np.ndarray:
+        """`n` window starts spread evenly over the split, from its first token to its last full window
+        (start i = round(i * (len - block_size - 1) / (n - 1))): fixed by the split alone, with no generator,
+        so every run on this data (any seed, any arm) is scored on the same text. Windows overlap only when
+        n * block_size exceeds the split."""
+        last = len(self._split(split)) - block_size - 1  # the last start with block_size + 1 tokens
+        if n < 1 or block_size < 1 or last < 0:
+            raise ValueError(f"cannot lay {n} windows of block_size {block_size} over split {split!r} of "
+                             f"{self.data_dir} ({len(self._split(split))} tokens; need block_size + 1, n >= 1)")
+        if n == 1:
+            return np.zeros(1, dtype=np.int64)
+        return np.round(np.arange(n) * (last / (n - 1))).astype(np.int64)
+
+    def windows_at(self, split: str, starts: np.ndarray, block_size: int, device: str | torch.device = "cpu",
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows x (B, T) starting at `starts` and their targets y (x shifted left by one), int64."""
+        return self._windows(split, np.asarray(starts), block_size, device)
+
+    def _windows(self, split: str, starts: np.ndarray, block_size: int, device: str | torch.device,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        window = self._split(split)[starts[:, None] + np.arange(block_size + 1)]  # (B, T + 1), one gather
         xy = torch.from_numpy(window.astype(np.int64))
         x, y = xy[:, :-1], xy[:, 1:]  # (B, T) each
         if torch.device(device).type == "cuda":  # pinned memory lets the copy overlap the previous step

@@ -1,17 +1,29 @@
 """What the lab measures per run: from metrics.jsonl, and from the final checkpoint after training.
 
-Measures read from metrics.jsonl: `val_loss` (the last evaluation), `train_loss`, `spikes`, `diverged`,
-`max_grad_norm`. Measures computed by the lab from the final checkpoint (`archlab.checkpoint.load_model`), in
-this process, one thread, after every run has finished, so parallel arms never skew a timing:
-`step_ms`, `norm_time_share` / `norm_flop_share`, `kv_bytes_per_token`, `decode_tok_s`, `loss_at_2x` /
-`loss_at_4x`, `bits_per_byte`; `max_embed_row_norm` and `max_embed_row_growth` read the checkpoints the run kept.
+Measures read from metrics.jsonl: `train_loss`, `spikes`, `diverged`, `max_grad_norm`. Measures computed by the
+lab from the final checkpoint (`archlab.checkpoint.load_model`), in this process, one thread, after every run
+has finished, so parallel arms never skew a timing:
+- on the fixed evaluation set (lab/eval_set.py: >= 64k tokens in evenly strided validation windows, the same for
+  every seed and arm): `val_loss`, `log_z_drift`, `max_attn_logit`; `bits_per_byte` on one byte span for every
+  tokenizer;
+- `embed_drift_rare` / `embed_drift_ratio` (lab/drift.py): per-row displacement from the step-0 weights
+  (RUN_DIR/initial, train key `checkpoint.keep_initial`), binned by the row's count in the replayed batches;
+- `step_ms`, `norm_time_share` / `norm_flop_share`, `kv_bytes_per_token`, `parameters`, `decode_tok_s`,
+  `loss_at_2x` / `loss_at_4x`; `max_embed_row_norm` and `max_embed_row_growth` read the checkpoints the run kept.
 
 Rules stated once:
-- A spike is a logged train loss above the median of the previous SPIKE_WINDOW logged losses by more than
-  SPIKE_NATS, or a skipped (non-finite) step.
+- A spike is a logged finite train loss above the median of the SPIKE_WINDOW finite logged losses before it
+  (the point itself excluded, so a spike cannot raise its own reference) by more than SPIKE_NATS, or a skipped
+  (non-finite) step.
 - A run diverged when training stopped on non-finite steps, or its final validation loss is not finite or
-  above its first logged train loss. A diverged run's `val_loss` is its last finite validation loss, else
-  ln(vocab_size) (a uniform guess), so a verdict still counts it.
+  above its first logged train loss. `diverged` (0/1) is its own measure: the losses of a diverged run
+  (`Measure.censored`) are not measurements of the arm, so a report ranks or excludes them (a non-finite
+  one reads inf: the worst rank), never averages them.
+- `Measure.exact`: arithmetic on the config (parameters, KV bytes, FLOP shares), the same at every seed;
+  claims on it are "by construction", not experiments.
+- Measured values are cached per run (`read_measured` / `write_measured`, RUN/lab-measures.json) with each
+  measure's `version`: a measure whose definition changed is computed again from the checkpoint on the next
+  pass, so old run folders are re-scored without retraining.
 """
 
 from __future__ import annotations
@@ -21,18 +33,18 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from archlab.checkpoint import list_checkpoints, load_model, load_weights
+from archlab.checkpoint import latest_checkpoint, list_checkpoints, load_initial_weights, load_model, load_weights
 from archlab.costs import flops_per_token, kv_cache_bytes
-from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
+from archlab.lab import drift, eval_set
 from archlab.lab import embed_measures as embed
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
@@ -42,6 +54,8 @@ from archlab.train.metrics import read_metrics
 SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
 LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
 STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
+MEASURED = "lab-measures.json"  # per run: the lab's measurements and their versions (read_measured)
+VERSIONS = "_versions"  # the key of lab-measures.json that holds {measure: version}
 # Timings keep the best of several tries: other load on the machine only ever adds time, so the minimum is the
 # figure least moved by it (the benchmarks' rule too). A slow spell of a shared machine lasts tens of seconds, longer
 # than one run's tries, so the lab times every run TIMING_ROUNDS times, in rounds over all runs
@@ -60,8 +74,9 @@ class RunView:
     """One finished run folder and what the lab loaded from it (the model only when a measure needs it)."""
 
     run_dir: Path
-    windows: int  # the lab's own loss measures read this many windows of LONGEST x the training context
+    windows: int  # the long-context loss measures read this many windows of LONGEST x the training context
     _model: TransformerLM | None = None
+    _memo: dict = field(default_factory=dict)  # passes several measures share (one evaluation forward, ...)
 
     @property
     def config(self) -> dict:
@@ -80,6 +95,15 @@ class RunView:
     def data(self) -> TokenData:
         return TokenData(self.config["train"]["data"]["source"])
 
+    @property
+    def block_size(self) -> int:
+        return int(self.config["train"]["data"]["block_size"])
+
+    def memo(self, key: str, compute: Callable[[], object]) -> object:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
 
 # -------------------------------------------------------------------------------------- from metrics
 def _losses(run: RunView) -> list[float]:
@@ -95,20 +119,15 @@ def diverged(run: RunView) -> float:
     return float(bool(train) and final > train[0])
 
 
-def val_loss(run: RunView) -> float:
-    finite = [float(r["loss"]) for r in read_metrics(run.run_dir, "eval") if math.isfinite(float(r["loss"]))]
-    if finite and not diverged(run):
-        return finite[-1]
-    return finite[-1] if finite else math.log(run.config["model"]["vocab_size"])
-
-
 def train_loss(run: RunView) -> float:
     tail = [v for v in _losses(run)[-3:] if math.isfinite(v)]
     return statistics.fmean(tail) if tail else math.nan
 
 
 def spikes(run: RunView) -> float:
-    losses = _losses(run)
+    """Skipped steps plus logged losses above the median of the SPIKE_WINDOW finite losses before them by more
+    than SPIKE_NATS (the trailing window excludes the point, so a spike never hides in its own median)."""
+    losses = [v for v in _losses(run) if math.isfinite(v)]  # a skipped step's nan is counted as a skip
     count = len(read_metrics(run.run_dir, "skip"))
     for i in range(SPIKE_WINDOW, len(losses)):
         if losses[i] > statistics.median(losses[i - SPIKE_WINDOW:i]) + SPIKE_NATS:
@@ -251,34 +270,58 @@ def _loss_at(run: RunView, factor: int) -> float | None:
     return float(cross_entropy(model(windows[:, :-1]), windows[:, 1:]))
 
 
-def bytes_per_id(tokenizer: Tokenizer) -> np.ndarray:
-    """UTF-8 bytes each token id stands for: 1 for the byte tokenizer; for byte-level BPE the length of the
-    token's string (its alphabet has one character per byte); added tokens such as EOS stand for no text."""
-    if tokenizer.kind == "byte":
-        return np.ones(tokenizer.vocab_size, dtype=np.int64)
-    inner = tokenizer.inner
-    added = set(inner.get_vocab(with_added_tokens=True).values()) - set(inner.get_vocab(with_added_tokens=False)
-                                                                       .values())
-    added |= {tokenizer.eos_id} if tokenizer.eos_id is not None else set()
-    byte_level = (json.loads(inner.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
-    out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
-    for i in range(tokenizer.vocab_size):
-        token = inner.id_to_token(i)
-        if token is None or i in added:
-            continue
-        out[i] = len(token) if byte_level else len(tokenizer.decode([i]).encode("utf-8"))
-    return out
+def _scores(run: RunView) -> eval_set.Scores:
+    """One forward pass over the fixed evaluation set, shared by val_loss and log_z_drift."""
+    return run.memo("scores", lambda: eval_set.score_windows(
+        run.model, run.data(), eval_set.eval_starts(run.data(), run.block_size), run.block_size))
+
+
+def _worst_if_not_finite(value: float) -> float:
+    return value if math.isfinite(value) else math.inf  # a diverged model ranks last, never as nan
+
+
+def val_loss(run: RunView) -> float:
+    """Mean cross entropy of the final checkpoint on the fixed evaluation set (eval_set.eval_starts)."""
+    return _worst_if_not_finite(_scores(run).loss)
+
+
+def log_z_drift(run: RunView) -> float:
+    """Mean |log Z| of the head's logits on the fixed evaluation set (z-loss pins log Z to 0)."""
+    return _worst_if_not_finite(_scores(run).abs_log_z)
+
+
+def max_attn_logit(run: RunView) -> float:
+    """Largest |q . k| * scale of any layer and head on the fixed evaluation set (QK-norm, softcap claims)."""
+    data = run.data()
+    return _worst_if_not_finite(eval_set.max_attention_logit(run.model, data, eval_set.eval_starts(
+        data, run.block_size), run.block_size))
 
 
 def bits_per_byte(run: RunView) -> float:
-    """Validation cross entropy in bits per UTF-8 byte of the text the target tokens stand for."""
-    model = run.model.eval()
-    windows = _val_windows(run, run.config["train"]["data"]["block_size"])
-    with torch.no_grad():
-        x = torch.from_numpy(windows)
-        nats = float(cross_entropy(model(x[:, :-1]), x[:, 1:])) * windows[:, 1:].size
-    n_bytes = int(bytes_per_id(run.data().tokenizer())[windows[:, 1:]].sum())
-    return nats / math.log(2) / n_bytes
+    """Bits per byte on the validation byte span every tokenizer scores (eval_set.byte_span)."""
+    return _worst_if_not_finite(eval_set.bits_per_byte(run.model, run.data(), run.block_size))
+
+
+def _drift(run: RunView) -> tuple[float | None, float | None]:
+    """(mean drift of rare rows, of frequent rows) of the token embedding from step 0 (lab/drift.py)."""
+    def compute() -> tuple[float | None, float | None]:
+        initial = load_initial_weights(run.run_dir)
+        if initial is None:
+            raise ValueError(f"{run.run_dir} has no step-0 weights (initial/): embedding drift needs a run "
+                             "trained with --checkpoint.keep_initial true")
+        final_path = latest_checkpoint(run.run_dir)
+        final = load_weights(final_path)["embed_tokens.weight"]
+        t = run.config["train"]
+        counts = drift.seen_counts(run.data(), int(t["seed"]), int(final_path.name.split("_")[1]),
+                                   int(t["data"]["batch_size"]), run.block_size, int(t["optimizer"]["grad_accum"]),
+                                   final.shape[0])
+        return drift.drift_by_count(drift.row_drift(initial["embed_tokens.weight"], final), counts)
+    return run.memo("drift", compute)
+
+
+def embed_drift_ratio(run: RunView) -> float | None:
+    rare, frequent = _drift(run)
+    return None if rare is None or not frequent else rare / frequent
 
 
 def max_embed_row_norm_series(run_dir: Path) -> list[tuple[int, float]]:
@@ -307,6 +350,9 @@ class Measure:
     label: str  # what the number is, with its unit
     needs_checkpoint: bool = True  # reads the final checkpoint (n/a for a run that diverged before saving one)
     timing: bool = False  # a wall-clock time: taken in TIMING_ROUNDS rounds over all runs, the best round kept
+    exact: bool = False  # arithmetic on the config, the same at every seed: claims on it are "by construction"
+    censored: bool = False  # a diverged run's value is no measurement of the arm: rank or exclude it
+    version: int = 1  # raised when the definition changes, so cached values are computed again
 
     def best(self, a: float | None, b: float | None) -> float | None:
         """The better of two tries of this measure (None, n/a for the run, stays None)."""
@@ -316,23 +362,39 @@ class Measure:
 
 
 MEASURES: dict[str, Measure] = {
-    "val_loss": Measure(val_loss, "lower", "final validation loss (nats/token)", False),
-    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps", False),
-    "spikes": Measure(spikes, "lower", f"loss spikes (> median of {SPIKE_WINDOW} previous + {SPIKE_NATS} nats)",
-                      False),
+    "val_loss": Measure(val_loss, "lower", f"validation loss on the fixed evaluation set ({eval_set.EVAL_TOKENS:,} "
+                        "tokens in evenly strided windows, or the whole split; nats/token)", censored=True,
+                        version=2),
+    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps", False, censored=True),
+    "spikes": Measure(spikes, "lower", f"loss spikes (> median of the {SPIKE_WINDOW} logged losses before + "
+                      f"{SPIKE_NATS} nats) and skipped steps", False, version=2),
     "diverged": Measure(diverged, "lower", "diverged (1) or not (0)", False),
     "max_grad_norm": Measure(max_grad_norm, "lower", "largest gradient norm before clipping", False),
     "step_ms": Measure(step_ms, "lower", f"forward + backward time, ms, fastest of {TIMING_ROUNDS} x {TIMED_STEPS} "
                        "(1 thread)", timing=True),
     "norm_time_share": Measure(norm_time_share, "lower", "share of step time in norms (torch.profiler)"),
-    "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms"),
-    "kv_bytes_per_token": Measure(kv_bytes_per_token, "lower", "KV-cache bytes per token (bf16)"),
+    "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms", exact=True),
+    "kv_bytes_per_token": Measure(kv_bytes_per_token, "lower", "KV-cache bytes per token (bf16)", exact=True),
+    "parameters": Measure(lambda r: float(r.model.num_parameters()), "lower", "parameters (a tied head once)",
+                          exact=True),
     "decode_tok_s": Measure(decode_tok_s, "higher", f"greedy decode tokens/s, batch 1, fastest of {TIMING_ROUNDS} x "
                             f"{DECODE_TRIES} (1 thread)", timing=True),
-    "loss_at_1x": Measure(lambda r: _loss_at(r, 1), "lower", "validation loss at the training length"),
-    "loss_at_2x": Measure(lambda r: _loss_at(r, 2), "lower", "validation loss at 2x the training length"),
-    "loss_at_4x": Measure(lambda r: _loss_at(r, 4), "lower", "validation loss at 4x the training length"),
-    "bits_per_byte": Measure(bits_per_byte, "lower", "validation bits per byte"),
+    "loss_at_1x": Measure(lambda r: _loss_at(r, 1), "lower", "validation loss at the training length",
+                          censored=True),
+    "loss_at_2x": Measure(lambda r: _loss_at(r, 2), "lower", "validation loss at 2x the training length",
+                          censored=True),
+    "loss_at_4x": Measure(lambda r: _loss_at(r, 4), "lower", "validation loss at 4x the training length",
+                          censored=True),
+    "bits_per_byte": Measure(bits_per_byte, "lower", f"bits per byte on the first {eval_set.SPAN_BYTES:,} bytes of "
+                             "validation text (the same bytes for every tokenizer)", censored=True, version=2),
+    "log_z_drift": Measure(log_z_drift, "lower", "mean |log Z| of the head's logits on the fixed evaluation set",
+                           censored=True),
+    "max_attn_logit": Measure(max_attn_logit, "lower", "largest attention logit |q.k| x scale on the fixed "
+                              "evaluation set", censored=True),
+    "embed_drift_rare": Measure(lambda r: _drift(r)[0], "lower", f"mean embedding-row drift from step 0 of the "
+                                f"ids seen 1-{drift.RARE_MAX} times", censored=True),
+    "embed_drift_ratio": Measure(embed_drift_ratio, "lower", "embedding drift of rare ids / of the "
+                                 f"{drift.FREQUENT_SHARE:.0%} most-seen ids", censored=True),
     "max_embed_row_norm": Measure(lambda r: max(v for _, v in max_embed_row_norm_series(r.run_dir)), "lower",
                                   "largest embedding row norm over the kept checkpoints"),
     "max_embed_row_growth": Measure(max_embed_row_growth, "lower",
@@ -361,3 +423,18 @@ def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, floa
                 for name in names}
     finally:
         torch.set_num_threads(threads)
+
+
+def read_measured(run_dir: Path) -> dict[str, float | None]:
+    """The values cached in RUN/lab-measures.json whose measure still has the version they were computed at
+    (a file without versions predates them: version 1)."""
+    path = Path(run_dir) / MEASURED
+    values = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    versions = values.pop(VERSIONS, {})
+    return {k: v for k, v in values.items() if k in MEASURES and versions.get(k, 1) == MEASURES[k].version}
+
+
+def write_measured(run_dir: Path, values: dict[str, float | None]) -> None:
+    """Cache `values` with the version of each measure (read back by `read_measured`)."""
+    record = {**values, VERSIONS: {k: MEASURES[k].version for k in values}}
+    (Path(run_dir) / MEASURED).write_text(json.dumps(record, indent=2), encoding="utf-8")

@@ -1,8 +1,11 @@
-"""A suite's results: per-arm tables (mean and spread over seeds), the claims' computed verdicts, the files.
+"""A suite's pages: the claims' outcomes (computed by `archlab.lab.verdicts`), the suite's noise, the tables, files.
 
-Writes into the suite's folder: results.csv (one row per run), results.md (claims, verdicts, tables, the
-rule), one PNG per curve (validation loss, gradient norm, and the largest embedding row norm where measured)
-and report.html, one self-contained page with the plots embedded as base64 PNG and every arm's exact config.
+Writes into the suite's folder: results.csv (one row per run: arm, seed, run folder, every measure) and
+timings.csv (one row per timed pair), results.md (design, claims with estimate, confidence interval, one-sided
+and Holm-adjusted p, outcome and seeds needed; the pooled residual and between-arm seed correlation; the
+factorial analysis; tables; the rule), one PNG per curve (validation loss, gradient norm, and the largest
+embedding row norm where measured) and report.html, one self-contained page with the plots embedded as base64
+PNG and every arm's exact config.
 """
 
 from __future__ import annotations
@@ -12,26 +15,32 @@ import csv
 import html
 import json
 import math
-from dataclasses import dataclass
+import statistics
 from pathlib import Path
 
 from archlab.costs import parameter_counts
 from archlab.lab import stats
 from archlab.lab.measure import MEASURES, max_embed_row_norm_series
-from archlab.lab.runner import Plan, RunSpec, run_config, run_wall_s
+from archlab.lab.runner import Plan, RunSpec, measure_timings, run_config, run_wall_s
 from archlab.lab.suite import PARAM_TOLERANCE, Claim, param_note
+from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, per_seed, suite_spreads
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
 from archlab.train.metrics import read_metrics
 
-RULE = ("Welch's t-test on the seeds both arms ran (two-sided; the base arm's extra seeds serve the noise floor "
-        "only, so a claim never compares means over different seeds), p-values adjusted over all claims of the suite "
-        f"with Holm's method; a claim is confirmed when the adjusted p < {stats.ALPHA} and the mean moves the "
-        "claimed way by more than the noise floor (the standard deviation of the base arm over its seeds), "
-        "contradicted when the same holds the other way, otherwise not visible at this scale. An 'as good as' "
-        "claim is contradicted when the arm is significantly worse by more than the noise floor, and confirmed "
-        "when it is worse by no more than the noise floor.")
+RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (paired). A loss claim is tested "
+        "with the pooled residual of the suite's arm + seed analysis (its regime's arms), or the pair's own paired "
+        "differences where the arms' spreads differ by more than 3x. 'Better' claims: one-sided test at the "
+        "Holm-adjusted level (Holm 1979) over the suite's empirical claims, confirmed when significant and the "
+        "estimate reaches the claim's min_effect, contradicted when the opposite one-sided test is significant. "
+        "'As good as' claims: non-inferiority at the stated margin, confirmed when the one-sided upper confidence "
+        "bound of (arm - versus), in the claim's bad direction, lies inside the margin (Schuirmann 1987; Lakens "
+        "2017), contradicted when the lower bound lies beyond it. Otherwise inconclusive, with the seeds per arm "
+        "that would give 80% power. Divergence is a rate (exact paired test), spike counts a count test, losses "
+        "of arms with diverged runs a rank test; no events at all is 'untestable by this design'. Speed is timed "
+        "on fresh models in interleaved A/B pairs and judged on the log time ratio. Formulas are 'by "
+        "construction' and outside the family and the tallies. The rule: docs/lab-statistics.md.")
 
 
 SUITE_TIME = "lab-time.json"  # in the suite's folder: training wall time over all sessions, jobs, the machine
@@ -61,65 +70,9 @@ def compute_summary(plan: Plan) -> str:
     return " ".join(parts)
 
 
-@dataclass
-class ClaimResult:
-    claim: Claim
-    diff: float  # mean(arm) - mean(versus), both over the seeds the two arms share
-    p: float  # Welch, two-sided
-    p_holm: float
-    noise_floor: float
-    verdict: str
-    narang: str  # whether we agree with Narang et al. 2021 on this comparison
-
-
-def values(plan: Plan, measured: dict[RunSpec, dict], arm: str, metric: str,
-           seeds: set[int] | None = None) -> list[float]:
-    """An arm's results on `metric`, one per seed (only `seeds`, when given), in seed order."""
-    return [float(measured[r][metric]) for r in plan.runs_of(arm) if seeds is None or r.seed in seeds]
-
-
-def shared_seeds(plan: Plan, arm: str, versus: str) -> set[int]:
-    """The seeds both arms ran. A seed fixes the data order (and the init where shapes agree), and the base arm
-    has extra seeds: comparing its mean over seeds 0-3 with an arm's over seeds 0-1 would put the difference
-    between seeds into the difference between arms."""
-    return {r.seed for r in plan.runs_of(arm)} & {r.seed for r in plan.runs_of(versus)}
-
-
-def narang_agreement(claim: Claim, verdict: str) -> str:
-    """Our verdict against Narang et al.'s finding for the claimed arm (better / same / worse than the other)."""
-    if claim.narang is None:
-        return "not measured by Narang et al."
-    theirs = f"Narang et al.: {claim.narang}"
-    if verdict == stats.NOT_VISIBLE:
-        return f"{theirs}; no visible difference here" + (" (consistent)" if claim.narang == "same" else "")
-    if verdict == stats.CONTRADICTED:
-        return f"{theirs}; we {'agree' if claim.narang == 'worse' else 'disagree'}"
-    ours = {"better"} if claim.expect == "better" else {"better", "same"}  # "as good as" covers better too
-    return f"{theirs}; we {'agree' if claim.narang in ours else 'disagree'}"
-
-
-def judge(plan: Plan, measured: dict[RunSpec, dict]) -> list[ClaimResult]:
-    """Every claim's test, Holm-adjusted over the suite, and its verdict (the rule in archlab.lab.stats)."""
-    base = plan.suite.base_arm.name
-    tests = []
-    for c in plan.suite.claims:
-        seeds = shared_seeds(plan, c.arm, c.versus)
-        tests.append(stats.welch_test(values(plan, measured, c.arm, c.metric, seeds),
-                                      values(plan, measured, c.versus, c.versus_metric or c.metric, seeds)))
-    adjusted = stats.holm([t.p for t in tests])
-    out = []
-    for claim, test, p_holm in zip(plan.suite.claims, tests, adjusted):
-        floor = stats.mean_std(values(plan, measured, base, claim.metric))[1]
-        floor = 0.0 if math.isnan(floor) else floor
-        direction = claim.direction or MEASURES[claim.metric].better
-        verdict = stats.verdict(test.diff, p_holm, floor, direction, claim.expect)
-        out.append(ClaimResult(claim, test.diff, test.p, p_holm, floor, verdict, narang_agreement(claim, verdict)))
-    return out
-
-
 # ------------------------------------------------------------------------------------------ tables
-def _fmt(x: float) -> str:
-    if math.isnan(x):
+def _fmt(x: float | None) -> str:
+    if x is None or math.isnan(x):
         return "n/a"
     return f"{x:.4g}" if abs(x) < 1e5 else f"{x:,.0f}"
 
@@ -128,8 +81,8 @@ def _cell(xs: list[float]) -> str:
     finite = [x for x in xs if not math.isnan(x)]
     if not finite:
         return "n/a"
-    mean, std = stats.mean_std(finite)
-    return f"{_fmt(mean)} ± {_fmt(std)}"
+    std = statistics.stdev(finite) if len(finite) > 1 else 0.0
+    return f"{_fmt(statistics.fmean(finite))} ± {_fmt(std)}"
 
 
 def trained_params(run: RunSpec) -> int:
@@ -138,32 +91,96 @@ def trained_params(run: RunSpec) -> int:
 
 
 def arm_table(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[list[str], list[list[str]]]:
-    head = ["arm", "seeds", "parameters", *plan.suite.measures, "note"]
+    """Per arm: seeds, parameters, each measure's mean ± sd over seeds, divergences (a rate), the size note."""
+    head = ["arm", "seeds", "parameters", *plan.suite.measures, "diverged", "note"]
     params = {a.name: trained_params(plan.runs_of(a.name)[0]) for a in plan.suite.arms}
     base = params[plan.suite.base_arm.name]
-    rows = [[a.name, str(len(plan.runs_of(a.name))), f"{params[a.name]:,}",
-             *(_cell(values(plan, measured, a.name, m)) for m in plan.suite.measures),
-             param_note(plan.suite, a, params[a.name], base)] for a in plan.suite.arms]
-    b = plan.suite.base_arm.name
-    common = {r.seed for r in plan.runs if r.arm != b}
-    if common and common < {r.seed for r in plan.runs_of(b)}:  # the base's extra seeds: what claims compare with
-        rows.insert(1, [f"{b}, seeds {', '.join(map(str, sorted(common)))}", str(len(common)), f"{base:,}",
-                        *(_cell(values(plan, measured, b, m, common)) for m in plan.suite.measures),
-                        "the base on the other arms' seeds: what the claims compare with"])
+    rows = []
+    for a in plan.suite.arms:
+        runs = plan.runs_of(a.name)
+        diverged = sum(measured[r].get("diverged", 0.0) == 1.0 for r in runs)
+        rows.append([a.name, str(len(runs)), f"{params[a.name]:,}",
+                     *(_cell(per_seed(plan, measured, a.name, m)) for m in plan.suite.measures),
+                     f"{diverged}/{len(runs)}", param_note(plan.suite, a, params[a.name], base)])
     return head, rows
 
 
 def _metrics(claim: Claim) -> str:
-    direction = claim.direction or MEASURES[claim.metric].better
     versus = f" vs {claim.versus_metric}" if claim.versus_metric else ""
-    return f"{claim.metric}{versus} ({direction} claimed)" if claim.direction else f"{claim.metric}{versus}"
+    factor = f" [{claim.factor}" + "".join(f", {k}={v}" for k, v in (claim.within or {}).items()) + "]" \
+        if claim.factor else ""
+    return f"{claim.metric}{versus} ({claim.better} is better){factor}"
+
+
+def _bound(r: ClaimResult) -> str:
+    low, high = r.ci
+    return "n/a" if math.isnan(low) else f"[{_fmt(low)}, {_fmt(high)}]"
+
+
+def needed(result: ClaimResult) -> str:
+    """What an inconclusive claim would need: seeds per arm, or timed pairs for a timing claim."""
+    if not result.seeds_needed:
+        return "-"
+    return f"{result.seeds_needed} {'pairs' if 'interleaved pairs' in result.note else 'seeds per arm'}"
 
 
 def claim_table(results: list[ClaimResult]) -> tuple[list[str], list[list[str]]]:
-    head = ["claim", "metric", "arm vs", "difference", "p (Welch)", "p (Holm)", "noise floor", "verdict", "Narang"]
-    rows = [[r.claim.text, _metrics(r.claim), f"{r.claim.arm} vs {r.claim.versus}", _fmt(r.diff), _fmt(r.p),
-             _fmt(r.p_holm), _fmt(r.noise_floor), r.verdict, r.narang] for r in results]
+    head = ["claim", "metric", "arm vs", "n", "estimate (arm - vs)", "90% CI", "margin / min effect", "test",
+            "p (one-sided)", "p (Holm)", "outcome", "needs", "Narang"]
+    rows = []
+    for r in results:
+        c = r.claim
+        size = f"margin {_fmt(c.margin)}" if c.expect == "same" and c.margin else (
+            f"min {_fmt(c.min_effect)}" if c.min_effect else "-")
+        test = r.note if r.test is None else f"{r.test.test}; {r.note}"
+        rows.append([c.text, _metrics(c), f"{c.arm} vs {c.versus}", str(len(r.a)), _fmt(r.estimate), _bound(r), size,
+                     test, _fmt(r.p), _fmt(r.p_adjusted), r.outcome,
+                     needed(r), r.narang])
     return head, rows
+
+
+def tally(results: list[ClaimResult]) -> str:
+    """The outcome counts of the family, and the claims outside it, in one line."""
+    family = [r.outcome for r in results if r.in_family]
+    outside = [r.outcome for r in results if not r.in_family]
+    counts = ", ".join(f"{family.count(o)} {o}" for o in dict.fromkeys(family)) or "none"
+    extra = ", ".join(f"{outside.count(o)} {o}" for o in dict.fromkeys(outside))
+    return f"{len(family)} tested claims: {counts}." + (f" Outside the family (not tallied): {extra}." if extra else "")
+
+
+def spread_lines(plan: Plan, measured: dict[RunSpec, dict]) -> list[str]:
+    metric = "val_loss" if "val_loss" in plan.suite.measures else plan.suite.measures[0]
+    lines = []
+    for s in suite_spreads(plan, measured, metric):
+        lines.append(f"- {metric}, {s.regime} ({len(s.arms)} arms x {plan.seeds} seeds): a run's spread "
+                     f"sigma_run {_fmt(s.sigma_run)}, pooled residual sigma_eps {_fmt(s.sigma_eps)} ({s.df} df), "
+                     f"between-arm seed correlation rho {_fmt(s.rho)}"
+                     + ("; arms' spreads differ > 3x: claims use their own paired differences" if s.heteroscedastic
+                        else ""))
+    return lines or [f"- {metric}: too few finished arms to pool"]
+
+
+def anova_table(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[list[str], list[list[str]]] | None:
+    rows = factorial_anova(plan, measured, "val_loss") if "val_loss" in plan.suite.measures else []
+    if not rows:
+        return None
+    return ["term", "df", "F", "p"], [[t, f"{df:g}", _fmt(f), _fmt(pv)] for t, df, f, pv in rows]
+
+
+def timing_table(plan: Plan, timings: dict[str, dict]) -> tuple[list[str], list[list[str]]] | None:
+    if not plan.suite.timings:
+        return None
+    rows = []
+    for t in plan.suite.timings:
+        record = timings.get(t.metric)
+        if record is None:
+            rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a"])
+            continue
+        ratios = sorted(a / b for a, b in zip(record["a"], record["b"]))
+        rows.append([t.metric, t.kind, " vs ".join(t.arms), str(len(ratios)),
+                     f"{1e3 * statistics.median(record['a']):.4g} / {1e3 * statistics.median(record['b']):.4g}",
+                     _fmt(statistics.median(ratios)), json.dumps(t.options) if t.options else "-"])
+    return ["timing", "kind", "arms (a vs b)", "pairs", "median ms (a / b)", "median ratio a/b", "options"], rows
 
 
 def _markdown(head: list[str], rows: list[list[str]]) -> str:
@@ -201,14 +218,26 @@ def plot_suite(plan: Plan) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------ files
-def write_csv(plan: Plan, measured: dict[RunSpec, dict]) -> Path:
+def write_csv(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict]) -> Path:
+    """results.csv: one row per run (arm, seed, its folder, parameters, factor levels, every measure), and
+    timings.csv: one row per timed pair, so anyone can redo the analysis."""
     path = plan.out / "results.csv"
     params = {a.name: trained_params(plan.runs_of(a.name)[0]) for a in plan.suite.arms}
+    factors = list(plan.suite.factors)
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["arm", "seed", "parameters", *plan.suite.measures])
-        for run in plan.runs:
-            writer.writerow([run.arm, run.seed, params[run.arm], *(measured[run][m] for m in plan.suite.measures)])
+        writer.writerow(["arm", "seed", "run", "parameters", *factors, *plan.suite.measures])
+        for run in sorted(plan.runs, key=lambda r: ([a.name for a in plan.suite.arms].index(r.arm), r.seed)):
+            levels = plan.suite.arm(run.arm).levels
+            writer.writerow([run.arm, run.seed, run.run_dir.name, params[run.arm], *(levels[f] for f in factors),
+                             *(measured[run][m] for m in plan.suite.measures)])
+    if timings:
+        with (plan.out / "timings.csv").open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["timing", "pair", "arm_a", "arm_b", "seconds_a", "seconds_b"])
+            for metric, record in timings.items():
+                for i, (a, b) in enumerate(zip(record["a"], record["b"])):
+                    writer.writerow([metric, i, *record["arms"], a, b])
     return path
 
 
@@ -217,39 +246,70 @@ def _arm_overrides(plan: Plan) -> list[str]:
             for a in plan.suite.arms]
 
 
-def write_markdown(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimResult], command: str) -> Path:
+def _margins(plan: Plan) -> str:
+    used = {(c.metric, c.margin) for c in plan.suite.claims if c.expect == "same" and c.margin}
+    if not used:
+        return ""
+    parts = [f"{m} {margin:g}" + (" nats" if m in ("val_loss", "train_loss", "loss_at_1x") else "")
+             for m, margin in sorted(used)]
+    return ("Equivalence margins: " + ", ".join(parts) + ". The `small` default for the validation loss (0.02 "
+            "nats) is the figure the lab's review put on \"worth less than 25% more base compute\"; a measured "
+            "compute multiplier (a WSD step ladder) is not built yet.")
+
+
+def _sections(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimResult],
+              timings: dict[str, dict]) -> list[tuple[str, str, tuple | None, list[str]]]:
+    """The page's sections as (title, cls, table or None, paragraphs), shared by results.md and report.html."""
     s = plan.suite
-    parts = [f"# {s.name}: {s.title}", "", f"Source: {s.source}", "",
-             f"Budget `{plan.budget.name}`, {plan.seeds} seeds per arm ({len(plan.runs_of(s.base_arm.name))} for "
-             f"the base arm `{s.base_arm.name}`, whose spread is the noise floor). Command: `{command}`", "",
-             compute_summary(plan), "",
-             "## Claims", "", _markdown(*claim_table(results)), "",
-             f"Narang et al. 2021 (arXiv 2102.11972): {s.narang or 'did not measure this switch.'}", "",
-             "## Arms (mean ± standard deviation over seeds)", "", _markdown(*arm_table(plan, measured)), "",
-             f"Parameters (of the models the runs built): an arm more than {PARAM_TOLERANCE:.0%} off the base is "
-             "flagged in the note column.", "",
-             "Measures: " + "; ".join(f"`{m}` = {MEASURES[m].label}" for m in s.measures) + ".", "",
-             "## Arms' overrides", "", *_arm_overrides(plan), "",
-             "## The verdict rule", "", RULE, "",
-             "Plots: " + ", ".join(f"![{p.stem}]({p.name})" for p in sorted(plan.out.glob("*.png"))), ""]
+    out = [("Claims", "claims", claim_table(results), [tally(results), _margins(plan)]),
+           ("How noisy this suite was", "spread", None, spread_lines(plan, measured))]
+    if (table := anova_table(plan, measured)) is not None:
+        out.append(("Factorial analysis (val_loss ~ factors and interactions + seed)", "anova", table, []))
+    if (table := timing_table(plan, timings)) is not None:
+        out.append(("Timings (fresh models, interleaved pairs)", "timings", table, []))
+    out.append(("Arms (mean ± standard deviation over seeds)", "arms", arm_table(plan, measured),
+                [f"Parameters (of the models the runs built): an arm more than {PARAM_TOLERANCE:.0%} off the base is "
+                 "flagged in the note column.",
+                 "Measures: " + "; ".join(f"`{m}` = {MEASURES[m].label}" for m in s.measures) + "."]))
+    return out
+
+
+def write_markdown(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimResult], command: str,
+                   timings: dict[str, dict] | None = None) -> Path:
+    s = plan.suite
+    parts = [f"# {s.name}: {s.title}", "", f"Source: {s.source}", "", f"Design: {s.design}", "",
+             f"Budget `{plan.budget.name}`, seeds 0-{plan.seeds - 1} for every arm (paired). Command: `{command}`. "
+             "Per-run values: `results.csv`.", "", compute_summary(plan), ""]
+    for title, _, table, paragraphs in _sections(plan, measured, results, timings or {}):
+        parts += [f"## {title}", ""] + ([_markdown(*table), ""] if table else []) + [
+            line for p in paragraphs if p for line in (p, "")]
+    parts += [f"Narang et al. 2021 (arXiv 2102.11972): {s.narang or 'did not measure this switch.'}", "",
+              "## Arms' overrides", "", *_arm_overrides(plan), "", "## The verdict rule", "", RULE, "",
+              "Plots: " + ", ".join(f"![{p.stem}]({p.name})" for p in sorted(plan.out.glob("*.png"))), ""]
     path = plan.out / "results.md"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
 
 
-_CLASSES = {stats.CONFIRMED: "confirmed", stats.CONTRADICTED: "contradicted", stats.NOT_VISIBLE: "notvisible"}
+_CLASSES = {stats.CONFIRMED: "confirmed", stats.CONTRADICTED: "contradicted", stats.INCONCLUSIVE: "inconclusive",
+            stats.UNTESTABLE: "untestable", stats.BY_CONSTRUCTION: "construction"}
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;
 margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:14px}th{background:#f3f3f3}
-.confirmed{background:#d9f2d9}.contradicted{background:#f6d5d5}.notvisible{background:#f2f2f2}
+.confirmed{background:#d9f2d9}.contradicted{background:#f6d5d5}.inconclusive{background:#f2f2f2}
+.untestable{background:#fff3cd}.construction{background:#e3ecf7}
 img{max-width:100%;margin:0.5em 0}pre{background:#f7f7f7;padding:0.8em;overflow:auto;font-size:12px}"""
 
 
 def write_html(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimResult], command: str,
-               images: list[Path]) -> Path:
+               images: list[Path], timings: dict[str, dict] | None = None) -> Path:
     s = plan.suite
     verdicts = "".join(
-        f'<li class="{_CLASSES[r.verdict]}"><b class="verdict">'
-        f"{html.escape(r.verdict)}</b>: {html.escape(r.claim.text)} ({html.escape(r.narang)})</li>" for r in results)
+        f'<li class="{_CLASSES.get(r.outcome, "inconclusive")}"><b class="verdict">{html.escape(r.outcome)}</b>: '
+        f"{html.escape(r.claim.text)} ({html.escape(r.narang)})</li>" for r in results)
+    sections = "".join(
+        f"<h2>{html.escape(title)}</h2>" + (_html_table(*table, cls) if table else "")
+        + "".join(f"<p>{html.escape(p.removeprefix('- '))}</p>" for p in paragraphs if p)
+        for title, cls, table, paragraphs in _sections(plan, measured, results, timings or {}))
     imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,'
                    f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{p.stem}</figcaption></figure>'
                    for p in images)
@@ -258,13 +318,11 @@ def write_html(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimRes
     page = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>archlab ablate {html.escape(s.name)}</title>
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(s.name)}: {html.escape(s.title)}</h1><p>Source: {html.escape(s.source)}</p>
-<p>Command: <code>{html.escape(command)}</code> (budget {plan.budget.name}, {plan.seeds} seeds per arm)</p>
+<p id="design">Design: {html.escape(s.design)}</p>
+<p>Command: <code>{html.escape(command)}</code> (budget {plan.budget.name}, seeds 0-{plan.seeds - 1} for every arm)</p>
 <p id="compute">{html.escape(compute_summary(plan))}</p>
-<h2>Verdicts</h2><ul id="verdicts">{verdicts}</ul>
-{_html_table(*claim_table(results), "claims")}
+<h2>Verdicts</h2><ul id="verdicts">{verdicts}</ul>{sections}
 <p>Narang et al. 2021 (arXiv 2102.11972): {html.escape(s.narang or 'did not measure this switch.')}</p>
-<h2>Arms (mean ± standard deviation over seeds)</h2>{_html_table(*arm_table(plan, measured), "arms")}
-<p>{html.escape("; ".join(f"{m} = {MEASURES[m].label}" for m in s.measures))}</p>
 <h2>The verdict rule</h2><p>{html.escape(RULE)}</p><h2>Plots</h2>{imgs}
 <h2>Exact configs (seed 0 of each arm)</h2>{configs}</body></html>"""
     path = plan.out / "report.html"
@@ -272,11 +330,15 @@ def write_html(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimRes
     return path
 
 
-def write_report(plan: Plan, measured: dict[RunSpec, dict], command: str) -> list[ClaimResult]:
-    """results.csv, results.md, the PNG plots and report.html in the suite's folder; returns the verdicts."""
-    results = judge(plan, measured)
+def write_report(plan: Plan, measured: dict[RunSpec, dict], command: str, timings: dict[str, dict] | None = None,
+                 results: list[ClaimResult] | None = None) -> list[ClaimResult]:
+    """results.csv (+ timings.csv), results.md, the PNG plots and report.html in the suite's folder; returns the
+    claims' results (judged here unless given: --sequential judges its looks itself). `timings` defaults to the
+    suite's timings, measured now where not yet kept."""
+    timings = measure_timings(plan) if timings is None else timings
+    results = judge(plan, measured, timings) if results is None else results
     images = plot_suite(plan)
-    write_csv(plan, measured)
-    write_markdown(plan, measured, results, command)
-    write_html(plan, measured, results, command, images)
+    write_csv(plan, measured, timings)
+    write_markdown(plan, measured, results, command, timings)
+    write_html(plan, measured, results, command, images, timings)
     return results

@@ -1,9 +1,12 @@
 """Running a suite: the plan (one `archlab train` command per arm and seed), data, subprocesses, resume.
 
 Every run is a subprocess of `archlab train`, so a suite can as well be printed (`--print-commands`) and run
-by any scheduler, then collected. Runs share one prepared data folder per tokenizer, the token budget, batch,
-schedule and seeds; only the arm's overrides differ. A run is done when its folder holds the checkpoint of
-its last step and metrics.jsonl (or a recorded divergence); a stopped run is continued with `--resume`.
+by any scheduler (`lab/executor.py` submits them to Slurm), then collected. Runs share one prepared data folder
+per tokenizer, the token budget, batch, schedule and seeds 0..n-1 (every arm alike); only the arm's overrides
+differ. A run's folder is named by a hash of its resolved config, in a store that several suites may share
+(`--store`): an arm that two suites both run (the base, post-norm, tied embeddings) trains once, and the
+suite's folder links to it (SUITE/runs/ARM/seedN). A run is done when its folder holds the checkpoint of its
+last step and metrics.jsonl (or a recorded divergence); a stopped run is continued with `--resume`.
 """
 
 from __future__ import annotations
@@ -22,12 +25,24 @@ from pathlib import Path
 
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
-from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run
-from archlab.lab.suite import Arm, Budget, Suite, SuiteError, arm_keys, match_parameters, resolve_arm
+from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run, read_measured, write_measured
+from archlab.lab.suite import (
+    Arm,
+    Budget,
+    Suite,
+    SuiteError,
+    Timing,
+    arm_keys,
+    flag_value,
+    match_parameters,
+    resolve_arm,
+)
+from archlab.lab.timing import time_pairs
+from archlab.nn.config import ModelConfig
+from archlab.train.config import resolve_config
 from archlab.train.metrics import METRICS
 
-PLAN = "plan.json"  # written in the suite's folder: which suite, budget and seeds its runs belong to
-MEASURED = "lab-measures.json"  # per run: the lab's measurements, so a re-run or --collect does not redo them
+PLAN = "plan.json"  # written in the suite's folder: which suite, budget, seeds and run folders it holds
 DIVERGED_TEXT = "training diverged"  # what `archlab train` prints when it stops on non-finite steps (exit 1)
 
 
@@ -77,17 +92,24 @@ class Plan:
     data: list[DataSpec] = field(default_factory=list)
     runs: list[RunSpec] = field(default_factory=list)
 
+    store: Path | None = None  # where run folders live (default OUT/../store): shared by the suites beside OUT
+    extra: dict[str, int] = field(default_factory=dict)  # arm -> seeds beyond `seeds` (--sequential's later looks)
+
     def runs_of(self, arm: str) -> list[RunSpec]:
         return [r for r in self.runs if r.arm == arm]
+
+    def seeds_of(self, arm: str) -> int:
+        return self.seeds + self.extra.get(arm, 0)
 
     def commands(self) -> list[str]:
         """Every command of the suite as shell lines: data preparation first, then one line per run."""
         data = [shlex.join(d.command()) for d in self.data if not d.prepared]
-        return data + [shlex.join(r.command()) for r in self.runs]
+        unique = {r.run_dir: r for r in self.runs}.values()  # arms that resolve alike share one run
+        return data + [shlex.join(r.command()) for r in unique]
 
 
 def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
-    """The data folder an arm trains on: OUT/data/<tokenizer>-<hash of the request>, or a prepared source."""
+    """The data folder an arm trains on: STORE/data/<tokenizer>-<hash of the request>, or a prepared source."""
     d = resolve_arm(suite, arm, budget)[0].data
     if (Path(d.source) / "meta.json").is_file():
         return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, None, Path(d.source), prepared=True)
@@ -97,32 +119,54 @@ def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
     return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files, out / "data" / name)
 
 
-def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None = None) -> Plan:
-    """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs."""
-    seeds = seeds or budget.seeds
+def run_hash(keys: dict[str, str], budget: Budget) -> str:
+    """A content hash of a run's resolved config (train and model, without its folder) and the budget's
+    measurement settings: two suites that ask for the same run get the same folder."""
+    train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
+    record = {"train": {k: v for k, v in train.to_dict().items() if k != "out"}, "model": model.to_dict(),
+              "measure_windows": budget.measure_windows}
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None = None,
+               store: str | Path | None = None, extra: dict[str, int] | None = None) -> Plan:
+    """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs: every arm at
+    seeds 0..seeds-1 (plus `extra` seeds per arm), each in STORE/<run_hash>."""
+    seeds = seeds or suite.seeds or budget.seeds
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
     match_parameters(suite, budget)
-    plan = Plan(suite, budget, seeds, Path(out))
+    plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
+                extra=dict(extra or {}))
     for arm in suite.arms:
-        data = _data_spec(suite, arm, budget, plan.out)
+        data = _data_spec(suite, arm, budget, plan.store)
         if data not in plan.data:
             plan.data.append(data)
-        n = max(seeds, budget.noise_seeds) if arm is suite.base_arm else seeds
         train = resolve_arm(suite, arm, budget)[0]
-        for seed in range(n):
-            run_dir = plan.out / "runs" / arm.name / f"seed{seed}"
-            keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed),
-                    "out": str(run_dir)}
-            plan.runs.append(RunSpec(arm.name, seed, run_dir, keys, train.steps))
+        for seed in range(plan.seeds_of(arm.name)):
+            keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed)}
+            run_dir = plan.store / run_hash(keys, budget)
+            plan.runs.append(RunSpec(arm.name, seed, run_dir, {**keys, "out": str(run_dir)}, train.steps))
     return plan
 
 
 def write_plan(plan: Plan) -> None:
+    """plan.json (the suite, budget, seeds and each run's folder) and SUITE/runs/ARM/seedN links to the runs."""
     plan.out.mkdir(parents=True, exist_ok=True)
-    record = {"suite": plan.suite.path, "budget": plan.budget.name, "seeds": plan.seeds,
-              "arms": {a.name: a.overrides for a in plan.suite.arms}}
+    record = {"suite": plan.suite.path, "budget": plan.budget.name, "seeds": plan.seeds, "extra": plan.extra,
+              "store": str(plan.store), "arms": {a.name: a.overrides for a in plan.suite.arms},
+              "runs": [{"arm": r.arm, "seed": r.seed, "dir": str(r.run_dir)} for r in plan.runs]}
     (plan.out / PLAN).write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
+    for run in plan.runs:
+        link = plan.out / "runs" / run.arm / f"seed{run.seed}"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and Path(os.readlink(link)) == run.run_dir.resolve():
+                continue
+            if not link.is_symlink():
+                continue  # an older lab's run folder in its place: left as it was
+            link.unlink()
+        link.symlink_to(run.run_dir.resolve(), target_is_directory=True)
 
 
 def read_plan(out: str | Path) -> dict:
@@ -189,13 +233,14 @@ def run_wall_s(run_dir: Path) -> float:
     return max(0.0, status.stat().st_mtime - config.stat().st_mtime) if config.is_file() else 0.0
 
 
-def _start(run: RunSpec, jobs: int) -> subprocess.Popen:
+def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
+    """Start (or resume) one run's `archlab train` process; `threads` caps its intra-op threads (None: torch's)."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     _started[run] = (time.time(), run_wall_s(run.run_dir))  # a resumed run adds to its earlier sessions' time
     (run.run_dir / STATUS).unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if jobs > 1:  # one thread per process: N processes on N cores instead of N x cores threads fighting
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if threads is not None:  # --jobs N: one thread per process, N processes on N cores, not N x cores fighting
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     cmd = [sys.executable, "-m", "archlab", *run.command(resume=final_step(run.run_dir) > 0)[1:]]
     with (run.run_dir / "train.log").open("a", encoding="utf-8") as log:  # the child keeps its own handle
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -220,15 +265,16 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
 
     On Ctrl-C the runs under way receive it too, checkpoint and exit; the next call continues them.
     """
-    todo = [r for r in plan.runs if not is_done(r)]
-    total, done = len(plan.runs), len(plan.runs) - len(todo)
+    unique = list({r.run_dir: r for r in reversed(plan.runs)}.values())[::-1]  # one run per folder (arms may agree)
+    todo = [r for r in unique if not is_done(r)]
+    total, done = len(unique), len(unique) - len(todo)
     running: dict[RunSpec, subprocess.Popen] = {}
     start, steps_before = time.perf_counter(), {r: current_step(r) for r in todo}
     try:
         while todo or running:
             while todo and len(running) < jobs:
                 run = todo.pop(0)
-                running[run] = _start(run, jobs)
+                running[run] = _start(run, 1 if jobs > 1 else None)
             for run, proc in list(running.items()):
                 if proc.poll() is not None:
                     del running[run]
@@ -269,7 +315,7 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
         raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
                        + (" ..." if len(missing) > 5 else ""))
     order = sorted(plan.runs, key=lambda r: r.seed)
-    cached = {run: _read_measured(run) for run in order}
+    cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
     timed = {run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing] for run in order}
     for run in order:
         wanted = [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
@@ -277,7 +323,7 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
             on_run(run)
         if wanted:
             cached[run].update(measure_run(run.run_dir, wanted, plan.budget.measure_windows))
-            _write_measured(run, cached[run])
+            write_measured(run.run_dir, cached[run])
     best: dict[RunSpec, dict] = {run: {} for run in order}
     for _ in range(TIMING_ROUNDS if any(timed.values()) else 0):
         for run in (r for r in order if timed[r]):
@@ -286,17 +332,45 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
     for run in order:
         if timed[run]:
             cached[run].update(best[run])
-            _write_measured(run, cached[run])
+            write_measured(run.run_dir, cached[run])
     return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}  # None: n/a
 
 
-def _read_measured(run: RunSpec) -> dict:
-    path = run.run_dir / MEASURED
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+TIMED = "lab-timings.json"  # in the suite's folder: every timing's paired times, so a re-report does not redo them
 
 
-def _write_measured(run: RunSpec, values: dict) -> None:
-    (run.run_dir / MEASURED).write_text(json.dumps(values, indent=2), encoding="utf-8")
+def measure_timings(plan: Plan, on_timing: Callable[[Timing], None] | None = None) -> dict[str, dict]:
+    """Every `timings:` entry of the suite: interleaved A/B pairs on freshly initialised models (no training
+    seed: weights do not change speed), kept in SUITE/lab-timings.json as {metric: {"arms", "a", "b"}}."""
+    path = plan.out / TIMED
+    cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    for timing in plan.suite.timings:
+        if timing.metric in cached and cached[timing.metric].get("arms") == list(timing.arms):
+            continue
+        if on_timing is not None:
+            on_timing(timing)
+        configs = [timed_config(plan, name, timing) for name in timing.arms]
+        options = dict(timing.options)
+        if timing.kind == "train_step":  # the budget's batch and context unless the timing says otherwise
+            train = resolve_arm(plan.suite, plan.suite.arm(timing.arms[0]), plan.budget)[0]
+            options = {"batch": train.data.batch_size, "block": train.data.block_size, **options}
+        times = time_pairs(configs[0], configs[1], kind=timing.kind, pairs=timing.pairs, **options)
+        cached[timing.metric] = {"arms": list(timing.arms), "kind": timing.kind, "options": timing.options,
+                                 "a": list(times.a), "b": list(times.b)}
+        plan.out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cached, indent=1), encoding="utf-8")
+    return cached
+
+
+def timed_config(plan: Plan, arm: str, timing: Timing) -> ModelConfig:
+    """The model an arm times: its resolved config with the timing's own model keys (a longer max_seq_len for a
+    2k-token decode cache, say) on top."""
+    keys = {**arm_keys(plan.suite, plan.suite.arm(arm), plan.budget), **{k: flag_value(v) for k, v in
+                                                                          timing.keys.items()}}
+    try:
+        return resolve_config([keys])[1]
+    except ValueError as err:
+        raise SuiteError(f"suite {plan.suite.name} timing {timing.metric} arm {arm}: {err}") from None
 
 
 def run_config(run: RunSpec) -> dict:

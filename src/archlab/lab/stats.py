@@ -1,135 +1,282 @@
-"""The verdict rule: Welch's t-test on the seeds' results, Holm-Bonferroni over a suite's claims, the noise floor.
+"""The verdict rule: one pure function, `test_claim`, judges a claim from per-seed values of two arms.
 
-The rule, stated once (docs/lab.md repeats it):
-- For each claim, Welch's unequal-variance t-test compares the seeds of the claimed arm with the seeds of the
-  arm it is compared against, on the seeds both ran (the base arm's extra seeds serve the noise floor only: a
-  mean over other seeds would mix seed-to-seed differences into the comparison). Its two-sided p-value is the
-  Student-t tail at the Welch-Satterthwaite degrees of freedom (computed here with the regularized incomplete
-  beta function; no scipy).
-- The p-values of all claims of a suite are adjusted together with Holm's step-down method (Holm 1979), which
-  keeps the chance of any false "confirmed" in the suite at ALPHA.
-- The noise floor is the standard deviation of the base config over its seeds: a difference smaller than it is
-  never called a result, however small the p-value (Narang et al. 2021, arXiv 2102.11972, report the base
-  config's spread over runs for the same reason).
-- "better" claims: confirmed when adjusted p < ALPHA and the mean moves the claimed way by more than the noise
-  floor; contradicted when the same holds the other way; otherwise not visible at this scale.
-- "same" claims ("as good as"): contradicted when the claimed arm is worse with adjusted p < ALPHA and by more
-  than the noise floor; confirmed when it is not worse by more than the noise floor; otherwise not visible.
+Every arm runs the same seeds, so a[s] and b[s] share the batch order, the evaluation windows and the init, and the
+claim is judged on the paired differences d[s] = a[s] - b[s] (or on a suite's pooled residual, `rcbd`). Write
+w = the mean of d oriented so that w > 0 means "a is worse" (w = mean(d) when lower is better, -mean(d) when
+higher is better), SE its standard error and t_q the q-quantile of Student's t at the test's df. Significance is
+strict (p < alpha; a p exactly at alpha is not significant). docs/lab-statistics.md states the rule with its
+simulated error rates.
+
+- expect "better" (superiority): p = P(T >= -w / SE), the one-sided paired t-test of "a is better".
+  confirmed: p < alpha and -w >= min_effect (the estimate reaches the smallest effect of interest);
+  contradicted: the one-sided test the other way is significant, P(T <= -w / SE) < alpha (a is worse);
+  otherwise inconclusive. With no true difference each of confirmed and contradicted has probability alpha
+  (less for confirmed when min_effect > 0).
+- expect "same" (non-inferiority, Schuirmann 1987's one-sided test; Lakens 2017): a is not worse than b by more
+  than `margin` (> 0, metric units). confirmed: the one-sided 1 - alpha upper bound w + t_{1-alpha} SE < margin
+  (p = P(T <= (w - margin) / SE) < alpha); contradicted: the lower bound w - t_{1-alpha} SE > margin; otherwise
+  inconclusive. At a true deficit of exactly margin, confirmed has probability alpha; at a larger one, less.
+- expect "equivalent" (two one-sided tests, TOST): confirmed when the 1 - 2 alpha interval of w lies inside
+  (-margin, margin) (p = the larger TOST p); contradicted when it lies wholly outside, beyond either side.
+- `ci` is the two-sided 1 - 2 alpha interval of mean(a - b): estimate -/+ t_{1-alpha} SE, the interval whose
+  one-sided bounds the decisions use.
+- inconclusive outcomes carry `seeds_needed`: the seeds per arm for 80% power (`power.seeds_needed`, noncentral t)
+  with the observed sd of the differences (or the pooled sigma_eps * sqrt(2)). The planning effect is min_effect
+  when > 0, else the observed |estimate| (optimistic: the winner's curse inflates observed effects), for "better";
+  margin at a true difference of 0 for "same"; for "equivalent", 90% power for each one-sided test, which gives
+  the TOST at least 80%. Because "better" also needs the estimate to reach min_effect, a true effect of exactly
+  min_effect is confirmed at most about half the time whatever the seeds; the planned n gives 80% to the test.
+- Degenerate inputs: NaN or infinite values raise ValueError (diverged runs go to `rank_test`); fewer than 2 pairs
+  without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties:
+  the sd is within float rounding of 0) give "untestable by this design" with p NaN, never p = 0: a stochastic
+  measure that ties exactly has no error estimate, and an exact measure is "by construction" (the report's call).
+
+Multiplicity: `holm` (Holm 1979) within a suite, `benjamini_hochberg` (Benjamini & Hochberg 1995) across the
+published summary; `adjust` re-derives a family's outcomes from the adjusted p-values. Divergence, count and rank
+tests are in `archlab.lab.discrete`, the RCBD fit in `archlab.lab.rcbd`, power in `archlab.lab.power`; all are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-ALPHA = 0.05  # family-wise error rate of a suite's claims after Holm's correction
-CONFIRMED, NOT_VISIBLE, CONTRADICTED = "confirmed", "not visible at this scale", "contradicted"
-_CF_ITERATIONS, _CF_EPS, _CF_TINY = 300, 3e-16, 1e-300  # Lentz's continued fraction (Numerical Recipes 6.4)
+import numpy as np
+from scipy import special
 
+from archlab.lab.discrete import paired_binary_test, paired_count_test, rank_test
+from archlab.lab.outcomes import (
+    BETTERS,
+    BY_CONSTRUCTION,
+    CONFIRMED,
+    CONTRADICTED,
+    EXPECTS,
+    INCONCLUSIVE,
+    UNTESTABLE,
+    ClaimTest,
+    decide,
+)
+from archlab.lab.power import power, seeds_needed, sequential_levels
+from archlab.lab.rcbd import HETEROSCEDASTIC_RATIO, Pooled, Rcbd, rcbd
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1); the std of a single value is 0."""
-    n = len(values)
-    mean = math.fsum(values) / n
-    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var)
+__all__ = [
+    "ALPHA", "BY_CONSTRUCTION", "CONFIRMED", "CONTRADICTED", "HETEROSCEDASTIC_RATIO", "INCONCLUSIVE",
+    "UNTESTABLE", "ClaimTest", "Pooled", "Rcbd", "adjust", "benjamini_hochberg", "holm",
+    "paired_binary_test", "paired_count_test", "power", "rank_test", "rcbd", "seeds_needed", "sequential_levels",
+    "test_claim",
+]
 
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function, by the modified Lentz method."""
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > _CF_TINY else _CF_TINY)
-    h = d
-    for m in range(1, _CF_ITERATIONS + 1):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > _CF_TINY else _CF_TINY)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > _CF_TINY else _CF_TINY
-            h *= d * c
-        if abs(d * c - 1.0) < _CF_EPS:
-            break
-    return h
-
-
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side; use symmetry on the other
-        return math.exp(log_front) * _beta_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+ALPHA = 0.05  # the default one-sided level of each claim (before a family's adjustment)
+PLAN_POWER = 0.8
+TIE_RTOL = 64 * np.finfo(np.float64).eps  # an sd below this times the values' magnitude is rounding, not spread
+ADJUSTMENTS = ("holm", "bh")
+T_TESTS = ("paired t", "pooled RCBD t", "Welch t")  # the tests _plan can re-plan (noncentral t)
 
 
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with `df` degrees of freedom: I_{df/(df+t^2)}(df/2, 1/2)."""
-    if math.isinf(t):
-        return 0.0
-    return incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+def _values(name: str, values: Sequence[float]) -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size == 0:
+        raise ValueError(f"{name} has no values: test_claim needs one value per seed")
+    bad = np.nonzero(~np.isfinite(x))[0]
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}] = {float(x[bad[0]])!r}: values must be finite (judge diverged runs with "
+                         "rank_test or paired_binary_test)")
+    return x
 
 
-@dataclass
-class Welch:
-    """Welch's t-test of a against b: difference of means (a - b), t, degrees of freedom, two-sided p."""
+def _check_claim(expect: str, better: str, margin: float, min_effect: float, alpha: float) -> None:
+    if expect not in EXPECTS:
+        raise ValueError(f"expect must be one of {', '.join(EXPECTS)}, got {expect!r}")
+    if better not in BETTERS:
+        raise ValueError(f"better must be one of {', '.join(BETTERS)}, got {better!r}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+    if expect == "better":
+        if margin != 0:
+            raise ValueError(f"margin = {margin!r} applies to expect 'same' or 'equivalent'; "
+                             "a 'better' claim takes min_effect")
+        if not (math.isfinite(min_effect) and min_effect >= 0):
+            raise ValueError(f"min_effect must be a finite number >= 0, got {min_effect!r}")
+    elif not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin must be > 0 for expect {expect!r} (metric units), got {margin!r}")
 
-    diff: float
-    t: float
+
+@dataclass(frozen=True)
+class _Fit:
+    """The estimate and its error model, before any decision."""
+
+    estimate: float
+    se: float
     df: float
-    p: float
+    sigma_d: float
+    n: int
+    test: str
+    arms: int | None = None
+    outcome: str = ""  # set (with a note) when no test is possible
+    note: str = ""
 
 
-def welch_test(a: Sequence[float], b: Sequence[float]) -> Welch:
-    """Welch's unequal-variance t-test; p is NaN with fewer than 2 values on a side.
+def _is_tie(sd: float, a: np.ndarray, b: np.ndarray) -> bool:
+    return sd <= TIE_RTOL * max(float(np.abs(a).max()), float(np.abs(b).max()), 1.0)
 
-    Deterministic measurements (both spreads 0, e.g. KV-cache bytes) give p = 0 when the means differ and
-    p = 1 when they agree, the limit of the test as the spreads shrink.
+
+def _fit(a: np.ndarray, b: np.ndarray, paired: bool, pooled: Pooled | None) -> _Fit:
+    if not paired:
+        if pooled is not None:
+            raise ValueError("pooled residuals come from the paired (blocked) design: pass paired=True with pooled")
+        return _fit_welch(a, b)
+    if a.size != b.size:
+        raise ValueError(f"paired values need one value per seed on both sides: len(a) = {a.size}, "
+                         f"len(b) = {b.size}")
+    d, n = a - b, a.size
+    estimate = float(d.mean())
+    if pooled is not None:
+        arms = pooled.df / (n - 1) + 1 if n > 1 else math.nan
+        sigma_d = pooled.sigma * math.sqrt(2.0)
+        fit = _Fit(estimate, sigma_d / math.sqrt(n), pooled.df, sigma_d, n, "pooled RCBD t",
+                   int(arms) if float(arms).is_integer() else None)
+        if pooled.sigma == 0:
+            return replace(fit, outcome=UNTESTABLE, note="the pooled residual is 0: the runs have no spread")
+        return fit
+    if n < 2:
+        return _Fit(estimate, math.nan, 0, math.nan, n, "paired t", outcome=INCONCLUSIVE,
+                    note="1 seed: a paired test needs at least 2 (or a pooled residual)")
+    sd = math.sqrt(float(np.dot(d - estimate, d - estimate)) / (n - 1))
+    fit = _Fit(estimate, sd / math.sqrt(n), n - 1, sd, n, "paired t")
+    if _is_tie(sd, a, b):
+        return replace(fit, outcome=UNTESTABLE, note="the paired differences tie exactly (zero spread): "
+                       "no error estimate; an exact measure is by construction")
+    return fit
+
+
+def _fit_welch(a: np.ndarray, b: np.ndarray) -> _Fit:
+    estimate = float(a.mean() - b.mean())
+    if min(a.size, b.size) < 2:
+        return _Fit(estimate, math.nan, 0, math.nan, min(a.size, b.size), "Welch t", outcome=INCONCLUSIVE,
+                    note="an unpaired test needs at least 2 values per arm")
+    va, vb = a.var(ddof=1), b.var(ddof=1)
+    se2 = va / a.size + vb / b.size
+    df = se2 * se2 / ((va / a.size) ** 2 / (a.size - 1) + (vb / b.size) ** 2 / (b.size - 1)) if se2 > 0 else 0
+    fit = _Fit(estimate, math.sqrt(se2), df, math.sqrt(va + vb), min(a.size, b.size), "Welch t")
+    if _is_tie(math.sqrt(se2), a, b):
+        return replace(fit, df=0, outcome=UNTESTABLE, note="both arms have zero spread: no error estimate")
+    return fit
+
+
+def _p_values(expect: str, w: float, se: float, df: float, margin: float) -> tuple[float, float]:
+    """(p of the confirming test, p of the contradicting test); w > 0 means a is worse."""
+    if expect == "better":
+        return float(special.stdtr(df, w / se)), float(special.stdtr(df, -w / se))
+    upper = (w - margin) / se  # the non-inferiority statistic: significantly below margin confirms
+    if expect == "same":
+        return float(special.stdtr(df, upper)), float(special.stdtr(df, -upper))
+    lower = (w + margin) / se
+    return (max(float(special.stdtr(df, upper)), float(special.stdtr(df, -lower))),
+            min(float(special.stdtr(df, -upper)), float(special.stdtr(df, lower))))
+
+
+def _plan(test: ClaimTest, level: float) -> int | None:
+    """Seeds per arm for PLAN_POWER at `level` (the module doc says which effect); None without a spread."""
+    if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
+        return test.seeds_needed  # exact tests plan themselves (archlab.lab.discrete)
+    if test.expect == "better":
+        effect = test.min_effect if test.min_effect > 0 else abs(test.estimate)
+        if effect == 0:
+            return None
+        return seeds_needed(effect, test.sigma_d, alpha=level, power=PLAN_POWER, arms=test.arms)
+    each = PLAN_POWER if test.expect == "same" else 1.0 - (1.0 - PLAN_POWER) / 2.0
+    return seeds_needed(test.margin, test.sigma_d, alpha=level, power=each, arms=test.arms)
+
+
+def _judge(test: ClaimTest, p: float, p_contra: float, plan_level: float, **fields: object) -> ClaimTest:
+    """`test` (`fields` replaced) judged from (possibly adjusted) p-values at its alpha; planned if inconclusive."""
+    w = test.estimate if test.better == "lower" else -test.estimate
+    reaches = test.expect != "better" or -w >= test.min_effect
+    outcome = decide(p, p_contra, test.alpha, reaches)
+    seeds = _plan(test, plan_level) if outcome == INCONCLUSIVE else None
+    return replace(test, outcome=outcome, seeds_needed=seeds, **fields)
+
+
+def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: str, margin: float = 0.0,
+               min_effect: float = 0.0, alpha: float = ALPHA, paired: bool = True,
+               pooled: Pooled | None = None) -> ClaimTest:
+    """Judge "a is better than b" / "a is not worse than b by more than margin" from per-seed values.
+
+    `a`, `b`: values in seed order (paired by index). `expect`: "better", "same" (non-inferiority) or
+    "equivalent" (TOST). `better`: "lower" or "higher" for the metric. `pooled`: a suite's residual from `rcbd`,
+    used instead of the pair's own spread. `paired=False`: Welch's unpaired t-test (not the lab's design).
+    The rule, exactly, is in the module doc.
     """
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    diff = ma - mb
-    if len(a) < 2 or len(b) < 2:
-        return Welch(diff, math.nan, math.nan, math.nan)
-    va, vb = sa * sa / len(a), sb * sb / len(b)
-    if va + vb == 0.0:
-        return Welch(diff, math.copysign(math.inf, diff) if diff else 0.0, math.inf, 0.0 if diff else 1.0)
-    t = diff / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
-    return Welch(diff, t, df, t_two_sided_p(t, df))
+    _check_claim(expect, better, margin, min_effect, alpha)
+    fit = _fit(_values("a", a), _values("b", b), paired, pooled)
+    p = p_contra = math.nan
+    ci = (math.nan, math.nan)
+    if not fit.outcome:
+        w = fit.estimate if better == "lower" else -fit.estimate
+        p, p_contra = _p_values(expect, w, fit.se, fit.df, margin)
+        half = float(special.stdtrit(fit.df, 1.0 - alpha)) * fit.se
+        ci = (fit.estimate - half, fit.estimate + half)
+    test = ClaimTest(outcome=fit.outcome, p=p, ci=ci, estimate=fit.estimate, df=fit.df, seeds_needed=None,
+                     expect=expect, better=better, test=fit.test, n=fit.n, se=fit.se, sigma_d=fit.sigma_d,
+                     arms=fit.arms, p_contra=p_contra, margin=margin, min_effect=min_effect, alpha=alpha,
+                     level=alpha, note=fit.note)
+    return test if fit.outcome else _judge(test, p, p_contra, alpha)
+
+
+test_claim.__test__ = False  # a library function named test_*: keep pytest from collecting it where imported
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the input order (NaN stays NaN and is not counted).
+    """Holm's (1979) step-down adjusted p-values, in the input order; NaN stays NaN and is not counted.
 
-    Sorted ascending, the i-th of m p-values (from 0) is multiplied by m - i, then made non-decreasing.
+    Sorted ascending, the i-th of m p-values (from 0) is multiplied by m - i, capped at 1, then made non-decreasing.
+    Rejecting where adjusted p < alpha keeps the family-wise error rate at alpha under any dependence.
     """
-    finite = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
-    m, running = len(finite), 0.0
-    adjusted = [math.nan] * len(p_values)
-    for rank, (p, i) in enumerate(finite):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
-    return adjusted
+    p = np.asarray(p_values, dtype=np.float64)
+    keep = np.nonzero(~np.isnan(p))[0]
+    order = keep[np.argsort(p[keep], kind="stable")]
+    m = order.size
+    steps = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.full(p.shape, np.nan)
+    adjusted[order] = np.maximum.accumulate(steps) if m else steps
+    return adjusted.tolist()
 
 
-def verdict(diff: float, p_adjusted: float, noise_floor: float, better: str, expect: str) -> str:
-    """Confirmed / not visible at this scale / contradicted for one claim (the rule in the module doc).
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """Benjamini & Hochberg's (1995) step-up adjusted p-values ("q-values"), in the input order; NaN stays NaN.
 
-    `diff` is mean(claimed arm) - mean(compared arm); `better` is "lower" or "higher" for the metric.
+    Sorted ascending, the i-th of m (from 1) is p * m / i, then the running minimum from the largest down, capped
+    at 1. Rejecting where adjusted p < q keeps the false discovery rate at q for independent or positively
+    dependent tests.
     """
-    gain = -diff if better == "lower" else diff  # > 0: the claimed arm is better
-    significant = not math.isnan(p_adjusted) and p_adjusted < ALPHA
-    if expect == "better":
-        if significant and gain > noise_floor:
-            return CONFIRMED
-        if significant and -gain > noise_floor:
-            return CONTRADICTED
-        return NOT_VISIBLE
-    if significant and -gain > noise_floor:
-        return CONTRADICTED
-    if math.isnan(p_adjusted):
-        return NOT_VISIBLE
-    return CONFIRMED if -gain <= noise_floor else NOT_VISIBLE
+    p = np.asarray(p_values, dtype=np.float64)
+    keep = np.nonzero(~np.isnan(p))[0]
+    order = keep[np.argsort(p[keep], kind="stable")]
+    m = order.size
+    scaled = p[order] * m / np.arange(1, m + 1)
+    adjusted = np.full(p.shape, np.nan)
+    adjusted[order] = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1]) if m else scaled
+    return adjusted.tolist()
+
+
+def adjust(tests: Sequence[ClaimTest], method: str = "holm") -> list[ClaimTest]:
+    """Re-derive a family's outcomes at the adjusted level ("holm" within a suite, "bh" across the summary).
+
+    The confirming p-values are adjusted together, and so, separately, are the contradicting ones; a claim is then
+    confirmed (contradicted) when its adjusted p (p_contra) is below its alpha, with the same min_effect condition.
+    Untestable and by-construction tests (and those without a p) stay as they are and do not count in m.
+    Inconclusive t-based claims are re-planned at alpha / m, Holm's first step (conservative for the rest).
+    """
+    if method not in ADJUSTMENTS:
+        raise ValueError(f"method must be one of {', '.join(ADJUSTMENTS)}, got {method!r}")
+    family = [i for i, t in enumerate(tests) if t.in_family]
+    rule = holm if method == "holm" else benjamini_hochberg
+    p_adj = rule([tests[i].p for i in family])
+    contra_adj = rule([tests[i].p_contra if not math.isnan(tests[i].p_contra) else 1.0 for i in family])
+    out = list(tests)
+    for i, p, c in zip(family, p_adj, contra_adj, strict=True):
+        level = tests[i].alpha / len(family)
+        out[i] = _judge(tests[i], p, c, level, p_adjusted=p, p_contra_adjusted=c, level=level)
+    return out

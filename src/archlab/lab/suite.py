@@ -3,24 +3,39 @@
     name: norm-type                       # the suite's name (the file name without .yaml for built-ins)
     title: LayerNorm vs RMSNorm
     source: the CS336 lecture notes ...   # where the claims come from
+    design: the norms are built alike ... # why this design can show its claims (printed on the page)
     narang: RMSNorm improved ...          # Narang et al. 2021's finding on the same switch, one line (optional)
     base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested (archlab.overrides)
+    budget_keys: {small: {steps: 2000}}   # keys over the base at one budget only (a longer run where it must be)
+    seeds: 2                              # seeds per arm when not the budget's
     match_params: d_ff                    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
     unmatched: [wide]                     # arms that differ in size on purpose (flagged, never adjusted)
     checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
-    arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base (noise floor)
-    measure: [val_loss, step_ms]          # archlab.lab.measure.MEASURES
+    arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base
+    factors: {norm: {pre: {}, post: {...}}, lr: {...}}        # instead of arms: every combination is an arm
+    regimes: {high-lr: [a, b]}            # arms whose seed-to-seed spread differs: pooled apart from the rest
+    margins: {val_loss: 0.02}             # equivalence margins per metric (metric units) for `same` claims
+    measure: [val_loss]                   # archlab.lab.measure.MEASURES
+    timings:                              # speed claims on fresh models, interleaved A/B pairs (lab/timing.py)
+      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {}, keys: {}}
     claims:
-      - {text: ..., metric: val_loss, arm: rmsnorm, versus: layernorm, expect: same, narang: better}
+      - {text: ..., metric: val_loss, arm: rmsnorm, versus: layernorm, expect: same, margin: 0.02}
+      - {text: ..., metric: val_loss, factor: lr, arm: high, versus: normal, within: {norm: post}}
 
-A run's config is layered defaults < budget < base < arm < the lab's per-run keys (seed, out, data), each
-arm resolved through `archlab.train.config.resolve_config`, so a bad arm fails with the trainer's own error.
+A claim `expect: better` is a one-sided superiority claim (optionally at least `min_effect`, metric units); a
+claim `expect: same` is a non-inferiority claim: the arm is not worse than `versus` by more than `margin`
+(from the claim, the suite's `margins:`, or DEFAULT_MARGINS). A claim with `factor:` is a factorial contrast:
+`arm` and `versus` are levels of that factor, averaged over the other factors' levels (or only those in
+`within`). A run's config is layered defaults < budget < base < arm < the lab's per-run keys (seed, out, data),
+each arm resolved through `archlab.train.config.resolve_config`, so a bad arm fails with the trainer's own error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +44,7 @@ import yaml
 
 from archlab.costs import parameter_counts
 from archlab.lab.measure import MEASURES
+from archlab.lab.timing import TIMINGS
 from archlab.nn.config import ModelConfig
 from archlab.overrides import flatten
 from archlab.train.config import TrainConfig, resolve_config
@@ -37,6 +53,11 @@ PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is 
 MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same")
 NARANG_FINDINGS = ("better", "same", "worse")
+# Equivalence margins for `same` claims, metric units. 0.02 nats on the final validation loss at `small`: the
+# review of the first published results put a "worth less than 25% more base compute" margin there (a WSD step
+# ladder that measures it per budget is not built yet), and it is ~0.7x the base's seed-to-seed spread on fixed
+# evaluation windows (0.024), so a real tie can be confirmed with a handful of paired seeds.
+DEFAULT_MARGINS = {"val_loss": 0.02, "train_loss": 0.02, "loss_at_1x": 0.02}
 # what lab runs default to: no TensorBoard, samples or progress bar (the lab shows its own), one final checkpoint
 LAB_KEYS = {"logging.tensorboard": False, "logging.samples": 0, "logging.progress": False, "checkpoint.save_every": 0}
 
@@ -47,51 +68,87 @@ class SuiteError(ValueError):
 
 @dataclass(frozen=True)
 class Budget:
-    """How much compute a suite gets: the train keys below the suite's base, seeds, and the data slice."""
+    """How much compute a suite gets: the train keys below the suite's base, seeds, and the data slice.
+
+    Every arm, the base included, runs seeds 0..seeds-1: the seed is a block shared by all arms (batch order,
+    evaluation set, init where shapes agree), so every comparison is paired."""
 
     name: str
     keys: dict[str, object]  # dotted train / model keys, below the suite's base
-    seeds: int  # seeds per arm
-    noise_seeds: int  # seeds of the base arm, whose spread is the noise floor (>= seeds)
+    seeds: int  # seeds per arm, every arm alike
     max_files: int | None  # files of the corpus tokenized (the stdlib corpus sorted by path); None = all
     measure_windows: int  # the lab's loss measures read this many 4x-context windows of validation text
+    run_s: float  # wall seconds per run (one process of --jobs 2 on 2 cores) for --plan's cost; see the comment
+    sigma: float  # planning residual spread of val_loss (nats) when no earlier run of the suite is stored
+
+
+def is_exact(metric: str) -> bool:
+    """Whether a measure is exact arithmetic (a formula), so that claims on it are "by construction"."""
+    return metric in MEASURES and MEASURES[metric].exact
 
 
 # warmup is ~10% of the steps in every budget, so "no warmup" arms (schedule.warmup_steps: 0) mean the same
 _SHARED = {"data.source": "stdlib", "data.tokenizer": "byte", "optimizer.lr": 3e-3, "schedule.name": "cosine"}
 BUDGETS: dict[str, Budget] = {
-    # seconds per run on a laptop: tests and a first look
+    # seconds per run on a laptop: tests and a first look. run_s: an estimate for a quiet machine (measured: median
+    # 88 s with --jobs 1 while the 2-core machine ran ~10 other processes). sigma: not measured here; `small`'s
     "tiny": Budget("tiny", {
         **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
         "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
-        seeds=2, noise_seeds=2, max_files=40, measure_windows=8),
-    # ~2 CPU-minutes per run (measured: 0.4 s per step on one core); 5-40 min per suite with --jobs 2 on 2 cores
-    # (norm-position, 34 runs, is the longest): docs/results
+        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015),
+    # ~2 CPU-minutes per run (measured: 0.4 s per step on one core; the published runs' medians were 93-136 s
+    # with --jobs 2 on the quiet 2-core machine, so run_s 120). sigma: the residual spread (arm x seed
+    # interaction) of val_loss, 0.015 nats, fitted to the 2-seed spreads of the 25 normal-lr Llama arms of the
+    # first published results (docs/results, before the fixed evaluation set)
     "small": Budget("small", {
         **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 300,
         "schedule.warmup_steps": 30, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
         "logging.eval_batches": 10, "logging.log_every": 5},
-        seeds=2, noise_seeds=4, max_files=400, measure_windows=32),
+        seeds=3, max_files=400, measure_windows=32, run_s=120.0, sigma=0.015),
     # the `small` size (width 256, 6 layers): ~5e14 training FLOPs per run, hours per run on one CPU core
     # (estimated from FLOPs, not measured); meant for a GPU (runs take cuda when available)
     "medium": Budget("medium", {
         **_SHARED, "size": "small", "steps": 2000, "schedule.warmup_steps": 200, "data.batch_size": 32,
         "data.block_size": 256, "optimizer.lr": 1e-3, "logging.eval_every": 200, "logging.eval_batches": 20,
         "logging.log_every": 10},
-        seeds=3, noise_seeds=5, max_files=None, measure_windows=64),
+        seeds=3, max_files=None, measure_windows=64, run_s=4 * 3600.0, sigma=0.015),
 }
 
 
 @dataclass(frozen=True)
 class Claim:
     text: str  # the claim as the source states it
-    metric: str  # a measure name
-    arm: str  # the arm claimed better (or as good)
+    metric: str  # a measure name, or a timing's metric
+    arm: str  # the arm claimed better (or as good); with `factor`, a level of that factor
     versus: str  # the arm it is compared with (the same arm when two metrics are compared)
-    expect: str = "better"  # better | same ("as good as")
+    expect: str = "better"  # better (one-sided superiority) | same (non-inferiority within `margin`)
+    margin: float | None = None  # `same`: how much worse still counts as as good (metric units); None = default
+    min_effect: float = 0.0  # `better`: the smallest gain that counts (metric units); 0 = any significant gain
     versus_metric: str | None = None  # compare `metric` of arm with this metric of versus; None = the same metric
     direction: str | None = None  # higher | lower: the way the claim says arm moves; None = the measure's better
     narang: str | None = None  # Narang et al. 2021 on the same comparison: better | same | worse
+    untestable: str | None = None  # why this design cannot show the claim here (reported, never tested)
+    factor: str | None = None  # a factorial contrast of this factor's levels `arm` vs `versus`
+    within: dict[str, str] | None = None  # with `factor`: only the cells at these levels of other factors
+
+    @property
+    def better(self) -> str:
+        """Which way the claim says is good for `arm` (lower | higher)."""
+        if self.direction is not None:
+            return self.direction
+        return MEASURES[self.metric].better if self.metric in MEASURES else "lower"  # a timing: less time is good
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A speed comparison on freshly initialised models: `pairs` interleaved A/B timings (lab/timing.py)."""
+
+    metric: str  # the name claims use
+    kind: str  # TIMING_KINDS
+    arms: tuple[str, str]
+    pairs: int = 24
+    options: dict[str, object] = field(default_factory=dict)  # passed to time_pairs (cache_len, batch, d, build)
+    keys: dict[str, object] = field(default_factory=dict)  # dotted model keys for the timed models only
 
 
 @dataclass
@@ -101,6 +158,7 @@ class Arm:
     params: int = 0  # total parameters of the arm's model
     matched: str = ""  # what the lab changed to match parameters ("d_ff 192 -> 171 ...")
     flagged: bool = False  # more than PARAM_TOLERANCE off the base's parameters
+    levels: dict[str, str] = field(default_factory=dict)  # factorial suites: the arm's level of each factor
 
 
 @dataclass
@@ -117,6 +175,13 @@ class Suite:
     unmatched: list[str] = field(default_factory=list)
     checkpoints: int = 1  # evenly spaced checkpoints kept per run (measures over steps read them)
     path: str = ""
+    design: str = ""  # why this design can show its claims (or why a claim is untestable here)
+    factors: dict[str, list[str]] = field(default_factory=dict)  # factor -> its levels, in order
+    regimes: dict[str, list[str]] = field(default_factory=dict)  # regime -> arms pooled together
+    margins: dict[str, float] = field(default_factory=dict)  # the suite's margins per metric
+    timings: list[Timing] = field(default_factory=list)
+    seeds: int | None = None  # seeds per arm when the suite needs other than the budget's (a factorial: fewer)
+    budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)  # budget -> keys over the base there
 
     @property
     def base_arm(self) -> Arm:
@@ -124,6 +189,19 @@ class Suite:
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
+
+    def timing(self, claim: Claim) -> Timing | None:
+        """The timing a claim reads, or None for a claim on the runs' measures."""
+        return next((t for t in self.timings if t.metric == claim.metric
+                     and set(t.arms) == {claim.arm, claim.versus}), None)
+
+    def cells(self, claim: Claim, level: str) -> list[str]:
+        """The arms a factorial claim averages at one level of its factor (all arms named `level` otherwise)."""
+        if claim.factor is None:
+            return [level]
+        within = claim.within or {}
+        return [a.name for a in self.arms if a.levels.get(claim.factor) == level
+                and all(a.levels.get(f) == v for f, v in within.items())]
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -141,6 +219,10 @@ def _require(ok: bool, where: str, message: str) -> None:
         raise SuiteError(f"{where}: {message}")
 
 
+_KEYS = {"name", "title", "source", "design", "narang", "base", "budget_keys", "arms", "factors", "regimes", "margins",
+         "timings", "measure", "claims", "match_params", "unmatched", "checkpoints", "seeds"}
+
+
 def load_suite(spec: str | Path) -> Suite:
     """A built-in suite by name or a suite YAML file by path, checked for shape (arms are resolved later)."""
     path = Path(spec)
@@ -152,32 +234,82 @@ def load_suite(spec: str | Path) -> Suite:
     tree = yaml.safe_load(path.read_text(encoding="utf-8"))
     where = str(path)
     _require(isinstance(tree, dict), where, "must hold a mapping")
-    allowed = {"name", "title", "source", "narang", "base", "arms", "measure", "claims", "match_params", "unmatched",
-               "checkpoints"}
-    _require(not set(tree) - allowed, where, f"unknown keys {sorted(set(tree) - allowed)}; allowed: {sorted(allowed)}")
-    arms = tree.get("arms") or {}
-    _require(isinstance(arms, dict) and len(arms) >= 2, where, "arms must map at least two arm names to overrides")
+    _require(not set(tree) - _KEYS, where, f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}")
+    factors, arms = _arms(tree, where)
     measures = list(tree.get("measure") or ["val_loss"])
     bad = [m for m in measures if m not in MEASURES]
     _require(not bad, where, f"measure {bad} unknown; one of {', '.join(MEASURES)}")
     match = tree.get("match_params", "d_ff")
     _require(match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}")
+    names = [a.name for a in arms]
+    timings = [_timing(t, where, names) for t in tree.get("timings") or []]
+    margins = {str(k): float(v) for k, v in (tree.get("margins") or {}).items()}
+    _require(all(v > 0 for v in margins.values()), where, f"margins {margins}: each must be > 0")
     suite = Suite(name=str(tree.get("name") or path.stem), title=str(tree.get("title", "")),
                   source=str(tree.get("source", "")), narang=str(tree.get("narang", "") or ""),
-                  base=flatten(tree.get("base") or {}), measures=measures, match_params=match,
-                  arms=[Arm(str(n), flatten(o or {})) for n, o in arms.items()],
-                  claims=[_claim(c, where, set(map(str, arms)), measures) for c in tree.get("claims") or []],
+                  base=flatten(tree.get("base") or {}), measures=measures, match_params=match, arms=arms, claims=[],
                   unmatched=[str(a) for a in tree.get("unmatched") or []], checkpoints=tree.get("checkpoints", 1),
-                  path=str(path))
+                  path=str(path), design=" ".join(str(tree.get("design", "")).split()), factors=factors,
+                  regimes={str(k): [str(a) for a in v] for k, v in (tree.get("regimes") or {}).items()},
+                  margins=margins, timings=timings, seeds=tree.get("seeds"),
+                  budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()})
+    _require(suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2), where,
+             f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)")
+    _require(set(suite.budget_keys) <= set(BUDGETS), where, f"budget_keys names budgets "
+             f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}")
+    suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
     _require(isinstance(suite.checkpoints, int) and suite.checkpoints >= 1, where,
              f"checkpoints={suite.checkpoints!r}; an integer >= 1")
     _require(bool(suite.claims), where, "needs at least one claim")
-    stray = set(suite.unmatched) - set(map(str, arms))
+    stray = set(suite.unmatched) - set(names)
     _require(not stray, where, f"unmatched names arms that do not exist: {sorted(stray)}")
+    grouped = [a for arms_ in suite.regimes.values() for a in arms_]
+    _require(set(grouped) <= set(names), where, f"regimes name arms that do not exist: "
+             f"{sorted(set(grouped) - set(names))}")
+    _require(len(grouped) == len(set(grouped)), where, "an arm may sit in one regime only")
     return suite
 
 
-def _claim(raw: dict, where: str, arms: set[str], measures: list[str]) -> Claim:
+def _arms(tree: dict, where: str) -> tuple[dict[str, list[str]], list[Arm]]:
+    """The arms, listed or (with `factors:`) every combination of the factors' levels, named level-level-..."""
+    raw = tree.get("factors")
+    if raw is None:
+        arms = tree.get("arms") or {}
+        _require(isinstance(arms, dict) and len(arms) >= 2, where, "arms must map at least two arm names to overrides")
+        return {}, [Arm(str(n), flatten(o or {})) for n, o in arms.items()]
+    _require("arms" not in tree, where, "give arms or factors, not both (factors make every combination an arm)")
+    _require(isinstance(raw, dict) and len(raw) >= 2 and all(isinstance(v, dict) and len(v) >= 2
+                                                             for v in raw.values()),
+             where, "factors must map at least two factors to at least two levels each ({level: overrides})")
+    factors = {str(f): [str(level) for level in levels] for f, levels in raw.items()}
+    arms = []
+    for combo in itertools.product(*(list(levels.items()) for levels in raw.values())):
+        overrides: dict[str, object] = {}
+        for _, level_overrides in combo:
+            clash = set(overrides) & set(flatten(level_overrides or {}))
+            _require(not clash, where, f"factor levels {[str(n) for n, _ in combo]} both set {sorted(clash)}")
+            overrides.update(flatten(level_overrides or {}))
+        arms.append(Arm("-".join(str(n) for n, _ in combo), overrides,
+                        levels={f: str(n) for f, (n, _) in zip(factors, combo)}))
+    return factors, arms
+
+
+def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
+    _require(isinstance(raw, dict), where, f"a timing must be a mapping, got {raw!r}")
+    names = {f.name for f in dataclasses.fields(Timing)}
+    _require(not set(raw) - names, where, f"timing keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}")
+    pair = raw.get("arms") or []
+    _require(len(pair) == 2 and set(pair) <= set(arms), where, f"timing {raw.get('metric')!r}: arms {pair!r} must "
+             f"name two arms ({', '.join(arms)})")
+    _require(raw.get("kind") in TIMINGS, where, f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; "
+             f"one of {', '.join(TIMINGS)}")
+    pairs = raw.get("pairs", 24)
+    _require(isinstance(pairs, int) and pairs >= 2, where, f"timing {raw.get('metric')!r}: pairs={pairs!r}; >= 2")
+    return Timing(str(raw["metric"]), raw["kind"], (str(pair[0]), str(pair[1])), pairs,
+                  dict(raw.get("options") or {}), flatten(raw.get("keys") or {}))
+
+
+def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     _require(isinstance(raw, dict), where, f"a claim must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(Claim)}
     _require(not set(raw) - names, where, f"claim keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}")
@@ -185,18 +317,52 @@ def _claim(raw: dict, where: str, arms: set[str], measures: list[str]) -> Claim:
         claim = Claim(**raw)
     except TypeError as err:
         raise SuiteError(f"{where}: claim {raw!r}: {err}") from None
-    for key in ("arm", "versus"):
-        _require(getattr(claim, key) in arms, where, f"claim {claim.text!r}: {key}={getattr(claim, key)!r} "
-                 f"is not an arm ({', '.join(sorted(arms))})")
+    what = f"claim {claim.text!r}"
+    _check_sides(claim, where, suite)
+    timed = {t.metric for t in suite.timings}
     for key in ("metric", "versus_metric"):
         value = getattr(claim, key)
-        _require(value is None or value in measures, where, f"claim {claim.text!r}: {key} {value!r} is not measured")
+        _require(value is None or value in suite.measures or value in timed, where,
+                 f"{what}: {key} {value!r} is not measured (measure: or timings:)")
+    _require(claim.metric not in timed or suite.timing(claim) is not None, where,
+             f"{what}: no timing of {claim.metric} compares {claim.arm} with {claim.versus}")
     _require(claim.direction in (None, "higher", "lower"), where,
-             f"claim {claim.text!r}: direction={claim.direction!r}; higher, lower or absent")
-    _require(claim.expect in EXPECTS, where, f"claim {claim.text!r}: expect={claim.expect!r}; one of {EXPECTS}")
+             f"{what}: direction={claim.direction!r}; higher, lower or absent")
+    _require(claim.expect in EXPECTS, where, f"{what}: expect={claim.expect!r}; one of {EXPECTS}")
     _require(claim.narang in (None, *NARANG_FINDINGS), where,
-             f"claim {claim.text!r}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent")
+             f"{what}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent")
+    _require(isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0, where,
+             f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)")
+    if claim.expect == "same" and not is_exact(claim.metric):
+        margin = claim.margin if claim.margin is not None else suite.margins.get(
+            claim.metric, DEFAULT_MARGINS.get(claim.metric))
+        _require(margin is not None, where, f"{what}: expect: same needs margin: (how much worse still counts as "
+                 f"as good, in {claim.metric} units); no default for {claim.metric} (defaults: {DEFAULT_MARGINS})")
+        _require(isinstance(margin, (int, float)) and margin > 0 and math.isfinite(margin), where,
+                 f"{what}: margin={margin!r}; a number > 0 ({claim.metric} units)")
+        claim = dataclasses.replace(claim, margin=float(margin))
     return claim
+
+
+def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
+    """`arm` / `versus` name arms, or with `factor:` levels of that factor (and `within` other factors' levels)."""
+    what = f"claim {claim.text!r}"
+    if claim.factor is None:
+        arms = [a.name for a in suite.arms]
+        _require(claim.within is None, where, f"{what}: within: needs factor:")
+        for key in ("arm", "versus"):
+            _require(getattr(claim, key) in arms, where, f"{what}: {key}={getattr(claim, key)!r} "
+                     f"is not an arm ({', '.join(sorted(arms))})")
+        return
+    _require(claim.factor in suite.factors, where, f"{what}: factor={claim.factor!r}; one of "
+             f"{', '.join(suite.factors) or '(the suite has no factors)'}")
+    levels = suite.factors[claim.factor]
+    for key in ("arm", "versus"):
+        _require(getattr(claim, key) in levels, where, f"{what}: {key}={getattr(claim, key)!r} is not a level of "
+                 f"{claim.factor} ({', '.join(levels)})")
+    for factor, level in (claim.within or {}).items():
+        _require(factor in suite.factors and factor != claim.factor and level in suite.factors[factor], where,
+                 f"{what}: within {factor}={level!r} is not a level of another factor")
 
 
 # --------------------------------------------------------------------------------------- resolution
@@ -214,8 +380,9 @@ def flag_value(value: object) -> str:
 
 
 def arm_keys(suite: Suite, arm: Arm, budget: Budget) -> dict[str, str]:
-    """The arm's dotted keys as flag strings: the lab's defaults < budget < base < arm."""
-    merged = {**LAB_KEYS, **budget.keys, **suite.base, **arm.overrides}
+    """The arm's dotted keys as flag strings: the lab's defaults < budget < base < the base's keys at this budget
+    (`budget_keys:`) < arm."""
+    merged = {**LAB_KEYS, **budget.keys, **suite.base, **suite.budget_keys.get(budget.name, {}), **arm.overrides}
     if suite.checkpoints > 1:  # evenly spaced over the run, all kept
         merged["checkpoint.save_every"] = max(1, int(merged["steps"]) // suite.checkpoints)
         merged["checkpoint.keep_last"] = suite.checkpoints + 1

@@ -15,6 +15,7 @@ Shapes: B batch, T new tokens, S keys a layer reads (cache + new), D d_model, V 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import NamedTuple
 
@@ -93,9 +94,9 @@ class TransformerLM(nn.Module):
         return None
 
     @torch.no_grad()
-    def init_weights(self) -> None:
+    def init_weights(self, seed: int | None = None) -> None:
         """Initialise every parameter and computed buffer; safe to call again, and the way to materialise a
-        model built on the meta device: `model.to_empty(device=d); model.init_weights()`.
+        model built on the meta device: `model.to_empty(device=d); model.init_weights(seed)`.
 
         | parameter                     | trunc_normal (CS336 lecture notes)        | gpt2                         |
         |-------------------------------|-------------------------------------------|------------------------------|
@@ -111,8 +112,17 @@ class TransformerLM(nn.Module):
         branches near zero a plain tied model still starts as "repeat the input": loss ~ log(e^(d std) + V - 1)
         (Su, kexue.fm/archives/9698), ~ sqrt(d) nats at std d^-1/2; `tied_embed_init="log_n_over_d"` (std log(V)/d,
         ~ log(2V - 1)) and `tied_head` "swap" / "proj" (~ log V + 1/2) are his remedies.
+
+        Each random tensor is drawn on the CPU from its own generator, seeded by a SHA-256 of
+        (`seed`, its parameter name) (`param_seed`): an arm that changes one tensor's shape keeps every other
+        tensor's init bit for bit (common random numbers across arms), and the init is the same on every device
+        and rank. `seed=None` draws one from torch's global generator (so `torch.manual_seed` still decides).
         """
         c = self.config
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (), device="cpu"))
+        if c.tie_embeddings and self.lm_head.weight is not self.embed_tokens.weight:
+            self.lm_head.weight = self.embed_tokens.weight  # `to_empty` unties; re-tie before drawing
         residual_std = GPT2_INIT_STD / math.sqrt(2 * c.n_layers)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
@@ -121,9 +131,9 @@ class TransformerLM(nn.Module):
                 else:
                     std = math.sqrt(2.0 / (module.in_features + module.out_features))
                 if module is self.head_proj:
-                    nn.init.orthogonal_(module.weight)
+                    _orthogonal(module.weight, seed, f"{name}.weight")
                 elif not (c.tie_embeddings and module is self.lm_head):
-                    _trunc_normal(module.weight, std)
+                    _trunc_normal(module.weight, std, seed, f"{name}.weight")
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):  # LayerNorm derives from it
@@ -131,12 +141,12 @@ class TransformerLM(nn.Module):
             elif hasattr(module, "reset_buffers"):  # RoPE frequencies, ALiBi slopes
                 module.reset_buffers()
             elif isinstance(module, LearnedPositions) or module is self.rel_bias and self.rel_bias is not None:
-                for p in module.parameters():
-                    _trunc_normal(p, GPT2_INIT_STD)
+                for p_name, p in module.named_parameters():
+                    _trunc_normal(p, GPT2_INIT_STD, seed, f"{name}.{p_name}")
         embed_std = GPT2_INIT_STD if c.init == "gpt2" else (c.d_model**-0.5 if c.tie_embeddings else 1.0)
         if c.tied_embed_init == "log_n_over_d":
             embed_std = math.log(c.vocab_size) / c.d_model  # e^(d std) = V: the self-logit no longer dominates
-        _trunc_normal(self.embed_tokens.weight, embed_std)
+        _trunc_normal(self.embed_tokens.weight, embed_std, seed, "embed_tokens.weight")
 
     def forward(
         self,
@@ -312,5 +322,29 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
                              f"(0..{vocab_size - 1})")
 
 
-def _trunc_normal(t: torch.Tensor, std: float) -> None:
-    nn.init.trunc_normal_(t, mean=0.0, std=std, a=-TRUNC_STDS * std, b=TRUNC_STDS * std)
+def param_seed(seed: int, name: str) -> int:
+    """The seed of parameter `name`'s own generator: 63 bits of SHA-256("{seed}/{name}"). A stable hash, not
+    Python's `hash()`, which changes per process (PYTHONHASHSEED)."""
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _trunc_normal(t: torch.Tensor, std: float, seed: int, name: str) -> None:
+    """N(0, std^2) clipped at +-TRUNC_STDS std into `t`, drawn on the CPU from the generator of (seed, name)."""
+    if t.is_meta:  # nothing to fill yet (a meta build); `to_empty` + `init_weights` draws it later
+        return
+    draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
+    gen = torch.Generator().manual_seed(param_seed(seed, name))
+    nn.init.trunc_normal_(draw, mean=0.0, std=std, a=-TRUNC_STDS * std, b=TRUNC_STDS * std, generator=gen)
+    if draw is not t:
+        t.copy_(draw)
+
+
+def _orthogonal(t: torch.Tensor, seed: int, name: str) -> None:
+    """An orthogonal matrix into `t` (nn.init.orthogonal_), drawn on the CPU from the generator of (seed, name)."""
+    if t.is_meta:
+        return
+    draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
+    nn.init.orthogonal_(draw, generator=torch.Generator().manual_seed(param_seed(seed, name)))
+    if draw is not t:
+        t.copy_(draw)

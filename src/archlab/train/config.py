@@ -145,6 +145,7 @@ class CheckpointConfig:
     save_every: int = 100  # steps between checkpoints; 0 = only at the end (and on Ctrl-C / SIGTERM)
     keep_last: int = 2  # newest checkpoints kept; the best by val loss is kept as well
     max_bad_steps: int = 5  # consecutive non-finite steps (skipped) before the run stops
+    keep_initial: bool = False  # save the step-0 weights to RUN_DIR/initial (the lab's embedding drift measures)
 
     def __post_init__(self) -> None:
         check_finite(self, "checkpoint.")

@@ -36,6 +36,7 @@ from archlab.checkpoint import (
     read_checkpoint_config,
     restore_rng_state,
     save_checkpoint,
+    save_initial_weights,
     tied_aliases,
 )
 from archlab.costs import flops_per_token
@@ -55,7 +56,6 @@ from archlab.train.schedule import build_schedule
 
 logger = logging.getLogger(__name__)
 
-EVAL_SEED_OFFSET = 1  # validation batches come from their own generator: the same windows every eval
 SAMPLE_PROMPT_CHARS = 4  # default sample prompt: this many characters of the validation text
 PROGRESS_LINES = 20  # without a terminal, progress is about this many lines per run, not a redrawn bar
 
@@ -112,10 +112,7 @@ class Trainer:
         train, ctx = self.cfg, self.ctx
         resume_from = self._check_setup(resume)
         self._prepare_data(resume)
-        torch.manual_seed(train.seed)  # identical initial weights on every rank (FSDP does not broadcast)
-        self.raw = TransformerLM(self.model_config).to(ctx.device)
-        if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
-            self.raw.load_state_dict(init_from.state_dict())
+        self.raw = self._build_model(init_from, fresh=resume_from is None)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(
@@ -142,6 +139,21 @@ class Trainer:
         self._write_config()
 
     # ------------------------------------------------------------------------------------------ setup
+    def _build_model(self, init_from: TransformerLM | None, fresh: bool) -> TransformerLM:
+        """The model on this rank's device: built on the meta device, then drawn once by `init_weights(seed)`,
+        each parameter from its own generator (the same on every rank, so FSDP needs no broadcast, and an
+        arm that reshapes one tensor keeps the others' init); or `init_from`'s weights. With
+        `checkpoint.keep_initial` a fresh run saves its step-0 weights beside it (drift measures read them)."""
+        with torch.device("meta"):
+            raw = TransformerLM(self.model_config)
+        raw.to_empty(device=self.ctx.device)
+        raw.init_weights(seed=self.cfg.seed)
+        if init_from is not None:  # existing weights (archlab train --init-from), the same on every rank
+            raw.load_state_dict(init_from.state_dict())
+        if self.cfg.checkpoint.keep_initial and self.ctx.is_main and fresh:
+            save_initial_weights(self.run_dir, raw.state_dict(), tied_aliases(raw))
+        return raw
+
     def _check_setup(self, resume: bool) -> Path | None:
         """Refuse a resume without checkpoints, a restart over checkpoints and a batch that does not split."""
         latest = latest_checkpoint(self.run_dir)
@@ -279,12 +291,16 @@ class Trainer:
     # ------------------------------------------------------------------------------------ eval, samples
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean validation CE over `eval_batches` fixed batches (all ranks together)."""
+        """Mean validation CE over `eval_batches` x the global micro-batch windows, evenly strided over the
+        validation split (`TokenData.strided_windows`): the same text at every evaluation, for every seed and
+        arm, so evaluations of runs that share data compare like with like. Each rank scores its share."""
         self.model.eval()
-        gen = torch.Generator().manual_seed(self.cfg.seed + EVAL_SEED_OFFSET)
+        batches, ranks, block = self.cfg.logging.eval_batches, self.ctx.world_size, self.cfg.data.block_size
+        starts = self.data.strided_windows("val", batches * ranks * self.micro_batch, block)
+        mine = starts.reshape(ranks, batches, self.micro_batch)[self.ctx.rank]  # (eval_batches, micro_batch)
         total = torch.zeros((), device=self.ctx.device)
-        for _ in range(self.cfg.logging.eval_batches):
-            x, y = self.data.get_batch("val", self.micro_batch, self.cfg.data.block_size, gen, self.ctx.device)
+        for batch in mine:
+            x, y = self.data.windows_at("val", batch, block, self.ctx.device)
             with self._autocast():
                 total += cross_entropy(self.model(x), y).float()
         self.model.train()

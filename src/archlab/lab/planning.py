@@ -1,0 +1,168 @@
+"""Power before compute (`archlab ablate SUITE --plan`) and sequential seeds (`--sequential`).
+
+The plan: for each claim, the seeds per arm that give 80% power to confirm it, at Holm's first-step level
+(one-sided alpha / m over the suite's m empirical claims, a slightly conservative plan for the others), for a
+true effect equal to the claim's `min_effect` (superiority) or, for a non-inferiority claim at true difference
+0, its `margin` (the same power calculation). A superiority claim with min_effect 0 is planned at the metric's
+default margin, the smallest effect the lab calls meaningful. The spread is the pooled residual sigma_eps of an
+earlier run of the suite in the same folder (its regime's arm + seed analysis), else the budget's planning
+figure, with its source printed; a claim on a factorial contrast of k cells per side has sigma_eps / sqrt(k).
+Seeds are turned into wall time with the budget's measured seconds per run.
+
+Sequential seeds: look at the budget's n, then, for the claims still inconclusive, add n more seeds to their
+arms and look again at 2n, at the nominal levels of a two-look group-sequential design (Pocock 1977 or
+O'Brien & Fleming 1979) whose overall one-sided level is the suite's alpha; claims decided at the first look
+keep that outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from archlab.lab import stats
+from archlab.lab.measure import read_measured
+from archlab.lab.runner import Plan, is_done, read_plan, run_wall_s
+from archlab.lab.suite import DEFAULT_MARGINS, Claim, is_exact
+from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, regime_of, spread
+
+POWER = 0.8
+SEQUENTIAL_KINDS = ("pocock", "obrien-fleming")
+SEQUENTIAL = "sequential.json"  # in the suite's folder: the design's levels and each claim's outcome per look
+
+
+@dataclass
+class PlanRow:
+    claim: Claim
+    seeds: int | None  # seeds per arm for 80% power; None when a t-plan does not apply
+    effect: float | None  # the effect planned for (metric units)
+    sigma: float | None  # the residual spread used
+    why: str  # where sigma and the effect come from, or why there is no plan
+
+
+def _stored(plan: Plan):
+    """The earlier run's measures when every run of the suite at these seeds is already measured, else None."""
+    if not read_plan(plan.out) or not all(is_done(r) for r in plan.runs):
+        return None
+    measured = {r: read_measured(r.run_dir) for r in plan.runs}
+    return measured if all(set(plan.suite.measures) <= set(v) for v in measured.values()) else None
+
+
+def family_size(plan: Plan) -> int:
+    """The claims Holm's correction counts: all but the untestable and the by-construction ones."""
+    return max(1, sum(1 for c in plan.suite.claims if not c.untestable and not is_exact(c.metric)))
+
+
+def power_plan(plan: Plan) -> list[PlanRow]:
+    """Each claim's seeds for 80% power (see the module doc)."""
+    alpha = stats.ALPHA / family_size(plan)
+    stored = _stored(plan)
+    rows = []
+    for claim in plan.suite.claims:
+        if claim.untestable:
+            rows.append(PlanRow(claim, None, None, None, f"untestable here: {claim.untestable}"))
+        elif is_exact(claim.metric):
+            rows.append(PlanRow(claim, None, None, None, "by construction (a formula): no seeds needed"))
+        elif (timing := plan.suite.timing(claim)) is not None:
+            rows.append(PlanRow(claim, None, None, None, f"timed on fresh models: {timing.pairs} interleaved pairs, "
+                                                         "no training seeds"))
+        elif claim.metric in COUNT_METRICS:
+            rows.append(PlanRow(claim, None, None, None, "an exact test on events: no t-plan (it needs runs with "
+                                                         "events; see the first look)"))
+        else:
+            rows.append(_row(plan, claim, alpha, stored))
+    return rows
+
+
+def _row(plan: Plan, claim: Claim, alpha: float, stored: dict | None) -> PlanRow:
+    effect = claim.margin if claim.expect == "same" else (claim.min_effect or DEFAULT_MARGINS.get(claim.metric))
+    if not effect:
+        return PlanRow(claim, None, None, None, f"no min_effect and no default margin for {claim.metric}: state "
+                                                "min_effect: in the suite to plan it")
+    arms = plan.suite.cells(claim, claim.arm) + plan.suite.cells(claim, claim.versus)
+    fit = None
+    if stored is not None and (regime := regime_of(plan.suite, arms)) is not None:
+        fit = spread(plan, stored, claim.metric, regime)
+    if fit is not None:
+        sigma, k, source = fit.sigma_eps, len(fit.arms), f"sigma_eps {fit.sigma_eps:.3g} of the stored runs in " \
+                                                          f"{plan.out} ({fit.regime}, {fit.df} df)"
+    elif claim.metric in DEFAULT_MARGINS:
+        sigma, k = plan.budget.sigma, max(2, len(plan.suite.arms))
+        source = (f"planning sigma_eps {sigma:g} of budget {plan.budget.name} (the residual spread fitted to the "
+                  f"first published `small` runs; no stored runs of this suite in {plan.out})")
+    else:
+        return PlanRow(claim, None, effect, None, f"no planning spread for {claim.metric}: run the suite once "
+                                                  "(a pilot at the budget's seeds), then --plan again")
+    cells = len(plan.suite.cells(claim, claim.arm))
+    sigma_d = sigma * math.sqrt(2) / math.sqrt(cells)
+    n = stats.seeds_needed(effect, sigma_d, alpha=alpha, power=POWER, one_sided=True, arms=k)
+    what = "margin" if claim.expect == "same" else ("min_effect" if claim.min_effect else
+                                                     "the metric's default margin (min_effect is 0)")
+    return PlanRow(claim, n, effect, sigma, f"effect {effect:g} ({what}); {source}")
+
+
+def format_plan(plan: Plan, rows: list[PlanRow], jobs: int) -> list[str]:
+    """The --plan printout: one line per claim, then the runs and wall time of the largest n."""
+    lines = [f"Power plan for {plan.suite.name} at budget {plan.budget.name}: seeds per arm for {POWER:.0%} power, "
+             f"one-sided alpha {stats.ALPHA}/{family_size(plan)} (Holm's first step over the suite's tested "
+             "claims) per claim."]
+    for r in rows:
+        seeds = f"{r.seeds:3d} seeds" if r.seeds is not None else "    -    "
+        lines.append(f"  {seeds}  {r.claim.text}  [{r.why}]")
+    planned = [r.seeds for r in rows if r.seeds is not None]
+    n = max(planned) if planned else plan.seeds
+    walls = sorted(w for r in plan.runs if (w := run_wall_s(r.run_dir)) > 0)
+    run_s, source = ((walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs")
+                     if walls else (plan.budget.run_s, f"budget {plan.budget.name}'s figure"))
+    runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
+    lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "
+                 f"{_duration(runs * run_s / max(1, jobs))} wall with --jobs {jobs} ({run_s:.0f} s per run, "
+                 f"{source}; an estimate). The default, {plan.seeds} seeds: {default} runs, about "
+                 f"{_duration(default * run_s / max(1, jobs))}.")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+# ------------------------------------------------------------------------------------------ sequential
+def look_levels(kind: str, alpha: float = stats.ALPHA) -> list[float]:
+    """One-sided nominal levels of the two looks whose overall one-sided level is `alpha`."""
+    return [level / 2 for level in stats.sequential_levels(kind, 2, alpha=2 * alpha)]
+
+
+def extra_seeds(plan: Plan, results: list[ClaimResult]) -> dict[str, int]:
+    """The arms of the first look's inconclusive claims, each given `plan.seeds` more seeds."""
+    arms: dict[str, int] = {}
+    for r in results:
+        if r.outcome == stats.INCONCLUSIVE and r.test is not None and plan.suite.timing(r.claim) is None:
+            for arm in plan.suite.cells(r.claim, r.claim.arm) + plan.suite.cells(r.claim, r.claim.versus):
+                arms[arm] = plan.seeds
+    return arms
+
+
+def record_look(out: Path, kind: str, levels: list[float], look: int, results: list[ClaimResult]) -> dict:
+    """Keep each claim's outcome at this look in SUITE/sequential.json; returns the whole record."""
+    path = out / SEQUENTIAL
+    record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    record.update(kind=kind, levels=levels)
+    record[f"look{look}"] = {r.claim.text: {"outcome": r.outcome, "n": len(r.a)} for r in results}
+    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return record
+
+
+def sequential_results(first: list[ClaimResult], second: list[ClaimResult], levels: list[float]) -> list[ClaimResult]:
+    """The outcome of each claim: the first look's where it decided, else the second look's (on 2n seeds)."""
+    later = {r.claim.text: r for r in second}
+    out = []
+    for r in first:
+        if r.claim.text in later:
+            r = later[r.claim.text]
+            r.note = f"{r.note}; second look at n = {len(r.a)}, one-sided level {levels[1]:.4g}".lstrip("; ")
+        elif r.test is not None:
+            r.note = f"{r.note}; decided at the first look (n = {len(r.a)}, one-sided level {levels[0]:.4g})"
+        out.append(r)
+    return out
