@@ -36,7 +36,9 @@ def step0_loss(model: TransformerLM) -> float:
     return float(model(x, targets=y).ce)
 
 
-FORMULA_TOL = 0.15  # nats: the formula takes the other logits as 0; they have variance d sigma^2 (1 at d^-1/2)
+# nats: the formula takes the other logits as 0, but they spread (variance d sigma^2) and the table is drawn once;
+# measured off by <= 0.06 at std d^-1/2 and up to 0.16 at log(V)/d (d 64) over draws
+FORMULA_TOL = {"default": 0.1, "log_n_over_d": 0.25}
 UNIFORM_TOL = 0.1  # nats around log n + 1/2 (unit-variance logits: E log sum e^z = log n + 1/2)
 
 
@@ -48,7 +50,7 @@ def test_plain_tied_model_starts_at_log_of_e_d_sigma_plus_n_minus_one(d: int, n:
     want = {"default": d**-0.5, "log_n_over_d": math.log(n) / d}[init]
     assert sigma == pytest.approx(want, rel=0.05)
     formula = math.log(math.exp(d * sigma) + n - 1)
-    assert step0_loss(model) == pytest.approx(formula, abs=FORMULA_TOL)
+    assert step0_loss(model) == pytest.approx(formula, abs=FORMULA_TOL[init])
     if init == "default":
         assert formula > math.log(n) + 2  # worse than uniform: the model predicts its input token
 
