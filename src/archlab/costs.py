@@ -59,16 +59,19 @@ def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
     counts["norms"] = c.n_layers * per_layer * _norm_params(c, c.d_model) + (
         _norm_params(c, c.d_model) if c.final_norm else 0)
     head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
-    counts["lm_head"] = head + (c.vocab_size if c.lm_head_bias else 0)
+    proj = c.d_model * c.d_model if c.tied_head == "proj" else 0  # the tied head's d x d projection (9698)
+    counts["lm_head"] = head + proj + (c.vocab_size if c.lm_head_bias else 0)
     counts["total"] = sum(counts.values())
     return counts
 
 
 def matmul_params(c: ModelConfig) -> int:
-    """Weights that multiply activations: attention and FFN matrices of every layer, plus the head."""
+    """Weights that multiply activations: attention and FFN matrices of every layer, plus the head (and a tied
+    head's projection)."""
     q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
     per_layer = c.d_model * (q + 2 * kv) + q * c.d_model + (3 if c.ffn == "glu" else 2) * c.d_model * c.d_ff
-    return c.n_layers * per_layer + c.vocab_size * c.d_model
+    proj = c.d_model * c.d_model if c.tied_head == "proj" else 0
+    return c.n_layers * per_layer + proj + c.vocab_size * c.d_model
 
 
 def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int]:

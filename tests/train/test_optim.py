@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from archlab import TransformerLM, build_preset
-from archlab.train import optim
+from archlab.train import sign_optim
 from archlab.train.optim import Lion, Tiger, build_optimizer, clip_gradients, param_groups, split_param_names
 
 LINEAR_WEIGHTS = ("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight", "up_proj.weight", "down_proj.weight")
@@ -73,7 +73,8 @@ def test_adamw_matches_torch_adamw_with_the_same_groups() -> None:
         {"params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in decay], "weight_decay": 0.1},
         {"params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in rest], "weight_decay": 0.0},
     ], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False)
-    assert [g["weight_decay"] for g in ours.param_groups] == [0.1, 0.0]
+    assert [(g["kind"], g["weight_decay"]) for g in ours.param_groups] == [
+        ("matrices", 0.1), ("tables", 0.0), ("gains", 0.0)]
     x = torch.randint(0, 64, (2, 16))
     for _ in range(3):  # the same gradients for both, so rounding differences cannot feed back
         ours_model(x).logsumexp(-1).mean().backward()
@@ -108,7 +109,7 @@ def sign_reference(p: list[torch.Tensor], grads: list[list[torch.Tensor]], lr: f
 @pytest.mark.parametrize("foreach", [True, False])
 @pytest.mark.parametrize("kind", ["lion", "tiger"])
 def test_lion_and_tiger_match_their_update_equations(kind: str, foreach: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(optim, "_use_foreach", lambda params: foreach)
+    monkeypatch.setattr(sign_optim, "_use_foreach", lambda params: foreach)
     params = two_params()
     gen = torch.Generator().manual_seed(2)
     grads = [[torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params] for _ in range(3)]
@@ -116,7 +117,8 @@ def test_lion_and_tiger_match_their_update_equations(kind: str, foreach: bool, m
     if kind == "lion":
         opt, b1, b2 = Lion(params, lr=lr, betas=(0.9, 0.99), weight_decay=wd), 0.9, 0.99
     else:
-        opt, b1, b2 = Tiger(params, lr=lr, beta=0.945, weight_decay=wd), 0.945, 0.945
+        opt = Tiger(params, lr=lr, beta=0.945, weight_decay=wd, rms_lr=False, nan_shrink=1.0)  # archlab's flat form
+        b1 = b2 = 0.945
     want = sign_reference(params, grads, lr, wd, b1, b2)
     for step_grads in grads:
         for p, g in zip(params, step_grads):
@@ -129,8 +131,10 @@ def test_lion_and_tiger_match_their_update_equations(kind: str, foreach: bool, m
 def test_tiger_default_beta_and_built_by_name() -> None:
     opt = build_optimizer(tiny("llama"), "tiger", lr=1e-4)
     assert isinstance(opt, Tiger)
-    assert opt.defaults["betas"] == (0.945, 0.945)
-    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
+    assert opt.defaults["betas"] == (0.965, 0.965)  # the NLP value of kexue.fm/archives/9512 and bojone/tiger
+    assert opt.defaults["rms_lr"] and opt.defaults["nan_shrink"] == 0.99
+    assert [(g["kind"], g["weight_decay"]) for g in opt.param_groups] == [
+        ("matrices", 0.1), ("tables", 0.0), ("gains", 0.0)]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -34,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prepare.add_argument("--tokenizer", default="byte", help="'byte', 'bpe' or a path to a tokenizer.json")
     prepare.add_argument("--vocab-size", type=int, default=8192, help="ids of a trained bpe tokenizer")
     prepare.add_argument("--val-fraction", type=float, default=0.05, help="share of documents held out")
+    prepare.add_argument("--bpe-dropout", "--data.bpe_dropout", dest="bpe_dropout", type=float, default=0.0,
+                         help="BPE-dropout p on the train split only (arXiv 1910.13267); val stays plain")
     prepare.add_argument("--text-field", default="text", help="JSONL / hub field holding the text")
     prepare.add_argument("--max-files", type=int, default=None, help="use only the first N files (sorted)")
     prepare.add_argument(
@@ -44,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     out = args.out or default_out_dir(args.data, args.tokenizer, args.vocab_size)
+    if args.bpe_dropout and args.out is None:  # beside the plain folder, not over it
+        out = out.with_name(f"{out.name}-dropout{args.bpe_dropout:g}")
     started = time.time()
     folder = prepare_data(
         args.data,
@@ -53,6 +57,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         text_field=args.text_field,
         max_files=args.max_files,
+        bpe_dropout=args.bpe_dropout,
     )
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     tok = meta["tokenizer"]

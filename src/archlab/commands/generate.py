@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="same seed, same text")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
+    p.add_argument("--token-healing", type=int, nargs="?", const=1, default=0, metavar="N",
+                   help="back the prompt off by N tokens (1 if no N) and let the first new tokens re-spell them, "
+                        "so a prompt ending mid-token continues as in training (kexue.fm/archives/9762)")
     p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
     p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
     p.add_argument("--compile", action="store_true",
@@ -110,6 +113,8 @@ def run_generate(args: argparse.Namespace) -> int:
                               stop=tuple(args.stop), allow_extrapolation=args.allow_extrapolation)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
+    if args.token_healing < 0:
+        raise ValueError(f"--token-healing={args.token_healing} is not allowed: an integer >= 0 (tokens to back off)")
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
     device = resolve_device(args.device)
     if args.compile:
@@ -132,7 +137,7 @@ def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, p
     if args.interactive:
         if args.compile:
             sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
-        return _interactive(decoder, tokenizer, sampling, given)
+        return _interactive(decoder, tokenizer, sampling, given, args.token_healing)
     longest = max(len(tokenizer.encode(prompt)) for prompt in prompts)
     sampling = fit_default(sampling, decoder.model.config, longest, given)
     for prompt in prompts:  # every prompt fits, or nothing is printed at all
@@ -143,7 +148,7 @@ def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, p
                          "against eager...\n")
     results = []
     for i in range(0, len(prompts), args.batch_size):
-        results.append(_run_batch(decoder, tokenizer, prompts[i : i + args.batch_size], sampling))
+        results.append(_run_batch(decoder, tokenizer, prompts[i : i + args.batch_size], sampling, args.token_healing))
         if args.compile and i == 0:
             sys.stderr.write(f"archlab generate: decoding {decoder.mode} (measured faster here); the first batch "
                              f"decoded in {results[0].decode_seconds:.1f} s, compilation included\n")
@@ -156,19 +161,21 @@ def _stream(row: int, piece: str) -> None:
     sys.stdout.flush()
 
 
-def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig) -> Generation:
+def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig,
+               token_healing: int = 0) -> Generation:
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
-        result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream)
+        result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream, token_healing=token_healing)
         sys.stdout.write("\n")
         return result
-    result = text_generation(decoder, tokenizer, prompts, sampling)
+    result = text_generation(decoder, tokenizer, prompts, sampling, token_healing=token_healing)
     for prompt, text in zip(prompts, result.texts):
         sys.stdout.write(f"{prompt}{text}\n\n")
     return result
 
 
-def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig, given: bool) -> list[Generation]:
+def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig, given: bool,
+                 token_healing: int = 0) -> list[Generation]:
     results = []
     tty = sys.stdin.isatty()
     while True:
@@ -187,4 +194,4 @@ def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingC
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(decoder, tokenizer, [prompt], fitted))
+            results.append(_run_batch(decoder, tokenizer, [prompt], fitted, token_healing))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
@@ -33,6 +34,8 @@ DOC_SEPARATOR = "\n\n"  # joins documents for tokenizers without an EOS id (the 
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
 BYTE_VOCAB_SIZE = 256
 MIN_BPE_VOCAB = BYTE_VOCAB_SIZE + 1  # the 256-byte alphabet plus EOS; fewer leaves no room for merges
+BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte-fallback tokens
+METASPACE = "\u2581"  # SentencePiece's word-boundary character, a space in the text
 
 
 @lru_cache(maxsize=1)
@@ -122,6 +125,46 @@ class Tokenizer:
             return bytes(ids).decode("utf-8", errors="replace")
         # Keep special tokens: a sample should show where the model ended a document.
         return self.inner.decode(ids, skip_special_tokens=False)
+
+    def with_dropout(self, p: float) -> Tokenizer:
+        """This BPE with BPE-dropout p (Provilkov et al., arXiv 1910.13267): each merge is skipped with
+        probability p while encoding, so one text gets many segmentations that all decode back to it.
+
+        Set on the serialised model, after any training: `tokenizers`' trainer rebuilds the BPE model and
+        drops a dropout given before (tokenizers issue #201), and `ignore_merges` would bypass dropout for
+        whole-word vocabulary hits, so it is turned off. The draws come from the library's own unseeded RNG.
+        """
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"bpe_dropout={p!r} is not allowed: a probability in [0, 1)")
+        spec = json.loads(self._json)
+        if self.kind != "bpe" or not spec["model"].get("merges"):
+            raise ValueError(f"bpe_dropout={p!r} needs a BPE tokenizer with merges (this one is {self.kind!r})")
+        spec["model"]["dropout"] = p if p > 0 else None
+        spec["model"]["ignore_merges"] = False
+        return Tokenizer(HFTokenizer.from_str(json.dumps(spec)), eos_id=self.eos_id)
+
+    def token_bytes(self) -> list[bytes | None]:
+        """Each id's raw bytes (None for special tokens), what token healing's byte trie is keyed by: a
+        ByteLevel vocabulary's characters mapped back through `bytes_to_unicode`, SentencePiece's byte-fallback
+        `<0xNN>` and its word-boundary mark as a space, anything else as its UTF-8."""
+        if self.kind == "byte":
+            return [bytes([i]) for i in range(BYTE_VOCAB_SIZE)]
+        spec = json.loads(self._json)
+        special = {t["id"] for t in spec.get("added_tokens") or [] if t.get("special")}
+        byte_level = "ByteLevel" in json.dumps(spec.get("decoder"))
+        inverse = {char: byte for byte, char in bytes_to_unicode().items()}
+        out: list[bytes | None] = []
+        for i in range(self.vocab_size):
+            token = self.inner.id_to_token(i)
+            if token is None or i in special:
+                out.append(None)
+            elif byte_level and all(ch in inverse for ch in token):
+                out.append(bytes(inverse[ch] for ch in token))
+            elif match := BYTE_FALLBACK.fullmatch(token):
+                out.append(bytes([int(match[1], 16)]))
+            else:
+                out.append(token.replace(METASPACE, " ").encode("utf-8"))
+        return out
 
     def save(self, directory: str | Path) -> Path:
         """Write `tokenizer.json` (and `tokenizer_config.json` naming the EOS, if any) into `directory`."""

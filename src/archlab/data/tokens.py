@@ -10,6 +10,9 @@ Split: document i (in corpus order) goes to val when floor((i+1)*f) > floor(i*f)
 document. Fallback: when that gives no val document (a single file, or fewer than 1/f documents), the last
 ceil(f * tokens) tokens of the stream become val. Non-UTF-8 bytes decode to U+FFFD and are counted.
 Documents are separated by the tokenizer's EOS id, or by "\\n\\n" when it has none (the byte tokenizer).
+BPE-dropout (`bpe_dropout` p > 0, Provilkov et al., arXiv 1910.13267) segments the train split stochastically and
+leaves val (and the saved tokenizer.json) as the plain tokenizer has them; p is part of the cache key in
+meta.json, so a run resumes on the folder it was prepared with and a different p is refused there.
 """
 
 from __future__ import annotations
@@ -75,6 +78,15 @@ def tokenizer_request(tokenizer: str, vocab_size: int) -> dict[str, str | int | 
     return build_tokenizer(tokenizer, vocab_size, None).describe()  # byte or a file: cheap to build
 
 
+def check_prepared_dropout(folder: Path, bpe_dropout: float) -> None:
+    """Refuse a data.bpe_dropout that is not the one `folder`'s train split was encoded with."""
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    held = meta.get("request", {}).get("bpe_dropout", 0.0)
+    if held != bpe_dropout:
+        raise ValueError(f"data.bpe_dropout={bpe_dropout!r} is not the {held!r} {folder} was prepared with: a "
+                         "prepared folder trains on its own tokens; drop --data.bpe_dropout, or prepare another folder")
+
+
 def check_prepared_tokenizer(folder: Path, tokenizer: str, vocab_size: int) -> None:
     """Refuse a tokenizer asked for that is not the one `folder` was prepared with. A prepared folder always
     trains with its own tokenizer.json, so a different request would otherwise be ignored without a word."""
@@ -89,9 +101,12 @@ def check_prepared_tokenizer(folder: Path, tokenizer: str, vocab_size: int) -> N
                      f"--data.tokenizer, or prepare another folder from the raw corpus")
 
 
-def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction: float, out: Path) -> dict:
-    """Stream the corpus through the tokenizer into out/{train,val}.bin; return counts for meta.json."""
+def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction: float, out: Path,
+                   train_tok: Tokenizer | None = None) -> dict:
+    """Stream the corpus through the tokenizer (the train split through `train_tok` if given: BPE-dropout)
+    into out/{train,val}.bin; return counts for meta.json."""
     dtype = dtype_for_vocab(tok.vocab_size)
+    by_split = {"train": train_tok or tok, "val": tok}
     tokens, docs, chars = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0), 0
     sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
     bar = tqdm(
@@ -100,7 +115,7 @@ def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction:
 
     def flush(batch: dict[str, list[str]]) -> None:
         for split, texts in batch.items():
-            ids = to_token_array(tok.encode_documents(texts), dtype)
+            ids = to_token_array(by_split[split].encode_documents(texts), dtype)
             ids.tofile(sinks[split])
             tokens[split] += len(ids)
             texts.clear()
@@ -142,14 +157,16 @@ def _split_tail(out: Path, dtype: np.dtype, tokens: dict[str, int], val_fraction
 
 
 def _prepare_into(
-    out: Path, corpus: FileCorpus | HubCorpus, tokenizer: str, vocab_size: int, val_fraction: float
+    out: Path, corpus: FileCorpus | HubCorpus, tokenizer: str, vocab_size: int, val_fraction: float,
+    bpe_dropout: float = 0.0,
 ) -> dict:
     """Build the tokenizer (training BPE on the train documents), encode, and save it into `out`."""
     texts = None
     if tokenizer == "bpe":  # train on the documents that will be train, so val stays unseen
         texts = (text for i, (text, _) in enumerate(corpus.documents()) if not _is_val(i, val_fraction))
     tok = build_tokenizer(tokenizer, vocab_size, texts)
-    counts = _encode_splits(corpus, tok, val_fraction, out)
+    train_tok = tok.with_dropout(bpe_dropout) if bpe_dropout else None  # after training: see with_dropout
+    counts = _encode_splits(corpus, tok, val_fraction, out, train_tok)
     tok.save(out)
     if corpus.replaced:
         logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD", corpus.spec, corpus.replaced)
@@ -197,7 +214,8 @@ def _build(out: Path, corpus: FileCorpus | HubCorpus, request: dict, tokenizer: 
         start = time.perf_counter()
         meta = {
             "request": request,
-            **_prepare_into(tmp, corpus, tokenizer, vocab_size, request["val_fraction"]),
+            **_prepare_into(tmp, corpus, tokenizer, vocab_size, request["val_fraction"],
+                            request.get("bpe_dropout", 0.0)),
         }
         meta["seconds"] = round(time.perf_counter() - start, 3)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
@@ -248,8 +266,11 @@ def prepare_data(
     text_field: str = "text",
     max_files: int | None = None,
     reuse_only: bool = False,
+    bpe_dropout: float = 0.0,
 ) -> Path:
     """Tokenize `data` into the folder `out_dir` (train.bin, val.bin, meta.json, tokenizer.json).
+
+    `bpe_dropout` p > 0 encodes the train split with BPE-dropout (val and tokenizer.json stay plain).
 
     Cached: when `out_dir/meta.json` records the same source hash, tokenizer request and split, the folder
     is reused as is. Otherwise it is built in a temp folder beside `out_dir` and renamed into place.
@@ -259,6 +280,9 @@ def prepare_data(
     """
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1) (got {val_fraction})")
+    if not 0 <= bpe_dropout < 1 or (bpe_dropout and tokenizer == "byte"):
+        raise ValueError(f"bpe_dropout={bpe_dropout!r} is not allowed: a probability in [0, 1), and 0 for the byte "
+                         "tokenizer (it has no merges to drop)")
     out = Path(out_dir)
     if out.is_file() or (out.is_dir() and any(out.iterdir()) and _read_meta(out) is None):
         raise ValueError(
@@ -270,6 +294,7 @@ def prepare_data(
         "source_hash": corpus.fingerprint(),
         "tokenizer": tokenizer_request(tokenizer, vocab_size),
         "val_fraction": val_fraction,
+        **({"bpe_dropout": bpe_dropout} if bpe_dropout else {}),  # absent at 0: folders prepared before still match
     }
     meta = _read_meta(out)
     if meta is not None and meta.get("request") == request and _is_complete(out, meta):

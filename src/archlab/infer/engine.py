@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from archlab.infer.healing import Healing
 from archlab.infer.sampling import SamplingConfig, sample_next
 from archlab.infer.speed import (
     check_compile_decode,
@@ -68,6 +69,8 @@ class Generation:
     decode_seconds: float = 0.0
     decode_steps: int = 0  # forwards after the prefill (one token per row each)
     mode: str = "eager"  # how the steps ran: eager, compiled, compiled reductions (`Decoder.mode`)
+    backed_off: list[int] = field(default_factory=list)  # token healing: prompt tokens removed per row, whose
+    # bytes the first new tokens re-spell (empty without healing)
 
 
 def context_limit(config: ModelConfig) -> int | None:
@@ -173,10 +176,11 @@ class Decoder:
         return self._steps[mode]
 
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig = SamplingConfig(),
-                 eos_id: int | None = None, on_step: OnStep | None = None) -> Generation:
+                 eos_id: int | None = None, on_step: OnStep | None = None, heal: Healing | None = None) -> Generation:
         """Up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch. `on_step(tokens)`
         sees each step's new token per row (None for rows already finished) and returns, per row, whether it
-        must stop (e.g. a stop string appeared)."""
+        must stop (e.g. a stop string appeared). `heal` constrains the first steps (token healing,
+        infer/generate.py backs the prompts off and builds it)."""
         if self.closed:
             raise ValueError("this Decoder is closed: open a new one")
         check_prompts(self.model.config, prompts, sampling)
@@ -186,7 +190,7 @@ class Decoder:
         if self.mode != "compiled reductions" and not self.restore:
             self.originals.clear()  # the caller gave the weights up: free the row-major copies
         with recompile_limit():
-            return self._generate(prompts, sampling, eos_id, on_step)
+            return self._generate(prompts, sampling, eos_id, on_step, heal)
 
     def _choose(self, prompts: list[list[int]]) -> str:
         """The compiled step's kind (reductions where `reduction_gemvs_win` measures them faster), and with
@@ -230,7 +234,7 @@ class Decoder:
 
     @torch.inference_mode()
     def _generate(self, prompts: list[list[int]], sampling: SamplingConfig, eos_id: int | None,
-                  on_step: OnStep | None) -> Generation:
+                  on_step: OnStep | None, heal: Healing | None = None) -> Generation:
         """Prefill, then the decode loop, timed apart (inputs already checked)."""
         n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
         device = self.device
@@ -243,7 +247,7 @@ class Decoder:
         logits = self.model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
         _sync(device)
         prefill = time.perf_counter() - start
-        out, ends, steps = _decode(self._step(self.mode), cache, logits, sampling, generator, eos_id, on_step)
+        out, ends, steps = _decode(self._step(self.mode), cache, logits, sampling, generator, eos_id, on_step, heal)
         _sync(device)
         decode = time.perf_counter() - start - prefill
         tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
@@ -252,15 +256,19 @@ class Decoder:
 
 def _decode(
     model: Callable[..., torch.Tensor], cache: KVCache, logits: torch.Tensor, sampling: SamplingConfig,
-    generator: torch.Generator | None, eos_id: int | None, on_step: OnStep | None,
+    generator: torch.Generator | None, eos_id: int | None, on_step: OnStep | None, heal: Healing | None = None,
 ) -> tuple[torch.Tensor, list[int], int]:
-    """The decode loop: sample, record, feed back. Returns tokens (B, N), each row's length, steps taken."""
+    """The decode loop: sample (the first steps constrained while healing), record, feed back. Returns tokens
+    (B, N), each row's length, steps taken."""
     n_new, batch = sampling.max_new_tokens, logits.shape[0]
     out = torch.empty(batch, n_new, dtype=torch.long, device=logits.device)
     ends = [n_new] * batch  # a row's tokens end before its EOS / after the token that completed a stop string
     watch = eos_id is not None or on_step is not None  # otherwise no per-step host sync at all
     for step in range(n_new):
-        token = sample_next(logits, sampling, generator)  # (B,)
+        healing = heal is not None and heal.active
+        token = sample_next(heal.constrain(logits) if healing else logits, sampling, generator)  # (B,)
+        if healing:
+            heal.advance(token.tolist())
         out[:, step] = token
         if watch:
             _update_ends(token.tolist(), step, ends, eos_id, on_step)

@@ -9,6 +9,9 @@
 - Stops: EOS id, stop strings (matched on the decoded text, in O(1) Python work per token), max new tokens.
 - Streaming: `generate_text` hands each piece of confirmed text to a callback as soon as it is known; it
   never emits half a UTF-8 character or text that may still turn out to start a stop string.
+- Token healing (`token_healing=N`): the prompt is backed off by up to N tokens and the first new tokens re-spell
+  the removed bytes under a byte-trie constraint (infer/healing.py), so a prompt cut mid-token continues as the
+  training text did (Su, kexue.fm/archives/9762).
 - Context limit: prompt + max_new_tokens past the model's context fails before any compute
   (`context_limit`), unless extrapolation is asked for explicitly.
 - Speed: the decoder reads float32 Linear weights column-major on the CPU, and `compile_decode=True` runs the
@@ -22,7 +25,8 @@ Shapes: B batch, T prompt length (padded), V vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from archlab.infer.engine import (
     PAD_ID,
@@ -33,6 +37,7 @@ from archlab.infer.engine import (
     context_limit,
     left_pad,
 )
+from archlab.infer.healing import ByteTrie, Healing, back_off
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.model import TransformerLM
@@ -48,6 +53,8 @@ def generate(
     eos_id: int | None = None,
     on_step: OnStep | None = None,
     compile_decode: bool | str = False,
+    token_healing: int = 0,
+    token_bytes: Sequence[bytes | None] | None = None,
 ) -> Generation:
     """Generate up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch.
 
@@ -55,10 +62,47 @@ def generate(
     row, whether it must stop (e.g. a stop string appeared). The model runs in eval mode, then gets its mode
     back, and every parameter its own tensor (same data pointer and strides). `compile_decode=True` runs the
     one-token steps through `torch.compile` where the decoder measures that faster than eager (`"always"`:
-    without measuring); the first call compiles (seconds, see docs/inference.md).
+    without measuring); the first call compiles (seconds, see docs/inference.md). `token_healing=N` backs each
+    prompt off by up to N tokens (`healing.back_off`) and constrains the first new tokens to re-spell the removed
+    bytes; it needs `token_bytes` (each id's raw bytes, `Tokenizer.token_bytes()`).
     """
     with Decoder(model, compile_decode) as decoder:
-        return decoder.generate(prompts, sampling, eos_id, on_step)
+        return _healed_generate(decoder, prompts, sampling, eos_id, on_step, token_healing, token_bytes)
+
+
+def _healed_generate(
+    decoder: Decoder, prompts: list[list[int]], sampling: SamplingConfig, eos_id: int | None,
+    on_step: OnStep | None, token_healing: int, token_bytes: Sequence[bytes | None] | None,
+) -> Generation:
+    """`decoder.generate` on the backed-off prompts, with the healing constraint on the first steps."""
+    prompts, heal, backed = _heal_prompts(prompts, token_healing, token_bytes, decoder.model.config.vocab_size)
+    result = decoder.generate(prompts, sampling, eos_id, on_step, heal=heal)
+    result.backed_off = backed
+    return result
+
+
+@lru_cache(maxsize=4)
+def _trie(token_bytes: tuple[bytes | None, ...]) -> ByteTrie:
+    return ByteTrie(token_bytes)
+
+
+def _heal_prompts(
+    prompts: list[list[int]], n: int, token_bytes: Sequence[bytes | None] | None, vocab_size: int
+) -> tuple[list[list[int]], Healing | None, list[int]]:
+    """The prompts backed off for token healing, its state, and the tokens removed per row (n = 0: unchanged)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"token_healing={n!r} is not allowed: an integer >= 0 (tokens to back off; 0 = off)")
+    if not n:
+        return prompts, None, []
+    if not prompts or not all(prompts):
+        raise ValueError("generate needs at least one prompt, and every prompt at least one token")
+    if token_bytes is None or len(token_bytes) > vocab_size:
+        raise ValueError("token_healing needs token_bytes: each id's raw bytes (Tokenizer.token_bytes()), at most "
+                         f"the model's {vocab_size} ids")
+    plans = [back_off(p, n, token_bytes) for p in prompts]
+    table = tuple(token_bytes) + (None,) * (vocab_size - len(token_bytes))  # ids past the tokenizer: never
+    heal = Healing(_trie(table), [r for _, r, _ in plans], [c for _, _, c in plans])
+    return [p[: len(p) - k] for p, (k, _, _) in zip(prompts, plans)], heal, [k for k, _, _ in plans]
 
 
 def text_generation(
@@ -67,12 +111,23 @@ def text_generation(
     prompts: list[str],
     sampling: SamplingConfig = SamplingConfig(),
     on_text: Callable[[int, str], None] | None = None,
+    token_healing: int = 0,
 ) -> Generation:
     """`decoder.generate` on text: encode, decode incrementally, apply stop strings, stream `on_text(row, piece)`.
 
-    Rows stop at the tokenizer's EOS id (if it has one), at a stop string, or after max_new_tokens.
+    Rows stop at the tokenizer's EOS id (if it has one), at a stop string, or after max_new_tokens. With
+    `token_healing=N` the texts are still what follows each prompt (the re-spelled bytes are not repeated), so
+    prompt + text starts with the prompt byte for byte.
     """
-    streams = [TextStream(tokenizer.decode, sampling.stop) for _ in prompts]
+    ids = [tokenizer.encode(p) for p in prompts]
+    skips = [0] * len(prompts)
+    token_bytes = None
+    if token_healing:
+        if not hasattr(tokenizer, "token_bytes"):
+            raise ValueError("token_healing needs a tokenizer with token_bytes() (archlab.data.tokenizer.Tokenizer)")
+        token_bytes = tokenizer.token_bytes()
+        skips = [len(back_off(p, token_healing, token_bytes)[1].decode("utf-8")) for p in ids]
+    streams = [TextStream(tokenizer.decode, sampling.stop, skip) for skip in skips]
 
     def on_step(tokens: list[int | None]) -> list[bool]:
         for row, tok in enumerate(tokens):
@@ -80,8 +135,7 @@ def text_generation(
                 on_text(row, piece)
         return [s.stopped for s in streams]
 
-    ids = [tokenizer.encode(p) for p in prompts]
-    result = decoder.generate(ids, sampling, tokenizer.eos_id, on_step)
+    result = _healed_generate(decoder, ids, sampling, tokenizer.eos_id, on_step, token_healing, token_bytes)
     for row, stream in enumerate(streams):
         if (rest := stream.finish()) and on_text is not None:
             on_text(row, rest)
@@ -96,7 +150,8 @@ def generate_text(
     sampling: SamplingConfig = SamplingConfig(),
     on_text: Callable[[int, str], None] | None = None,
     compile_decode: bool | str = False,
+    token_healing: int = 0,
 ) -> Generation:
     """`generate` on text (see `text_generation`), with a decoder of its own."""
     with Decoder(model, compile_decode) as decoder:
-        return text_generation(decoder, tokenizer, prompts, sampling, on_text)
+        return text_generation(decoder, tokenizer, prompts, sampling, on_text, token_healing)

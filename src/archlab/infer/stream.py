@@ -19,8 +19,9 @@ class TextStream:
     might be the beginning of a stop string.
     """
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = (), skip: int = 0) -> None:
         self.decode, self.stop = decode, stop
+        self.skip = skip  # leading characters that are not new text (token healing re-spells the prompt's tail)
         self.hold = max((len(s) for s in stop), default=1) - 1  # chars that may start a stop string
         self.ids: list[int] = []
         self.prefix_offset = self.read_offset = 0
@@ -39,7 +40,13 @@ class TextStream:
         if len(text) <= len(prefix) or unfinished:
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return self._emit(self.held + text[len(prefix) :])
+        return self._emit(self.held + self._skipped(text[len(prefix) :]))
+
+    def _skipped(self, piece: str) -> str:
+        """`piece` without what is left of the `skip` leading characters (before stop strings are matched)."""
+        cut = min(self.skip, len(piece))
+        self.skip -= cut
+        return piece[cut:]
 
     def _emit(self, pending: str) -> str:
         hits = [i for i in (pending.find(s) for s in self.stop) if i >= 0]
@@ -61,7 +68,7 @@ class TextStream:
         tail = ""
         if self.read_offset < len(self.ids):
             prefix = self.decode(self.ids[self.prefix_offset : self.read_offset])
-            tail = self.decode(self.ids[self.prefix_offset :])[len(prefix) :]
+            tail = self._skipped(self.decode(self.ids[self.prefix_offset :])[len(prefix) :])
         self.hold = 0  # nothing can follow any more, so nothing needs holding back
         return self._emit(self.held + tail)
 

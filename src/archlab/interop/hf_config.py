@@ -42,7 +42,8 @@ FEATURE_KEYS: dict[str, tuple[Any, ...]] = {
 }
 # Fields that do not change a trained model's function: carried where a family has a key, never a reason to
 # refuse an export. `bias` is resolved into attn_bias / mlp_bias, which are compared.
-TRAINING_ONLY = ("dropout", "attn_dropout", "init", "attn_impl", "d_ff_multiple_of", "bias", "parallel_fused")
+TRAINING_ONLY = ("dropout", "attn_dropout", "init", "attn_impl", "d_ff_multiple_of", "bias", "parallel_fused",
+                 "tied_embed_init")
 
 
 def config_from_hf(hf: dict[str, Any], family: Family) -> ModelConfig:

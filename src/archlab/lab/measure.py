@@ -45,6 +45,7 @@ from archlab.data.tokens import TokenData
 from archlab.infer.engine import Decoder
 from archlab.infer.sampling import SamplingConfig
 from archlab.lab import drift, eval_set
+from archlab.lab import embed_measures as embed
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.nn.norms import LayerNorm, RMSNorm
@@ -399,6 +400,16 @@ MEASURES: dict[str, Measure] = {
                                   "largest embedding row norm over the kept checkpoints"),
     "max_embed_row_growth": Measure(max_embed_row_growth, "lower",
                                     "largest growth of an embedding row norm, first to last kept checkpoint"),
+    "embed_near_fixed_point": Measure(lambda r: embed.last_eval(r, "embed_near_fixed_point"), "lower",
+                                      "share of embedding entries within 1% of 1/lambda (last evaluation)", False),
+    "embed_max_abs": Measure(lambda r: embed.last_eval(r, "embed_max_abs"), "lower",
+                             "largest |embedding entry| (last evaluation)", False),
+    "first_train_loss": Measure(embed.first_train_loss, "lower", "loss of the step-0 model on its first batch",
+                                False),
+    "continuation_acc": Measure(embed.continuation_acc, "higher", "next 8 bytes right after a random byte cut "
+                                "(greedy; eval/continuation.py)"),
+    "continuation_healing_gain": Measure(embed.continuation_healing_gain, "higher",
+                                         "continuation_acc with token healing minus without, same cuts"),
 }
 
 

@@ -47,6 +47,10 @@ ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping need
 ATTN_KERNELS = ("softmax", "favor", "vq")
 FAVOR_FEATURE_MAPS = ("positive", "hyperbolic")  # nn/favor.py FAVOR_FEATURES
 VQ_ASSIGNS = ("hard", "soft")  # nn/vq.py VQ_ASSIGNS
+# what a tied head applies after the final norm (Su, kexue.fm/archives/9698): nothing, the parameter-free swap of
+# the two channel halves, or an orthogonally initialised d x d projection; either makes the self-logit ~ 0 at init
+TIED_HEADS = ("plain", "swap", "proj")
+TIED_EMBED_INITS = ("default", "log_n_over_d")  # tied table std: the init's (d^-1/2 for trunc_normal) | log(V)/d
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
@@ -150,6 +154,8 @@ class ModelConfig:
     vq_cache_grad: bool = False  # let gradients flow through the compressed cache (Lingle: off, like Transformer-XL)
     # --- embeddings and output ---
     tie_embeddings: bool = False  # lm_head shares the embedding matrix
+    tied_head: str = "plain"  # plain | swap | proj: what the tied head applies after the final norm (9698)
+    tied_embed_init: str = "default"  # default | log_n_over_d: tied table std log(V)/d, so e^(d std) = V (9698)
     embed_scale: str = "none"  # none | sqrt_d (multiply embeddings by sqrt(d_model): Vaswani, Gemma)
     final_softcap: float | None = None  # cap * tanh(logits / cap) (Gemma 2: 30)
     dropout: float = 0.0  # embedding and residual dropout (modern LMs: 0)
@@ -203,12 +209,18 @@ class ModelConfig:
             "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
             "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_MAPS, "vq_assign": VQ_ASSIGNS,
+            "tied_head": TIED_HEADS, "tied_embed_init": TIED_EMBED_INITS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise _bad(name, getattr(self, name), "one of " + ", ".join(allowed))
         if self.rope_scaling is not None and self.rope_scaling.kind not in ROPE_SCALINGS:
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, "one of " + ", ".join(ROPE_SCALINGS))
+        for name, plain in (("tied_head", "plain"), ("tied_embed_init", "default")):
+            if getattr(self, name) != plain and not self.tie_embeddings:
+                raise _bad(name, getattr(self, name), f"only with tie_embeddings=True ({plain!r} otherwise)")
+        if self.tied_head == "swap" and self.d_model % 2:
+            raise _bad("tied_head", "swap", f"needs an even d_model (got {self.d_model}) to swap two halves")
         if self.parallel_norms not in (1, 2):
             raise _bad("parallel_norms", self.parallel_norms, "1 (shared input norm) or 2")
         for name in inapplicable_fields({f.name: getattr(self, f.name) for f in fields(self)}):

@@ -117,3 +117,11 @@ def causal_mask(
     if key_mask is not None:
         visible = visible & (key_mask[:, None, None, k_slots] | (k_slot == q_slot))
     return visible
+
+
+def swap_halves(x: torch.Tensor) -> torch.Tensor:
+    """(..., D) -> the last dim's halves swapped, [x[D/2:], x[:D/2]]: a permutation and an involution. After the
+    final norm of a tied model it makes the self-logit S(w_i) . w_i ~ 0 at init instead of ~ d sigma (Su,
+    kexue.fm/archives/9698), like splitting the table into two untied halves."""
+    half = x.shape[-1] // 2
+    return torch.cat([x[..., half:], x[..., :half]], dim=-1)  # (..., D)

@@ -24,7 +24,7 @@ import torch.nn as nn
 from archlab.nn.attention_inputs import AttentionInputsBuilder
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
-from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, z_loss
+from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, swap_halves, z_loss
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import RMSNorm, build_norm
@@ -75,6 +75,8 @@ class TransformerLM(nn.Module):
         self.layer_windows = self.attention_inputs.layer_windows  # per layer: its window (None: full)
         self.layer_ropes = self.attention_inputs.layer_ropes  # per layer: "global", "local" or None (NoPE)
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
+        # a tied head's projection after the final norm (tied_head="proj": BERT's MLM transform, orthogonal init)
+        self.head_proj = nn.Linear(c.d_model, c.d_model, bias=False) if c.tied_head == "proj" else None
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=c.lm_head_bias)
         if c.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
@@ -101,8 +103,12 @@ class TransformerLM(nn.Module):
         | learned positions, rel. bias  | N(0, 0.02^2)                              | N(0, 0.02^2)                 |
         | biases                        | 0                                         | 0                            |
         | norm gains                    | 1 (0 when stored as 1 + w)                | same                         |
+        | tied head projection          | orthogonal (P^T P = I)                    | same                         |
         A tied embedding is also the output matrix, so under trunc_normal it takes std d^-1/2 (unit-scale
-        logits from unit-RMS features) instead of 1, which would start the loss far above log V.
+        logits from unit-RMS features) instead of 1, which would start the loss far above log V. With residual
+        branches near zero a plain tied model still starts as "repeat the input": loss ~ log(e^(d std) + V - 1)
+        (Su, kexue.fm/archives/9698), ~ sqrt(d) nats at std d^-1/2; `tied_embed_init="log_n_over_d"` (std log(V)/d,
+        ~ log(2V - 1)) and `tied_head` "swap" / "proj" (~ log V + 1/2) are his remedies.
 
         Each random tensor is drawn on the CPU from its own generator, seeded by a SHA-256 of
         (`seed`, its parameter name) (`param_seed`): an arm that changes one tensor's shape keeps every other
@@ -121,7 +127,9 @@ class TransformerLM(nn.Module):
                     std = residual_std if name.endswith(("o_proj", "down_proj")) else GPT2_INIT_STD
                 else:
                     std = math.sqrt(2.0 / (module.in_features + module.out_features))
-                if not (c.tie_embeddings and module is self.lm_head):
+                if module is self.head_proj:
+                    _orthogonal(module.weight, seed, f"{name}.weight")
+                elif not (c.tie_embeddings and module is self.lm_head):
                     _trunc_normal(module.weight, std, seed, f"{name}.weight")
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
@@ -133,6 +141,8 @@ class TransformerLM(nn.Module):
                 for p_name, p in module.named_parameters():
                     _trunc_normal(p, GPT2_INIT_STD, seed, f"{name}.{p_name}")
         embed_std = GPT2_INIT_STD if c.init == "gpt2" else (c.d_model**-0.5 if c.tie_embeddings else 1.0)
+        if c.tied_embed_init == "log_n_over_d":
+            embed_std = math.log(c.vocab_size) / c.d_model  # e^(d std) = V: the self-logit no longer dominates
         _trunc_normal(self.embed_tokens.weight, embed_std, seed, "embed_tokens.weight")
 
     def forward(
@@ -162,6 +172,7 @@ class TransformerLM(nn.Module):
             x = x[:, -logits_to_keep:]  # (B, n, D)
         if self.norm is not None:
             x = self.norm(x)
+        x = self._tied_head_input(x)  # (B, T, D)
         if targets is not None:
             out = self._loss(x, targets, z_loss_coef)
             aux = self._aux_loss()
@@ -193,6 +204,15 @@ class TransformerLM(nn.Module):
         if self.pos_embed is not None:
             x = x + self.pos_embed(positions).to(x.dtype)
         return x if self.drop is None else self.drop(x)
+
+    def _tied_head_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the (tied) head reads: the final hidden states, channel halves swapped, or projected."""
+        match self.config.tied_head:
+            case "swap":
+                return swap_halves(x)
+            case "proj":
+                return self.head_proj(x)
+        return x
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
         """Head and loss from the final hidden states x (B, T, D), through the (B, T, V) logits (Inductor, under
@@ -250,5 +270,15 @@ def _trunc_normal(t: torch.Tensor, std: float, seed: int, name: str) -> None:
     draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
     gen = torch.Generator().manual_seed(param_seed(seed, name))
     nn.init.trunc_normal_(draw, mean=0.0, std=std, a=-TRUNC_STDS * std, b=TRUNC_STDS * std, generator=gen)
+    if draw is not t:
+        t.copy_(draw)
+
+
+def _orthogonal(t: torch.Tensor, seed: int, name: str) -> None:
+    """An orthogonal matrix into `t` (nn.init.orthogonal_), drawn on the CPU from the generator of (seed, name)."""
+    if t.is_meta:
+        return
+    draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
+    nn.init.orthogonal_(draw, generator=torch.Generator().manual_seed(param_seed(seed, name)))
     if draw is not t:
         t.copy_(draw)

@@ -17,8 +17,9 @@ from pathlib import Path
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
-from archlab.train.optim import DEFAULT_BETAS, OPTIMIZERS
+from archlab.train.optim import DEFAULT_BETAS, EMBEDDING_LR_RATIO, EMBEDDING_OPTIMIZERS, OPTIMIZERS, SIGN_OPTIMIZERS
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
+from archlab.train.sign_optim import NAN_SHRINK
 
 DISTRIBUTED = ("none", "ddp", "fsdp")  # none: one process; ddp / fsdp: launched by torchrun
 DTYPES = ("fp32", "bf16")  # bf16 = autocast for matmuls; weights, grads and optimizer state stay fp32
@@ -39,6 +40,7 @@ class DataConfig:
     tokenizer: str = "byte"  # byte (256 ids, nothing to train) | bpe (trained on the corpus) | path to a tokenizer.json
     vocab_size: int = 8192  # ids a bpe tokenizer learns; ignored by byte
     val_fraction: float = 0.05  # share of documents held out for validation
+    bpe_dropout: float = 0.0  # BPE-dropout on the train split only (arXiv 1910.13267): merges skipped with this p
     dir: str = ""  # where the token memmaps go; empty = RUN_DIR/data
     batch_size: int = 32  # sequences per optimizer step, all ranks and micro-steps together
     block_size: int | None = None  # tokens per sequence; None = model.max_seq_len
@@ -48,22 +50,37 @@ class DataConfig:
         _check(self.batch_size >= 1, "data.batch_size", self.batch_size, "an integer >= 1")
         _check(self.block_size is None or self.block_size >= 1, "data.block_size", self.block_size, "None or >= 1")
         _check(0 < self.val_fraction < 1, "data.val_fraction", self.val_fraction, "a fraction in (0, 1)")
+        _check(0 <= self.bpe_dropout < 1, "data.bpe_dropout", self.bpe_dropout, "a probability in [0, 1) (0 = off)")
 
 
 @dataclass
 class OptimizerConfig:
     name: str = "adamw"  # adamw | lion | tiger (train/optim.py OPTIMIZERS)
-    lr: float = 1e-3  # peak learning rate; 1e-3 suits tiny models with AdamW, use ~3-10x less with lion/tiger
-    betas: tuple[float, ...] | None = None  # None = default: adamw (0.9, 0.95), lion (0.9, 0.99), tiger (0.945,)
+    lr: float = 1e-3  # peak lr; 1e-3 suits tiny models with AdamW, ~3-10x less for lion (tiger_rms_lr: relative step)
+    betas: tuple[float, ...] | None = None  # None = default: adamw (0.9, 0.95), lion (0.9, 0.99), tiger (0.965,)
     eps: float = 1e-8  # AdamW's denominator guard
     weight_decay: float = 0.1  # decoupled decay on weight matrices only (GPT-3, LLaMA, PaLM use 0.1)
     decay_embeddings: bool = False  # also decay embedding / position tables (usually hurts rare tokens)
     grad_clip: float = 1.0  # clip the global gradient L2 norm to this; 0 = no clipping (norm still logged)
     grad_accum: int = 1  # micro-steps whose gradients add up to one optimizer step (same batch, less memory)
+    lazy_embeddings: bool = False  # lion/tiger: table rows with an all-zero gradient are not moved (no-op when tied)
+    embedding_optimizer: str = "same"  # same | adamw: lion/tiger with the tables stepped by AdamW (mixed optimizer)
+    embedding_lr_ratio: float = EMBEDDING_LR_RATIO  # embedding_optimizer adamw: the tables' lr = this x lr
+    tiger_rms_lr: bool = True  # tiger: lr x RMS(param) (rows for tables), 0.5 lr, no decay for gains/biases (9512)
+    tiger_nan_shrink: float = NAN_SHRINK  # tiger: a non-finite step keeps m and shrinks params by this; 1 = off
 
     def __post_init__(self) -> None:
         check_finite(self, "optimizer.")
         _check(self.name in OPTIMIZERS, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZERS))
+        _check(self.embedding_optimizer in EMBEDDING_OPTIMIZERS, "optimizer.embedding_optimizer",
+               self.embedding_optimizer, "one of " + ", ".join(EMBEDDING_OPTIMIZERS))
+        for name in ("lazy_embeddings", "embedding_optimizer"):
+            on = getattr(self, name) not in (False, "same")
+            _check(not on or self.name in SIGN_OPTIMIZERS, f"optimizer.{name}", getattr(self, name),
+                   f"only with optimizer.name {' or '.join(SIGN_OPTIMIZERS)} (got {self.name})")
+        _check(self.embedding_lr_ratio > 0, "optimizer.embedding_lr_ratio", self.embedding_lr_ratio, "a value > 0")
+        _check(0 < self.tiger_nan_shrink <= 1, "optimizer.tiger_nan_shrink", self.tiger_nan_shrink,
+               "a factor in (0, 1] (1 = off)")
         _check(self.lr >= 0, "optimizer.lr", self.lr, "a learning rate >= 0")
         _check(self.weight_decay >= 0, "optimizer.weight_decay", self.weight_decay, "a value >= 0")
         _check(self.grad_clip >= 0, "optimizer.grad_clip", self.grad_clip, "a norm >= 0 (0 = off)")
@@ -276,6 +293,10 @@ def resolve_config(
         from archlab.data.tokens import check_prepared_tokenizer  # numpy and tokenizers only when needed
 
         check_prepared_tokenizer(Path(train.data.source), train.data.tokenizer, train.data.vocab_size)
+    if any("data.bpe_dropout" in layer for layer in layers) and (Path(train.data.source) / "meta.json").is_file():
+        from archlab.data.tokens import check_prepared_dropout
+
+        check_prepared_dropout(Path(train.data.source), train.data.bpe_dropout)
     if saved is not None:
         for name in ("preset", "size"):
             if getattr(train, name) != saved["train"][name]:

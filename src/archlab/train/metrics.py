@@ -1,6 +1,7 @@
 """What a run records: `RUN_DIR/metrics.jsonl` (one JSON object per row), TensorBoard events, norm ratios.
 
-Rows carry `step` and `kind`: `train` (loss, lr, grad_norm, tokens_per_s, ...), `eval` (val loss),
+Rows carry `step` and `kind`: `train` (loss, lr, grad_norm, tokens_per_s, ...), `eval` (val loss and the
+embedding outlier signature of `embedding_signature`),
 `ratios` (per-layer update-norm / param-norm), `skip` (a non-finite step), `sample` (generated text) and
 `resume` (the step a resumed run started from, its new `steps` and schedule end).
 A resumed run first drops the rows past its checkpoint, so the file reads as if the run never stopped.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -21,6 +23,7 @@ logger = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
 LAYER = re.compile(r"^(layers\.\d+)\.")
+NEAR_FIXED_POINT = 0.01  # an entry within 1% of 1/lambda counts as "at the sign optimizers' fixed point"
 
 Row = dict[str, float | int | str | bool | None]
 
@@ -108,3 +111,64 @@ def grouped_norms(tensors: dict[str, torch.Tensor]) -> dict[str, float]:
     if sharded:
         torch.distributed.all_reduce(sq)
     return dict(zip(groups, sq.sqrt().tolist()))
+
+
+@torch.no_grad()
+def embedding_signature(table: torch.Tensor, decay: float, previous: torch.Tensor | None = None,
+                        unseen: torch.Tensor | None = None) -> dict[str, float | int]:
+    """The sign optimizers' embedding outlier signature (Su, kexue.fm/archives/9736) of table E (V, D):
+
+    - `embed_max_abs`: max |E_ij|; under Lion/Tiger with decay lambda it heads for 1/lambda (100 at 0.01);
+    - `embed_near_fixed_point`: the share of entries with ||E_ij| - 1/lambda| <= 1% of 1/lambda (decay > 0 only);
+    - `embed_unseen_rows`, `embed_unseen_drift`: the rows marked in `unseen` (V,) (seen before, in no batch since
+      `previous` was taken) and their mean L2 displacement from `previous` (V, D). A row without gradients
+      should stand still; a sign optimizer keeps moving it by a full step.
+    """
+    e = table.detach().float()
+    out: dict[str, float | int] = {"embed_max_abs": float(e.abs().max())}
+    if decay > 0:
+        star = 1.0 / decay
+        out["embed_near_fixed_point"] = float(((e.abs() - star).abs() <= NEAR_FIXED_POINT * star).float().mean())
+    if previous is not None and unseen is not None:
+        rows = unseen.nonzero().flatten()
+        out["embed_unseen_rows"] = int(rows.numel())
+        if rows.numel():
+            out["embed_unseen_drift"] = float((e[rows] - previous.float()[rows]).norm(dim=1).mean())
+    return out
+
+
+class EmbeddingWatch:
+    """Which token ids the training batches held since the last evaluation, and the table as it was then: what
+    `embedding_signature` needs, at the cost of one boolean scatter per micro-batch and a (V, D) copy. The
+    trainer checkpoints it (`state_dict`), so a resumed run logs the same signature as one that never stopped
+    (on several ranks, each resumes with rank 0's masks: the union over ranks is then a superset)."""
+
+    def __init__(self, vocab_size: int, device: torch.device) -> None:
+        self.seen_since = torch.zeros(vocab_size, dtype=torch.bool, device=device)  # (V,)
+        self.seen_before = torch.zeros(vocab_size, dtype=torch.bool, device=device)  # (V,) up to the snapshot
+        self.snapshot: torch.Tensor | None = None
+
+    def state_dict(self) -> dict[str, torch.Tensor | None]:
+        snapshot = None if self.snapshot is None else self.snapshot.cpu()
+        return {"seen_since": self.seen_since.cpu(), "seen_before": self.seen_before.cpu(), "snapshot": snapshot}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | None]) -> None:
+        device = self.seen_since.device
+        self.seen_since.copy_(state["seen_since"])
+        self.seen_before.copy_(state["seen_before"])
+        self.snapshot = None if state["snapshot"] is None else state["snapshot"].to(device)
+
+    def see(self, ids: torch.Tensor) -> None:
+        self.seen_since[ids.flatten()] = True
+
+    def measure(self, table: torch.Tensor, decay: float,
+                reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, float | int]:
+        """The signature now, then a new snapshot; `reduce` sums a tensor over the ranks (every rank calls)."""
+        full = table.full_tensor() if isinstance(table, DTensor) else table.detach()
+        seen = self.seen_since if reduce is None else reduce(self.seen_since.float()) > 0
+        unseen = self.seen_before & ~seen
+        out = embedding_signature(full, decay, self.snapshot, unseen if self.snapshot is not None else None)
+        self.snapshot = full.clone()
+        self.seen_before |= seen
+        self.seen_since.zero_()
+        return out

@@ -9,7 +9,14 @@ embedding / head matrix once, and `build_optimizer` turns the groups into one of
 - Lion: sign of an interpolated momentum (Chen et al., arXiv 2302.06675, Algorithm 2). Because every
   coordinate moves by exactly lr, use a 3-10x smaller lr and a 3-10x larger weight decay than AdamW.
 - Tiger: Lion with beta1 == beta2, so a single momentum both decides the sign and is stored (Su Jianlin,
-  https://kexue.fm/archives/9512); default beta 0.945.
+  https://kexue.fm/archives/9512), as specified there: beta 0.965, lr scaled by each parameter's RMS (rows for
+  embedding tables; half the rate and no decay for gains and biases), the NaN guard (train/sign_optim.py).
+- Embedding remedies for the sign optimizers (kexue.fm/archives/9736): `lazy_embeddings` (rows with an exactly
+  zero gradient are left alone) and `embedding_optimizer="adamw"` (tables stepped by AdamW in the same optimizer).
+
+Parameters fall in four groups by what they are (`GROUP_KINDS`): matrices of linear maps (decayed), tables
+(embeddings, learned positions, relative-position bias; decayed only with `decay_embeddings`), norm gains and
+biases (never decayed). Each group carries its `kind`, which Tiger's per-parameter rate reads.
 """
 
 from __future__ import annotations
@@ -22,14 +29,20 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from archlab.nn.norms import RMSNorm
+from archlab.train.sign_optim import GROUP_KINDS, NAN_SHRINK, Lion, Tiger, _use_foreach
+
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch.optim.AdamW(fused=True) has kernels
 
 # name -> default betas; the builders below read them when the config leaves betas unset.
 DEFAULT_BETAS: dict[str, tuple[float, ...]] = {
     "adamw": (0.9, 0.95),  # beta2 0.95 instead of 0.999: faster reaction to loss spikes (GPT-3, LLaMA)
     "lion": (0.9, 0.99),  # the paper's defaults for language modelling
-    "tiger": (0.945,),  # kexue.fm/archives/9512
+    "tiger": (0.965,),  # kexue.fm/archives/9512 and bojone/tiger for language models (0.945 is the vision value)
 }
+EMBEDDING_OPTIMIZERS = ("same", "adamw")  # how tables are stepped: like everything else, or by AdamW (mixed)
+EMBEDDING_LR_RATIO = 3.0  # mixed optimizer: the tables' AdamW lr = this x the sign optimizer's lr
+SIGN_OPTIMIZERS = ("lion", "tiger")  # the optimizers the embedding remedies apply to
 
 
 @dataclass(frozen=True)
@@ -70,107 +83,34 @@ def split_param_names(model: nn.Module, decay_embeddings: bool = False) -> Param
     return ParamGroupNames(decay=decay, no_decay=no_decay)
 
 
+def param_kind(module: nn.Module, name: str, param: nn.Parameter) -> str:
+    """One of `GROUP_KINDS`: matrices (linear weights), tables (any other matrix), gains (norm weights stored as
+    the gain itself) or biases (every other vector, zero-centred gains included)."""
+    if isinstance(module, nn.Linear) and name == "weight":
+        return "matrices"
+    if param.dim() >= 2:
+        return "tables"
+    if isinstance(module, RMSNorm) and name == "weight" and not module.unit_offset:
+        return "gains"
+    return "biases"
+
+
 def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
-    """Two optimizer groups, `{"params", "weight_decay"}` (decayed first); an empty group is dropped."""
-    names = split_param_names(model, decay_embeddings)
-    by_name = dict(model.named_parameters())  # named_parameters already drops the tied duplicate
-    groups = [
-        {"params": [by_name[n] for n in names.decay], "weight_decay": weight_decay},
-        {"params": [by_name[n] for n in names.no_decay], "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
+    """Up to four optimizer groups `{"params", "weight_decay", "kind"}` in `GROUP_KINDS` order (matrices
+    first); an empty group is dropped. A tied head's matrix is counted once, as the embedding table."""
+    by_kind: dict[str, list[nn.Parameter]] = {kind: [] for kind in GROUP_KINDS}
+    seen: set[int] = set()
+    for _, module in model.named_modules():
+        for p_name, param in module.named_parameters(recurse=False):
+            if param.requires_grad and id(param) not in seen:
+                seen.add(id(param))
+                by_kind[param_kind(module, p_name, param)].append(param)
+    decays = {"matrices": weight_decay, "tables": weight_decay if decay_embeddings else 0.0}
+    return [{"params": params, "weight_decay": decays.get(kind, 0.0), "kind": kind}
+            for kind, params in by_kind.items() if params]
 
 
-def _use_foreach(params: list[torch.Tensor]) -> bool:
-    """Foreach kernels need plain tensors on one device; FSDP2's DTensors take the per-tensor loop."""
-    devices = {p.device for p in params}
-    return len(devices) <= 1 and all(type(p.data) is torch.Tensor for p in params)
-
-
-class Lion(torch.optim.Optimizer):
-    """Lion (arXiv 2302.06675, Algorithm 2) with decoupled weight decay.
-
-    c = beta1 * m + (1 - beta1) * g;  p <- p * (1 - lr * wd) - lr * sign(c);  m <- beta2 * m + (1 - beta2) * g
-    """
-
-    def __init__(
-        self,
-        params: Iterable[torch.Tensor] | Iterable[dict],
-        lr: float = 1e-4,
-        betas: tuple[float, float] = DEFAULT_BETAS["lion"],  # type: ignore[assignment]
-        weight_decay: float = 0.0,
-    ) -> None:
-        if lr < 0:
-            raise ValueError(f"Lion: lr must be >= 0, got {lr}")
-        if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
-            raise ValueError(f"Lion: betas must be two values in [0, 1), got {betas}")
-        super().__init__(params, {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay})
-
-    def _momenta(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
-        for p in params:
-            if "exp_avg" not in self.state[p]:
-                self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return [self.state[p]["exp_avg"] for p in params]
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            grads = [p.grad for p in params]
-            beta1, beta2 = group["betas"]
-            _sign_step(params, grads, self._momenta(params), group["lr"], group["weight_decay"], beta1, beta2)
-        return loss
-
-
-class Tiger(Lion):
-    """Tiger (kexue.fm/archives/9512): Lion with one beta, so the stored momentum is the signed one.
-
-    m <- beta * m + (1 - beta) * g;  p <- p * (1 - lr * wd) - lr * sign(m)
-    """
-
-    def __init__(
-        self,
-        params: Iterable[torch.Tensor] | Iterable[dict],
-        lr: float = 1e-4,
-        beta: float = DEFAULT_BETAS["tiger"][0],
-        weight_decay: float = 0.0,
-    ) -> None:
-        super().__init__(params, lr=lr, betas=(beta, beta), weight_decay=weight_decay)
-
-
-def _sign_step(
-    params: list[torch.Tensor],
-    grads: list[torch.Tensor],
-    momenta: list[torch.Tensor],
-    lr: float,
-    weight_decay: float,
-    beta1: float,
-    beta2: float,
-) -> None:
-    """The shared Lion/Tiger update, with foreach kernels where the tensors allow it."""
-    if _use_foreach(params):
-        if weight_decay:
-            torch._foreach_mul_(params, 1.0 - lr * weight_decay)
-        # lerp(m, g, 1 - b) = b * m + (1 - b) * g, in one kernel
-        update = torch._foreach_lerp(momenta, grads, 1.0 - beta1)
-        torch._foreach_sign_(update)
-        torch._foreach_add_(params, update, alpha=-lr)
-        torch._foreach_lerp_(momenta, grads, 1.0 - beta2)
-        return
-    for p, g, m in zip(params, grads, momenta):
-        if weight_decay:
-            p.mul_(1.0 - lr * weight_decay)
-        p.add_(torch.lerp(m, g, 1.0 - beta1).sign_(), alpha=-lr)
-        m.lerp_(g, 1.0 - beta2)
-
-
-def _adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float) -> torch.optim.Optimizer:
+def _adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **_: object) -> torch.optim.Optimizer:
     params = [p for g in groups for p in g["params"]]
     plain = _use_foreach(params)
     fused = plain and params[0].device.type in FUSED_ADAMW_DEVICES
@@ -180,24 +120,43 @@ def _adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float) 
                              foreach=(plain and not fused) or None)
 
 
-def _lion(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float) -> torch.optim.Optimizer:
+def _lion(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **options: object
+          ) -> torch.optim.Optimizer:
     if len(betas) != 2:
         raise ValueError(f"optimizer.betas: lion takes two betas (beta1, beta2), got {list(betas)}")
     return Lion(groups, lr=lr, betas=(betas[0], betas[1]))
 
 
-def _tiger(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float) -> torch.optim.Optimizer:
+def _tiger(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, *, rms_lr: bool = True,
+           nan_shrink: float = NAN_SHRINK, **_: object) -> torch.optim.Optimizer:
     if len(betas) != 1:
         raise ValueError(f"optimizer.betas: tiger takes one beta, got {list(betas)}")
-    return Tiger(groups, lr=lr, beta=betas[0])
+    return Tiger(groups, lr=lr, beta=betas[0], rms_lr=rms_lr, nan_shrink=nan_shrink)
 
 
-# name -> builder(groups, lr, betas, eps); config.py validates `optimizer.name` against these keys.
-OPTIMIZERS: dict[str, Callable[[list[dict], float, tuple[float, ...], float], torch.optim.Optimizer]] = {
+# name -> builder(groups, lr, betas, eps, **options); config.py validates `optimizer.name` against these keys.
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adamw": _adamw,
     "lion": _lion,
     "tiger": _tiger,
 }
+
+
+def _embedding_groups(groups: list[dict], name: str, lazy: bool, embedding_optimizer: str, eps: float,
+                      embedding_lr_ratio: float) -> list[dict]:
+    """Mark the tables group for the embedding remedies; refuse them where they mean nothing, in one line."""
+    if (lazy or embedding_optimizer != "same") and name not in SIGN_OPTIMIZERS:
+        raise ValueError(f"optimizer.lazy_embeddings / embedding_optimizer={embedding_optimizer!r}: only with "
+                         f"{' or '.join(SIGN_OPTIMIZERS)} (optimizer.name is {name!r})")
+    if embedding_optimizer not in EMBEDDING_OPTIMIZERS:
+        raise ValueError(f"optimizer.embedding_optimizer={embedding_optimizer!r} is not allowed: one of "
+                         + ", ".join(EMBEDDING_OPTIMIZERS))
+    for group in groups:
+        if group["kind"] == "tables":
+            group["lazy"] = lazy
+            if embedding_optimizer == "adamw":
+                group.update(rule="adamw", lr_ratio=embedding_lr_ratio, adam_betas=DEFAULT_BETAS["adamw"], eps=eps)
+    return groups
 
 
 def build_optimizer(
@@ -208,14 +167,34 @@ def build_optimizer(
     weight_decay: float = 0.1,
     eps: float = 1e-8,
     decay_embeddings: bool = False,
+    *,
+    lazy_embeddings: bool = False,
+    embedding_optimizer: str = "same",
+    embedding_lr_ratio: float = EMBEDDING_LR_RATIO,
+    rms_lr: bool = True,
+    nan_shrink: float = NAN_SHRINK,
 ) -> torch.optim.Optimizer:
-    """The named optimizer over `param_groups(model, ...)`; betas None means `DEFAULT_BETAS[name]`."""
+    """The named optimizer over `param_groups(model, ...)`; betas None means `DEFAULT_BETAS[name]`.
+
+    lazy_embeddings / embedding_optimizer (lion, tiger) act on the tables group; rms_lr / nan_shrink are
+    Tiger's. Each group's lr is the schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables).
+    """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer.name: unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     if lr < 0:
         raise ValueError(f"optimizer.lr must be >= 0, got {lr}")
-    groups = param_groups(model, weight_decay, decay_embeddings)
-    return OPTIMIZERS[name](groups, lr, tuple(betas) if betas is not None else DEFAULT_BETAS[name], eps)
+    groups = _embedding_groups(param_groups(model, weight_decay, decay_embeddings), name, lazy_embeddings,
+                               embedding_optimizer, eps, embedding_lr_ratio)
+    betas = tuple(betas) if betas is not None else DEFAULT_BETAS[name]
+    optimizer = OPTIMIZERS[name](groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink)
+    set_lr(optimizer, lr)
+    return optimizer
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Give every group the schedule's lr times its `lr_ratio` (the trainer calls this each step)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_ratio", 1.0)
 
 
 def clip_gradients(parameters: Iterable[torch.Tensor], max_norm: float) -> float:

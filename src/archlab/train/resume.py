@@ -2,8 +2,10 @@
 
 A resumed run continues exactly: same model, same corpus and tokenizer, same lr curve. So resuming refuses
 - another corpus or tokenizer (`data.source`, `data.tokenizer`, `data.vocab_size`, `data.val_fraction`,
-  `data.dir`): the weights were trained on the run's token ids, and its prepared data is never replaced;
+  `data.dir`, `data.bpe_dropout`): the weights were trained on the run's token ids, and its prepared data is
+  never replaced;
 - another schedule (`schedule.*`): the lr curve is part of the run;
+- another optimizer or embedding remedy (`OPTIMIZER_KEYS`): the saved state and param groups belong to it;
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
   says how the lr continues); a smaller `--steps` stops early on the same curve;
 - a `--steps` below the step the run has reached (resuming a finished run to its own end is a no-op).
@@ -18,7 +20,9 @@ from pathlib import Path
 
 from archlab.train.config import TrainConfig
 
-DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir")
+DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir", "bpe_dropout")
+# what the optimizer's saved param groups hold: a checkpoint's values would silently win over new ones
+OPTIMIZER_KEYS = ("name", "lazy_embeddings", "embedding_optimizer", "embedding_lr_ratio", "tiger_rms_lr")
 SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape", "horizon")
 
 
@@ -62,6 +66,12 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         raise ValueError(f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "
                          f"{','.join(old_trainable) or '(all)'!r}; resume with the same parameters or start a new "
                          "--out")
+    for key in OPTIMIZER_KEYS:
+        new = getattr(train.optimizer, key)
+        old = saved.get("optimizer", {}).get(key, new)
+        if new != old:
+            raise ValueError(f"--resume: optimizer.{key} {new!r} differs from the run's {old!r}; the optimizer's "
+                             "state belongs to its setup: resume without changing it, or start a new --out")
     if "horizon" not in saved["schedule"]:  # an older run: its horizon was its steps, not the new --steps
         train.schedule.horizon = saved_horizon(saved)
     for key in SCHEDULE_KEYS:

@@ -52,8 +52,8 @@ from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.memory import check_memory
-from archlab.train.metrics import MetricsLogger, grouped_norms
-from archlab.train.optim import build_optimizer, clip_gradients
+from archlab.train.metrics import EmbeddingWatch, MetricsLogger, grouped_norms
+from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
 from archlab.train.trainable import merged_state, select_trainable
@@ -124,7 +124,11 @@ class Trainer:
         fused.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fused.py)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
-        self.optimizer = build_optimizer(self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
+        self.optimizer = build_optimizer(
+            self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings,
+            lazy_embeddings=o.lazy_embeddings, embedding_optimizer=o.embedding_optimizer,
+            embedding_lr_ratio=o.embedding_lr_ratio, rms_lr=o.tiger_rms_lr, nan_shrink=o.tiger_nan_shrink)
+        self.embed_watch = EmbeddingWatch(self.model_config.vocab_size, ctx.device)  # the outlier signature
         s = train.schedule
         self.lr_at = build_schedule(s.name, o.lr, s.horizon, s.warmup_steps, o.lr * s.min_lr_ratio,
                                     s.decay_fraction, s.decay_shape, s.extension_pairs())
@@ -185,7 +189,7 @@ class Trainer:
         folder = _data_dir(self.cfg, self.run_dir)
         if self.ctx.is_main and folder != Path(d.source):  # a resumed run's data is reused, never replaced
             prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1,
-                         reuse_only=resume)
+                         reuse_only=resume, bpe_dropout=d.bpe_dropout)
         dist_utils.barrier(self.ctx)  # the other ranks read what rank 0 wrote
         self.data = TokenData(folder, self.ctx.rank, self.ctx.world_size)
         self.tokenizer_file = folder / "tokenizer.json"
@@ -215,6 +219,8 @@ class Trainer:
         restore_rng_state(rng[self.ctx.rank] if self.ctx.rank < len(rng) else rng[0])
         self.generator.set_state(state["generator"])
         self.stats = TrainStats(**state["stats"])
+        if "embed_watch" in state:  # checkpoints written before the outlier signature have none
+            self.embed_watch.load_state_dict(state["embed_watch"])
         self.step = int(state["step"])
         if self.ctx.is_main:
             logger.info("resumed %s at step %d", ckpt.path, self.step)
@@ -244,6 +250,7 @@ class Trainer:
         aux_sum = torch.zeros((), device=self.ctx.device)
         for i in range(accum):
             x, y = self.data.get_batch("train", self.micro_batch, block, self.generator, self.ctx.device)
+            self.embed_watch.see(x)
             with dist_utils.gradient_sync(self.model, enabled=i == accum - 1):
                 with self._autocast():  # the model computes head and loss together (chunked: no (B, T, V) logits)
                     out = self.model(x, targets=y, z_loss_coef=self.cfg.z_loss_coef)
@@ -258,8 +265,7 @@ class Trainer:
         """One optimizer step (or a skipped one); returns what the logs show."""
         start = time.perf_counter()
         lr = self.lr_at(self.step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         ce_sum, z_sum, aux_sum = self._micro_steps()
         vote = torch.tensor(1.0 if self._signal else 0.0, device=ce_sum.device)
         packed = dist_utils.all_reduce_sum(torch.stack([ce_sum, z_sum, aux_sum, vote]).float(), self.ctx).tolist()
@@ -270,6 +276,8 @@ class Trainer:
         ratios = self._ratio_step() if ok and self._due(self.cfg.logging.ratio_every) else None
         if ok and ratios is None:
             self.optimizer.step()
+        elif not ok and getattr(self.optimizer, "guards_nan", False):  # Tiger: keep m, shrink the weights
+            self.optimizer.shrink()
         self.optimizer.zero_grad(set_to_none=True)
         self.stats.bad_steps = 0 if ok else self.stats.bad_steps + 1
         self.stats.skipped += 0 if ok else 1
@@ -336,6 +344,7 @@ class Trainer:
         path = None
         if self.ctx.is_main:
             state = {"step": self.step, "rng": rng, "generator": self.generator.get_state(),
+                     "embed_watch": self.embed_watch.state_dict(),
                      "stats": asdict(self.stats)}
             config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
             path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
@@ -388,7 +397,10 @@ class Trainer:
         val = self.evaluate()
         if self.stats.best_val_loss is None or val < self.stats.best_val_loss:
             self.stats.best_val_loss, self.stats.best_step = val, self.step
-        self.metrics.log(self.step, "eval", {"loss": val})
+        o = self.cfg.optimizer
+        signature = self.embed_watch.measure(self.raw.embed_tokens.weight, o.weight_decay if o.decay_embeddings
+                                             else 0.0, lambda t: dist_utils.all_reduce_sum(t, self.ctx))
+        self.metrics.log(self.step, "eval", {"loss": val, **signature})
         texts = self.samples() if self.cfg.logging.samples else []
         if self.ctx.is_main:
             logger.info("step %d: val loss %.4f", self.step, val)

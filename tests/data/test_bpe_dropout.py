@@ -1,0 +1,87 @@
+"""BPE-dropout (Provilkov et al., arXiv 1910.13267) on the train split only: p = 0 is the plain tokenizer,
+p > 0 gives several segmentations that all decode back, the validation split and the saved tokenizer stay
+plain, and the dropout is part of the prepared folder's cache key (resume and a prepared source refuse
+another p)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from archlab.cli import main
+from archlab.data.tokenizer import Tokenizer, build_tokenizer, train_bpe
+from archlab.data.tokens import TokenData, prepare_data
+from archlab.train.config import resolve_config
+from archlab.train.resume import check_resume
+
+SENTENCE = "the quick brown fox jumps over the lazy dog, naïve café"
+TEXTS = [f"{SENTENCE} {i} and the lazy dog again\n" for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def bpe() -> Tokenizer:
+    return train_bpe(TEXTS, 400)  # trained first: the trainer would have dropped a dropout set before
+
+
+def test_p_zero_is_the_plain_tokenizer(bpe: Tokenizer) -> None:
+    plain = bpe.with_dropout(0.0)
+    for text in (SENTENCE, *TEXTS[:5]):
+        assert all(plain.encode(text) == bpe.encode(text) for _ in range(20))
+
+
+def test_dropout_gives_several_segmentations_that_all_decode_back(bpe: Tokenizer) -> None:
+    noisy = bpe.with_dropout(0.3)
+    segmentations = {tuple(noisy.encode(SENTENCE)) for _ in range(50)}
+    assert len(segmentations) >= 2
+    assert all(bpe.decode(list(ids)) == SENTENCE for ids in segmentations)
+    assert all(len(ids) >= len(bpe.encode(SENTENCE)) for ids in segmentations)  # dropped merges: more tokens
+
+
+def test_dropout_needs_merges_and_a_probability(bpe: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="needs a BPE tokenizer with merges"):
+        build_tokenizer("byte", 256, None).with_dropout(0.1)
+    with pytest.raises(ValueError, match=r"bpe_dropout=1.0 is not allowed: a probability in \[0, 1\)"):
+        bpe.with_dropout(1.0)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    for i in range(40):
+        (folder / f"doc{i:02d}.txt").write_text(TEXTS[i] * 3, encoding="utf-8")
+    return folder
+
+
+def test_train_split_only_and_recorded(corpus: Path, tmp_path: Path) -> None:
+    plain = prepare_data(str(corpus), tmp_path / "plain", "bpe", 400, 0.1)
+    noisy = prepare_data(str(corpus), tmp_path / "noisy", "bpe", 400, 0.1, bpe_dropout=0.2)
+    a, b = TokenData(plain), TokenData(noisy)
+    assert (plain / "tokenizer.json").read_bytes() == (noisy / "tokenizer.json").read_bytes()  # saved plain
+    assert np.array_equal(a.splits["val"], b.splits["val"])
+    assert len(b.splits["train"]) > len(a.splits["train"])
+    tok = a.tokenizer()
+    assert tok.decode(b.splits["train"].tolist()) == tok.decode(a.splits["train"].tolist())  # same text
+    assert b.meta["request"]["bpe_dropout"] == 0.2 and "bpe_dropout" not in a.meta["request"]
+    assert prepare_data(str(corpus), noisy, "bpe", 400, 0.1, bpe_dropout=0.2) == noisy  # reused: same key
+    assert np.array_equal(TokenData(noisy).splits["train"], b.splits["train"])
+    with pytest.raises(ValueError, match="a run's prepared data is never replaced"):
+        prepare_data(str(corpus), noisy, "bpe", 400, 0.1, bpe_dropout=0.1, reuse_only=True)
+    with pytest.raises(ValueError, match=r"data.bpe_dropout=0.1 is not the 0.2 .* was prepared with"):
+        resolve_config([{"data.source": str(noisy), "data.bpe_dropout": "0.1"}])
+    with pytest.raises(ValueError, match="0 for the byte tokenizer"):
+        prepare_data(str(corpus), tmp_path / "bytes", "byte", 256, 0.1, bpe_dropout=0.1)
+
+
+def test_cli_flag_and_resume_key(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cli"
+    args = ["data", "prepare", "--data", str(corpus), "--tokenizer", "bpe", "--vocab-size", "400",
+            "--val-fraction", "0.1", "--out", str(out)]
+    assert main([*args, "--data.bpe_dropout", "0.1"]) == 0
+    assert TokenData(out).meta["request"]["bpe_dropout"] == 0.1
+    train, _ = resolve_config([{"data.source": str(corpus), "data.tokenizer": "bpe", "data.bpe_dropout": "0.2"}])
+    saved = train.to_dict()
+    saved["data"]["bpe_dropout"] = 0.1
+    with pytest.raises(ValueError, match=r"--resume: data.bpe_dropout 0.2 differs from the run's 0.1"):
+        check_resume(train, saved, 1)

@@ -1,0 +1,96 @@
+"""The embedding outlier signature (kexue.fm/archives/9736) against hand-computed values, and its wiring in
+the trainer: a token that vanishes from the batches drifts under Tiger and stands still with lazy rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from archlab.train.config import resolve_config
+from archlab.train.distributed import setup
+from archlab.train.metrics import EmbeddingWatch, embedding_signature, read_metrics
+from archlab.train.trainer import Trainer
+
+
+def test_signature_by_hand() -> None:
+    table = torch.tensor([[10.0, -9.95, 3.0], [-10.2, 0.5, 9.89], [0.0, 1.0, 2.0]])
+    previous = torch.tensor([[10.0, -9.95, 3.0], [-10.0, 0.5, 9.89], [3.0, 5.0, 2.0]])
+    unseen = torch.tensor([False, True, True])
+    got = embedding_signature(table, 0.1, previous, unseen)
+    assert got["embed_max_abs"] == pytest.approx(10.2)
+    assert got["embed_near_fixed_point"] == pytest.approx(2 / 9)  # 10.0 and -9.95; -10.2 and 9.89 are out of 1%
+    assert got["embed_unseen_rows"] == 2
+    assert got["embed_unseen_drift"] == pytest.approx((0.2 + 5.0) / 2, rel=1e-6)
+    assert set(embedding_signature(table, 0.0)) == {"embed_max_abs"}  # no decay: no fixed point to be near
+
+
+def test_watch_marks_rows_seen_before_and_not_since() -> None:
+    watch = EmbeddingWatch(5, torch.device("cpu"))
+    table = torch.zeros(5, 2)
+    watch.see(torch.tensor([[0, 1], [1, 2]]))
+    assert "embed_unseen_rows" not in watch.measure(table, 0.0)  # no snapshot yet
+    watch.see(torch.tensor([[2, 2]]))
+    table[0] = torch.tensor([3.0, 4.0])
+    got = watch.measure(table, 0.0)
+    assert (got["embed_unseen_rows"], got["embed_unseen_drift"]) == (2, pytest.approx(2.5))  # rows 0 and 1
+    watch.see(torch.tensor([[0, 3]]))
+    assert watch.measure(table, 0.0)["embed_unseen_rows"] == 2  # rows 1 and 2 idle now; 3 was never seen before
+
+
+FLAGS = {
+    "model.d_model": "32", "model.n_layers": "1", "model.n_heads": "2", "model.max_seq_len": "16",
+    "data.batch_size": "2", "data.block_size": "16", "logging.progress": "false", "logging.tensorboard": "false",
+    "logging.samples": "0", "logging.eval_every": "0", "logging.eval_batches": "1", "checkpoint.save_every": "0",
+    "steps": "20", "optimizer.name": "tiger", "optimizer.lr": "1e-2", "optimizer.decay_embeddings": "true",
+    "schedule.name": "constant",
+}
+VANISHING = 7  # a token id held by the first batch only
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_vanished_token_drifts_under_tiger_and_stands_still_with_lazy_rows(
+        lazy: bool, prepared: Path, tmp_path: Path) -> None:
+    train, model = resolve_config([{**FLAGS, "data.source": str(prepared), "out": str(tmp_path / "run"),
+                                    "optimizer.lazy_embeddings": str(lazy).lower()}])
+    trainer = Trainer(train, model, setup("none", "cpu"))
+    get_batch = trainer.data.get_batch
+
+    def batches(split: str, *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = get_batch(split, *args, **kwargs)
+        if split == "train":
+            x = x.masked_fill(x == VANISHING, 8)
+            if trainer.step == 0:
+                x[0, 0] = VANISHING
+        return x, y
+
+    trainer.data.get_batch = batches  # type: ignore[method-assign]
+    trainer.train_step()
+    trainer._evaluate_and_log()  # the snapshot after the token's only step
+    before = trainer.raw.embed_tokens.weight[VANISHING].detach().clone()
+    for _ in range(10):
+        trainer.train_step()
+    trainer._evaluate_and_log()
+    trainer.metrics.close()
+    row = read_metrics(tmp_path / "run", "eval")[-1]
+    table = trainer.raw.embed_tokens.weight.detach()
+    moved = float((table[VANISHING] - before).norm())
+    assert row["embed_max_abs"] == pytest.approx(float(table.abs().max()))
+    assert row["embed_unseen_rows"] >= 1 and "embed_near_fixed_point" in row
+    if lazy:
+        assert moved == 0.0 and row["embed_unseen_drift"] == 0.0
+    else:  # ten full Tiger steps of lr x RMS(row) on each of 32 entries, all in one direction
+        assert moved > 10 * 1e-2 * 0.5 * 32**0.5 and row["embed_unseen_drift"] > 0
+
+
+def test_watch_state_round_trip_gives_the_same_next_signature() -> None:
+    a = EmbeddingWatch(6, torch.device("cpu"))
+    table = torch.arange(12.0).view(6, 2)
+    a.see(torch.tensor([0, 1, 2]))
+    a.measure(table, 0.1)
+    a.see(torch.tensor([2, 3]))
+    b = EmbeddingWatch(6, torch.device("cpu"))
+    b.load_state_dict(a.state_dict())
+    moved = table + torch.tensor([[1.0, 0.0]] * 6)
+    assert a.measure(moved, 0.1) == b.measure(moved, 0.1)
