@@ -19,6 +19,7 @@ from archlab.data.tokenizer import bytes_to_unicode
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.lab import eval_set
 from archlab.nn import attention
+from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, repeat_kv
 
 BLOCK = 16
 FILES = ("json/decoder.py", "json/encoder.py", "json/scanner.py", "json/__init__.py", "textwrap.py", "string.py",
@@ -85,20 +86,18 @@ def test_max_attention_logit_equals_the_eager_paths_scores(
             p.mul_(3.0)  # larger logits, far from any tolerance
     starts = eval_set.eval_starts(data, BLOCK, tokens=8 * BLOCK)
     seen = []
-    eager = attention.eager_attention
+    eager = ATTENTION_KERNELS["eager"]
 
-    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, bias: object, mask: torch.Tensor | None,
-            *args: object) -> torch.Tensor:
-        scores = (q @ k.transpose(-2, -1)) * scale
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
+        scores = (q @ repeat_kv(k, q.shape[1] // k.shape[1]).transpose(-2, -1)) * call.scale  # (B, H, T, S)
         t = q.shape[2]
-        visible = mask if mask is not None else torch.ones(t, t, dtype=torch.bool).tril()
+        visible = call.mask if call.mask is not None else torch.ones(t, t, dtype=torch.bool).tril()
         seen.append(float(scores.abs().masked_fill(~visible, 0).amax()))
-        return eager(q, k, v, scale, bias, mask, *args)
+        return eager(q, k, v, call)
 
-    monkeypatch.setattr(attention, "eager_attention", spy)
     for m in model.modules():
         if isinstance(m, attention.Attention):
-            m.use_sdpa = False
+            monkeypatch.setattr(m, "kernel", spy)  # every layer's attention through the eager reference
     with torch.no_grad():
         for x, _ in eval_set._batches(data, starts, BLOCK):
             model(x)

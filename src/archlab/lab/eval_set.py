@@ -37,9 +37,9 @@ import torch
 
 from archlab.data.tokenizer import DOC_SEPARATOR, Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.nn.attention import Attention, repeat_kv
+from archlab.nn.attention import Attention
+from archlab.nn.attention_kernels import repeat_kv
 from archlab.nn.model import TransformerLM
-from archlab.nn.rerope import ReRopePositions
 
 EVAL_TOKENS = 65_536  # target tokens of the fixed evaluation set (or the whole validation split when smaller)
 SPAN_BYTES = 65_536  # bytes of validation text every tokenizer's bits per byte is scored on
@@ -96,7 +96,7 @@ def _layer_max_logit(module: Attention, q: torch.Tensor, k: torch.Tensor, inp: o
         q = q * inp.query_scale.to(q.dtype)
     if inp.rope is not None and inp.rope.rotates_cached_keys:
         k = inp.rope.rotate_cached_keys(k)
-    if isinstance(inp.rope, ReRopePositions):
+    if inp.rope is not None and inp.rope.computes_scores:  # a plan that computes its own scores (ReRoPE)
         scores = inp.rope.scores(q, k) * module.scale  # (B, H, T, S)
     else:
         scores = q @ repeat_kv(k, module.n_heads // module.n_kv_heads).transpose(-2, -1) * module.scale
