@@ -181,8 +181,8 @@ def test_cli_token_healing_defaults_to_one_token(monkeypatch, capsys, tok: Token
     model = tiny(vocab_size=tok.vocab_size, max_seq_len=64)
     monkeypatch.setattr(command, "load_checkpoint", lambda path: (model, tok))
     seen = []
-    real = command.generate_text
-    monkeypatch.setattr(command, "generate_text", lambda *a, **k: seen.append(k["token_healing"]) or real(*a, **k))
+    real = command.text_generation
+    monkeypatch.setattr(command, "text_generation", lambda *a, **k: seen.append(k["token_healing"]) or real(*a, **k))
     argv = ["generate", "--checkpoint", "c", "--prompt", "import num", "--max-new-tokens", "3", "--temperature", "0"]
     for extra, want in (([], 0), (["--token-healing"], 1), (["--token-healing", "2"], 2)):
         assert main([*argv, *extra]) == 0
