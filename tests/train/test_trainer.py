@@ -104,7 +104,9 @@ class NanForward:
         self.calls += 1
         if not self.bad(self.calls - 1):
             return out
-        return LossOutput(*(None if t is None else t * float("nan") for t in out)) if isinstance(out, LossOutput) else out * float("nan")
+        if isinstance(out, LossOutput):
+            return LossOutput(*(None if t is None else t * float("nan") for t in out))
+        return out * float("nan")
 
 
 def test_a_non_finite_step_is_skipped(prepared: Path, tmp_path: Path) -> None:
