@@ -376,12 +376,7 @@ def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: s
     model.load_state_dict(state, assign=True)
     if config.tie_embeddings:  # assign gave the head its own Parameter object: tie it again
         model.lm_head.weight = model.embed_tokens.weight
-    for module in model.modules():
-        for name, buffer in module._buffers.items():
-            if buffer is not None and buffer.is_meta:
-                module._buffers[name] = torch.empty_like(buffer, device=device)
-        if hasattr(module, "reset_buffers"):
-            module.reset_buffers()
+    model.materialise_buffers(device)
     return model
 
 

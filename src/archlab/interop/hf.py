@@ -69,12 +69,7 @@ def _assign(model: TransformerLM, state: dict[str, torch.Tensor], device: torch.
         model.get_submodule(owner)._parameters[leaf] = nn.Parameter(tensor)
     if model.config.tie_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
-    for module in model.modules():
-        for name, buffer in module._buffers.items():
-            if buffer is not None and buffer.is_meta:
-                module._buffers[name] = torch.empty_like(buffer, device=device)
-        if hasattr(module, "reset_buffers"):
-            module.reset_buffers()
+    model.materialise_buffers(device)
 
 
 def pick_family(config: ModelConfig, name: str | None = None) -> Family:

@@ -91,6 +91,17 @@ class TransformerLM(nn.Module):
         return None
 
     @torch.no_grad()
+    def materialise_buffers(self, device: torch.device) -> None:
+        """After building on the meta device and assigning weights: make every buffer still on meta on `device`
+        and let its module compute it (RoPE tables, ALiBi slopes, FAVOR projections). A module whose buffers all
+        came with the weights (a VQ codebook's statistics) is left as loaded."""
+        for module in self.modules():
+            meta = [name for name, buffer in module._buffers.items() if buffer is not None and buffer.is_meta]
+            for name in meta:
+                module._buffers[name] = torch.empty_like(module._buffers[name], device=device)
+            if meta and hasattr(module, "reset_buffers"):
+                module.reset_buffers()
+
     def init_weights(self, seed: int | None = None) -> None:
         """Initialise every parameter and computed buffer; safe to call again, and the way to materialise a
         model built on the meta device: `model.to_empty(device=d); model.init_weights(seed)`.
