@@ -19,7 +19,9 @@ def test_seeds_needed_matches_published_sample_sizes():
 
 
 def test_seeds_needed_is_the_first_n_reaching_the_power():
-    for effect, sigma_d, arms in ((0.02, 0.015, None), (0.01, 0.03, None), (0.02, 0.0212, 10), (0.3, 0.01, None)):
+    cases = ((0.02, 0.015, None), (0.01, 0.03, None), (0.02, 0.0212, 10), (0.3, 0.01, None), (1e-6, 0.1, None),
+             (1e-6, 0.1, 4))  # the last two: ~5e10 seeds, found by bisection (a walk down would never end)
+    for effect, sigma_d, arms in cases:
         n = seeds_needed(effect, sigma_d, alpha=0.05, arms=arms)
         assert power(effect, sigma_d, n, alpha=0.05, arms=arms) >= 0.8
         assert n == 2 or power(effect, sigma_d, n - 1, alpha=0.05, arms=arms) < 0.8

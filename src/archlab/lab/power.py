@@ -67,17 +67,20 @@ def seeds_needed(effect: float, sigma_d: float, *, alpha: float, power: float = 
     def reaches(n: int) -> bool:
         return _power(effect, sigma_d, n, alpha, one_sided, arms) >= power
 
-    # start at the z-test's n (the t-test needs the same or a few more) and walk; the power grows with n
+    # bracket the answer from the z-test's n (the t-test needs the same or a few more), then bisect; the power
+    # grows with n. Bisection keeps a near-zero effect (n ~ 1e30) as cheap as a large one.
     z = special.ndtri(1.0 - (alpha if one_sided else alpha / 2.0)) + special.ndtri(power)
     n = max(2, math.ceil((z * sigma_d / effect) ** 2))
     if reaches(n):
-        while n > 2 and reaches(n - 1):
-            n -= 1
-        return n
-    step = 1
-    while not reaches(n + step):  # doubling steps, then bisect the last one
-        n, step = n + step, step * 2
-    low, high = n, n + step  # not reaches(low), reaches(high)
+        if n == 2 or reaches(2):
+            return 2
+        low, high = 2, n
+    else:
+        step = 1
+        while not reaches(n + step):  # doubling steps
+            n, step = n + step, step * 2
+        low, high = n, n + step
+    # not reaches(low), reaches(high)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if reaches(mid) else (mid, high)

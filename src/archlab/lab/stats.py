@@ -189,7 +189,7 @@ def _plan(test: ClaimTest, level: float) -> int | None:
         return test.seeds_needed  # exact tests plan themselves (archlab.lab.discrete)
     if test.expect == "better":
         effect = test.min_effect if test.min_effect > 0 else abs(test.estimate)
-        if effect == 0:
+        if effect <= 1e-9 * test.sigma_d:  # an estimate at rounding level (arms equal per seed): no effect to plan
             return None
         return seeds_needed(effect, test.sigma_d, alpha=level, power=PLAN_POWER, arms=test.arms)
     each = PLAN_POWER if test.expect == "same" else 1.0 - (1.0 - PLAN_POWER) / 2.0
