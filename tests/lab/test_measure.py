@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sysconfig
 from collections.abc import Callable, Iterator
@@ -175,10 +176,20 @@ def test_norm_flop_share_by_hand(run_dir: Path) -> None:
     assert measure.norm_flop_share(run) == pytest.approx(expected, rel=1e-9)
 
 
-def test_timed_measures_are_sane(run_dir: Path) -> None:
+def test_timed_measures_are_sane(run_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     run = measure.RunView(run_dir, windows=2)
     assert 0.0 < measure.norm_time_share(run) < 1.0
+    assert "USDT:" not in capfd.readouterr().err  # the profiler's start / stop lines stay out of the lab's output
     assert measure.step_ms(run) > 0 and measure.decode_tok_s(run) > 0
+
+
+def test_profiler_chatter_is_held_back_and_other_lines_pass(capfd: pytest.CaptureFixture[str]) -> None:
+    with measure.without_profiler_chatter():
+        os.write(2, b"USDT:2026 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"ERROR: a real problem\n")
+        os.write(2, b"STAGE:2026 Completed Stage: Warm Up\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "ERROR: a real problem\nafter\n"
 
 
 def test_timings_keep_the_fastest_timed_try(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

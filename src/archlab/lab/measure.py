@@ -28,11 +28,15 @@ Rules stated once:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,7 +188,8 @@ def norm_time_share(run: RunView) -> float:
     try:
         for _ in range(WARMUP_STEPS):
             _train_pass(model, batch)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        cpu = [torch.profiler.ProfilerActivity.CPU]
+        with without_profiler_chatter(), torch.profiler.profile(activities=cpu) as prof:
             with torch.profiler.record_function("step"):
                 for _ in range(PROFILED_STEPS):
                     _train_pass(model, batch)
@@ -196,6 +201,28 @@ def norm_time_share(run: RunView) -> float:
         if event.name in totals:
             totals[event.name] += event.cpu_time_total
     return (totals["norm"] + totals["norm.backward"]) / totals["step"]
+
+
+PROFILER_CHATTER = ("USDT:", "STAGE:")  # kineto's lines at every profiler start and stop
+
+
+@contextlib.contextmanager
+def without_profiler_chatter() -> Iterator[None]:
+    """Hold back the lines torch's profiler (kineto, in C++) writes to file descriptor 2 at start and stop, and
+    pass every other line written meanwhile on to stderr. Kineto's own switch (KINETO_LOG_LEVEL, read when torch
+    loads) silences its errors along with the chatter."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if not line.startswith(PROFILER_CHATTER)))
 
 
 _OPEN: list[torch.profiler.record_function] = []  # ranges opened by hooks, closed last-in first-out
