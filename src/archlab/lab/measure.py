@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import statistics
@@ -55,6 +56,7 @@ from archlab.nn.model import TransformerLM
 from archlab.nn.norms import LayerNorm, RMSNorm
 from archlab.train.metrics import read_metrics
 
+logger = logging.getLogger(__name__)
 SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
 LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
 STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
@@ -209,7 +211,7 @@ PROFILER_CHATTER = ("USDT:", "STAGE:")  # kineto's lines at every profiler start
 @contextlib.contextmanager
 def without_profiler_chatter() -> Iterator[None]:
     """Hold back the lines torch's profiler (kineto, in C++) writes to file descriptor 2 at start and stop, and
-    pass every other line written meanwhile on to stderr. Kineto's own switch (KINETO_LOG_LEVEL, read when torch
+    log every other line written meanwhile as a warning. Kineto's own switch (KINETO_LOG_LEVEL, read when torch
     loads) silences its errors along with the chatter."""
     sys.stderr.flush()
     saved = os.dup(2)
@@ -222,7 +224,9 @@ def without_profiler_chatter() -> Iterator[None]:
             os.close(saved)
             held.seek(0)
             lines = held.read().decode(errors="replace").splitlines(keepends=True)
-            sys.stderr.write("".join(line for line in lines if not line.startswith(PROFILER_CHATTER)))
+            for line in lines:
+                if line.strip() and not line.startswith(PROFILER_CHATTER):
+                    logger.warning("torch profiler: %s", line.rstrip())
 
 
 _OPEN: list[torch.profiler.record_function] = []  # ranges opened by hooks, closed last-in first-out
