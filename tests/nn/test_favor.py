@@ -171,3 +171,20 @@ def test_redraw_policy():
     a(q, q, q, None)
     assert not torch.equal(a.projection, first)
     assert "projection" not in a.state_dict()
+
+
+def test_a_restored_call_count_gives_the_projection_training_reached():
+    """After C training forwards, a fresh kernel given the count holds the same projection and redraws at the
+    same later calls (the trainer's resume), for C on and between the redraw points."""
+    q = torch.randn(1, 2, 4, 8)
+    for calls in (0, 1, 2, 3, 4, 5, 7):
+        trained = _kernel(redraw=2).train()
+        for _ in range(calls):
+            trained(q, q, q, None)
+        restored = _kernel(redraw=2).train()
+        restored.load_training_state(trained.training_state())
+        assert restored.calls == calls and torch.equal(restored.projection, trained.projection), calls
+        for _ in range(3):
+            trained(q, q, q, None)
+            restored(q, q, q, None)
+            assert torch.equal(restored.projection, trained.projection), calls

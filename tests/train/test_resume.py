@@ -11,6 +11,7 @@ import matplotlib.axes
 import pytest
 import torch
 
+from archlab.checkpoint import load_model
 from archlab.cli import main
 from archlab.plots import plot_run
 from archlab.train.config import resolve_config
@@ -163,3 +164,20 @@ def test_resume_restores_the_run_counters(prepared: Path, tmp_path: Path) -> Non
     resumed = Trainer(train, model, setup("none", "cpu"), resume=True)
     assert resumed.step == 3
     assert resumed.stats == first.stats  # tokens_seen, skipped, bad_steps, best val loss and its step
+
+
+def test_a_favor_run_with_redraws_resumes_bitwise(prepared: Path, tmp_path: Path) -> None:
+    """FAVOR+ redraws its projection every 2 training forwards; the count travels in state.pt, so a run stopped at
+    step 3 (between redraws) and resumed ends with the uninterrupted run's weights, losses and projection."""
+    flags = {"schedule.horizon": "7", "schedule.warmup_steps": "1", "model.attn_kernel": "favor",
+             "model.favor_redraw": "2"}
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert run_cli(*cli_flags(prepared, straight, steps="7", **flags)) == 0
+    assert run_cli(*cli_flags(prepared, resumed, steps="3", **flags)) == 0
+    assert run_cli("--out", str(resumed), "--resume", "--steps", "7") == 0
+    assert [r["loss"] for r in read_metrics(straight, "train")] == [r["loss"] for r in read_metrics(resumed, "train")]
+    a, b = (torch.load(run / "checkpoints" / "step_0000007" / "state.pt", weights_only=True)["modules"]
+            for run in (straight, resumed))
+    assert a == b == {"layers.0.attn.linear.kernel": {"calls": 7}}
+    wa, wb = (load_model(run)[0].state_dict() for run in (straight, resumed))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

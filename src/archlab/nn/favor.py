@@ -133,7 +133,9 @@ class FavorKernel(nn.Module):
 
     The projection is drawn from FAVOR_SEED + layer_idx at build time, so two models of one config (and two eval
     forwards) use the same features. With `redraw` = n, every n-th training forward (without a cache) draws
-    anew from that generator; eval and decoding never redraw, so a prefill and its decode steps agree."""
+    anew from that generator; eval and decoding never redraw, so a prefill and its decode steps agree. The count of
+    training forwards travels with the trainer's checkpoints (`training_state`), so a resumed run continues the
+    same sequence of projections."""
 
     def __init__(
         self, head_dim: int, features: int, feature: str, orthogonal: bool, redraw: int | None, scale: float,
@@ -152,9 +154,23 @@ class FavorKernel(nn.Module):
         return draw_projection(self.rows, self.head_dim, self.orthogonal, self.generator, torch.float32)
 
     def reset_buffers(self) -> None:
-        """Redraw the build-time projection (after building on the meta device)."""
+        """The projection of the current draw count (after building on the meta device or loading a state)."""
+        self.load_training_state({"calls": self.calls})
+
+    def training_state(self) -> dict[str, int]:
+        """What the trainer checkpoints beside the weights (state.pt): the training forwards counted so far, so a
+        resumed run redraws where the uninterrupted one would, with the same projection."""
+        return {"calls": self.calls}
+
+    def load_training_state(self, state: dict[str, int]) -> None:
+        """Set the call count and replay the generator to that point's projection: the forward with count c
+        redraws for c = n, 2n, ..., so after C calls the projection is draw number 1 + (C - 1) // n."""
+        self.calls = int(state["calls"])
+        draws = 1 + (self.calls - 1) // self.redraw if self.redraw and self.calls else 1
         self.generator.manual_seed(self.generator.initial_seed())
-        self.projection = self._draw().to(self.projection.device)
+        for _ in range(draws):
+            projection = self._draw()
+        self.projection = projection.to(self.projection.device)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: FavorState | None,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from torch import nn
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -89,6 +90,12 @@ class TrainResult:
     checkpoint: Path | None
     interrupted: str | None  # the signal name when SIGINT/SIGTERM stopped the run
     tokens_per_s: float
+
+
+def module_training_state(model: nn.Module) -> dict[str, dict]:
+    """Per module, the training state it keeps outside its tensors (`training_state()`: FAVOR+'s count of training
+    forwards, which decides its redraws), for state.pt; restored through `load_training_state`."""
+    return {name: m.training_state() for name, m in model.named_modules() if hasattr(m, "training_state")}
 
 
 def _data_dir(train: TrainConfig, run_dir: Path) -> Path:
@@ -221,6 +228,8 @@ class Trainer:
         self.stats = TrainStats(**state["stats"])
         if "embed_watch" in state:  # checkpoints written before the outlier signature have none
             self.embed_watch.load_state_dict(state["embed_watch"])
+        for name, module_state in state.get("modules", {}).items():  # FAVOR's redraw count
+            self.raw.get_submodule(name).load_training_state(module_state)
         self.step = int(state["step"])
         if self.ctx.is_main:
             logger.info("resumed %s at step %d", ckpt.path, self.step)
@@ -345,7 +354,7 @@ class Trainer:
         if self.ctx.is_main:
             state = {"step": self.step, "rng": rng, "generator": self.generator.get_state(),
                      "embed_watch": self.embed_watch.state_dict(),
-                     "stats": asdict(self.stats)}
+                     "stats": asdict(self.stats), "modules": module_training_state(self.raw)}
             config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
             path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
                                    self.tokenizer_file, tied_aliases(self.raw), val_loss,
