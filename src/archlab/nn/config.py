@@ -6,10 +6,12 @@ in error messages without further edits. Derived sizes (n_kv_heads, head_dim, d_
 `__post_init__`, so a saved config always holds the numbers the model was built with.
 
 Derivations, each beaten by an explicit value (the field's default is `None` = "derive it"):
-- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`);
+- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`), with
+  block="gau" the GAU's value width e = 2 d_model (its key width s is head_dim, its one head n_heads = 1);
 - activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
   different explicit activation is an error, never a silent rewrite;
-- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True;
+- attn_bias and mlp_bias = bias; final_norm = False for post-norm and DeepNorm (the last block already normed),
+  else True;
 - favor_features = round(head_dim ln head_dim) with attn_kernel="favor" (`default_favor_features`).
 Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
 norm="layernorm") must keep their defaults otherwise.
