@@ -10,7 +10,8 @@ of one kind (window, RoPE) share one `AttentionInputs`:
 - the causal / window / padding mask over the key slots the kind reads, or None where SDPA's is_causal (or, for
   one query, no mask) is exact;
 - an additive position bias (T5 relative, ALiBi) over the same slots;
-- the log-n factor per query (Su, "Entropy invariance", kexue.fm/archives/8823).
+- the log-n factor per query (Su, "Entropy invariance", kexue.fm/archives/8823), also dynamic cosine
+  attention's: lambda = 4 log(N/2) times log(n) / log(N/2) = 4 log n (kexue.fm/archives/9859).
 A new way of giving positions is another plan here, not another thread through model and attention.
 
 Shapes: B batch, T new tokens, S keys a layer reads (cache + new), H heads.
@@ -53,6 +54,8 @@ class AttentionInputsBuilder:
         self.rotaries, self.rel_bias = rotaries, rel_bias
         self.n_layers = c.n_layers
         self.logn_base = (c.attn_logn_base or c.max_seq_len) if c.attn_logn else None
+        if c.cosine_attention and c.cosine_scale == "dynamic":  # 4 log(N/2) x log(n) / log(N/2) = 4 log n
+            self.logn_base = c.max_seq_len / 2
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
         self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
         self.layer_ropes = tuple(c.layer_rope(i) for i in range(c.n_layers))
