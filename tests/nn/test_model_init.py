@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from archlab import ModelConfig, TransformerLM
-from archlab.nn.model import param_seed
+from archlab.nn.init import param_seed
 
 SMALL = dict(d_model=32, n_heads=4, n_layers=2, vocab_size=64, max_seq_len=32)
 RANDOM = ("qkv_proj.weight", "o_proj.weight", "up_proj.weight", "gate_up_proj.weight", "down_proj.weight",
