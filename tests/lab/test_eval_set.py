@@ -20,6 +20,7 @@ from archlab.data.tokens import TokenData, prepare_data
 from archlab.lab import eval_set
 from archlab.nn import attention
 from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, repeat_kv
+from archlab.nn.gau import GAU
 
 BLOCK = 16
 FILES = ("json/decoder.py", "json/encoder.py", "json/scanner.py", "json/__init__.py", "textwrap.py", "string.py",
@@ -41,8 +42,8 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TokenData]:
 
 
 def _model(vocab: int, **switches: object) -> TransformerLM:
-    model = TransformerLM(ModelConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=vocab, max_seq_len=64,
-                                      **switches))
+    model = TransformerLM(ModelConfig(**{"d_model": 32, "n_heads": 4, "n_layers": 2, "vocab_size": vocab,
+                                         "max_seq_len": 64, **switches}))
     model.init_weights(seed=0)
     return model.eval()
 
@@ -74,8 +75,9 @@ def test_scores_equal_cross_entropy_and_log_z_by_hand(corpora: dict[str, TokenDa
 
 
 @pytest.mark.parametrize("switches", [dict(), dict(qk_norm="rmsnorm", n_kv_heads=2, sliding_window=5),
-                                      dict(attn_logn=True, key_norm=True), dict(block="parallel")],
-                         ids=["plain", "qknorm-gqa-window", "logn", "parallel"])
+                                      dict(attn_logn=True, key_norm=True), dict(block="parallel"),
+                                      dict(block="gau", n_heads=1)],
+                         ids=["plain", "qknorm-gqa-window", "logn", "parallel", "gau"])
 def test_max_attention_logit_equals_the_eager_paths_scores(
     corpora: dict[str, TokenData], monkeypatch: pytest.MonkeyPatch, switches: dict
 ) -> None:
@@ -96,7 +98,7 @@ def test_max_attention_logit_equals_the_eager_paths_scores(
         return eager(q, k, v, call)
 
     for m in model.modules():
-        if isinstance(m, attention.Attention):
+        if isinstance(m, (attention.Attention, GAU)):
             monkeypatch.setattr(m, "kernel", spy)  # every layer's attention through the eager reference
     with torch.no_grad():
         for x, _ in eval_set._batches(data, starts, BLOCK):
