@@ -6,7 +6,8 @@ of one kind (window, RoPE) share one `AttentionInputs`:
 - the positions plan (`PositionPlan`, nn/rope.py): RoPE tables for the new tokens (gathered from a precomputed
   table when the positions are known to fit, without a host sync); for a schedule whose cached keys wait
   (Dynamic NTK) the tables of every key read, at the current length; for a position remap the ReRoPE plan
-  (nn/rerope.py, chosen by the kind's `RopeKind.remaps_positions`);
+  (nn/rerope.py, chosen by `RotaryEmbedding.remaps_positions`: the kind's `RopeKind.remaps_positions`, in
+  training mode only for a `training_only` kind, inverse Leaky ReRoPE);
 - the causal / window / padding mask over the key slots the kind reads, or None where SDPA's is_causal (or, for
   one query, no mask) is exact;
 - an additive position bias (T5 relative, ALiBi) over the same slots;
@@ -117,7 +118,7 @@ class AttentionInputsBuilder:
     ) -> PositionPlan:
         """The rotary plan: ReRoPE's two rotations for a kind that remaps positions (keys at `key_positions`,
         without a cache the new tokens themselves), else `RotaryEmbedding.plan`."""
-        if rotary.kind.remaps_positions:
+        if rotary.remaps_positions:  # inverse Leaky ReRoPE: in training mode only
             return rerope_plan(rotary, positions, positions if key_positions is None else key_positions)
         return rotary.plan(positions, bound, key_positions)
 

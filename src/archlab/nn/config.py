@@ -260,6 +260,10 @@ class ModelConfig:
             raise _bad("rope_theta_local", self.rope_theta_local, "None or a base > 1")
         if not self.position_pattern or set(self.position_pattern) - set(POSITION_LAYERS):
             raise _bad("position_pattern", self.position_pattern, "a non-empty string of R (RoPE) and N (NoPE)")
+        s = self.rope_scaling
+        if s is not None and s.kind == "inv_leaky_rerope" and not s.window < self.max_seq_len:
+            raise _bad("rope_scaling.window", s.window, f"< max_seq_len={self.max_seq_len} with "
+                       "kind='inv_leaky_rerope' (training must reach past the window)")
 
     def _check_attention(self) -> None:
         for name in ("attn_softcap", "final_softcap", "attn_scale"):
@@ -297,7 +301,8 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
         if self.attn_dropout:
             raise _bad("attn_dropout", self.attn_dropout, f"0 with attn_kernel={kernel!r} (no probabilities)")
-        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope"):
+        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope",
+                                                                             "inv_leaky_rerope"):
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, f"a static schedule with attn_kernel={kernel!r} "
                        "(cached keys are folded into the state, never re-rotated)")
         positive = {"favor_features": self.favor_features, "favor_redraw": self.favor_redraw,
