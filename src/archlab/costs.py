@@ -9,6 +9,8 @@ N_matmul counts every weight that multiplies activations (all linear layers, the
 tied; the embedding lookup is free). The attention term is QK^T plus probs @ V for one query against
 T_layer keys: T_layer = T for full layers and min(T, window) for sliding-window layers, T the context.
 Norms, activations, softmax and RoPE are elementwise and left out, as in PaLM's count.
+A GAU layer (block="gau", nn/gau.py; s = head_dim, e = d_ff) has matmul weights d (2e + s) + e d and attention
+2 (s + e) T_layer (Q K^T over s dims, A V over e dims); its cache holds (s + e) values per token and layer.
 
 KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-memory` and the tests use it):
     bytes = batch * 2 (K and V) * n_kv_heads * head_dim * bytes per element * sum over layers of slots
@@ -49,13 +51,17 @@ def parameter_counts(c: ModelConfig) -> OrderedDict[str, int]:
         attn += sum(per)  # QK-norms carry a gain only
     n_mats = 3 if c.ffn == "glu" else 2
     mlp = n_mats * c.d_model * c.d_ff + ((n_mats - 1) * c.d_ff + c.d_model if c.mlp_bias else 0)
+    if c.block == "gau":  # [u | v | z] (d x (2e + s)), W_o (e x d), scale and offset of q and k (4 s); no FFN
+        e, s = c.d_ff, c.head_dim
+        attn = c.d_model * (2 * e + s) + e * c.d_model + 4 * s + (2 * e + s + c.d_model if c.attn_bias else 0)
+        mlp = 0
     counts: OrderedDict[str, int] = OrderedDict()
     counts["embedding"] = c.vocab_size * c.d_model
     counts["positions"] = c.max_seq_len * c.d_model if c.position == "learned" else 0
     counts["position bias"] = c.relative_buckets * c.n_heads if c.position == "relative" else 0
     counts["attention"] = c.n_layers * attn
     counts["mlp"] = c.n_layers * mlp
-    per_layer = len(placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms))
+    per_layer = len(placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms, c.block == "gau"))
     counts["norms"] = c.n_layers * per_layer * _norm_params(c, c.d_model) + (
         _norm_params(c, c.d_model) if c.final_norm else 0)
     head = 0 if c.tie_embeddings else c.vocab_size * c.d_model
@@ -70,6 +76,8 @@ def matmul_params(c: ModelConfig) -> int:
     head's projection)."""
     q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
     per_layer = c.d_model * (q + 2 * kv) + q * c.d_model + (3 if c.ffn == "glu" else 2) * c.d_model * c.d_ff
+    if c.block == "gau":
+        per_layer = c.d_model * (2 * c.d_ff + c.head_dim) + c.d_ff * c.d_model
     proj = c.d_model * c.d_model if c.tied_head == "proj" else 0
     return c.n_layers * per_layer + proj + c.vocab_size * c.d_model
 
@@ -79,6 +87,8 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     t = context or c.max_seq_len
     keys = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
     attention = 4 * c.n_heads * c.head_dim * keys
+    if c.block == "gau":  # Q K^T over s dims, A V over e dims
+        attention = 2 * (c.head_dim + c.d_ff) * keys
     H, K, Dh = c.n_heads, c.n_kv_heads, c.head_dim
     if c.attn_kernel == "favor":
         attention = c.n_layers * 4 * (H + K) * c.favor_features * Dh
@@ -96,9 +106,11 @@ def kv_cache_slots(c: ModelConfig, context: int) -> int:
 
 
 def _slot_bytes(c: ModelConfig, dtype: str) -> int:
-    """K and V of one layer for one token: 2 * n_kv_heads * head_dim * bytes."""
+    """K and V of one layer for one token: 2 * n_kv_heads * head_dim * bytes (a GAU: (s + e) * bytes)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r} is not allowed: one of {', '.join(DTYPE_BYTES)}")
+    if c.block == "gau":
+        return (c.head_dim + c.d_ff) * DTYPE_BYTES[dtype]
     return 2 * c.n_kv_heads * c.head_dim * DTYPE_BYTES[dtype]
 
 

@@ -130,3 +130,73 @@ def test_key_norm_scores_are_bounded_by_query_norm():
     q, k, _ = attn.project(x, model.attention_inputs(torch.arange(6)[None])[0])
     assert torch.allclose(k.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5)
     assert ((q @ k.transpose(-1, -2)).abs() <= q.norm(dim=-1, keepdim=True) + 1e-4).all()
+
+
+# ----------------------------------------------------------------- QueryNorm and scaled cosine attention (9859)
+def _explicit_normed_attention(attn, x, cfg: ModelConfig, inp) -> torch.Tensor:
+    """Queries (and with cosine, keys) over their L2 norm, then RoPE, then score(m, n) = lambda q_m . k_n with
+    lambda = 1 (QueryNorm), 4 log(N/2) (fixed cosine) or 4 log(m + 1) (dynamic cosine), written per pair in
+    float64; softmax over n <= m, times v, through o_proj."""
+    B, T, _ = x.shape
+    H, Dh = cfg.n_heads, cfg.head_dim
+    q, k, v = (x.double() @ attn.qkv_proj.weight.double().T).view(B, T, 3 * H, Dh).split([H, H, H], dim=2)
+    q = q / q.norm(dim=-1, keepdim=True)
+    if cfg.cosine_attention:
+        k = k / k.norm(dim=-1, keepdim=True)
+    cos, sin = inp.rope.cos.double(), inp.rope.sin.double()  # (B, T, 1, d_rot)
+    q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
+    y = torch.zeros(B, T, H, Dh, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            for m in range(T):
+                lam = 1.0
+                if cfg.cosine_attention:
+                    lam = 4 * math.log(m + 1 if cfg.cosine_scale == "dynamic" else cfg.max_seq_len / 2)
+                scores = torch.stack([lam * (q[b, m, h] @ k[b, n, h]) for n in range(m + 1)])
+                y[b, m, h] = torch.softmax(scores, 0) @ v[b, : m + 1, h]
+    return y.flatten(2) @ attn.o_proj.weight.double().T
+
+
+@pytest.mark.parametrize("fields", [dict(query_norm=True), dict(cosine_attention=True),
+                                    dict(cosine_attention=True, cosine_scale="dynamic")])
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_query_norm_and_cosine_attention_equal_their_formulas(fields, impl):
+    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, max_seq_len=16, attn_impl=impl, **fields)
+    model = randomize_(TransformerLM(cfg), std=0.5).double()
+    attn = model.layers[0].attn
+    assert not attn.plain_qk  # the fused split + RoPE (nn/fused.py) must not skip the normalisation
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    inp = model.attention_inputs(torch.arange(7)[None].expand(2, 7))[0]
+    # eager normalises in float32 (functional.attention_from_scores); sdpa stays float64
+    tol = 1e-5 if impl == "eager" or cfg.cosine_scale == "dynamic" else 1e-10  # log n is float32 too
+    torch.testing.assert_close(attn(x, inp), _explicit_normed_attention(attn, x, cfg, inp), rtol=tol, atol=tol)
+
+
+def test_query_norm_normalises_queries_only_and_cosine_both():
+    x = torch.randn(1, 6, 32) * 10
+    for fields, unit_q, unit_k in [(dict(query_norm=True), True, False), (dict(cosine_attention=True), True, True),
+                                   (dict(key_norm=True), False, True)]:
+        model = randomize_(TransformerLM(ModelConfig(d_model=32, n_heads=4, n_layers=1, position="none",
+                                                     **fields)), 0.5)
+        q, k, _ = model.layers[0].attn.project(x, model.attention_inputs(torch.arange(6)[None])[0])
+        assert torch.allclose(q.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5) == unit_q, fields
+        assert torch.allclose(k.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5) == unit_k, fields
+    assert ModelConfig(query_norm=True).resolved_attn_scale == 1.0
+    assert ModelConfig(cosine_attention=True, max_seq_len=512).resolved_attn_scale == pytest.approx(4 * math.log(256))
+    assert ModelConfig(cosine_attention=True, attn_scale=3.0).resolved_attn_scale == 3.0  # an explicit lambda wins
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(cosine_attention=True, key_norm=True), "cosine_attention=True is not allowed: not with key_norm"),
+    (dict(cosine_attention=True, qk_norm="rmsnorm"), "cosine_attention=True is not allowed"),
+    (dict(query_norm=True, key_norm=True), "query_norm=True is not allowed: not with key_norm"),
+    (dict(query_norm=True, qk_norm="layernorm"), "query_norm=True is not allowed"),
+    (dict(cosine_scale="dynamic"), "cosine_scale='dynamic' is not allowed: only with cosine_attention=True"),
+    (dict(cosine_attention=True, cosine_scale="per_head"), "cosine_scale='per_head' is not allowed: one of fixed"),
+    (dict(cosine_attention=True, cosine_scale="dynamic", attn_logn=True), "attn_logn=True is not allowed"),
+    (dict(cosine_attention=True, max_seq_len=2), "needs max_seq_len >= 3"),
+])
+def test_normed_attention_refuses_conflicts_in_one_line(fields, message):
+    with pytest.raises(ValueError, match=message) as err:
+        ModelConfig(**fields)
+    assert "\n" not in str(err.value)

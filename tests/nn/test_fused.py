@@ -179,8 +179,8 @@ def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fie
         torch.testing.assert_close(fast(x), plain(x))
 
 
-@pytest.mark.parametrize("fields", [dict(qk_norm="rmsnorm"), dict(key_norm=True),
-                                    dict(rope_scaling=dict(kind="rerope", window=4))])
+@pytest.mark.parametrize("fields", [dict(qk_norm="rmsnorm"), dict(key_norm=True), dict(query_norm=True),
+                                    dict(cosine_attention=True), dict(rope_scaling=dict(kind="rerope", window=4))])
 def test_attention_keeps_the_plain_path_where_rope_qkv_does_not_apply(fields: dict) -> None:
     from archlab import TransformerLM, build_preset
 

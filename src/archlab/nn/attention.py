@@ -5,7 +5,11 @@
 - QK-norm: RMSNorm or LayerNorm on q and k before RoPE, per head (`head`, Qwen3) or over the whole
   projection (`proj`, OLMo 2) (Dehghani et al. arXiv 2302.05442).
 - KeyNorm: keys L2-normalised, and the scale defaults to 1 since |q| now sets the temperature
-  (Su, "Transformer upgrade 15", kexue.fm/archives/9859).
+  (Su, "Transformer upgrade 15", kexue.fm/archives/9859); QueryNorm (`query_norm`) is its mirror, queries
+  L2-normalised and |k| the temperature. Scaled cosine attention (`cosine_attention`, same post) normalises
+  both, so q . k = cos(q, k), and multiplies by lambda = 4 log n: n = max_seq_len / 2 (`cosine_scale="fixed"`),
+  or the keys each query sees (`"dynamic"`: the fixed lambda times the log-n factor log(n) / log(max_seq_len / 2),
+  which nn/attention_inputs.py computes per query). Every normalisation acts before RoPE, which keeps lengths.
 - attention logit softcapping: cap * tanh(scores / cap) before the mask (Gemma 2).
 - sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2 alternates); its cache
   keeps only the window (nn/kv_cache.py), and its mask and bias come with its `AttentionInputs`.
@@ -58,8 +62,10 @@ class Attention(nn.Module):
             self.k_norm = build_norm(c.qk_norm, k_dim, **norm_args)
         else:
             self.q_norm = self.k_norm = None
-        self.key_norm = c.key_norm
-        self.plain_qk = self.q_norm is None and not c.key_norm  # q and k reach RoPE straight from the projection
+        self.key_norm = c.key_norm or c.cosine_attention  # L2-normalised keys (KeyNorm, cosine)
+        self.query_norm = c.query_norm or c.cosine_attention  # L2-normalised queries (QueryNorm, cosine)
+        # q and k reach RoPE straight from the projection (the fused split + RoPE of nn/fused.py may take them)
+        self.plain_qk = self.q_norm is None and not self.key_norm and not self.query_norm
         self.scale = c.resolved_attn_scale
         self.softcap = c.attn_softcap
         impl = c.attn_impl if c.attn_impl != "auto" else ("sdpa" if c.attn_softcap is None else "eager")
@@ -87,6 +93,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.key_norm:
             k = F.normalize(k, dim=-1)
+        if self.query_norm:
+            q = F.normalize(q, dim=-1)
         if inp.rope is not None:
             qk = heads[:, :, : H + K] if self.plain_qk else None  # still [q | k]
             q, k = inp.rope.rotate_queries_keys(q, k, qk)

@@ -85,7 +85,7 @@ def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -
         scores = (q @ k.transpose(-2, -1)) * call.scale  # (B, H, T, S)
     y = attention_from_scores(scores, v, bias, mask, call.softcap, call.dropout, call.dropout > 0)
     if T == 1:  # (B, H, 1, Dh) or grouped (B, K, n_rep, Dh): heads already consecutive
-        return y.reshape(B, 1, H * Dh)
+        return y.reshape(B, 1, -1)  # H * Dv: values may be wider than keys (a GAU)
     return merge_heads(y)  # (B, T, H*Dh)
 
 
@@ -117,7 +117,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) ->
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=call.dropout, is_causal=causal,
                                        scale=call.scale)  # (B, H, T, Dh) or grouped (B, K, n_rep, Dh)
     if T == 1:  # heads are already consecutive in memory (also in the grouped layout)
-        return y.reshape(B, 1, H * Dh)
+        return y.reshape(B, 1, -1)  # H * Dv: values may be wider than keys (a GAU)
     return merge_heads(y)
 
 

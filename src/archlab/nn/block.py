@@ -5,9 +5,12 @@ Norm placement (`norm_position`), with F a sublayer and N a norm:
     post              x = N(x + F(x))          the original transformer
     double            x = x + N'(F(N(x)))      Gemma 2 "sandwich"
     nonresidual_post  x = x + N'(F(x))         OLMo 2 (arXiv 2501.00656)
+    deepnorm          x = N(alpha x + F(x))    DeepNet (Wang et al. arXiv 2203.00555), alpha = (2 n_layers)^(1/4);
+                                               its init gain beta is in TransformerLM.init_weights
 Block type (`block`):
     serial            x = x + Attn(..x..); x = x + MLP(..x..)     two residual steps
     parallel          x = x + Attn(..x..) + MLP(..x..)            both read the same x (GPT-J, PaLM)
+    gau               x = x + GAU(..x..)                          one gated attention unit, no FFN (nn/gau.py)
 For a parallel block, `parallel_norms` = 1 shares one input norm (GPT-J, PaLM), 2 gives each its own (NeoX).
 
 Fused parallel block (`parallel_fused`, PaLM arXiv 2204.02311 section 2: "the MLP and Attention input matrix
@@ -37,7 +40,8 @@ from archlab.nn.attention import Attention
 from archlab.nn.attention_inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
 from archlab.nn.ffn import FFNS
-from archlab.nn.norms import build_norm, placement_norms
+from archlab.nn.gau import GAU
+from archlab.nn.norms import build_norm, deepnorm_constants, placement_norms
 
 NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
 
@@ -49,9 +53,11 @@ class Block(nn.Module):
         super().__init__()
         c = config
         self.position, self.parallel = c.norm_position, c.block == "parallel"
-        self.attn = Attention(c, layer_idx)
-        self.mlp = FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
-        present = placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms)
+        self.alpha = deepnorm_constants(c.n_layers)[0] if c.norm_position == "deepnorm" else 1.0
+        gau = c.block == "gau"
+        self.attn = GAU(c, layer_idx) if gau else Attention(c, layer_idx)
+        self.mlp = None if gau else FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
+        present = placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms, gau)
         for name in NORM_NAMES:  # an absent norm is None, so forward never probes with getattr/hasattr
             present_norm = name in present
             norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if present_norm else None
@@ -68,7 +74,12 @@ class Block(nn.Module):
         return y if self.drop is None else self.drop(y)
 
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        if self.mlp is None:  # a GAU layer: one sublayer, attention and FFN at once
+            return self._single(x, inp)
         match self.position, self.parallel:
+            case "deepnorm", False:  # x = N(alpha x + F(x)), twice
+                x = self.attn_norm(self.alpha * x + self._out(None, self.attn(x, inp)))
+                return self.mlp_norm(self.alpha * x + self._out(None, self.mlp(x)))
             case "post", False:  # x = N(x + F(x)), twice
                 x = self.attn_norm(x + self._out(None, self.attn(x, inp)))
                 return self.mlp_norm(x + self._out(None, self.mlp(x)))
@@ -80,6 +91,14 @@ class Block(nn.Module):
             case _, True:  # both branches read the same x; a shared input norm is computed once
                 h = _maybe(self.attn_norm, x)
                 return x + self._parallel(h, h if self.mlp_norm is None else self.mlp_norm(x), inp)
+
+    def _single(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        """A layer of one sublayer F (a GAU), with the same placements as the serial block's each sublayer."""
+        match self.position:
+            case "post" | "deepnorm":  # x = N(alpha x + F(x)), alpha = 1 for post
+                return self.attn_norm(self.alpha * x + self._out(None, self.attn(x, inp)))
+            case _:
+                return x + self._out(self.attn_out_norm, self.attn(_maybe(self.attn_norm, x), inp))
 
     def _parallel(self, h: torch.Tensor, m: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         """out(A(h)) + out(M(m)) of a parallel block, out = the branch's output norm and dropout; fused GEMMs

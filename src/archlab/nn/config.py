@@ -35,8 +35,11 @@ from archlab.nn.norms import NORM_PLACEMENTS, NORMS
 from archlab.nn.positions import POSITIONS
 from archlab.nn.rope import ROPE_LAYOUTS, ROPE_SCALINGS, RopeScaling
 
-NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post (nn/norms.py, nn/block.py)
-BLOCKS = ("serial", "parallel")
+NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post | deepnorm (nn/norms.py, block.py)
+POST_NORMS = ("post", "deepnorm")  # placements whose last block already normed: final_norm defaults to False
+# serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447; nn/gau.py)
+BLOCKS = ("serial", "parallel", "gau")
+COSINE_SCALES = ("fixed", "dynamic")  # cosine attention's lambda: 4 log(max_seq_len / 2) | 4 log(keys seen)
 QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
@@ -53,6 +56,8 @@ TIED_HEADS = ("plain", "swap", "proj")
 TIED_EMBED_INITS = ("default", "log_n_over_d")  # tied table std: the init's (d^-1/2 for trunc_normal) | log(V)/d
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
+COSINE_LAMBDA = 4.0  # cosine attention's temperature per log n: lambda = 4 log n (Su, kexue.fm/archives/9859)
+GAU_EXPANSION = 2.0  # a GAU's value width e = 2 d_model by default (Hua et al. arXiv 2202.10447, section 2)
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
 # fields resolved in __post_init__ when None; `ModelConfig.replace` re-derives them (`derived_values`)
 DERIVED = ("n_kv_heads", "head_dim", "d_ff", "activation", "attn_bias", "mlp_bias", "final_norm", "favor_features")
@@ -61,7 +66,7 @@ ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
     "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
-    "rope_scaling_local": ("position", "rope"),
+    "rope_scaling_local": ("position", "rope"), "cosine_scale": ("cosine_attention", True),
     **{name: ("attn_kernel", "favor") for name in ("favor_features", "favor_orthogonal", "favor_feature",
                                                   "favor_redraw")},
     **{name: ("attn_kernel", "vq") for name in ("vq_codes", "vq_block", "vq_commit", "vq_ema", "vq_assign",
@@ -104,10 +109,12 @@ class ModelConfig:
     norm_eps: float = 1e-5  # added to the variance / mean square
     norm_bias: bool = False  # LayerNorm's beta (RMSNorm never has one)
     norm_unit_offset: bool = False  # store w zero-centred and scale by (1 + w), as Gemma checkpoints do
-    norm_position: str = "pre"  # pre | post | double | nonresidual_post (see nn/block.py)
-    final_norm: bool | None = None  # norm before the head; None = yes unless post-norm (already normed)
+    norm_position: str = "pre"  # pre | post | double | nonresidual_post | deepnorm (see nn/block.py)
+    final_norm: bool | None = None  # norm before the head; None = yes unless post / deepnorm (already normed)
     # --- block and feed-forward ---
-    block: str = "serial"  # serial | parallel (attention and MLP read the same input)
+    # serial | parallel (attention and MLP read the same input) | gau (one gated attention unit, no FFN: n_heads=1,
+    # head_dim = its key width s, d_ff = its value width e, default 2 d_model; nn/gau.py)
+    block: str = "serial"
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
     parallel_fused: bool = True  # parallel block: one input and one output GEMM (PaLM); False: apart, same function
     ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
@@ -132,8 +139,11 @@ class ModelConfig:
     qk_norm: str = "none"  # none | rmsnorm | layernorm on q and k before RoPE
     qk_norm_scope: str = "head"  # head (weight [head_dim], Qwen3) | proj (whole projection, OLMo 2)
     key_norm: bool = False  # Su's KeyNorm: L2-normalised keys; attn_scale then defaults to 1
+    query_norm: bool = False  # Su's QueryNorm: L2-normalised queries; attn_scale then defaults to 1 (9859)
+    cosine_attention: bool = False  # q and k L2-normalised, scores times lambda = 4 log n (Su, kexue.fm/archives/9859)
+    cosine_scale: str = "fixed"  # cosine lambda: fixed (n = max_seq_len / 2) | dynamic (n = the keys a query sees)
     attn_softcap: float | None = None  # cap * tanh(scores / cap) (Gemma 2: 50)
-    attn_scale: float | None = None  # score scale; None = 1/sqrt(head_dim) (1 with key_norm)
+    attn_scale: float | None = None  # score scale; None = 1/sqrt(head_dim) (1 with key/query norm, 4 log n cosine)
     sliding_window: int | None = None  # keys a windowed layer sees (itself and window-1 before it)
     window_pattern: str = "S"  # cycled over layers: S = windowed, F = full ("SF" = Gemma 2)
     attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
@@ -172,6 +182,7 @@ class ModelConfig:
         self._check_positions()
         self._check_attention()
         self._check_kernel()
+        self._check_switches()
 
     # ----- derived values -----
     def _set(self, name: str, value: object) -> None:
@@ -193,12 +204,12 @@ class ModelConfig:
                 raise _bad("n_heads", self.n_heads, f"must divide d_model={self.d_model} (or set head_dim)")
             self._set("head_dim", self.d_model // self.n_heads)
         if self.d_ff is None and self.ffn in FFNS:
-            self._set("d_ff", default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of))
+            self._set("d_ff", self._default_d_ff())
         for name in ("attn_bias", "mlp_bias"):
             if getattr(self, name) is None:
                 self._set(name, self.bias)
         if self.final_norm is None:
-            self._set("final_norm", self.norm_position != "post")
+            self._set("final_norm", self.norm_position not in POST_NORMS)
         if self.attn_kernel == "favor" and self.favor_features is None and isinstance(self.head_dim, int):
             self._set("favor_features", default_favor_features(self.head_dim, self.favor_feature))
 
@@ -209,6 +220,7 @@ class ModelConfig:
             "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
             "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_MAPS, "vq_assign": VQ_ASSIGNS,
+            "cosine_scale": COSINE_SCALES,
             "tied_head": TIED_HEADS, "tied_embed_init": TIED_EMBED_INITS,
         }
         for name, allowed in choices.items():
@@ -260,6 +272,10 @@ class ModelConfig:
             raise _bad("rope_theta_local", self.rope_theta_local, "None or a base > 1")
         if not self.position_pattern or set(self.position_pattern) - set(POSITION_LAYERS):
             raise _bad("position_pattern", self.position_pattern, "a non-empty string of R (RoPE) and N (NoPE)")
+        s = self.rope_scaling
+        if s is not None and s.kind == "inv_leaky_rerope" and not s.window < self.max_seq_len:
+            raise _bad("rope_scaling.window", s.window, f"< max_seq_len={self.max_seq_len} with "
+                       "kind='inv_leaky_rerope' (training must reach past the window)")
 
     def _check_attention(self) -> None:
         for name in ("attn_softcap", "final_softcap", "attn_scale"):
@@ -297,7 +313,8 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
         if self.attn_dropout:
             raise _bad("attn_dropout", self.attn_dropout, f"0 with attn_kernel={kernel!r} (no probabilities)")
-        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope"):
+        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope",
+                                                                             "inv_leaky_rerope"):
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, f"a static schedule with attn_kernel={kernel!r} "
                        "(cached keys are folded into the state, never re-rotated)")
         positive = {"favor_features": self.favor_features, "favor_redraw": self.favor_redraw,
@@ -314,6 +331,36 @@ class ModelConfig:
         if not self.vq_tau > 0:
             raise _bad("vq_tau", self.vq_tau, "a positive temperature")
 
+    def _default_d_ff(self) -> int:
+        """The FFN's default width, or a GAU's value width e = GAU_EXPANSION * d_model (rounded up alike)."""
+        if self.block == "gau":
+            m = self.d_ff_multiple_of
+            return -(-int(GAU_EXPANSION * self.d_model) // m) * m
+        return default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of)
+
+    def _check_switches(self) -> None:
+        """QueryNorm, cosine attention, DeepNorm and GAU: combinations that cannot work, refused before compute."""
+        if self.cosine_attention and (self.key_norm or self.query_norm or self.qk_norm != "none"):
+            raise _bad("cosine_attention", True, "not with key_norm, query_norm or qk_norm (it normalises q and k "
+                       "itself)")
+        if self.query_norm and (self.key_norm or self.qk_norm != "none"):
+            raise _bad("query_norm", True, "not with key_norm (that is cosine_attention=True) or qk_norm")
+        if self.cosine_attention and self.max_seq_len < 3:
+            raise _bad("cosine_attention", True, "needs max_seq_len >= 3 (lambda = 4 log(max_seq_len / 2) > 0)")
+        if self.cosine_attention and self.cosine_scale == "dynamic" and self.attn_logn:
+            raise _bad("attn_logn", True, "not with cosine_scale='dynamic' (that is already 4 log n per query)")
+        if self.norm_position == "deepnorm" and self.block == "parallel":
+            raise _bad("norm_position", "deepnorm", "only with block='serial' or 'gau' (x <- LN(alpha x + F(x)) "
+                       "per sublayer)")
+        if self.block == "gau":
+            self._check_gau()
+
+    def _check_gau(self) -> None:
+        for name, want in (("n_heads", 1), ("n_kv_heads", 1), ("ffn", "glu"), ("attn_kernel", "softmax")):
+            if getattr(self, name) != want:
+                raise _bad(name, getattr(self, name), f"{want!r} with block='gau' (one gated attention head, no "
+                           "FFN: head_dim is its key width s, d_ff its value width e)")
+
     # ----- derived properties -----
     @property
     def rope_dim(self) -> int:
@@ -324,7 +371,9 @@ class ModelConfig:
     def resolved_attn_scale(self) -> float:
         if self.attn_scale is not None:
             return self.attn_scale
-        return 1.0 if self.key_norm else 1.0 / math.sqrt(self.head_dim)
+        if self.cosine_attention:  # lambda = 4 log n, n half the training length (Su, kexue.fm/archives/9859)
+            return COSINE_LAMBDA * math.log(self.max_seq_len / 2)
+        return 1.0 if self.key_norm or self.query_norm else 1.0 / math.sqrt(self.head_dim)
 
     def layer_is_sliding(self, layer_idx: int) -> bool:
         """Whether layer `layer_idx` uses the sliding window (window_pattern cycled over the layers)."""
@@ -352,11 +401,11 @@ class ModelConfig:
         return {
             "n_kv_heads": self.n_heads,
             "head_dim": self.d_model // self.n_heads if divides else None,
-            "d_ff": default_d_ff(self.ffn, self.d_model, self.d_ff_multiple_of),
+            "d_ff": self._default_d_ff(),
             "activation": DEFAULT_ACTIVATION,
             "attn_bias": self.bias,
             "mlp_bias": self.bias,
-            "final_norm": self.norm_position != "post",
+            "final_norm": self.norm_position not in POST_NORMS,
             "favor_features": default_favor_features(self.head_dim, self.favor_feature)
             if self.attn_kernel == "favor" else None,
         }

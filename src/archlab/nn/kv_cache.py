@@ -6,6 +6,7 @@ layer keeps every slot, L_layer = L (the capacity); a sliding-window layer of wi
 a ring of L_layer = min(W, L) slots where token slot a lives at ring slot a mod W (Mistral's rolling buffer,
 Jiang et al., arXiv 2310.06825, section 2). So the cache holds
     bytes = 2 * K * Dh * bytes per element * B * sum over layers of L_layer,
+(K * (Dh + Dv) in place of 2 K Dh for a GAU, whose one value head is Dv = e wide),
 the formula of `archlab.costs.kv_cache_bytes` (tests check `nbytes()` against it). Writes go into the
 preallocated slots, so a decode step costs the same Python work at any length.
 
@@ -54,10 +55,12 @@ class KVCache:
         device: torch.device | str = "cpu",
         windows: Sequence[int | None] | None = None,
         state_layers: Sequence[bool] | None = None,
+        value_dim: int | None = None,
     ) -> None:
         """`windows[i]` is layer i's sliding window (it keeps that many slots), or None for a full layer;
         None for the whole argument keeps every slot in every layer (a window layer then reads them all
-        and masks, which is exact too). `state_layers[i]` True: layer i keeps a kernel state, no K/V."""
+        and masks, which is exact too). `state_layers[i]` True: layer i keeps a kernel state, no K/V.
+        `value_dim` is the width of a value head when it differs from the key's (a GAU: e against s)."""
         self.windows = tuple(windows) if windows is not None else (None,) * n_layers
         if len(self.windows) != n_layers or any(w is not None and w < 1 for w in self.windows):
             raise ValueError(f"windows={list(self.windows)} is not allowed: one entry per layer ({n_layers}), "
@@ -71,7 +74,7 @@ class KVCache:
                   for ring, stateful in zip(self.rings, self.state_layers)]
         self.states: list[object | None] = [None] * n_layers  # a state layer's kernel state (with nbytes()), or None
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for shape in shapes]
+        self.v = [torch.zeros((*shape[:3], value_dim or head_dim), dtype=dtype, device=device) for shape in shapes]
         self.batch_size, self.max_len = batch_size, max_len
         self.pos = 0
         # (B, L) True where a token slot holds a real token; None means every slot does (no padding)
@@ -87,8 +90,9 @@ class KVCache:
         cfg = model.config
         p = next(model.parameters())
         stateful = [getattr(cfg, "attn_kernel", "softmax") != "softmax"] * cfg.n_layers
+        value_dim = cfg.d_ff if getattr(cfg, "block", "serial") == "gau" else None  # a GAU's values: width e
         return cls(cfg.n_layers, batch_size, max_len, cfg.n_kv_heads, cfg.head_dim, p.dtype, p.device,
-                   model.layer_windows, stateful)
+                   model.layer_windows, stateful, value_dim)
 
     def set_padding(self, attention_mask: torch.Tensor) -> None:
         """Record which of the next T slots are real tokens: attention_mask (B, T), 1 = token, 0 = padding.

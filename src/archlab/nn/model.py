@@ -25,9 +25,10 @@ from archlab.nn.attention_inputs import AttentionInputsBuilder
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, swap_halves, z_loss
+from archlab.nn.gau import GAU
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.linear_kernels import LinearAttention
-from archlab.nn.norms import RMSNorm, build_norm
+from archlab.nn.norms import RMSNorm, build_norm, deepnorm_constants
 from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
 from archlab.nn.rope import RotaryEmbedding
 
@@ -115,6 +116,9 @@ class TransformerLM(nn.Module):
         | biases                        | 0                                         | 0                            |
         | norm gains                    | 1 (0 when stored as 1 + w)                | same                         |
         | tied head projection          | orthogonal (P^T P = I)                    | same                         |
+        | GAU scale gamma / offset beta | 1 / 0                                     | same                         |
+        | deepnorm: v rows of qkv_proj, | the std above times beta = (8 n_layers)^(-1/4) (DeepNet, arXiv         |
+        |   o_proj, FFN; GAU u, v, o    |   2203.00555); q, k (a GAU's z) unscaled                                 |
         A tied embedding is also the output matrix, so under trunc_normal it takes std d^-1/2 (unit-scale
         logits from unit-RMS features) instead of 1, which would start the loss far above log V. With residual
         branches near zero a plain tied model still starts as "repeat the input": loss ~ log(e^(d std) + V - 1)
@@ -144,7 +148,7 @@ class TransformerLM(nn.Module):
                     _trunc_normal(module.weight, std, seed, f"{name}.weight")
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, RMSNorm):  # LayerNorm derives from it
+            elif isinstance(module, (RMSNorm, GAU)):  # LayerNorm derives from RMSNorm; a GAU's gamma = 1, beta = 0
                 module.reset_parameters()
             elif hasattr(module, "reset_buffers"):  # RoPE frequencies, ALiBi slopes
                 module.reset_buffers()
@@ -155,6 +159,26 @@ class TransformerLM(nn.Module):
         if c.tied_embed_init == "log_n_over_d":
             embed_std = math.log(c.vocab_size) / c.d_model  # e^(d std) = V: the self-logit no longer dominates
         _trunc_normal(self.embed_tokens.weight, embed_std, seed, "embed_tokens.weight")
+        if c.norm_position == "deepnorm":
+            self._deepnorm_gain()
+
+    @torch.no_grad()
+    def _deepnorm_gain(self) -> None:
+        """DeepNorm's init (Wang et al. arXiv 2203.00555, figure 2): the value, output and FFN projections drawn
+        with gain beta = (8 N)^(-1/4), N = n_layers; the query and key projections keep gain 1. In the fused
+        [q | k | v] only the v rows are scaled; in a GAU's [u | v | z] the u and v rows (z feeds q and k)."""
+        beta = deepnorm_constants(self.config.n_layers)[1]
+        for layer in self.layers:
+            attn = layer.attn
+            if isinstance(attn, GAU):
+                scaled = [(attn.uvz_proj.weight, slice(0, 2 * attn.e)), (attn.o_proj.weight, slice(None))]
+            else:
+                v_rows = slice((attn.n_heads + attn.n_kv_heads) * attn.head_dim, None)
+                scaled = [(attn.qkv_proj.weight, v_rows), (attn.o_proj.weight, slice(None))]
+                scaled += [(p, slice(None)) for name, p in layer.mlp.named_parameters() if name.endswith("weight")]
+            for weight, rows in scaled:
+                if not weight.is_meta:
+                    weight[rows] *= beta
 
     def forward(
         self,

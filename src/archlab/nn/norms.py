@@ -64,16 +64,24 @@ NORMS: dict[str, type[RMSNorm]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
 # owns: "in" = its input norms (attn_norm, mlp_norm; for `post` the norms after each residual add), "out" = the
 # norms on each sublayer's output (attn_out_norm, mlp_out_norm). Block and costs.py both read this one table.
 NORM_PLACEMENTS: dict[str, tuple[str, ...]] = {
-    "pre": ("in",), "post": ("in",), "double": ("in", "out"), "nonresidual_post": ("out",),
+    "pre": ("in",), "post": ("in",), "double": ("in", "out"), "nonresidual_post": ("out",), "deepnorm": ("in",),
 }
 
 
-def placement_norms(position: str, parallel: bool, parallel_norms: int) -> list[str]:
+def deepnorm_constants(n_layers: int) -> tuple[float, float]:
+    """DeepNorm's (alpha, beta) for a decoder-only stack of N layers (Wang et al. arXiv 2203.00555, table 1 /
+    figure 2): x <- LN(alpha x + F(x)) with alpha = (2N)^(1/4), and the value, output and FFN projections
+    initialised with gain beta = (8N)^(-1/4)."""
+    return (2 * n_layers) ** 0.25, (8 * n_layers) ** -0.25
+
+
+def placement_norms(position: str, parallel: bool, parallel_norms: int, single: bool = False) -> list[str]:
     """The norms (attn_norm, mlp_norm, attn_out_norm, mlp_out_norm) a layer with norm placement `position` owns;
     a parallel block with one shared input norm (or a post-norm parallel block, one norm after the sum) owns
-    attn_norm alone of the inputs."""
-    inputs = ["attn_norm"] if parallel and (parallel_norms == 1 or position == "post") else ["attn_norm", "mlp_norm"]
-    groups = {"in": inputs, "out": ["attn_out_norm", "mlp_out_norm"]}
+    attn_norm alone of the inputs; a layer of one sublayer (`single`: a GAU) owns the attn_* norms only."""
+    one = single or parallel and (parallel_norms == 1 or position == "post")
+    inputs = ["attn_norm"] if one else ["attn_norm", "mlp_norm"]
+    groups = {"in": inputs, "out": ["attn_out_norm"] if single else ["attn_out_norm", "mlp_out_norm"]}
     return [name for group in NORM_PLACEMENTS[position] for name in groups[group]]
 
 
