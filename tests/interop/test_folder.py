@@ -149,6 +149,10 @@ def test_load_on_meta_leaves_no_meta_tensor(llama_dir: Path) -> None:
     (dict(norm_position="post", norm="layernorm"), "norm_position='post'"),
     (dict(position="alibi"), "position='alibi'"),
     (dict(key_norm=True), "key_norm=True"),
+    (dict(query_norm=True), "query_norm=True"),
+    (dict(cosine_attention=True), "cosine_attention=True"),
+    (dict(norm_position="deepnorm", norm="layernorm"), "norm_position='deepnorm'"),
+    (dict(block="gau", n_heads=1), "block='gau'"),
 ])
 def test_save_hf_names_the_switch_no_family_has(fields: dict, switch: str, tmp_path: Path) -> None:
     model = TransformerLM(ModelConfig(**fields))

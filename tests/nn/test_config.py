@@ -262,3 +262,12 @@ def test_replace_lists_every_derived_field_and_refuses_unknown_fields() -> None:
     assert all(defaults[name] is None for name in DERIVED)  # each is derived exactly when left None
     with pytest.raises(ConfigError, match="ModelConfig has no field 'dff'"):
         ModelConfig().replace(dff=3)
+
+
+def test_gau_and_deepnorm_derive_their_widths_and_final_norm():
+    gau = ModelConfig(block="gau", n_heads=1, d_model=96)
+    assert (gau.head_dim, gau.d_ff) == (96, 192)  # s = d / 1 head, e = 2 d rounded up to d_ff_multiple_of
+    assert gau.replace(block="serial", n_heads=4).d_ff == ModelConfig(d_model=96).d_ff  # re-derived, not kept
+    assert ModelConfig(block="gau", n_heads=1, d_ff=100).d_ff == 100  # an explicit e wins
+    deep = ModelConfig(norm_position="deepnorm")
+    assert deep.final_norm is False and deep.replace(norm_position="pre").final_norm is True

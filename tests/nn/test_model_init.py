@@ -88,3 +88,38 @@ def test_meta_build_then_seeded_init_equals_eager(tie: bool, position: str) -> N
         assert torch.equal(value, lazy.state_dict()[name]), name
     ids = torch.randint(0, 64, (2, 9))
     torch.testing.assert_close(lazy(ids), eager(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(n_kv_heads=2, ffn="mlp", bias=True), dict(init="gpt2"),
+                                    dict(block="gau", n_heads=1, head_dim=16)])
+def test_deepnorm_init_scales_exactly_v_o_and_ffn_by_beta(fields: dict) -> None:
+    """DeepNorm's init against post-norm's with the same seed (each tensor is its own draw, so the two differ only
+    where DeepNorm rescales): v rows of qkv_proj, o_proj and the FFN (a GAU: the u, v rows of uvz_proj and o_proj)
+    are beta = (8N)^(-1/4) times post-norm's; q and k rows (a GAU's z), embeddings, head, norms and biases equal."""
+    n = 3
+    base = {**dict(d_model=32, n_heads=4, n_layers=n, vocab_size=64), **fields}
+    deep = TransformerLM(ModelConfig(**base, norm_position="deepnorm"))
+    post = TransformerLM(ModelConfig(**base, norm_position="post"))
+    deep.init_weights(seed=5)
+    post.init_weights(seed=5)
+    beta = (8 * n) ** -0.25
+    c = deep.config
+    scaled = 0
+    for (name, a), b in zip(deep.named_parameters(), post.parameters()):
+        factor = torch.ones(a.shape[0], 1) if a.dim() == 2 else torch.ones(a.shape)
+        if name.endswith("qkv_proj.weight"):
+            factor[(c.n_heads + c.n_kv_heads) * c.head_dim:] = beta
+        elif name.endswith("uvz_proj.weight"):
+            factor[: 2 * c.d_ff] = beta
+        elif name.endswith(("o_proj.weight", "gate_up_proj.weight", "up_proj.weight", "down_proj.weight")):
+            factor[:] = beta
+        scaled += int((factor != 1).any())
+        torch.testing.assert_close(a, b * factor, rtol=1e-6, atol=0, msg=name)
+    assert scaled == n * (2 if c.block == "gau" else 4)  # per layer: qkv (v rows) / uvz (u, v rows), o, FFN x 2
+
+
+def test_deepnorm_constants_are_the_decoder_only_ones() -> None:
+    from archlab.nn.norms import deepnorm_constants
+
+    alpha, beta = deepnorm_constants(18)  # Wang et al. arXiv 2203.00555, decoder-only: (2N)^(1/4), (8N)^(-1/4)
+    assert alpha == pytest.approx(36 ** 0.25) and beta == pytest.approx(144 ** -0.25)

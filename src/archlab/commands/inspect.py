@@ -28,6 +28,7 @@ KERNEL_FORMULAS = {
     "favor": ("4*(H+K)*M*Dh per layer: features, state read and update", "state [S | z]: layers*K*M*(Dh+1)*4"),
     "vq": ("H*(4*C*Dh + 4*Dh*min(T, 2L)) + 2*K*C*Dh per layer", "state: last 2 blocks + per-code sums and counts"),
 }
+GAU_FORMULAS = ("2*(s+e)*sum(keys per layer): QK^T over s, A@V over e", "layers*(s+e)*bytes")  # block="gau"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,11 +98,14 @@ def _print_tables(preset: str, size: str, r: Report) -> None:
     cost = Table(title=f"cost per token at context {r.context}", title_justify="left")
     cost.add_column("quantity"), cost.add_column("value", justify="right"), cost.add_column("formula")
     attention, cache = KERNEL_FORMULAS.get(r.config.attn_kernel, KERNEL_FORMULAS["softmax"])
+    softmax = r.config.attn_kernel == "softmax"
+    per_token = "2*layers*kv_heads*head_dim*bytes" if softmax else "0: a fixed-size state instead"
+    if r.config.block == "gau":  # one head: keys s = head_dim wide, values e = d_ff wide
+        attention, per_token = GAU_FORMULAS
     cost.add_row("FLOPs forward", _human(r.flops["forward"]), "2*N_matmul + attention")
     cost.add_row("  of which matmuls", _human(r.flops["matmul"]), f"2*N_matmul, N_matmul={r.flops['matmul'] // 2:,}")
     cost.add_row("  of which attention", _human(r.flops["attention"]), attention)
     cost.add_row("FLOPs training", _human(r.flops["training"]), "3 * forward")
-    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), "2*layers*kv_heads*head_dim*bytes"
-                 if r.config.attn_kernel == "softmax" else "0: a fixed-size state instead")
+    cost.add_row(f"KV cache / token ({r.dtype})", _human(r.kv["per_token"], "B"), per_token)
     cost.add_row(f"KV cache / {r.context} tokens", _human(r.kv["context"], "B"), cache)
     console.print(cost)

@@ -46,6 +46,8 @@ from archlab.nn.norms import build_norm
 class Attention(nn.Module):
     """Fused-QKV causal self-attention; see the module docstring for the switches."""
 
+    scoring_kernel = staticmethod(ATTENTION_KERNELS["eager"])  # the kernel that takes a plan's own scores (ReRoPE)
+
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         c = config
@@ -122,5 +124,5 @@ class Attention(nn.Module):
         scores = rope.scores if rope is not None and rope.computes_scores else None
         call = KernelCall(self.scale, inp.mask, inp.bias, self.softcap, self.dropout if self.training else 0.0,
                           scores)
-        kernel = self.kernel if scores is None else ATTENTION_KERNELS["eager"]  # only eager takes a plan's scores
+        kernel = self.kernel if scores is None else self.scoring_kernel  # sdpa never takes a plan's scores
         return kernel(q, k, v, call)  # (B, T, H*Dh)

@@ -6,10 +6,12 @@ in error messages without further edits. Derived sizes (n_kv_heads, head_dim, d_
 `__post_init__`, so a saved config always holds the numbers the model was built with.
 
 Derivations, each beaten by an explicit value (the field's default is `None` = "derive it"):
-- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`);
+- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`), with
+  block="gau" the GAU's value width e = 2 d_model (its key width s is head_dim, its one head n_heads = 1);
 - activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
   different explicit activation is an error, never a silent rewrite;
-- attn_bias and mlp_bias = bias; final_norm = False for post-norm (the last block already normed), else True;
+- attn_bias and mlp_bias = bias; final_norm = False for post-norm and DeepNorm (the last block already normed),
+  else True;
 - favor_features = round(head_dim ln head_dim) with attn_kernel="favor" (`default_favor_features`).
 Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
 norm="layernorm") must keep their defaults otherwise.
@@ -39,6 +41,7 @@ NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_pos
 POST_NORMS = ("post", "deepnorm")  # placements whose last block already normed: final_norm defaults to False
 # serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447; nn/gau.py)
 BLOCKS = ("serial", "parallel", "gau")
+GAU_ATTENTIONS = ("softmax", "relu2")  # a GAU's A: softmax (Su, kexue.fm/archives/8934) | relu(s)^2 / n (Hua et al.)
 COSINE_SCALES = ("fixed", "dynamic")  # cosine attention's lambda: 4 log(max_seq_len / 2) | 4 log(keys seen)
 QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
@@ -67,6 +70,7 @@ ONLY_WITH = {
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
     "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
     "rope_scaling_local": ("position", "rope"), "cosine_scale": ("cosine_attention", True),
+    "gau_attention": ("block", "gau"),
     **{name: ("attn_kernel", "favor") for name in ("favor_features", "favor_orthogonal", "favor_feature",
                                                   "favor_redraw")},
     **{name: ("attn_kernel", "vq") for name in ("vq_codes", "vq_block", "vq_commit", "vq_ema", "vq_assign",
@@ -115,6 +119,7 @@ class ModelConfig:
     # serial | parallel (attention and MLP read the same input) | gau (one gated attention unit, no FFN: n_heads=1,
     # head_dim = its key width s, d_ff = its value width e, default 2 d_model; nn/gau.py)
     block: str = "serial"
+    gau_attention: str = "softmax"  # gau: softmax (Su) | relu2: relu(scale q.k)^2 / n, n the keys seen (Hua et al.)
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
     parallel_fused: bool = True  # parallel block: one input and one output GEMM (PaLM); False: apart, same function
     ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
@@ -220,7 +225,7 @@ class ModelConfig:
             "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
             "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_MAPS, "vq_assign": VQ_ASSIGNS,
-            "cosine_scale": COSINE_SCALES,
+            "cosine_scale": COSINE_SCALES, "gau_attention": GAU_ATTENTIONS,
             "tied_head": TIED_HEADS, "tied_embed_init": TIED_EMBED_INITS,
         }
         for name, allowed in choices.items():
@@ -360,6 +365,8 @@ class ModelConfig:
             if getattr(self, name) != want:
                 raise _bad(name, getattr(self, name), f"{want!r} with block='gau' (one gated attention head, no "
                            "FFN: head_dim is its key width s, d_ff its value width e)")
+        if self.gau_attention == "relu2" and self.attn_impl == "sdpa":
+            raise _bad("attn_impl", "sdpa", "auto or eager with gau_attention='relu2' (SDPA is a softmax)")
 
     # ----- derived properties -----
     @property

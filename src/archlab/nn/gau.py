@@ -7,10 +7,13 @@ his long-context tables, and of Transformer-VQ). For x (T, d), with e the value 
     Q = Z * gamma_q + beta_q,  K = Z * gamma_k + beta_k   per-dimension scale and offset of the shared Z
     A = softmax(scale * R(Q) R(K)^T + mask)               scale = 1/sqrt(s) (attn_scale), R = RoPE
     O = (U * A V) W_o
-The paper's A = relu^2(Q K^T / n + b) is its choice for bidirectional training; Su (8934, and "softmax is
-better for length extrapolation", kexue.fm/archives/9019) uses softmax with the log-n scale, which is what this
-module runs: A is the project's attention kernel (nn/attention_kernels.py), so masks, sliding windows, RoPE
-plans (ReRoPE included), log-n (`attn_logn`), softcapping and the KV cache work exactly as in `Attention`.
+The paper's A is a squared ReLU normalised by the length; Su (8934) found softmax (with the log-n scale,
+kexue.fm/archives/8823) better for language models and length extrapolation, so softmax is the default
+(`gau_attention="softmax"`): A is the project's attention kernel (nn/attention_kernels.py), so masks, sliding
+windows, RoPE plans (ReRoPE included), log-n (`attn_logn`), softcapping and the KV cache work exactly as in
+`Attention`. `gau_attention="relu2"` runs `relu2_attention` below instead: A = relu(scale Q K^T + b)^2 / n with
+n the keys each query sees (per query, so decoding with the cache equals the full forward), under the same masks,
+plans and cache.
 The cache holds K (width s) and V (width e) of the one head; `core` is `Attention.core` itself.
 In archlab's config: block="gau", n_heads = n_kv_heads = 1, head_dim = s (128 in the paper), d_ff = e (default
 2 d_model), `activation` the act; Hua et al. stack twice as many GAU layers as a transformer has blocks to match
@@ -24,17 +27,20 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from archlab.nn.activations import get_activation
 from archlab.nn.attention import Attention
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import ATTENTION_KERNELS
+from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, explicit_mask, merge_heads
 from archlab.nn.config import ModelConfig
+from archlab.nn.functional import softcap
 
 
 class GAU(nn.Module):
     """A single-head gated attention unit (module docstring); a Block holds it as its `attn`."""
 
+    scoring_kernel = staticmethod(ATTENTION_KERNELS["eager"])  # takes a plan's own scores, as in Attention
     linear = None  # `Attention.core` asks for a linear kernel: a GAU is softmax attention (config refuses others)
     core = Attention.core  # query scaling, the cache, late key rotation, the kernel: shared with Attention
 
@@ -52,6 +58,8 @@ class GAU(nn.Module):
         self.softcap = c.attn_softcap
         impl = c.attn_impl if c.attn_impl != "auto" else ("sdpa" if c.attn_softcap is None else "eager")
         self.kernel = ATTENTION_KERNELS[impl]
+        if c.gau_attention == "relu2":  # every call, a plan's own scores (ReRoPE) included
+            self.kernel = self.scoring_kernel = relu2_attention
         self.dropout = c.attn_dropout
         self.reset_parameters()
 
@@ -75,3 +83,22 @@ class GAU(nn.Module):
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         u, q, k, v = self.project(x, inp)
         return self.o_proj(u * self.core(q, k, v, inp, inp.cache))  # (B, T, D)
+
+
+def relu2_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
+    """The squared-ReLU attention of Hua et al. (`gau_attention="relu2"`), an attention kernel `(q, k, v, call) ->
+    y`: A = relu(scale q . k [softcapped] + bias)^2 / n over the visible keys, n the number a query sees (its
+    position + 1, or its window), so a cached decode step equals the full forward; no softmax, rows need not sum
+    to 1. q (B, 1, T, Dk), k (B, 1, S, Dk), v (B, 1, S, E) -> (B, T, E)."""
+    T, S = q.shape[2], k.shape[2]
+    scores = (call.scores(q, k) if call.scores is not None else q @ k.transpose(-2, -1)) * call.scale  # (B, 1, T, S)
+    scores = softcap(scores, call.softcap)
+    if call.bias is not None:
+        scores = scores + call.bias
+    a = F.relu(scores).square()  # (B, 1, T, S)
+    mask = explicit_mask(call, T, S, q.device)  # None: one query that sees every key
+    if mask is not None:
+        a = a.masked_fill(~mask, 0.0)
+    n = mask.sum(-1, keepdim=True).clamp_min(1) if mask is not None else S  # (B|1, 1, T, 1) or S
+    a = F.dropout(a / n, call.dropout) if call.dropout else a / n
+    return merge_heads(a @ v)  # (B, T, E)
