@@ -20,6 +20,7 @@ from archlab.data.tokenizer import build_tokenizer
 from archlab.eval.length import (
     METHODS,
     evaluate_lengths,
+    method_configs,
     method_scaling,
     repeated_windows,
     sample_windows,
@@ -46,7 +47,7 @@ def test_each_method_scales_to_the_target_length() -> None:
     assert method_scaling("yarn", 64, 16) == RopeScaling("yarn", 4.0, 16)
     assert method_scaling("ntk", 8, 16) == RopeScaling("ntk", 1.0)  # never below 1
     assert method_scaling("rerope", 64, 16) == RopeScaling("rerope", window=8)
-    leaky = method_scaling("leaky_rerope", 64, 16, window=6)
+    leaky = method_scaling("leaky_rerope", 64, 16, window=6, leaky_k="train")  # the older mapping, kept
     longest = relative_positions(torch.tensor([[63]]), torch.tensor([[0]]), 6, leaky.factor)
     assert float(longest) == pytest.approx(15)  # the longest distance lands on the longest one trained
     with pytest.raises(ValueError, match="scaling 'rope2' is not allowed"):
@@ -246,3 +247,69 @@ def test_bad_metric_or_samples_is_one_line_before_loading(tmp_path: Path, capsys
     assert main(["eval", "length", "--checkpoint", str(tmp_path / "missing"), *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def largest_position(length: int, scaling: RopeScaling) -> float:
+    """The largest relative position any query of a `length`-token window sees, from every (m, n) pair."""
+    pos = torch.arange(length)[None]
+    return float(relative_positions(pos, pos, scaling.window, scaling.factor)[0].tril().max())
+
+
+@pytest.mark.parametrize("train_len,window", [(256, None), (256, 64), (256, 100), (16, None), (64, 8)])
+def test_leaky_slope_by_su_rule_keeps_every_position_within_half_the_training_length(
+    train_len: int, window: int | None,
+) -> None:
+    """Su (kexue.fm/archives/9708): W + (L - 1 - W) / k <= N / 2 at every test length, and k never below 16."""
+    for length in (train_len, 2 * train_len, 3 * train_len + 5, 8 * train_len, 16 * train_len):
+        scaling = method_scaling("leaky_rerope", length, train_len, window)
+        assert scaling.window == (train_len // 4 if window is None else window)
+        assert largest_position(length, scaling) <= train_len / 2 + 1e-9, (length, scaling)
+        assert scaling.factor >= 16
+    at_8x = method_scaling("leaky_rerope", 2048, 256, 64)
+    assert at_8x.factor == pytest.approx((2047 - 64) / (128 - 64))  # about 31, against the older mapping's ~10
+    assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k="train").factor == pytest.approx(1983 / 191)
+    assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k=8).factor == 8.0  # k given
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(window=128), r"^window=128 is not allowed with leaky_k='half': below max_seq_len / 2 = 128"),
+    (dict(window=64, leaky_k=0.5), r"^leaky_k=0.5 is not allowed"),
+    (dict(window=64, leaky_k="half2"), r"^leaky_k='half2' is not allowed"),
+])
+def test_leaky_slope_bad_inputs_fail_in_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        method_scaling("leaky_rerope", 2048, 256, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_logn_at_inference_changes_nothing_within_the_training_length() -> None:
+    """--logn (ModelConfig.with_inference_logn) scales queries past max_seq_len only; a log-n model is refused."""
+    model = tiny()
+    tokens = np.random.default_rng(0).integers(0, 256, 400)
+    args = dict(n_windows=2, allow_extrapolation=True, progress=False)
+    plain = {(r.method, r.length): r.loss for r in evaluate_lengths(model, tokens, [16, 32], ["none"], 8, **args)}
+    logn = {(r.method, r.length): r.loss
+            for r in evaluate_lengths(model, tokens, [16, 32], ["none"], 8, logn=True, **args)}
+    assert logn["none", 16] == plain["none", 16] and logn["none", 32] != plain["none", 32]
+    configs = method_configs(model.config, ["none", "yarn"], [32], None, True, logn=True)
+    assert all(c.attn_logn and c.attn_logn_clip for c in configs.values())
+    with pytest.raises(ValueError, match=r"attn_logn=True is not allowed: False for log-n at inference only"):
+        evaluate_lengths(tiny(attn_logn=True), tokens, [16], ["none"], 8, logn=True, **args)
+
+
+def test_cli_logn_and_leaky_k(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    base = ["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,32", "--data", str(text),
+            "--windows", "2", "--allow-extrapolation", "--no-progress", "--scalings", "none,leaky_rerope"]
+    tables = {}
+    for flags in ([], ["--logn"], ["--leaky-k", "train"]):
+        assert main([*base, "--out", str(tmp_path / "-".join(flags or ["plain"])), *flags]) == 0
+        tables[tuple(flags)] = {(r["method"], r["length"]): r["loss"] for r in csv.DictReader(
+            (tmp_path / "-".join(flags or ["plain"]) / "length.csv").open())}
+        capsys.readouterr()
+    plain, logn, train = tables[()], tables[("--logn",)], tables[("--leaky-k", "train")]
+    assert logn["none", "16"] == plain["none", "16"] and logn["none", "32"] != plain["none", "32"]
+    assert train["none", "32"] == plain["none", "32"] and train["leaky_rerope", "32"] != plain["leaky_rerope", "32"]
+    assert main([*base, "--leaky-k", "x"]) == 2
+    assert "--leaky-k='x' is not allowed" in capsys.readouterr().err

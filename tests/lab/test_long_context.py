@@ -56,7 +56,9 @@ def test_each_method_reaches_its_config_and_only_it() -> None:
     mixed = long_context.inference_config(config, "ntk_mixed", 128)
     assert mixed.rope_scaling.kind == "ntk_mixed" and mixed.rope_scaling.factor == 8.0
     logn = long_context.inference_config(config, "logn", 128)
-    assert logn.attn_logn and logn.rope_scaling is None and logn.replace(attn_logn=False) == config
+    assert logn.attn_logn and logn.attn_logn_clip and logn.replace(attn_logn=False, attn_logn_clip=False) == config
+    trained = config.replace(attn_logn=True)
+    assert long_context.inference_config(trained, "logn", 128) is trained
     assert long_context.inference_config(config.replace(position="none"), "rerope", 128) is None
     run = Run(tiny(position="none"), np.random.default_rng(0).integers(0, 64, 600))
     assert long_context.accuracy_at(run, 8, "plain", "rerope") is None

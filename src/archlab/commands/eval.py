@@ -45,7 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length.add_argument("--samples", default="plain", help=f"comma-separated, of {', '.join(SAMPLES)}: held-out "
                         "windows, or a text of L/2 tokens concatenated with itself up to L (Su's repeated samples)")
     length.add_argument("--windows", type=int, default=4, help="windows per length")
-    length.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2)")
+    length.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2; "
+                        "leaky_rerope max_seq_len / 4)")
+    length.add_argument("--leaky-k", default="half", help="leaky_rerope's k: half (Su's rule: the largest position "
+                        "at most max_seq_len / 2, k >= 16), train (the longest distance on the longest trained) "
+                        "or a number")
+    length.add_argument("--logn", action="store_true", help="the log-n query scale max(1, log n / log max_seq_len) "
+                        "at inference only, for a model trained without it")
     length.add_argument("--allow-extrapolation", action="store_true",
                         help="allow lengths past what a method covers (e.g. 'none' past max_seq_len)")
     length.add_argument("--out", default="eval-length", help="folder for length.md, length.csv, length.png")
@@ -117,6 +123,15 @@ def _score_last(text: str | None, lengths: list[int]) -> int | None:
         raise ValueError(f"--score-last {text!r} is not allowed: a positive integer or 'all'") from None
 
 
+def _leaky_k(text: str) -> float | str:
+    if text in ("half", "train"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--leaky-k={text!r} is not allowed: half, train or a number >= 1") from None
+
+
 def run_length(args: argparse.Namespace) -> int:
     lengths = _int_list(args.lengths, "--lengths")
     methods = [m.strip() for m in args.scalings.split(",") if m.strip()]
@@ -126,7 +141,8 @@ def run_length(args: argparse.Namespace) -> int:
     model, tokenizer, checkpoint = load_for_eval(args.checkpoint)
     tokens = held_out_tokens(checkpoint, args.data, tokenizer)
     results = evaluate_lengths(model, tokens, lengths, methods, score_last, args.windows, args.window,
-                               args.allow_extrapolation, progress=not args.no_progress, samples=samples)
+                               args.allow_extrapolation, progress=not args.no_progress,
+                               leaky_k=_leaky_k(args.leaky_k), logn=args.logn, samples=samples)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(results, args.metric)

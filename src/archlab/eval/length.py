@@ -23,8 +23,14 @@ Per method and target length L (L_train = the model's max_seq_len, s = max(1, L 
     none           the model as trained (past L_train this is plain extrapolation)
     linear, ntk    factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train
     rerope         window W (default L_train / 2)
-    leaky_rerope   window W and slope 1/k, k = (L - 1 - W) / (L_train - 1 - W): the longest distance lands on
-                   the longest one trained (Su, kexue.fm/archives/9708, uses a fixed k instead)
+    leaky_rerope   window W (default L_train / 4) and slope 1/k by Su's rule (kexue.fm/archives/9708): the largest
+                   relative position any query sees, W + (L - 1 - W) / k, stays within half the training length,
+                   k = max(16, (L - 1 - W) / (L_train / 2 - W)) (his ablation: k = 16, 32, 64 alike, k = 8
+                   worse); `leaky_k="train"` keeps the older mapping k = (L - 1 - W) / (L_train - 1 - W) (the
+                   longest distance lands on the longest one trained, k about 10 at 256 -> 2048, W 64), and
+                   a number is k itself
+`logn=True` adds the log-n query scale at inference only ("log n" with a dagger in Su's tables) to a model
+trained without it: ModelConfig.with_inference_logn, max(1, log n / log L_train) per query.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ logger = logging.getLogger(__name__)
 METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
 METRICS = ("loss", "accuracy")  # what a table shows; both are always computed (one forward)
 SAMPLES = ("plain", "repeated")  # how a window's tokens are drawn (module doc)
+LEAKY_K_MIN = 16.0  # Su's ablation (9708): k = 16, 32, 64 score alike, k = 8 is worse
 
 
 @dataclass(frozen=True)
@@ -66,12 +73,28 @@ class LengthResult:
         return math.exp(self.loss)
 
 
-def method_scaling(method: str, length: int, train_len: int, window: int | None = None) -> RopeScaling | None:
+def leaky_slope(length: int, train_len: int, window: int, leaky_k: float | str = "half") -> float:
+    """Leaky ReRoPE's k at `length` (module doc): "half" Su's rule, "train" the older mapping, or k given."""
+    if leaky_k == "train":
+        return max(1.0, (length - 1 - window) / (train_len - 1 - window))
+    if leaky_k != "half":
+        if isinstance(leaky_k, bool) or not isinstance(leaky_k, (int, float)) or not leaky_k >= 1:
+            raise ValueError(f"leaky_k={leaky_k!r} is not allowed: 'half' (Su's rule), 'train' or a number >= 1")
+        return float(leaky_k)
+    if not window < train_len / 2:
+        raise ValueError(f"window={window} is not allowed with leaky_k='half': below max_seq_len / 2 = "
+                         f"{train_len / 2:g} (the largest position Su's rule allows), or pass leaky_k")
+    return max(LEAKY_K_MIN, (length - 1 - window) / (train_len / 2 - window))
+
+
+def method_scaling(
+    method: str, length: int, train_len: int, window: int | None = None, leaky_k: float | str = "half",
+) -> RopeScaling | None:
     """The `rope_scaling` method `method` uses at `length` for a model trained at `train_len` (module doc)."""
     if method not in METHODS:
         raise ValueError(f"scaling {method!r} is not allowed: one of {', '.join(METHODS)}")
     s = max(1.0, length / train_len)
-    w = train_len // 2 if window is None else window
+    w = (train_len // 4 if method == "leaky_rerope" else train_len // 2) if window is None else window
     if method == "none":
         return None
     if method in ("linear", "ntk"):
@@ -82,21 +105,24 @@ def method_scaling(method: str, length: int, train_len: int, window: int | None 
         raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len - 2 = {train_len - 2}")
     if method == "rerope":
         return RopeScaling("rerope", window=w)
-    return RopeScaling("leaky_rerope", max(1.0, (length - 1 - w) / (train_len - 1 - w)), window=w)
+    return RopeScaling("leaky_rerope", leaky_slope(length, train_len, w, leaky_k), window=w)
 
 
 def method_configs(
     config: ModelConfig, methods: list[str], lengths: list[int], window: int | None, allow_extrapolation: bool,
+    leaky_k: float | str = "half", logn: bool = False,
 ) -> dict[tuple[str, int], ModelConfig]:
     """Each (method, length)'s config, all checked before any compute: a RoPE scaling needs a RoPE model, and
-    a length past what the method covers needs `allow_extrapolation` (never with learned positions)."""
+    a length past what the method covers needs `allow_extrapolation` (never with learned positions). `logn`:
+    each with the log-n scale at inference (`ModelConfig.with_inference_logn`)."""
+    config = config.with_inference_logn() if logn else config
     out = {}
     for method in methods:
         if method != "none" and config.position != "rope":
             raise ValueError(f"scaling {method!r} needs a RoPE model (this one has position={config.position!r}); "
                              "use --scalings none")
         for length in lengths:
-            scaling = method_scaling(method, length, config.max_seq_len, window)
+            scaling = method_scaling(method, length, config.max_seq_len, window, leaky_k)
             c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
             limit = context_limit(c)
             if limit is not None and length > limit and not (allow_extrapolation and c.position != "learned"):
@@ -166,16 +192,17 @@ def check_choices(samples: list[str], metric: str = "loss") -> None:
 def evaluate_lengths(
     model: TransformerLM, tokens: np.ndarray, lengths: list[int], methods: list[str], score_last: int | None,
     n_windows: int = 4, window: int | None = None, allow_extrapolation: bool = False, progress: bool = True,
-    samples: tuple[str, ...] | list[str] = ("plain",),
+    leaky_k: float | str = "half", logn: bool = False, samples: tuple[str, ...] | list[str] = ("plain",),
 ) -> list[LengthResult]:
     """Loss and accuracy per (samples, method, length) of `model`'s weights under each method (module doc);
-    `score_last=None` scores every prediction."""
+    `score_last=None` scores every prediction, `leaky_k` is Leaky ReRoPE's slope rule, `logn` the log-n scale at
+    inference."""
     from tqdm import tqdm
 
     check_choices(list(samples))
     if score_last is not None and not 1 <= score_last <= min(lengths):
         raise ValueError(f"score_last={score_last} is not allowed: between 1 and the shortest length {min(lengths)}")
-    configs = method_configs(model.config, methods, lengths, window, allow_extrapolation)
+    configs = method_configs(model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn)
     state = model.state_dict()
     batches = {(kind, n): sample_windows(tokens, n, n_windows, kind) for kind in samples for n in lengths}
     cells = [(kind, method, n) for kind in samples for method, n in configs]

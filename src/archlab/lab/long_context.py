@@ -4,10 +4,12 @@ inference-time method.
 
     acc_{1x,8x}_{plain,repeated}              the model as trained (inv_leaky_rerope is plain RoPE in eval)
     acc_8x_{plain,repeated}_rerope            RoPE -> ReRoPE, window N / 2 (Su's w256 at N 512; 9708)
-    acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 2, slope as `eval length` sets it
+    acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule (eval/length.py:
+                                              the largest position any query sees <= N / 2, k >= 16)
     acc_8x_{plain,repeated}_ntk_mixed         RoPE -> NTK-RoPE-mixed, factor 8 (kexue.fm/archives/9706)
-    acc_8x_{plain,repeated}_logn              "log n-dagger": the log-n query scale applied at inference only,
-                                              base N (kexue.fm/archives/8823; unchanged for a model trained with it)
+    acc_8x_{plain,repeated}_logn              "log n-dagger": max(1, log n / log N) per query at inference only
+                                              (ModelConfig.with_inference_logn; kexue.fm/archives/8823, 9708);
+                                              the model as trained when it trained with log n
 
 accuracy = mean over windows and every prediction of [argmax z_t == y_t] (score_last=None: Su scores whole
 samples). A method that needs RoPE on a model without it is n/a (None), never a number.
@@ -49,7 +51,7 @@ def inference_config(config: ModelConfig, method: str, length: int) -> ModelConf
     if method == "none":
         return config
     if method == "logn":
-        return config if config.attn_logn else config.replace(attn_logn=True)
+        return config if config.attn_logn else config.with_inference_logn()
     if config.position != "rope":
         return None
     if method == "ntk_mixed":
