@@ -59,6 +59,8 @@ def test_each_method_reaches_its_config_and_only_it() -> None:
     assert logn.attn_logn and logn.attn_logn_clip and logn.replace(attn_logn=False, attn_logn_clip=False) == config
     trained = config.replace(attn_logn=True)
     assert long_context.inference_config(trained, "logn", 128) is trained
+    cosine = config.replace(cosine_attention=True, cosine_scale="dynamic")
+    assert long_context.inference_config(cosine, "logn", 128) is None
     assert long_context.inference_config(config.replace(position="none"), "rerope", 128) is None
     run = Run(tiny(position="none"), np.random.default_rng(0).integers(0, 64, 600))
     assert long_context.accuracy_at(run, 8, "plain", "rerope") is None

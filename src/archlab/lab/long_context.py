@@ -51,6 +51,8 @@ def inference_config(config: ModelConfig, method: str, length: int) -> ModelConf
     if method == "none":
         return config
     if method == "logn":
+        if config.cosine_attention and config.cosine_scale == "dynamic":
+            return None  # its lambda is already 4 log n per query: the config refuses a second log-n
         return config if config.attn_logn else config.with_inference_logn()
     if config.position != "rope":
         return None

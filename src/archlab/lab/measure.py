@@ -415,7 +415,8 @@ MEASURES: dict[str, Measure] = {
 for _name, (_f, _s, _m) in long_context.measure_names().items():  # Su's protocol (lab/long_context.py)
     MEASURES[_name] = Measure(lambda r, f=_f, s=_s, m=_m: long_context.accuracy_at(r, f, s, m), "higher",
                               f"next-token accuracy at {_f}x the training length, {_s} samples"
-                              + ("" if _m == "none" else f", {_m} at inference"), censored=True)
+                              + ("" if _m == "none" else f", {_m} at inference"), censored=True,
+                              version=2 if _m in ("leaky_rerope", "logn") else 1)  # 2: Su's slope rule, clipped log n
 
 
 def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, float | None]:
