@@ -59,14 +59,16 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return path
 
 
-def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: str = "") -> Path:
-    """(method, length, loss) rows -> loss against length (log2 axis), one line per method."""
+def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: str = "", metric: str = "loss") -> Path:
+    """(method, length, value) rows -> the loss (or, metric="accuracy", the next-token accuracy) against length
+    (log2 axis), one line per method."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
     for method in dict.fromkeys(r[0] for r in rows):
         points = sorted((n, loss) for m, n, loss in rows if m == method)
         ax.plot([n for n, _ in points], [loss for _, loss in points], "o-", label=method)
-    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="loss on the last tokens (nats/token)", title=title)
+    ylabel = "loss on the scored tokens (nats/token)" if metric == "loss" else "next-token accuracy"
+    ax.set(xscale="log", xlabel="context length (tokens)", ylabel=ylabel, title=title)
     ax.set_xscale("log", base=2)
     ax.legend()
     path = Path(out)

@@ -1,6 +1,7 @@
 """`archlab eval length` (archlab.eval.length): each method's scaling at each length, the last-tokens scoring
-against a direct slice of the full logits, errors before any compute, and the command end to end on a tiny
-checkpoint (table, CSV, PNG)."""
+against a direct slice of the full logits, next-token accuracy against a count from the full logits, Su's
+repeated samples against the text they repeat, errors before any compute, and the command end to end on a tiny
+checkpoint and on a Hugging Face folder of the project's own export (table, CSV, PNG)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,18 @@ from archlab import ModelConfig, TransformerLM
 from archlab.checkpoint import save_checkpoint, tied_aliases
 from archlab.cli import main
 from archlab.data.tokenizer import build_tokenizer
-from archlab.eval.length import METHODS, evaluate_lengths, method_scaling, window_loss, windows
+from archlab.eval.length import (
+    METHODS,
+    evaluate_lengths,
+    method_configs,
+    method_scaling,
+    repeated_windows,
+    sample_windows,
+    window_loss,
+    window_scores,
+    windows,
+)
+from archlab.interop import save_hf
 from archlab.nn.functional import cross_entropy
 from archlab.nn.rerope import relative_positions
 from archlab.nn.rope import RopeScaling
@@ -35,7 +47,7 @@ def test_each_method_scales_to_the_target_length() -> None:
     assert method_scaling("yarn", 64, 16) == RopeScaling("yarn", 4.0, 16)
     assert method_scaling("ntk", 8, 16) == RopeScaling("ntk", 1.0)  # never below 1
     assert method_scaling("rerope", 64, 16) == RopeScaling("rerope", window=8)
-    leaky = method_scaling("leaky_rerope", 64, 16, window=6)
+    leaky = method_scaling("leaky_rerope", 64, 16, window=6, leaky_k="train")  # the older mapping, kept
     longest = relative_positions(torch.tensor([[63]]), torch.tensor([[0]]), 6, leaky.factor)
     assert float(longest) == pytest.approx(15)  # the longest distance lands on the longest one trained
     with pytest.raises(ValueError, match="scaling 'rope2' is not allowed"):
@@ -117,3 +129,187 @@ def test_progress_without_a_terminal_is_plain_log_lines(capsys, caplog) -> None:
     assert "\r" not in capsys.readouterr().err
     lines = [r.getMessage() for r in caplog.records if r.name == "archlab.eval.length"]
     assert len(lines) == 2 and lines[0].startswith("eval length 1/2: none at 8 tokens, loss ")
+
+
+def test_accuracy_is_the_share_of_scored_targets_the_argmax_predicts() -> None:
+    """Accuracy from window_scores equals a count over the full forward's logits (float64 argmax in numpy)."""
+    model = tiny()
+    tokens = np.random.default_rng(1).integers(0, 256, 500)
+    batch = windows(tokens, 24, 3)
+    with torch.no_grad():
+        logits = [model(row[None, :-1])[0].double().numpy() for row in batch]
+    for keep in (5, None):
+        hits = total = 0
+        for row, z in zip(batch.numpy(), logits):
+            targets, scored = row[1:], z
+            if keep is not None:
+                targets, scored = targets[-keep:], z[-keep:]
+            hits += int((scored.argmax(-1) == targets).sum())
+            total += len(targets)
+        loss, accuracy = window_scores(model, batch, keep)
+        assert accuracy == pytest.approx(hits / total, abs=1e-12)
+        assert loss == pytest.approx(window_loss(model, batch, keep))
+    constant = torch.full((2, 17), 7)  # a window whose every target is 7: the untrained model's argmax decides
+    with torch.no_grad():
+        expected = float((model(constant[:1, :-1]).argmax(-1) == 7).double().mean())
+    assert window_scores(model, constant, None)[1] == pytest.approx(expected)
+
+
+def test_repeated_samples_are_the_text_concatenated_with_itself() -> None:
+    tokens = np.arange(1000) * 7 % 251
+    length, count = 32, 3
+    plain, repeated = windows(tokens, length, count), repeated_windows(tokens, length, count)
+    assert repeated.shape == plain.shape == (count, length + 1)
+    p = length // 2
+    starts = np.linspace(0, len(tokens) - p, count).astype(np.int64)
+    for row, start in zip(repeated.tolist(), starts):
+        assert row == [int(tokens[start + i % p]) for i in range(length + 1)]  # base[i mod p]
+    scored = range(length + 1 - length // 2, length + 1)  # the default score_last (half the length) ...
+    assert all(j >= p and repeated[0, j] == repeated[0, j - p] for j in scored)  # ... lies in the second copy
+    assert torch.equal(sample_windows(tokens, length, count, "plain"), plain)
+    assert torch.equal(repeated_windows(tokens, 12, 1, period=5)[0], torch.tensor(tokens[:5])[torch.arange(13) % 5])
+    with pytest.raises(ValueError, match="samples 'twice' is not allowed: one of plain, repeated"):
+        sample_windows(tokens, length, count, "twice")
+
+
+def test_a_model_that_uses_its_context_scores_higher_on_repeated_samples() -> None:
+    """An induction oracle (logits = one-hot of the token one period back) is exact on the second copy only."""
+    class Copier(torch.nn.Module):
+        def __init__(self, period: int) -> None:
+            super().__init__()
+            self.period, self.config = period, ModelConfig(**SMALL)
+
+        def forward(self, x: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+            back = torch.roll(x, self.period - 1, dims=1)  # x[t - p + 1]: the target of t one period back
+            logits = torch.nn.functional.one_hot(back, 256).double()
+            return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+    tokens = np.random.default_rng(2).integers(0, 256, 600)
+    batch = repeated_windows(tokens, 32, 4)
+    assert window_scores(Copier(16), batch, 16)[1] == 1.0
+    assert window_scores(Copier(16), windows(tokens, 32, 4), 16)[1] < 0.2
+
+
+def test_evaluate_lengths_reports_each_sample_kind_with_both_metrics() -> None:
+    model = tiny()
+    tokens = np.random.default_rng(0).integers(0, 256, 400)
+    results = evaluate_lengths(model, tokens, [16, 32], ["none"], None, n_windows=2, allow_extrapolation=True,
+                               progress=False, samples=["plain", "repeated"])
+    assert [(r.samples, r.length) for r in results] == [("plain", 16), ("plain", 32), ("repeated", 16),
+                                                       ("repeated", 32)]
+    by = {(r.samples, r.length): r for r in results}
+    expected = window_scores(model, repeated_windows(tokens, 32, 2), None)
+    assert (by["repeated", 32].loss, by["repeated", 32].accuracy) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="--samples 'both' is not allowed"):
+        evaluate_lengths(model, tokens, [16], ["none"], 8, progress=False, samples=["both"])
+
+
+def test_cli_prints_accuracy_on_repeated_samples_for_a_checkpoint_and_its_hf_export(
+    checkpoint: Path, tmp_path: Path, capsys,
+) -> None:
+    """The same weights, read as an archlab checkpoint and as the Hugging Face folder `save_hf` writes, give the
+    same accuracy table; --samples plain,repeated reports both."""
+    from archlab.checkpoint import load_model
+
+    model, tokenizer = load_model(checkpoint)
+    hf = save_hf(model, tmp_path / "hf", tokenizer)
+    text = tmp_path / "held_out.txt"
+    text.write_text("def f(x):\n    return x * 2\n" * 40, encoding="utf-8")
+    tables = {}
+    for name, source in (("run", checkpoint), ("hf", hf)):
+        capsys.readouterr()
+        argv = ["eval", "length", "--checkpoint", str(source), "--lengths", "16,128", "--data", str(text),
+                "--scalings", "none,rerope", "--metric", "accuracy", "--samples", "repeated", "--windows", "2",
+                "--allow-extrapolation", "--out", str(tmp_path / name), "--no-progress"]
+        assert main(argv) == 0
+        tables[name] = (tmp_path / name / "length.md").read_text()
+        assert tables[name] in capsys.readouterr().out
+    assert tables["run"] == tables["hf"]
+    lines = tables["run"].splitlines()
+    assert lines[0] == "| method | 16 | 128 |" and lines[2].startswith("| none | ") and lines[2].endswith("% |")
+    rows = list(csv.DictReader((tmp_path / "run" / "length.csv").open()))
+    assert {r["samples"] for r in rows} == {"repeated"} and all(0 <= float(r["accuracy"]) <= 1 for r in rows)
+    assert main(["eval", "length", "--checkpoint", str(hf), "--lengths", "16", "--data", str(text), "--samples",
+                 "plain,repeated", "--metric", "accuracy", "--score-last", "all", "--out", str(tmp_path / "both"),
+                 "--no-progress", "--scalings", "none"]) == 0
+    both = (tmp_path / "both" / "length.md").read_text().splitlines()
+    assert both[0] == "| method | samples | 16 |" and [r.split(" | ")[1] for r in both[2:]] == ["plain", "repeated"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--metric", "bleu"], "--metric 'bleu' is not allowed: one of loss, accuracy"),
+    (["--samples", "plain,twice"], "--samples 'twice' is not allowed: one of plain, repeated"),
+    (["--score-last", "most"], "--score-last 'most' is not allowed: a positive integer or 'all'"),
+])
+def test_bad_metric_or_samples_is_one_line_before_loading(tmp_path: Path, capsys, flags: list[str],
+                                                          message: str) -> None:
+    """Checked before the checkpoint is read: a folder that does not exist is never reached."""
+    assert main(["eval", "length", "--checkpoint", str(tmp_path / "missing"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def largest_position(length: int, scaling: RopeScaling) -> float:
+    """The largest relative position any query of a `length`-token window sees, from every (m, n) pair."""
+    pos = torch.arange(length)[None]
+    return float(relative_positions(pos, pos, scaling.window, scaling.factor)[0].tril().max())
+
+
+@pytest.mark.parametrize("train_len,window", [(256, None), (256, 64), (256, 100), (16, None), (64, 8)])
+def test_leaky_slope_by_su_rule_keeps_every_position_within_half_the_training_length(
+    train_len: int, window: int | None,
+) -> None:
+    """Su (kexue.fm/archives/9708): W + (L - 1 - W) / k <= N / 2 at every test length, and k never below 16."""
+    for length in (train_len, 2 * train_len, 3 * train_len + 5, 8 * train_len, 16 * train_len):
+        scaling = method_scaling("leaky_rerope", length, train_len, window)
+        assert scaling.window == (train_len // 4 if window is None else window)
+        assert largest_position(length, scaling) <= train_len / 2 + 1e-9, (length, scaling)
+        assert scaling.factor >= 16
+    at_8x = method_scaling("leaky_rerope", 2048, 256, 64)
+    assert at_8x.factor == pytest.approx((2047 - 64) / (128 - 64))  # about 31, against the older mapping's ~10
+    assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k="train").factor == pytest.approx(1983 / 191)
+    assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k=8).factor == 8.0  # k given
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(window=128), r"^window=128 is not allowed with leaky_k='half': below max_seq_len / 2 = 128"),
+    (dict(window=64, leaky_k=0.5), r"^leaky_k=0.5 is not allowed"),
+    (dict(window=64, leaky_k="half2"), r"^leaky_k='half2' is not allowed"),
+])
+def test_leaky_slope_bad_inputs_fail_in_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        method_scaling("leaky_rerope", 2048, 256, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_logn_at_inference_changes_nothing_within_the_training_length() -> None:
+    """--logn (ModelConfig.with_inference_logn) scales queries past max_seq_len only; a log-n model is refused."""
+    model = tiny()
+    tokens = np.random.default_rng(0).integers(0, 256, 400)
+    args = dict(n_windows=2, allow_extrapolation=True, progress=False)
+    plain = {(r.method, r.length): r.loss for r in evaluate_lengths(model, tokens, [16, 32], ["none"], 8, **args)}
+    logn = {(r.method, r.length): r.loss
+            for r in evaluate_lengths(model, tokens, [16, 32], ["none"], 8, logn=True, **args)}
+    assert logn["none", 16] == plain["none", 16] and logn["none", 32] != plain["none", 32]
+    configs = method_configs(model.config, ["none", "yarn"], [32], None, True, logn=True)
+    assert all(c.attn_logn and c.attn_logn_clip for c in configs.values())
+    with pytest.raises(ValueError, match=r"attn_logn=True is not allowed: False for log-n at inference only"):
+        evaluate_lengths(tiny(attn_logn=True), tokens, [16], ["none"], 8, logn=True, **args)
+
+
+def test_cli_logn_and_leaky_k(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    base = ["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,32", "--data", str(text),
+            "--windows", "2", "--allow-extrapolation", "--no-progress", "--scalings", "none,leaky_rerope"]
+    tables = {}
+    for flags in ([], ["--logn"], ["--leaky-k", "train"]):
+        assert main([*base, "--out", str(tmp_path / "-".join(flags or ["plain"])), *flags]) == 0
+        tables[tuple(flags)] = {(r["method"], r["length"]): r["loss"] for r in csv.DictReader(
+            (tmp_path / "-".join(flags or ["plain"]) / "length.csv").open())}
+        capsys.readouterr()
+    plain, logn, train = tables[()], tables[("--logn",)], tables[("--leaky-k", "train")]
+    assert logn["none", "16"] == plain["none", "16"] and logn["none", "32"] != plain["none", "32"]
+    assert train["none", "32"] == plain["none", "32"] and train["leaky_rerope", "32"] != plain["leaky_rerope", "32"]
+    assert main([*base, "--leaky-k", "x"]) == 2
+    assert "--leaky-k='x' is not allowed" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def test_every_rope_kind_has_a_mapping_or_a_named_refusal() -> None:
 
 
 @pytest.mark.parametrize("kind", ["none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "llama3", "rerope",
-                                  "leaky_rerope"])
+                                  "leaky_rerope", "inv_leaky_rerope", "ntk_mixed"])
 def test_each_rope_kind_exports_with_its_frequencies_or_is_refused_in_one_line(kind: str, tmp_path: Path) -> None:
     """A mapped kind goes out and back through config.json with the same frequencies (as transformers computes
     them; ntk comes back as the stretched base); a refused kind stops save_hf before any file is written, with
@@ -146,7 +146,8 @@ def test_each_rope_kind_exports_with_its_frequencies_or_is_refused_in_one_line(k
         with pytest.raises(InteropError, match=f"rope_scaling.kind='{kind}'"):
             save_hf(model, tmp_path / "out")
         assert not (tmp_path / "out").exists()
-        assert ROPE_SCALINGS[kind].remaps_positions  # only position remaps are refused today
+        # refused: position remaps, and NTK-RoPE-mixed's per-pair stretch (no HF rope_type has it)
+        assert ROPE_SCALINGS[kind].remaps_positions or kind == "ntk_mixed"
         return
     assert config_diff(config, FAMILIES["llama"]) == []
     save_hf(model, tmp_path / "out", family="llama")

@@ -1,6 +1,7 @@
-"""`archlab eval length`: loss against context length per RoPE extension method (archlab.eval.length), as a
-markdown table (printed and saved), a CSV and a PNG; `archlab eval passkey`: passkey retrieval accuracy per
-length and depth (archlab.eval.passkey), as a table and a heat-map PNG."""
+"""`archlab eval length`: loss or next-token accuracy against context length per RoPE extension method, on
+plain or repeated samples (archlab.eval.length), as a markdown table (printed and saved), a CSV and a PNG;
+`archlab eval passkey`: passkey retrieval accuracy per length and depth (archlab.eval.passkey), as a table and a
+heat-map PNG."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import numpy as np
 from archlab.checkpoint import load_model, resolve_checkpoint
 from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.eval.length import METHODS, evaluate_lengths, markdown_table, write_csv
+from archlab.eval.length import (
+    METHODS,
+    METRICS,
+    SAMPLES,
+    check_choices,
+    evaluate_lengths,
+    markdown_table,
+    write_csv,
+)
 from archlab.eval.passkey import evaluate_passkey, passkey_table
 from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 from archlab.nn.model import TransformerLM
@@ -23,16 +32,26 @@ from archlab.plots import plot_length, plot_passkey
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a checkpoint (length extrapolation)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    length = actions.add_parser("length", help="loss vs context length per RoPE scaling method")
+    length = actions.add_parser("length", help="loss or accuracy vs context length per RoPE scaling method")
     length.add_argument("--checkpoint", required=True, help="a checkpoint or run folder, or a Hugging Face folder")
     length.add_argument("--lengths", default="256,512,1024,2048,4096", help="comma-separated context lengths")
     length.add_argument("--scalings", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     length.add_argument("--data", default=None, help="held-out text file, or a prepared data folder (its val "
                         "split); default: the run's prepared data")
-    length.add_argument("--score-last", type=int, default=None, help="tokens scored per window (default: half "
-                        "the shortest length)")
+    length.add_argument("--score-last", default=None, help="tokens scored per window, or 'all' (every prediction, "
+                        "as Su's tables; default: half the shortest length)")
+    length.add_argument("--metric", default="loss", help=f"what the table shows, one of {', '.join(METRICS)} "
+                        "(next-token accuracy: argmax == target); the CSV holds both")
+    length.add_argument("--samples", default="plain", help=f"comma-separated, of {', '.join(SAMPLES)}: held-out "
+                        "windows, or a text of L/2 tokens concatenated with itself up to L (Su's repeated samples)")
     length.add_argument("--windows", type=int, default=4, help="windows per length")
-    length.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2)")
+    length.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2; "
+                        "leaky_rerope max_seq_len / 4)")
+    length.add_argument("--leaky-k", default="half", help="leaky_rerope's k: half (Su's rule: the largest position "
+                        "at most max_seq_len / 2, k >= 16), train (the longest distance on the longest trained) "
+                        "or a number")
+    length.add_argument("--logn", action="store_true", help="the log-n query scale max(1, log n / log max_seq_len) "
+                        "at inference only, for a model trained without it")
     length.add_argument("--allow-extrapolation", action="store_true",
                         help="allow lengths past what a method covers (e.g. 'none' past max_seq_len)")
     length.add_argument("--out", default="eval-length", help="folder for length.md, length.csv, length.png")
@@ -92,21 +111,48 @@ def held_out_tokens(checkpoint: Path | None, data: str | None, tokenizer) -> np.
     return np.asarray(TokenData(folder).splits["val"], dtype=np.int64)
 
 
+def _score_last(text: str | None, lengths: list[int]) -> int | None:
+    """--score-last: a count, 'all' (None: every prediction) or, absent, half the shortest length."""
+    if text is None:
+        return max(1, min(lengths) // 2)
+    if text.strip() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--score-last {text!r} is not allowed: a positive integer or 'all'") from None
+
+
+def _leaky_k(text: str) -> float | str:
+    if text in ("half", "train"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--leaky-k={text!r} is not allowed: half, train or a number >= 1") from None
+
+
 def run_length(args: argparse.Namespace) -> int:
     lengths = _int_list(args.lengths, "--lengths")
     methods = [m.strip() for m in args.scalings.split(",") if m.strip()]
+    samples = [k.strip() for k in args.samples.split(",") if k.strip()]
+    check_choices(samples, args.metric)
+    score_last = _score_last(args.score_last, lengths)
     model, tokenizer, checkpoint = load_for_eval(args.checkpoint)
     tokens = held_out_tokens(checkpoint, args.data, tokenizer)
-    score_last = args.score_last or max(1, min(lengths) // 2)
     results = evaluate_lengths(model, tokens, lengths, methods, score_last, args.windows, args.window,
-                               args.allow_extrapolation, progress=not args.no_progress)
+                               args.allow_extrapolation, progress=not args.no_progress,
+                               leaky_k=_leaky_k(args.leaky_k), logn=args.logn, samples=samples)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(results)
+    table = markdown_table(results, args.metric)
     (out / "length.md").write_text(table + "\n", encoding="utf-8")
     write_csv(results, out / "length.csv")
-    title = f"{checkpoint or args.checkpoint} (trained at {model.config.max_seq_len}; last {score_last} tokens scored)"
-    plot_length([(r.method, r.length, r.loss) for r in results], out / "length.png", title)
+    scored = "every token" if score_last is None else f"last {score_last} tokens"
+    title = f"{checkpoint or args.checkpoint} (trained at {model.config.max_seq_len}; {scored} scored)"
+    label = (lambda r: f"{r.method} ({r.samples})") if len(samples) > 1 else (lambda r: r.method)
+    value = (lambda r: r.loss) if args.metric == "loss" else (lambda r: r.accuracy)
+    plot_length([(label(r), r.length, value(r)) for r in results], out / "length.png", title, args.metric)
     print(table)
     print(f"wrote {out / 'length.md'}, {out / 'length.csv'}, {out / 'length.png'}")
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from archlab.infer.engine import Decoder
-from archlab.infer.generate import Generation, check_context, context_limit, text_generation
+from archlab.infer.generate import Generation, check_context, context_limit, text_generation, with_inference_logn
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.speed import check_compile_decode
@@ -61,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="back the prompt off by N tokens (1 if no N) and let the first new tokens re-spell them, "
                         "so a prompt ending mid-token continues as in training (kexue.fm/archives/9762)")
     p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
+    p.add_argument("--logn", action="store_true", help="the log-n query scale max(1, log n / log max_seq_len) at "
+                   "inference only, for a model trained without it (Su, kexue.fm/archives/9708)")
     p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the decode step where it measures faster than eager on this machine "
@@ -120,6 +122,8 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.compile:
         check_compile_decode(device)
     model, tokenizer = load_checkpoint(args.checkpoint)
+    if args.logn:
+        model = with_inference_logn(model)
     model.to(device).eval()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's

@@ -1,16 +1,36 @@
-"""Loss against context length, one line per RoPE extension method (`archlab eval length`).
+"""Loss and next-token accuracy against context length, one line per RoPE extension method (`archlab eval length`).
 
 The same trained weights are loaded under each method's `rope_scaling` and scored on held-out text at each
 length. A window of L tokens is scored on its last `score_last` tokens only, so every length is measured
 on the same number of predictions, each with at least L - score_last tokens of context: a longer window
-can only help a model that uses (or at least tolerates) the extra context.
+can only help a model that uses (or at least tolerates) the extra context. `score_last=None` scores every
+prediction of the window, as Su's tables do (per-token accuracy over whole samples).
+
+Both metrics come from the same forward over the scored targets y_t with logits z_t:
+    loss      = mean_t ( logsumexp(z_t) - z_t[y_t] )            nats/token
+    accuracy  = mean_t [ argmax_v z_t[v] == y_t ]               next-token accuracy (Su's metric)
+averaged over the windows' scored tokens (every window scores as many).
+
+Samples (Su, "Transformer upgrade 9", kexue.fm/archives/9603, and the tables of 9708 / 9728 / 9731 / 9859):
+    plain      evenly spaced windows of held-out text (Su's "non-repeated" column; read it first)
+    repeated   a text of p = L // 2 tokens concatenated with itself up to L + 1 tokens: token i is base[i mod p].
+               Every target past p was already given p tokens earlier, so this measures whether the model
+               still uses the whole context at length L. Su's "repeated" set mixes such samples with natural
+               ones; here every sample is repeated, so the numbers run higher than his column. With
+               score_last <= L // 2 every scored target lies in the second copy.
 
 Per method and target length L (L_train = the model's max_seq_len, s = max(1, L / L_train)):
     none           the model as trained (past L_train this is plain extrapolation)
     linear, ntk    factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train
     rerope         window W (default L_train / 2)
-    leaky_rerope   window W and slope 1/k, k = (L - 1 - W) / (L_train - 1 - W): the longest distance lands on
-                   the longest one trained (Su, kexue.fm/archives/9708, uses a fixed k instead)
+    leaky_rerope   window W (default L_train / 4) and slope 1/k by Su's rule (kexue.fm/archives/9708): the largest
+                   relative position any query sees, W + (L - 1 - W) / k, stays within half the training length,
+                   k = max(16, (L - 1 - W) / (L_train / 2 - W)) (his ablation: k = 16, 32, 64 alike, k = 8
+                   worse); `leaky_k="train"` keeps the older mapping k = (L - 1 - W) / (L_train - 1 - W) (the
+                   longest distance lands on the longest one trained, k about 10 at 256 -> 2048, W 64), and
+                   a number is k itself
+`logn=True` adds the log-n query scale at inference only ("log n" with a dagger in Su's tables) to a model
+trained without it: ModelConfig.with_inference_logn, max(1, log n / log L_train) per query.
 """
 
 from __future__ import annotations
@@ -35,6 +55,9 @@ from archlab.nn.rope import RopeScaling
 logger = logging.getLogger(__name__)
 
 METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
+METRICS = ("loss", "accuracy")  # what a table shows; both are always computed (one forward)
+SAMPLES = ("plain", "repeated")  # how a window's tokens are drawn (module doc)
+LEAKY_K_MIN = 16.0  # Su's ablation (9708): k = 16, 32, 64 score alike, k = 8 is worse
 
 
 @dataclass(frozen=True)
@@ -42,18 +65,36 @@ class LengthResult:
     method: str
     length: int
     loss: float  # mean cross entropy (nats/token) over the scored tokens of every window
+    accuracy: float = math.nan  # share of scored tokens whose argmax logit is the target
+    samples: str = "plain"  # SAMPLES: plain windows or repeated texts
 
     @property
     def perplexity(self) -> float:
         return math.exp(self.loss)
 
 
-def method_scaling(method: str, length: int, train_len: int, window: int | None = None) -> RopeScaling | None:
+def leaky_slope(length: int, train_len: int, window: int, leaky_k: float | str = "half") -> float:
+    """Leaky ReRoPE's k at `length` (module doc): "half" Su's rule, "train" the older mapping, or k given."""
+    if leaky_k == "train":
+        return max(1.0, (length - 1 - window) / (train_len - 1 - window))
+    if leaky_k != "half":
+        if isinstance(leaky_k, bool) or not isinstance(leaky_k, (int, float)) or not leaky_k >= 1:
+            raise ValueError(f"leaky_k={leaky_k!r} is not allowed: 'half' (Su's rule), 'train' or a number >= 1")
+        return float(leaky_k)
+    if not window < train_len / 2:
+        raise ValueError(f"window={window} is not allowed with leaky_k='half': below max_seq_len / 2 = "
+                         f"{train_len / 2:g} (the largest position Su's rule allows), or pass leaky_k")
+    return max(LEAKY_K_MIN, (length - 1 - window) / (train_len / 2 - window))
+
+
+def method_scaling(
+    method: str, length: int, train_len: int, window: int | None = None, leaky_k: float | str = "half",
+) -> RopeScaling | None:
     """The `rope_scaling` method `method` uses at `length` for a model trained at `train_len` (module doc)."""
     if method not in METHODS:
         raise ValueError(f"scaling {method!r} is not allowed: one of {', '.join(METHODS)}")
     s = max(1.0, length / train_len)
-    w = train_len // 2 if window is None else window
+    w = (train_len // 4 if method == "leaky_rerope" else train_len // 2) if window is None else window
     if method == "none":
         return None
     if method in ("linear", "ntk"):
@@ -64,21 +105,24 @@ def method_scaling(method: str, length: int, train_len: int, window: int | None 
         raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len - 2 = {train_len - 2}")
     if method == "rerope":
         return RopeScaling("rerope", window=w)
-    return RopeScaling("leaky_rerope", max(1.0, (length - 1 - w) / (train_len - 1 - w)), window=w)
+    return RopeScaling("leaky_rerope", leaky_slope(length, train_len, w, leaky_k), window=w)
 
 
 def method_configs(
     config: ModelConfig, methods: list[str], lengths: list[int], window: int | None, allow_extrapolation: bool,
+    leaky_k: float | str = "half", logn: bool = False,
 ) -> dict[tuple[str, int], ModelConfig]:
     """Each (method, length)'s config, all checked before any compute: a RoPE scaling needs a RoPE model, and
-    a length past what the method covers needs `allow_extrapolation` (never with learned positions)."""
+    a length past what the method covers needs `allow_extrapolation` (never with learned positions). `logn`:
+    each with the log-n scale at inference (`ModelConfig.with_inference_logn`)."""
+    config = config.with_inference_logn() if logn else config
     out = {}
     for method in methods:
         if method != "none" and config.position != "rope":
             raise ValueError(f"scaling {method!r} needs a RoPE model (this one has position={config.position!r}); "
                              "use --scalings none")
         for length in lengths:
-            scaling = method_scaling(method, length, config.max_seq_len, window)
+            scaling = method_scaling(method, length, config.max_seq_len, window, leaky_k)
             c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
             limit = context_limit(c)
             if limit is not None and length > limit and not (allow_extrapolation and c.position != "learned"):
@@ -98,54 +142,103 @@ def windows(tokens: np.ndarray, length: int, count: int) -> torch.Tensor:
     return torch.from_numpy(np.stack([tokens[s : s + length + 1] for s in starts]).astype(np.int64))
 
 
+def repeated_windows(tokens: np.ndarray, length: int, count: int, period: int | None = None) -> torch.Tensor:
+    """`count` repeated samples (count, length + 1): a text of `period` tokens (default length // 2) from evenly
+    spaced starts, concatenated with itself: sample[i] = base[i mod period] (module doc)."""
+    p = max(1, length // 2) if period is None else period
+    if not 1 <= p <= length:
+        raise ValueError(f"period={p} is not allowed: between 1 and the length {length}")
+    base = windows(tokens, p - 1, count)  # (count, p): the same evenly spaced starts a plain window would use
+    return base[:, torch.arange(length + 1) % p]
+
+
+def sample_windows(tokens: np.ndarray, length: int, count: int, samples: str = "plain") -> torch.Tensor:
+    """The windows `samples` names (SAMPLES) -> (count, length + 1)."""
+    if samples not in SAMPLES:
+        raise ValueError(f"samples {samples!r} is not allowed: one of {', '.join(SAMPLES)}")
+    return windows(tokens, length, count) if samples == "plain" else repeated_windows(tokens, length, count)
+
+
 @torch.no_grad()
-def window_loss(model: TransformerLM, batch: torch.Tensor, score_last: int) -> float:
-    """Mean loss of the last `score_last` predictions of each window (count, L + 1), one window at a time."""
-    losses = []
+def window_scores(model: TransformerLM, batch: torch.Tensor, score_last: int | None) -> tuple[float, float]:
+    """(mean loss, next-token accuracy) of the last `score_last` predictions of each window (count, L + 1), or of
+    every prediction with None; one window at a time."""
+    losses, hits = [], []
     for row in batch:
-        x, y = row[None, :-1], row[None, -score_last:]
-        losses.append(float(cross_entropy(model(x, logits_to_keep=score_last), y)))
-    return sum(losses) / len(losses)
+        keep = row.numel() - 1 if score_last is None else score_last
+        x, y = row[None, :-1], row[None, -keep:]
+        logits = model(x, logits_to_keep=keep)
+        losses.append(float(cross_entropy(logits, y)))
+        hits.append(float((logits.argmax(-1) == y).double().mean()))
+    return sum(losses) / len(losses), sum(hits) / len(hits)
+
+
+def window_loss(model: TransformerLM, batch: torch.Tensor, score_last: int | None) -> float:
+    """Mean loss of the last `score_last` predictions of each window (window_scores)."""
+    return window_scores(model, batch, score_last)[0]
+
+
+def check_choices(samples: list[str], metric: str = "loss") -> None:
+    """A one-line error for a sample kind or metric that does not exist, before any compute."""
+    for kind in samples:
+        if kind not in SAMPLES:
+            raise ValueError(f"--samples {kind!r} is not allowed: one of {', '.join(SAMPLES)} (comma-separated)")
+    if not samples:
+        raise ValueError(f"--samples is empty: one or more of {', '.join(SAMPLES)} (comma-separated)")
+    if metric not in METRICS:
+        raise ValueError(f"--metric {metric!r} is not allowed: one of {', '.join(METRICS)}")
 
 
 def evaluate_lengths(
-    model: TransformerLM, tokens: np.ndarray, lengths: list[int], methods: list[str], score_last: int,
+    model: TransformerLM, tokens: np.ndarray, lengths: list[int], methods: list[str], score_last: int | None,
     n_windows: int = 4, window: int | None = None, allow_extrapolation: bool = False, progress: bool = True,
+    leaky_k: float | str = "half", logn: bool = False, samples: tuple[str, ...] | list[str] = ("plain",),
 ) -> list[LengthResult]:
-    """Loss per (method, length) of `model`'s weights under each method (module doc)."""
+    """Loss and accuracy per (samples, method, length) of `model`'s weights under each method (module doc);
+    `score_last=None` scores every prediction, `leaky_k` is Leaky ReRoPE's slope rule, `logn` the log-n scale at
+    inference."""
     from tqdm import tqdm
 
-    if not 1 <= score_last <= min(lengths):
+    check_choices(list(samples))
+    if score_last is not None and not 1 <= score_last <= min(lengths):
         raise ValueError(f"score_last={score_last} is not allowed: between 1 and the shortest length {min(lengths)}")
-    configs = method_configs(model.config, methods, lengths, window, allow_extrapolation)
+    configs = method_configs(model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn)
     state = model.state_dict()
-    batches = {length: windows(tokens, length, n_windows) for length in lengths}
+    batches = {(kind, n): sample_windows(tokens, n, n_windows, kind) for kind in samples for n in lengths}
+    cells = [(kind, method, n) for kind in samples for method, n in configs]
     results = []
     lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
-    for i, ((method, length), config) in enumerate(tqdm(configs.items(), desc="eval length",
-                                                        disable=not progress or lines)):
-        scaled = build_model(config, state).eval()  # no random init of weights about to be replaced
-        results.append(LengthResult(method, length, window_loss(scaled, batches[length], score_last)))
+    for i, (kind, method, length) in enumerate(tqdm(cells, desc="eval length", disable=not progress or lines)):
+        scaled = build_model(configs[method, length], state).eval()  # no random init of weights about to be replaced
+        loss, accuracy = window_scores(scaled, batches[kind, length], score_last)
+        results.append(LengthResult(method, length, loss, accuracy, kind))
         if lines:
-            logger.info("eval length %d/%d: %s at %d tokens, loss %.3f", i + 1, len(configs), method, length,
-                        results[-1].loss)
+            logger.info("eval length %d/%d: %s at %d tokens, loss %.3f, accuracy %.4f (%s samples)", i + 1,
+                        len(cells), method, length, loss, accuracy, kind)
     return results
 
 
-def markdown_table(results: list[LengthResult]) -> str:
-    """Rows = methods, columns = lengths, cells = loss (perplexity)."""
+def markdown_table(results: list[LengthResult], metric: str = "loss") -> str:
+    """Rows = methods (and sample kinds, when more than one), columns = lengths; cells = loss (perplexity), or
+    accuracy in percent."""
     lengths = sorted({r.length for r in results})
-    cells = {(r.method, r.length): f"{r.loss:.3f} ({r.perplexity:.1f})" for r in results}
-    lines = ["| method | " + " | ".join(str(n) for n in lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
-    for method in dict.fromkeys(r.method for r in results):
-        lines.append(f"| {method} | " + " | ".join(cells[method, n] for n in lengths) + " |")
+    kinds = list(dict.fromkeys(r.samples for r in results))
+    cells = {(r.samples, r.method, r.length): f"{r.loss:.3f} ({r.perplexity:.1f})" if metric == "loss"
+             else f"{100 * r.accuracy:.2f}%" for r in results}
+    head = "| method | samples | " if len(kinds) > 1 else "| method | "
+    lines = [head + " | ".join(str(n) for n in lengths) + " |", "|---" * (len(lengths) + head.count("|") - 1) + "|"]
+    for kind in kinds:
+        for method in dict.fromkeys(r.method for r in results if r.samples == kind):
+            label = f"| {method} | {kind} | " if len(kinds) > 1 else f"| {method} | "
+            lines.append(label + " | ".join(cells[kind, method, n] for n in lengths) + " |")
     return "\n".join(lines)
 
 
 def write_csv(results: list[LengthResult], path: Path) -> Path:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["method", "length", "loss", "perplexity"])
+        writer.writerow(["method", "length", "loss", "perplexity", "accuracy", "samples"])
         for r in results:
-            writer.writerow([r.method, r.length, f"{r.loss:.6f}", f"{r.perplexity:.4f}"])
+            writer.writerow([r.method, r.length, f"{r.loss:.6f}", f"{r.perplexity:.4f}", f"{r.accuracy:.6f}",
+                             r.samples])
     return path

@@ -43,7 +43,16 @@ from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.model import TransformerLM
 
 __all__ = ["PAD_ID", "Generation", "check_context", "context_limit", "generate", "generate_text", "left_pad",
-           "text_generation"]
+           "text_generation", "with_inference_logn"]
+
+
+def with_inference_logn(model: TransformerLM) -> TransformerLM:
+    """`model`'s weights with the log-n query scale at inference only (`ModelConfig.with_inference_logn`: each
+    query's scores times max(1, log n / log max_seq_len); Su, kexue.fm/archives/9708), in the same mode."""
+    from archlab.checkpoint import build_model
+
+    device = next(model.parameters()).device
+    return build_model(model.config.with_inference_logn(), model.state_dict(), device).train(model.training)
 
 
 def generate(

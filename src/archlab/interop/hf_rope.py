@@ -32,6 +32,9 @@ READ_AS_OTHER = ("none", "ntk", "ntk_by_parts")  # kinds whose HF spelling reads
 HF_ROPE_REFUSED = {
     "rerope": "transformers has no ReRoPE (relative positions clipped per query and key)",
     "leaky_rerope": "transformers has no Leaky ReRoPE (relative positions remapped per query and key)",
+    "inv_leaky_rerope": "transformers has no inverse Leaky ReRoPE (relative positions remapped per query and key "
+                        "in training)",
+    "ntk_mixed": "transformers has no NTK-RoPE-mixed (a different stretch per frequency pair)",
 }
 HF_ROPE_KEYS: dict[str, dict[str, str]] = {
     "none": {},

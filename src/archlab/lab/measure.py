@@ -9,7 +9,8 @@ has finished, so parallel arms never skew a timing:
 - `embed_drift_rare` / `embed_drift_ratio` (lab/drift.py): per-row displacement from the step-0 weights
   (RUN_DIR/initial, train key `checkpoint.keep_initial`), binned by the row's count in the replayed batches;
 - `step_ms`, `norm_time_share` / `norm_flop_share`, `kv_bytes_per_token`, `parameters`, `decode_tok_s`,
-  `loss_at_2x` / `loss_at_4x`; `max_embed_row_norm` and `max_embed_row_growth` read the checkpoints the run kept.
+  `loss_at_2x` / `loss_at_4x`; Su's long-context accuracies `acc_{1x,8x}_{plain,repeated}[_method]`
+  (lab/long_context.py); `max_embed_row_norm` and `max_embed_row_growth` read the checkpoints the run kept.
 
 Rules stated once:
 - A spike is a logged finite train loss above the median of the SPIKE_WINDOW finite logged losses before it
@@ -49,7 +50,7 @@ from archlab.costs import flops_per_token, kv_cache_bytes
 from archlab.data.tokens import TokenData
 from archlab.infer.engine import Decoder
 from archlab.infer.sampling import SamplingConfig
-from archlab.lab import drift, eval_set
+from archlab.lab import drift, eval_set, long_context
 from archlab.lab import embed_measures as embed
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
@@ -442,6 +443,11 @@ MEASURES: dict[str, Measure] = {
     "continuation_healing_gain": Measure(embed.continuation_healing_gain, "higher",
                                          "continuation_acc with token healing minus without, same cuts"),
 }
+for _name, (_f, _s, _m) in long_context.measure_names().items():  # Su's protocol (lab/long_context.py)
+    MEASURES[_name] = Measure(lambda r, f=_f, s=_s, m=_m: long_context.accuracy_at(r, f, s, m), "higher",
+                              f"next-token accuracy at {_f}x the training length, {_s} samples"
+                              + ("" if _m == "none" else f", {_m} at inference"), censored=True,
+                              version=2 if _m in ("leaky_rerope", "logn") else 1)  # 2: Su's slope rule, clipped log n
 
 
 def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, float | None]:

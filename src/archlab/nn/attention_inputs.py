@@ -6,12 +6,14 @@ of one kind (window, RoPE) share one `AttentionInputs`:
 - the positions plan (`PositionPlan`, nn/rope.py): RoPE tables for the new tokens (gathered from a precomputed
   table when the positions are known to fit, without a host sync); for a schedule whose cached keys wait
   (Dynamic NTK) the tables of every key read, at the current length; for a position remap the ReRoPE plan
-  (nn/rerope.py, chosen by the kind's `RopeKind.remaps_positions`);
+  (nn/rerope.py, chosen by `RotaryEmbedding.remaps_positions`: the kind's `RopeKind.remaps_positions`, in
+  training mode only for a `training_only` kind, inverse Leaky ReRoPE);
 - the causal / window / padding mask over the key slots the kind reads, or None where SDPA's is_causal (or, for
   one query, no mask) is exact;
 - an additive position bias (T5 relative, ALiBi) over the same slots;
-- the log-n factor per query (Su, "Entropy invariance", kexue.fm/archives/8823), also dynamic cosine
-  attention's: lambda = 4 log(N/2) times log(n) / log(N/2) = 4 log n (kexue.fm/archives/9859).
+- the log-n factor per query (Su, "Entropy invariance", kexue.fm/archives/8823), at least 1 with attn_logn_clip
+  (log-n at inference only, kexue.fm/archives/9708), also dynamic cosine attention's: lambda = 4 log(N/2) times
+  log(n) / log(N/2) = 4 log n (kexue.fm/archives/9859).
 A new way of giving positions is another plan here, not another thread through model and attention.
 
 Shapes: B batch, T new tokens, S keys a layer reads (cache + new), H heads.
@@ -56,6 +58,7 @@ class AttentionInputsBuilder:
         self.logn_base = (c.attn_logn_base or c.max_seq_len) if c.attn_logn else None
         if c.cosine_attention and c.cosine_scale == "dynamic":  # 4 log(N/2) x log(n) / log(N/2) = 4 log n
             self.logn_base = c.max_seq_len / 2
+        self.logn_clip = c.attn_logn_clip  # max(1, .): log-n at inference only, queries past L scaled
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it
         self.layer_windows = tuple(c.sliding_window if c.layer_is_sliding(i) else None for i in range(c.n_layers))
         self.layer_ropes = tuple(c.layer_rope(i) for i in range(c.n_layers))
@@ -120,14 +123,15 @@ class AttentionInputsBuilder:
     ) -> PositionPlan:
         """The rotary plan: ReRoPE's two rotations for a kind that remaps positions (keys at `key_positions`,
         without a cache the new tokens themselves), else `RotaryEmbedding.plan`."""
-        if rotary.kind.remaps_positions:
+        if rotary.remaps_positions:  # inverse Leaky ReRoPE: in training mode only
             return rerope_plan(rotary, positions, positions if key_positions is None else key_positions)
         return rotary.plan(positions, bound, key_positions)
 
     def logn_scale(self, positions: torch.Tensor, window: int | None) -> torch.Tensor | None:
         """log(n) / log(L) per query (B, 1, T, 1): n = the keys it sees, its position + 1 (a window layer: at most
-        the window), L = attn_logn_base or max_seq_len."""
+        the window), L = attn_logn_base or max_seq_len; at least 1 with attn_logn_clip (at inference only)."""
         if self.logn_base is None:
             return None
         n = positions + 1 if window is None else (positions + 1).clamp_max(window)
-        return (n.double().log() / math.log(self.logn_base)).float()[:, None, :, None]
+        scale = n.double().log() / math.log(self.logn_base)
+        return (scale.clamp_min(1.0) if self.logn_clip else scale).float()[:, None, :, None]

@@ -154,6 +154,7 @@ class ModelConfig:
     attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
     attn_logn: bool = False  # scale each query's scores by log(n) / log(attn_logn_base), n = keys it sees
     attn_logn_base: int | None = None  # length where the log-n factor is 1 (kexue.fm/archives/8823); None = max_seq_len
+    attn_logn_clip: bool = False  # max(1, log n / log L): only queries past L scaled (inference-time log n, 9708)
     # --- attention kernel (docs/linear-attention.md) ---
     attn_kernel: str = "softmax"  # softmax | favor (Performer, arXiv 2009.14794) | vq (Transformer-VQ, 2309.16354)
     favor_features: int | None = None  # FAVOR+ features per head; None = round(head_dim ln head_dim) (Theta(d log d))
@@ -277,6 +278,10 @@ class ModelConfig:
             raise _bad("rope_theta_local", self.rope_theta_local, "None or a base > 1")
         if not self.position_pattern or set(self.position_pattern) - set(POSITION_LAYERS):
             raise _bad("position_pattern", self.position_pattern, "a non-empty string of R (RoPE) and N (NoPE)")
+        s = self.rope_scaling
+        if s is not None and s.kind == "inv_leaky_rerope" and not s.window < self.max_seq_len:
+            raise _bad("rope_scaling.window", s.window, f"< max_seq_len={self.max_seq_len} with "
+                       "kind='inv_leaky_rerope' (training must reach past the window)")
 
     def _check_attention(self) -> None:
         for name in ("attn_softcap", "final_softcap", "attn_scale"):
@@ -294,6 +299,8 @@ class ModelConfig:
             raise _bad("attn_logn_base", self.attn_logn_base, "None (= max_seq_len) or an integer >= 2")
         if self.attn_logn_base is not None and not self.attn_logn:
             raise _bad("attn_logn_base", self.attn_logn_base, "only with attn_logn=True")
+        if self.attn_logn_clip and not self.attn_logn:
+            raise _bad("attn_logn_clip", True, "only with attn_logn=True")
         if self.attn_logn and self.max_seq_len < 2 and self.attn_logn_base is None:
             raise _bad("attn_logn", True, "needs max_seq_len >= 2 or attn_logn_base (log 1 = 0)")
         if self.qk_norm != "none" and self.key_norm:
@@ -314,7 +321,8 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
         if self.attn_dropout:
             raise _bad("attn_dropout", self.attn_dropout, f"0 with attn_kernel={kernel!r} (no probabilities)")
-        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope"):
+        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope",
+                                                                             "inv_leaky_rerope"):
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, f"a static schedule with attn_kernel={kernel!r} "
                        "(cached keys are folded into the state, never re-rotated)")
         positive = {"favor_features": self.favor_features, "favor_redraw": self.favor_redraw,
@@ -411,6 +419,14 @@ class ModelConfig:
             "favor_features": default_favor_features(self.head_dim, self.favor_feature)
             if self.attn_kernel == "favor" else None,
         }
+
+    def with_inference_logn(self) -> ModelConfig:
+        """This config with the log-n query scale at inference only ("log n" with a dagger in Su's tables,
+        kexue.fm/archives/9708; bojone/rerope's patch): each query's scores times max(1, log n / log L), L =
+        max_seq_len, n its position + 1, for a model trained without log-n (nothing changes up to L)."""
+        if self.attn_logn:
+            raise _bad("attn_logn", True, "False for log-n at inference only (this model trains with log-n already)")
+        return self.replace(attn_logn=True, attn_logn_clip=True)
 
     def replace(self, **changes: Any) -> ModelConfig:
         """This config with `changes` applied, derived fields re-derived: a field of `DERIVED` that holds its

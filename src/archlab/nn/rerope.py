@@ -10,7 +10,10 @@ so one rotation of q and k cannot produce it; as Su's reference code does, two s
 merged per (m, n):
     in-window   q rotated at m,                k rotated at n       -> m - n
     outside     q rotated at W (1 - 1/k) + m/k, k rotated at n / k  -> W + (m - n - W) / k
-(rerope: q at W, k unrotated). The cache therefore holds unrotated keys and every step rotates all of them
+(rerope: q at W, k unrotated). Inverse Leaky ReRoPE ("Transformer upgrade 13", kexue.fm/archives/9728) is the
+same plan with slope s = 1/k > 1, in training mode only (`RopeKind.training_only`): q at W (1 - s) + s m, k at
+s n, P = W + (m - n - W) s; in eval mode the model is plain RoPE.
+The cache therefore holds unrotated keys and every step rotates all of them
 (twice for leaky), computes two score matrices over all keys, and takes the eager attention path:
 docs/long-context.md measures what that costs per decoding step.
 
@@ -94,7 +97,8 @@ def rerope_plan(rotary: RotaryEmbedding, positions: torch.Tensor, key_positions:
     """The plan for new tokens at positions (B, T) attending to keys at key_positions (B|1, S)."""
     s = rotary.scaling
     window = s.window
-    k = s.factor if s.kind == "leaky_rerope" else math.inf
+    # k: the far region's positions grow 1/k per token (leaky 1/factor, inverse leaky factor > 1, rerope 0)
+    k = {"leaky_rerope": s.factor, "inv_leaky_rerope": 1 / s.factor}.get(s.kind, math.inf)
     key_positions = key_positions.expand(positions.shape[0], -1)  # (B, S)
 
     def tables(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

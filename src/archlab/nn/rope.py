@@ -17,9 +17,16 @@ q_m . k_n depends only on m - n. Options:
     rerope        w_i, but the relative position m - n is clipped to `window` W beyond it (Su, "Transformer
                   upgrade 12", kexue.fm/archives/9708); leaky_rerope continues past W with slope 1/factor,
                   W + (m - n - W) / k. These change positions, not frequencies: nn/rerope.py
-  Each schedule equals transformers 5's `ROPE_INIT_FUNCTIONS` entry (modeling_rope_utils.py; tested against
-  it). One `RopeKind` entry of ROPE_SCALINGS holds all a kind is: its function, its fields, whether it depends
-  on the length or remaps positions, and its context limit; the mapping to Hugging Face `rope_parameters`
+    inv_leaky_rerope  "Transformer upgrade 13" (kexue.fm/archives/9728): Leaky ReRoPE with slope s > 1 beyond
+                  W, W + (m - n - W) s, in training mode only (as dropout); in eval mode plain RoPE, so decoding
+                  keeps SDPA and the rotated-key cache. Su: W = N/4, s = 2 x the extension factor L/N
+    ntk_mixed     NTK-RoPE-mixed ("Transformer upgrade 11", kexue.fm/archives/9706): pair i (1-based j = i + 1)
+                  gets w_i exp(-a j^b), a = ln(s) / (d/2)^b, b = mixed_b (0.75 in Su's bojone/rerope patch):
+                  high frequencies nearly kept, the lowest interpolated by exactly s
+  Each frequency schedule but ntk_mixed equals transformers 5's `ROPE_INIT_FUNCTIONS` entry
+  (modeling_rope_utils.py; tested against it). One `RopeKind` entry of ROPE_SCALINGS holds all a kind is: its
+  function, its fields, whether it depends on the length or remaps positions (in training only?), and its
+  context limit; the mapping to Hugging Face `rope_parameters`
   lives in `archlab.interop.hf_rope`.
 
 How q and k get their positions in one forward is a `PositionPlan` (the protocol every plan follows; attention
@@ -70,7 +77,8 @@ class RopeScaling:
     mscale: float | None = None  # yarn (DeepSeek): numerator k of m(s, k) = 0.1 k ln s + 1
     mscale_all_dim: float | None = None  # yarn (DeepSeek): denominator k; both set -> m(s, mscale)/m(s, all_dim)
     truncate: bool = True  # yarn: floor/ceil the ramp ends to whole pairs, as the authors' code does
-    window: int | None = None  # rerope, leaky_rerope: W, the relative distances kept exact (below the training length)
+    window: int | None = None  # rerope, leaky_rerope, inv_leaky_rerope: W, the relative distances kept exact
+    mixed_b: float = 0.75  # ntk_mixed: exponent b of the per-pair stretch exp(-a j^b) (kexue.fm/archives/9706)
 
     def __post_init__(self) -> None:
         if self.kind not in ROPE_SCALINGS:
@@ -102,6 +110,10 @@ class RopeScaling:
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
                                         or self.window < 1):
             raise _bad("window", self.window, "a positive integer (the exact distances of ReRoPE)")
+        if self.kind == "inv_leaky_rerope" and not self.factor > 1:
+            raise _bad("factor", self.factor, "> 1 with kind='inv_leaky_rerope' (the training slope beyond W)")
+        if isinstance(self.mixed_b, bool) or not isinstance(self.mixed_b, (int, float)) or not self.mixed_b > 0:
+            raise _bad("mixed_b", self.mixed_b, "a number > 0 (the exponent of NTK-RoPE-mixed)")
         for name in ("attention_factor", "mscale", "mscale_all_dim"):
             if getattr(self, name) is not None and not getattr(self, name) >= 0:
                 raise _bad(name, getattr(self, name), "None or a number >= 0")
@@ -131,6 +143,15 @@ def ntk_theta(theta: float, d_rot: int, factor: float) -> float:
 
 def ntk(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
     return base_inv_freq(d_rot, ntk_theta(theta, d_rot, scaling.factor)), 1.0
+
+
+def ntk_mixed(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
+    """NTK-RoPE-mixed (Su, kexue.fm/archives/9706): w_i exp(-a (i + 1)^b), a = ln(s) / (d_rot/2)^b, so the lowest
+    frequency is divided by exactly s (as PI) and the highest barely moves (as NTK-aware keeps them)."""
+    b = scaling.mixed_b
+    a = math.log(scaling.factor) / (d_rot / 2) ** b
+    j = torch.arange(1, d_rot // 2 + 1, dtype=torch.float64)
+    return base_inv_freq(d_rot, theta) * torch.exp(-a * j**b), 1.0
 
 
 def by_parts(inv0: torch.Tensor, factor: float, l0: int, alpha: float, beta: float) -> torch.Tensor:
@@ -212,6 +233,12 @@ def leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
     return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
 
 
+def inv_leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """Inverse Leaky ReRoPE: training at N = max_seq_len reached relative positions up to W + (N - 1 - W) s, so
+    plain RoPE at inference covers that many distances."""
+    return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
+
+
 @dataclass(frozen=True)
 class RopeKind:
     """Everything archlab knows about one RoPE scaling kind, in one entry of ROPE_SCALINGS (its Hugging Face
@@ -224,6 +251,7 @@ class RopeKind:
     remaps_positions: bool = False  # relative positions remapped per (query, key): the plan of nn/rerope.py
     context_limit: Callable[[RopeScaling, int], int | None] = stretched_limit  # (scaling, max_seq_len) -> tokens
     no_factor: str | None = None  # why the kind takes no factor (it must be 1); None: it takes one
+    training_only: bool = False  # the remap holds in training mode only; in eval mode the kind is plain RoPE
 
 
 BY_PARTS = ("beta_fast", "beta_slow")
@@ -239,6 +267,9 @@ ROPE_SCALINGS: dict[str, RopeKind] = {
     "rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, context_limit=no_limit,
                        no_factor="leaky_rerope takes the slope 1/factor"),
     "leaky_rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, context_limit=leaky_rerope_limit),
+    "inv_leaky_rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, training_only=True,
+                                 context_limit=inv_leaky_rerope_limit),
+    "ntk_mixed": RopeKind(ntk_mixed, optional=("mixed_b",)),
 }
 
 
@@ -337,10 +368,16 @@ class RotaryEmbedding(nn.Module):
         return cos.unsqueeze(2), sin.unsqueeze(2)
 
     @property
+    def remaps_positions(self) -> bool:
+        """Whether this forward remaps relative positions (the ReRoPE plan of nn/rerope.py): a remapping kind,
+        but one that is `training_only` (inverse Leaky ReRoPE) only in training mode, as dropout."""
+        return self.kind.remaps_positions and (self.training or not self.kind.training_only)
+
+    @property
     def caches_unrotated_keys(self) -> bool:
         """Whether a cached key's rotation depends on later steps, so the cache must hold it unrotated: a
         length-dependent schedule, or a position remap (ReRoPE) that rotates each key two ways per query."""
-        return self.length_dependent or self.kind.remaps_positions
+        return self.length_dependent or self.remaps_positions
 
     def plan(
         self, positions: torch.Tensor, bound: int | None = None, key_positions: torch.Tensor | None = None

@@ -1,0 +1,81 @@
+"""Su's long-context protocol as lab measures (the `long-context` suite): next-token accuracy at 1x and 8x the
+training length N, on plain and repeated samples (eval/length.py), with the run's weights as trained or under an
+inference-time method.
+
+    acc_{1x,8x}_{plain,repeated}              the model as trained (inv_leaky_rerope is plain RoPE in eval)
+    acc_8x_{plain,repeated}_rerope            RoPE -> ReRoPE, window N / 2 (Su's w256 at N 512; 9708)
+    acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule (eval/length.py:
+                                              the largest position any query sees <= N / 2, k >= 16)
+    acc_8x_{plain,repeated}_ntk_mixed         RoPE -> NTK-RoPE-mixed, factor 8 (kexue.fm/archives/9706)
+    acc_8x_{plain,repeated}_logn              "log n-dagger": max(1, log n / log N) per query at inference only
+                                              (ModelConfig.with_inference_logn; kexue.fm/archives/8823, 9708);
+                                              the model as trained when it trained with log n
+
+accuracy = mean over windows and every prediction of [argmax z_t == y_t] (score_last=None: Su scores whole
+samples). A method that needs RoPE on a model without it is n/a (None), never a number.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from archlab.checkpoint import build_model
+from archlab.data.tokens import TokenData
+from archlab.eval.length import SAMPLES, method_configs, sample_windows, window_scores
+from archlab.nn.config import ModelConfig
+from archlab.nn.model import TransformerLM
+from archlab.nn.rope import RopeScaling
+
+FACTORS = (1, 8)  # test lengths in training contexts: Su's 512 (train) and 4096 (8x) columns
+METHODS = {"rerope": "rerope", "leaky": "leaky_rerope", "ntk_mixed": "ntk_mixed", "logn": "logn"}  # suffix -> method
+
+
+class RunLike(Protocol):
+    """What these measures read of a run (lab/measure.py `RunView`)."""
+
+    windows: int
+
+    @property
+    def model(self) -> TransformerLM: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    def data(self) -> TokenData: ...
+
+
+def inference_config(config: ModelConfig, method: str, length: int) -> ModelConfig | None:
+    """`config` under inference-time `method` at `length` (module doc), or None where it does not apply."""
+    if method == "none":
+        return config
+    if method == "logn":
+        if config.cosine_attention and config.cosine_scale == "dynamic":
+            return None  # its lambda is already 4 log n per query: the config refuses a second log-n
+        return config if config.attn_logn else config.with_inference_logn()
+    if config.position != "rope":
+        return None
+    if method == "ntk_mixed":
+        return config.replace(rope_scaling=RopeScaling("ntk_mixed", max(1.0, length / config.max_seq_len)))
+    return method_configs(config, [method], [length], None, allow_extrapolation=True)[method, length]
+
+
+def accuracy_at(run: RunLike, factor: int, samples: str, method: str = "none") -> float | None:
+    """Next-token accuracy of the run's final weights at `factor` x N on `samples` under `method` (module doc)."""
+    model = run.model.eval()
+    length = factor * run.block_size
+    config = inference_config(model.config, method, length)
+    if config is None:
+        return None
+    tokens = np.asarray(run.data().splits["val"], dtype=np.int64)
+    batch = sample_windows(tokens, length, run.windows, samples)
+    scored = model if config == model.config else build_model(config, model.state_dict()).eval()
+    return window_scores(scored, batch, None)[1]
+
+
+def measure_names() -> dict[str, tuple[int, str, str]]:
+    """Every measure of this module: name -> (factor, samples, method)."""
+    out = {f"acc_{f}x_{s}": (f, s, "none") for f in FACTORS for s in SAMPLES}
+    out.update({f"acc_8x_{s}_{suffix}": (8, s, method) for suffix, method in METHODS.items() for s in SAMPLES})
+    return out
