@@ -266,7 +266,7 @@ def test_initial_weights_round_trip_are_kept_and_never_a_checkpoint(tmp_path: Pa
     assert [p.name for p in run.iterdir()] == ["initial"]  # no temp folder left behind
 
 
-@pytest.mark.parametrize("preset", ["original", "gpt2", "llama", "gemma2", "gptj", "hwfa"])
+@pytest.mark.parametrize("preset", ["original", "gpt2", "llama", "gemma2", "gptj", "hwfa", "hwfa2"])
 def test_load_model_builds_without_random_init_and_gives_the_same_logits(
     preset: str, tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

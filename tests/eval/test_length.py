@@ -313,3 +313,18 @@ def test_cli_logn_and_leaky_k(checkpoint: Path, tmp_path: Path, capsys) -> None:
     assert train["none", "32"] == plain["none", "32"] and train["leaky_rerope", "32"] != plain["leaky_rerope", "32"]
     assert main([*base, "--leaky-k", "x"]) == 2
     assert "--leaky-k='x' is not allowed" in capsys.readouterr().err
+
+
+def test_an_inverse_leaky_checkpoint_evaluates_as_plain_rope_to_its_trained_distances() -> None:
+    """`none` on an inv_leaky_rerope model keeps its scaling: eval mode is plain RoPE (the same loss as the weights
+    with rope_scaling=None) and lengths up to W + (N - 1 - W) s + 1 need no --allow-extrapolation."""
+    model = tiny(rope_scaling={"kind": "inv_leaky_rerope", "window": 4, "factor": 4.0})  # limit 4 + 1 + 44 = 49
+    tokens = np.random.default_rng(0).integers(0, 256, 400)
+    got = evaluate_lengths(model, tokens, [16, 48], ["none"], 8, n_windows=2, progress=False)
+    plain = tiny()
+    plain.load_state_dict(model.state_dict())
+    want = evaluate_lengths(plain, tokens, [16, 48], ["none"], 8, n_windows=2, allow_extrapolation=True,
+                            progress=False)
+    assert [r.loss for r in got] == [r.loss for r in want]
+    with pytest.raises(ValueError, match="length 64 is past the 49 tokens that scaling 'none' covers"):
+        evaluate_lengths(model, tokens, [64], ["none"], 8, progress=False)

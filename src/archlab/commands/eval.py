@@ -63,7 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     passkey.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="comma-separated needle depths in [0, 1]")
     passkey.add_argument("--trials", type=int, default=10, help="prompts per cell")
     passkey.add_argument("--scaling", default="none", help=f"RoPE method, one of {', '.join(METHODS)}")
-    passkey.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2)")
+    passkey.add_argument("--window", type=int, default=None, help="ReRoPE window W (default max_seq_len / 2; "
+                         "leaky_rerope max_seq_len / 4)")
     passkey.add_argument("--allow-extrapolation", action="store_true", help="allow lengths past the context")
     passkey.add_argument("--out", default="eval-passkey", help="folder for passkey.md and passkey.png")
     passkey.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -50,7 +50,7 @@ from archlab.infer.generate import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope import RopeScaling
+from archlab.nn.rope import ROPE_SCALINGS, RopeScaling
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +108,13 @@ def method_scaling(
     return RopeScaling("leaky_rerope", leaky_slope(length, train_len, w, leaky_k), window=w)
 
 
+def trained_only(config: ModelConfig) -> bool:
+    """Whether the model's own scaling holds in training mode only (inverse Leaky ReRoPE): `none`, the model
+    as trained, keeps it, so its context limit (the distances training reached) applies."""
+    s = config.rope_scaling
+    return s is not None and ROPE_SCALINGS[s.kind].training_only
+
+
 def method_configs(
     config: ModelConfig, methods: list[str], lengths: list[int], window: int | None, allow_extrapolation: bool,
     leaky_k: float | str = "half", logn: bool = False,
@@ -123,6 +130,8 @@ def method_configs(
                              "use --scalings none")
         for length in lengths:
             scaling = method_scaling(method, length, config.max_seq_len, window, leaky_k)
+            if scaling is None and trained_only(config):
+                scaling = config.rope_scaling  # inverse Leaky ReRoPE: eval mode is plain RoPE, to its own limit
             c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
             limit = context_limit(c)
             if limit is not None and length > limit and not (allow_extrapolation and c.position != "learned"):

@@ -16,7 +16,8 @@ q_m . k_n depends only on m - n. Options:
     llama3        by-parts with alpha/beta = low_freq_factor/high_freq_factor (Llama 3.1)
     rerope        w_i, but the relative position m - n is clipped to `window` W beyond it (Su, "Transformer
                   upgrade 12", kexue.fm/archives/9708); leaky_rerope continues past W with slope 1/factor,
-                  W + (m - n - W) / k. These change positions, not frequencies: nn/rerope.py
+                  W + (m - n - W) / k. These change positions, not frequencies: nn/rerope.py; with
+                  inference_only=True only in eval mode (training sees plain RoPE: HWFA2, kexue.fm/archives/9731)
     inv_leaky_rerope  "Transformer upgrade 13" (kexue.fm/archives/9728): Leaky ReRoPE with slope s > 1 beyond
                   W, W + (m - n - W) s, in training mode only (as dropout); in eval mode plain RoPE, so decoding
                   keeps SDPA and the rotated-key cache. Su: W = N/4, s = 2 x the extension factor L/N
@@ -78,6 +79,7 @@ class RopeScaling:
     mscale_all_dim: float | None = None  # yarn (DeepSeek): denominator k; both set -> m(s, mscale)/m(s, all_dim)
     truncate: bool = True  # yarn: floor/ceil the ramp ends to whole pairs, as the authors' code does
     window: int | None = None  # rerope, leaky_rerope, inv_leaky_rerope: W, the relative distances kept exact
+    inference_only: bool = False  # rerope, leaky_rerope: remap in eval mode only, plain RoPE in training (HWFA2, 9731)
     mixed_b: float = 0.75  # ntk_mixed: exponent b of the per-pair stretch exp(-a j^b) (kexue.fm/archives/9706)
 
     def __post_init__(self) -> None:
@@ -110,6 +112,8 @@ class RopeScaling:
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
                                         or self.window < 1):
             raise _bad("window", self.window, "a positive integer (the exact distances of ReRoPE)")
+        if not isinstance(self.inference_only, bool):
+            raise _bad("inference_only", self.inference_only, "True or False")
         if self.kind == "inv_leaky_rerope" and not self.factor > 1:
             raise _bad("factor", self.factor, "> 1 with kind='inv_leaky_rerope' (the training slope beyond W)")
         if isinstance(self.mixed_b, bool) or not isinstance(self.mixed_b, (int, float)) or not self.mixed_b > 0:
@@ -264,9 +268,10 @@ ROPE_SCALINGS: dict[str, RopeKind] = {
     "yarn": RopeKind(yarn, ("original_max_seq_len",),
                      (*BY_PARTS, "attention_factor", "mscale", "mscale_all_dim", "truncate")),
     "llama3": RopeKind(llama3, ("original_max_seq_len", "low_freq_factor", "high_freq_factor")),
-    "rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, context_limit=no_limit,
+    "rerope": RopeKind(no_scaling, ("window",), ("inference_only",), remaps_positions=True, context_limit=no_limit,
                        no_factor="leaky_rerope takes the slope 1/factor"),
-    "leaky_rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, context_limit=leaky_rerope_limit),
+    "leaky_rerope": RopeKind(no_scaling, ("window",), ("inference_only",), remaps_positions=True,
+                             context_limit=leaky_rerope_limit),
     "inv_leaky_rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, training_only=True,
                                  context_limit=inv_leaky_rerope_limit),
     "ntk_mixed": RopeKind(ntk_mixed, optional=("mixed_b",)),
@@ -370,8 +375,13 @@ class RotaryEmbedding(nn.Module):
     @property
     def remaps_positions(self) -> bool:
         """Whether this forward remaps relative positions (the ReRoPE plan of nn/rerope.py): a remapping kind,
-        but one that is `training_only` (inverse Leaky ReRoPE) only in training mode, as dropout."""
-        return self.kind.remaps_positions and (self.training or not self.kind.training_only)
+        but one that is `training_only` (inverse Leaky ReRoPE) only in training mode, as dropout, and a scaling
+        with `inference_only` (HWFA2's full layers) only in eval mode."""
+        if not self.kind.remaps_positions:
+            return False
+        if self.kind.training_only:
+            return self.training
+        return not (self.scaling.inference_only and self.training)
 
     @property
     def caches_unrotated_keys(self) -> bool:
