@@ -132,3 +132,14 @@ def unmerged_state(model: nn.Module, adapters: dict) -> dict:
     checkpoint's `adapter_state` saved); `check_weights_fit` then names any adapter that is missing or misshaped."""
     base = {key: tensor for key, tensor in model.state_dict().items() if not any(k in key for k in LORA_KEYS)}
     return {**base, **adapters}
+
+
+def check_merged(state: dict, merged: dict, rank: int, alpha: float, where: object) -> None:
+    """Refuse a LoRA checkpoint whose merged weights are not bitwise base + (alpha / rank) B A of the base and the
+    adapters a resume puts back (the same computation `merged_state` did when it was saved)."""
+    again = merged_state(state, rank, alpha)
+    differ = sorted(k for k in again.keys() | merged.keys()
+                    if k not in again or k not in merged or not torch.equal(again[k], merged[k]))
+    if differ:
+        raise ValueError(f"--resume: checkpoint {where}: its merged weights differ from base + (alpha/r) B A of the "
+                         f"rebuilt base and its adapters at {', '.join(differ[:3])}: not the base it was trained on")

@@ -57,7 +57,14 @@ from archlab.train.metrics import EmbeddingWatch, MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
-from archlab.train.trainable import adapter_state, base_digest, merged_state, select_trainable, unmerged_state
+from archlab.train.trainable import (
+    adapter_state,
+    base_digest,
+    check_merged,
+    merged_state,
+    select_trainable,
+    unmerged_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -238,6 +245,8 @@ class Trainer:
         # come unmerged from state.pt
         weights = unmerged_state(self.raw, state["lora"]["adapters"]) if self.cfg.lora_rank else ckpt.model
         check_weights_fit(self.raw, weights, ckpt.path)
+        if self.cfg.lora_rank:
+            check_merged(weights, ckpt.model, self.cfg.lora_rank, self.cfg.lora_alpha, ckpt.path)
         dist_utils.load_full_state(self.raw, self.optimizer, weights, ckpt.optimizer)
         rng = state["rng"]
         if len(rng) != self.ctx.world_size:
