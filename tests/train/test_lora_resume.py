@@ -5,6 +5,7 @@ that load without peft and equal W + (alpha / r) B A of the base and the saved a
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from archlab.checkpoint import latest_checkpoint, load_model
 from archlab.cli import main
 from archlab.train.metrics import read_metrics
 from tests.conftest import snapshot
-from tests.train.test_trainer import cli_flags
+from tests.train.test_trainer import cli_flags, finish, launch, wait_for
 
 RANK, ALPHA = 4, 8.0
 LORA = {"lora_rank": str(RANK), "lora_alpha": str(ALPHA), "optimizer.lr": "1e-2", "schedule.warmup_steps": "1",
@@ -140,3 +141,20 @@ def test_lora_checkpoints_load_without_peft_and_equal_base_plus_scaled_adapters(
     for name, param in loaded.items():  # everything else is the frozen base, bitwise
         if name.removesuffix(".weight") not in targets and name in base:
             assert torch.equal(param, base[name]), name
+
+
+def test_a_lora_run_stopped_by_sigint_resumes_bitwise(prepared: Path, source: Path, tmp_path: Path) -> None:
+    """Ctrl-C in a LoRA fine-tune saves a checkpoint; resumed, it ends where a run that never stopped ends."""
+    stopped, straight = tmp_path / "stopped", tmp_path / "straight"
+    flags = {**LORA, "schedule.horizon": "100000", "checkpoint.save_every": "0"}
+    proc = launch(["--init-from", str(source), *cli_flags(prepared, stopped, steps="100000", **flags)])
+    wait_for(lambda: (stopped / "metrics.jsonl").is_file() and len(read_metrics(stopped, "train")) >= 3, proc)
+    proc.send_signal(signal.SIGINT)
+    assert "(stopped by SIGINT)" in finish(proc)
+    at = int(last(stopped).name.removeprefix("step_"))
+    finish(launch(["--out", str(stopped), "--resume", "--steps", str(at + 2)]))
+    finish(launch(["--init-from", str(source), *cli_flags(prepared, straight, steps=str(at + 2), **flags)]))
+    wa, wb = load_file(last(straight) / "model.safetensors"), load_file(last(stopped) / "model.safetensors")
+    assert last(stopped).name == last(straight).name == f"step_{at + 2:07d}"
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert rows(straight) == rows(stopped) and len(rows(stopped)) == at + 2
