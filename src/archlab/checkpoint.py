@@ -245,6 +245,14 @@ def _read_manifest(path: Path) -> dict | None:
         return None
 
 
+def read_manifest(path: str | Path) -> dict:
+    """The manifest.json of checkpoint `path`, unverified: cheap, for checks (e.g. a LoRA run's base digest)."""
+    manifest = _read_manifest(Path(path))
+    if manifest is None:
+        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable")
+    return manifest
+
+
 def _check_manifest(path: Path, manifest: object) -> None:
     """The manifest's shape: {"step": int, "files": {name: {"bytes": int, "sha256": str}}}."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("step"), int):

@@ -71,17 +71,12 @@ def run(args: argparse.Namespace) -> int:
     elif not args.resume:
         train_cfg, model_cfg = resolve_config(layers)
     else:  # every refusal comes before any data, model or folder is touched
-        out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
-        saved = read_run_config(out or resolve_config(layers)[0].out)
-        train_cfg, model_cfg = resolve_config(layers, saved)
-        step = checkpoint_step(latest_checkpoint(train_cfg.out))
-        if args.extend:
-            extend_schedule(train_cfg, saved["train"], step)
-        check_resume(train_cfg, saved["train"], step)
+        train_cfg, model_cfg, step = resumed_config(layers, args.extend)
         if step == train_cfg.steps:  # nothing left: a finished run resumes to itself (the README's order)
             print(f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to resume; to train "
                   f"longer: --resume --steps N --extend (N > {step})")
             return 0
+        init = lora_base(train_cfg, model_cfg)
     try:
         result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:
@@ -104,3 +99,32 @@ def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, 
                                                                            "init_from": str(path)}
     train_cfg, model_cfg = resolve_config([base, *layers])
     return train_cfg, model_cfg, adapt(source, model_cfg)
+
+
+def resumed_config(layers: list[dict], extend: bool) -> tuple[TrainConfig, ModelConfig, int]:
+    """The config a `--resume` continues with (the latest checkpoint's, the user's layers on top), checked, and the
+    step it resumes from."""
+    out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
+    saved = read_run_config(out or resolve_config(layers)[0].out)
+    train_cfg, model_cfg = resolve_config(layers, saved)
+    step = checkpoint_step(latest_checkpoint(train_cfg.out))
+    if extend:
+        extend_schedule(train_cfg, saved["train"], step)
+    check_resume(train_cfg, saved["train"], step)
+    return train_cfg, model_cfg, step
+
+
+def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM | None:
+    """The frozen base a resumed LoRA run from `init_from` continues on, rebuilt from that source as the run began
+    (the trainer then checks its sha256 against the checkpoint's); None for every other run."""
+    source = train_cfg.init_from
+    if not (train_cfg.lora_rank and source):
+        return None
+    if not os.path.exists(source):
+        raise FileNotFoundError(f"--resume: LoRA run {train_cfg.out} was started from {source}, which is missing; "
+                                "its checkpoints hold the adapters, not the base: restore the source at that path, "
+                                f"or start a new run with --init-from {train_cfg.out}")
+    try:
+        return adapt(load_source(source)[0], model_cfg)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--resume: the base of LoRA run {train_cfg.out}, {source}, cannot be loaded: {err}") from err

@@ -6,6 +6,8 @@ A resumed run continues exactly: same model, same corpus and tokenizer, same lr 
   never replaced;
 - another schedule (`schedule.*`): the lr curve is part of the run;
 - another optimizer or embedding remedy (`OPTIMIZER_KEYS`): the saved state and param groups belong to it;
+- another LoRA rank, alpha or target list (`LORA_KEYS`), or another `trainable` list: the adapters and the
+  optimizer state exist for those parameters only (the LoRA base itself is checked by its sha256 in the trainer);
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
   says how the lr continues); a smaller `--steps` stops early on the same curve;
 - a `--steps` below the step the run has reached (resuming a finished run to its own end is a no-op).
@@ -23,6 +25,7 @@ from archlab.train.config import TrainConfig
 DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir", "bpe_dropout")
 # what the optimizer's saved param groups hold: a checkpoint's values would silently win over new ones
 OPTIMIZER_KEYS = ("name", "lazy_embeddings", "embedding_optimizer", "embedding_lr_ratio", "tiger_rms_lr")
+LORA_KEYS = ("lora_rank", "lora_alpha", "lora_targets")  # the adapters' shapes and scale: part of the run
 SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape", "horizon")
 
 
@@ -49,6 +52,19 @@ def _same_path_or_value(new: object, old: object) -> bool:
     return False
 
 
+def check_lora(train: TrainConfig, saved: dict) -> None:
+    """Refuse another LoRA rank, alpha or target list (or adding / dropping LoRA) on resume."""
+    for key in LORA_KEYS:
+        new = getattr(train, key)
+        old = saved.get(key, new)
+        old = tuple(old) if isinstance(new, tuple) else old
+        if new != old:
+            new, old = (",".join(new), ",".join(old)) if isinstance(new, tuple) else (new, old)
+            raise ValueError(f"--resume: {key} {new!r} differs from the run's {old!r}; the adapters and "
+                             "their optimizer state belong to it: resume without changing it, or start a new run "
+                             "with --init-from RUN_DIR")
+
+
 def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
     """Refuse a resume from checkpoint `step` of a run whose saved train config is `saved`, as listed above."""
     old_data = saved.get("data", {})
@@ -58,9 +74,7 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         if not _same_path_or_value(new, old):
             raise ValueError(f"--resume: data.{key} {new!r} differs from the run's {old!r}; a run trains on one "
                              "corpus and tokenizer: resume without changing data.*, or start a new --out")
-    if train.lora_rank or saved.get("lora_rank"):
-        raise ValueError("--resume of a LoRA run is not supported: its checkpoints hold the merged weights; "
-                         "continue with a new run: --init-from RUN_DIR --lora_rank N")
+    check_lora(train, saved)
     old_trainable = tuple(saved.get("trainable", ()))
     if train.trainable != old_trainable:  # the optimizer state exists for the trained parameters only
         raise ValueError(f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "

@@ -7,12 +7,21 @@ Every parameter whose name (as `model.named_parameters()` gives it: `layers.0.at
 one pattern (`fnmatch`) trains; the rest are frozen (`requires_grad=False`): they get no gradient and no optimizer
 state, which is where a partial fine-tune saves memory (train/memory.py estimates it). A tied head is the embedding
 matrix, named `embed_tokens.weight`. A pattern that matches nothing is refused with example names.
+
+LoRA (`--lora_rank r`, Hu et al., arXiv 2106.09685): each targeted linear map computes `W x + (alpha / r) B A x`
+with W frozen, A (r x in) drawn from the run's seed and B (out x r) zero at step 0. A checkpoint's model.safetensors
+holds the merged `W + (alpha / r) B A` under the plain names (`merged_state`: loads anywhere without peft); its
+state.pt holds the unmerged A and B (`adapter_state`) and its manifest the sha256 of the frozen base (`base_digest`),
+so `--resume` rebuilds the base from the run's source, checks it is bitwise the one trained on, and puts the adapters
+back (`unmerged_state`): the resumed run continues exactly.
 """
 
 from __future__ import annotations
 
+import hashlib
 from fnmatch import fnmatchcase
 
+import torch
 from torch import nn
 
 
@@ -100,3 +109,37 @@ def merged_state(state: dict, rank: int, alpha: float) -> dict:
             key = f"{prefix}.{leaf}"
         out[key] = tensor
     return out
+
+
+def base_digest(model: nn.Module) -> str:
+    """sha256 of a model's state dict (each tensor's name, dtype, shape and bytes, in name order): the identity of the
+    frozen base a LoRA run trains on, computed once at setup and recorded in every checkpoint's manifest."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def adapter_state(state: dict) -> dict:
+    """The adapter tensors (lora_A, lora_B) of a LoRA model's state dict, unmerged, under peft's names."""
+    return {key: tensor for key, tensor in state.items() if any(k in key for k in LORA_KEYS)}
+
+
+def unmerged_state(model: nn.Module, adapters: dict) -> dict:
+    """The state dict of the LoRA model `model` with its base as it is and the adapters from `adapters` (what a
+    checkpoint's `adapter_state` saved); `check_weights_fit` then names any adapter that is missing or misshaped."""
+    base = {key: tensor for key, tensor in model.state_dict().items() if not any(k in key for k in LORA_KEYS)}
+    return {**base, **adapters}
+
+
+def check_merged(state: dict, merged: dict, rank: int, alpha: float, where: object) -> None:
+    """Refuse a LoRA checkpoint whose merged weights are not bitwise base + (alpha / rank) B A of the base and the
+    adapters a resume puts back (the same computation `merged_state` did when it was saved)."""
+    again = merged_state(state, rank, alpha)
+    differ = sorted(k for k in again.keys() | merged.keys()
+                    if k not in again or k not in merged or not torch.equal(again[k], merged[k]))
+    if differ:
+        raise ValueError(f"--resume: checkpoint {where}: its merged weights differ from base + (alpha/r) B A of the "
+                         f"rebuilt base and its adapters at {', '.join(differ[:3])}: not the base it was trained on")

@@ -35,6 +35,7 @@ from archlab.checkpoint import (
     load_checkpoint,
     prune_checkpoints,
     read_checkpoint_config,
+    read_manifest,
     restore_rng_state,
     save_checkpoint,
     save_initial_weights,
@@ -57,7 +58,14 @@ from archlab.train.metrics import EmbeddingWatch, MetricsLogger, grouped_norms
 from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.schedule import build_schedule
-from archlab.train.trainable import merged_state, select_trainable
+from archlab.train.trainable import (
+    adapter_state,
+    base_digest,
+    check_merged,
+    merged_state,
+    select_trainable,
+    unmerged_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +133,12 @@ class Trainer:
         resume_from = self._check_setup(resume)
         self._prepare_data(resume)
         self.raw = self._build_model(init_from, fresh=resume_from is None)
-        note = select_trainable(self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets)
+        self.base_sha256 = base_digest(self.raw) if train.lora_rank else None  # the frozen base LoRA trains on
+        if resume_from is not None and train.lora_rank:
+            self._check_lora_base(resume_from, init_from is not None)
+        with torch.random.fork_rng(devices=[]):  # LoRA's A is drawn from the run's seed, not the global stream
+            torch.manual_seed(train.seed)
+            note = select_trainable(self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets)
         if note and ctx.is_main:
             logger.info(note)
         fused.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fused.py)
@@ -191,6 +204,24 @@ class Trainer:
                              f"{self.ctx.world_size} ranks x {self.cfg.optimizer.grad_accum} accumulation steps")
         return latest if resume else None
 
+    def _check_lora_base(self, resume_from: Path, given: bool) -> None:
+        """Refuse (one line) to resume a LoRA run on a base other than the one its adapters were trained on."""
+        source = self.cfg.init_from
+        if source and not given:
+            raise ValueError(f"--resume of LoRA run {self.run_dir} needs its base {source}: pass it as init_from "
+                             "(archlab train --resume loads it from the run's init_from)")
+        old = read_manifest(resume_from).get("provenance", {}).get("base_sha256")
+        if old is None:
+            raise ValueError(f"--resume: checkpoint {resume_from} of LoRA run {self.run_dir} has no adapter tensors "
+                             f"(written before LoRA runs resumed); continue with a new run: --init-from {resume_from} "
+                             f"--lora_rank {self.cfg.lora_rank}")
+        if self.base_sha256 != old:
+            base = source or f"the seed-{self.cfg.seed} initialisation"
+            raise ValueError(f"--resume: the base weights from {base} have sha256 {self.base_sha256[:16]}..., but LoRA "
+                             f"run {self.run_dir} was trained on {old[:16]}... (checkpoint {resume_from.name}): its "
+                             f"adapters fit that base only; restore {base} as it was, or start a new run with "
+                             f"--init-from {resume_from}")
+
     def _prepare_data(self, resume: bool) -> None:
         d = self.cfg.data
         folder = _data_dir(self.cfg, self.run_dir)
@@ -216,9 +247,14 @@ class Trainer:
         return text[:SAMPLE_PROMPT_CHARS] or " "
 
     def _restore(self, ckpt: Checkpoint) -> None:
-        check_weights_fit(self.raw, ckpt.model, ckpt.path)
-        dist_utils.load_full_state(self.raw, self.optimizer, ckpt.model, ckpt.optimizer)
         state = ckpt.state
+        # a LoRA checkpoint's weights are merged: the base is already in place (digest checked), the adapters
+        # come unmerged from state.pt
+        weights = unmerged_state(self.raw, state["lora"]["adapters"]) if self.cfg.lora_rank else ckpt.model
+        check_weights_fit(self.raw, weights, ckpt.path)
+        if self.cfg.lora_rank:
+            check_merged(weights, ckpt.model, self.cfg.lora_rank, self.cfg.lora_alpha, ckpt.path)
+        dist_utils.load_full_state(self.raw, self.optimizer, weights, ckpt.optimizer)
         rng = state["rng"]
         if len(rng) != self.ctx.world_size:
             logger.warning("checkpoint saved by %d ranks, resuming on %d: dropout streams restart from rank 0's",
@@ -347,18 +383,22 @@ class Trainer:
     def save(self, val_loss: float | None = None) -> Path | None:
         """Checkpoint the current step (all ranks gather; rank 0 writes and prunes)."""
         model_state, optim_state = dist_utils.full_state_dicts(self.raw, self.optimizer)
-        if self.cfg.lora_rank:  # the plain model's weights: loads without peft (LoRA runs do not resume)
+        lora = None
+        if self.cfg.lora_rank:  # the plain model's weights (loads without peft); the adapters unmerged, to resume
+            lora = {"adapters": adapter_state(model_state), "base_sha256": self.base_sha256}
             model_state = merged_state(model_state, self.cfg.lora_rank, self.cfg.lora_alpha)
         rng = dist_utils.all_gather_objects(capture_rng_state(), self.ctx)
         path = None
         if self.ctx.is_main:
             state = {"step": self.step, "rng": rng, "generator": self.generator.get_state(),
                      "embed_watch": self.embed_watch.state_dict(),
-                     "stats": asdict(self.stats), "modules": module_training_state(self.raw)}
+                     "stats": asdict(self.stats), "modules": module_training_state(self.raw),
+                     **({"lora": lora} if lora else {})}
             config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
+            provenance = ({"init_from": self.cfg.init_from} if self.cfg.init_from else {}) | (
+                {"base_sha256": self.base_sha256} if lora else {})
             path = save_checkpoint(self.run_dir, self.step, model_state, optim_state, state, config,
-                                   self.tokenizer_file, tied_aliases(self.raw), val_loss,
-                                   {"init_from": self.cfg.init_from} if self.cfg.init_from else None)
+                                   self.tokenizer_file, tied_aliases(self.raw), val_loss, provenance or None)
             prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
         dist_utils.barrier(self.ctx)
         return path
