@@ -5,6 +5,7 @@ that load without peft and equal W + (alpha / r) B A of the base and the saved a
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 from archlab.checkpoint import latest_checkpoint, load_model
 from archlab.cli import main
 from archlab.train.metrics import read_metrics
+from archlab.train.trainable import check_merged, merged_state
 from tests.conftest import snapshot
 from tests.train.test_trainer import cli_flags, finish, launch, wait_for
 
@@ -158,3 +160,17 @@ def test_a_lora_run_stopped_by_sigint_resumes_bitwise(prepared: Path, source: Pa
     assert last(stopped).name == last(straight).name == f"step_{at + 2:07d}"
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     assert rows(straight) == rows(stopped) and len(rows(stopped)) == at + 2
+
+
+def test_the_merge_check_allows_rounding_and_refuses_another_base() -> None:
+    """base + (alpha/r) B A recomputed on resume may differ from the saved merge by a rounding (another CPU's
+    matmul); a base that is not the one trained on is refused in one line."""
+    g = torch.Generator().manual_seed(0)
+    state = {"l.base_layer.weight": torch.randn(8, 6, generator=g), "l.lora_A.default.weight": torch.randn(2, 6,
+             generator=g), "l.lora_B.default.weight": torch.randn(8, 2, generator=g)}
+    merged = merged_state(state, 2, 4.0)
+    nudged = {"l.weight": torch.nextafter(merged["l.weight"], torch.full_like(merged["l.weight"], math.inf))}
+    check_merged(state, nudged, 2, 4.0, "ckpt")  # one unit in the last place: accepted
+    other = {**state, "l.base_layer.weight": state["l.base_layer.weight"] + 1e-3}
+    with pytest.raises(ValueError, match=r"^--resume: checkpoint ckpt: its merged weights differ .* at l\.weight"):
+        check_merged(other, merged, 2, 4.0, "ckpt")

@@ -135,11 +135,24 @@ def unmerged_state(model: nn.Module, adapters: dict) -> dict:
 
 
 def check_merged(state: dict, merged: dict, rank: int, alpha: float, where: object) -> None:
-    """Refuse a LoRA checkpoint whose merged weights are not bitwise base + (alpha / rank) B A of the base and the
-    adapters a resume puts back (the same computation `merged_state` did when it was saved)."""
+    """Refuse a LoRA checkpoint whose merged weights are not base + (alpha / rank) B A of the base and the
+    adapters a resume puts back (the computation `merged_state` did when it was saved), to a few units in the last
+    place of the weights' dtype: another CPU may round the product B A differently, a wrong base is far off."""
     again = merged_state(state, rank, alpha)
     differ = sorted(k for k in again.keys() | merged.keys()
-                    if k not in again or k not in merged or not torch.equal(again[k], merged[k]))
+                    if k not in again or k not in merged or not _close(again[k], merged[k]))
     if differ:
         raise ValueError(f"--resume: checkpoint {where}: its merged weights differ from base + (alpha/r) B A of the "
                          f"rebuilt base and its adapters at {', '.join(differ[:3])}: not the base it was trained on")
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, ulps: float = 4.0) -> bool:
+    """a and b agree within `ulps` units of b's dtype at the scale of b's largest entry."""
+    if a.shape != b.shape:
+        return False
+    if not b.is_floating_point():
+        return torch.equal(a, b)
+    eps = torch.finfo(b.dtype).eps * ulps
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    return torch.allclose(a.float(), b.float(), rtol=eps, atol=eps * scale)
+
