@@ -12,6 +12,7 @@ from archlab import ModelConfig, RopeScaling, TransformerLM
 from archlab.interop.family import InteropError
 from archlab.interop.hf_rope import rope_to_hf
 from archlab.nn import attention_kernels
+from archlab.nn.attention import Attention
 from archlab.nn.rerope import relative_positions
 from archlab.nn.rope import RopePositions
 from tests.nn.test_kv_cache import cached_logits
@@ -68,6 +69,7 @@ def test_eval_mode_is_plain_rope_with_sdpa_and_the_rotated_key_cache(monkeypatch
 
     monkeypatch.setattr(attention_kernels.F, "scaled_dot_product_attention", count("sdpa", real_sdpa))
     monkeypatch.setitem(attention_kernels.ATTENTION_KERNELS, "eager", count("eager", real_eager))
+    monkeypatch.setattr(Attention, "scoring_kernel", staticmethod(count("eager", real_eager)))  # a plan's scores
     x = ids(length=2 * N)  # past the training length too: eval mode is plain RoPE everywhere
     with torch.no_grad():
         full = model(x)

@@ -116,9 +116,9 @@ class ModelConfig:
     norm_position: str = "pre"  # pre | post | double | nonresidual_post | deepnorm (see nn/block.py)
     final_norm: bool | None = None  # norm before the head; None = yes unless post / deepnorm (already normed)
     # --- block and feed-forward ---
-    # serial | parallel (attention and MLP read the same input) | gau (one gated attention unit, no FFN: n_heads=1,
-    # head_dim = its key width s, d_ff = its value width e, default 2 d_model; nn/gau.py)
-    block: str = "serial"
+    # gau: one gated attention unit, no FFN (n_heads=1, head_dim = its key width s, d_ff = its value width e, default
+    # 2 d_model; nn/gau.py)
+    block: str = "serial"  # serial | parallel (attention and MLP read the same input) | gau (see above)
     gau_attention: str = "softmax"  # gau: softmax (Su) | relu2: relu(scale q.k)^2 / n, n the keys seen (Hua et al.)
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
     parallel_fused: bool = True  # parallel block: one input and one output GEMM (PaLM); False: apart, same function
