@@ -195,6 +195,7 @@ def test_query_norm_normalises_queries_only_and_cosine_both():
     (dict(cosine_attention=True, cosine_scale="per_head"), "cosine_scale='per_head' is not allowed: one of fixed"),
     (dict(cosine_attention=True, cosine_scale="dynamic", attn_logn=True), "attn_logn=True is not allowed"),
     (dict(cosine_attention=True, max_seq_len=2), "needs max_seq_len >= 3"),
+    (dict(cosine_attention=True, cosine_scale="dynamic", attn_scale=3.0), "attn_scale=3.0 is not allowed: None"),
 ])
 def test_normed_attention_refuses_conflicts_in_one_line(fields, message):
     with pytest.raises(ValueError, match=message) as err:

@@ -93,6 +93,10 @@ def test_gau_defaults_and_wiring():
     (dict(n_heads=1, gau_attention="relu2", attn_impl="sdpa"), "attn_impl='sdpa' is not allowed: auto or eager"),
     (dict(n_heads=1, gau_attention="relu"), "gau_attention='relu' is not allowed: one of softmax, relu2"),
     (dict(block="serial", gau_attention="relu2"), "gau_attention='relu2' is not allowed: only with block='gau'"),
+    (dict(n_heads=1, key_norm=True), "key_norm=True is not allowed: False with block='gau'"),
+    (dict(n_heads=1, query_norm=True), "query_norm=True is not allowed: False with block='gau'"),
+    (dict(n_heads=1, cosine_attention=True), "cosine_attention=True is not allowed: False with block='gau'"),
+    (dict(n_heads=1, qk_norm="rmsnorm"), "qk_norm='rmsnorm' is not allowed: 'none' with block='gau'"),
 ])
 def test_gau_refuses_what_cannot_work_in_one_line(fields, message):
     with pytest.raises(ValueError, match=message) as err:

@@ -355,6 +355,8 @@ class ModelConfig:
             raise _bad("query_norm", True, "not with key_norm (that is cosine_attention=True) or qk_norm")
         if self.cosine_attention and self.max_seq_len < 3:
             raise _bad("cosine_attention", True, "needs max_seq_len >= 3 (lambda = 4 log(max_seq_len / 2) > 0)")
+        if self.cosine_attention and self.cosine_scale == "dynamic" and self.attn_scale is not None:
+            raise _bad("attn_scale", self.attn_scale, "None with cosine_scale='dynamic' (lambda is 4 log n per query)")
         if self.cosine_attention and self.cosine_scale == "dynamic" and self.attn_logn:
             raise _bad("attn_logn", True, "not with cosine_scale='dynamic' (that is already 4 log n per query)")
         if self.norm_position == "deepnorm" and self.block == "parallel":
@@ -368,6 +370,11 @@ class ModelConfig:
             if getattr(self, name) != want:
                 raise _bad(name, getattr(self, name), f"{want!r} with block='gau' (one gated attention head, no "
                            "FFN: head_dim is its key width s, d_ff its value width e)")
+        for name, off in (("qk_norm", "none"), ("key_norm", False), ("query_norm", False),
+                          ("cosine_attention", False)):
+            if getattr(self, name) != off:  # GAU.project makes q and k from Z by a scale and an offset only
+                raise _bad(name, getattr(self, name), f"{off!r} with block='gau' (its q and k are a per-dimension "
+                           "scale and offset of Z; no norm is applied)")
         if self.gau_attention == "relu2" and self.attn_impl == "sdpa":
             raise _bad("attn_impl", "sdpa", "auto or eager with gau_attention='relu2' (SDPA is a softmax)")
 
