@@ -39,7 +39,7 @@ from archlab.lab.suite import (
 )
 from archlab.lab.timing import time_pairs
 from archlab.nn.config import ModelConfig
-from archlab.train.config import resolve_config
+from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.metrics import METRICS
 
 PLAN = "plan.json"  # written in the suite's folder: which suite, budget, seeds and run folders it holds
@@ -119,12 +119,32 @@ def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
     return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files, out / "data" / name)
 
 
+STORE_VERSION = 1  # raise when a default of TrainConfig or ModelConfig changes what a run trains
+
+
+def _non_default(values: dict, defaults: dict) -> dict:
+    """The entries of `values` that differ from `defaults`, nested dicts compared key by key."""
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(defaults.get(key), dict):
+            value = _non_default(value, defaults[key])
+            if value:
+                out[key] = value
+        elif key not in defaults or value != defaults[key]:
+            out[key] = value
+    return out
+
+
 def run_hash(keys: dict[str, str], budget: Budget) -> str:
     """A content hash of a run's resolved config (train and model, without its folder) and the budget's
-    measurement settings: two suites that ask for the same run get the same folder."""
+    measurement settings: two suites that ask for the same run get the same folder. Only fields that differ
+    from the config classes' defaults enter it, so a new field (default: off) keeps every stored run; a changed
+    default is a STORE_VERSION bump."""
     train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
-    record = {"train": {k: v for k, v in train.to_dict().items() if k != "out"}, "model": model.to_dict(),
-              "measure_windows": budget.measure_windows}
+    train_dict = {k: v for k, v in train.to_dict().items() if k != "out"}
+    record = {"train": _non_default(train_dict, TrainConfig().to_dict()),
+              "model": _non_default(model.to_dict(), ModelConfig().to_dict()),
+              "measure_windows": budget.measure_windows, "store_version": STORE_VERSION}
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
