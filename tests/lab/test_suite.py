@@ -52,13 +52,15 @@ def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path:
         note = param_note(suite, arm, built, base)
         assert arm.flagged == ("parameters vs the base" in note)
         assert ("model.d_ff" in arm.overrides) == ("d_ff" in note and arm.matched != "")
-        assert train.steps == {**BUDGETS[budget].keys, **suite.budget_keys.get(budget, {})}["steps"]
+        steps = {**BUDGETS[budget].keys, **suite.budget_keys.get(budget, {})}["steps"]
+        assert train.steps == max(1, round(steps * arm.steps_scale))  # equal steps, or a compute ladder's rung
     # fair by construction: every run of an arm differs from the base's only in the arm's own keys
     base_keys = plan.runs_of(suite.base_arm.name)[0].keys
     for run in plan.runs:
         arm = suite.arm(run.arm)
         differ = {k for k in set(base_keys) | set(run.keys) if base_keys.get(k) != run.keys.get(k)}
-        assert differ <= set(arm.overrides) | {"seed", "out", "data.source"}, (run.arm, differ)
+        ladder = {"steps", "schedule.warmup_steps"} if arm.steps_scale != 1.0 else set()
+        assert differ <= set(arm.overrides) | {"seed", "out", "data.source"} | ladder, (run.arm, differ)
     # paired by construction: every arm, the base included, runs seeds 0..n-1
     n = suite.seeds or BUDGETS[budget].seeds
     assert all([r.seed for r in plan.runs_of(a.name)] == list(range(n)) for a in suite.arms)

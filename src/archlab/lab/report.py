@@ -20,9 +20,10 @@ from pathlib import Path
 
 from archlab.costs import parameter_counts
 from archlab.lab import stats
+from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values, stored_ladder
 from archlab.lab.measure import MEASURES, max_embed_row_norm_series
 from archlab.lab.runner import Plan, RunSpec, measure_timings, run_config, run_wall_s
-from archlab.lab.suite import PARAM_TOLERANCE, Claim, param_note
+from archlab.lab.suite import DEFAULT_MARGINS, PARAM_TOLERANCE, Claim, param_note
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, per_seed, suite_spreads
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
@@ -43,6 +44,7 @@ RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (
         "construction' and outside the family and the tallies. The rule: docs/lab-statistics.md.")
 
 
+LOSS_METRICS = ("val_loss", "train_loss", "loss_at_1x")  # metrics in nats, whose margins the ladder prices
 SUITE_TIME = "lab-time.json"  # in the suite's folder: training wall time over all sessions, jobs, the machine
 
 
@@ -250,11 +252,33 @@ def _margins(plan: Plan) -> str:
     used = {(c.metric, c.margin) for c in plan.suite.claims if c.expect == "same" and c.margin}
     if not used:
         return ""
-    parts = [f"{m} {margin:g}" + (" nats" if m in ("val_loss", "train_loss", "loss_at_1x") else "")
-             for m, margin in sorted(used)]
-    return ("Equivalence margins: " + ", ".join(parts) + ". The `small` default for the validation loss (0.02 "
-            "nats) is the figure the lab's review put on \"worth less than 25% more base compute\"; a measured "
-            "compute multiplier (a WSD step ladder) is not built yet.")
+    parts = [f"{m} {margin:g}" + (" nats" if m in LOSS_METRICS else "") for m, margin in sorted(used)]
+    text = "Equivalence margins: " + ", ".join(parts) + "."
+    loss_margins = sorted(margin for m, margin in used if m in LOSS_METRICS)
+    if not loss_margins:
+        return text
+    fit = stored_ladder(plan.store, plan.budget)
+    if fit is None:
+        return (text + f" What a loss margin is worth in compute is measured by the compute ladder, not yet run "
+                f"in this store: `archlab ablate {LADDER_SUITE} --budget {plan.budget.name} --store {plan.store}`.")
+    return text + " " + describe(fit, loss_margins[0])
+
+
+def ladder_section(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[tuple, list[str]] | None:
+    """A compute ladder's rungs (the base at multiples of the steps): a table and the fit, or None."""
+    values = ladder_values(plan, measured)
+    fit = fit_ladder(values) if len(values) >= 2 and set(values) != {1.0} else None
+    if fit is None:
+        return None
+    steps = {a.steps_scale: plan.runs_of(a.name)[0].steps for a in plan.suite.arms if a.steps_scale in values}
+    base = statistics.fmean(values[1.0][:fit.seeds]) if 1.0 in values else math.nan
+    rows = [[f"{x:g}x", str(steps[x]), _fmt(m), _fmt(m - base) if x != 1.0 else "0"]
+            for x, m in zip(fit.scales, fit.means)]
+    margin = DEFAULT_MARGINS["val_loss"]
+    lines = [describe(fit, margin),
+             f"The lab's default margin for val_loss is {margin:g} nats (lab/suite.py DEFAULT_MARGINS); the measured "
+             "gain of 1.25x is what a \"worth less than 25% more base compute\" margin would be at this budget."]
+    return (["rung", "steps", "val_loss (mean over seeds)", "vs 1x"], rows), lines
 
 
 def _sections(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimResult],
@@ -263,6 +287,8 @@ def _sections(plan: Plan, measured: dict[RunSpec, dict], results: list[ClaimResu
     s = plan.suite
     out = [("Claims", "claims", claim_table(results), [tally(results), _margins(plan)]),
            ("How noisy this suite was", "spread", None, spread_lines(plan, measured))]
+    if (ladder := ladder_section(plan, measured)) is not None:
+        out.append(("Compute ladder (the base at multiples of the steps)", "ladder", *ladder))
     if (table := anova_table(plan, measured)) is not None:
         out.append(("Factorial analysis (val_loss ~ factors and interactions + seed)", "anova", table, []))
     if (table := timing_table(plan, timings)) is not None:

@@ -54,8 +54,8 @@ MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same")
 NARANG_FINDINGS = ("better", "same", "worse")
 # Equivalence margins for `same` claims, metric units. 0.02 nats on the final validation loss at `small`: the
-# review of the first published results put a "worth less than 25% more base compute" margin there (a WSD step
-# ladder that measures it per budget is not built yet), and it is ~0.7x the base's seed-to-seed spread on fixed
+# review of the first published results put a "worth less than 25% more base compute" margin there (the
+# `compute-ladder` suite measures what it is worth: lab/ladder.py), and it is ~0.7x the base's seed-to-seed spread on fixed
 # evaluation windows (0.024), so a real tie can be confirmed with a handful of paired seeds.
 DEFAULT_MARGINS = {"val_loss": 0.02, "train_loss": 0.02, "loss_at_1x": 0.02}
 # what lab runs default to: no TensorBoard, samples or progress bar (the lab shows its own), one final checkpoint
@@ -159,6 +159,7 @@ class Arm:
     matched: str = ""  # what the lab changed to match parameters ("d_ff 192 -> 171 ...")
     flagged: bool = False  # more than PARAM_TOLERANCE off the base's parameters
     levels: dict[str, str] = field(default_factory=dict)  # factorial suites: the arm's level of each factor
+    steps_scale: float = 1.0  # the arm trains this many times the budget's steps (warmup alike): a compute ladder
 
 
 @dataclass
@@ -276,7 +277,7 @@ def _arms(tree: dict, where: str) -> tuple[dict[str, list[str]], list[Arm]]:
     if raw is None:
         arms = tree.get("arms") or {}
         _require(isinstance(arms, dict) and len(arms) >= 2, where, "arms must map at least two arm names to overrides")
-        return {}, [Arm(str(n), flatten(o or {})) for n, o in arms.items()]
+        return {}, [_arm(str(n), o, where) for n, o in arms.items()]
     _require("arms" not in tree, where, "give arms or factors, not both (factors make every combination an arm)")
     _require(isinstance(raw, dict) and len(raw) >= 2 and all(isinstance(v, dict) and len(v) >= 2
                                                              for v in raw.values()),
@@ -292,6 +293,17 @@ def _arms(tree: dict, where: str) -> tuple[dict[str, list[str]], list[Arm]]:
         arms.append(Arm("-".join(str(n) for n, _ in combo), overrides,
                         levels={f: str(n) for f, (n, _) in zip(factors, combo)}))
     return factors, arms
+
+
+def _arm(name: str, raw: object, where: str) -> Arm:
+    """One listed arm: its dotted overrides, and `steps_scale` (not a train key: a multiple of the budget's steps)."""
+    overrides = flatten(raw or {})
+    scale = overrides.pop("steps_scale", 1.0)
+    _require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0,
+             where, f"arm {name}: steps_scale={scale!r}; a number > 0 (a multiple of the budget's steps)")
+    _require("steps" not in overrides or scale == 1.0, where,
+             f"arm {name}: give steps or steps_scale, not both")
+    return Arm(name, overrides, steps_scale=float(scale))
 
 
 def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
@@ -383,6 +395,10 @@ def arm_keys(suite: Suite, arm: Arm, budget: Budget) -> dict[str, str]:
     """The arm's dotted keys as flag strings: the lab's defaults < budget < base < the base's keys at this budget
     (`budget_keys:`) < arm."""
     merged = {**LAB_KEYS, **budget.keys, **suite.base, **suite.budget_keys.get(budget.name, {}), **arm.overrides}
+    if arm.steps_scale != 1.0:  # a rung of a compute ladder: the same recipe (warmup share alike) over more steps
+        merged["steps"] = max(1, round(int(merged["steps"]) * arm.steps_scale))
+        if "schedule.warmup_steps" in merged:
+            merged["schedule.warmup_steps"] = round(int(merged["schedule.warmup_steps"]) * arm.steps_scale)
     if suite.checkpoints > 1:  # evenly spaced over the run, all kept
         merged["checkpoint.save_every"] = max(1, int(merged["steps"]) // suite.checkpoints)
         merged["checkpoint.keep_last"] = suite.checkpoints + 1
