@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from archlab import RopeScaling, TransformerLM
+from archlab import KVCache, RopeScaling, TransformerLM
 from archlab.nn.config import ConfigError
 from archlab.nn.presets import build_preset
 from tests.nn.test_kv_cache import cached_logits
@@ -100,3 +100,17 @@ def test_inference_only_rerope_on_any_model() -> None:
         reference = TransformerLM(c.replace(rope_scaling=RopeScaling("rerope", window=4))).eval()
         reference.load_state_dict(model.state_dict())
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=0, atol=0)
+
+
+def test_a_cache_filled_in_eval_mode_is_refused_in_training_mode() -> None:
+    """HWFA2's full layers cache unrotated keys in eval mode (ReRoPE) and rotated ones in training (RoPE): a cache
+    continued in the other mode is refused in one line, naming the inference-only remap."""
+    model = model_of(full_layers=1)
+    x = ids(batch=1)
+    cache = KVCache.for_model(model, 1, x.shape[1])
+    with torch.no_grad():
+        model(x[:, :20], cache=cache)
+        with pytest.raises(ValueError, match="filled in eval mode and is continued in training mode.*'rerope' "
+                           "remaps positions in eval mode only") as err:
+            model.train()(x[:, 20:21], cache=cache)
+    assert "\n" not in str(err.value)
