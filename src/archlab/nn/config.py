@@ -323,16 +323,21 @@ class ModelConfig:
             raise _bad("n_layers", self.n_layers, f"at least full_layers={f}")
 
     def _check_kernel(self) -> None:
-        """A linear kernel never forms the T x S scores, so nothing that edits them can work; it folds each key
-        into a state once, so keys cannot be re-rotated later either."""
+        """A linear kernel never forms the T x S scores, so nothing that edits them can work, except ALiBi with
+        VQ, whose decay factors into per-head decayed code sums (nn/vq.py); it folds each key into a state once,
+        so keys cannot be re-rotated later either."""
         kernel = self.attn_kernel
         if kernel == "softmax":
             return
         if self.attn_softcap is not None:
             raise _bad("attn_softcap", self.attn_softcap, f"None with attn_kernel={kernel!r} (no scores to cap)")
-        if self.position in ("relative", "alibi"):
-            raise _bad("position", self.position, f"rope, sinusoidal, learned or none with attn_kernel={kernel!r} "
-                       "(an additive score bias does not factor through the kernel)")
+        if self.position == "relative":
+            raise _bad("position", "relative", f"rope, sinusoidal, learned, none or (vq) alibi with attn_kernel="
+                       f"{kernel!r} (T5's bucketed bias is not a query factor times a key factor, so no state "
+                       "can carry it)")
+        if self.position == "alibi" and kernel == "favor":
+            raise _bad("position", "alibi", "rope, sinusoidal, learned or none with attn_kernel='favor' (its running "
+                       "sums are not decayed per query head; attn_kernel='vq' takes ALiBi)")
         if self.sliding_window is not None:
             raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
         if self.attn_dropout:
