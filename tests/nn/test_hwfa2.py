@@ -1,7 +1,9 @@
 """HWFA2 (Su, "Transformer upgrade 14: when HWFA meets ReRoPE", kexue.fm/archives/9731; `build_preset("hwfa2")`):
 windowed RoPE layers and one or two full layers in the middle (L/2, or L/3 and 2L/3) with RoPE in training and
 ReRoPE at inference. ReRoPE reaches the full layers only, and only in eval mode; the windowed layers' outputs
-are unchanged by it; cached decoding equals the full forward; the parameters reach the config."""
+are unchanged by it; cached decoding equals the full forward, and a cache is never continued in the other mode;
+its knobs (`full_layers`, `rope_scaling.window`) reach the right layers from `archlab train` flags, refuse bad
+values in one line, and the run folder rebuilds the same model."""
 
 from __future__ import annotations
 

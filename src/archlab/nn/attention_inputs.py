@@ -56,9 +56,10 @@ class AttentionInputsBuilder:
     def __init__(self, config: ModelConfig, rotaries: dict[str, RotaryEmbedding], rel_bias: nn.Module | None) -> None:
         c = config
         self.rotaries = rotaries
-        # a linear kernel takes ALiBi as its slopes (a (T, S) bias would undo its linear cost); softmax the bias
-        self.alibi_slopes = c.attn_kernel != "softmax" and rel_bias is not None
-        self.rel_bias, self.slopes_of = (None, rel_bias) if self.alibi_slopes else (rel_bias, None)
+        # softmax adds the (T, S) bias; a linear kernel applies ALiBi itself from its slopes (the config refuses
+        # T5's bias there), since a (T, S) tensor would undo its linear cost
+        softmax = c.attn_kernel == "softmax"
+        self.rel_bias, self.kernel_bias = (rel_bias, None) if softmax else (None, rel_bias)
         self.n_layers = c.n_layers
         self.logn_base = (c.attn_logn_base or c.max_seq_len) if c.attn_logn else None
         if c.cosine_attention and c.cosine_scale == "dynamic":  # 4 log(N/2) x log(n) / log(N/2) = 4 log n
@@ -119,7 +120,7 @@ class AttentionInputsBuilder:
         if unrotated:
             rope = self.plan(self.rotaries[rope_name], positions, key_positions=cache.slot_positions(
                 offset + t if key_slots is None else key_slots))
-        slopes = self.slopes_of.slopes if self.alibi_slopes else None  # read per call: .to(device) replaces it
+        slopes = None if self.kernel_bias is None else self.kernel_bias.slopes  # per call: .to(device) replaces it
         return AttentionInputs(rope, mask, bias, cache, self.logn_scale(positions, window), slopes)
 
     @staticmethod
