@@ -127,7 +127,8 @@ def test_inspect_cli_json_and_errors():
 
 
 @pytest.mark.parametrize("fields", [dict(attn_kernel="favor", favor_features=24),
-                                    dict(attn_kernel="vq", vq_codes=16, vq_block=4)])
+                                    dict(attn_kernel="vq", vq_codes=16, vq_block=4),
+                                    dict(attn_kernel="vq", vq_codes=16, vq_block=4, position="alibi")])
 @pytest.mark.parametrize("context", [3, 9, 16])
 def test_state_bytes_match_the_cache_after_decoding(fields, context):
     """A linear kernel's cache holds no K/V: kv_cache_bytes is its state, 0 per token, never outweighing the

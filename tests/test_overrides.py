@@ -77,6 +77,26 @@ def test_a_value_object_one_sub_key_at_a_time() -> None:
     assert tree == {"rope_scaling": None}
 
 
+def test_sub_keys_without_the_kind_edit_the_value_below() -> None:
+    """`--model.rope_scaling.window 8` keeps the kind and the other fields of the layer below (a preset's, a
+    built config's, a resumed run's); naming the kind starts from RopeScaling's defaults, as before, so every
+    spelling that worked before means what it meant."""
+    assert typed_overrides(ModelConfig, {"rope_scaling.window": "8"}) == {"rope_scaling": {"window": 8}}
+    rerope = RopeScaling("rerope", window=16, inference_only=True)
+    assert build_preset("hwfa2", **typed_overrides(ModelConfig, {"rope_scaling.window": "8"})).rope_scaling == \
+        RopeScaling("rerope", window=8, inference_only=True)
+    fresh = typed_overrides(ModelConfig, {"rope_scaling.kind": "rerope", "rope_scaling.window": "8"})
+    assert build_preset("hwfa2", **fresh).rope_scaling == RopeScaling("rerope", window=8)  # no inference_only
+    config = ModelConfig(rope_scaling=rerope)
+    assert config.replace(rope_scaling={"window": 4}).rope_scaling == RopeScaling("rerope", window=4,
+                                                                                  inference_only=True)
+    assert config.replace(rope_scaling=None).rope_scaling is None
+    for nothing_below in (lambda: ModelConfig(rope_scaling={"window": 4}),
+                          lambda: build_preset("llama", rope_scaling={"window": 4})):
+        with pytest.raises(ValueError, match=r"^RopeScaling.window=4 is not allowed: only with kind in .*'none'"):
+            nothing_below()
+
+
 @pytest.mark.parametrize("raw", ["0.9,0.99", "[0.9, 0.99]", "(0.9,0.99)", " 0.9 , 0.99 ", [0.9, 0.99], (0.9, "0.99")])
 def test_tuples(raw: object) -> None:
     assert coerce(typing.get_type_hints(OptimizerConfig)["betas"], raw, "optimizer.betas") == (0.9, 0.99)

@@ -19,8 +19,9 @@ their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_k
 
 Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0 bytes per token:
     favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4       ([S | z] in float32, M features)
-    vq:    batch * n_layers * n_kv_heads * (tail * (C + head_dim) + C * (head_dim + 1)) * bytes
-with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t) and C codes.
+    vq:    batch * n_layers * (n_kv_heads * tail * (C + head_dim) + heads * C * (head_dim + 1)) * bytes
+with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t), C codes and
+heads = n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/vq.py).
 Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh (features, and reading or adding to
 the state); vq H (4 C Dh + 4 Dh min(T, 2L)) + 2 K C Dh (scores against the codes and the cache, the two exact
 blocks, the keys' nearest codes).
@@ -134,7 +135,8 @@ def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 
     elif c.attn_kernel == "vq":
         L, C = c.vq_block, c.vq_codes
         tail = L + context % L if context >= L else context
-        per_layer = K * (tail * (C + Dh) + C * (Dh + 1)) * DTYPE_BYTES[dtype]
+        sums = c.n_heads if c.position == "alibi" else K  # ALiBi decays the code sums per query head
+        per_layer = (K * tail * (C + Dh) + sums * C * (Dh + 1)) * DTYPE_BYTES[dtype]
     else:
         return 0
     return batch * c.n_layers * per_layer

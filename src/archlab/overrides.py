@@ -16,7 +16,10 @@ of rules for all of them:
 - tuple: `0.9,0.99`, `[0.9, 0.99]`, `(0.9, 0.99)` or a YAML list, each item typed.
 - `D | None` with D a dataclass is a value object (`model.rope_scaling`: a `RopeScaling`): a JSON object or
   YAML mapping of D's fields, a bare string for D's first field (`yarn` = kind=yarn), an instance of D, or
-  one sub-key at a time (`model.rope_scaling.factor 4`), each starting from D's defaults.
+  one sub-key at a time (`model.rope_scaling.factor 4`), each starting from D's defaults. Given without D's
+  first field (its kind), the fields stay a dict (`typed_overrides`) that edits the value of the layer below
+  (a preset's, a resumed run's: `layer_over` in nn/config.py), so `--preset hwfa2 --model.rope_scaling.window
+  64` keeps hwfa2's ReRoPE and changes its window.
 - `D` alone is a section (`optimizer`): it takes no value itself, only its fields (`optimizer.lr`).
 
 An unknown key or a value of the wrong type raises `ConfigError` with one line naming the dotted key, the
@@ -260,13 +263,19 @@ def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Valu
     return parsed
 
 
-def build_fields(cls: type, tree: Mapping[str, Value]) -> dict[str, object]:
+def build_fields(cls: type, tree: Mapping[str, Value], edits: bool = False) -> dict[str, object]:
     """The keyword arguments of `cls` from a (possibly sparse) tree: nested dicts built into their dataclasses,
-    inner ones first so each __post_init__ checks once."""
+    inner ones first so each __post_init__ checks once. With `edits`, a value object given without its first
+    field stays a dict of the (typed) fields given: an edit of the value below (module doc)."""
     kwargs: dict[str, object] = {}
     for name, value in tree.items():
         sub = _dataclass_in(_hints(cls)[name])
-        kwargs[name] = sub(**build_fields(sub, value)) if sub is not None and isinstance(value, dict) else value
+        if sub is None or not isinstance(value, dict):
+            kwargs[name] = value
+        elif edits and type(None) in _options(_hints(cls)[name]) and dataclasses.fields(sub)[0].name not in value:
+            kwargs[name] = dict(value)
+        else:
+            kwargs[name] = sub(**build_fields(sub, value))
     return kwargs
 
 
@@ -276,8 +285,9 @@ def build(cls: type[T], tree: Mapping[str, Value]) -> T:
 
 
 def typed_overrides(cls: type, flat: Mapping[str, Value], prefix: str = "") -> dict[str, object]:
-    """{dotted key under `cls`: raw value} -> {field: typed value}, ready for `cls(**...)` or a preset."""
+    """{dotted key under `cls`: raw value} -> {field: typed value}, ready for `cls(**...)`, a preset or
+    `replace`; a value object given without its kind is a dict of the fields given (module doc)."""
     tree: dict[str, Value] = {}
     for key, value in flat.items():
         set_dotted(cls, tree, key, value, prefix)
-    return build_fields(cls, tree)
+    return build_fields(cls, tree, edits=True)

@@ -8,7 +8,8 @@ import transformers
 
 from archlab.interop.families import FAMILIES, READ_ONLY
 from archlab.interop.family import Key
-from archlab.interop.hf_config import config_from_hf
+from archlab.interop.hf_config import canonical, config_diff, config_from_hf, config_to_hf
+from archlab.nn.presets import build_preset
 
 ALL = {**FAMILIES, **READ_ONLY}
 
@@ -33,3 +34,15 @@ def test_a_config_json_without_its_norm_eps_reads_transformers_default(model_typ
     assert config_from_hf(hf, family).norm_eps == expected
     text[key] = 3e-4  # and a given value is read, not the default
     assert config_from_hf(hf, family).norm_eps == 3e-4
+
+
+def test_full_layers_export_as_the_layer_types_they_place() -> None:
+    """`full_layers` (HWFA2's middle full layers) is one spelling of which layers are full: it exports as
+    layer_types and compares equal to the window_pattern that spells the same layers, so the round trip
+    (config.json back to a ModelConfig, which has no full_layers) is exact."""
+    config = build_preset("llama", n_layers=6, sliding_window=8, full_layers=1)
+    hf, problems = config_to_hf(config, FAMILIES["smollm3"])
+    assert not problems and not config_diff(config, FAMILIES["smollm3"])
+    assert hf["layer_types"] == ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 2
+    assert canonical(config) == canonical(config.replace(full_layers=None, window_pattern="SSSFSS"))
+    assert canonical(config) != canonical(config.replace(full_layers=2))

@@ -132,7 +132,7 @@ CHOICES = {"norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn
            "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS, "qk_norm_scope": QK_NORM_SCOPES,
            "embed_scale": EMBED_SCALES, "init": INITS, "window_pattern": ("S", "SF", "FS"),
            "n_kv_heads": (1, 2, 4), "parallel_norms": (1, 2), "sliding_window": (16, 32),
-           "position_pattern": ("R", "RN", "N"), "rope_scaling": (None,)}
+           "position_pattern": ("R", "RN", "N"), "rope_scaling": (None,), "full_layers": (1, 2, None)}
 
 
 def _other_value(field: str, current: object) -> object:

@@ -1,16 +1,25 @@
 """HWFA2 (Su, "Transformer upgrade 14: when HWFA meets ReRoPE", kexue.fm/archives/9731; `build_preset("hwfa2")`):
 windowed RoPE layers and one or two full layers in the middle (L/2, or L/3 and 2L/3) with RoPE in training and
 ReRoPE at inference. ReRoPE reaches the full layers only, and only in eval mode; the windowed layers' outputs
-are unchanged by it; cached decoding equals the full forward; the parameters reach the config."""
+are unchanged by it; cached decoding equals the full forward, and a cache is never continued in the other mode;
+its knobs (`full_layers`, `rope_scaling.window`) reach the right layers from `archlab train` flags, refuse bad
+values in one line, and the run folder rebuilds the same model."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 
-from archlab import RopeScaling, TransformerLM
+from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
+from archlab.checkpoint import load_model, read_run_config
+from archlab.cli import main
+from archlab.data.tokens import prepare_data
 from archlab.nn.config import ConfigError
 from archlab.nn.presets import build_preset
+from archlab.train.config import resolve_config
 from tests.nn.test_kv_cache import cached_logits
 
 VOCAB, N = 64, 32
@@ -33,7 +42,8 @@ def test_full_layers_sit_in_the_middle(n_layers: int, full_layers: int, full: tu
     assert tuple(i for i in range(n_layers) if not c.layer_is_sliding(i)) == full
     assert c.sliding_window == N // 8 and c.rope_scaling == RopeScaling("rerope", window=N // 2, inference_only=True)
     assert [c.layer_rope(i) for i in range(n_layers)] == ["global" if i in full else "local" for i in range(n_layers)]
-    c = build_preset("hwfa2", n_layers=n_layers, full_layers=full_layers, rerope_window=5, sliding_window=3, **SHAPE)
+    c = build_preset("hwfa2", n_layers=n_layers, full_layers=full_layers, rope_scaling={"window": 5}, sliding_window=3,
+                     **SHAPE)
     assert (c.rope_scaling.window, c.sliding_window) == (5, 3)
 
 
@@ -79,11 +89,105 @@ def test_cached_decoding_equals_the_full_forward(full_layers: int) -> None:
             torch.testing.assert_close(cached_logits(model, x, chunks), full, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs,message", [(dict(full_layers=3), r"^full_layers=3 is not allowed"),
-                                            (dict(full_layers=2, n_layers=1), r"^n_layers=1 is not allowed")])
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(full_layers=3), r"^ModelConfig.full_layers=3 is not allowed: None, 1 \(layer n_layers/2\) or 2"),
+    (dict(full_layers=True), r"^ModelConfig.full_layers=True is not allowed: None, 1"),
+    (dict(full_layers=2, n_layers=1), r"^ModelConfig.n_layers=1 is not allowed: at least full_layers=2"),
+    (dict(full_layers=1, sliding_window=None), r"^ModelConfig.full_layers=1 is not allowed: None without "
+                                               r"sliding_window"),
+    (dict(full_layers=1, window_pattern="SF"), r"^ModelConfig.window_pattern='SF' is not allowed: 'S' with "
+                                               r"full_layers=1"),
+    (dict(rope_scaling={"window": 0}), r"^RopeScaling.window=0 is not allowed: a positive integer"),
+    (dict(rerope_window=5), r"^ModelConfig has no field 'rerope_window'"),
+])
 def test_bad_parameters_fail_in_one_line(kwargs: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ValueError, match=message) as err:
         build_preset("hwfa2", **{"n_layers": 6, **SHAPE, **kwargs})
+    assert "\n" not in str(err.value)
+
+
+def test_full_layers_is_a_switch_of_any_windowed_model() -> None:
+    """Not a preset keyword: a field, so it follows n_layers through `replace` and works without the preset;
+    hwfa2 leaves the placement to a window_pattern the caller gives."""
+    c = ModelConfig(**SHAPE, n_layers=6, sliding_window=4, full_layers=2)
+    assert [i for i in range(6) if not c.layer_is_sliding(i)] == [2, 4]
+    assert [i for i in range(12) if not c.replace(n_layers=12).layer_is_sliding(i)] == [4, 8]
+    patterned = build_preset("hwfa2", n_layers=4, window_pattern="SFSS", **SHAPE)
+    assert patterned.full_layers is None and [patterned.layer_is_sliding(i) for i in range(4)] == [
+        True, False, True, True]
+    with pytest.raises(ConfigError, match="^ModelConfig.full_layers=1 is not allowed: None without sliding_window"):
+        ModelConfig(**SHAPE, full_layers=1)
+
+
+def plans(model: TransformerLM) -> tuple[list[bool], list[int | None]]:
+    """Per layer: whether it reads a remapped (ReRoPE) plan, and its sliding window."""
+    inputs = model.attention_inputs(torch.arange(2 * N)[None])
+    return [inp.rope.computes_scores for inp in inputs], list(model.layer_windows)
+
+
+@pytest.mark.parametrize("flags,full,window", [
+    ({}, [3], N // 2),
+    ({"model.full_layers": "2"}, [2, 4], N // 2),
+    ({"model.rope_scaling.window": "8"}, [3], 8),
+    ({"model.full_layers": "2", "model.rope_scaling.window": "8", "model.n_layers": "9"}, [3, 6], 8),
+])
+def test_train_flags_reach_the_layers_they_should_and_no_others(flags: dict, full: list[int], window: int) -> None:
+    """`archlab train --preset hwfa2 --model.full_layers 2 --model.rope_scaling.window 8` (resolve_config is what
+    train runs on its flags): the full layers are where the field says, only they get ReRoPE, at that window and
+    in eval mode only; every other layer keeps its sliding window and plain RoPE."""
+    keys = {"preset": "hwfa2", **{f"model.{k}": str(v) for k, v in {**SHAPE, "n_layers": 6}.items()}, **flags}
+    model_config = resolve_config([keys])[1]
+    torch.manual_seed(0)
+    model = TransformerLM(model_config).eval()
+    n = model_config.n_layers
+    assert model_config.rope_scaling == RopeScaling("rerope", window=window, inference_only=True)
+    remapped, windows = plans(model)
+    assert [i for i in range(n) if remapped[i]] == full
+    assert windows == [None if i in full else N // 8 for i in range(n)]
+    assert model.rotary.scaling.window == window and model.rotary_local.scaling.kind == "none"
+    assert not any(plans(model.train())[0])  # RoPE in training
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("model.full_layers", "3", r"^ModelConfig.full_layers=3 is not allowed: None, 1"),
+    ("model.full_layers", "two", r"^model.full_layers='two' is not allowed: expected int or None"),
+    ("model.rope_scaling.window", "-1", r"^RopeScaling.window=-1 is not allowed: a positive integer"),
+])
+def test_a_bad_train_flag_fails_in_one_line(flag: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        resolve_config([{"preset": "hwfa2", flag: value}])
+    assert "\n" not in str(err.value)
+
+
+def test_the_run_folder_rebuilds_the_same_model(tmp_path: Path) -> None:
+    """Round trip: `archlab train --preset hwfa2 --model.full_layers 2 --model.rope_scaling.window 8` writes a
+    config beside the run (config.yaml, and config.json in the checkpoint) that rebuilds the same config, layers
+    and logits; a resume with the same flags is accepted, another ReRoPE window is refused in one line."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def f(x):\n    return x + 1\n\n" * 100)
+    data = prepare_data(str(corpus), tmp_path / "data", "byte", val_fraction=0.2)
+    run = tmp_path / "run"
+    flags = {"preset": "hwfa2", "model.d_model": "32", "model.n_heads": "4", "model.n_layers": "6",
+             "model.max_seq_len": "32", "model.full_layers": "2", "model.rope_scaling.window": "8",
+             "data.source": str(data), "data.batch_size": "2", "steps": "2", "out": str(run),
+             "logging.progress": "false", "logging.tensorboard": "false", "logging.samples": "0",
+             "logging.eval_every": "0", "logging.log_every": "1", "checkpoint.save_every": "0"}
+    assert main(["train", *[item for key, value in flags.items() for item in (f"--{key}", value)]]) == 0
+    asked = resolve_config([flags])[1]
+    model, _ = load_model(run)
+    assert model.config == asked and model.config.full_layers == 2 and model.config.rope_scaling.window == 8
+    assert [i for i in range(6) if plans(model)[0][i]] == [2, 4]
+    again = ModelConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text())["model"])
+    assert again == asked
+    saved = read_run_config(str(run))
+    assert resolve_config([flags], saved)[1] == asked  # --resume with the same flags: the same model
+    with pytest.raises(ValueError, match=r"^--resume: the model config differs from the checkpoint's \(rope_scaling"):
+        resolve_config([{**flags, "model.rope_scaling.window": "9"}], saved)
+    rebuilt = TransformerLM(again).eval()
+    rebuilt.load_state_dict(model.state_dict())
+    x = ids(batch=1)
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=0)
 
 
 def test_inference_only_rerope_on_any_model() -> None:
@@ -100,3 +204,17 @@ def test_inference_only_rerope_on_any_model() -> None:
         reference = TransformerLM(c.replace(rope_scaling=RopeScaling("rerope", window=4))).eval()
         reference.load_state_dict(model.state_dict())
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=0, atol=0)
+
+
+def test_a_cache_filled_in_eval_mode_is_refused_in_training_mode() -> None:
+    """HWFA2's full layers cache unrotated keys in eval mode (ReRoPE) and rotated ones in training (RoPE): a cache
+    continued in the other mode is refused in one line, naming the inference-only remap."""
+    model = model_of(full_layers=1)
+    x = ids(batch=1)
+    cache = KVCache.for_model(model, 1, x.shape[1])
+    with torch.no_grad():
+        model(x[:, :20], cache=cache)
+        with pytest.raises(ValueError, match="filled in eval mode and is continued in training mode.*'rerope' "
+                           "remaps positions in eval mode only") as err:
+            model.train()(x[:, 20:21], cache=cache)
+    assert "\n" not in str(err.value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from archlab import ModelConfig, RopeScaling, TransformerLM
+from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.interop.family import InteropError
 from archlab.interop.hf_rope import rope_to_hf
 from archlab.nn import attention_kernels
@@ -123,3 +123,43 @@ def test_context_limit_is_the_longest_trained_distance() -> None:
     from archlab.infer.generate import context_limit
 
     assert context_limit(ModelConfig(**SMALL, rope_scaling=INV)) == W + 1 + int(S * (N - 1 - W))
+
+
+@pytest.mark.parametrize("first,then", [("train", "eval"), ("eval", "train")])
+def test_a_cache_filled_in_one_mode_is_refused_in_the_other(first: str, then: str) -> None:
+    """Training mode caches unrotated keys (the remap rotates them per query), eval mode rotated ones: continuing
+    a cache in the other mode would read one as the other (0.28 in the logits before the guard), so it is refused
+    in one line before anything is written; a cache rewound to 0 starts afresh in either mode."""
+    model = tiny(rope_scaling=INV)
+    x = ids(length=N, batch=1)
+    cache = KVCache.for_model(model, 1, N)
+    with torch.no_grad():
+        getattr(model, first)()(x[:, : N - 4], cache=cache)
+        mode = {"train": "training", "eval": "eval"}
+        with pytest.raises(ValueError, match=f"filled in {mode[first]} mode and is continued in {mode[then]} mode.*"
+                           "'inv_leaky_rerope' remaps positions in training mode only") as err:
+            getattr(model, then)()(x[:, N - 4 : N - 3], cache=cache)
+        assert "\n" not in str(err.value) and cache.pos == N - 4  # refused before any slot was written
+        cache.rewind(0)
+        torch.testing.assert_close(model(x, cache=cache), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_cached_decoding_in_training_mode_equals_its_full_forward() -> None:
+    """A cache kept in training mode (no dropout) decodes through the remap, as the full training forward."""
+    model = tiny(rope_scaling=INV).train()
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(cached_logits(model, x, (5,)), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_whose_positions_do_not_depend_on_the_mode_may_switch() -> None:
+    """Plain RoPE (and a remap in both modes) caches the same keys in either mode: no refusal, same logits."""
+    for scaling in (None, RopeScaling("leaky_rerope", 2.0, window=W)):
+        model = tiny(rope_scaling=scaling)
+        assert not model.mode_dependent_rotaries
+        x = ids(length=N, batch=1)
+        cache = KVCache.for_model(model, 1, N)
+        with torch.no_grad():
+            model.train()(x[:, :8], cache=cache)
+            out = model.eval()(x[:, 8:], cache=cache)
+            torch.testing.assert_close(out, model(x)[:, 8:], rtol=1e-5, atol=1e-5)

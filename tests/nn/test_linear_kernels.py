@@ -16,8 +16,9 @@ from archlab.infer.generate import left_pad
 from archlab.nn.config import ATTN_KERNELS, ConfigError
 from archlab.nn.favor import FavorKernel
 from archlab.nn.linear_kernels import LINEAR_KERNELS
+from archlab.nn.positions import alibi_slopes
 from archlab.nn.presets import build_preset
-from archlab.nn.vq import VQKernel
+from archlab.nn.vq import VQKernel, hard_assign
 from tests.train.conftest import one_thread, prepared  # noqa: F401 (the training tests' corpus)
 from tests.train.test_trainer import cli_flags
 
@@ -29,6 +30,7 @@ KERNELS = {
                                  favor_orthogonal=False),
     "vq": dict(attn_kernel="vq", vq_codes=16, vq_block=4),
     "vq-soft": dict(attn_kernel="vq", vq_codes=16, vq_block=4, vq_assign="soft", vq_tau=0.5),
+    "vq-alibi": dict(attn_kernel="vq", vq_codes=16, vq_block=4, position="alibi"),
 }
 
 
@@ -62,6 +64,7 @@ def test_switch_reaches_every_layer_and_only_with_its_kernel():
 
 @pytest.mark.parametrize("fields", [
     dict(attn_kernel="favor", position="alibi"), dict(attn_kernel="favor", position="relative"),
+    dict(attn_kernel="vq", position="relative"),
     dict(attn_kernel="vq", attn_softcap=30.0), dict(attn_kernel="favor", sliding_window=8),
     dict(attn_kernel="softmax", favor_features=64), dict(attn_kernel="favor", favor_feature="hyperbolic",
                                                         favor_features=33),
@@ -97,7 +100,7 @@ def test_incremental_decoding_equals_full_forward(name, chunks):
     assert all(k.numel() == 0 for k in cache.k) and all(s is not None for s in cache.states)
 
 
-@pytest.mark.parametrize("name", ["favor", "vq"])
+@pytest.mark.parametrize("name", ["favor", "vq", "vq-alibi"])
 def test_state_does_not_grow_with_context(name):
     model = tiny(**KERNELS[name], max_seq_len=512)
     sizes = []
@@ -109,7 +112,7 @@ def test_state_does_not_grow_with_context(name):
     assert KVCache.for_model(softmax, 1, 4096).nbytes() == 64 * KVCache.for_model(softmax, 1, 64).nbytes()
 
 
-@pytest.mark.parametrize("name", ["favor", "vq"])
+@pytest.mark.parametrize("name", ["favor", "vq", "vq-alibi"])
 def test_future_token_leaves_past_logits_bit_identical(name):
     model = tiny(**KERNELS[name])
     ids = tokens(1, 20)
@@ -119,7 +122,7 @@ def test_future_token_leaves_past_logits_bit_identical(name):
         assert torch.equal(model(ids)[:, :13], model(other)[:, :13])
 
 
-@pytest.mark.parametrize("name", ["favor", "vq"])
+@pytest.mark.parametrize("name", ["favor", "vq", "vq-alibi"])
 def test_left_padded_batch_equals_each_row_alone(name):
     model = tiny(**KERNELS[name])
     rows = [tokens(1, 9, seed=2)[0], tokens(1, 5, seed=3)[0]]
@@ -158,7 +161,7 @@ def test_commitment_loss_joins_the_loss():
     assert tiny(**KERNELS["favor"]).train()(ids[:, :-1], targets=ids[:, 1:]).aux is None
 
 
-@pytest.mark.parametrize("name", ["favor", "vq-soft"])
+@pytest.mark.parametrize("name", ["favor", "vq-soft", "vq-alibi"])
 def test_tiny_model_trains_through_the_cli(name, prepared, tmp_path):  # noqa: F811
     flags = {f"model.{k}": str(v) for k, v in KERNELS[name].items()}
     run = tmp_path / "run"
@@ -232,3 +235,29 @@ def test_vq_decoding_stays_eager_when_compile_is_asked():
     decoder = Decoder(model, compile_decode=True)
     assert decoder._choose([[1, 2, 3]]) == "eager"
     assert decoder.generate([[1, 2, 3]], sampling).tokens == Decoder(model).generate([[1, 2, 3]], sampling).tokens
+
+
+def test_alibi_reaches_the_vq_kernel_as_slopes_and_equals_dense_alibi_attention():
+    """position="alibi" with attn_kernel="vq": the model hands ALiBi's slopes to the kernel (no (T, S) bias is
+    built) and a layer's attention equals float64 softmax over its quantised keys with ALiBi's -m_h (i - j),
+    query head h reading K/V head h // 2; the refusals name why T5's bias and FAVOR cannot."""
+    model = tiny(**KERNELS["vq-alibi"]).double()
+    inputs = model.attention_inputs(torch.arange(21)[None])[0]
+    assert inputs.bias is None and torch.equal(inputs.slopes, alibi_slopes(4).double())
+    attn = model.layers[0].attn
+    x = torch.randn(1, 21, 32, dtype=torch.float64)
+    with torch.no_grad():
+        q, k, v = attn.project(x, inputs)
+        got = attn.core(q, k, v, inputs, None)  # (B, T, H*Dh)
+        kernel = attn.linear.kernel
+        k_hat = hard_assign(k, kernel.codebook)[1].repeat_interleave(2, 1)  # (B, H, T, Dh)
+        i = torch.arange(21)
+        scores = kernel.scale * q @ k_hat.transpose(-1, -2) - alibi_slopes(4).double()[:, None, None] * (
+            i[:, None] - i[None, :])
+        scores = scores.masked_fill(~torch.ones(21, 21, dtype=torch.bool).tril(), float("-inf"))
+        want = (torch.softmax(scores, -1) @ v.repeat_interleave(2, 1)).transpose(1, 2).flatten(2)
+    assert (got - want).abs().max() < 1e-10
+    with pytest.raises(ConfigError, match="T5's bucketed bias is not a query factor times a key factor"):
+        ModelConfig(attn_kernel="vq", position="relative")
+    with pytest.raises(ConfigError, match="not decayed per query head; attn_kernel='vq' takes ALiBi"):
+        ModelConfig(attn_kernel="favor", position="alibi")

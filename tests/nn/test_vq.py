@@ -17,9 +17,10 @@ def _data(B=2, H=4, K=2, T=32, d=6, C=5, seed=0):
     return q, k, v, codebook
 
 
-def _dense(q, v, assign, codebook, block, bias=None):
+def _dense(q, v, assign, codebook, block, bias=None, slopes=None):
     """Dense reference: w_ij = sum_y p_jy exp(q_i . c_y) (= exp(q_i . k^_j) for one-hot rows) times
-    exp(bias[i - j]) when j is in i's block or the one before, for j <= i; o = w v / w 1."""
+    exp(bias[i - j]) when j is in i's block or the one before, times exp(-slopes_h (i - j)) for every j (ALiBi),
+    for j <= i; o = w v / w 1."""
     K = codebook.shape[0]
     H, T = q.shape[1], q.shape[2]
     R = H // K
@@ -31,6 +32,8 @@ def _dense(q, v, assign, codebook, block, bias=None):
     if bias is not None:
         dist = (i[:, None] - i[None, :]).clamp(0, 2 * block - 1)
         w = w * torch.where(local, bias[:, dist].exp(), torch.ones(()))[None]
+    if slopes is not None:
+        w = w * torch.exp(-slopes[:, None, None] * (i[:, None] - i[None, :]).clamp_min(0))[None]
     w = w * (i[None, :] <= i[:, None])
     return (w @ v.repeat_interleave(R, 1)) / w.sum(-1, keepdim=True)
 
@@ -202,3 +205,71 @@ def test_state_with_bias_continues_the_blockwise_form(assign_kind):
         outs.append(o)
         start += size
     assert (torch.cat(outs, 2) - full).abs().max() < 1e-12
+
+
+SLOPES = torch.tensor([0.5, 0.25, 0.0625, 2.0 ** -8], dtype=f64)  # ALiBi's for 4 heads, but the first steeper
+
+
+def _assign(kind, k, cb):
+    if kind == "hard":
+        assign, k_hat, _ = hard_assign(k, cb)
+        return assign, k_hat
+    return soft_assign(k, cb, 0.7)[0], None
+
+
+@pytest.mark.parametrize("assign_kind", ["hard", "soft"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_alibi_blockwise_equals_dense_over_quantised_keys(assign_kind, with_bias):
+    """ALiBi reaches every key, the compressed cache's too (its sums decayed per query head): the blockwise form
+    equals dense attention with exp(-m (i - j)) on every weight, and a windowed bias still adds on top."""
+    q, k, v, cb = _data(T=30)
+    bias = torch.randn(4, 16, dtype=f64) * 0.3 if with_bias else None
+    assign, k_hat = _assign(assign_kind, k, cb)
+    o, _ = vq_attention(q, v, assign, cb, 8, k_hat, bias=bias, slopes=SLOPES)
+    assert (o - _dense(q, v, assign, cb, 8, bias, SLOPES)).abs().max() < 1e-12
+    no_alibi, _ = vq_attention(q, v, assign, cb, 8, k_hat, bias=bias)
+    assert (o - no_alibi).abs().max() > 1e-2  # the slopes do something
+
+
+def test_alibi_with_a_codebook_of_every_key_is_causal_softmax_with_alibi():
+    """The whole claim in one: codes = the keys, so VQ with ALiBi is ordinary causal softmax attention with ALiBi's
+    bias -m_h (i - j), the first 16 of 24 keys reached only through the compressed cache at block 4."""
+    q, k, v, _ = _data(B=1, H=4, K=2, T=24)
+    cb = k[0]  # (K, T, d): every key is a code of its K/V head
+    assign, k_hat, _ = hard_assign(k, cb)
+    o, _ = vq_attention(q, v, assign, cb, 4, k_hat, slopes=SLOPES)
+    i = torch.arange(24)
+    alibi = -SLOPES[:, None, None] * (i[:, None] - i[None, :])  # (H, T, T)
+    s = (q @ k.repeat_interleave(2, 1).transpose(-1, -2) + alibi).masked_fill(~torch.ones(24, 24).bool().tril(),
+                                                                             float("-inf"))
+    assert (o - torch.softmax(s, -1) @ v.repeat_interleave(2, 1)).abs().max() < 1e-12
+
+
+def test_alibi_block_length_does_not_change_the_output():
+    """Exact through the cache, so the block only decides which keys are exact (and get a key gradient): T, T/4
+    and T/8 agree, where a bias applied inside the window alone would not."""
+    q, k, v, cb = _data(T=32)
+    for kind in ("hard", "soft"):
+        assign, k_hat = _assign(kind, k, cb)
+        outs = [vq_attention(q, v, assign, cb, L, k_hat, slopes=SLOPES)[0] for L in (32, 8, 4)]
+        assert max((o - outs[0]).abs().max() for o in outs[1:]) < 1e-12
+
+
+@pytest.mark.parametrize("assign_kind", ["hard", "soft"])
+def test_alibi_state_continues_the_blockwise_form(assign_kind):
+    """A prefill, a chunk and one-token steps through the state (its cache decayed to the tail's start, per query
+    head) give the blockwise output; the state's size is the same at the same place in a block."""
+    q, k, v, cb = _data(T=30)
+    assign, k_hat = _assign(assign_kind, k, cb)
+    full, _ = vq_attention(q, v, assign, cb, 4, k_hat, slopes=SLOPES)
+    outs, state, start, sizes = [], None, 0, []
+    for size in (7, 6, *([1] * 17)):
+        sl = slice(start, start + size)
+        o, state = vq_attention(q[:, :, sl], v[:, :, sl], assign[:, :, sl], cb, 4,
+                                None if k_hat is None else k_hat[:, :, sl], state, slopes=SLOPES)
+        outs.append(o)
+        start += size
+        if start % 4 == 1:
+            sizes.append(state.nbytes())
+    assert (torch.cat(outs, 2) - full).abs().max() < 1e-12
+    assert state.cache.shape == (2, 2, 2, 5, 7) and len(set(sizes[1:])) == 1  # (B, K, R, C, Dv + 1)

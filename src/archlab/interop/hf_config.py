@@ -180,6 +180,7 @@ def canonical(c: ModelConfig) -> dict[str, Any]:
     d = {k: v for k, v in c.to_dict().items() if k not in TRAINING_ONLY}
     sliding = tuple(c.layer_is_sliding(i) for i in range(c.n_layers))
     d["window_pattern"], d["sliding_window"] = (sliding, c.sliding_window) if any(sliding) else ((), None)
+    del d["full_layers"]  # which layers are full is in the flags above, however the config placed them
     d["attn_scale"] = round(c.resolved_attn_scale, 12)  # query_pre_attn_scalar round-trips through s^-2
     rope = canonical_rope(c)  # per layer: NoPE, or its base and scaling as transformers computes them
     del d["rope_theta_local"], d["rope_scaling_local"]

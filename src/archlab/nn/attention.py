@@ -115,7 +115,7 @@ class Attention(nn.Module):
         if inp.query_scale is not None:
             q = q * inp.query_scale.to(q.dtype)  # scales each query's scores: log-n
         if self.linear is not None:  # FAVOR+ / VQ: the kernel's state replaces the K/V cache
-            return merge_heads(self.linear(q, k, v, cache))  # (B, T, H*Dh)
+            return merge_heads(self.linear(q, k, v, cache, inp.slopes))  # (B, T, H*Dh)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
         rope = inp.rope

@@ -10,7 +10,8 @@ of one kind (window, RoPE) share one `AttentionInputs`:
   training mode only for a `training_only` kind, inverse Leaky ReRoPE);
 - the causal / window / padding mask over the key slots the kind reads, or None where SDPA's is_causal (or, for
   one query, no mask) is exact;
-- an additive position bias (T5 relative, ALiBi) over the same slots;
+- an additive position bias (T5 relative, ALiBi) over the same slots, or for a linear kernel (which never forms
+  the (T, S) scores) ALiBi's slopes, which it applies itself (nn/vq.py);
 - the log-n factor per query (Su, "Entropy invariance", kexue.fm/archives/8823), at least 1 with attn_logn_clip
   (log-n at inference only, kexue.fm/archives/9708), also dynamic cosine attention's: lambda = 4 log(N/2) times
   log(n) / log(N/2) = 4 log n (kexue.fm/archives/9859).
@@ -45,6 +46,7 @@ class AttentionInputs:
     bias: torch.Tensor | None  # additive (1, H, T, S) position bias, or None
     cache: KVCache | None
     query_scale: torch.Tensor | None = None  # (B, 1, T, 1) log-n factor per query (attn_logn), or None
+    slopes: torch.Tensor | None = None  # (H,) ALiBi's slopes for a linear kernel (bias is then None), or None
 
 
 class AttentionInputsBuilder:
@@ -53,7 +55,11 @@ class AttentionInputsBuilder:
 
     def __init__(self, config: ModelConfig, rotaries: dict[str, RotaryEmbedding], rel_bias: nn.Module | None) -> None:
         c = config
-        self.rotaries, self.rel_bias = rotaries, rel_bias
+        self.rotaries = rotaries
+        # softmax adds the (T, S) bias; a linear kernel applies ALiBi itself from its slopes (the config refuses
+        # T5's bias there), since a (T, S) tensor would undo its linear cost
+        softmax = c.attn_kernel == "softmax"
+        self.rel_bias, self.kernel_bias = (rel_bias, None) if softmax else (None, rel_bias)
         self.n_layers = c.n_layers
         self.logn_base = (c.attn_logn_base or c.max_seq_len) if c.attn_logn else None
         if c.cosine_attention and c.cosine_scale == "dynamic":  # 4 log(N/2) x log(n) / log(N/2) = 4 log n
@@ -114,7 +120,8 @@ class AttentionInputsBuilder:
         if unrotated:
             rope = self.plan(self.rotaries[rope_name], positions, key_positions=cache.slot_positions(
                 offset + t if key_slots is None else key_slots))
-        return AttentionInputs(rope, mask, bias, cache, self.logn_scale(positions, window))
+        slopes = None if self.kernel_bias is None else self.kernel_bias.slopes  # per call: .to(device) replaces it
+        return AttentionInputs(rope, mask, bias, cache, self.logn_scale(positions, window), slopes)
 
     @staticmethod
     def plan(

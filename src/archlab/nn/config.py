@@ -59,6 +59,7 @@ TIED_HEADS = ("plain", "swap", "proj")
 TIED_EMBED_INITS = ("default", "log_n_over_d")  # tied table std: the init's (d^-1/2 for trunc_normal) | log(V)/d
 WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
 POSITION_LAYERS = "RN"  # position_pattern letters: R = RoPE layer, N = no positions (NoPE) layer
+FULL_LAYER_COUNTS = (1, 2)  # full_layers: HWFA2's one full layer at L/2, or two at L/3 and 2L/3 (9731)
 COSINE_LAMBDA = 4.0  # cosine attention's temperature per log n: lambda = 4 log n (Su, kexue.fm/archives/9859)
 GAU_EXPANSION = 2.0  # a GAU's value width e = 2 d_model by default (Hua et al. arXiv 2202.10447, section 2)
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
@@ -151,6 +152,7 @@ class ModelConfig:
     attn_scale: float | None = None  # score scale; None = 1/sqrt(head_dim) (1 with key/query norm, 4 log n cosine)
     sliding_window: int | None = None  # keys a windowed layer sees (itself and window-1 before it)
     window_pattern: str = "S"  # cycled over layers: S = windowed, F = full ("SF" = Gemma 2)
+    full_layers: int | None = None  # 1 | 2 full layers mid-stack (L/2; L/3, 2L/3: HWFA2), rest windowed; None: pattern
     attn_impl: str = "auto"  # auto (SDPA unless softcap needs the scores) | sdpa | eager
     attn_logn: bool = False  # scale each query's scores by log(n) / log(attn_logn_base), n = keys it sees
     attn_logn_base: int | None = None  # length where the log-n factor is 1 (kexue.fm/archives/8823); None = max_seq_len
@@ -294,6 +296,8 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, "None or a positive integer")
         if not self.window_pattern or set(self.window_pattern) - set(WINDOW_LAYERS):
             raise _bad("window_pattern", self.window_pattern, "a non-empty string of S (window) and F (full)")
+        if self.full_layers is not None:
+            self._check_full_layers()
         if self.attn_logn_base is not None and (isinstance(self.attn_logn_base, bool) or not isinstance(
                 self.attn_logn_base, int) or self.attn_logn_base < 2):
             raise _bad("attn_logn_base", self.attn_logn_base, "None (= max_seq_len) or an integer >= 2")
@@ -306,17 +310,34 @@ class ModelConfig:
         if self.qk_norm != "none" and self.key_norm:
             raise _bad("key_norm", True, "not together with qk_norm (KeyNorm is its own key normalisation)")
 
+    def _check_full_layers(self) -> None:
+        f = self.full_layers
+        if isinstance(f, bool) or not isinstance(f, int) or f not in FULL_LAYER_COUNTS:
+            raise _bad("full_layers", f, "None, 1 (layer n_layers/2) or 2 (layers n_layers/3 and 2 n_layers/3)")
+        if self.sliding_window is None:
+            raise _bad("full_layers", f, "None without sliding_window (the other layers attend within the window)")
+        if self.window_pattern != "S":
+            raise _bad("window_pattern", self.window_pattern, f"'S' with full_layers={f} (which places the full "
+                       "layers itself)")
+        if self.n_layers < f:
+            raise _bad("n_layers", self.n_layers, f"at least full_layers={f}")
+
     def _check_kernel(self) -> None:
-        """A linear kernel never forms the T x S scores, so nothing that edits them can work; it folds each key
-        into a state once, so keys cannot be re-rotated later either."""
+        """A linear kernel never forms the T x S scores, so nothing that edits them can work, except ALiBi with
+        VQ, whose decay factors into per-head decayed code sums (nn/vq.py); it folds each key into a state once,
+        so keys cannot be re-rotated later either."""
         kernel = self.attn_kernel
         if kernel == "softmax":
             return
         if self.attn_softcap is not None:
             raise _bad("attn_softcap", self.attn_softcap, f"None with attn_kernel={kernel!r} (no scores to cap)")
-        if self.position in ("relative", "alibi"):
-            raise _bad("position", self.position, f"rope, sinusoidal, learned or none with attn_kernel={kernel!r} "
-                       "(an additive score bias does not factor through the kernel)")
+        if self.position == "relative":
+            raise _bad("position", "relative", f"rope, sinusoidal, learned, none or (vq) alibi with attn_kernel="
+                       f"{kernel!r} (T5's bucketed bias is not a query factor times a key factor, so no state "
+                       "can carry it)")
+        if self.position == "alibi" and kernel == "favor":
+            raise _bad("position", "alibi", "rope, sinusoidal, learned or none with attn_kernel='favor' (its running "
+                       "sums are not decayed per query head; attn_kernel='vq' takes ALiBi)")
         if self.sliding_window is not None:
             raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
         if self.attn_dropout:
@@ -393,9 +414,12 @@ class ModelConfig:
         return 1.0 if self.key_norm or self.query_norm else 1.0 / math.sqrt(self.head_dim)
 
     def layer_is_sliding(self, layer_idx: int) -> bool:
-        """Whether layer `layer_idx` uses the sliding window (window_pattern cycled over the layers)."""
+        """Whether layer `layer_idx` uses the sliding window: every layer but the `full_layers` middle ones, or
+        window_pattern cycled over the layers."""
         if self.sliding_window is None:
             return False
+        if self.full_layers is not None:
+            return layer_idx not in middle_layers(self.n_layers, self.full_layers)
         return self.window_pattern[layer_idx % len(self.window_pattern)] == "S"
 
     @property
@@ -439,27 +463,49 @@ class ModelConfig:
         """This config with `changes` applied, derived fields re-derived: a field of `DERIVED` that holds its
         derived value and is not in `changes` goes back to None, so the new config derives it from the changed
         fields (a Llama switched to ffn="mlp" gets the MLP's d_ff, as `build_preset(..., ffn="mlp")` does)."""
-        known = {f.name for f in fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        check_fields(changes)
         changes = expand_shorthands(changes)  # ffn="swiglu" sets its activation, beating this config's
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, derived in self.derived_values().items():
             if name not in changes and values[name] == derived:
                 values[name] = None
-        return ModelConfig(**{**values, **changes})
+        return ModelConfig(**layer_over(values, changes))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        check_fields(d)
         return cls(**d)
+
+
+def check_fields(values: dict[str, Any]) -> None:
+    """Every key of `values` is a ModelConfig field, or one line naming the first that is not."""
+    known = {f.name for f in fields(ModelConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+
+
+def middle_layers(n_layers: int, count: int) -> tuple[int, ...]:
+    """The full layers of `full_layers=count` (HWFA2, Su kexue.fm/archives/9731): in the middle of the stack, L/2
+    for one, L/3 and 2L/3 for two."""
+    return (n_layers // 2,) if count == 1 else (n_layers // 3, 2 * n_layers // 3)
+
+
+def layer_over(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
+    """`upper`'s fields over `lower`'s (a preset under the caller's, a built config under `replace`'s changes, a
+    saved config under a resume's flags). A value object that `upper` gives as a dict without its kind,
+    `rope_scaling={"window": 64}` (what `--model.rope_scaling.window 64` parses to), edits `lower`'s value rather
+    than starting from RopeScaling's defaults: hwfa2's ReRoPE window is set that way. A dict naming a kind, an
+    instance or None replaces the value, as before."""
+    out = {**lower, **upper}
+    change, base = upper.get("rope_scaling"), lower.get("rope_scaling")
+    if isinstance(change, dict) and "kind" not in change and base is not None:
+        base = dataclasses.asdict(base) if isinstance(base, RopeScaling) else dict(base)
+        out["rope_scaling"] = {**base, **change}
+    return out
 
 
 def default_favor_features(head_dim: int, feature: str) -> int:
@@ -509,4 +555,5 @@ def _rope_scaling(d: dict[str, Any]) -> RopeScaling:
     return RopeScaling(**d)
 
 
-__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "expand_shorthands", "inapplicable_fields"]
+__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "check_fields", "expand_shorthands", "inapplicable_fields",
+           "layer_over", "middle_layers"]

@@ -174,9 +174,12 @@ class FavorKernel(nn.Module):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: FavorState | None,
-        key_mask: torch.Tensor | None = None, decoding: bool = False,
+        key_mask: torch.Tensor | None = None, decoding: bool = False, slopes: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, FavorState]:
-        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state)."""
+        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state). `slopes` (ALiBi) must be None:
+        the running sums are not decayed (ModelConfig refuses ALiBi with FAVOR)."""
+        if slopes is not None:
+            raise ValueError("FAVOR+ takes no ALiBi slopes: its running sums are not decayed per query head")
         if self.training and not decoding and self.redraw:
             if self.calls and self.calls % self.redraw == 0:
                 self.projection = self._draw().to(self.projection.device)

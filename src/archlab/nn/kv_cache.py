@@ -23,7 +23,9 @@ Besides keys and values it keeps only what says which slots hold tokens: `key_ma
 left-padded batch records its padding (one byte per slot, indexed by token slot for every layer), and
 `lengths` (B,), each row's count of real tokens, from which the next positions follow in O(1) (the position
 of a real token is its index among its row's real tokens). What the keys are (RoPE applied or not, see
-`archlab.nn.rope.RopePositions`), masks and biases are the model's business.
+`archlab.nn.rope.RopePositions`), masks and biases are the model's business; where that depends on the
+model's mode (training or eval), `written_training` records the mode the keys were written in, for the model
+to check.
 
 A layer with a linear attention kernel (`state_layers[i]`, nn/linear_kernels.py) keeps no keys at all: it
 holds its kernel's fixed-size decoding state in `states[i]` (FAVOR+: the running sums; VQ: the last two blocks
@@ -82,6 +84,9 @@ class KVCache:
         # (B,) real tokens per row once padding was recorded (else every row holds `pos`)
         self.lengths: torch.Tensor | None = None
         self._chunk_mask: torch.Tensor | None = None  # (B, T) mask of the chunk about to be written
+        # the mode (model.training) the first slots were written in, recorded by a model whose positions depend
+        # on the mode (inverse Leaky ReRoPE, inference-only ReRoPE), which refuses to continue in the other one
+        self.written_training: bool | None = None
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, batch_size: int, max_len: int) -> KVCache:
@@ -198,6 +203,8 @@ class KVCache:
             raise ValueError(f"rewind({pos}) is not allowed: a position in 0..{self.pos} (the slots written) of a "
                              "cache without recorded padding whose sliding-window rings have not wrapped")
         self.pos = pos
+        if pos == 0:  # nothing written is kept: the next forward may write in either mode
+            self.written_training = None
 
     def nbytes(self) -> int:
         """Bytes held by the K and V buffers of all layers (what the cache really allocated) and by the state

@@ -3,11 +3,12 @@
 A linear kernel replaces softmax attention over the keys with a fixed-size state per layer: FAVOR+ keeps the
 running sums [S | z] per K/V head (nn/favor.py), Transformer-VQ and soft VQ the last two blocks and the per-code
 value sums and counts (nn/vq.py). Each kernel is a module with
-    forward(q, k, v, state, key_mask, decoding) -> (o, new state)     q (B, H, T, Dh), k, v (B, K, T, Dh)
-and an `aux_loss` attribute (a scalar tensor after a training forward, or None) that the model adds to its
-loss. `LinearAttention` reads and writes the state in the `KVCache` (its state layers hold no keys) and keeps
-the aux loss. A new kernel: a leaf module with that forward, one builder here, one name in `ATTN_KERNELS` of
-nn/config.py (tests/nn/test_linear_kernels.py checks the two agree).
+    forward(q, k, v, state, key_mask, decoding, slopes) -> (o, new state)     q (B, H, T, Dh), k, v (B, K, T, Dh)
+(`slopes` (H,): ALiBi's, which the kernel applies itself, since it never forms the (T, S) scores a bias is added
+to; only VQ takes them, nn/vq.py) and an `aux_loss` attribute (a scalar tensor after a training forward, or
+None) that the model adds to its loss. `LinearAttention` reads and writes the state in the `KVCache` (its state
+layers hold no keys) and keeps the aux loss. A new kernel: a leaf module with that forward, one builder here,
+one name in `ATTN_KERNELS` of nn/config.py (tests/nn/test_linear_kernels.py checks the two agree).
 
 Shapes: B batch, H query heads, K K/V heads, T new tokens, Dh head dim.
 """
@@ -50,17 +51,22 @@ class LinearAttention(nn.Module):
     def aux_loss(self) -> torch.Tensor | None:
         return self.kernel.aux_loss
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None,
+        slopes: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """q (B, H, T, Dh), k and v (B, K, T, Dh) -> o (B, H, T, Dh) in v's dtype; with a cache, from and into
-        its state. The kernels run in float32 at least, autocast off: their sums (a code's count, a feature's
-        running total) would lose their low digits in bf16."""
+        its state; `slopes` (H,) ALiBi's, or None. The kernels run in float32 at least, autocast off: their sums
+        (a code's count, a feature's running total) would lose their low digits in bf16."""
         dtype = torch.promote_types(v.dtype, torch.float32)
         with torch.autocast(q.device.type, enabled=False):
-            return self._run(q.to(dtype), k.to(dtype), v.to(dtype), cache).to(v.dtype)
+            return self._run(q.to(dtype), k.to(dtype), v.to(dtype), cache, slopes).to(v.dtype)
 
-    def _run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+    def _run(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None, slopes: torch.Tensor | None
+    ) -> torch.Tensor:
         if cache is None:
-            return self.kernel(q, k, v, None)[0]
+            return self.kernel(q, k, v, None, slopes=slopes)[0]
         t = q.shape[2]
         if cache.pos + t > cache.max_len:
             raise ValueError(f"KV cache full: {cache.pos + t} tokens needed, capacity max_len={cache.max_len}")
@@ -68,5 +74,5 @@ class LinearAttention(nn.Module):
             raise ValueError(f"layer {self.layer_idx} uses a linear kernel but its cache layer holds keys: build "
                              "the cache with KVCache.for_model")
         o, cache.states[self.layer_idx] = self.kernel(q, k, v, cache.states[self.layer_idx], cache.chunk_mask,
-                                                      decoding=True)
+                                                      decoding=True, slopes=slopes)
         return o

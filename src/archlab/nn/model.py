@@ -72,6 +72,8 @@ class TransformerLM(nn.Module):
         self.attention_inputs = AttentionInputsBuilder(c, rotaries, self.rel_bias)
         self.layer_windows = self.attention_inputs.layer_windows  # per layer: its window (None: full)
         self.layer_ropes = self.attention_inputs.layer_ropes  # per layer: "global", "local" or None (NoPE)
+        # the rotaries whose positions differ between training and eval mode: a cache must stay in one mode
+        self.mode_dependent_rotaries = [r for r in rotaries.values() if r is not None and r.mode_dependent]
         self.norm = build_norm(c.norm, c.d_model, c.norm_eps, c.norm_bias, c.norm_unit_offset) if c.final_norm else None
         # a tied head's projection after the final norm (tied_head="proj": BERT's MLM transform, orthogonal init)
         self.head_proj = nn.Linear(c.d_model, c.d_model, bias=False) if c.tied_head == "proj" else None
@@ -124,6 +126,8 @@ class TransformerLM(nn.Module):
         if targets is not None and (cache is not None or logits_to_keep is not None):
             raise ValueError("TransformerLM: targets score every position of a training batch; they cannot be "
                              "combined with a cache or logits_to_keep")
+        if cache is not None and self.mode_dependent_rotaries:
+            self._check_cache_mode(cache)
         positions, bound = self._positions(input_ids, positions, cache)  # (B, T), a bound on them or None
         x = self._embed(input_ids, positions)  # (B, T, D)
         for layer, inputs in zip(self.layers, self.attention_inputs(positions, cache, bound)):
@@ -157,6 +161,23 @@ class TransformerLM(nn.Module):
             raise ValueError(f"a KVCache with windows {list(cache.windows)} does not fit this model's layers "
                              f"{list(self.layer_windows)}: build it with KVCache.for_model")
         return positions, bound
+
+    def _check_cache_mode(self, cache: KVCache) -> None:
+        """Record the mode a cache's first slots are written in, and refuse to continue it in the other: with a
+        remap in one mode only (inverse Leaky ReRoPE in training, inference-only ReRoPE in eval) the cache holds
+        keys unrotated in that mode and rotated in the other, and reading one as the other is silently wrong."""
+        if cache.pos == 0:
+            cache.written_training = self.training
+            return
+        if cache.written_training is None or cache.written_training == self.training:
+            return
+        rotary = self.mode_dependent_rotaries[0]
+        remaps_in = "training" if rotary.kind.training_only else "eval"
+        modes = ("training", "eval") if cache.written_training else ("eval", "training")
+        raise ValueError(f"this KVCache was filled in {modes[0]} mode and is continued in {modes[1]} mode, but "
+                         f"rope_scaling kind={rotary.scaling.kind!r} remaps positions in {remaps_in} mode only, so "
+                         "its cached keys mean other positions in the other mode: fill a new cache in the mode you "
+                         "decode in (model.eval() before the prefill)")
 
     def _embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Token embeddings (times the embedding scale), plus absolute positions, then embedding dropout."""

@@ -7,14 +7,16 @@ so an override always wins. Architectures store explicit fields (`ffn="glu", act
 shorthand that rewrites another field. Two architecture fields are derived from the shape (the size with
 the caller's overrides), and an override of the field itself beats the derivation:
 - gemma2: sliding_window = max_seq_len // 2; hwfa: sliding_window = max_seq_len // 4 and the last layer full;
-  hwfa2: sliding_window = max_seq_len // 8, the full layers in the middle, their ReRoPE window max_seq_len // 2;
+  hwfa2: sliding_window = max_seq_len // 8, its ReRoPE window max_seq_len // 2, and one full layer in the middle
+  (`full_layers=1`) unless the caller sets a window_pattern;
 - gemma2, qwen3: n_kv_heads = the shape's n_kv_heads if it sets one (size `1b`), else n_heads // 2.
 A size or architecture field that only applies to a variant the caller switched off (`ONLY_WITH` in
 nn/config.py: gpt2's norm_bias=True under `norm="rmsnorm"`, olmo2's rope_theta under `position="alibi"`) is
 dropped; the caller's own such field is an error.
 
-An architecture may take keyword parameters of its own besides the shape (hwfa2: `full_layers`,
-`rerope_window`); `build_preset` passes them to it and the rest to ModelConfig.
+Every knob of an architecture is a ModelConfig field, so `archlab train --preset hwfa2 --model.full_layers 2
+--model.rope_scaling.window 64` reaches it as `build_preset("hwfa2", size, full_layers=2, rope_scaling={"window":
+64})` does: a `rope_scaling` given without its kind edits the preset's (`layer_over` in nn/config.py).
 
 Architectures follow the papers and the Hugging Face `transformers` implementations (models/<family>/
 modeling_<family>.py); the training-side choices of each paper (z-loss, optimizer, dropout schedule) belong
@@ -26,7 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from archlab.nn.config import ConfigError, ModelConfig, expand_shorthands, inapplicable_fields
+from archlab.nn.config import (
+    ConfigError,
+    ModelConfig,
+    check_fields,
+    expand_shorthands,
+    inapplicable_fields,
+    layer_over,
+)
 
 Fields = dict[str, Any]
 
@@ -123,35 +132,25 @@ def hwfa(shape: Fields) -> Fields:
                 position_pattern="R" * (n - 1) + "N", attn_logn=True)
 
 
-def hwfa2_full_layers(n_layers: int, full_layers: int) -> tuple[int, ...]:
-    """The full layers of HWFA2 (Su, kexue.fm/archives/9731): in the middle, L/2 for one, L/3 and 2L/3 for two."""
-    if full_layers not in (1, 2):
-        raise ConfigError(f"full_layers={full_layers!r} is not allowed: 1 (layer L/2) or 2 (layers L/3, 2L/3)")
-    if n_layers < full_layers:
-        raise ConfigError(f"n_layers={n_layers} is not allowed with full_layers={full_layers}: at least "
-                          f"{full_layers}")
-    return (n_layers // 2,) if full_layers == 1 else (n_layers // 3, 2 * n_layers // 3)
-
-
-def hwfa2(shape: Fields, full_layers: int = 1, rerope_window: int | None = None) -> Fields:
+def hwfa2(shape: Fields) -> Fields:
     """Su's HWFA2 ("Transformer upgrade 14: when HWFA meets ReRoPE", kexue.fm/archives/9731): Llama blocks whose
     layers attend within a window (default max_seq_len / 8; Su's best w is 2-4 x N / L) with RoPE, but for
-    `full_layers` (1 or 2) full layers in the middle (L/2, or L/3 and 2L/3) that use RoPE in training and
-    ReRoPE at inference (window `rerope_window`, default max_seq_len / 2: Su's w = 256 at N = 512), with log-n.
-    The window layers never take the ReRoPE (rope_scaling_local=False); HWFA's window constraint is dropped."""
-    n, length = shape["n_layers"], shape["max_seq_len"]
-    full = hwfa2_full_layers(n, full_layers)
-    w = max(1, length // 2) if rerope_window is None else rerope_window
-    return dict(norm="rmsnorm", ffn="glu", activation="silu", position="rope",
-                sliding_window=max(1, length // 8), window_pattern="".join("F" if i in full else "S" for i in range(n)),
-                position_pattern="R", rope_scaling={"kind": "rerope", "window": w, "inference_only": True},
+    `full_layers` (1 or 2, a ModelConfig field) full layers in the middle (L/2, or L/3 and 2L/3) that use RoPE
+    in training and ReRoPE at inference (`rope_scaling.window`, default max_seq_len / 2: Su's w = 256 at N =
+    512), with log-n. The window layers never take the ReRoPE (rope_scaling_local=False); HWFA's window
+    constraint is dropped. A caller's window_pattern places the full layers instead of full_layers."""
+    length = shape["max_seq_len"]
+    windowed = shape.get("window_pattern", "S") == "S" and shape.get("sliding_window", 1) is not None
+    placed = {"full_layers": 1} if windowed else {}  # the caller's pattern (or no window) places none
+    return dict(norm="rmsnorm", ffn="glu", activation="silu", position="rope", sliding_window=max(1, length // 8),
+                **placed, position_pattern="R",
+                rope_scaling={"kind": "rerope", "window": max(1, length // 2), "inference_only": True},
                 rope_scaling_local=False, attn_logn=True)
 
 
-PRESETS: dict[str, Callable[..., Fields]] = {
+PRESETS: dict[str, Callable[[Fields], Fields]] = {
     f.__name__: f for f in (original, gpt2, llama, neox, gptj, palm, gemma2, olmo2, qwen3, hwfa, hwfa2)
 }
-PRESET_PARAMETERS = {"hwfa2": ("full_layers", "rerope_window")}  # an architecture's own keywords
 
 
 def build_preset(name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
@@ -160,10 +159,10 @@ def build_preset(name: str, size: str = "tiny", **overrides: Any) -> ModelConfig
         raise ConfigError(f"preset={name!r} is not allowed: one of {', '.join(PRESETS)}")
     if size not in SIZES:
         raise ConfigError(f"size={size!r} is not allowed: one of {', '.join(SIZES)}")
-    own = {k: overrides.pop(k) for k in PRESET_PARAMETERS.get(name, ()) if k in overrides}
+    check_fields(overrides)
     user = expand_shorthands(overrides)  # ffn="swiglu" beats the architecture's activation too
     shape = {**SIZES[size], **user}  # architectures derive some fields (windows, GQA) from the shape
-    merged = {**SIZES[size], **PRESETS[name](shape, **own), **user}
+    merged = layer_over({**SIZES[size], **PRESETS[name](shape)}, user)  # rope_scaling={"window": 64} edits hwfa2's
     for field in inapplicable_fields(merged):
         if field not in user:
             del merged[field]  # e.g. gpt2's norm_bias=True once the caller picks norm="rmsnorm"

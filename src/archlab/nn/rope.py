@@ -384,6 +384,13 @@ class RotaryEmbedding(nn.Module):
         return not (self.scaling.inference_only and self.training)
 
     @property
+    def mode_dependent(self) -> bool:
+        """Whether training and eval mode give q and k their positions differently (`remaps_positions` in one mode
+        only: a `training_only` kind, or a scaling with `inference_only`), so keys cached in one mode (unrotated for
+        the remap, rotated for plain RoPE) mean something else in the other."""
+        return self.kind.remaps_positions and (self.kind.training_only or self.scaling.inference_only)
+
+    @property
     def caches_unrotated_keys(self) -> bool:
         """Whether a cached key's rotation depends on later steps, so the cache must hold it unrotated: a
         length-dependent schedule, or a position remap (ReRoPE) that rotates each key two ways per query."""

@@ -16,6 +16,14 @@ like Transformer-XL's memory.
 All weights are computed relative to m_i = max_y q_i . c_y, one number per query (so nothing of the future
 enters a past output): exp(q . c_z - m) <= 1 for every key a query can see.
 
+Two position biases: `bias`, additive by distance inside the two exact blocks only (Lingle's Transformer-XL bias;
+the cache gets none, so it changes with the block length), and `slopes`, ALiBi (Press et al. arXiv 2108.12409):
+every key's weight times exp(-m_h (i - j)), the compressed cache's too. ALiBi factors, exp(-m (i - j)) = exp(-m
+(i - s)) exp(-m (s - j)) for any s between, so the cache holds per query head the sums decayed to a reference
+position s, D = sum_j exp(-m (s - j)) Delta_j [v_j | 1], and a block multiplies the older ones by exp(-m L) as
+it moves on. That is exact (dense softmax attention over the quantised keys with ALiBi, independent of the block
+length) at the price of a cache per query head instead of per K/V head (H / K times larger with GQA).
+
 Shapes: B batch, H query heads, K K/V heads, R = H / K, T tokens, L block, N blocks, C codes, d head dim,
 Dv value dim.
 """
@@ -67,7 +75,8 @@ def codebook_from(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 class VQState:
     """Constant-size decoding state of one VQ layer: the tail (the last complete block and the current partial
     one) as assignments (B, K, <2L, C) and values (B, K, <2L, Dv), and the compressed cache (B, K, C, Dv + 1) of
-    every older token: per code, its values' sum and its count."""
+    every older token: per code, its values' sum and its count. With ALiBi the cache is per query head (B, K, R,
+    C, Dv + 1), each sum decayed to the tail's first position (module doc)."""
 
     def __init__(self, tail_assign: torch.Tensor, tail_v: torch.Tensor, cache: torch.Tensor) -> None:
         self.tail_assign, self.tail_v, self.cache = tail_assign, tail_v, cache
@@ -89,6 +98,33 @@ def _window_bias(bias: torch.Tensor, L: int, K: int) -> tuple[torch.Tensor, torc
     return e[..., dist.clamp_min(0)], e[..., dist + L]
 
 
+def alibi_window(slopes: torch.Tensor, L: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """ALiBi inside the two exact blocks as a bias by distance (H, 2L): -m_h d, plus `bias` if any."""
+    decay = -slopes[:, None] * torch.arange(2 * L, device=slopes.device, dtype=slopes.dtype)  # (H, 2L)
+    return decay if bias is None else bias + decay
+
+
+def _decayed_cache_term(eq, ab, vb, cache0, slopes, L, cache_grad):
+    """What the compressed cache adds under ALiBi (module doc): query s_n + a of block n reads D_n = sum over keys
+    j before block n - 1 of exp(-m (s_n - j)) Delta_j [v_j | 1], weighted exp(-m a). Each block's sums decayed to
+    its end, E_b, reach block n times exp(-m L (n - 1 - b)); the state's cache0 (decayed to position 0) times
+    exp(-m L n). eq (B, K, R, N, L, C), ab (B, K, N, L, C), vb (B, K, N, L, Dv+1), cache0 (B, K, R, C, Dv+1) or
+    None, slopes (H,) -> (B, K, R, N, L, Dv+1)."""
+    B, K, R, N = eq.shape[:4]
+    m = slopes.to(eq.dtype).view(K, R, 1)  # (K, R, 1)
+    pos = torch.arange(L, device=eq.device, dtype=eq.dtype)
+    to_end = torch.exp(-m * (L - pos))  # (K, R, L): token l of a block to the block's end
+    block_sums = ab.transpose(-1, -2)[:, :, None] @ (vb[:, :, None] * to_end[None, :, :, None, :, None])  # E_b
+    sums = block_sums if cache_grad else block_sums.detach()  # (B, K, R, N, C, Dv+1)
+    blocks = torch.arange(N, device=eq.device)
+    gap = blocks[:, None] - 1 - blocks[None, :]  # (N, N): n - 1 - b, >= 1 for the blocks older than n - 1
+    reach = torch.exp(-m[..., None] * L * gap.clamp_min(0)) * (gap >= 1)  # (K, R, N, N)
+    older = (reach[None] @ sums.flatten(-2)).view_as(sums)  # (B, K, R, N, C, Dv+1)
+    if cache0 is not None:
+        older = older + torch.exp(-m * L * blocks)[..., None, None] * cache0[:, :, :, None]
+    return (eq * torch.exp(-m * pos)[None, :, :, None, :, None]) @ older  # (B, K, R, N, L, Dv+1)
+
+
 def _prepend_tail(q, v, assign, k_hat, codebook, state):
     """Put the state's tail (a whole number of blocks back) before the new tokens; its queries are dummies."""
     r = state.tail_v.shape[2]
@@ -103,15 +139,18 @@ def _prepend_tail(q, v, assign, k_hat, codebook, state):
 def vq_attention(
     q: torch.Tensor, v: torch.Tensor, assign: torch.Tensor, codebook: torch.Tensor, block: int,
     k_hat: torch.Tensor | None = None, state: VQState | None = None, bias: torch.Tensor | None = None,
-    cache_grad: bool = False, with_state: bool = True,
+    cache_grad: bool = False, with_state: bool = True, slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, VQState | None]:
     """Blockwise causal VQ attention. q (B, H, T, d) with the softmax scale applied; v (B, K, T, Dv); assign
     (B, K, T, C) one-hot (hard) or soft rows (all-zero rows are padding); codebook (K, C, d); k_hat (B, K, T, d)
     the straight-through keys for hard VQ (local scores q . k^, which carry the key gradient), None for soft;
-    state of the tokens before, or None; bias (H, 2L) additive by distance, applied inside the two exact blocks.
+    state of the tokens before, or None; bias (H, 2L) additive by distance, applied inside the two exact blocks;
+    slopes (H,) ALiBi's m_h, applied to every key (module doc).
     -> (o (B, H, T, Dv), the state after these tokens, or None without `with_state`)."""
+    if slopes is not None:  # inside the two exact blocks ALiBi is a bias by distance
+        bias = alibi_window(slopes, block, bias)
     if state is not None and q.shape[2] == 1:
-        return _decode_step(q, v, assign, codebook, block, k_hat, state, bias)
+        return _decode_step(q, v, assign, codebook, block, k_hat, state, bias, slopes)
     K, C = codebook.shape[:2]
     L, H, Dv = block, q.shape[1], v.shape[-1]
     B, R = q.shape[0], H // K
@@ -136,20 +175,25 @@ def vq_attention(
         e_cur, e_prev = _window_bias(bias.to(eq.dtype), L, K)
         w_cur, w_prev = w_cur * e_cur[None, :, :, None], w_prev * e_prev[None, :, :, None]
     w_cur = w_cur.masked_fill(~torch.ones(L, L, dtype=torch.bool, device=q.device).tril(), 0.0)
-    block_sums = ab.transpose(-1, -2) @ vb  # (B, K, N, C, Dv+1): Delta_b^T [V_b | 1]
-    sums = block_sums if cache_grad else block_sums.detach()
-    older = torch.cat((torch.zeros_like(sums[:, :, :2]), sums.cumsum(2)[:, :, : N - 2]), 2)[:, :, :N]
-    if cache0 is not None:
-        older = older + cache0[:, :, None]  # (B, K, N, C, Dv+1): the compressed cache before each block
-    out = w_cur @ vb[:, :, None] + w_prev @ _shift_blocks(vb)[:, :, None] + eq @ older[:, :, None]
+    if slopes is None:
+        block_sums = ab.transpose(-1, -2) @ vb  # (B, K, N, C, Dv+1): Delta_b^T [V_b | 1]
+        sums = block_sums if cache_grad else block_sums.detach()
+        older = torch.cat((torch.zeros_like(sums[:, :, :2]), sums.cumsum(2)[:, :, : N - 2]), 2)[:, :, :N]
+        if cache0 is not None:
+            older = older + cache0[:, :, None]  # (B, K, N, C, Dv+1): the compressed cache before each block
+        cached = eq @ older[:, :, None]  # (B, K, R, N, L, Dv+1)
+    else:
+        cached = _decayed_cache_term(eq, ab, vb, cache0, slopes, L, cache_grad)
+    out = w_cur @ vb[:, :, None] + w_prev @ _shift_blocks(vb)[:, :, None] + cached
     out = out.reshape(B, H, N * L, Dv + 1)[:, :, r : total]  # (B, H, T, Dv+1)
     y = out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)
-    return y, _next_state(assign[:, :, :total], v1[:, :, :total], cache0, L) if with_state else None
+    return y, _next_state(assign[:, :, :total], v1[:, :, :total], cache0, L, slopes) if with_state else None
 
 
-def _decode_step(q, v, assign, codebook, L, k_hat, state, bias):
+def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):
     """One new token after a state: the tail plus it is at most 2L tokens from the start of the previous
-    block, so every one of them is exact for the new query; older tokens are the cache. O(L + C) per token."""
+    block, so every one of them is exact for the new query; older tokens are the cache (with ALiBi decayed to
+    the tail's start, S - 1 tokens before the query). O(L + C) per token."""
     B, H, _, d = q.shape
     K = codebook.shape[0]
     R = H // K
@@ -167,9 +211,13 @@ def _decode_step(q, v, assign, codebook, L, k_hat, state, bias):
     if bias is not None:
         S = a.shape[2]
         w = w * bias.exp().view(K, R, -1)[..., S - 1 - torch.arange(S, device=q.device)][None, :, :, None]
-    out = w @ v1[:, :, None] + eq @ state.cache[:, :, None]  # (B, K, R, 1, Dv+1)
+    if slopes is None:
+        cached = eq @ state.cache[:, :, None]  # (B, K, R, 1, Dv+1)
+    else:
+        cached = (eq * torch.exp(-slopes.to(eq.dtype).view(K, R, 1, 1) * (a.shape[2] - 1))) @ state.cache
+    out = w @ v1[:, :, None] + cached  # (B, K, R, 1, Dv+1)
     y = (out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)).reshape(B, H, 1, -1)
-    return y, _next_state(a, v1, state.cache, L)
+    return y, _next_state(a, v1, state.cache, L, slopes)
 
 
 def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
@@ -183,15 +231,24 @@ def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
     return w_cur, w_prev * _shift_blocks(real)[:, :, None, :, None, :]
 
 
-def _next_state(assign, v1, cache0, L):
+def _next_state(assign, v1, cache0, L, slopes=None):
     """The tail (from the start of the block before the next token's) and the cache of everything before it;
-    v1 = [v | 1] (B, K, S, Dv+1)."""
+    v1 = [v | 1] (B, K, S, Dv+1). With ALiBi slopes (H,) the cache is per query head, decayed to the new tail's
+    first position `start` (cache0 was decayed to position 0 of these tokens)."""
     total = assign.shape[2]
     start = max(total // L - 1, 0) * L
     assign, v1 = assign.detach(), v1.detach()
-    cache = assign[:, :, :start].transpose(-1, -2) @ v1[:, :, :start]  # (B, K, C, Dv+1)
-    if cache0 is not None:
-        cache = cache + cache0
+    if slopes is None:
+        cache = assign[:, :, :start].transpose(-1, -2) @ v1[:, :, :start]  # (B, K, C, Dv+1)
+        if cache0 is not None:
+            cache = cache + cache0
+    else:
+        K = assign.shape[1]
+        m = slopes.to(v1.dtype).view(K, -1, 1)  # (K, R, 1)
+        to_start = torch.exp(-m * (start - torch.arange(start, device=v1.device, dtype=v1.dtype)))  # (K, R, start)
+        cache = assign[:, :, None, :start].transpose(-1, -2) @ (v1[:, :, None, :start] * to_start[..., None])
+        if cache0 is not None:  # (B, K, R, C, Dv+1)
+            cache = cache + torch.exp(-m * start)[..., None] * cache0
     return VQState(assign[:, :, start:], v1[:, :, start:, :-1], cache)
 
 
@@ -224,11 +281,10 @@ class VQKernel(nn.Module):
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: VQState | None,
-        key_mask: torch.Tensor | None = None, decoding: bool = False,
+        key_mask: torch.Tensor | None = None, decoding: bool = False, slopes: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, VQState | None]:
-        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state when `decoding`); a training
-        forward leaves
-        its commitment loss in `aux_loss` (None otherwise)."""
+        """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state when `decoding`); slopes (H,)
+        ALiBi's, or None. A training forward leaves its commitment loss in `aux_loss` (None otherwise)."""
         learning = self.training and not decoding
         if learning and not bool(self.initialised):
             self._init_from(k.detach().float())
@@ -247,7 +303,7 @@ class VQKernel(nn.Module):
                 self.code_sums.copy_(sums)
                 self.code_counts.copy_(counts)
         o, new_state = vq_attention(q * self.scale, v, assign, codebook, self.block, k_hat, state,
-                                    cache_grad=self.cache_grad, with_state=decoding)
+                                    cache_grad=self.cache_grad, with_state=decoding, slopes=slopes)
         return o, new_state
 
     def _init_from(self, k: torch.Tensor) -> None:

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from archlab.nn.config import ModelConfig, check_finite, expand_shorthands
+from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.optim import DEFAULT_BETAS, EMBEDDING_LR_RATIO, EMBEDDING_OPTIMIZERS, OPTIMIZERS, SIGN_OPTIMIZERS
@@ -260,7 +260,7 @@ def resolve_model(
         typed.setdefault("vocab_size", tokenizer_vocab_size(train.data))
         return build_preset(train.preset, train.size, **typed)
     old = ModelConfig.from_dict(dict(saved))
-    new = ModelConfig.from_dict({**old.to_dict(), **expand_shorthands(typed)})
+    new = ModelConfig.from_dict(layer_over(old.to_dict(), expand_shorthands(typed)))
     if new != old:
         raise ValueError(f"--resume: the model config differs from the checkpoint's ({_model_diff(old, new)}); "
                          "resume with the same model or start a new --out")
