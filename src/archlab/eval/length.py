@@ -50,7 +50,7 @@ from archlab.infer.generate import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope import ROPE_SCALINGS, RopeScaling
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def trained_only(config: ModelConfig) -> bool:
     """Whether the model's own scaling holds in training mode only (inverse Leaky ReRoPE): `none`, the model
     as trained, keeps it, so its context limit (the distances training reached) applies."""
     s = config.rope_scaling
-    return s is not None and ROPE_SCALINGS[s.kind].training_only
+    return s is not None and ROPE_KINDS[s.kind].training_only
 
 
 def method_configs(
