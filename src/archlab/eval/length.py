@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from archlab.checkpoint import build_model
+from archlab.eval.variants import METHODS, METRICS, SAMPLES
 from archlab.infer.generate import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
@@ -54,9 +55,7 @@ from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
-METRICS = ("loss", "accuracy")  # what a table shows; both are always computed (one forward)
-SAMPLES = ("plain", "repeated")  # how a window's tokens are drawn (module doc)
+# METHODS, METRICS and SAMPLES (the names the CLI lists) live in eval/variants.py, torch-free
 LEAKY_K_MIN = 16.0  # Su's ablation (9708): k = 16, 32, 64 score alike, k = 8 is worse
 
 
