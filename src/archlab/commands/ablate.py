@@ -21,15 +21,14 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from archlab.lab.executor import EXECUTORS, SlurmOptions
-from archlab.lab.power import SEQUENTIAL_KINDS
 from archlab.lab.suite import BUDGETS, list_suites, load_suite, param_note
+from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
     from archlab.lab.runner import Plan, Progress
 
-# the runner, planning, verdicts and report import torch (the measures read checkpoints): they are imported in the
-# functions that plan, train and judge, so `--help` answers without it
+# the runner, executor, planning, verdicts and report import torch (the measures read checkpoints) and scipy: they are
+# imported in the functions that plan, train and judge, so `--help` answers without them
 DEFAULT_BUDGET = "small"
 
 
@@ -109,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
     from archlab.lab import planning
-    from archlab.lab.executor import submit_plan
+    from archlab.lab.executor import SlurmOptions, submit_plan
     from archlab.lab.report import needed as report_needed
     from archlab.lab.report import write_report
     from archlab.lab.runner import LabError, measure_plan, write_plan

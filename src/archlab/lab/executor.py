@@ -13,17 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import submitit
+import submitit
 
-    from archlab.lab.runner import Plan, RunSpec
+from archlab.lab.runner import LabError, Plan, RunSpec, _finish, _start, is_done, prepare
 
-# submitit and the runner (which imports torch) are imported in the functions that submit, so `archlab ablate
-# --help` reads EXECUTORS and SlurmOptions without them
 logger = logging.getLogger(__name__)
-EXECUTORS = ("local", "slurm")  # local: archlab's own process pool (--jobs); slurm: submitit job arrays
 
 
 @dataclass(frozen=True)
@@ -45,8 +40,6 @@ class SlurmOptions:
 
 def train_task(run: RunSpec, threads: int) -> dict:
     """One run, inside its job: the run's `archlab train` process with `threads` threads, its end recorded."""
-    from archlab.lab.runner import _finish, _start
-
     proc = _start(run, threads)
     proc.wait()
     _finish(run, proc.returncode)  # raises LabError (the task fails) on a failure that is not divergence
@@ -55,8 +48,6 @@ def train_task(run: RunSpec, threads: int) -> dict:
 
 def make_executor(folder: Path, cluster: str, options: SlurmOptions) -> submitit.AutoExecutor:
     """A submitit executor for the suite: `cluster` "slurm" or "local" (submitit's local processes)."""
-    import submitit
-
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
     params: dict[str, object] = {"timeout_min": options.time_min, "cpus_per_task": options.cpus,
                                  "gpus_per_node": options.gpus, "tasks_per_node": 1, "nodes": 1,
@@ -71,8 +62,6 @@ def submit_plan(plan: Plan, cluster: str = "slurm", options: SlurmOptions | None
                 wait: bool = False) -> list[submitit.Job]:
     """Submit every unfinished run of the plan as one job array; with `wait`, block until all ended and raise
     LabError naming the first run that failed. Returns the jobs (empty when every run is done)."""
-    from archlab.lab.runner import LabError, is_done, prepare
-
     options = options or SlurmOptions()
     prepare(plan)
     todo = [r for r in {r.run_dir: r for r in plan.runs}.values() if not is_done(r)]
