@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +37,33 @@ def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
         return {}
     return {str(p.relative_to(folder)): (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# Prepended to a script run by `run_without_torch`: records where torch is first imported from (the archlab frames
+# of that import), without stopping it, so a failure names the import that brought torch in.
+_TRACE_TORCH = """
+import sys, traceback
+class _TorchTrace:
+    chain = None
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and _TorchTrace.chain is None:
+            frames = [f for f in traceback.extract_stack() if "archlab" in f.filename]
+            _TorchTrace.chain = " <- ".join(f"{f.filename.rsplit('src/', 1)[-1]}:{f.lineno}" for f in reversed(frames))
+        return None
+sys.meta_path.insert(0, _TorchTrace())
+"""
+_CHECK_TORCH = """
+assert "torch" not in sys.modules, f"torch was imported, first by: {_TorchTrace.chain}"
+"""
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run_without_torch(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (this checkout's src first on the path) and fail, naming the import chain,
+    if it imported torch; the process's output is returned for the caller's checks."""
+    path = [str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    out = subprocess.run([sys.executable, "-c", _TRACE_TORCH + code + _CHECK_TORCH], env=env, cwd=cwd,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out

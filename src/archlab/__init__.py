@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from archlab.nn.kv_cache import KVCache
     from archlab.nn.model import TransformerLM
     from archlab.nn.presets import PRESETS, SIZES, build_preset
-    from archlab.nn.rope import RopeScaling
+    from archlab.nn.rope_scaling import RopeScaling
 
 _EXPORTS = {
     "InteropError": "archlab.interop",
@@ -28,7 +28,7 @@ _EXPORTS = {
     "PRESETS": "archlab.nn.presets",
     "SIZES": "archlab.nn.presets",
     "build_preset": "archlab.nn.presets",
-    "RopeScaling": "archlab.nn.rope",
+    "RopeScaling": "archlab.nn.rope_scaling",
 }
 __all__ = ["ConfigError", "InteropError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM",
            "build_preset", "from_hf", "save_hf"]

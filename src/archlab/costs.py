@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from archlab.nn.config import ModelConfig
-from archlab.nn.norms import placement_norms
+from archlab.nn.variants import placement_norms
 
 DTYPE_BYTES = {"float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "int8": 1, "fp8": 1}  # keys include torch's dtype names (str(torch.float32) less "torch.")

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from archlab.nn.rerope import relative_positions
-from archlab.nn.rope import ROPE_SCALINGS, RopeScaling
+from archlab.nn.rope import ROPE_SCALINGS
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
 from archlab.train.metrics import read_metrics
 
 
@@ -79,7 +80,7 @@ def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: 
 
 def rope_scaling_for(kind: str, factor: float, train_len: int, window: int) -> RopeScaling:
     """A RopeScaling of `kind` at `factor` with the fields its kind requires filled from the plot's settings."""
-    entry = ROPE_SCALINGS[kind]
+    entry = ROPE_KINDS[kind]
     fields = {"original_max_seq_len": train_len, "window": window, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
     factor = 1.0 if entry.no_factor is not None else factor
     return RopeScaling(kind, factor, **{k: v for k, v in fields.items() if k in entry.required})
@@ -98,10 +99,10 @@ def plot_rope(
     plt = _pyplot()
     fig, (ax_w, ax_p) = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
     pairs = torch.arange(head_dim // 2)
-    static = [k for k in scalings if not (ROPE_SCALINGS[k].remaps_positions or ROPE_SCALINGS[k].length_dependent)]
+    static = [k for k in scalings if not (ROPE_KINDS[k].remaps_positions or ROPE_KINDS[k].length_dependent)]
     for kind in static:
         scaling = rope_scaling_for(kind, factor, train_len, window)
-        inv_freq, _ = ROPE_SCALINGS[kind].frequencies(head_dim, theta, scaling)
+        inv_freq, _ = ROPE_SCALINGS[kind](head_dim, theta, scaling)
         ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
     ax_w.axhline(train_len, color="gray", linestyle="--", label=f"training length {train_len}")
     ax_w.set(yscale="log", xlabel="rotation pair i", ylabel="wavelength 2 pi / w_i (tokens)",

@@ -143,6 +143,8 @@ OTHER = [  # (full argv, expected text)
     (["inspect", "--context", "0"], "--context=0 is not allowed"),
     (["inspect", "--n_heads", "3"], "ModelConfig"),
     (["inspect", "--d_modle", "3"], "d_modle"),
+    (["inspect", "--checkpoint", "{root}/run", "--size", "small"], "--checkpoint reads the model from the checkpoint"),
+    (["inspect", "--config", "/no/such/run.yaml"], "/no/such/run.yaml"),
     (["plot", "run", "/no/such/run"], "/no/such/run/metrics.jsonl does not exist"),
     (["plot", "run", "{root}/emptydir"], "does not exist (is {root}/emptydir a training run folder?)"),
     (["data", "prepare", "--data", "/no/such/corpus.txt", "--out", "{root}/newdata"], "does not exist"),

@@ -13,7 +13,7 @@ from tokenizers import decoders, models, pre_tokenizers
 from archlab.cli import main
 from archlab.commands import generate as command
 from archlab.data.tokenizer import Tokenizer, bytes_to_unicode, train_bpe
-from archlab.infer.generate import generate, generate_text
+from archlab.infer.generate import generate, generate_text, text_generation
 from archlab.infer.healing import ByteTrie, back_off
 from archlab.infer.sampling import SamplingConfig
 from tests.infer.conftest import tiny
@@ -181,8 +181,9 @@ def test_cli_token_healing_defaults_to_one_token(monkeypatch, capsys, tok: Token
     model = tiny(vocab_size=tok.vocab_size, max_seq_len=64)
     monkeypatch.setattr(command, "load_checkpoint", lambda path: (model, tok))
     seen = []
-    real = command.text_generation
-    monkeypatch.setattr(command, "text_generation", lambda *a, **k: seen.append(k["token_healing"]) or real(*a, **k))
+    real = text_generation  # the command imports it from archlab.infer.generate when it runs
+    monkeypatch.setattr("archlab.infer.generate.text_generation",
+                        lambda *a, **k: seen.append(k["token_healing"]) or real(*a, **k))
     argv = ["generate", "--checkpoint", "c", "--prompt", "import num", "--max-new-tokens", "3", "--temperature", "0"]
     for extra, want in (([], 0), (["--token-healing"], 1), (["--token-healing", "2"], 2)):
         assert main([*argv, *extra]) == 0

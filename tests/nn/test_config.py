@@ -21,10 +21,10 @@ from archlab.nn.config import (
 )
 from archlab.nn.ffn import FFNS
 from archlab.nn.norms import NORMS
-from archlab.nn.positions import POSITIONS
 from archlab.nn.presets import PRESETS, SIZES
-from archlab.nn.rope import ROPE_LAYOUTS
+from archlab.nn.variants import POSITIONS, ROPE_LAYOUTS
 from archlab.train.config import resolve_config
+from tests.conftest import run_without_torch
 
 
 def test_resolved_sizes():
@@ -271,3 +271,19 @@ def test_gau_and_deepnorm_derive_their_widths_and_final_norm():
     assert ModelConfig(block="gau", n_heads=1, d_ff=100).d_ff == 100  # an explicit e wins
     deep = ModelConfig(norm_position="deepnorm")
     assert deep.final_norm is False and deep.replace(norm_position="pre").final_norm is True
+
+
+def test_building_and_checking_a_config_imports_no_torch():
+    """nn/config.py checks its switches against the torch-free name lists of nn/variants.py and nn/rope_scaling.py
+    (tests/nn/test_variants.py keeps them equal to the registries), so building every preset, a RoPE scaling and a
+    refused value never imports torch; nor do the presets, the costs or the override grammar."""
+    out = run_without_torch(
+        "import archlab.nn.config, archlab.nn.presets, archlab.costs, archlab.overrides, archlab.train.config\n"
+        "from archlab.nn.config import ConfigError, ModelConfig\n"
+        "from archlab.nn.presets import PRESETS, SIZES, build_preset\n"
+        "from archlab.nn.rope_scaling import RopeScaling\n"
+        "from archlab.costs import report\n"
+        "n = [report(build_preset(p, s)).params['total'] for p in PRESETS for s in SIZES]\n"
+        "ModelConfig(rope_scaling=RopeScaling('yarn', 4.0, original_max_seq_len=256), ffn='swiglu')\n"
+        "try:\n    ModelConfig(norm='batchnorm')\nexcept ConfigError as err:\n    print(err)\n")
+    assert "ModelConfig.norm='batchnorm' is not allowed: one of rmsnorm, layernorm" in out.stdout

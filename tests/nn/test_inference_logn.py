@@ -68,7 +68,9 @@ def test_generate_cli_logn(monkeypatch, capsys) -> None:  # noqa: ANN001
     tokenizer = build_tokenizer("byte", 256, None)
     monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(vocab_size=256), tokenizer))
     seen = []
-    monkeypatch.setattr(command, "with_inference_logn", lambda m: seen.append(with_inference_logn(m)) or seen[-1])
+    # the command imports it from archlab.infer.generate when it runs (its module imports no torch)
+    monkeypatch.setattr("archlab.infer.generate.with_inference_logn",
+                        lambda m: seen.append(with_inference_logn(m)) or seen[-1])
     argv = ["generate", "--checkpoint", "c", "--prompt", "Hi", "--max-new-tokens", "30", "--temperature", "0",
             "--allow-extrapolation"]
     assert main(argv) == 0

@@ -19,26 +19,16 @@ import shlex
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from archlab.lab import planning
-from archlab.lab.executor import EXECUTORS, SlurmOptions, submit_plan
-from archlab.lab.report import needed as report_needed
-from archlab.lab.report import record_suite_time, write_report
-from archlab.lab.runner import (
-    LabError,
-    Plan,
-    Progress,
-    measure_plan,
-    measure_timings,
-    plan_suite,
-    prepare,
-    read_plan,
-    run_plan,
-    write_plan,
-)
 from archlab.lab.suite import BUDGETS, list_suites, load_suite, param_note
-from archlab.lab.verdicts import judge
+from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
+if TYPE_CHECKING:
+    from archlab.lab.runner import Plan, Progress
+
+# the runner, executor, planning, verdicts and report import torch (the measures read checkpoints) and scipy: they are
+# imported in the functions that plan, train and judge, so `--help` answers without them
 DEFAULT_BUDGET = "small"
 
 
@@ -60,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "store/ beside --out; --collect reads the plan's)")
     parser.add_argument("--plan", action="store_true", help="print the seeds each claim needs for 80%% power and "
                         "the wall time that costs, then exit (trains nothing)")
-    parser.add_argument("--sequential", choices=planning.SEQUENTIAL_KINDS, default=None,
+    parser.add_argument("--sequential", choices=SEQUENTIAL_KINDS, default=None,
                         help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
                         "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -84,6 +74,8 @@ def _list() -> int:
 
 
 def _plan(args: argparse.Namespace) -> Plan:
+    from archlab.lab.runner import plan_suite, read_plan
+
     recorded = read_plan(args.collect) if args.collect else {}
     budget = args.budget or recorded.get("budget") or DEFAULT_BUDGET
     seeds = args.seeds or recorded.get("seeds")
@@ -115,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
+    from archlab.lab import planning
+    from archlab.lab.executor import SlurmOptions, submit_plan
+    from archlab.lab.report import needed as report_needed
+    from archlab.lab.report import write_report
+    from archlab.lab.runner import LabError, measure_plan, write_plan
+
     slurm = SlurmOptions(args.slurm_partition, args.slurm_time, args.slurm_gpus, args.slurm_cpus,
                          args.slurm_array_parallelism)
     plan = _plan(args)
@@ -159,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, plan: Plan) -> None:
+    from archlab.lab.report import record_suite_time
+    from archlab.lab.runner import prepare, run_plan, write_plan
+
     write_plan(plan)
     prepare(plan)
     start = time.perf_counter()
@@ -172,6 +173,10 @@ def _train(args: argparse.Namespace, plan: Plan) -> None:
 def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list | None]:
     """Train (unless --collect), and with --sequential take the two looks; returns the final plan and, for
     --sequential, its results (else None: the report judges)."""
+    from archlab.lab import planning
+    from archlab.lab.runner import measure_plan, measure_timings, plan_suite
+    from archlab.lab.verdicts import judge
+
     if not args.collect:
         _train(args, plan)
     if not args.sequential:

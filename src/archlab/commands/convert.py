@@ -19,23 +19,19 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from archlab.checkpoint import (
-    CHECKPOINTS,
-    latest_checkpoint,
-    load_model,
-    read_checkpoint_config,
-    resolve_checkpoint,
-    save_checkpoint,
-)
-from archlab.interop import from_hf, load_hf_tokenizer, save_hf
 from archlab.interop.families import FAMILIES
 from archlab.train.lock import LOCK_FILE, RunLock
 from archlab.train.resume import checkpoint_step
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+# checkpoints, weights and from_hf / save_hf import torch: they are imported in the functions that convert, so
+# `--help` (the family tables, plain data) answers without it
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from archlab.checkpoint import load_model, read_checkpoint_config, resolve_checkpoint
+    from archlab.interop import save_hf
+
     if args.dtype is not None and args.dtype not in DTYPES:
         raise ValueError(f"--dtype={args.dtype!r} is not allowed: one of {', '.join(DTYPES)}")
     if args.from_hf:
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         lock = RunLock(out).acquire()  # one writer per run folder (train/lock.py)
         try:
             step = next_step(out, args.force)
-            path = from_hf_folder(source, out, DTYPES.get(args.dtype), step)
+            dtype = getattr(torch, DTYPES[args.dtype]) if args.dtype else None
+            path = from_hf_folder(source, out, dtype, step)
         except BaseException:
             if lock.created_folder:  # a refused or failed conversion leaves no folder behind
                 shutil.rmtree(out, ignore_errors=True)
@@ -86,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 def check_hf_source(folder: Path) -> None:
     """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
+    from archlab.checkpoint import latest_checkpoint
+
     if not (folder / "config.json").is_file() and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
         raise ValueError(f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
                          "`convert --to-hf` exports it, and train / generate / eval read it as it is")
@@ -95,6 +99,8 @@ def check_hf_source(folder: Path) -> None:
 
 def next_step(out: Path, force: bool) -> int:
     """The step the converted model gets in run `out`: 0 in a new run, the next one with --force."""
+    from archlab.checkpoint import CHECKPOINTS, latest_checkpoint
+
     latest = latest_checkpoint(out)
     others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, CHECKPOINTS)) if out.is_dir() else []
     if (latest is not None or others) and not force:
@@ -137,6 +143,9 @@ def read_chat_template(folder: Path) -> str | None:
 def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int = 0) -> Path:
     """An HF folder as checkpoint `step` of run `out`: weights, config, tokenizer (and chat template); no
     optimizer state."""
+    from archlab.checkpoint import save_checkpoint
+    from archlab.interop import from_hf, load_hf_tokenizer
+
     tokenizer = load_hf_tokenizer(folder)
     model = from_hf(folder, dtype=dtype)
     config = {"model": model.config.to_dict(), "source": {"hf_folder": str(folder)}}

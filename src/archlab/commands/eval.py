@@ -8,25 +8,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+from archlab.eval.variants import METHODS, METRICS, SAMPLES
 
-from archlab.checkpoint import load_model, resolve_checkpoint
-from archlab.data.tokenizer import Tokenizer
-from archlab.data.tokens import TokenData
-from archlab.eval.length import (
-    METHODS,
-    METRICS,
-    SAMPLES,
-    check_choices,
-    evaluate_lengths,
-    markdown_table,
-    write_csv,
-)
-from archlab.eval.passkey import evaluate_passkey, passkey_table
-from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
-from archlab.nn.model import TransformerLM
-from archlab.plots import plot_length, plot_passkey
+if TYPE_CHECKING:
+    import numpy as np
+
+    from archlab.data.tokenizer import Tokenizer
+    from archlab.nn.model import TransformerLM
+
+# the evaluations, checkpoints and plots import torch: they are imported in the functions that run, so `--help`
+# (the method, metric and sample names of eval/variants.py) answers without it
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -84,6 +77,9 @@ def _int_list(text: str, flag: str) -> list[int]:
 def load_for_eval(path: str) -> tuple[TransformerLM, Tokenizer, Path | None]:
     """Model, tokenizer and checkpoint folder of an archlab checkpoint or run; a Hugging Face folder gives
     its model (built on the meta device, no random init) and tokenizer, and no checkpoint."""
+    from archlab.checkpoint import load_model, resolve_checkpoint
+    from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
+
     folder = Path(path)
     if is_hf_folder(folder):
         if not (folder / "tokenizer.json").is_file():
@@ -96,6 +92,10 @@ def load_for_eval(path: str) -> tuple[TransformerLM, Tokenizer, Path | None]:
 
 def held_out_tokens(checkpoint: Path | None, data: str | None, tokenizer) -> np.ndarray:  # noqa: ANN001
     """Tokens to score: a text file encoded with the model's tokenizer, or a prepared folder's val split."""
+    import numpy as np
+
+    from archlab.data.tokens import TokenData
+
     if data is not None and Path(data).is_file():
         return np.asarray(tokenizer.encode(Path(data).read_text(encoding="utf-8", errors="replace")), dtype=np.int64)
     if data is None and checkpoint is None:
@@ -134,6 +134,9 @@ def _leaky_k(text: str) -> float | str:
 
 
 def run_length(args: argparse.Namespace) -> int:
+    from archlab.eval.length import check_choices, evaluate_lengths, markdown_table, write_csv
+    from archlab.plots import plot_length
+
     lengths = _int_list(args.lengths, "--lengths")
     methods = [m.strip() for m in args.scalings.split(",") if m.strip()]
     samples = [k.strip() for k in args.samples.split(",") if k.strip()]
@@ -170,6 +173,9 @@ def _depths(text: str) -> list[float]:
 
 
 def run_passkey(args: argparse.Namespace) -> int:
+    from archlab.eval.passkey import evaluate_passkey, passkey_table
+    from archlab.plots import plot_passkey
+
     lengths, depths = _int_list(args.lengths, "--lengths"), _depths(args.depths)
     model, tokenizer, _ = load_for_eval(args.checkpoint)
     results = evaluate_passkey(model, tokenizer, lengths, depths, args.trials, args.scaling, args.window,

@@ -4,6 +4,8 @@ Prompts come from --prompt (repeatable), --prompt-file (one prompt per line; '-'
 when it is piped; --interactive reads one prompt per line until EOF or /quit. --report-memory prints, on
 stderr, the KV-cache bytes per token and for the whole context for MHA / GQA / MQA at this model's width,
 the context length at which the cache outweighs the weights, and the measured peak memory.
+
+The library (torch) is imported in the functions that run, so `archlab generate --help` answers without it.
 """
 
 from __future__ import annotations
@@ -13,19 +15,15 @@ import dataclasses
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from archlab.infer.engine import Decoder
-from archlab.infer.generate import Generation, check_context, context_limit, text_generation, with_inference_logn
-from archlab.infer.memory import memory_report
-from archlab.infer.sampling import SamplingConfig
-from archlab.infer.speed import check_compile_decode
-from archlab.infer.stream import TokenizerLike
-from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
-from archlab.nn.config import ModelConfig
-from archlab.nn.model import TransformerLM
-from archlab.train.hardware import resolve_device
+if TYPE_CHECKING:
+    from archlab.infer.engine import Decoder
+    from archlab.infer.generate import Generation
+    from archlab.infer.sampling import SamplingConfig
+    from archlab.infer.stream import TokenizerLike
+    from archlab.nn.config import ModelConfig
+    from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
 DEFAULT_NEW_TOKENS = 128  # without --max-new-tokens: this many, or fewer where the context ends sooner
@@ -34,6 +32,8 @@ DEFAULT_NEW_TOKENS = 128  # without --max-new-tokens: this many, or fewer where 
 def fit_default(sampling: SamplingConfig, config: ModelConfig, prompt_len: int, given: bool) -> SamplingConfig:
     """The default max_new_tokens clipped to the context left after the prompt (with a note on stderr); a
     value the user gave is kept, so check_context refuses it in one line if it does not fit."""
+    from archlab.infer.generate import context_limit
+
     limit = context_limit(config)
     room = None if limit is None or sampling.allow_extrapolation else limit - prompt_len
     if given or room is None or room >= sampling.max_new_tokens or room < 1:
@@ -74,6 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
     """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model), or from a
     Hugging Face model folder (archlab.interop.from_hf, with the folder's tokenizer.json)."""
+    from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
+
     folder = Path(path)
     if not folder.exists():
         raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
@@ -82,7 +84,7 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
             raise FileNotFoundError(f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json to encode "
                                     "prompts with")
         return from_hf(folder), load_hf_tokenizer(folder)
-    from archlab.checkpoint import load_model  # imported here: generating needs no training code
+    from archlab.checkpoint import load_model
 
     return load_model(folder)
 
@@ -109,6 +111,15 @@ def _lines(source: Iterable[str]) -> list[str]:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from archlab.infer.engine import Decoder
+    from archlab.infer.generate import with_inference_logn
+    from archlab.infer.memory import memory_report
+    from archlab.infer.sampling import SamplingConfig
+    from archlab.infer.speed import check_compile_decode
+    from archlab.train.hardware import resolve_device
+
     given = args.max_new_tokens is not None
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens if given else DEFAULT_NEW_TOKENS,
                               temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
@@ -138,6 +149,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str],
          sampling: SamplingConfig, given: bool) -> list[Generation]:
+    from archlab.infer.generate import check_context
+
     if args.interactive:
         if args.compile:
             sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
@@ -167,6 +180,8 @@ def _stream(row: int, piece: str) -> None:
 
 def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig,
                token_healing: int = 0) -> Generation:
+    from archlab.infer.generate import text_generation
+
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
         result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream, token_healing=token_healing)
@@ -180,6 +195,8 @@ def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], s
 
 def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig, given: bool,
                  token_healing: int = 0) -> list[Generation]:
+    from archlab.infer.generate import check_context
+
     results = []
     tty = sys.stdin.isatty()
     while True:

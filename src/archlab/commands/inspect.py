@@ -1,9 +1,15 @@
 """`archlab inspect --preset llama --size small [--n_layers 4 ...]`: parameters by part, FLOPs per token
-and KV-cache bytes of a configuration, without building the model. `--checkpoint PATH` reads the config
-of an archlab checkpoint (or run folder) or of a Hugging Face folder instead (no weights are read).
+and KV-cache bytes of a configuration, without building the model. `--config FILE` reads a run's YAML config (the
+file `archlab train --config` takes: its preset, size and model.* keys, vocab_size from its tokenizer, as train
+resolves them); `--checkpoint PATH` reads the config of an archlab checkpoint (or run folder) or of a Hugging Face
+folder instead (no weights are read).
 
 Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--model.FIELD value`; both go
 through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in both commands.
+
+A preset or a YAML config is inspected without importing torch (nn/config.py validates against torch-free name
+lists, nn/variants.py; costs.py is arithmetic), so it answers in a fraction of a second. `--checkpoint` imports
+the checkpoint and interop modules, which import torch, when it runs.
 """
 
 from __future__ import annotations
@@ -15,12 +21,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from archlab.checkpoint import resolve_checkpoint
 from archlab.costs import DTYPE_BYTES, Report, report
-from archlab.interop import is_hf_folder, read_hf_config
 from archlab.nn.config import ModelConfig
 from archlab.nn.presets import PRESETS, SIZES, build_preset
-from archlab.overrides import parse_flags, typed_overrides
+from archlab.overrides import load_yaml, parse_flags, typed_overrides
+from archlab.train.config import resolve_config
 
 # attn_kernel -> (attention FLOPs per token, what the cache holds), as archlab.costs computes them
 KERNEL_FORMULAS = {
@@ -35,8 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="parameter count, FLOPs per token and KV-cache bytes of a config",
                        description="Any ModelConfig field can follow as --field value or --model.field value "
                                    "(e.g. --n_kv_heads 1).")
-    p.add_argument("--preset", default="llama", help=f"architecture: {', '.join(PRESETS)}")
-    p.add_argument("--size", default="tiny", help=f"size: {', '.join(SIZES)}")
+    p.add_argument("--preset", default=None, help=f"architecture: {', '.join(PRESETS)} (default llama, or the "
+                   "--config file's)")
+    p.add_argument("--size", default=None, help=f"size: {', '.join(SIZES)} (default tiny, or the --config file's)")
+    p.add_argument("--config", default=None, help="a run's YAML config, e.g. configs/tiny-llama.yaml: the model "
+                   "`archlab train --config` would build from it (flags override it)")
     p.add_argument("--checkpoint", default=None,
                    help="read the config of an archlab checkpoint / run folder or a Hugging Face folder instead")
     p.add_argument("--context", type=int, default=None,
@@ -48,12 +56,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     flags = {key.removeprefix("model."): value for key, value in parse_flags(args.overrides).items()}
-    overrides = typed_overrides(ModelConfig, flags)
-    if args.checkpoint is not None:
-        config = checkpoint_config(args.checkpoint).replace(**overrides)
+    if args.checkpoint is not None and (args.config or args.preset or args.size):
+        raise ValueError("--checkpoint reads the model from the checkpoint: not with --config, --preset or --size")
+    if args.config is not None:
+        named = {name: getattr(args, name) for name in ("preset", "size") if getattr(args, name) is not None}
+        train, config = resolve_config([load_yaml(args.config), named, {f"model.{k}": v for k, v in flags.items()}])
+        args.preset, args.size = f"{Path(args.config).name}: {train.preset}", train.size
+    elif args.checkpoint is not None:
+        config = checkpoint_config(args.checkpoint).replace(**typed_overrides(ModelConfig, flags))
         args.preset, args.size = Path(args.checkpoint).name, "checkpoint"
     else:
-        config = build_preset(args.preset, args.size, **overrides)
+        args.preset, args.size = args.preset or "llama", args.size or "tiny"
+        config = build_preset(args.preset, args.size, **typed_overrides(ModelConfig, flags))
     if args.context is not None and args.context < 1:
         raise ValueError(f"--context={args.context} is not allowed: a positive number of tokens")
     r = report(config, args.context, args.dtype)
@@ -67,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
 
 def checkpoint_config(path: str) -> ModelConfig:
     """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder."""
+    from archlab.checkpoint import resolve_checkpoint  # these import torch: only this path pays for it
+    from archlab.interop import is_hf_folder, read_hf_config
+
     if not Path(path).exists():
         raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
     if is_hf_folder(path):

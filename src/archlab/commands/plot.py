@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from archlab.plots import plot_rope, plot_run
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plot", help="plot training curves to PNG")
@@ -28,11 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
+    from archlab.plots import plot_run  # torch and matplotlib: imported when a plot is drawn, not for --help
+
     print(plot_run(args.run_dir, args.out))
     return 0
 
 
 def run_plot_rope(args: argparse.Namespace) -> int:
+    from archlab.plots import plot_rope
     if args.head_dim < 4 or args.head_dim % 2 or args.train_len < 4 or not args.factor >= 1:
         raise ValueError(f"--head-dim {args.head_dim} (even, >= 4), --train-len {args.train_len} (>= 4) and "
                          f"--factor {args.factor} (>= 1) are not all allowed")

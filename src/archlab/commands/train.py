@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from archlab.checkpoint import latest_checkpoint, read_run_config
-from archlab.interop.surgery import adapt, load_source
 from archlab.nn.config import ModelConfig
-from archlab.nn.model import TransformerLM
 from archlab.overrides import load_yaml, parse_flags
 from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
-from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
-from archlab.train.trainer import TrainingDiverged, train
+
+if TYPE_CHECKING:
+    from archlab.nn.model import TransformerLM
+
+# the flags and --help come from the config dataclasses alone (torch-free); the trainer, checkpoints and interop
+# import torch, so they are imported where a run starts, not when the parser is built
 
 # named flag (argparse dest) -> the config key it sets
 ALIASES = {
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("init_from is set by --init-from PATH, which also loads the weights; not as a config key")
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
+    from archlab.train.trainer import TrainingDiverged, train  # torch: imported once a run starts
+
     init = None
     if args.init_from:
         if args.resume:
@@ -94,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
 def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, TransformerLM]:
     """The run config with the source model's config under the user's layers (so `--model.FIELD` changes it
     and data.tokenizer defaults to the source's tokenizer.json), and the source weights adapted to it."""
+    from archlab.interop.surgery import adapt, load_source
+
     source, tokenizer_file = load_source(path)
     base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {"data.tokenizer": str(tokenizer_file),
                                                                            "init_from": str(path)}
@@ -104,6 +110,9 @@ def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, 
 def resumed_config(layers: list[dict], extend: bool) -> tuple[TrainConfig, ModelConfig, int]:
     """The config a `--resume` continues with (the latest checkpoint's, the user's layers on top), checked, and the
     step it resumes from."""
+    from archlab.checkpoint import latest_checkpoint, read_run_config
+    from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
+
     out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
     saved = read_run_config(out or resolve_config(layers)[0].out)
     train_cfg, model_cfg = resolve_config(layers, saved)
@@ -120,6 +129,8 @@ def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM |
     source = train_cfg.init_from
     if not (train_cfg.lora_rank and source):
         return None
+    from archlab.interop.surgery import adapt, load_source
+
     if not os.path.exists(source):
         raise FileNotFoundError(f"--resume: LoRA run {train_cfg.out} was started from {source}, which is missing; "
                                 "its checkpoints hold the adapters, not the base: restore the source at that path, "

@@ -46,17 +46,16 @@ import numpy as np
 import torch
 
 from archlab.checkpoint import build_model
+from archlab.eval.variants import METHODS, METRICS, SAMPLES
 from archlab.infer.generate import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope import ROPE_SCALINGS, RopeScaling
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("none", "linear", "ntk", "ntk_by_parts", "dynamic", "yarn", "rerope", "leaky_rerope")
-METRICS = ("loss", "accuracy")  # what a table shows; both are always computed (one forward)
-SAMPLES = ("plain", "repeated")  # how a window's tokens are drawn (module doc)
+# METHODS, METRICS and SAMPLES (the names the CLI lists) live in eval/variants.py, torch-free
 LEAKY_K_MIN = 16.0  # Su's ablation (9708): k = 16, 32, 64 score alike, k = 8 is worse
 
 
@@ -112,7 +111,7 @@ def trained_only(config: ModelConfig) -> bool:
     """Whether the model's own scaling holds in training mode only (inverse Leaky ReRoPE): `none`, the model
     as trained, keeps it, so its context limit (the distances training reached) applies."""
     s = config.rope_scaling
-    return s is not None and ROPE_SCALINGS[s.kind].training_only
+    return s is not None and ROPE_KINDS[s.kind].training_only
 
 
 def method_configs(

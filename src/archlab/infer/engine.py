@@ -45,7 +45,7 @@ from archlab.infer.speed import (
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope import ROPE_SCALINGS
+from archlab.nn.rope_scaling import ROPE_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def context_limit(config: ModelConfig) -> int | None:
     s = config.rope_scaling
     if config.position != "rope" or s is None:
         return config.max_seq_len
-    return ROPE_SCALINGS[s.kind].context_limit(s, config.max_seq_len)
+    return ROPE_KINDS[s.kind].context_limit(s, config.max_seq_len)
 
 
 def check_context(config: ModelConfig, prompt_len: int, max_new_tokens: int, allow_extrapolation: bool) -> None:

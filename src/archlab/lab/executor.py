@@ -19,7 +19,6 @@ import submitit
 from archlab.lab.runner import LabError, Plan, RunSpec, _finish, _start, is_done, prepare
 
 logger = logging.getLogger(__name__)
-EXECUTORS = ("local", "slurm")  # local: archlab's own process pool (--jobs); slurm: submitit job arrays
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from archlab.data.tokens import TokenData
 from archlab.eval.length import SAMPLES, method_configs, sample_windows, window_scores
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope import RopeScaling
+from archlab.nn.rope_scaling import RopeScaling
 
 FACTORS = (1, 8)  # test lengths in training contexts: Su's 512 (train) and 4096 (8x) columns
 METHODS = {"rerope": "rerope", "leaky": "leaky_rerope", "ntk_mixed": "ntk_mixed", "logn": "logn"}  # suffix -> method

@@ -29,7 +29,6 @@ from archlab.lab.suite import DEFAULT_MARGINS, Claim, is_exact
 from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, regime_of, spread
 
 POWER = 0.8
-SEQUENTIAL_KINDS = ("pocock", "obrien-fleming")
 SEQUENTIAL = "sequential.json"  # in the suite's folder: the design's levels and each claim's outcome per look
 
 

@@ -22,7 +22,8 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-SEQUENTIAL_KINDS = ("pocock", "obrien-fleming")
+from archlab.lab.variants import SEQUENTIAL_KINDS
+
 _QUADRATURE_NODES = 64  # Gauss-Legendre nodes per look: 48 already agree with 256 to 1e-12 at 5 and 10 looks
 
 

@@ -43,12 +43,12 @@ from pathlib import Path
 import yaml
 
 from archlab.costs import parameter_counts
-from archlab.lab.measure import MEASURES
-from archlab.lab.timing import TIMINGS
 from archlab.nn.config import ModelConfig
 from archlab.overrides import flatten
 from archlab.train.config import TrainConfig, resolve_config
 
+# MEASURES (lab/measure.py) and TIMINGS (lab/timing.py) import torch: they are imported where a suite's measures
+# are checked, so this module (the budgets `archlab ablate --help` lists) stays torch-free
 PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is flagged (or d_ff is matched)
 MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same")
@@ -84,6 +84,8 @@ class Budget:
 
 def is_exact(metric: str) -> bool:
     """Whether a measure is exact arithmetic (a formula), so that claims on it are "by construction"."""
+    from archlab.lab.measure import MEASURES
+
     return metric in MEASURES and MEASURES[metric].exact
 
 
@@ -136,6 +138,8 @@ class Claim:
         """Which way the claim says is good for `arm` (lower | higher)."""
         if self.direction is not None:
             return self.direction
+        from archlab.lab.measure import MEASURES
+
         return MEASURES[self.metric].better if self.metric in MEASURES else "lower"  # a timing: less time is good
 
 
@@ -238,6 +242,8 @@ def load_suite(spec: str | Path) -> Suite:
     _require(not set(tree) - _KEYS, where, f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}")
     factors, arms = _arms(tree, where)
     measures = list(tree.get("measure") or ["val_loss"])
+    from archlab.lab.measure import MEASURES
+
     bad = [m for m in measures if m not in MEASURES]
     _require(not bad, where, f"measure {bad} unknown; one of {', '.join(MEASURES)}")
     match = tree.get("match_params", "d_ff")
@@ -313,6 +319,8 @@ def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
     pair = raw.get("arms") or []
     _require(len(pair) == 2 and set(pair) <= set(arms), where, f"timing {raw.get('metric')!r}: arms {pair!r} must "
              f"name two arms ({', '.join(arms)})")
+    from archlab.lab.timing import TIMINGS
+
     _require(raw.get("kind") in TIMINGS, where, f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; "
              f"one of {', '.join(TIMINGS)}")
     pairs = raw.get("pairs", 24)

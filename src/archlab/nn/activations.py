@@ -22,6 +22,7 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     return x * torch.sigmoid(beta * x)
 
 
+# name -> function; nn/variants.py ACTIVATION_NAMES lists the same names for the config (tests/nn/test_variants.py)
 ACTIVATIONS: dict[str, Activation] = {
     "relu": F.relu,
     "gelu": F.gelu,

@@ -121,4 +121,5 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) ->
     return merge_heads(y)
 
 
+# name -> kernel; nn/variants.py ATTENTION_KERNEL_NAMES lists the same names for the config (tests/nn/test_variants.py)
 ATTENTION_KERNELS: dict[str, Kernel] = {"sdpa": sdpa, "eager": eager}

@@ -41,7 +41,8 @@ from archlab.nn.attention_inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
 from archlab.nn.ffn import FFNS
 from archlab.nn.gau import GAU
-from archlab.nn.norms import build_norm, deepnorm_constants, placement_norms
+from archlab.nn.norms import build_norm, deepnorm_constants
+from archlab.nn.variants import placement_norms
 
 NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
 

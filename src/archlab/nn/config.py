@@ -1,12 +1,14 @@
 """`ModelConfig`: every architecture switch as one typed field, validated on construction.
 
-Each string-valued switch is checked against the registry of the module that owns it (NORMS, ACTIVATIONS,
-FFNS, POSITIONS, ROPE_SCALINGS, ...), so a new variant registered there is accepted here, on the CLI and
-in error messages without further edits. Derived sizes (n_kv_heads, head_dim, d_ff) are resolved in
-`__post_init__`, so a saved config always holds the numbers the model was built with.
+Each string-valued switch is checked against the names of the registry of the module that owns it (NORMS,
+ACTIVATIONS, FFNS, the positions, ROPE_SCALINGS, ...), so a new variant registered there is accepted here, on the CLI
+and in error messages without further edits. The names come from nn/variants.py and nn/rope_scaling.py, which hold
+them without torch (a test keeps each list equal to its registry): this module imports no torch, so a config can be
+built, checked and costed (`archlab inspect`, every `--help`) without it. Derived sizes (n_kv_heads, head_dim, d_ff)
+are resolved in `__post_init__`, so a saved config always holds the numbers the model was built with.
 
 Derivations, each beaten by an explicit value (the field's default is `None` = "derive it"):
-- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/ffn.py `default_d_ff`), with
+- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/variants.py `default_d_ff`), with
   block="gau" the GAU's value width e = 2 d_model (its key width s is head_dim, its one head n_heads = 1);
 - activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
   different explicit activation is an error, never a silent rewrite;
@@ -30,29 +32,34 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from archlab.nn.activations import ACTIVATIONS
-from archlab.nn.attention_kernels import ATTENTION_KERNELS
-from archlab.nn.ffn import FFNS, GLU_SHORTHANDS, default_d_ff
-from archlab.nn.norms import NORM_PLACEMENTS, NORMS
-from archlab.nn.positions import POSITIONS
-from archlab.nn.rope import ROPE_LAYOUTS, ROPE_SCALINGS, RopeScaling
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.variants import (
+    ACTIVATION_NAMES,
+    ATTENTION_KERNEL_NAMES,
+    FAVOR_FEATURE_NAMES,
+    FFN_NAMES,
+    GLU_SHORTHANDS,
+    LINEAR_KERNEL_NAMES,
+    NORM_NAMES,
+    NORM_PLACEMENTS,
+    POSITIONS,
+    ROPE_LAYOUTS,
+    VQ_ASSIGNS,
+    default_d_ff,
+)
 
-NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post | deepnorm (nn/norms.py, block.py)
+NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post | deepnorm (nn/variants.py, block.py)
 POST_NORMS = ("post", "deepnorm")  # placements whose last block already normed: final_norm defaults to False
 # serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447; nn/gau.py)
 BLOCKS = ("serial", "parallel", "gau")
 GAU_ATTENTIONS = ("softmax", "relu2")  # a GAU's A: softmax (Su, kexue.fm/archives/8934) | relu(s)^2 / n (Hua et al.)
 COSINE_SCALES = ("fixed", "dynamic")  # cosine attention's lambda: 4 log(max_seq_len / 2) | 4 log(keys seen)
-QK_NORMS = ("none", *NORMS)
+QK_NORMS = ("none", *NORM_NAMES)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
-ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
-# attn_kernel values: softmax, or a linear kernel of nn/linear_kernels.py (its LINEAR_KERNELS keys; a test keeps
-# the two in step: the registry imports this module, so it cannot be imported here)
-ATTN_KERNELS = ("softmax", "favor", "vq")
-FAVOR_FEATURE_MAPS = ("positive", "hyperbolic")  # nn/favor.py FAVOR_FEATURES
-VQ_ASSIGNS = ("hard", "soft")  # nn/vq.py VQ_ASSIGNS
+ATTN_IMPLS = ("auto", *ATTENTION_KERNEL_NAMES)  # auto = sdpa unless softcapping needs the scores (eager)
+ATTN_KERNELS = ("softmax", *LINEAR_KERNEL_NAMES)  # softmax, or a linear kernel of nn/linear_kernels.py
 # what a tied head applies after the final norm (Su, kexue.fm/archives/9698): nothing, the parameter-free swap of
 # the two channel halves, or an orthogonally initialised d x d projection; either makes the self-logit ~ 0 at init
 TIED_HEADS = ("plain", "swap", "proj")
@@ -135,7 +142,7 @@ class ModelConfig:
     rope_theta: float = 10000.0  # RoPE base: w_i = theta^(-2i/d_rot)
     rope_layout: str = "half"  # half (rotate_half) | interleaved (pairs 2i, 2i+1: RoFormer, GPT-J)
     rope_fraction: float = 1.0  # share of each head that rotates (NeoX 0.25)
-    rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/rope.py)
+    rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/rope_scaling.py)
     position_pattern: str = "R"  # cycled over layers: R = RoPE, N = NoPE ("RRRN" = Llama 4 / SmolLM3 style)
     rope_theta_local: float | None = None  # RoPE base of sliding-window layers; None = rope_theta (Gemma 3: 10k)
     rope_scaling_local: bool = True  # window layers take rope_scaling too; False = global layers only (Gemma 3)
@@ -211,7 +218,7 @@ class ModelConfig:
             if self.d_model % self.n_heads:
                 raise _bad("n_heads", self.n_heads, f"must divide d_model={self.d_model} (or set head_dim)")
             self._set("head_dim", self.d_model // self.n_heads)
-        if self.d_ff is None and self.ffn in FFNS:
+        if self.d_ff is None and self.ffn in FFN_NAMES:
             self._set("d_ff", self._default_d_ff())
         for name in ("attn_bias", "mlp_bias"):
             if getattr(self, name) is None:
@@ -224,18 +231,18 @@ class ModelConfig:
     # ----- checks -----
     def _check_choices(self) -> None:
         choices = {
-            "norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFNS, *GLU_SHORTHANDS),
-            "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
+            "norm": NORM_NAMES, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFN_NAMES, *GLU_SHORTHANDS),
+            "activation": ACTIVATION_NAMES, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
-            "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_MAPS, "vq_assign": VQ_ASSIGNS,
+            "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_NAMES, "vq_assign": VQ_ASSIGNS,
             "cosine_scale": COSINE_SCALES, "gau_attention": GAU_ATTENTIONS,
             "tied_head": TIED_HEADS, "tied_embed_init": TIED_EMBED_INITS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise _bad(name, getattr(self, name), "one of " + ", ".join(allowed))
-        if self.rope_scaling is not None and self.rope_scaling.kind not in ROPE_SCALINGS:
-            raise _bad("rope_scaling.kind", self.rope_scaling.kind, "one of " + ", ".join(ROPE_SCALINGS))
+        if self.rope_scaling is not None and self.rope_scaling.kind not in ROPE_KINDS:
+            raise _bad("rope_scaling.kind", self.rope_scaling.kind, "one of " + ", ".join(ROPE_KINDS))
         for name, plain in (("tied_head", "plain"), ("tied_embed_init", "default")):
             if getattr(self, name) != plain and not self.tie_embeddings:
                 raise _bad(name, getattr(self, name), f"only with tie_embeddings=True ({plain!r} otherwise)")

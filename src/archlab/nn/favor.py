@@ -98,6 +98,7 @@ def trigonometric_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.cat((proj.sin(), proj.cos()), dim=-1) * scale
 
 
+# name -> feature map; nn/variants.py FAVOR_FEATURE_NAMES lists the same names (tests/nn/test_variants.py)
 FAVOR_FEATURES = {"positive": positive_features, "hyperbolic": hyperbolic_features}
 PROJECTION_ROWS = {"positive": 1, "hyperbolic": 2}  # features per projection row
 

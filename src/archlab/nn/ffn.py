@@ -1,9 +1,10 @@
-"""Feed-forward sublayers: the plain MLP and the gated GLU family, and the d_ff rule.
+"""Feed-forward sublayers: the plain MLP and the gated GLU family.
 
 - `mlp`: down(act(up(x))), with d_ff = 4 * d_model by default (Vaswani et al. 2017).
 - `glu`: down(act(gate(x)) * up(x)) (Shazeer 2020, arXiv 2002.05202): SwiGLU = glu + silu, GeGLU = glu +
   gelu, ReGLU = glu + relu. A GLU has three matrices instead of two, so d_ff defaults to 8/3 * d_model to
-  keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls.
+  keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls (the
+  rule is `default_d_ff` of nn/variants.py, beside the GLU shorthands: the config reads both without torch).
 gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. (`fused.install`
 gives SwiGLU's `activate` a hand-written backward in CPU training: nn/fused.py.)
 Each FFN is `down_proj(activate(in_proj(x)))`; a fused parallel block (nn/block.py) runs `in_proj` and
@@ -14,20 +15,10 @@ Shapes: x (B, T, D) -> (B, T, D); the hidden is (B, T, F).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 
 from archlab.nn.activations import get_activation
-
-FFN_WIDTH_FACTOR = {"mlp": 4.0, "glu": 8.0 / 3.0}  # d_ff / d_model that keeps the two kinds at equal size
-
-
-def default_d_ff(kind: str, d_model: int, multiple_of: int = 64) -> int:
-    """4 * d_model (mlp) or 8/3 * d_model (glu), rounded up to a multiple of `multiple_of`."""
-    raw = FFN_WIDTH_FACTOR[kind] * d_model
-    return multiple_of * math.ceil(raw / multiple_of)
 
 
 class MLP(nn.Module):
@@ -74,6 +65,5 @@ class GatedMLP(nn.Module):
         return self.down_proj(self.activate(self.gate_up_proj(x)))  # (B, T, D)
 
 
+# name -> module; nn/variants.py FFN_NAMES lists the same names for the config (tests/nn/test_variants.py)
 FFNS: dict[str, type[nn.Module]] = {"mlp": MLP, "glu": GatedMLP}
-# Shorthands accepted by ModelConfig.ffn: name -> (ffn kind, activation)
-GLU_SHORTHANDS = {"swiglu": ("glu", "silu"), "geglu": ("glu", "gelu"), "reglu": ("glu", "relu")}

@@ -8,7 +8,8 @@ value sums and counts (nn/vq.py). Each kernel is a module with
 to; only VQ takes them, nn/vq.py) and an `aux_loss` attribute (a scalar tensor after a training forward, or
 None) that the model adds to its loss. `LinearAttention` reads and writes the state in the `KVCache` (its state
 layers hold no keys) and keeps the aux loss. A new kernel: a leaf module with that forward, one builder here,
-one name in `ATTN_KERNELS` of nn/config.py (tests/nn/test_linear_kernels.py checks the two agree).
+its name in `LINEAR_KERNEL_NAMES` of nn/variants.py, which `ModelConfig.attn_kernel` accepts
+(tests/nn/test_variants.py checks the two agree).
 
 Shapes: B batch, H query heads, K K/V heads, T new tokens, Dh head dim.
 """

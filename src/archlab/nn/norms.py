@@ -57,15 +57,9 @@ class LayerNorm(RMSNorm):
         return F.layer_norm(x.float(), x.shape[-1:], self.gain(), b, self.eps).to(x.dtype)
 
 
+# name -> class; nn/variants.py NORM_NAMES lists the same names for the config (tests/nn/test_variants.py), and
+# NORM_PLACEMENTS there says which norms each placement owns (read by Block and costs.py)
 NORMS: dict[str, type[RMSNorm]] = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
-
-
-# norm placement (ModelConfig.norm_position; the formulas and diagram are in nn/block.py) -> the norms a layer
-# owns: "in" = its input norms (attn_norm, mlp_norm; for `post` the norms after each residual add), "out" = the
-# norms on each sublayer's output (attn_out_norm, mlp_out_norm). Block and costs.py both read this one table.
-NORM_PLACEMENTS: dict[str, tuple[str, ...]] = {
-    "pre": ("in",), "post": ("in",), "double": ("in", "out"), "nonresidual_post": ("out",), "deepnorm": ("in",),
-}
 
 
 def deepnorm_constants(n_layers: int) -> tuple[float, float]:
@@ -73,16 +67,6 @@ def deepnorm_constants(n_layers: int) -> tuple[float, float]:
     figure 2): x <- LN(alpha x + F(x)) with alpha = (2N)^(1/4), and the value, output and FFN projections
     initialised with gain beta = (8N)^(-1/4)."""
     return (2 * n_layers) ** 0.25, (8 * n_layers) ** -0.25
-
-
-def placement_norms(position: str, parallel: bool, parallel_norms: int, single: bool = False) -> list[str]:
-    """The norms (attn_norm, mlp_norm, attn_out_norm, mlp_out_norm) a layer with norm placement `position` owns;
-    a parallel block with one shared input norm (or a post-norm parallel block, one norm after the sum) owns
-    attn_norm alone of the inputs; a layer of one sublayer (`single`: a GAU) owns the attn_* norms only."""
-    one = single or parallel and (parallel_norms == 1 or position == "post")
-    inputs = ["attn_norm"] if one else ["attn_norm", "mlp_norm"]
-    groups = {"in": inputs, "out": ["attn_out_norm"] if single else ["attn_out_norm", "mlp_out_norm"]}
-    return [name for group in NORM_PLACEMENTS[position] for name in groups[group]]
 
 
 def rms_norm_formula(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float) -> torch.Tensor:

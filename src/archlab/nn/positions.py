@@ -116,4 +116,5 @@ class ALiBi(nn.Module):
 
 # position kinds that add a bias to the attention scores
 ATTENTION_BIASES: dict[str, type[nn.Module]] = {"relative": RelativePositionBias, "alibi": ALiBi}
-POSITIONS = ("rope", "none", *ABSOLUTE_POSITIONS, *ATTENTION_BIASES)
+# nn/variants.py lists both registries' names (and POSITIONS, every value of ModelConfig.position) for the config;
+# tests/nn/test_variants.py keeps them equal

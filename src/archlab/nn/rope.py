@@ -25,10 +25,10 @@ q_m . k_n depends only on m - n. Options:
                   gets w_i exp(-a j^b), a = ln(s) / (d/2)^b, b = mixed_b (0.75 in Su's bojone/rerope patch):
                   high frequencies nearly kept, the lowest interpolated by exactly s
   Each frequency schedule but ntk_mixed equals transformers 5's `ROPE_INIT_FUNCTIONS` entry
-  (modeling_rope_utils.py; tested against it). One `RopeKind` entry of ROPE_SCALINGS holds all a kind is: its
-  function, its fields, whether it depends on the length or remaps positions (in training only?), and its
-  context limit; the mapping to Hugging Face `rope_parameters`
-  lives in `archlab.interop.hf_rope`.
+  (modeling_rope_utils.py; tested against it). The rest of what a kind is (its `RopeScaling` fields, whether it
+  depends on the length or remaps positions (in training only?), its context limit) is its `RopeKind` in
+  ROPE_KINDS of nn/rope_scaling.py, beside `RopeScaling`: torch-free, so a config is checked without torch; the
+  mapping to Hugging Face `rope_parameters` lives in `archlab.interop.hf_rope`.
 
 How q and k get their positions in one forward is a `PositionPlan` (the protocol every plan follows; attention
 asks it and never tests its class): `RopePositions`, built by `RotaryEmbedding.plan` for nn/attention_inputs.py,
@@ -45,83 +45,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 import torch
 import torch.nn as nn
 
-ROPE_LAYOUTS = ("half", "interleaved")
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+
 MAX_TABLE_POSITIONS = 8192  # longest precomputed cos/sin table (2 x 8192 x d_rot floats); later positions are computed
-
-
-def _bad(name: str, value: object, allowed: str) -> ValueError:
-    return ValueError(f"RopeScaling.{name}={value!r} is not allowed: {allowed}")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """How to stretch RoPE's frequencies past the training length; `kind` is a key of ROPE_SCALINGS.
-
-    Each kind reads only the fields its `RopeKind` entry lists (required, optional); setting any other field
-    away from its default is an error, so a typo'd schedule never silently falls back to defaults.
-    """
-
-    kind: str = "none"  # a key of ROPE_SCALINGS; "none" keeps theta^(-2i/d)
-    factor: float = 1.0  # context extension ratio s (>= 1); 1 reproduces plain RoPE for every kind
-    original_max_seq_len: int | None = None  # L0, the length trained at (dynamic: M, where scaling starts)
-    beta_fast: float = 32.0  # by-parts ramp end: pairs with > beta_fast rotations in L0 keep w_i (paper beta)
-    beta_slow: float = 1.0  # by-parts ramp start: pairs with < beta_slow rotations in L0 get w_i / s (alpha)
-    low_freq_factor: float | None = None  # llama3: alpha of the by-parts ramp (Llama 3.1 uses 1)
-    high_freq_factor: float | None = None  # llama3: beta of the by-parts ramp (Llama 3.1 uses 4)
-    attention_factor: float | None = None  # yarn: explicit cos/sin multiplier; None = 0.1 ln s + 1
-    mscale: float | None = None  # yarn (DeepSeek): numerator k of m(s, k) = 0.1 k ln s + 1
-    mscale_all_dim: float | None = None  # yarn (DeepSeek): denominator k; both set -> m(s, mscale)/m(s, all_dim)
-    truncate: bool = True  # yarn: floor/ceil the ramp ends to whole pairs, as the authors' code does
-    window: int | None = None  # rerope, leaky_rerope, inv_leaky_rerope: W, the relative distances kept exact
-    inference_only: bool = False  # rerope, leaky_rerope: remap in eval mode only, plain RoPE in training (HWFA2, 9731)
-    mixed_b: float = 0.75  # ntk_mixed: exponent b of the per-pair stretch exp(-a j^b) (kexue.fm/archives/9706)
-
-    def __post_init__(self) -> None:
-        if self.kind not in ROPE_SCALINGS:
-            raise _bad("kind", self.kind, "one of " + ", ".join(ROPE_SCALINGS))
-        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor >= 1:
-            raise _bad("factor", self.factor, "a number >= 1 (the context extension ratio)")
-        kind = ROPE_SCALINGS[self.kind]
-        if kind.no_factor is not None and self.factor != 1:
-            raise _bad("factor", self.factor, f"1 with kind={self.kind!r} ({kind.no_factor})")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in kind.required and value is None:
-                raise _bad(f.name, None, f"required with kind={self.kind!r}")
-            if f.name not in ("kind", "factor", *kind.required, *kind.optional) and value != f.default:
-                users = [k for k, entry in ROPE_SCALINGS.items() if f.name in entry.required + entry.optional]
-                raise _bad(f.name, value, f"only with kind in {users} (kind={self.kind!r})")
-        self._check_values()
-
-    def _check_values(self) -> None:
-        if self.original_max_seq_len is not None and (
-            isinstance(self.original_max_seq_len, bool) or not isinstance(self.original_max_seq_len, int)
-            or self.original_max_seq_len < 1
-        ):
-            raise _bad("original_max_seq_len", self.original_max_seq_len, "a positive integer")
-        if not 0 < self.beta_slow < self.beta_fast:
-            raise _bad("beta_fast", self.beta_fast, f"> beta_slow={self.beta_slow} > 0")
-        if self.low_freq_factor is not None and not 0 < self.low_freq_factor < (self.high_freq_factor or math.inf):
-            raise _bad("high_freq_factor", self.high_freq_factor, f"> low_freq_factor={self.low_freq_factor} > 0")
-        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
-                                        or self.window < 1):
-            raise _bad("window", self.window, "a positive integer (the exact distances of ReRoPE)")
-        if not isinstance(self.inference_only, bool):
-            raise _bad("inference_only", self.inference_only, "True or False")
-        if self.kind == "inv_leaky_rerope" and not self.factor > 1:
-            raise _bad("factor", self.factor, "> 1 with kind='inv_leaky_rerope' (the training slope beyond W)")
-        if isinstance(self.mixed_b, bool) or not isinstance(self.mixed_b, (int, float)) or not self.mixed_b > 0:
-            raise _bad("mixed_b", self.mixed_b, "a number > 0 (the exponent of NTK-RoPE-mixed)")
-        for name in ("attention_factor", "mscale", "mscale_all_dim"):
-            if getattr(self, name) is not None and not getattr(self, name) >= 0:
-                raise _bad(name, getattr(self, name), "None or a number >= 0")
-
 
 ScalingFn = Callable[..., tuple[torch.Tensor, float]]
 
@@ -221,60 +153,20 @@ def yarn(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, 
     return inv_freq, factor
 
 
-def stretched_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
-    """Tokens a model with this scaling handles: the stretched length factor * L0 (at least max_seq_len)."""
-    return max(max_seq_len, int((scaling.original_max_seq_len or max_seq_len) * scaling.factor))
-
-
-def no_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
-    """ReRoPE: no relative position past the window is ever seen, so no length is out of range."""
-    return None
-
-
-def leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
-    """Leaky ReRoPE: the longest L whose largest relative position W + (L - 1 - W) / k stays within the trained
-    max_seq_len - 1."""
-    return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
-
-
-def inv_leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
-    """Inverse Leaky ReRoPE: training at N = max_seq_len reached relative positions up to W + (N - 1 - W) s, so
-    plain RoPE at inference covers that many distances."""
-    return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
-
-
-@dataclass(frozen=True)
-class RopeKind:
-    """Everything archlab knows about one RoPE scaling kind, in one entry of ROPE_SCALINGS (its Hugging Face
-    spelling lives in interop/hf_rope.py, which knows that format)."""
-
-    frequencies: ScalingFn  # (d_rot, theta, scaling[, seq_len]) -> (inv_freq (d_rot/2,), attention_factor)
-    required: tuple[str, ...] = ()  # RopeScaling fields the kind needs (besides kind and factor)
-    optional: tuple[str, ...] = ()  # fields it reads when given; every other field must keep its default
-    length_dependent: bool = False  # frequencies change with the current length: keys are cached unrotated
-    remaps_positions: bool = False  # relative positions remapped per (query, key): the plan of nn/rerope.py
-    context_limit: Callable[[RopeScaling, int], int | None] = stretched_limit  # (scaling, max_seq_len) -> tokens
-    no_factor: str | None = None  # why the kind takes no factor (it must be 1); None: it takes one
-    training_only: bool = False  # the remap holds in training mode only; in eval mode the kind is plain RoPE
-
-
-BY_PARTS = ("beta_fast", "beta_slow")
-ROPE_SCALINGS: dict[str, RopeKind] = {
-    "none": RopeKind(no_scaling, no_factor="pick a scaling kind to stretch the context"),
-    "linear": RopeKind(linear),
-    "ntk": RopeKind(ntk),
-    "ntk_by_parts": RopeKind(ntk_by_parts, ("original_max_seq_len",), BY_PARTS),
-    "dynamic": RopeKind(dynamic, ("original_max_seq_len",), length_dependent=True),
-    "yarn": RopeKind(yarn, ("original_max_seq_len",),
-                     (*BY_PARTS, "attention_factor", "mscale", "mscale_all_dim", "truncate")),
-    "llama3": RopeKind(llama3, ("original_max_seq_len", "low_freq_factor", "high_freq_factor")),
-    "rerope": RopeKind(no_scaling, ("window",), ("inference_only",), remaps_positions=True, context_limit=no_limit,
-                       no_factor="leaky_rerope takes the slope 1/factor"),
-    "leaky_rerope": RopeKind(no_scaling, ("window",), ("inference_only",), remaps_positions=True,
-                             context_limit=leaky_rerope_limit),
-    "inv_leaky_rerope": RopeKind(no_scaling, ("window",), remaps_positions=True, training_only=True,
-                                 context_limit=inv_leaky_rerope_limit),
-    "ntk_mixed": RopeKind(ntk_mixed, optional=("mixed_b",)),
+# kind -> its frequency function (d_rot, theta, scaling[, seq_len]) -> (inv_freq (d_rot/2,), attention_factor); what
+# else a kind is (its fields, flags, context limit) is its `RopeKind` in ROPE_KINDS (nn/rope_scaling.py, torch-free)
+ROPE_SCALINGS: dict[str, ScalingFn] = {
+    "none": no_scaling,
+    "linear": linear,
+    "ntk": ntk,
+    "ntk_by_parts": ntk_by_parts,
+    "dynamic": dynamic,
+    "yarn": yarn,
+    "llama3": llama3,
+    "rerope": no_scaling,  # ReRoPE changes positions, not frequencies (nn/rerope.py)
+    "leaky_rerope": no_scaling,
+    "inv_leaky_rerope": no_scaling,
+    "ntk_mixed": ntk_mixed,
 }
 
 
@@ -325,9 +217,10 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.d_rot, self.theta, self.layout = d_rot, theta, layout
         self.scaling = scaling or RopeScaling()
-        self.kind = ROPE_SCALINGS[self.scaling.kind]
+        self.kind = ROPE_KINDS[self.scaling.kind]
+        self.frequencies = ROPE_SCALINGS[self.scaling.kind]
         self.length_dependent = self.kind.length_dependent
-        inv_freq, self.attention_factor = self.kind.frequencies(d_rot, theta, self.scaling)
+        inv_freq, self.attention_factor = self.frequencies(d_rot, theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
         # tables for positions 0..n-1, gathered instead of recomputed (ten small ops per forward, which
         # is a few percent of a decode step); length-dependent schedules cannot have one
@@ -340,7 +233,7 @@ class RotaryEmbedding(nn.Module):
         """Recompute inv_freq and the tables in place (after `to_empty` from the meta device they hold garbage)."""
         if self.inv_freq.is_meta:
             return
-        inv_freq, _ = self.kind.frequencies(self.d_rot, self.theta, self.scaling)
+        inv_freq, _ = self.frequencies(self.d_rot, self.theta, self.scaling)
         self.inv_freq.copy_(inv_freq.float())
         positions = torch.arange(self.cos_table.shape[0], device=self.inv_freq.device)
         cos, sin = self._tables(positions, self.inv_freq)
@@ -366,7 +259,7 @@ class RotaryEmbedding(nn.Module):
             return self.cos_table[positions], self.sin_table[positions]  # (B, T, 1, d_rot)
         if self.length_dependent:
             seq_len = positions.amax(dim=-1) + 1 if seq_len is None else seq_len  # (B,)
-            inv_freq, _ = self.kind.frequencies(self.d_rot, self.theta, self.scaling, seq_len)
+            inv_freq, _ = self.frequencies(self.d_rot, self.theta, self.scaling, seq_len)
             cos, sin = self._tables(positions, inv_freq.float()[:, None, :])  # (B, T, d_rot)
         else:
             cos, sin = self._tables(positions, self.inv_freq)

@@ -34,7 +34,6 @@ import torch
 import torch.nn as nn
 
 MIN_COUNT = 0.01  # a code's count is floored here before dividing (Lingle's `c_count` floor)
-VQ_ASSIGNS = ("hard", "soft")
 
 
 def code_distances(k: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:

@@ -17,9 +17,15 @@ from pathlib import Path
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
-from archlab.train.optim import DEFAULT_BETAS, EMBEDDING_LR_RATIO, EMBEDDING_OPTIMIZERS, OPTIMIZERS, SIGN_OPTIMIZERS
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
-from archlab.train.sign_optim import NAN_SHRINK
+from archlab.train.variants import (
+    DEFAULT_BETAS,
+    EMBEDDING_LR_RATIO,
+    EMBEDDING_OPTIMIZERS,
+    NAN_SHRINK,
+    OPTIMIZER_NAMES,
+    SIGN_OPTIMIZERS,
+)
 
 DISTRIBUTED = ("none", "ddp", "fsdp")  # none: one process; ddp / fsdp: launched by torchrun
 DTYPES = ("fp32", "bf16")  # bf16 = autocast for matmuls; weights, grads and optimizer state stay fp32
@@ -71,7 +77,7 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         check_finite(self, "optimizer.")
-        _check(self.name in OPTIMIZERS, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZERS))
+        _check(self.name in OPTIMIZER_NAMES, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZER_NAMES))
         _check(self.embedding_optimizer in EMBEDDING_OPTIMIZERS, "optimizer.embedding_optimizer",
                self.embedding_optimizer, "one of " + ", ".join(EMBEDDING_OPTIMIZERS))
         for name in ("lazy_embeddings", "embedding_optimizer"):

@@ -7,6 +7,7 @@ shows up in the help, as torchtitan's `test_no_new_cli_options.py` keeps its CLI
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 from dataclasses import fields
@@ -18,8 +19,10 @@ from archlab.train.config import TrainConfig
 FIELD_LINE = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")  # `name: type = default  # comment`
 
 
+@functools.cache  # `train --help` asks once per named flag: inspect.getsource parses the class's module each time
 def field_comments(cls: type) -> dict[str, str]:
-    """{field: the comment on its line} for a dataclass defined in a source file."""
+    """{field: the comment on its line} for a dataclass defined in a source file (do not modify the result: it is
+    cached)."""
     comments = {}
     for line in inspect.getsource(cls).splitlines():
         if (m := FIELD_LINE.match(line)) and m.group(1) in {f.name for f in fields(cls)}:

@@ -30,19 +30,12 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from archlab.nn.norms import RMSNorm
-from archlab.train.sign_optim import GROUP_KINDS, NAN_SHRINK, Lion, Tiger, _use_foreach
+from archlab.train.sign_optim import GROUP_KINDS, Lion, Tiger, _use_foreach
+from archlab.train.variants import DEFAULT_BETAS, EMBEDDING_LR_RATIO, EMBEDDING_OPTIMIZERS, NAN_SHRINK, SIGN_OPTIMIZERS
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch.optim.AdamW(fused=True) has kernels
-
-# name -> default betas; the builders below read them when the config leaves betas unset.
-DEFAULT_BETAS: dict[str, tuple[float, ...]] = {
-    "adamw": (0.9, 0.95),  # beta2 0.95 instead of 0.999: faster reaction to loss spikes (GPT-3, LLaMA)
-    "lion": (0.9, 0.99),  # the paper's defaults for language modelling
-    "tiger": (0.965,),  # kexue.fm/archives/9512 and bojone/tiger for language models (0.945 is the vision value)
-}
-EMBEDDING_OPTIMIZERS = ("same", "adamw")  # how tables are stepped: like everything else, or by AdamW (mixed)
-EMBEDDING_LR_RATIO = 3.0  # mixed optimizer: the tables' AdamW lr = this x the sign optimizer's lr
-SIGN_OPTIMIZERS = ("lion", "tiger")  # the optimizers the embedding remedies apply to
+# default betas, the embedding remedies' names and ratio, Tiger's NaN shrink: train/variants.py (torch-free, read
+# by train/config.py too)
 
 
 @dataclass(frozen=True)
@@ -134,7 +127,8 @@ def _tiger(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, 
     return Tiger(groups, lr=lr, beta=betas[0], rms_lr=rms_lr, nan_shrink=nan_shrink)
 
 
-# name -> builder(groups, lr, betas, eps, **options); config.py validates `optimizer.name` against these keys.
+# name -> builder(groups, lr, betas, eps, **options); config.py validates `optimizer.name` against these names, as
+# listed in train/variants.py OPTIMIZER_NAMES (tests/train/test_variants.py keeps the two equal).
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adamw": _adamw,
     "lion": _lion,

@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from archlab.train.variants import NAN_SHRINK
+
 GROUP_KINDS = ("matrices", "tables", "gains", "biases")  # what a parameter is (train/optim.py param_groups)
 VECTOR_LR = 0.5  # Tiger's rate for gains and biases, relative to lr (bojone/tiger)
-NAN_SHRINK = 0.99  # Tiger's NaN guard: theta <- 0.99 theta (gains: 1 + 0.99 (theta - 1)) (bojone/tiger)
-ADAMW_BETAS = (0.9, 0.95)  # the embedding's AdamW in a mixed optimizer (train/optim.py DEFAULT_BETAS["adamw"])
+ADAMW_BETAS = (0.9, 0.95)  # the embedding's AdamW in a mixed optimizer (train/variants.py DEFAULT_BETAS["adamw"])
 
 
 def _use_foreach(params: list[torch.Tensor]) -> bool:

@@ -1,0 +1,141 @@
+"""`RopeScaling`, how RoPE's frequencies are stretched past the training length, and `ROPE_KINDS`: what each kind is.
+
+A kind is two things. Its frequency function, (d_rot, theta, scaling[, seq_len]) -> (inv_freq, attention_factor),
+is torch code and sits in `ROPE_SCALINGS` of nn/rope.py with the formulas. Its description, here in `ROPE_KINDS`,
+is what a config needs to check and use it without torch: the `RopeScaling` fields it requires and reads, whether
+it takes a factor, whether its frequencies follow the current length, whether it remaps relative positions (in
+training only?), and the context it handles. nn/config.py, `archlab inspect` and `infer/` read the description;
+`tests/nn/test_variants.py` keeps the two registries' keys equal and in the same order.
+
+No torch here: nn/config.py imports this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+
+def _bad(name: str, value: object, allowed: str) -> ValueError:
+    return ValueError(f"RopeScaling.{name}={value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How to stretch RoPE's frequencies past the training length; `kind` is a key of ROPE_KINDS.
+
+    Each kind reads only the fields its `RopeKind` entry lists (required, optional); setting any other field
+    away from its default is an error, so a typo'd schedule never silently falls back to defaults.
+    """
+
+    kind: str = "none"  # a key of ROPE_KINDS; "none" keeps theta^(-2i/d)
+    factor: float = 1.0  # context extension ratio s (>= 1); 1 reproduces plain RoPE for every kind
+    original_max_seq_len: int | None = None  # L0, the length trained at (dynamic: M, where scaling starts)
+    beta_fast: float = 32.0  # by-parts ramp end: pairs with > beta_fast rotations in L0 keep w_i (paper beta)
+    beta_slow: float = 1.0  # by-parts ramp start: pairs with < beta_slow rotations in L0 get w_i / s (alpha)
+    low_freq_factor: float | None = None  # llama3: alpha of the by-parts ramp (Llama 3.1 uses 1)
+    high_freq_factor: float | None = None  # llama3: beta of the by-parts ramp (Llama 3.1 uses 4)
+    attention_factor: float | None = None  # yarn: explicit cos/sin multiplier; None = 0.1 ln s + 1
+    mscale: float | None = None  # yarn (DeepSeek): numerator k of m(s, k) = 0.1 k ln s + 1
+    mscale_all_dim: float | None = None  # yarn (DeepSeek): denominator k; both set -> m(s, mscale)/m(s, all_dim)
+    truncate: bool = True  # yarn: floor/ceil the ramp ends to whole pairs, as the authors' code does
+    window: int | None = None  # rerope, leaky_rerope, inv_leaky_rerope: W, the relative distances kept exact
+    inference_only: bool = False  # rerope, leaky_rerope: remap in eval mode only, plain RoPE in training (HWFA2, 9731)
+    mixed_b: float = 0.75  # ntk_mixed: exponent b of the per-pair stretch exp(-a j^b) (kexue.fm/archives/9706)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROPE_KINDS:
+            raise _bad("kind", self.kind, "one of " + ", ".join(ROPE_KINDS))
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not self.factor >= 1:
+            raise _bad("factor", self.factor, "a number >= 1 (the context extension ratio)")
+        kind = ROPE_KINDS[self.kind]
+        if kind.no_factor is not None and self.factor != 1:
+            raise _bad("factor", self.factor, f"1 with kind={self.kind!r} ({kind.no_factor})")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in kind.required and value is None:
+                raise _bad(f.name, None, f"required with kind={self.kind!r}")
+            if f.name not in ("kind", "factor", *kind.required, *kind.optional) and value != f.default:
+                users = [k for k, entry in ROPE_KINDS.items() if f.name in entry.required + entry.optional]
+                raise _bad(f.name, value, f"only with kind in {users} (kind={self.kind!r})")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        if self.original_max_seq_len is not None and (
+            isinstance(self.original_max_seq_len, bool) or not isinstance(self.original_max_seq_len, int)
+            or self.original_max_seq_len < 1
+        ):
+            raise _bad("original_max_seq_len", self.original_max_seq_len, "a positive integer")
+        if not 0 < self.beta_slow < self.beta_fast:
+            raise _bad("beta_fast", self.beta_fast, f"> beta_slow={self.beta_slow} > 0")
+        if self.low_freq_factor is not None and not 0 < self.low_freq_factor < (self.high_freq_factor or math.inf):
+            raise _bad("high_freq_factor", self.high_freq_factor, f"> low_freq_factor={self.low_freq_factor} > 0")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
+                                        or self.window < 1):
+            raise _bad("window", self.window, "a positive integer (the exact distances of ReRoPE)")
+        if not isinstance(self.inference_only, bool):
+            raise _bad("inference_only", self.inference_only, "True or False")
+        if self.kind == "inv_leaky_rerope" and not self.factor > 1:
+            raise _bad("factor", self.factor, "> 1 with kind='inv_leaky_rerope' (the training slope beyond W)")
+        if isinstance(self.mixed_b, bool) or not isinstance(self.mixed_b, (int, float)) or not self.mixed_b > 0:
+            raise _bad("mixed_b", self.mixed_b, "a number > 0 (the exponent of NTK-RoPE-mixed)")
+        for name in ("attention_factor", "mscale", "mscale_all_dim"):
+            if getattr(self, name) is not None and not getattr(self, name) >= 0:
+                raise _bad(name, getattr(self, name), "None or a number >= 0")
+
+
+def stretched_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """Tokens a model with this scaling handles: the stretched length factor * L0 (at least max_seq_len)."""
+    return max(max_seq_len, int((scaling.original_max_seq_len or max_seq_len) * scaling.factor))
+
+
+def no_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """ReRoPE: no relative position past the window is ever seen, so no length is out of range."""
+    return None
+
+
+def leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """Leaky ReRoPE: the longest L whose largest relative position W + (L - 1 - W) / k stays within the trained
+    max_seq_len - 1."""
+    return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
+
+
+def inv_leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
+    """Inverse Leaky ReRoPE: training at N = max_seq_len reached relative positions up to W + (N - 1 - W) s, so
+    plain RoPE at inference covers that many distances."""
+    return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
+
+
+@dataclass(frozen=True)
+class RopeKind:
+    """What archlab knows about one RoPE scaling kind besides its frequency function (`ROPE_SCALINGS[kind]` in
+    nn/rope.py); its Hugging Face spelling lives in interop/hf_rope.py, which knows that format."""
+
+    required: tuple[str, ...] = ()  # RopeScaling fields the kind needs (besides kind and factor)
+    optional: tuple[str, ...] = ()  # fields it reads when given; every other field must keep its default
+    length_dependent: bool = False  # frequencies change with the current length: keys are cached unrotated
+    remaps_positions: bool = False  # relative positions remapped per (query, key): the plan of nn/rerope.py
+    context_limit: Callable[[RopeScaling, int], int | None] = stretched_limit  # (scaling, max_seq_len) -> tokens
+    no_factor: str | None = None  # why the kind takes no factor (it must be 1); None: it takes one
+    training_only: bool = False  # the remap holds in training mode only; in eval mode the kind is plain RoPE
+
+
+BY_PARTS = ("beta_fast", "beta_slow")
+# kind -> its description; the formulas of each kind are in nn/rope.py (module docstring and ROPE_SCALINGS)
+ROPE_KINDS: dict[str, RopeKind] = {
+    "none": RopeKind(no_factor="pick a scaling kind to stretch the context"),
+    "linear": RopeKind(),
+    "ntk": RopeKind(),
+    "ntk_by_parts": RopeKind(("original_max_seq_len",), BY_PARTS),
+    "dynamic": RopeKind(("original_max_seq_len",), length_dependent=True),
+    "yarn": RopeKind(("original_max_seq_len",),
+                     (*BY_PARTS, "attention_factor", "mscale", "mscale_all_dim", "truncate")),
+    "llama3": RopeKind(("original_max_seq_len", "low_freq_factor", "high_freq_factor")),
+    "rerope": RopeKind(("window",), ("inference_only",), remaps_positions=True, context_limit=no_limit,
+                       no_factor="leaky_rerope takes the slope 1/factor"),
+    "leaky_rerope": RopeKind(("window",), ("inference_only",), remaps_positions=True, context_limit=leaky_rerope_limit),
+    "inv_leaky_rerope": RopeKind(("window",), remaps_positions=True, training_only=True,
+                                 context_limit=inv_leaky_rerope_limit),
+    "ntk_mixed": RopeKind(optional=("mixed_b",)),
+}
