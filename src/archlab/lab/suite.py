@@ -55,8 +55,8 @@ EXPECTS = ("better", "same")
 NARANG_FINDINGS = ("better", "same", "worse")
 # Equivalence margins for `same` claims, metric units. 0.02 nats on the final validation loss at `small`: the
 # review of the first published results put a "worth less than 25% more base compute" margin there (the
-# `compute-ladder` suite measures what it is worth: lab/ladder.py), and it is ~0.7x the base's seed-to-seed spread on fixed
-# evaluation windows (0.024), so a real tie can be confirmed with a handful of paired seeds.
+# `compute-ladder` suite measures what it is worth: lab/ladder.py), and it is ~0.7x the base's seed-to-seed
+# spread on fixed evaluation windows (0.024), so a real tie can be confirmed with a handful of paired seeds.
 DEFAULT_MARGINS = {"val_loss": 0.02, "train_loss": 0.02, "loss_at_1x": 0.02}
 # what lab runs default to: no TensorBoard, samples or progress bar (the lab shows its own), one final checkpoint
 LAB_KEYS = {"logging.tensorboard": False, "logging.samples": 0, "logging.progress": False, "checkpoint.save_every": 0}
