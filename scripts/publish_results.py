@@ -35,6 +35,10 @@ from archlab.lab.suite import BUDGETS, list_suites, load_suite
 from archlab.lab.verdicts import ClaimResult, judge
 
 SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the summary table
+FIRST_RULE = "first-rule.json"  # per suite: its claims as the first lab's page judged them (kept for the comparison)
+# verdicts of the first rule and outcomes of the current one that say the same thing
+SAME_VERDICTS = {("confirmed", "confirmed"), ("contradicted", "contradicted"),
+                 ("not visible at this scale", "inconclusive")}
 READING = "reading.md"  # per published suite, written by a person after reading its numbers: kept across publishing
 
 
@@ -53,10 +57,13 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
     results = judge(plan, measure_plan(plan), measure_timings(plan))
     images = docs / suite.name
     reading = (images / READING).read_text(encoding="utf-8") if (images / READING).is_file() else None
+    first = first_rule_rows(images)
     shutil.rmtree(images, ignore_errors=True)
     images.mkdir(parents=True)
     if reading is not None:
         (images / READING).write_text(reading, encoding="utf-8")
+    if first:
+        (images / FIRST_RULE).write_text(json.dumps(first, indent=1), encoding="utf-8")
     text = (suite_dir / "results.md").read_text(encoding="utf-8")
     for png in sorted(suite_dir.glob("*.png")):
         shutil.copy2(png, images / png.name)
@@ -72,10 +79,46 @@ def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
               f"`results.md` of that command's folder, the interactive page is its `report.html`.\n\n"
               + (f"{note}\n\n" if note else ""))
     title, _, rest = text.partition("\n")
-    (docs / f"{suite.name}.md").write_text(f"{title}\n\n{header}{rest.lstrip()}", encoding="utf-8")
+    changes = changed_verdicts(first, results)
+    (docs / f"{suite.name}.md").write_text(f"{title}\n\n{header}{rest.lstrip()}{changes}", encoding="utf-8")
     rows = [summary_row(suite.name, plan, r) for r in results]
     (images / SUMMARY).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return rows
+
+
+def first_rule_rows(images: Path) -> list[dict]:
+    """The suite's claims as the first lab published them (Welch's test, a noise floor: rows with `verdict`), kept
+    in FIRST_RULE once a page under the current rule replaced them; [] when the suite never had such a page."""
+    if (images / FIRST_RULE).is_file():
+        return json.loads((images / FIRST_RULE).read_text(encoding="utf-8"))
+    rows = json.loads((images / SUMMARY).read_text(encoding="utf-8")) if (images / SUMMARY).is_file() else []
+    return [r for r in rows if "verdict" in r and "noise_floor" in r]
+
+
+def changed_verdicts(first: list[dict], results: list[ClaimResult]) -> str:
+    """A section that sets each claim of the first published page beside its outcome now (matched by the claim's
+    text; first claims with no successor are listed as dropped or reworded)."""
+    if not first:
+        return ""
+    now = {r.claim.text: r for r in results}
+    lines = ["", "## Against the first published page", "",
+             "The first lab judged this suite with Welch's unpaired test on 2 seeds per arm and a noise floor (the base "
+             "arm's spread over 4 seeds) on top of the p-value, and confirmed \"as good as\" whenever the difference "
+             "was under that floor. Each of its claims beside the outcome under the current rule:", "",
+             "| claim | first page: difference, verdict | now: estimate [90% CI], outcome | changed |",
+             "|---|---|---|---|"]
+    for old in first:
+        new = now.get(old["claim"])
+        before = f"{_fmt(old.get('difference'))}, {old['verdict']}"
+        if new is None:
+            lines.append(f"| {old['claim']} | {before} | (no claim of this text now: dropped or reworded) | - |")
+            continue
+        low, high = new.ci
+        ci = "" if math.isnan(low) else f" [{_fmt(low)}, {_fmt(high)}]"
+        same = (old["verdict"], new.outcome) in SAME_VERDICTS
+        lines.append(f"| {old['claim']} | {before} | {_fmt(new.estimate)}{ci}, {new.outcome} | "
+                     f"{'no' if same else '**yes**'} |")
+    return "\n".join(lines) + "\n"
 
 
 def summary_row(suite: str, plan: Plan, result: ClaimResult) -> dict:

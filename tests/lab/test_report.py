@@ -282,8 +282,27 @@ def test_publish_counts_each_comparison_once_and_adjusts_across_suites(
     with pytest.raises(SystemExit, match="is not a suite folder: it has no plan.json"):
         publish.main([str(tmp_path / "nothing"), "--to", str(tmp_path / "docs")])
     docs = tmp_path / "docs"
+    (docs / "synthetic").mkdir(parents=True)  # the page the first lab published: Welch, a noise floor
+    first = [{"suite": "synthetic", "claim": "b beats a", "difference": -0.1, "noise_floor": 0.05, "p_holm": 0.3,
+              "verdict": "not visible at this scale"},
+             {"suite": "synthetic", "claim": "c is as good as a", "difference": 0.01, "noise_floor": 0.05,
+              "p_holm": 1.0, "verdict": "confirmed"},
+             {"suite": "synthetic", "claim": "a claim since dropped", "difference": 0.2, "noise_floor": 0.05,
+              "p_holm": 0.01, "verdict": "confirmed"}]
+    (docs / "synthetic" / "claims.json").write_text(json.dumps(first))
     assert publish.main([str(plan.out), "--to", str(docs), "--note", "The machine was shared."]) == 0
     page = (docs / "synthetic.md").read_text()
+    changes = page[page.index("## Against the first published page"):]
+    now = {r.claim.text: r for r in results}
+    assert now["b beats a"].outcome == stats.CONFIRMED  # not visible -> confirmed: changed
+    assert f"| b beats a | -0.1, not visible at this scale | {now['b beats a'].estimate:.4g}" in changes
+    assert changes.split("| b beats a |")[1].split("\n")[0].endswith("| **yes** |")
+    same = "no" if now["c is as good as a"].outcome == stats.CONFIRMED else "**yes**"
+    assert changes.split("| c is as good as a |")[1].split("\n")[0].endswith(f"| {same} |")
+    assert "| a claim since dropped | 0.2, confirmed | (no claim of this text now: dropped or reworded) |" in changes
+    assert json.loads((docs / "synthetic" / "first-rule.json").read_text()) == first
+    assert publish.main([str(plan.out), "--to", str(docs)]) == 0  # republishing keeps the first page's claims
+    assert "| a claim since dropped | 0.2, confirmed |" in (docs / "synthetic.md").read_text()
     assert page.startswith("# synthetic: a suite whose results are written by hand\n\nReproduce: `archlab ablate "
                            "synthetic --budget tiny --jobs 1`")
     assert "The machine was shared." in page and "[`results.csv`](synthetic/results.csv)" in page
