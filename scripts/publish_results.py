@@ -103,8 +103,8 @@ def changed_verdicts(first: list[dict], results: list[ClaimResult]) -> str:
     now = {r.claim.text: r for r in results}
     lines = ["", "## Against the first published page", "",
              "The first lab judged this suite with Welch's unpaired test on 2 seeds per arm and a noise floor (the "
-             "base arm's spread over 4 seeds) on top of the p-value, and confirmed \"as good as\" whenever the difference "
-             "was under that floor. Each of its claims beside the outcome under the current rule:", "",
+             "base arm's spread over 4 seeds) on top of the p-value, and confirmed \"as good as\" whenever the "
+             "difference was under that floor. Each of its claims beside the outcome under the current rule:", "",
              "| claim | first page: difference, verdict | now: estimate [90% CI], outcome | changed |",
              "|---|---|---|---|"]
     for old in first:
