@@ -170,7 +170,9 @@ INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --j
          "seeds an inconclusive claim needs, the suite's pooled residual spread and between-arm seed correlation, "
          "the tables, the plots and `results.csv` (one row per run). Outcomes are computed by the rule in "
          "docs/lab.md and docs/lab-statistics.md, never written by hand: paired tests, Holm's correction within a "
-         "suite, non-inferiority at a stated margin for \"as good as\". Across this summary each comparison is "
+         "suite, non-inferiority at a stated margin for \"as good as\" (for a loss in nats, the budget's margin: "
+         "what 25% more base compute buys, measured by the [compute-ladder](compute-ladder.md) suite; 0.09 nats at "
+         "`small`, and each page prices its margin as a compute multiplier). Across this summary each comparison is "
          "counted once (claims of two suites on the same runs are one row) and re-judged with Benjamini-Hochberg's "
          "false discovery rate over all of them (q < 0.05). \"By construction\" (arithmetic) and \"untestable by "
          "this design\" are outside both families and the counts.")

@@ -119,7 +119,7 @@ def test_pages_price_the_margin_from_the_stored_ladder(tmp_path: Path) -> None:
     from archlab.lab.report import _margins
 
     text = _margins(heads)
-    assert f"worth {fit.multiplier(0.02):.2f}x the base's compute" in text
+    assert f"worth {fit.multiplier(tiny.margin):.2f}x the base's compute" in text
     alone = plan_suite(load_suite("heads"), tiny, tmp_path / "alone", store=tmp_path / "empty")
     assert "archlab ablate compute-ladder --budget tiny" in _margins(alone)
     assert json.loads((plan.out / "plan.json").read_text())["suite"].endswith("compute-ladder.yaml")

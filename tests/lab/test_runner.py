@@ -140,10 +140,11 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     rows = {r.claim.text: r for r in power_plan(plan)}
     same = rows["GQA loses little (as good as MHA)"]
     sigma, m, k = BUDGETS["small"].sigma, 4, 3  # two loss claims and two timings; the formulas stay out
+    margin = BUDGETS["small"].margin  # the claims state none: the budget's loss margin
 
     def power(n: int) -> float:  # the pooled contrast: (K - 1)(n - 1) df, sd of a difference sigma * sqrt(2)
         df = (k - 1) * (n - 1)
-        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, df), df, 0.02 * math.sqrt(n) / (sigma * math.sqrt(2)))
+        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, df), df, margin * math.sqrt(n) / (sigma * math.sqrt(2)))
 
     assert same.seeds == next(n for n in range(2, 200) if power(n) >= 0.8)
     assert "planning sigma_eps 0.015" in same.why and "margin" in same.why

@@ -11,7 +11,6 @@ import torch
 from archlab.lab.runner import plan_suite, write_plan
 from archlab.lab.suite import (
     BUDGETS,
-    DEFAULT_MARGINS,
     PARAM_TOLERANCE,
     SuiteError,
     arm_keys,
@@ -65,7 +64,7 @@ def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path:
     n = suite.seeds or BUDGETS[budget].seeds
     assert all([r.seed for r in plan.runs_of(a.name)] == list(range(n)) for a in suite.arms)
     assert suite.design, f"{name}: the page must say why its design can show its claims (design:)"
-    for claim in suite.claims:  # every equivalence has a margin, unless it is arithmetic
+    for claim in plan.suite.claims:  # every equivalence has a margin at the budget, unless it is arithmetic
         assert claim.expect == "better" or claim.margin is not None or name == "heads"
 
 
@@ -164,12 +163,17 @@ def _suite(tmp_path: Path, text: str):
 ARMS = "arms: {a: {}, b: {model.norm: layernorm}}\nmeasure: [val_loss, spikes]\n"
 
 
-def test_margins_come_from_the_claim_the_suite_or_the_metric_default(tmp_path: Path) -> None:
+def test_margins_come_from_the_claim_the_suite_or_the_budget(tmp_path: Path) -> None:
     same = "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b, expect: same%s}\n"
-    assert _suite(tmp_path, ARMS + same % "").claims[0].margin == DEFAULT_MARGINS["val_loss"] == 0.02
+    bare = _suite(tmp_path, ARMS + same % "")
+    assert bare.claims[0].margin is None  # the budget's, once planned at one
+    for name, budget in BUDGETS.items():
+        planned = plan_suite(bare, budget, tmp_path / name).suite.claims[0]
+        assert planned.margin == budget.margin > 0 and budget.margin_source
+    assert BUDGETS["small"].margin == 0.09  # the compute ladder's 1.25x gain at small (0.0929), rounded down
     assert _suite(tmp_path, ARMS + "margins: {val_loss: 0.05}\n" + same % "").claims[0].margin == 0.05
     assert _suite(tmp_path, ARMS + "margins: {val_loss: 0.05}\n" + same % ", margin: 0.01").claims[0].margin == 0.01
-    with pytest.raises(SuiteError, match="expect: same needs margin: .*no default for spikes"):
+    with pytest.raises(SuiteError, match="expect: same needs margin: .*only val_loss, train_loss, loss_at_1x take"):
         _suite(tmp_path, ARMS + same.replace("val_loss", "spikes") % "")
     with pytest.raises(SuiteError, match="margin=-0.1; a number > 0"):
         _suite(tmp_path, ARMS + same % ", margin: -0.1")

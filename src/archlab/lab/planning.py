@@ -25,7 +25,7 @@ from pathlib import Path
 from archlab.lab import stats
 from archlab.lab.measure import read_measured
 from archlab.lab.runner import Plan, is_done, read_plan, run_wall_s
-from archlab.lab.suite import DEFAULT_MARGINS, Claim, is_exact
+from archlab.lab.suite import MARGIN_METRICS, Claim, is_exact
 from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, regime_of, spread
 
 POWER = 0.8
@@ -76,7 +76,8 @@ def power_plan(plan: Plan) -> list[PlanRow]:
 
 
 def _row(plan: Plan, claim: Claim, alpha: float, stored: dict | None) -> PlanRow:
-    effect = claim.margin if claim.expect == "same" else (claim.min_effect or DEFAULT_MARGINS.get(claim.metric))
+    default = plan.budget.margin if claim.metric in MARGIN_METRICS else None
+    effect = claim.margin if claim.expect == "same" else (claim.min_effect or default)
     if not effect:
         return PlanRow(claim, None, None, None, f"no min_effect and no default margin for {claim.metric}: state "
                                                 "min_effect: in the suite to plan it")
@@ -87,7 +88,7 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: dict | None) -> PlanRow
     if fit is not None:
         sigma, k, source = fit.sigma_eps, len(fit.arms), f"sigma_eps {fit.sigma_eps:.3g} of the stored runs in " \
                                                           f"{plan.out} ({fit.regime}, {fit.df} df)"
-    elif claim.metric in DEFAULT_MARGINS:
+    elif claim.metric in MARGIN_METRICS:
         sigma, k = plan.budget.sigma, max(2, len(plan.suite.arms))
         source = (f"planning sigma_eps {sigma:g} of budget {plan.budget.name} (the residual spread fitted to the "
                   f"first published `small` runs; no stored runs of this suite in {plan.out})")

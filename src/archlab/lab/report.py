@@ -23,7 +23,7 @@ from archlab.lab import stats
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values, stored_ladder
 from archlab.lab.measure import MEASURES, max_embed_row_norm_series
 from archlab.lab.runner import Plan, RunSpec, measure_timings, run_config, run_wall_s
-from archlab.lab.suite import DEFAULT_MARGINS, PARAM_TOLERANCE, Claim, param_note
+from archlab.lab.suite import PARAM_TOLERANCE, Claim, param_note
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, per_seed, suite_spreads
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
@@ -254,6 +254,8 @@ def _margins(plan: Plan) -> str:
         return ""
     parts = [f"{m} {margin:g}" + (" nats" if m in LOSS_METRICS else "") for m, margin in sorted(used)]
     text = "Equivalence margins: " + ", ".join(parts) + "."
+    if any(m in LOSS_METRICS and margin == plan.budget.margin for m, margin in used):
+        text += f" Budget {plan.budget.name}'s loss margin, {plan.budget.margin:g} nats: {plan.budget.margin_source}."
     loss_margins = sorted(margin for m, margin in used if m in LOSS_METRICS)
     if not loss_margins:
         return text
@@ -274,10 +276,10 @@ def ladder_section(plan: Plan, measured: dict[RunSpec, dict]) -> tuple[tuple, li
     base = statistics.fmean(values[1.0][:fit.seeds]) if 1.0 in values else math.nan
     rows = [[f"{x:g}x", str(steps[x]), _fmt(m), _fmt(m - base) if x != 1.0 else "0"]
             for x, m in zip(fit.scales, fit.means)]
-    margin = DEFAULT_MARGINS["val_loss"]
-    lines = [describe(fit, margin),
-             f"The lab's default margin for val_loss is {margin:g} nats (lab/suite.py DEFAULT_MARGINS); the measured "
-             "gain of 1.25x is what a \"worth less than 25% more base compute\" margin would be at this budget."]
+    budget = plan.budget
+    lines = [describe(fit, budget.margin),
+             f"The gain of the 1.25x rung is what a \"worth less than 25% more base compute\" margin is at this "
+             f"budget. Budget {budget.name}'s default loss margin is {budget.margin:g} nats ({budget.margin_source})."]
     return (["rung", "steps", "val_loss (mean over seeds)", "vs 1x"], rows), lines
 
 

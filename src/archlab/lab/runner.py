@@ -33,6 +33,7 @@ from archlab.lab.suite import (
     SuiteError,
     Timing,
     arm_keys,
+    at_budget,
     flag_value,
     match_parameters,
     resolve_arm,
@@ -156,6 +157,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
     match_parameters(suite, budget)
+    suite = at_budget(suite, budget)
     plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
                 extra=dict(extra or {}))
     for arm in suite.arms:

@@ -24,7 +24,8 @@
 
 A claim `expect: better` is a one-sided superiority claim (optionally at least `min_effect`, metric units); a
 claim `expect: same` is a non-inferiority claim: the arm is not worse than `versus` by more than `margin`
-(from the claim, the suite's `margins:`, or DEFAULT_MARGINS). A claim with `factor:` is a factorial contrast:
+(from the claim, the suite's `margins:`, or for MARGIN_METRICS the budget's `margin`, which the compute-ladder suite
+calibrates: the loss 25% more base compute buys). A claim with `factor:` is a factorial contrast:
 `arm` and `versus` are levels of that factor, averaged over the other factors' levels (or only those in
 `within`). A run's config is layered defaults < budget < base < arm < the lab's per-run keys (seed, out, data),
 each arm resolved through `archlab.train.config.resolve_config`, so a bad arm fails with the trainer's own error.
@@ -53,11 +54,8 @@ PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is 
 MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same")
 NARANG_FINDINGS = ("better", "same", "worse")
-# Equivalence margins for `same` claims, metric units. 0.02 nats on the final validation loss at `small`: the
-# review of the first published results put a "worth less than 25% more base compute" margin there (the
-# `compute-ladder` suite measures what it is worth: lab/ladder.py), and it is ~0.7x the base's seed-to-seed
-# spread on fixed evaluation windows (0.024), so a real tie can be confirmed with a handful of paired seeds.
-DEFAULT_MARGINS = {"val_loss": 0.02, "train_loss": 0.02, "loss_at_1x": 0.02}
+# Metrics in nats whose `same` claims take the budget's loss margin when neither the claim nor the suite states one.
+MARGIN_METRICS = ("val_loss", "train_loss", "loss_at_1x")
 # what lab runs default to: no TensorBoard, samples or progress bar (the lab shows its own), one final checkpoint
 LAB_KEYS = {"logging.tensorboard": False, "logging.samples": 0, "logging.progress": False, "checkpoint.save_every": 0}
 
@@ -80,6 +78,8 @@ class Budget:
     measure_windows: int  # the lab's loss measures read this many 4x-context windows of validation text
     run_s: float  # wall seconds per run (one process of --jobs 2 on 2 cores) for --plan's cost; see the comment
     sigma: float  # planning residual spread of val_loss (nats) when no earlier run of the suite is stored
+    margin: float  # nats: the default equivalence margin of MARGIN_METRICS ("worth less than 25% more compute")
+    margin_source: str  # where `margin` comes from (the compute ladder's measurement, or why it is not measured)
 
 
 def is_exact(metric: str) -> bool:
@@ -97,7 +97,9 @@ BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", {
         **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
         "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
-        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015),
+        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015, margin=0.12,
+        margin_source="the compute-ladder suite at tiny (2 seeds, 2026-12-02): 25% more steps bought 0.120 nats "
+                      "(95% CI 0.084 to 0.156)"),
     # ~2 CPU-minutes per run (measured: 0.4 s per step on one core; the published runs' medians were 93-136 s
     # with --jobs 2 on the quiet 2-core machine, so run_s 120). sigma: the residual spread (arm x seed
     # interaction) of val_loss, 0.015 nats, fitted to the 2-seed spreads of the 25 normal-lr Llama arms of the
@@ -106,14 +108,18 @@ BUDGETS: dict[str, Budget] = {
         **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 300,
         "schedule.warmup_steps": 30, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
         "logging.eval_batches": 10, "logging.log_every": 5},
-        seeds=3, max_files=400, measure_windows=32, run_s=120.0, sigma=0.015),
+        seeds=3, max_files=400, measure_windows=32, run_s=120.0, sigma=0.015, margin=0.09,
+        margin_source="the compute-ladder suite at small (3 seeds, 2026-12-02): 25% more steps bought 0.0929 nats "
+                      "(95% CI 0.080 to 0.106), rounded down"),
     # the `small` size (width 256, 6 layers): ~5e14 training FLOPs per run, hours per run on one CPU core
     # (estimated from FLOPs, not measured); meant for a GPU (runs take cuda when available)
     "medium": Budget("medium", {
         **_SHARED, "size": "small", "steps": 2000, "schedule.warmup_steps": 200, "data.batch_size": 32,
         "data.block_size": 256, "optimizer.lr": 1e-3, "logging.eval_every": 200, "logging.eval_batches": 20,
         "logging.log_every": 10},
-        seeds=3, max_files=None, measure_windows=64, run_s=4 * 3600.0, sigma=0.015),
+        seeds=3, max_files=None, measure_windows=64, run_s=4 * 3600.0, sigma=0.015, margin=0.02,
+        margin_source="not measured: the first lab's figure; `archlab ablate compute-ladder --budget medium` measures "
+                      "what 25% more compute buys at this budget"),
 }
 
 
@@ -354,14 +360,23 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     _require(isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0, where,
              f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)")
     if claim.expect == "same" and not is_exact(claim.metric):
-        margin = claim.margin if claim.margin is not None else suite.margins.get(
-            claim.metric, DEFAULT_MARGINS.get(claim.metric))
-        _require(margin is not None, where, f"{what}: expect: same needs margin: (how much worse still counts as "
-                 f"as good, in {claim.metric} units); no default for {claim.metric} (defaults: {DEFAULT_MARGINS})")
+        margin = claim.margin if claim.margin is not None else suite.margins.get(claim.metric)
+        if margin is None:  # the budget's loss margin, resolved when the suite is planned at a budget
+            _require(claim.metric in MARGIN_METRICS, where, f"{what}: expect: same needs margin: (how much worse "
+                     f"still counts as as good, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take the "
+                     "budget's default")
+            return claim
         _require(isinstance(margin, (int, float)) and margin > 0 and math.isfinite(margin), where,
                  f"{what}: margin={margin!r}; a number > 0 ({claim.metric} units)")
         claim = dataclasses.replace(claim, margin=float(margin))
     return claim
+
+
+def at_budget(suite: Suite, budget: Budget) -> Suite:
+    """The suite with every `same` claim that states no margin given the budget's loss margin (Budget.margin)."""
+    claims = [dataclasses.replace(c, margin=budget.margin) if c.expect == "same" and c.margin is None
+              and c.metric in MARGIN_METRICS else c for c in suite.claims]
+    return dataclasses.replace(suite, claims=claims)
 
 
 def _check_sides(claim: Claim, where: str, suite: Suite) -> None:

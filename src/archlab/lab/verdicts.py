@@ -154,6 +154,8 @@ def _judge_one(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dic
         return ClaimResult(claim, None, stats.UNTESTABLE, estimate, a, b, note=claim.untestable)
     if is_exact(claim.metric):
         return ClaimResult(claim, None, stats.BY_CONSTRUCTION, estimate, a, b, note="arithmetic (a formula)")
+    if claim.expect == "same" and claim.margin is None:
+        raise ValueError(f"claim {claim.text!r} has no margin: plan the suite at a budget (runner.plan_suite)")
     kw = {"expect": claim.expect, "better": claim.better, "margin": claim.margin or 0.0,
           "min_effect": claim.min_effect, "alpha": alpha}
     kind = COUNT_METRICS.get(claim.metric)
