@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))  # after PYTHONPATH: another checkout can be measured
 
 # (module, attribute path, phase name): wrapped where the caller looks them up
 PHASES = [
