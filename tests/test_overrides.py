@@ -127,7 +127,9 @@ ERRORS = [  # (class, prefix, key, raw, the whole message)
     (ModelConfig, M, "head_dim", "x", "model.head_dim='x' is not allowed: expected int or None"),
     (ModelConfig, M, "qk_norm", False,
      "model.qk_norm=False is not allowed: expected str (YAML reads yes/no/on/off as booleans: quote the word)"),
-    (ModelConfig, "", "layers", "3", "unknown config key 'layers': ModelConfig has the fields vocab_size, d_model, "),
+    (ModelConfig, "", "layers", "3",
+     "unknown config key 'layers': did you mean n_layers? ModelConfig has the fields vocab_size, d_model, "),
+    (ModelConfig, "", "colour", "3", "unknown config key 'colour': ModelConfig has the fields vocab_size, d_model, "),
     (ModelConfig, M, "n_layers.x", "1", "unknown config key 'model.n_layers.x': model.n_layers has no sub-fields"),
     (ModelConfig, M, "rope_scaling", '{"kind": "linear", "bogus": 1}',
      "unknown config key 'model.rope_scaling.bogus': RopeScaling has the fields kind, factor, "),
@@ -140,7 +142,7 @@ ERRORS = [  # (class, prefix, key, raw, the whole message)
     (ModelConfig, M, "rope_scaling.factor", "big", "model.rope_scaling.factor='big' is not allowed: expected float"),
     (TrainConfig, "", "optimizer", "1", "config key 'optimizer' is a section; set its fields, e.g. optimizer.name"),
     (TrainConfig, "", "optimizer.lrr", "1",
-     "unknown config key 'optimizer.lrr': OptimizerConfig has the fields name, "),
+     "unknown config key 'optimizer.lrr': did you mean optimizer.lr? OptimizerConfig has the fields name, "),
     (TrainConfig, "", "optimizer.betas", "0.9,x",
      "optimizer.betas='0.9,x' is not allowed: expected a list of float or None"),
 ]
@@ -218,15 +220,16 @@ def test_an_unknown_rope_scaling_key_is_one_line_in_both_commands(command: str, 
     assert main([command, "--model.rope_scaling", '{"kind": "linear", "factor": 2, "fctor": 3}']) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"archlab {command}: error: unknown config key "), err
-    assert "rope_scaling.fctor': RopeScaling has the fields kind, factor" in err
+    assert "rope_scaling.fctor': did you mean " in err and "rope_scaling.factor? RopeScaling has the fields kind, factor" in err
 
 
-def test_an_unknown_top_level_key_suggests_the_section_that_has_it() -> None:
+def test_an_unknown_key_suggests_the_section_that_has_it_or_a_close_name() -> None:
     from archlab.train.config import resolve_config
 
-    cases = (("lr", "optimizer.lr"), ("tokenizer", "data.tokenizer"), ("warmup_steps", "schedule.warmup_steps"))
+    cases = (("lr", "optimizer.lr"), ("tokenizer", "data.tokenizer"), ("warmup_steps", "schedule.warmup_steps"),
+             ("step", "steps"), ("model.d_modl", "model.d_model"))  # and a typo, by its closest field names
     for key, near in cases:
-        with pytest.raises(ValueError, match=rf"^unknown config key '{key}': did you mean {near}\? TrainConfig has"):
+        with pytest.raises(ValueError, match=rf"^unknown config key '{key}': did you mean {near}\? \w+Config has"):
             resolve_config([{key: "1"}])
     with pytest.raises(ValueError, match=r"^unknown config key 'bogus': TrainConfig has"):  # no guess without one
         resolve_config([{"bogus": "1"}])

@@ -44,6 +44,35 @@ def test_python_blocks_of_the_readme_run() -> None:
         exec(compile(block, str(README), "exec"), {})
 
 
+def test_the_quoted_config_error_is_the_one_raised() -> None:
+    """The README's `>>> EXPR` block prints what EXPR raises, word for word."""
+    from archlab import ModelConfig  # noqa: F401  (the quoted expression names it)
+
+    quotes = re.findall(r"```\n>>> (.*?)\n(\w+): (.*?)\n```", README.read_text(encoding="utf-8"))
+    assert quotes, "the README quotes a refused config"
+    for expression, kind, message in quotes:
+        with pytest.raises(Exception) as raised:
+            eval(expression)
+        assert (type(raised.value).__name__, str(raised.value)) == (kind, message)
+
+
+def test_the_quoted_inspect_figures_are_computed() -> None:
+    """'For `llama`/`small` (4.95M parameters): 11.34 MFLOPs forward per token at context 256, 6.1 KB of bf16 KV cache
+    per token', as archlab.costs (what `archlab inspect` prints) computes them."""
+    from archlab import build_preset
+    from archlab.costs import flops_per_token, kv_cache_bytes, parameter_counts
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    found = re.search(r"For `(\w+)`/`(\w+)` \(([\d.]+)M parameters\): ([\d.]+) MFLOPs forward per token at context "
+                      r"(\d+), ([\d.]+) KB of bf16 KV cache per token", text)
+    assert found, "the README quotes inspect's figures for one preset"
+    preset, size, params, mflops, context, kv_kb = found.groups()
+    config = build_preset(preset, size)
+    assert f"{parameter_counts(config)['total'] / 1e6:.2f}" == params
+    assert f"{flops_per_token(config, int(context))['forward'] / 1e6:.2f}" == mflops
+    assert f"{kv_cache_bytes(config)['per_token'] / 1e3:.1f}" == kv_kb
+
+
 def readme_commands() -> list[str]:
     """Every command line of the README's bash blocks, comments removed, in order."""
     lines = []

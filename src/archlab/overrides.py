@@ -30,6 +30,7 @@ value and what is allowed, before anything is built. Each dataclass then checks 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import json
 import math
@@ -217,6 +218,7 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
         known = ", ".join(f.name for f in dataclasses.fields(cls))
         near = [f"{prefix}{name}.{head}" for name, hint in _hints(cls).items()
                 if (sub := _dataclass_in(hint)) is not None and head in _hints(sub)]  # `lr` -> optimizer.lr
+        near += [f"{prefix}{name}" for name in difflib.get_close_matches(head, list(_hints(cls)), n=2, cutoff=0.75)]
         hint_text = f"did you mean {' or '.join(near)}? " if near else ""
         raise ConfigError(f"unknown config key {prefix + key!r}: {hint_text}{cls.__name__} has the fields {known}")
     hint = _hints(cls)[head]

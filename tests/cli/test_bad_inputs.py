@@ -151,6 +151,8 @@ OTHER = [  # (full argv, expected text)
     (["data", "prepare", "--data", "{root}/other.txt", "--val-fraction", "2", "--out", "{root}/newdata"],
      "val_fraction must be in (0, 1)"),
 ]
+# refusals found while the data or a checkpoint is read, after the memory estimate is logged
+LATE = (f"{R}/empty.txt", f"{R}/short.txt", "/no/such/tokenizer.json", f"{R}/shape", f"{R}/pickled")
 BASE = [*(x for key, value in TINY.items() for x in (f"--{key}", value)), "--data.source", "{prepared}",
         "--out", "{root}/new", "--steps", "3"]
 CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]
@@ -162,17 +164,21 @@ CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]
 @pytest.mark.parametrize(("argv", "message"), [c[:2] for c in CASES], ids=[c[2] for c in CASES])
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(
     argv: list[str], message: str, world: Path, prepared: Path, capsys: pytest.CaptureFixture,
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     if "cuda:7" in argv and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
     argv = [a.replace(R, str(world)).replace("{prepared}", str(prepared)) for a in argv]
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # no prompt piped in
     before = snapshot(world)
-    assert main(argv) == 2
+    with caplog.at_level("INFO"):
+        assert main(argv) == 2
+    logged = [r.getMessage() for r in caplog.records if r.levelname != "ERROR"]
     out = capsys.readouterr()
     err = out.err.strip()
     assert "Traceback" not in out.err and "\n" not in err, out.err
+    if not any(late.replace(R, str(world)) in " ".join(argv) for late in LATE):  # refused before the memory estimate or any other line
+        assert logged == [], logged
     assert err.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in err, err
     assert snapshot(world) == before and not (world / "new").exists() and not (world / "newdata").exists()
     assert len(CASES) >= 40

@@ -89,6 +89,11 @@ def test_convert_errors_are_one_line(hf_dir: Path, tmp_path: Path, capsys: pytes
     assert err.startswith("archlab convert: error:") and "tokenizer.json is missing" in err and "\n" not in err
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "run"), "--dtype", "int8"]) == 2
     assert "--dtype='int8' is not allowed" in capsys.readouterr().err
+    assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()  # a missing folder is named as missing, not as a missing tokenizer
+    assert err == f"archlab convert: error: --from-hf {tmp_path / 'nope'}: no such folder (a Hugging Face model " \
+                  "folder: config.json, safetensors weights, tokenizer.json)"
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_init_from_a_hf_folder_with_fewer_kv_heads(hf_dir: Path, tmp_path: Path,

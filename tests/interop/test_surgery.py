@@ -60,6 +60,27 @@ def test_longer_context_and_caps_keep_weights(source: TransformerLM) -> None:
             assert torch.equal(a, b), name
 
 
+def test_unchanged_weights_are_the_sources_own_tensors(source: TransformerLM) -> None:
+    """No copy of the state and no random model to load it into (they set a LoRA fine-tune's peak memory): the
+    weights adapt leaves alone are the source's tensors, and a pooled or added one is new."""
+    new = adapt(source, dataclasses.replace(BASE, n_kv_heads=2, qk_norm="rmsnorm", max_seq_len=64))
+    old_params, new_params = dict(source.named_parameters()), dict(new.named_parameters())
+    for name, param in new_params.items():
+        shared = name in old_params and param.data_ptr() == old_params[name].data_ptr()
+        assert shared == (name in old_params and "qkv_proj" not in name), name
+        assert param.device.type == "cpu" and param.requires_grad, name
+    assert not any(b.is_meta for b in new.buffers())
+    ids = torch.randint(0, 64, (2, 16))
+    assert torch.isfinite(new(ids)).all()
+
+
+def test_a_tied_source_stays_tied() -> None:
+    source = randomize_(TransformerLM(dataclasses.replace(BASE, tie_embeddings=True)), 0.2)
+    new = adapt(source, dataclasses.replace(source.config, max_seq_len=64))
+    assert new.lm_head.weight is new.embed_tokens.weight
+    assert torch.equal(new.embed_tokens.weight, source.embed_tokens.weight)
+
+
 def test_added_qk_norm_starts_at_unit_gain(source: TransformerLM) -> None:
     new = adapt(source, dataclasses.replace(BASE, qk_norm="rmsnorm"))
     assert torch.equal(new.layers[0].attn.q_norm.weight, torch.ones(BASE.head_dim))

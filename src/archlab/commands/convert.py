@@ -90,11 +90,15 @@ def check_hf_source(folder: Path) -> None:
     """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
     from archlab.checkpoint import latest_checkpoint
 
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
+                                "safetensors weights, tokenizer.json)")
     if not (folder / "config.json").is_file() and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
         raise ValueError(f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
                          "`convert --to-hf` exports it, and train / generate / eval read it as it is")
     if not (folder / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{folder / 'tokenizer.json'} is missing: an archlab checkpoint carries its tokenizer")
+        raise FileNotFoundError(f"{folder / 'tokenizer.json'} is missing: the converted checkpoint needs the model's "
+                                "tokenizer (an archlab checkpoint always carries one)")
 
 
 def next_step(out: Path, force: bool) -> int:

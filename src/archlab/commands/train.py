@@ -12,9 +12,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from archlab.data.corpus import check_source
 from archlab.nn.config import ModelConfig
 from archlab.overrides import load_yaml, parse_flags
-from archlab.train.config import TrainConfig, resolve_config
+from archlab.train.config import DataConfig, TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
 
 if TYPE_CHECKING:
@@ -65,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("init_from is set by --init-from PATH, which also loads the weights; not as a config key")
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
-    from archlab.train.trainer import TrainingDiverged, train  # torch: imported once a run starts
-
+    if not args.resume:  # a missing corpus in one line, before a model is loaded (a resumed run reads its own data)
+        check_source(str(next((layer["data.source"] for layer in reversed(layers) if "data.source" in layer),
+                              DataConfig().source)))
     init = None
     if args.init_from:
         if args.resume:
@@ -81,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
                   f"longer: --resume --steps N --extend (N > {step})")
             return 0
         init = lora_base(train_cfg, model_cfg)
+    from archlab.train.trainer import TrainingDiverged, train  # torch: imported once a run starts
+
     try:
         result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
     except TrainingDiverged as err:

@@ -154,6 +154,15 @@ def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
     return root, list_files(root, ".py", () if include_tests else STDLIB_TEST_DIRS)
 
 
+def check_source(data: str) -> None:
+    """Refuse, in one line and before anything is read, a corpus path that does not exist (names are not checked
+    further: `hf:NAME` is the hub's to answer)."""
+    if data in (PASSKEY, STDLIB) or data.startswith(HF_PREFIX) or Path(data).expanduser().exists():
+        return
+    raise FileNotFoundError(f"corpus path {data} does not exist (expected a text/JSONL file, a folder, a prepared "
+                            f"data folder, '{STDLIB}', '{PASSKEY}' or 'hf:NAME')")
+
+
 def open_corpus(
     data: str, text_field: str = "text", max_files: int | None = None
 ) -> FileCorpus | HubCorpus | PasskeyCorpus:
@@ -167,12 +176,8 @@ def open_corpus(
     if data == STDLIB:
         root, files = stdlib_files()
     else:
+        check_source(data)
         path = Path(data).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(
-                f"corpus path {data} does not exist "
-                f"(expected a text/JSONL file, a folder, '{STDLIB}' or 'hf:NAME')"
-            )
         root, files = (path, list_files(path)) if path.is_dir() else (path.parent, [path])
     if not files:
         raise ValueError(f"corpus {data} holds no readable text files")

@@ -74,17 +74,33 @@ def pool_kv(qkv: torch.Tensor, old: ModelConfig, n_kv: int) -> torch.Tensor:
 
 
 def adapt(model: TransformerLM, config: ModelConfig) -> TransformerLM:
-    """A model of `config` started from `model`'s weights (see the module docstring for what may change)."""
+    """A model of `config` started from `model`'s weights (see the module docstring for what may change).
+
+    The weights it does not change are `model`'s own tensors, not copies (clone `model` first to train one and keep
+    the other): at SmolLM2-135M's shapes a copy of the state plus a randomly initialised model to load it into held
+    the weights three times and set the peak memory of a LoRA fine-tune (docs/training.md). The new model is built
+    on the meta device; only a parameter the source lacks (an added QK-norm's gains) is made and initialised."""
     old = model.config
     changed = check_changes(old, config)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach() for k, v in model.state_dict().items()}
     if "n_kv_heads" in changed:
         for key in [k for k in state if k.endswith(("attn.qkv_proj.weight", "attn.qkv_proj.bias"))]:
             state[key] = pool_kv(state[key], old, config.n_kv_heads)
     weight = next(model.parameters())
-    new = TransformerLM(config).to(device=weight.device, dtype=weight.dtype)
-    missing, unexpected = new.load_state_dict(state, strict=False)
+    with torch.device("meta"):
+        new = TransformerLM(config)
+    expected = new.state_dict()
+    missing = [k for k in expected if k not in state]
     fresh = [k for k in missing if not k.endswith(("q_norm.weight", "k_norm.weight", "q_norm.bias", "k_norm.bias"))]
+    unexpected = [k for k in state if k not in expected]
     if fresh or unexpected:  # check_changes should make this unreachable; never train half-loaded weights
         raise InteropError(f"weights do not fit the adapted config: missing {fresh}, unexpected {unexpected}")
+    new.load_state_dict({k: state[k] for k in expected if k in state}, strict=False, assign=True)
+    for owner in dict.fromkeys(k.rpartition(".")[0] for k in missing):  # an added QK-norm: gain 1, bias 0
+        norm = new.get_submodule(owner).to_empty(device=weight.device)
+        norm.reset_parameters()
+        norm.to(weight.dtype)
+    if config.tie_embeddings:  # assign gave the head its own Parameter object: tie it again
+        new.lm_head.weight = new.embed_tokens.weight
+    new.materialise_buffers(weight.device)
     return new

@@ -112,6 +112,28 @@ def _data_dir(train: TrainConfig, run_dir: Path) -> Path:
     return Path(train.data.dir) if train.data.dir else run_dir / "data"
 
 
+def check_setup(train: TrainConfig, world_size: int, resume: bool) -> Path | None:
+    """Refuse a resume without checkpoints, a restart over checkpoints, steps past the schedule's end and a batch that
+    does not split (one line each, before anything is logged or allocated); the checkpoint a resume starts from."""
+    run_dir = Path(train.out)
+    latest = latest_checkpoint(run_dir)
+    if resume and latest is None:
+        raise FileNotFoundError(f"--resume: no checkpoint in {run_dir}/checkpoints to resume from")
+    if not resume and latest is not None:
+        raise ValueError(f"{run_dir} already holds checkpoints; pass --resume to continue it or choose another --out")
+    if resume:
+        saved = read_checkpoint_config(latest, ("model", "train"))["train"]
+        check_resume(train, saved, checkpoint_step(latest))
+    elif train.steps > train.schedule.end():
+        raise ValueError(f"steps={train.steps} is not allowed: past the end of the lr schedule "
+                         f"(schedule.horizon={train.schedule.horizon})")
+    d = train.data
+    if d.batch_size % (world_size * train.optimizer.grad_accum):
+        raise ValueError(f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
+                         f"{world_size} ranks x {train.optimizer.grad_accum} accumulation steps")
+    return latest if resume else None
+
+
 class Trainer:
     """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
 
@@ -130,7 +152,7 @@ class Trainer:
 
     def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
         train, ctx = self.cfg, self.ctx
-        resume_from = self._check_setup(resume)
+        resume_from = check_setup(train, ctx.world_size, resume)
         self._prepare_data(resume)
         self.raw = self._build_model(init_from, fresh=resume_from is None)
         self.base_sha256 = base_digest(self.raw) if train.lora_rank else None  # the frozen base LoRA trains on
@@ -183,26 +205,6 @@ class Trainer:
         if self.cfg.checkpoint.keep_initial and self.ctx.is_main and fresh:
             save_initial_weights(self.run_dir, raw.state_dict(), tied_aliases(raw))
         return raw
-
-    def _check_setup(self, resume: bool) -> Path | None:
-        """Refuse a resume without checkpoints, a restart over checkpoints and a batch that does not split."""
-        latest = latest_checkpoint(self.run_dir)
-        if resume and latest is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {self.run_dir}/checkpoints to resume from")
-        if not resume and latest is not None:
-            raise ValueError(f"{self.run_dir} already holds checkpoints; pass --resume to continue it "
-                             "or choose another --out")
-        if resume:
-            saved = read_checkpoint_config(latest, ("model", "train"))["train"]
-            check_resume(self.cfg, saved, checkpoint_step(latest))
-        elif self.cfg.steps > self.cfg.schedule.end():
-            raise ValueError(f"steps={self.cfg.steps} is not allowed: past the end of the lr schedule "
-                             f"(schedule.horizon={self.cfg.schedule.horizon})")
-        d = self.cfg.data
-        if d.batch_size % (self.ctx.world_size * self.cfg.optimizer.grad_accum):
-            raise ValueError(f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
-                             f"{self.ctx.world_size} ranks x {self.cfg.optimizer.grad_accum} accumulation steps")
-        return latest if resume else None
 
     def _check_lora_base(self, resume_from: Path, given: bool) -> None:
         """Refuse (one line) to resume a LoRA run on a base other than the one its adapters were trained on."""
@@ -517,6 +519,7 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
         p, d = train_config.precision, train_config.data
         step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
         try:
+            check_setup(train_config, ctx.world_size, resume)  # the cheap refusals first: before any line is logged
             hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
             check_memory(train_config, model_config, ctx)  # before any model or batch is allocated
         except BaseException:
