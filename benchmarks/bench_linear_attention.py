@@ -149,7 +149,8 @@ def decode_table(contexts: list[int], rounds: int) -> list[dict]:
 
 
 def cache_bytes(contexts: list[int]) -> list[dict]:
-    """Decode memory of a whole model (bf16 weights' dtype for the KV cache, fp32 FAVOR state) per context."""
+    """Decode memory of a whole model per context: the KV cache in bf16, the linear kernels' states in float32
+    (they run in float32 whatever the weights' dtype)."""
     configs = {"softmax": ModelConfig(**DECODE_MODEL), "favor m=266": ModelConfig(**DECODE_MODEL, attn_kernel="favor"),
                "vq c=512 L=64": ModelConfig(**DECODE_MODEL, attn_kernel="vq")}
     return [dict(context=s, kernel=name, mib=kv_cache_bytes(cfg, s, "bf16")["context"] / 2**20)
@@ -201,7 +202,8 @@ def markdown(res: dict) -> str:
         "", "## One decode step against a context of S tokens (one layer, B=1)", "",
         "| S | kernel | us per step |", "|---|---|---|"]
     lines += [f"| {r['context']} | {r['kernel']} | {r['step_us']:.0f} |" for r in res["decode"]]
-    lines += ["", "## Decode memory of a 12-layer, d_model-768 model (B=1; KV cache in bf16, FAVOR state fp32)", "",
+    lines += ["", "## Decode memory of a 12-layer, d_model-768 model (B=1; KV cache in bf16, the linear kernels' "
+              "states fp32)", "",
               "| context | kernel | MiB |", "|---|---|---|"]
     lines += [f"| {r['context']} | {r['kernel']} | {r['mib']:.2f} |" for r in res["memory"]]
     lines += ["", f"## FAVOR approximation error (d=64, T=128, {res['draws']} draws per row, float64)", "",

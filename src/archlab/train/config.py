@@ -219,6 +219,10 @@ class TrainConfig:
         _check(self.lora_rank >= 0, "lora_rank", self.lora_rank, "an integer >= 0 (0 = no LoRA)")
         _check(not (self.lora_rank and self.trainable), "trainable", ",".join(self.trainable),
                "empty with lora_rank > 0 (LoRA trains its adapters only)")
+        o = self.optimizer
+        _check(not (self.lora_rank and o.name == "tiger" and o.tiger_rms_lr), "optimizer.tiger_rms_lr", o.tiger_rms_lr,
+               "false with lora_rank > 0 (LoRA's B starts at 0 and Tiger's rate lr x RMS(B) keeps it there: "
+               "nothing would train)")
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
         if self.schedule.horizon is None:
