@@ -160,3 +160,19 @@ def test_favor_decode_flops_match_the_counter():
     flops = flops_per_token(cfg)
     measured = counter.get_total_flops() - flops["matmul"]
     assert abs(measured - flops["attention"]) < 0.1 * flops["attention"], (measured, flops["attention"])
+
+
+def test_memory_report_of_a_linear_kernel_names_its_state_and_attention_flops():
+    """`generate --report-memory` on a FAVOR model: the allocated bytes are the state's (costs.state_bytes after the
+    tokens decoded), named as a state of one size, with the kernel's attention FLOPs per token (costs.py) beside
+    softmax's 4 H Dh T per layer."""
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="favor",
+                      favor_features=24)
+    model = TransformerLM(cfg).eval()
+    result = generate(model, [[1, 2, 3, 4, 5]], SamplingConfig(max_new_tokens=6, temperature=0.0))
+    report = memory_report(model, result, torch.device("cpu")).splitlines()
+    assert report[0].startswith("Decoding state of attn_kernel='favor', one size at any context (torch.float32")
+    assert report[0].endswith(f"allocated {kv_cache_bytes(cfg, 11, 'fp32')['context']:,} bytes")
+    attention = flops_per_token(cfg, result.context_len)["attention"]
+    assert report[1] == (f"  attention FLOPs per token: {attention:,} (softmax attention at this context: "
+                         f"{4 * 4 * 8 * result.context_len * 2:,})")

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from archlab.checkpoint import build_model
+from archlab.checkpoint import build_model, module_training_state
 from archlab.eval.variants import METHODS, METRICS, SAMPLES
 from archlab.infer.generate import context_limit
 from archlab.nn.config import ConfigError, ModelConfig
@@ -236,13 +236,14 @@ def evaluate_lengths(
     if score_last is not None and not 1 <= score_last <= min(lengths):
         raise ValueError(f"score_last={score_last} is not allowed: between 1 and the shortest length {min(lengths)}")
     configs = method_configs(model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn)
-    state = model.state_dict()
+    state, trained = model.state_dict(), module_training_state(model)
     batches = {(kind, n): sample_windows(tokens, n, n_windows, kind) for kind in samples for n in lengths}
     cells = [(kind, method, n) for kind in samples for method, n in configs]
     results = []
     lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
     for i, (kind, method, length) in enumerate(tqdm(cells, desc="eval length", disable=not progress or lines)):
-        scaled = build_model(configs[method, length], state).eval()  # no random init of weights about to be replaced
+        # no random init of weights about to be replaced; a FAVOR+ layer keeps the projection its training reached
+        scaled = build_model(configs[method, length], state, training_state=trained).eval()
         loss, accuracy = window_scores(scaled, batches[kind, length], score_last)
         results.append(LengthResult(method, length, loss, accuracy, kind))
         if lines:
