@@ -15,9 +15,15 @@ One attention layer's kernel, alone (q, k, v of B=1, H heads, head_dim 64, fp32,
    relative RMS error of the kernel estimate phi(q).phi(k) against exp(q.k / sqrt(d)) over all pairs and over the
    quarter of pairs with the smallest kernel values, for positive / hyperbolic / trigonometric features, iid and
    orthogonal; and the attention output's mean absolute error against softmax attention.
+4. Orthogonal against iid features, controlled (`orthogonal_gain`): the paper's gain shrinks with d (about 2/(d+2)
+   of the variance), so at d = 64 and a few dozen draws it hides in the noise of table 3. Here d = 16, eight fixed
+   (q, k) pairs (|q|, |k| ~ 0.8 after the scale), thousands of independent draws per feature count, positive
+   features: the relative MSE of the kernel estimate for iid and orthogonal projections, each with its standard
+   error over draws, and the ratio with its z-score (independent draws: the SEs add in quadrature).
 
     python benchmarks/bench_linear_attention.py            # lengths to 16k, 3 rounds (~10 min on 2 cores)
     python benchmarks/bench_linear_attention.py --quick    # lengths to 4k, fewer draws (~3 min)
+    python benchmarks/bench_linear_attention.py --orthogonal   # table 4 only (about a minute on a busy 2-core VM)
 
 Writes benchmarks/results/linear_attention.json and linear_attention.md. The machine may be shared: quote the
 ratios, not the seconds.
@@ -52,6 +58,7 @@ H, DH = 4, 64
 FEATURES = (64, 266)  # favor: M = Dh, and the default round(Dh ln Dh)
 VQ_SHAPES = ((64, 64), (512, 64))  # vq: (codes, block)
 DECODE_MODEL = dict(d_model=768, n_layers=12, n_heads=12, vocab_size=32000)  # a GPT-2-small-sized model
+GAIN_DRAWS = 4000  # projections per cell of the orthogonal-vs-iid table: SEs of a few % of the MSE
 
 
 def kernels(t: int) -> dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]]:
@@ -149,7 +156,8 @@ def decode_table(contexts: list[int], rounds: int) -> list[dict]:
 
 
 def cache_bytes(contexts: list[int]) -> list[dict]:
-    """Decode memory of a whole model (bf16 weights' dtype for the KV cache, fp32 FAVOR state) per context."""
+    """Decode memory of a whole model per context: the KV cache in bf16, the linear kernels' states in float32
+    (they run in float32 whatever the weights' dtype)."""
     configs = {"softmax": ModelConfig(**DECODE_MODEL), "favor m=266": ModelConfig(**DECODE_MODEL, attn_kernel="favor"),
                "vq c=512 L=64": ModelConfig(**DECODE_MODEL, attn_kernel="vq")}
     return [dict(context=s, kernel=name, mib=kv_cache_bytes(cfg, s, "bf16")["context"] / 2**20)
@@ -190,6 +198,36 @@ def favor_error(ms: list[int], draws: int) -> list[dict]:
     return rows
 
 
+def orthogonal_gain(ms: list[int], draws: int, d: int = 16, pairs: int = 8) -> list[dict]:
+    """Relative MSE of the positive-feature estimate of exp(q.k) over `draws` independent projections, iid and
+    orthogonal, per feature count m, each with its standard error (float64)."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(pairs, d, generator=g, dtype=torch.float64) * 0.2  # |q| ~ 0.8
+    k = torch.randn(pairs, d, generator=g, dtype=torch.float64) * 0.2
+    exact = torch.exp((q * k).sum(-1))  # (pairs,)
+    rows = []
+    for m in ms:
+        stats = {}
+        for orthogonal in (False, True):
+            w = draw_projection(m, d, orthogonal, g, draws=draws)  # (draws, m, d)
+            est = (positive_features(q, w, False) * positive_features(k, w, False)).sum(-1)  # (draws, pairs)
+            per_draw = ((est - exact) / exact).square().mean(-1)  # (draws,): the pairs' mean squared rel. error
+            stats[orthogonal] = (per_draw.mean().item(), per_draw.std().item() / math.sqrt(draws))
+        (iid, se_iid), (orth, se_orth) = stats[False], stats[True]
+        rows.append(dict(m=m, d=d, draws=draws, iid_mse=iid, iid_se=se_iid, orth_mse=orth, orth_se=se_orth,
+                         ratio=orth / iid, z=(iid - orth) / math.sqrt(se_iid**2 + se_orth**2)))
+    return rows
+
+
+def gain_markdown(rows: list[dict]) -> list[str]:
+    lines = ["", f"## Orthogonal vs iid features (positive, d={rows[0]['d']}, {rows[0]['draws']} draws per cell, "
+             "float64)", "", "| m | rel. MSE iid | rel. MSE orthogonal | orthogonal / iid | z (iid - orth.) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['m']} | {r['iid_mse']:.4g} ± {r['iid_se']:.2g} | {r['orth_mse']:.4g} ± {r['orth_se']:.2g} | "
+              f"{r['ratio']:.3f} | {r['z']:.1f} |" for r in rows]
+    return lines
+
+
 def markdown(res: dict) -> str:
     lines = [f"# Linear attention vs softmax ({res['machine']})", "", f"`{res['command']}`", "",
              "## Forward + backward of one attention layer (B=1, H=4, Dh=64, fp32; best of the rounds)", "",
@@ -201,7 +239,8 @@ def markdown(res: dict) -> str:
         "", "## One decode step against a context of S tokens (one layer, B=1)", "",
         "| S | kernel | us per step |", "|---|---|---|"]
     lines += [f"| {r['context']} | {r['kernel']} | {r['step_us']:.0f} |" for r in res["decode"]]
-    lines += ["", "## Decode memory of a 12-layer, d_model-768 model (B=1; KV cache in bf16, FAVOR state fp32)", "",
+    lines += ["", "## Decode memory of a 12-layer, d_model-768 model (B=1; KV cache in bf16, the linear kernels' "
+              "states fp32)", "",
               "| context | kernel | MiB |", "|---|---|---|"]
     lines += [f"| {r['context']} | {r['kernel']} | {r['mib']:.2f} |" for r in res["memory"]]
     lines += ["", f"## FAVOR approximation error (d=64, T=128, {res['draws']} draws per row, float64)", "",
@@ -209,6 +248,8 @@ def markdown(res: dict) -> str:
               "|---|---|---|---|---|---|"]
     lines += [f"| {r['m']} | {r['feature']} | {r['orthogonal']} | {r['rel_rmse']:.3g} | {r['rel_rmse_small']:.3g} | "
               f"{'-' if r['output_mae'] is None else format(r['output_mae'], '.3g')} |" for r in res["favor_error"]]
+    if res.get("orthogonal_gain"):
+        lines += gain_markdown(res["orthogonal_gain"])
     return "\n".join(lines) + "\n"
 
 
@@ -216,7 +257,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="lengths to 4k, 16 error draws")
     p.add_argument("--lengths", help="comma-separated lengths: only the training table, to linear_attention_at.md")
+    p.add_argument("--orthogonal", action="store_true", help="only the orthogonal-vs-iid table (4), to "
+                   "linear_attention_orthogonal.md")
     args = p.parse_args()
+    if args.orthogonal:
+        rows = orthogonal_gain([16, 64, 256], GAIN_DRAWS)
+        text = "\n".join([f"# FAVOR+: orthogonal vs iid features (torch {torch.__version__})", "",
+                          "`python benchmarks/bench_linear_attention.py --orthogonal`", *gain_markdown(rows)]) + "\n"
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "linear_attention_orthogonal.json").write_text(json.dumps(rows, indent=2))
+        (RESULTS / "linear_attention_orthogonal.md").write_text(text)
+        print(text)
+        return
     if args.lengths:
         training = training_table([int(t) for t in args.lengths.split(",")], 2)
         RESULTS.mkdir(exist_ok=True)
@@ -232,7 +284,8 @@ def main() -> None:
                lengths=lengths, training=training, crossover=crossover(training),
                decode=decode_table([1024, 8192] if args.quick else [1024, 8192, 32768], rounds),
                memory=cache_bytes([1024, 8192, 32768]), draws=draws,
-               favor_error=favor_error([16, 64, 256, 1024], draws))
+               favor_error=favor_error([16, 64, 256, 1024], draws),
+               orthogonal_gain=orthogonal_gain([16, 64, 256], GAIN_DRAWS))
     RESULTS.mkdir(exist_ok=True)
     name = "linear_attention_quick" if args.quick else "linear_attention"
     (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2))

@@ -23,6 +23,7 @@ from archlab.checkpoint import (
     load_checkpoint,
     load_initial_weights,
     load_model,
+    module_training_state,
     prune_checkpoints,
     read_run_config,
     restore_rng_state,
@@ -293,3 +294,39 @@ def test_load_model_builds_without_random_init_and_gives_the_same_logits(
     ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(loaded(ids), model(ids))
+
+
+def test_a_favor_model_trained_with_redraws_reloads_with_the_projection_it_reached(tmp_path: Path,
+                                                                                   tokenizer_file: Path) -> None:
+    """FAVOR+'s projection lives outside the state dict; with favor_redraw its training forwards decide which draw
+    it holds. load_model puts back the count state.pt carries, so the reloaded model computes what the trained one
+    did (not its seed's first draw), and so do the models eval length rebuilds from it."""
+    import numpy as np
+
+    from archlab import ModelConfig
+    from archlab.eval.length import evaluate_lengths, window_loss, windows
+
+    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=256, max_seq_len=32, attn_kernel="favor",
+                      favor_features=16, favor_redraw=2)
+    torch.manual_seed(0)
+    model = TransformerLM(cfg).train()
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for _ in range(5):  # redraws at the 3rd and 5th forward: the third draw
+            model(ids)
+    model.eval()
+    first = TransformerLM(cfg).layers[0].attn.linear.kernel.projection
+    assert not torch.equal(first, model.layers[0].attn.linear.kernel.projection)
+    opt = torch.optim.AdamW(model.parameters())
+    run = save_checkpoint(tmp_path / "run", 5, model.state_dict(), opt.state_dict(),
+                          {"step": 5, "modules": module_training_state(model)},
+                          {"model": cfg.to_dict(), "train": {}}, tokenizer_file, tied_aliases(model))
+    loaded, _ = load_model(run)
+    for a, b in zip(loaded.layers, model.layers):
+        assert torch.equal(a.attn.linear.kernel.projection, b.attn.linear.kernel.projection)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))
+    tokens = np.random.default_rng(0).integers(0, 256, 300)
+    got = evaluate_lengths(loaded, tokens, [16], ["none", "linear"], 8, n_windows=2, progress=False)
+    assert [r.loss for r in got] == pytest.approx([window_loss(model, windows(tokens, 16, 2), 8)] * 2, rel=1e-6)
+

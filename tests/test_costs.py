@@ -130,16 +130,18 @@ def test_inspect_cli_json_and_errors():
                                     dict(attn_kernel="vq", vq_codes=16, vq_block=4),
                                     dict(attn_kernel="vq", vq_codes=16, vq_block=4, position="alibi")])
 @pytest.mark.parametrize("context", [3, 9, 16])
-def test_state_bytes_match_the_cache_after_decoding(fields, context):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_state_bytes_match_the_cache_after_decoding(fields, context, dtype):
     """A linear kernel's cache holds no K/V: kv_cache_bytes is its state, 0 per token, never outweighing the
-    weights; it equals KVCache.nbytes() after `context` tokens (prefill + decode) and ignores max_len."""
+    weights; it equals KVCache.nbytes() after `context` tokens (prefill + decode) and ignores max_len. The state
+    is float32 in a bf16 model too (the kernels run in float32), so its bytes do not halve with the weights'."""
     cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, **fields)
-    model = TransformerLM(cfg).eval()
+    model = TransformerLM(cfg).eval().to(getattr(torch, dtype))
     cache = KVCache.for_model(model, 2, 1000)
     with torch.no_grad():
         model(torch.randint(0, 64, (2, context - 1)), cache=cache)
         model(torch.randint(0, 64, (2, 1)), cache=cache)
-    kv = kv_cache_bytes(cfg, context, "float32", batch=2)
+    kv = kv_cache_bytes(cfg, context, dtype, batch=2)
     assert kv == {"per_token": 0, "context": cache.nbytes()}
     assert kv_tokens_within(cfg, 1) is None
 
@@ -158,3 +160,19 @@ def test_favor_decode_flops_match_the_counter():
     flops = flops_per_token(cfg)
     measured = counter.get_total_flops() - flops["matmul"]
     assert abs(measured - flops["attention"]) < 0.1 * flops["attention"], (measured, flops["attention"])
+
+
+def test_memory_report_of_a_linear_kernel_names_its_state_and_attention_flops():
+    """`generate --report-memory` on a FAVOR model: the allocated bytes are the state's (costs.state_bytes after the
+    tokens decoded), named as a state of one size, with the kernel's attention FLOPs per token (costs.py) beside
+    softmax's 4 H Dh T per layer."""
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="favor",
+                      favor_features=24)
+    model = TransformerLM(cfg).eval()
+    result = generate(model, [[1, 2, 3, 4, 5]], SamplingConfig(max_new_tokens=6, temperature=0.0))
+    report = memory_report(model, result, torch.device("cpu")).splitlines()
+    assert report[0].startswith("Decoding state of attn_kernel='favor', one size at any context (torch.float32")
+    assert report[0].endswith(f"allocated {kv_cache_bytes(cfg, 11, 'fp32')['context']:,} bytes")
+    attention = flops_per_token(cfg, result.context_len)["attention"]
+    assert report[1] == (f"  attention FLOPs per token: {attention:,} (softmax attention at this context: "
+                         f"{4 * 4 * 8 * result.context_len * 2:,})")

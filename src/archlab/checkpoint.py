@@ -362,18 +362,28 @@ def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -
     path = resolve_checkpoint(checkpoint_dir)
     verify_checkpoint(path)
     config = read_checkpoint_config(path)
-    model = build_model(ModelConfig.from_dict(config["model"]), load_weights(path), device, path)
+    modules = _load_tensors(path / "state.pt").get("modules") if (path / "state.pt").is_file() else None
+    model = build_model(ModelConfig.from_dict(config["model"]), load_weights(path), device, path, modules)
     return model.eval(), Tokenizer.load(path)
 
 
+def module_training_state(model: nn.Module) -> dict[str, dict]:
+    """Per module, the training state it keeps outside its tensors (`training_state()`: FAVOR+'s count of training
+    forwards, which decides its redraws), for state.pt; restored through `load_training_state`."""
+    return {name: m.training_state() for name, m in model.named_modules() if hasattr(m, "training_state")}
+
+
 def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
-                path: Path | None = None) -> TransformerLM:
+                path: Path | None = None, training_state: dict[str, dict] | None = None) -> TransformerLM:
     """The model of `config` holding `weights`, without a random init that the weights would overwrite.
 
     Built on the meta device, the weights become its parameters (cast to the dtype the model is built in,
     float32 unless changed, as load_state_dict would); the computed buffers (RoPE tables, ALiBi slopes) are
     then made on `device`. For a SmolLM2-135M-shaped checkpoint the random init was over half of the load
-    time (docs/inference.md). `path` names the checkpoint in a misfit's message.
+    time (docs/inference.md). `path` names the checkpoint in a misfit's message. `training_state`
+    (`module_training_state` of the model the weights come from, or a checkpoint's state.pt "modules") puts back
+    what lives outside the tensors: a FAVOR+ layer trained with `favor_redraw` then uses the projection its
+    training reached, not its seed's first draw.
     """
     with torch.device("meta"):
         model = TransformerLM(config)
@@ -385,6 +395,10 @@ def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: s
     if config.tie_embeddings:  # assign gave the head its own Parameter object: tie it again
         model.lm_head.weight = model.embed_tokens.weight
     model.materialise_buffers(device)
+    for name, state in (training_state or {}).items():
+        module = model.get_submodule(name)
+        if hasattr(module, "load_training_state"):
+            module.load_training_state(state)
     return model
 
 

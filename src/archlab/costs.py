@@ -19,9 +19,11 @@ their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_k
 
 Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0 bytes per token:
     favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4       ([S | z] in float32, M features)
-    vq:    batch * n_layers * (n_kv_heads * tail * (C + head_dim) + heads * C * (head_dim + 1)) * bytes
+    vq:    batch * n_layers * (n_kv_heads * tail * (C + head_dim) + heads * C * (head_dim + 1)) * max(bytes, 4)
 with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t), C codes and
-heads = n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/vq.py).
+heads = n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/vq.py). Both states are
+float32 at least whatever the weights' dtype: the kernels run in float32 (`LinearAttention`), float64 for a
+float64 model.
 Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh (features, and reading or adding to
 the state); vq H (4 C Dh + 4 Dh min(T, 2L)) + 2 K C Dh (scores against the codes and the cache, the two exact
 blocks, the keys' nearest codes).
@@ -130,13 +132,14 @@ def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 
     """Bytes of a linear kernel's decoding state after `context` tokens (module doc); what `KVCache.nbytes()`
     holds then. 0 for softmax attention."""
     K, Dh = c.n_kv_heads, c.head_dim
+    element = max(DTYPE_BYTES[dtype], 4)  # the kernels run in float32 at least (nn/linear_kernels.py)
     if c.attn_kernel == "favor":
-        per_layer = K * c.favor_features * (Dh + 1) * (8 if DTYPE_BYTES[dtype] == 8 else 4)
+        per_layer = K * c.favor_features * (Dh + 1) * element
     elif c.attn_kernel == "vq":
         L, C = c.vq_block, c.vq_codes
         tail = L + context % L if context >= L else context
         sums = c.n_heads if c.position == "alibi" else K  # ALiBi decays the code sums per query head
-        per_layer = (K * tail * (C + Dh) + sums * C * (Dh + 1)) * DTYPE_BYTES[dtype]
+        per_layer = (K * tail * (C + Dh) + sums * C * (Dh + 1)) * element
     else:
         return 0
     return batch * c.n_layers * per_layer

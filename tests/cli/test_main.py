@@ -34,7 +34,7 @@ def test_top_level_help_imports_no_torch() -> None:
 WITHOUT_TORCH = [
     ["--help"], *([name, "--help"] for name in COMMANDS),
     ["data", "prepare", "--help"], ["plot", "run", "--help"], ["plot", "rope", "--help"],
-    ["eval", "length", "--help"], ["eval", "passkey", "--help"],
+    ["eval", "length", "--help"], ["eval", "passkey", "--help"], ["eval", "continuation", "--help"],
     ["inspect", "--preset", "llama", "--size", "small"],
     ["inspect", "--preset", "gemma2", "--size", "tiny", "--json", "--model.rope_scaling.kind", "linear",
      "--model.rope_scaling.factor", "2"],

@@ -72,6 +72,8 @@ def test_train_split_only_and_recorded(corpus: Path, tmp_path: Path) -> None:
         resolve_config([{"data.source": str(noisy), "data.bpe_dropout": "0.1"}])
     with pytest.raises(ValueError, match="0 for the byte tokenizer"):
         prepare_data(str(corpus), tmp_path / "bytes", "byte", 256, 0.1, bpe_dropout=0.1)
+    with pytest.raises(ValueError, match=r"^data.bpe_dropout=0.1 is not allowed: 0 with data.tokenizer byte"):
+        resolve_config([{"data.source": str(corpus), "data.bpe_dropout": "0.1"}])  # before any data is prepared
 
 
 def test_cli_flag_and_resume_key(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

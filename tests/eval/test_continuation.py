@@ -66,3 +66,34 @@ def test_cuts_land_on_character_boundaries_and_are_reproducible() -> None:
     assert cut_offsets(text, 50, 8, 4, seed=1) != offsets
     with pytest.raises(ValueError, match="fewer than 500 cuts"):
         cut_offsets(text[:300], 500, 8, 4)
+
+
+def test_cli_scores_a_checkpoint_with_and_without_healing(tmp_path, capsys) -> None:
+    """`archlab eval continuation` on a checkpoint: the table of `continuation_table` on the same text (a known
+    model: the successor walk with 'e' wrong), and a CSV of every cut; bad numbers fail in one line first."""
+    from archlab.checkpoint import save_checkpoint, tied_aliases
+    from archlab.cli import main
+
+    model = successor_model(wrong="e")
+    tok = build_tokenizer("byte", 256, None)
+    config = {"model": model.config.to_dict(), "train": {}}
+    run = save_checkpoint(tmp_path / "run", 1, model.state_dict(), {}, {"step": 1}, config, tok.save(tmp_path / "tok"),
+                          tied_aliases(model))
+    text = tmp_path / "held_out.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "eval"
+    argv = ["eval", "continuation", "--checkpoint", str(run), "--data", str(text), "--cuts", "30", "--context", "16",
+            "--k", "4", "--healing", "0,1", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    want = continuation_table(successor_model(wrong="e"), tok, TEXT, healings=(0, 1), cuts=30, context=16, k=4)
+    assert f"| none | {want[0].accuracy:.3f} |" in printed and f"| 1 token | {want[1].accuracy:.3f} |" in printed
+    assert (out / "continuation.md").read_text().strip() in printed
+    rows = (out / "continuation.csv").read_text().splitlines()
+    assert rows[0] == "healing,offset,hit" and len(rows) == 1 + 2 * 30
+    assert [int(r.split(",")[2]) for r in rows[1:31]] == [int(h) for h in want[0].hits]
+    for flags, message in ((["--healing", "0,-1"], "--healing '0,-1' is not allowed: comma-separated integers >= 0"),
+                           (["--cuts", "0"], "--cuts=0 is not allowed: an integer >= 1")):
+        assert main(["eval", "continuation", "--checkpoint", str(tmp_path / "missing"), *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]

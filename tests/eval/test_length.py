@@ -236,6 +236,54 @@ def test_cli_prints_accuracy_on_repeated_samples_for_a_checkpoint_and_its_hf_exp
     assert both[0] == "| method | samples | 16 |" and [r.split(" | ")[1] for r in both[2:]] == ["plain", "repeated"]
 
 
+def save_run(model: TransformerLM, root: Path) -> Path:
+    tokenizer_file = build_tokenizer("byte", 256, None).save(root / "tok")
+    opt = torch.optim.AdamW(model.parameters())
+    return save_checkpoint(root / "run", 1, model.state_dict(), opt.state_dict(), {"step": 1},
+                           {"model": model.config.to_dict(), "train": {}}, tokenizer_file, tied_aliases(model))
+
+
+@pytest.mark.parametrize("kernel", [dict(attn_kernel="favor", favor_features=16),
+                                    dict(attn_kernel="vq", vq_codes=8, vq_block=4)])
+def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel: dict, tmp_path: Path,
+                                                                           capsys) -> None:
+    """A linear kernel folds each key into its state rotated once, so the config refuses Dynamic NTK and the ReRoPE
+    family for it: `eval length` with no --scalings runs the static ones (the loss of `none` is the model's own,
+    scored directly), and naming a refused one is one line listing what the model takes."""
+    model = tiny(**kernel)
+    if kernel["attn_kernel"] == "vq":  # codebooks from keys: one training forward
+        model.train()(torch.randint(0, 256, (2, 16)))
+        model.eval()
+    run = save_run(model, tmp_path)
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    argv = ["eval", "length", "--checkpoint", str(run), "--lengths", "16,32", "--data", str(text), "--windows", "2",
+            "--allow-extrapolation", "--out", str(tmp_path / "eval"), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    static = ["none", "linear", "ntk", "ntk_by_parts", "yarn"]
+    assert printed.startswith(f"scalings: {', '.join(static)} (dynamic, rerope, leaky_rerope do not apply")
+    rows = list(csv.DictReader((tmp_path / "eval" / "length.csv").open()))
+    assert [r["method"] for r in rows[::2]] == static
+    tokens = np.asarray(build_tokenizer("byte", 256, None).encode(text.read_text()), dtype=np.int64)
+    direct = window_loss(model, windows(tokens, 16, 2), 8)  # the default score_last: half the shortest length
+    assert float(rows[0]["loss"]) == pytest.approx(direct, rel=1e-5)
+    assert main([*argv, "--scalings", "none,dynamic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("scaling 'dynamic' is not allowed for this model: one of none, linear, ntk, "
+                              f"ntk_by_parts, yarn (rope_scaling.kind='dynamic' is not allowed: a static schedule "
+                              f"with attn_kernel={kernel['attn_kernel']!r}") in err[0]
+
+
+def test_default_scalings_without_rope_are_none_alone(tmp_path: Path, capsys) -> None:
+    run = save_run(tiny(position="alibi"), tmp_path)
+    text = tmp_path / "held_out.txt"
+    text.write_text("abc " * 50, encoding="utf-8")
+    assert main(["eval", "length", "--checkpoint", str(run), "--lengths", "16", "--data", str(text), "--windows",
+                 "1", "--out", str(tmp_path / "eval"), "--no-progress"]) == 0
+    assert [r["method"] for r in csv.DictReader((tmp_path / "eval" / "length.csv").open())] == ["none"]
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--metric", "bleu"], "--metric 'bleu' is not allowed: one of loss, accuracy"),
     (["--samples", "plain,twice"], "--samples 'twice' is not allowed: one of plain, repeated"),

@@ -261,3 +261,34 @@ def test_alibi_reaches_the_vq_kernel_as_slopes_and_equals_dense_alibi_attention(
         ModelConfig(attn_kernel="vq", position="relative")
     with pytest.raises(ConfigError, match="not decayed per query head; attn_kernel='vq' takes ALiBi"):
         ModelConfig(attn_kernel="favor", position="alibi")
+
+
+def test_favor_rotates_queries_and_keys_before_its_feature_map():
+    """RoPE composes with FAVOR+ (the kernel then estimates exp(q_m . R_(n-m) k_n)): a layer's attention equals
+    favor_attention, with the layer's projection, on q and k rotated by an independent float64 RoPE (halves
+    rotated, theta^(-2i/Dh)), query head h reading K/V head h // 2; without the rotation it does not."""
+    from archlab.nn.favor import favor_attention
+
+    model = tiny(**KERNELS["favor"]).double()
+    T, H, K, Dh = 19, 4, 2, 8
+    inputs = model.attention_inputs(torch.arange(T)[None])[0]
+    attn = model.layers[0].attn
+    x = torch.randn(1, T, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        got = attn.core(*attn.project(x, inputs), inputs, None)  # (B, T, H*Dh)
+        q, k, v = attn.qkv_proj(x).view(1, T, H + 2 * K, Dh).split([H, K, K], dim=2)
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * model.config.rope_theta ** (
+            -torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)  # (T, Dh/2)
+        cos, sin = angle.cos().repeat(1, 2)[:, None], angle.sin().repeat(1, 2)[:, None]  # (T, 1, Dh)
+
+        def rotate(t: torch.Tensor) -> torch.Tensor:
+            return t * cos + torch.cat((-t[..., Dh // 2:], t[..., : Dh // 2]), -1) * sin
+
+        kernel = attn.linear.kernel
+        errors = []
+        for qq, kk in ((rotate(q), rotate(k)), (q, k)):
+            o, _ = favor_attention(qq.transpose(1, 2), kk.repeat_interleave(2, 2).transpose(1, 2),
+                                   v.repeat_interleave(2, 2).transpose(1, 2), kernel.projection.double(),
+                                   kernel.scale)
+            errors.append(float((got - o.transpose(1, 2).flatten(2)).abs().max()))
+    assert errors[0] < 1e-6 < 1e-2 < errors[1], errors  # the model's RoPE tables are float32: 1e-8 here

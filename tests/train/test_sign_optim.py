@@ -6,6 +6,7 @@ not with lazy rows); the mixed optimizer against torch's AdamW; exact resume of 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import shutil
 from pathlib import Path
@@ -282,11 +283,47 @@ def test_trainer_resume_restores_the_mixed_lazy_state_exactly(prepared: Path, tm
         assert all(torch.equal(torch.as_tensor(v), torch.as_tensor(ob["state"][key][n])) for n, v in state.items())
 
 
-def test_resume_refuses_another_embedding_remedy(prepared: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("key", "value", "shown"), [
+    ("lazy_embeddings", False, "False"), ("tiger_nan_shrink", 1.0, "1.0"), ("weight_decay", 0.5, "0.5"),
+    ("betas", (0.9,), r"\(0.9,\)"), ("decay_embeddings", False, "False")])
+def test_resume_refuses_another_value_the_saved_param_groups_hold(prepared: Path, tmp_path: Path, key: str,
+                                                                   value: object, shown: str) -> None:
+    """`load_state_dict` puts a checkpoint's group values back (nan_shrink, weight_decay, betas, ...), so a new
+    value on --resume would be written to config.json and not used: it is refused in one line instead, and the
+    run's own values (betas come back from JSON as a list) pass."""
     from archlab.train.resume import check_resume
 
     train, _ = resolve_config([{**TRAIN, "data.source": str(prepared), "out": str(tmp_path)}])
-    saved = train.to_dict()
-    train.optimizer.lazy_embeddings = False
-    with pytest.raises(ValueError, match=r"--resume: optimizer.lazy_embeddings False differs from the run's True"):
+    saved = json.loads(json.dumps(train.to_dict()))
+    check_resume(train, saved, 2)
+    model = tiny()
+    opt = build_optimizer(model, "tiger", nan_shrink=0.99)
+    other = build_optimizer(copy.deepcopy(model), "tiger", nan_shrink=1.0)
+    other.load_state_dict(opt.state_dict())
+    assert other.guards_nan  # the reason: the saved 0.99 came back over the 1.0 asked for
+    setattr(train.optimizer, key, value)
+    with pytest.raises(ValueError, match=rf"--resume: optimizer.{key} {shown} differs from the run's"):
         check_resume(train, saved, 2)
+
+
+def test_tiger_rms_rate_refuses_lora_and_any_all_zero_matrix() -> None:
+    """lr x RMS(theta) is 0 for a matrix of zeros, so LoRA's B (zero at start) and with it every adapter would
+    never move under Tiger's default rate: refused in one line, in the config and in build_optimizer; with the
+    flat rate the adapters train."""
+    from archlab.train.trainable import add_lora
+
+    with pytest.raises(ValueError, match=r"^optimizer.tiger_rms_lr=True is not allowed: false with lora_rank > 0"):
+        resolve_config([{"optimizer.name": "tiger", "lora_rank": "4"}])
+    resolve_config([{"optimizer.name": "tiger", "optimizer.tiger_rms_lr": "false", "lora_rank": "4"}])
+    model = tiny()
+    add_lora(model, 4, 16.0, ("qkv_proj",))
+    with pytest.raises(ValueError, match=r"layers.0.attn.qkv_proj.lora_B.default.weight is all zeros") as err:
+        build_optimizer(model, "tiger", lr=1e-2)
+    assert "\n" not in str(err.value)
+    opt = build_optimizer(model, "tiger", lr=1e-2, rms_lr=False)
+    b = model.layers[0].attn.qkv_proj.lora_B.default.weight
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(3))
+    model(x, targets=x).loss.backward()
+    opt.step()
+    assert bool(b.detach().ne(0).all())  # every entry moved by the flat step lr
+    build_optimizer(tiny(), "lion")  # the flat-rate optimizers have nothing to refuse

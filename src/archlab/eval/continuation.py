@@ -97,3 +97,12 @@ def continuation_table(model: TransformerLM, tokenizer: Tokenizer, text: str, he
                        **options: int) -> dict[int, Continuation]:
     """`continuation_accuracy` with each amount of healing, on the same cuts."""
     return {n: continuation_accuracy(model, tokenizer, text, token_healing=n, **options) for n in healings}
+
+
+def continuation_markdown(table: dict[int, Continuation], k: int) -> str:
+    """One row per amount of healing: accuracy, its Wilson 95% interval, hits of cuts (k bytes to match)."""
+    lines = [f"| healing | continuation accuracy (next {k} bytes) | Wilson 95% interval | hits |", "|---|---|---|---|"]
+    for n, r in table.items():
+        label = "none" if n == 0 else f"{n} token" + ("s" if n > 1 else "")
+        lines.append(f"| {label} | {r.accuracy:.3f} | {r.ci[0]:.3f}-{r.ci[1]:.3f} | {sum(r.hits)} of {len(r.hits)} |")
+    return "\n".join(lines)

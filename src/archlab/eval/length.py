@@ -45,10 +45,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from archlab.checkpoint import build_model
+from archlab.checkpoint import build_model, module_training_state
 from archlab.eval.variants import METHODS, METRICS, SAMPLES
 from archlab.infer.generate import context_limit
-from archlab.nn.config import ModelConfig
+from archlab.nn.config import ConfigError, ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
@@ -114,6 +114,28 @@ def trained_only(config: ModelConfig) -> bool:
     return s is not None and ROPE_KINDS[s.kind].training_only
 
 
+def applicable_methods(config: ModelConfig) -> list[str]:
+    """The METHODS (in their order) `config`'s weights can be evaluated under: `none` alone without RoPE; with a
+    linear attention kernel the static schedules, since its state folds the keys in rotated once (Dynamic NTK
+    and the ReRoPE family are refused by the config); every one otherwise."""
+    if config.position != "rope":
+        return ["none"]
+    return [m for m in METHODS if _refusal(config, m) is None]
+
+
+def _refusal(config: ModelConfig, method: str) -> str | None:
+    """Why `config` cannot take `method`'s scaling (the config's own one-line reason), or None when it can."""
+    try:
+        scaling = method_scaling(method, 2 * config.max_seq_len, config.max_seq_len)
+    except ValueError:
+        return None  # a default window that does not fit: method_configs names it with the caller's window
+    try:
+        config.replace(rope_scaling=scaling if scaling is not None else config.rope_scaling)
+    except ConfigError as err:
+        return str(err).removeprefix("ModelConfig.")
+    return None
+
+
 def method_configs(
     config: ModelConfig, methods: list[str], lengths: list[int], window: int | None, allow_extrapolation: bool,
     leaky_k: float | str = "half", logn: bool = False,
@@ -127,6 +149,9 @@ def method_configs(
         if method != "none" and config.position != "rope":
             raise ValueError(f"scaling {method!r} needs a RoPE model (this one has position={config.position!r}); "
                              "use --scalings none")
+        if method in METHODS and (why := _refusal(config, method)) is not None:
+            raise ValueError(f"scaling {method!r} is not allowed for this model: one of "
+                             f"{', '.join(applicable_methods(config))} ({why})")
         for length in lengths:
             scaling = method_scaling(method, length, config.max_seq_len, window, leaky_k)
             if scaling is None and trained_only(config):
@@ -211,13 +236,14 @@ def evaluate_lengths(
     if score_last is not None and not 1 <= score_last <= min(lengths):
         raise ValueError(f"score_last={score_last} is not allowed: between 1 and the shortest length {min(lengths)}")
     configs = method_configs(model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn)
-    state = model.state_dict()
+    state, trained = model.state_dict(), module_training_state(model)
     batches = {(kind, n): sample_windows(tokens, n, n_windows, kind) for kind in samples for n in lengths}
     cells = [(kind, method, n) for kind in samples for method, n in configs]
     results = []
     lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
     for i, (kind, method, length) in enumerate(tqdm(cells, desc="eval length", disable=not progress or lines)):
-        scaled = build_model(configs[method, length], state).eval()  # no random init of weights about to be replaced
+        # no random init of weights about to be replaced; a FAVOR+ layer keeps the projection its training reached
+        scaled = build_model(configs[method, length], state, training_state=trained).eval()
         loss, accuracy = window_scores(scaled, batches[kind, length], score_last)
         results.append(LengthResult(method, length, loss, accuracy, kind))
         if lines:

@@ -12,7 +12,7 @@ import random
 import sys
 from dataclasses import dataclass
 
-from archlab.checkpoint import build_model
+from archlab.checkpoint import build_model, module_training_state
 from archlab.data.passkey import KEY_DIGITS, passkey_prompt, random_key
 from archlab.eval.length import method_configs
 from archlab.infer.generate import generate
@@ -53,14 +53,14 @@ def evaluate_passkey(
     if trials < 1:
         raise ValueError(f"trials={trials} is not allowed: a positive integer")
     configs = method_configs(model.config, [method], lengths, window, allow_extrapolation)  # checks first
-    state = model.state_dict()
+    state, trained = model.state_dict(), module_training_state(model)
     results = []
     cells = [(n, d) for n in lengths for d in depths]
     scaled = {}
     lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws
     for length, depth in tqdm(cells, desc="eval passkey", disable=not progress or lines):
         if length not in scaled:
-            scaled[length] = build_model(configs[method, length], state).eval()
+            scaled[length] = build_model(configs[method, length], state, training_state=trained).eval()
         results.append(PasskeyResult(length, depth, passkey_accuracy(scaled[length], tokenizer, length, depth,
                                                                      trials)))
         if lines:

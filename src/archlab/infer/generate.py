@@ -49,10 +49,11 @@ __all__ = ["PAD_ID", "Generation", "check_context", "context_limit", "generate",
 def with_inference_logn(model: TransformerLM) -> TransformerLM:
     """`model`'s weights with the log-n query scale at inference only (`ModelConfig.with_inference_logn`: each
     query's scores times max(1, log n / log max_seq_len); Su, kexue.fm/archives/9708), in the same mode."""
-    from archlab.checkpoint import build_model
+    from archlab.checkpoint import build_model, module_training_state
 
     device = next(model.parameters()).device
-    return build_model(model.config.with_inference_logn(), model.state_dict(), device).train(model.training)
+    return build_model(model.config.with_inference_logn(), model.state_dict(), device,
+                       training_state=module_training_state(model)).train(model.training)
 
 
 def generate(

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from archlab.costs import kv_cache_bytes, kv_tokens_within
+from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within
 from archlab.infer.generate import Generation
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
@@ -54,15 +54,22 @@ def peak_memory(device: torch.device) -> tuple[str, int]:
 
 
 def memory_report(model: TransformerLM, result: Generation, device: torch.device) -> str:
-    """KV bytes per token and per context for MHA / GQA / MQA at this width, and the measured peak, as lines."""
+    """KV bytes per token and per context for MHA / GQA / MQA at this width (a linear kernel: its state, and its
+    attention FLOPs per token), and the measured peak, as lines."""
     config = model.config
     dtype = next(model.parameters()).dtype
     batch = len(result.tokens)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     windows = sum(w is not None for w in model.layer_windows)
     kept = f"; {windows} sliding-window layers keep {config.sliding_window} slots" if windows else ""
-    lines = [f"KV cache ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
+    linear = config.attn_kernel != "softmax"
+    what = f"Decoding state of attn_kernel={config.attn_kernel!r}, one size at any context" if linear else "KV cache"
+    lines = [f"{what} ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
              f"{result.context_len} tokens x batch {batch}{kept}); allocated {result.cache_bytes:,} bytes"]
+    if linear:  # what the kernel costs instead of softmax's 4 H Dh T per layer (costs.py, as inspect prints it)
+        softmax = 4 * config.n_heads * config.head_dim * result.context_len * config.n_layers
+        lines.append(f"  attention FLOPs per token: {flops_per_token(config, result.context_len)['attention']:,} "
+                     f"(softmax attention at this context: {softmax:,})")
     for row in kv_bytes_table(config, dtype, result.context_len, batch, budget=param_bytes):
         marker = "  <- this model" if row["this_model"] else ""
         fits = row["tokens_within_budget"]

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from archlab.checkpoint import build_model
+from archlab.checkpoint import build_model, module_training_state
 from archlab.data.tokens import TokenData
 from archlab.eval.length import SAMPLES, method_configs, sample_windows, window_scores
 from archlab.nn.config import ModelConfig
@@ -70,7 +70,8 @@ def accuracy_at(run: RunLike, factor: int, samples: str, method: str = "none") -
         return None
     tokens = np.asarray(run.data().splits["val"], dtype=np.int64)
     batch = sample_windows(tokens, length, run.windows, samples)
-    scored = model if config == model.config else build_model(config, model.state_dict()).eval()
+    scored = model if config == model.config else build_model(
+        config, model.state_dict(), training_state=module_training_state(model)).eval()
     return window_scores(scored, batch, None)[1]
 
 

@@ -219,6 +219,10 @@ class TrainConfig:
         _check(self.lora_rank >= 0, "lora_rank", self.lora_rank, "an integer >= 0 (0 = no LoRA)")
         _check(not (self.lora_rank and self.trainable), "trainable", ",".join(self.trainable),
                "empty with lora_rank > 0 (LoRA trains its adapters only)")
+        o = self.optimizer
+        _check(not (self.lora_rank and o.name == "tiger" and o.tiger_rms_lr), "optimizer.tiger_rms_lr", o.tiger_rms_lr,
+               "false with lora_rank > 0 (LoRA's B starts at 0 and Tiger's rate lr x RMS(B) keeps it there: "
+               "nothing would train)")
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
         if self.schedule.horizon is None:
@@ -299,10 +303,13 @@ def resolve_config(
         from archlab.data.tokens import check_prepared_tokenizer  # numpy and tokenizers only when needed
 
         check_prepared_tokenizer(Path(train.data.source), train.data.tokenizer, train.data.vocab_size)
-    if any("data.bpe_dropout" in layer for layer in layers) and (Path(train.data.source) / "meta.json").is_file():
+    prepared = (Path(train.data.source) / "meta.json").is_file()  # trains with its own tokenizer and tokens
+    if any("data.bpe_dropout" in layer for layer in layers) and prepared:
         from archlab.data.tokens import check_prepared_dropout
 
         check_prepared_dropout(Path(train.data.source), train.data.bpe_dropout)
+    _check(prepared or not (train.data.bpe_dropout and train.data.tokenizer == "byte"), "data.bpe_dropout",
+           train.data.bpe_dropout, "0 with data.tokenizer byte (it has no merges to drop)")
     if saved is not None:
         for name in ("preset", "size"):
             if getattr(train, name) != saved["train"][name]:

@@ -153,6 +153,17 @@ def _embedding_groups(groups: list[dict], name: str, lazy: bool, embedding_optim
     return groups
 
 
+def _check_rms_rate(model: nn.Module, groups: list[dict]) -> None:
+    """Refuse a matrix that is exactly zero under Tiger's rate lr x RMS(theta): it would never move (LoRA's B
+    starts at 0). Sharded tensors are left unchecked: reading them would gather every shard."""
+    matrices = {id(p) for g in groups if g["kind"] == "matrices" for p in g["params"]}
+    for param_name, p in model.named_parameters():
+        if id(p) in matrices and type(p.data) is torch.Tensor and not p.is_meta and not bool(p.detach().any()):
+            raise ValueError(f"optimizer.tiger_rms_lr=True is not allowed here: {param_name} is all zeros, and Tiger's "
+                             "per-parameter rate lr x RMS(theta) = 0 would never move it (LoRA's B starts at 0); set "
+                             "optimizer.tiger_rms_lr false (rms_lr=False)")
+
+
 def build_optimizer(
     model: nn.Module,
     name: str = "adamw",
@@ -179,6 +190,8 @@ def build_optimizer(
         raise ValueError(f"optimizer.lr must be >= 0, got {lr}")
     groups = _embedding_groups(param_groups(model, weight_decay, decay_embeddings), name, lazy_embeddings,
                                embedding_optimizer, eps, embedding_lr_ratio)
+    if name == "tiger" and rms_lr:
+        _check_rms_rate(model, groups)
     betas = tuple(betas) if betas is not None else DEFAULT_BETAS[name]
     optimizer = OPTIMIZERS[name](groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink)
     set_lr(optimizer, lr)

@@ -5,7 +5,8 @@ A resumed run continues exactly: same model, same corpus and tokenizer, same lr 
   `data.dir`, `data.bpe_dropout`): the weights were trained on the run's token ids, and its prepared data is
   never replaced;
 - another schedule (`schedule.*`): the lr curve is part of the run;
-- another optimizer or embedding remedy (`OPTIMIZER_KEYS`): the saved state and param groups belong to it;
+- another optimizer, betas, eps, weight decay, embedding remedy or Tiger option (`OPTIMIZER_KEYS`): the saved
+  state and param groups belong to it, and loading them would put the run's values back without a word;
 - another LoRA rank, alpha or target list (`LORA_KEYS`), or another `trainable` list: the adapters and the
   optimizer state exist for those parameters only (the LoRA base itself is checked by its sha256 in the trainer);
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it (train/schedule.py
@@ -23,8 +24,10 @@ from pathlib import Path
 from archlab.train.config import TrainConfig
 
 DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir", "bpe_dropout")
-# what the optimizer's saved param groups hold: a checkpoint's values would silently win over new ones
-OPTIMIZER_KEYS = ("name", "lazy_embeddings", "embedding_optimizer", "embedding_lr_ratio", "tiger_rms_lr")
+# what the optimizer's saved param groups hold: `load_state_dict` puts the checkpoint's values back (only lr is set
+# again each step), so a new value would be written to config.json and silently not used
+OPTIMIZER_KEYS = ("name", "betas", "eps", "weight_decay", "decay_embeddings", "lazy_embeddings", "embedding_optimizer",
+                  "embedding_lr_ratio", "tiger_rms_lr", "tiger_nan_shrink")
 LORA_KEYS = ("lora_rank", "lora_alpha", "lora_targets")  # the adapters' shapes and scale: part of the run
 SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape", "horizon")
 
@@ -83,6 +86,7 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
     for key in OPTIMIZER_KEYS:
         new = getattr(train.optimizer, key)
         old = saved.get("optimizer", {}).get(key, new)
+        old = tuple(old) if isinstance(new, tuple) and isinstance(old, list) else old  # betas come back as a list
         if new != old:
             raise ValueError(f"--resume: optimizer.{key} {new!r} differs from the run's {old!r}; the optimizer's "
                              "state belongs to its setup: resume without changing it, or start a new --out")

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import yaml
-from torch import nn
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -33,6 +32,7 @@ from archlab.checkpoint import (
     check_weights_fit,
     latest_checkpoint,
     load_checkpoint,
+    module_training_state,
     prune_checkpoints,
     read_checkpoint_config,
     read_manifest,
@@ -98,12 +98,6 @@ class TrainResult:
     checkpoint: Path | None
     interrupted: str | None  # the signal name when SIGINT/SIGTERM stopped the run
     tokens_per_s: float
-
-
-def module_training_state(model: nn.Module) -> dict[str, dict]:
-    """Per module, the training state it keeps outside its tensors (`training_state()`: FAVOR+'s count of training
-    forwards, which decides its redraws), for state.pt; restored through `load_training_state`."""
-    return {name: m.training_state() for name, m in model.named_modules() if hasattr(m, "training_state")}
 
 
 def _data_dir(train: TrainConfig, run_dir: Path) -> Path:
