@@ -220,7 +220,8 @@ def test_an_unknown_rope_scaling_key_is_one_line_in_both_commands(command: str, 
     assert main([command, "--model.rope_scaling", '{"kind": "linear", "factor": 2, "fctor": 3}']) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"archlab {command}: error: unknown config key "), err
-    assert "rope_scaling.fctor': did you mean " in err and "rope_scaling.factor? RopeScaling has the fields kind, factor" in err
+    assert "rope_scaling.fctor': did you mean " in err
+    assert "rope_scaling.factor? RopeScaling has the fields kind, factor" in err
 
 
 def test_an_unknown_key_suggests_the_section_that_has_it_or_a_close_name() -> None:

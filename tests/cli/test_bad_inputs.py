@@ -177,7 +177,8 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
     out = capsys.readouterr()
     err = out.err.strip()
     assert "Traceback" not in out.err and "\n" not in err, out.err
-    if not any(late.replace(R, str(world)) in " ".join(argv) for late in LATE):  # refused before the memory estimate or any other line
+    # refused before the memory estimate or any other line
+    if not any(late.replace(R, str(world)) in " ".join(argv) for late in LATE):
         assert logged == [], logged
     assert err.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in err, err
     assert snapshot(world) == before and not (world / "new").exists() and not (world / "newdata").exists()
