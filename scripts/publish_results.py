@@ -180,7 +180,10 @@ INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --j
 
 def write_summary(docs: Path) -> Path:
     """docs/results/README.md: every published comparison once, its outcomes, and a link to its suite's page."""
-    rows = [row for path in sorted(docs.glob(f"*/{SUMMARY}")) for row in json.loads(path.read_text("utf-8"))]
+    pages = {path.parent.name: json.loads(path.read_text("utf-8")) for path in sorted(docs.glob(f"*/{SUMMARY}"))}
+    # a page the first rule wrote and no current run has replaced yet: listed, never counted or re-judged
+    stale = sorted(name for name, page in pages.items() if any("key" not in row for row in page))
+    rows = [row for name, page in pages.items() if name not in stale for row in page]
     unique = unique_comparisons(rows)
     lines = ["# Lab results: the lecture's claims, measured", "", INTRO, "",
              "| suite | claim | metric | arms | estimate | 90% CI | margin / min | p (Holm, suite) | outcome (suite) "
@@ -192,7 +195,7 @@ def write_summary(docs: Path) -> Path:
         lines.append(f"| [{r['suite']}]({r['suite']}.md) | {r['claim']}{also} | {r['metric']} | {r['arms']} | "
                      f"{_fmt(r['estimate'])} | {ci} | {r['size']} | {_fmt(r['p_holm'])} | {r['outcome']} | "
                      f"{_fmt(r['q'])} | {r['summary_outcome']} | {r['seeds_needed'] or '-'} | {r['narang']} |")
-    missing = [s.name for s in list_suites() if s.name not in {r["suite"] for r in rows}]
+    missing = [s.name for s in list_suites() if s.name not in {r["suite"] for r in rows} and s.name not in stale]
     tested = [r["summary_outcome"] for r in unique if r["q"] is not None]
     outside = [r["summary_outcome"] for r in unique if r["q"] is None]
     n_suites = len({r["suite"] for r in rows})
@@ -202,8 +205,12 @@ def write_summary(docs: Path) -> Path:
               + (" Outside the family: " + ", ".join(f"{outside.count(v)} {v}" for v in dict.fromkeys(outside)) + "."
                  if outside else "")
               + (f" Built-in suites not published yet: {', '.join(missing)}." if missing else ""), ""]
+    if stale:
+        lines += ["Pages still from the first rule, not yet re-run (their verdicts are neither counted nor re-judged "
+                  "here; each page says how to read them): "
+                  + ", ".join(f"[{name}]({name}.md)" for name in stale) + ".", ""]
     readings = [(path.parent.name, path.read_text(encoding="utf-8").strip())
-                for path in sorted(docs.glob(f"*/{READING}"))]
+                for path in sorted(docs.glob(f"*/{READING}")) if path.parent.name not in stale]
     if readings:
         lines += ["## Reading the numbers", ""]
         lines += [f"**[{name}]({name}.md).** {text}\n" for name, text in readings]

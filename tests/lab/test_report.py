@@ -319,10 +319,17 @@ def test_publish_counts_each_comparison_once_and_adjusts_across_suites(
     ps = sorted(u["test"]["p"] for u in family)
     want = [min(1.0, min(ps[j] * len(ps) / (j + 1) for j in range(i, len(ps)))) for i in range(len(ps))]
     assert sorted(u["q"] for u in family) == pytest.approx(want)
+    (docs / "stale").mkdir()  # a suite whose page the first rule wrote and no run has replaced yet
+    (docs / "stale" / "claims.json").write_text(json.dumps([{**first[0], "suite": "stale"}]))
+    (docs / "stale" / "reading.md").write_text("A reading of the first rule's numbers.")
+    (docs / "synthetic" / "reading.md").write_text("A reading of today's numbers.")
     publish.write_summary(docs)
     summary = (docs / "README.md").read_text()
     assert "| b beats a (also in twin) |" in summary and "10 claims from 2 suites, 9 distinct comparisons; 6 " \
         "tested:" in summary
+    assert "not yet re-run (their verdicts are neither counted nor re-judged here; each page says how to read " \
+        "them): [stale](stale.md)." in summary and "[stale](stale.md) |" not in summary
+    assert "A reading of today's numbers." in summary and "first rule's numbers" not in summary
 
 
 def test_a_looks_level_reaches_every_test_and_later_looks_replace_undecided_claims(
