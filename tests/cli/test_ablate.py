@@ -139,3 +139,13 @@ def test_slurm_flags_are_documented_and_checked_before_compute(capsys: pytest.Ca
         assert flag in text
     assert main(["ablate", "heads", "--executor", "slurm", "--slurm-cpus", "0"]) == 2
     assert capsys.readouterr().err.strip() == "archlab ablate: error: --slurm-cpus 0 is not allowed: at least 1"
+
+
+@pytest.mark.parametrize("seeds", ["0", "1", "-3"])
+def test_too_few_seeds_are_refused_in_one_line_not_taken_for_the_default(
+        seeds: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["ablate", "heads", "--budget", "tiny", "--seeds", seeds, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"archlab ablate: error: --seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict "
+                   "needs a spread)"), err
+    assert not (tmp_path / "out").exists()

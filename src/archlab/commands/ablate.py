@@ -78,7 +78,7 @@ def _plan(args: argparse.Namespace) -> Plan:
 
     recorded = read_plan(args.collect) if args.collect else {}
     budget = args.budget or recorded.get("budget") or DEFAULT_BUDGET
-    seeds = args.seeds or recorded.get("seeds")
+    seeds = args.seeds if args.seeds is not None else recorded.get("seeds")  # --seeds 0 is refused, not the default
     suite = load_suite(args.suite)
     out = args.collect or args.out or f"runs/ablate/{suite.name}-{budget}"
     if args.jobs < 1:

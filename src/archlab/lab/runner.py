@@ -153,7 +153,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
                store: str | Path | None = None, extra: dict[str, int] | None = None) -> Plan:
     """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs: every arm at
     seeds 0..seeds-1 (plus `extra` seeds per arm), each in STORE/<run_hash>."""
-    seeds = seeds or suite.seeds or budget.seeds
+    seeds = seeds if seeds is not None else suite.seeds or budget.seeds
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
     match_parameters(suite, budget)
