@@ -39,6 +39,7 @@ WITHOUT_TORCH = [
     ["inspect", "--preset", "gemma2", "--size", "tiny", "--json", "--model.rope_scaling.kind", "linear",
      "--model.rope_scaling.factor", "2"],
     ["inspect", "--config", "configs/tiny-llama.yaml", "--n_layers", "4", "--json"],
+    ["ablate", "--list"],
 ]
 
 

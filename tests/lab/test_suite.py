@@ -295,3 +295,9 @@ def test_each_tokenizer_gets_its_own_data_folder(tmp_path: Path) -> None:
         arm = plan.suite.arm(run.arm).overrides
         key = (arm["data.tokenizer"], arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None)
         assert run.keys["data.source"] == folder[key]
+
+
+def test_the_torch_free_index_lists_what_load_suite_loads() -> None:
+    from archlab.lab.suite import suite_index
+
+    assert suite_index() == [(s.name, len(s.arms), s.title) for s in list_suites()]

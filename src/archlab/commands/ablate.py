@@ -21,7 +21,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from archlab.lab.suite import BUDGETS, list_suites, load_suite, param_note
+from archlab.lab.suite import BUDGETS, load_suite, param_note, suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
@@ -68,8 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _list() -> int:
-    for suite in list_suites():
-        print(f"{suite.name:20s} {len(suite.arms):2d} arms  {suite.title}")
+    for name, arms, title in suite_index():
+        print(f"{name:20s} {arms:2d} arms  {title}")
     return 0
 
 

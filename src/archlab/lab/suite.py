@@ -225,6 +225,16 @@ def list_suites() -> list[Suite]:
     return [load_suite(p) for p in sorted(suites_dir().glob("*.yaml"))]
 
 
+def suite_index() -> list[tuple[str, int, str]]:
+    """(name, number of arms, title) of every built-in suite, read without checking its measures and timings
+    against their registries (which import torch): `archlab ablate --list`. `load_suite` checks them all."""
+    index = []
+    for path in sorted(suites_dir().glob("*.yaml")):
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+        index.append((str(tree.get("name") or path.stem), len(_arms(tree, str(path))[1]), str(tree.get("title", ""))))
+    return index
+
+
 def _require(ok: bool, where: str, message: str) -> None:
     if not ok:
         raise SuiteError(f"{where}: {message}")
