@@ -51,7 +51,8 @@ def test_bf16_advice_follows_the_step_size(monkeypatch: pytest.MonkeyPatch, capl
 def test_cli_refuses_bf16_before_any_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                          capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(hardware, "cpu_flags", lambda: set())
-    code = main(["train", "--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "run"),
+    (tmp_path / "corpus.txt").write_text("def f(x):\n    return x\n" * 50)  # a corpus that exists: bf16 is the refusal
+    code = main(["train", "--data", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "run"),
                  "--precision.dtype", "bf16", "--precision.device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("archlab train: error: precision.dtype='bf16'")

@@ -231,13 +231,15 @@ BAD_INPUTS = [
     (["--optimizer.name", "sgdx"], "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger"),
     (["--optimizer.lr", "-1"], "optimizer.lr=-1.0 is not allowed: a learning rate >= 0"),
     (["--steps", "0"], "steps=0 is not allowed: an integer from 1 to 1,000,000,000"),
-    (["--optimizer.lrr", "1"], "unknown config key 'optimizer.lrr': OptimizerConfig has the fields name, lr"),
+    (["--optimizer.lrr", "1"], r"unknown config key 'optimizer.lrr': did you mean optimizer\.lr\? OptimizerConfig has "
+     "the fields name, lr"),
     (["--optimizer.grad_clip", "abc"], "optimizer.grad_clip='abc' is not allowed: expected float"),
     (["--optimizer.name", "tiger", "--optimizer.betas", "0.9,0.99"],
      r"optimizer.betas=\[0.9, 0.99\] is not allowed: 1 value\(s\) in \[0, 1\) for tiger"),
     (["--preset", "gpt5"], "preset='gpt5' is not allowed: one of original, gpt2, llama"),
     (["--model.norm", "batchnorm"], "ModelConfig.norm='batchnorm' is not allowed"),
-    (["--model.n_layerz", "2"], "unknown config key 'model.n_layerz': ModelConfig has the fields vocab_size"),
+    (["--model.n_layerz", "2"], r"unknown config key 'model.n_layerz': did you mean model\.n_layers\? ModelConfig has "
+     "the fields vocab_size"),
     (["--data.block_size", "64"], "data.block_size=64 is not allowed: at most model.max_seq_len=32"),
     (["--data.batch_size", "6", "--optimizer.grad_accum", "4"], "must divide evenly over 1 ranks x 4"),
     (["--config", "missing.yaml"], "config file missing.yaml does not exist"),
