@@ -24,7 +24,6 @@ import logging
 import os
 import pickle
 import random
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -39,21 +38,24 @@ from torch import nn
 from archlab.data.tokenizer import Tokenizer
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
+from archlab.run_folder import (  # re-exported: where checkpoints live, found without torch
+    CHECKPOINTS,
+    MANIFEST,
+    CheckpointError,
+    checkpoint_name,
+    latest_checkpoint,
+    list_checkpoints,
+    read_checkpoint_config,
+    resolve_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
 INITIAL = "initial"  # RUN_DIR/initial/model.safetensors: step-0 weights (train key checkpoint.keep_initial)
-MANIFEST = "manifest.json"
 FILES = ("model.safetensors", "optimizer.pt", "state.pt", "config.json", "tokenizer.json")
-STEP_DIR = re.compile(r"^step_(\d{7,})$")
 TMP_PREFIX = ".tmp-"
 HASH_CHUNK = 1 << 20
 FILE_MODE = 0o644  # checkpoint files: readable like the run folder, writable by the owner
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, incomplete or corrupt; the message names the folder and file."""
 
 
 @dataclass
@@ -66,24 +68,6 @@ class Checkpoint:
     optimizer: dict
     state: dict
     config: dict
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:07d}"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Finished checkpoint folders of a run, oldest first (temp folders are not listed)."""
-    root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
 
 
 def tied_aliases(module: nn.Module) -> dict[str, str]:
@@ -320,32 +304,6 @@ def _load_tensors(file: Path) -> dict:
     except Exception as err:  # torch.load raises several unrelated types on a damaged zip
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"checkpoint {file.parent} is corrupt: {file.name} cannot be read ({first})") from err
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or a run folder's latest checkpoint."""
-    path = Path(path)
-    if (path / MANIFEST).is_file() or STEP_DIR.match(path.name):
-        return path
-    latest = latest_checkpoint(path)
-    if latest is None:
-        raise FileNotFoundError(f"{path} is neither a checkpoint nor a run folder with checkpoints "
-                                f"(no {path / CHECKPOINTS}/step_*)")
-    return latest
-
-
-def read_checkpoint_config(path: str | Path, sections: tuple[str, ...] = ("model",)) -> dict:
-    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for checks.
-    `sections` must be there (a run's checkpoint has "train" too; a model saved alone may not)."""
-    file = Path(path) / "config.json"
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt: config.json cannot be read ({err})") from err
-    for key in sections:
-        if not isinstance(config, dict) or not isinstance(config.get(key), dict):
-            raise CheckpointError(f"checkpoint {path} is corrupt: config.json has no {key!r} section")
-    return config
 
 
 def read_run_config(run_dir: str | Path) -> dict:

@@ -101,6 +101,28 @@ def test_inspect_varies_a_checkpoints_config_like_a_preset(tmp_path: Path, capsy
         assert report["params"]["total"] == parameter_counts(want)["total"]
 
 
+def test_inspect_of_a_checkpoint_or_a_hf_folder_imports_no_torch(tmp_path: Path, capsys) -> None:
+    """`inspect --checkpoint` reads config.json only (run_folder.py, interop/hf_config.py): no torch, and the same
+    report as the torch path's ModelConfig gives."""
+    from archlab.checkpoint import save_checkpoint
+    from archlab.costs import parameter_counts
+    from archlab.interop.families import FAMILIES
+    from archlab.interop.hf_config import config_to_hf
+    from archlab.nn.presets import build_preset
+
+    small = build_preset("llama", "small")
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text("{}")
+    save_checkpoint(tmp_path / "run", 1, {}, {}, {}, {"model": small.to_dict()}, tok)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config_to_hf(small, FAMILIES["llama"])[0]))
+    for source in (tmp_path / "run", tmp_path / "run" / "checkpoints" / "step_0000001", tmp_path / "hf"):
+        argv = ["inspect", "--checkpoint", str(source), "--json"]
+        out = run_without_torch(f"from archlab.cli import main\nassert main({argv!r}) == 0\n", cwd=REPO)
+        report = json.loads(out.stdout)
+        assert report["config"]["d_model"] == small.d_model and report["params"] == parameter_counts(small), source
+
+
 def test_inspect_reads_a_run_config_as_train_resolves_it(capsys) -> None:
     """`inspect --config FILE` reports the model `train --config FILE` would build (its preset, size and model.*
     keys, vocab_size from its tokenizer), with --size and model flags on top, as train layers them."""

@@ -7,9 +7,9 @@ folder instead (no weights are read).
 Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--model.FIELD value`; both go
 through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in both commands.
 
-A preset or a YAML config is inspected without importing torch (nn/config.py validates against torch-free name
-lists, nn/variants.py; costs.py is arithmetic), so it answers in a fraction of a second. `--checkpoint` imports
-the checkpoint and interop modules, which import torch, when it runs.
+Nothing here imports torch (nn/config.py validates against torch-free name lists, nn/variants.py; costs.py is
+arithmetic; `--checkpoint` reads config.json through run_folder.py or interop/hf_config.py, never the weights), so
+it answers in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
 
 def checkpoint_config(path: str) -> ModelConfig:
     """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder."""
-    from archlab.checkpoint import resolve_checkpoint  # these import torch: only this path pays for it
-    from archlab.interop import is_hf_folder, read_hf_config
+    from archlab.interop.hf_config import is_hf_folder, read_hf_config
+    from archlab.run_folder import resolve_checkpoint
 
     if not Path(path).exists():
         raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")

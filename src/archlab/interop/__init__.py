@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from archlab.interop.family import InteropError
-    from archlab.interop.folder import is_hf_folder
-    from archlab.interop.hf import from_hf, load_hf_tokenizer, read_hf_config, save_hf
+    from archlab.interop.hf import from_hf, load_hf_tokenizer, save_hf
+    from archlab.interop.hf_config import is_hf_folder, read_hf_config
 
 _EXPORTS = {
     "InteropError": "archlab.interop.family",
-    "is_hf_folder": "archlab.interop.folder",
+    "is_hf_folder": "archlab.interop.hf_config",
     "from_hf": "archlab.interop.hf",
     "load_hf_tokenizer": "archlab.interop.hf",
-    "read_hf_config": "archlab.interop.hf",
+    "read_hf_config": "archlab.interop.hf_config",
     "save_hf": "archlab.interop.hf",
 }
 __all__ = ["InteropError", "from_hf", "is_hf_folder", "load_hf_tokenizer", "read_hf_config", "save_hf"]

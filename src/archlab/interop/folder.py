@@ -27,18 +27,6 @@ HOW_TO_CONVERT = ("archlab never unpickles weights; convert them once with trans
                   "AutoModelForCausalLM.from_pretrained(DIR).save_pretrained(OUT, safe_serialization=True)")
 
 
-def is_hf_folder(path: str | Path) -> bool:
-    """Whether `path` is a Hugging Face model folder (a config.json with a model_type), not an archlab run."""
-    file = Path(path) / "config.json"
-    if not file.is_file():
-        return False
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
-    return isinstance(config, dict) and "model_type" in config and "model" not in config
-
-
 class HFFolder:
     """The config and the weight headers of a folder; `get(key)` reads one tensor."""
 

@@ -21,33 +21,13 @@ from archlab.data.tokenizer import Tokenizer
 from archlab.interop.families import FAMILIES, READ_ONLY
 from archlab.interop.family import Family, InteropError
 from archlab.interop.folder import HFFolder, write_folder
-from archlab.interop.hf_config import config_diff, config_from_hf, config_to_hf
+from archlab.interop.hf_config import config_diff, config_from_hf, config_to_hf, family_of
 from archlab.interop.weights import export_state, load_state
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
                torch.float64: "float64"}
-
-
-def family_of(hf_config: dict) -> Family:
-    """The family table of a config.json, by its model_type."""
-    model_type = hf_config.get("model_type")
-    if model_type in READ_ONLY:
-        return READ_ONLY[model_type]
-    if model_type not in FAMILIES:
-        raise InteropError(f"model_type {model_type!r} is not supported: one of {', '.join([*FAMILIES, *READ_ONLY])}")
-    return FAMILIES[model_type]
-
-
-def read_hf_config(path: str | Path) -> ModelConfig:
-    """The ModelConfig of a Hugging Face folder's config.json (no weights read)."""
-    file = Path(path) / "config.json"
-    try:
-        folder_config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise InteropError(f"{file} cannot be read as JSON ({err})") from err
-    return config_from_hf(folder_config, family_of(folder_config))
 
 
 def from_hf(path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> TransformerLM:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
+from archlab.interop.families import FAMILIES, READ_ONLY
 from archlab.interop.family import (
     FULL,
     MISSING,
@@ -203,3 +205,35 @@ def config_diff(config: ModelConfig, family: Family) -> list[str]:
         return [str(err)]
     ours, theirs = canonical(config), canonical(back)
     return [f"{k}={ours[k]!r} ({family.model_type} gives {theirs.get(k)!r})" for k in ours if ours[k] != theirs.get(k)]
+
+
+def is_hf_folder(path: str | Path) -> bool:
+    """Whether `path` is a Hugging Face model folder (a config.json with a model_type), not an archlab run."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return False
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(config, dict) and "model_type" in config and "model" not in config
+
+
+def family_of(hf_config: dict) -> Family:
+    """The family table of a config.json, by its model_type."""
+    model_type = hf_config.get("model_type")
+    if model_type in READ_ONLY:
+        return READ_ONLY[model_type]
+    if model_type not in FAMILIES:
+        raise InteropError(f"model_type {model_type!r} is not supported: one of {', '.join([*FAMILIES, *READ_ONLY])}")
+    return FAMILIES[model_type]
+
+
+def read_hf_config(path: str | Path) -> ModelConfig:
+    """The ModelConfig of a Hugging Face folder's config.json (no weights read)."""
+    file = Path(path) / "config.json"
+    try:
+        folder_config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise InteropError(f"{file} cannot be read as JSON ({err})") from err
+    return config_from_hf(folder_config, family_of(folder_config))

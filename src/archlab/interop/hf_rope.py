@@ -21,8 +21,7 @@ from typing import Any
 
 from archlab.interop.family import FIXED_THETA, FULL, SLIDING, Family, InteropError, shortest_period, unsupported
 from archlab.nn.config import ModelConfig
-from archlab.nn.rope import ntk_theta
-from archlab.nn.rope_scaling import RopeScaling
+from archlab.nn.rope_scaling import RopeScaling, ntk_theta
 
 # kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default` with the
 # stretched base, see rope_to_hf); every kind of nn/rope_scaling.py ROPE_KINDS is here or in HF_ROPE_REFUSED

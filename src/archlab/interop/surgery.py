@@ -20,8 +20,8 @@ import torch
 
 from archlab.checkpoint import load_model, resolve_checkpoint
 from archlab.interop.family import InteropError
-from archlab.interop.folder import is_hf_folder
 from archlab.interop.hf import from_hf
+from archlab.interop.hf_config import is_hf_folder
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 

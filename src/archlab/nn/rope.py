@@ -51,7 +51,7 @@ from typing import ClassVar, Protocol
 import torch
 import torch.nn as nn
 
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling, ntk_theta
 
 MAX_TABLE_POSITIONS = 8192  # longest precomputed cos/sin table (2 x 8192 x d_rot floats); later positions are computed
 
@@ -70,11 +70,6 @@ def no_scaling(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Te
 def linear(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
     """Position Interpolation: positions / s, i.e. every frequency / s."""
     return base_inv_freq(d_rot, theta) / scaling.factor, 1.0
-
-
-def ntk_theta(theta: float, d_rot: int, factor: float) -> float:
-    """NTK-aware base b' = b * s^(d/(d-2)): the lowest frequency is interpolated by exactly s."""
-    return theta * factor ** (d_rot / (d_rot - 2))
 
 
 def ntk(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:

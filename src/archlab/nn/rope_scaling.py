@@ -85,6 +85,12 @@ class RopeScaling:
                 raise _bad(name, getattr(self, name), "None or a number >= 0")
 
 
+def ntk_theta(theta: float, d_rot: int, factor: float) -> float:
+    """NTK-aware base b' = b * s^(d/(d-2)): the lowest frequency is interpolated by exactly s (nn/rope.py's
+    tables and the Hugging Face export of a static NTK scaling use it; arithmetic, no torch)."""
+    return theta * factor ** (d_rot / (d_rot - 2))
+
+
 def stretched_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
     """Tokens a model with this scaling handles: the stretched length factor * L0 (at least max_seq_len)."""
     return max(max_seq_len, int((scaling.original_max_seq_len or max_seq_len) * scaling.factor))
