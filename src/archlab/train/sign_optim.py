@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from archlab.train.variants import NAN_SHRINK
+from archlab.train.variants import DEFAULT_BETAS, NAN_SHRINK
 
 GROUP_KINDS = ("matrices", "tables", "gains", "biases")  # what a parameter is (train/optim.py param_groups)
 VECTOR_LR = 0.5  # Tiger's rate for gains and biases, relative to lr (bojone/tiger)
-ADAMW_BETAS = (0.9, 0.95)  # the embedding's AdamW in a mixed optimizer (train/variants.py DEFAULT_BETAS["adamw"])
+ADAMW_BETAS = DEFAULT_BETAS["adamw"]  # the embedding's AdamW in a mixed optimizer: plain AdamW's defaults
 
 
 def _use_foreach(params: list[torch.Tensor]) -> bool:
