@@ -62,11 +62,13 @@ class DataSpec:
     max_files: int | None
     out: Path
     prepared: bool = False  # the source already is a prepared folder: used as it is
+    bpe_dropout: float = 0.0  # the train split encoded with BPE-dropout: a folder of its own (val stays plain)
 
     def command(self) -> list[str]:
         cmd = ["archlab", "data", "prepare", "--data", self.source, "--tokenizer", self.tokenizer,
                "--vocab-size", str(self.vocab_size), "--val-fraction", str(self.val_fraction)]
-        return cmd + (["--max-files", str(self.max_files)] if self.max_files else []) + ["--out", str(self.out)]
+        cmd += ["--max-files", str(self.max_files)] if self.max_files else []
+        return cmd + (["--bpe-dropout", f"{self.bpe_dropout:g}"] if self.bpe_dropout else []) + ["--out", str(self.out)]
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: a plan holds each run once
@@ -115,9 +117,12 @@ def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
     if (Path(d.source) / "meta.json").is_file():
         return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, None, Path(d.source), prepared=True)
     tok = {"byte": "byte", "bpe": f"bpe{d.vocab_size}"}.get(d.tokenizer, "file")
-    request = json.dumps([d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files])
+    # bpe_dropout enters the request only when set, so the folders prepared before it keep their names
+    request = json.dumps([d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files]
+                         + ([d.bpe_dropout] if d.bpe_dropout else []))
     name = f"{tok}-{hashlib.sha1(request.encode()).hexdigest()[:8]}"  # arms with other data never share a folder
-    return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files, out / "data" / name)
+    return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, budget.max_files, out / "data" / name,
+                    bpe_dropout=d.bpe_dropout)
 
 
 STORE_VERSION = 1  # raise when a default of TrainConfig or ModelConfig changes what a run trains
@@ -199,7 +204,8 @@ def read_plan(out: str | Path) -> dict:
 def prepare(plan: Plan) -> None:
     """Tokenize each data folder once (reused when already prepared with the same request)."""
     for d in (d for d in plan.data if not d.prepared):
-        prepare_data(d.source, d.out, d.tokenizer, d.vocab_size, d.val_fraction, max_files=d.max_files)
+        prepare_data(d.source, d.out, d.tokenizer, d.vocab_size, d.val_fraction, max_files=d.max_files,
+                     bpe_dropout=d.bpe_dropout)
 
 
 # ------------------------------------------------------------------------------------------ state
