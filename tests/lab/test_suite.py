@@ -288,12 +288,15 @@ def test_one_seed_is_refused(tmp_path: Path) -> None:
 
 
 def test_each_tokenizer_gets_its_own_data_folder(tmp_path: Path) -> None:
+    # Four tokenizers, and the BPE-dropout arm's training split is tokenized apart from bpe32k's plain one.
     plan = plan_suite(load_suite("vocab"), BUDGETS["tiny"], tmp_path)
-    assert len({d.out for d in plan.data}) == 4
-    folder = {(d.tokenizer, d.vocab_size if d.tokenizer == "bpe" else None): str(d.out) for d in plan.data}
+    assert len({d.out for d in plan.data}) == 5
+    folder = {(d.tokenizer, d.vocab_size if d.tokenizer == "bpe" else None, d.bpe_dropout): str(d.out)
+              for d in plan.data}
     for run in plan.runs:
         arm = plan.suite.arm(run.arm).overrides
-        key = (arm["data.tokenizer"], arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None)
+        key = (arm["data.tokenizer"], arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None,
+               arm.get("data.bpe_dropout", 0.0))
         assert run.keys["data.source"] == folder[key]
 
 
