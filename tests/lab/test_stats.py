@@ -100,8 +100,14 @@ def test_non_inferiority_bound_against_the_margin():
     assert stats.test_claim(B, A, expect="same", better="lower", margin=0.051).outcome == stats.INCONCLUSIVE
     lower = 0.03 - t95 * se  # 0.008518: worse than a margin of 0.008 with confidence
     assert stats.test_claim(B, A, expect="same", better="lower", margin=lower - 1e-4).outcome == stats.CONTRADICTED
+    # inconclusive at 4 seeds: the plan is the seeds at which the bound clears the margin at the observed 0.03,
+    # not at a true difference of 0 (which would ask for the 4 seeds it already had)
     inconclusive = stats.test_claim(B, A, expect="same", better="lower", margin=0.04)
-    assert inconclusive.seeds_needed == stats.seeds_needed(0.04, 2 * se, alpha=0.05)
+    assert inconclusive.seeds_needed == stats.seeds_needed(0.04 - 0.03, 2 * se, alpha=0.05) > 4
+    assert stats.seeds_needed(0.04, 2 * se, alpha=0.05) == 4
+    beyond = stats.test_claim(B, A, expect="same", better="lower", margin=0.02)  # estimate beyond: to contradict
+    assert beyond.outcome == stats.INCONCLUSIVE
+    assert beyond.seeds_needed == stats.seeds_needed(0.03 - 0.02, 2 * se, alpha=0.05)
     # higher is better: b's values lower by 0.03 are the worse side again
     assert stats.test_claim(A, B, expect="same", better="higher", margin=0.052).outcome == stats.CONFIRMED
 

@@ -23,8 +23,11 @@ simulated error rates.
 - inconclusive outcomes carry `seeds_needed`: the seeds per arm for 80% power (`power.seeds_needed`, noncentral t)
   with the observed sd of the differences (or the pooled sigma_eps * sqrt(2)). The planning effect is min_effect
   when > 0, else the observed |estimate| (optimistic: the winner's curse inflates observed effects), for "better";
-  margin at a true difference of 0 for "same"; for "equivalent", 90% power for each one-sided test, which gives
-  the TOST at least 80%. Because "better" also needs the estimate to reach min_effect, a true effect of exactly
+  for "same" and "equivalent" the observed distance from the estimate to the margin (|margin - w|, with |w| for
+  "equivalent"), so the plan is the seeds at which the bound leaves the margin on the side the estimate lies:
+  confirming when the estimate is inside the margin, contradicting when beyond it (planning at a true difference
+  of 0 instead would ask for fewer seeds than an inconclusive claim already had whenever its estimate is near the
+  margin); for "equivalent", 90% power for each one-sided test, which gives the TOST at least 80%. Because "better" also needs the estimate to reach min_effect, a true effect of exactly
   min_effect is confirmed at most about half the time whatever the seeds; the planned n gives 80% to the test.
 - Degenerate inputs: NaN or infinite values raise ValueError (diverged runs go to `rank_test`); fewer than 2 pairs
   without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties:
@@ -192,8 +195,12 @@ def _plan(test: ClaimTest, level: float) -> int | None:
         if effect <= 1e-9 * test.sigma_d:  # an estimate at rounding level (arms equal per seed): no effect to plan
             return None
         return seeds_needed(effect, test.sigma_d, alpha=level, power=PLAN_POWER, arms=test.arms)
+    w = test.estimate if test.better == "lower" else -test.estimate  # > 0: the arm is worse
+    distance = abs(test.margin - (w if test.expect == "same" else abs(w)))  # from the estimate to the margin
+    if distance <= 1e-9 * test.sigma_d:  # the estimate sits on the margin: no number of seeds decides it
+        return None
     each = PLAN_POWER if test.expect == "same" else 1.0 - (1.0 - PLAN_POWER) / 2.0
-    return seeds_needed(test.margin, test.sigma_d, alpha=level, power=each, arms=test.arms)
+    return seeds_needed(distance, test.sigma_d, alpha=level, power=each, arms=test.arms)
 
 
 def _judge(test: ClaimTest, p: float, p_contra: float, plan_level: float, **fields: object) -> ClaimTest:
