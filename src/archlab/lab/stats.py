@@ -27,8 +27,9 @@ simulated error rates.
   "equivalent"), so the plan is the seeds at which the bound leaves the margin on the side the estimate lies:
   confirming when the estimate is inside the margin, contradicting when beyond it (planning at a true difference
   of 0 instead would ask for fewer seeds than an inconclusive claim already had whenever its estimate is near the
-  margin); for "equivalent", 90% power for each one-sided test, which gives the TOST at least 80%. Because "better" also needs the estimate to reach min_effect, a true effect of exactly
-  min_effect is confirmed at most about half the time whatever the seeds; the planned n gives 80% to the test.
+  margin); for "equivalent", 90% power for each one-sided test, which gives the TOST at least 80%.
+  Because "better" also needs the estimate to reach min_effect, a true effect of exactly min_effect is confirmed
+  at most about half the time whatever the seeds; the planned n gives 80% to the test.
 - Degenerate inputs: NaN or infinite values raise ValueError (diverged runs go to `rank_test`); fewer than 2 pairs
   without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties:
   the sd is within float rounding of 0) give "untestable by this design" with p NaN, never p = 0: a stochastic
