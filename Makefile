@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_generate.py --sizes llama --prompt-lens 128 --new-tokens 256 --repeats 9 \
 		| tee benchmarks/results/generate_llama.md
 	$(BIN)/python benchmarks/bench_inv_leaky.py
+	$(BIN)/python benchmarks/bench_rerope_read.py
 
 # a couple of minutes: one small Llama shape, archlab vs transformers vs nanoGPT-style (train_step_quick.md)
 bench-quick: $(STAMP)

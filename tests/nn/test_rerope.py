@@ -11,8 +11,9 @@ import torch
 
 from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.infer.generate import left_pad
+from archlab.nn import attention_kernels
 from archlab.nn.functional import softmax
-from archlab.nn.rerope import relative_positions
+from archlab.nn.rerope import ReRopePositions, relative_positions
 from archlab.nn.rope import base_inv_freq
 from tests.nn.test_kv_cache import cached_logits
 
@@ -74,7 +75,11 @@ def reference_attention(attn: torch.nn.Module, x: torch.Tensor, P: torch.Tensor,
 @pytest.mark.parametrize("scaling", KINDS, ids=lambda s: s.kind)
 @pytest.mark.parametrize("layout,fraction,kv", [("half", 1.0, 4), ("interleaved", 1.0, 2), ("half", 0.5, 1),
                                                 ("interleaved", 0.5, 4)])
-def test_attention_equals_the_float64_reference(scaling: RopeScaling, layout: str, fraction: float, kv: int) -> None:
+@pytest.mark.parametrize("chunk", [None, 5], ids=["one-pass", "query-chunks"])
+def test_attention_equals_the_float64_reference(scaling: RopeScaling, layout: str, fraction: float, kv: int,
+                                                chunk: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    if chunk is not None:  # the eager kernel scores T = 24 queries in chunks of 5 (the last one 4)
+        monkeypatch.setattr(attention_kernels, "SCORE_CHUNK", chunk)
     model = tiny(rope_scaling=scaling, rope_layout=layout, rope_fraction=fraction, n_kv_heads=kv)
     x = torch.randn(2, T, 32)
     inputs = model.attention_inputs(torch.arange(T).expand(2, T))[0]
@@ -112,8 +117,39 @@ def test_cached_decoding_equals_the_full_forward_past_the_window(scaling: RopeSc
         torch.testing.assert_close(cached_logits(model, x, chunks), full, **TOL)
 
 
+@pytest.mark.parametrize("fields", [dict(rope_scaling=KINDS[0], n_kv_heads=2), dict(rope_scaling=KINDS[1]),
+                                    dict(rope_scaling=KINDS[0], block="gau", n_heads=1),
+                                    dict(rope_scaling=RopeScaling("inv_leaky_rerope", 4.0, window=W), train=True)],
+                         ids=["rerope-gqa", "leaky", "rerope-gau", "inv-leaky-training"])
+def test_query_chunks_equal_one_pass(fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan-scored attention over more queries than SCORE_CHUNK is scored chunk by chunk, each chunk over the keys
+    up to its last query under the plain causal mask: the logits equal one pass, prefill and cache alike."""
+    train = fields.pop("train", False)
+    model = tiny(**fields).train(train)
+    x = ids()
+    with torch.no_grad():
+        whole = model(x)
+    assert T < attention_kernels.SCORE_CHUNK  # the one pass above was one pass
+    calls, rows = [], ReRopePositions.rows
+    monkeypatch.setattr(ReRopePositions, "rows", lambda self, a, b, keys: calls.append((a, b, keys)) or rows(
+        self, a, b, keys))
+    monkeypatch.setattr(attention_kernels, "SCORE_CHUNK", 5)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), whole, **TOL)
+    layers = model.config.n_layers
+    assert calls == [(a, min(a + 5, T), min(a + 5, T)) for a in range(0, T, 5)] * layers  # keys stop at the chunk
+    if not train:  # prefill 10 (causal: keys truncated), then 14 queries at offset 10 under the cache's mask
+        calls.clear()
+        torch.testing.assert_close(cached_logits(model, x, (10, 14)), whole, **TOL)
+        assert calls == [(0, 5, 5), (5, 10, 10)] * layers + [(0, 5, T), (5, 10, T), (10, 14, T)] * layers
+
+
 @pytest.mark.parametrize("scaling", KINDS, ids=lambda s: s.kind)
-def test_left_padded_batch_equals_each_row_alone(scaling: RopeScaling) -> None:
+@pytest.mark.parametrize("chunk", [None, 4], ids=["one-pass", "query-chunks"])
+def test_left_padded_batch_equals_each_row_alone(scaling: RopeScaling, chunk: int | None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if chunk is not None:  # an explicit (padding) mask: chunks of queries over every key
+        monkeypatch.setattr(attention_kernels, "SCORE_CHUNK", chunk)
     model = tiny(rope_scaling=scaling)
     prompts = [ids(1, n, seed=n)[0].tolist() for n in (3, 11, 7)]
     steps = ids(3, 6, seed=2)

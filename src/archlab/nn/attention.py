@@ -121,8 +121,9 @@ class Attention(nn.Module):
         rope = inp.rope
         if rope is not None and rope.rotates_cached_keys:
             k = rope.rotate_cached_keys(k)  # (B, K, S, Dh)
-        scores = rope.scores if rope is not None and rope.computes_scores else None
+        plan = rope if rope is not None and rope.computes_scores else None
+        scores, chunk = (None, None) if plan is None else (plan.scores, lambda a, b, s: plan.rows(a, b, s).scores)
         call = KernelCall(self.scale, inp.mask, inp.bias, self.softcap, self.dropout if self.training else 0.0,
-                          scores)
+                          scores, chunk)
         kernel = self.kernel if scores is None else self.scoring_kernel  # sdpa never takes a plan's scores
         return kernel(q, k, v, call)  # (B, T, H*Dh)

@@ -79,6 +79,18 @@ class ReRopePositions:
         k_far = k if self.k_cos_far is None else apply_rope(k, self.k_cos_far, self.k_sin_far, self.layout)
         return q_near, k_near, q_far, k_far
 
+    def rows(self, start: int, stop: int, keys: int) -> ReRopePositions:
+        """The plan of queries start:stop attending to the first `keys` keys (the eager kernel's query chunks)."""
+        def q(t: torch.Tensor) -> torch.Tensor:
+            return t[:, :, start:stop]
+
+        def k(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[:, :, :keys]
+
+        return ReRopePositions(q(self.q_cos), q(self.q_sin), q(self.q_cos_far), q(self.q_sin_far), k(self.k_cos),
+                               k(self.k_sin), k(self.k_cos_far), k(self.k_sin_far),
+                               self.in_window[:, :, start:stop, :keys], self.layout)
+
     def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """q (B, H, T, Dh), k (B, K, S, Dh), unrotated -> q_m . R(P(m, n)) k_n (B, H, T, S), query head h reading
         K/V head h // (H / K). Keys are rotated once per K/V head and the H / K query heads of a group are

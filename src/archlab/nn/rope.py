@@ -332,6 +332,10 @@ class ScoringPlan(PositionPlan, Protocol):
         """q (B, H, T, Dh), k (B, K, S, Dh) -> unscaled q . k scores (B, H, T, S)."""
         ...
 
+    def rows(self, start: int, stop: int, keys: int) -> ScoringPlan:
+        """The plan of queries start:stop over the first `keys` keys (the eager kernel scores in query chunks)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RopePositions:
