@@ -97,6 +97,32 @@ def test_timings_are_taken_in_rounds_over_all_runs_keeping_each_runs_best(
     assert calls == []  # kept: a second report times nothing again
 
 
+def test_jobs_measure_runs_in_other_processes_with_the_same_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--jobs 2 takes the untimed measures in a pool of fresh processes: none in this one (its measure_run is
+    replaced by one that fails), each run's own values, cached as one process would have cached them."""
+    (tmp_path / "synthetic.yaml").write_text(TIMED_SUITE.replace("[val_loss, step_ms]", "[val_loss, train_loss]"))
+    plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
+    _fake_runs(plan)
+    for i, run in enumerate(plan.runs):  # each run its own last three losses: mean 2 + i
+        rows = [{"step": s, "kind": "train", "loss": 2.0 + i + d} for s, d in ((2, -1.0), (4, 0.0), (6, 1.0))]
+        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def in_this_process(*args: object) -> dict:
+        raise AssertionError("measured in the parent process")
+
+    monkeypatch.setattr(runner, "measure_run", in_this_process)
+    measured = measure_plan(plan, jobs=2)
+    for i, run in enumerate(plan.runs):
+        assert measured[run]["train_loss"] == pytest.approx(2.0 + i)
+        assert json.loads((run.run_dir / MEASURED).read_text())["train_loss"] == pytest.approx(2.0 + i)
+    with pytest.raises(AssertionError, match="parent process"):  # one job: measured here, as before
+        for run in plan.runs:
+            (run.run_dir / MEASURED).unlink()
+        measure_plan(plan, jobs=1)
+
+
 def test_best_follows_each_measures_direction() -> None:
     assert MEASURES["step_ms"].best(3.0, 2.0) == 2.0 and MEASURES["decode_tok_s"].best(3.0, 2.0) == 3.0
     assert MEASURES["step_ms"].best(None, 2.0) is None  # n/a for the run (no checkpoint) stays n/a

@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         plan, results = _train_and_judge(args, plan)
-        measured = measure_plan(plan, lambda r: print(f"measuring {r.arm}/seed{r.seed}", file=sys.stderr))
+        measured = measure_plan(plan, lambda r: print(f"measuring {r.arm}/seed{r.seed}", file=sys.stderr),
+                                args.jobs)
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)
         return 1
@@ -184,7 +185,7 @@ def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list |
     levels = planning.look_levels(args.sequential)
     first_plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store)
     timings = measure_timings(first_plan)
-    first = judge(first_plan, measure_plan(first_plan), timings, alpha=levels[0])
+    first = judge(first_plan, measure_plan(first_plan, jobs=args.jobs), timings, alpha=levels[0])
     planning.record_look(plan.out, args.sequential, levels, 1, first)
     extra = planning.extra_seeds(first_plan, first)
     print(f"sequential ({args.sequential}, one-sided levels {levels[0]:.4g} then {levels[1]:.4g}): first look at "
@@ -196,6 +197,6 @@ def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list |
         _train(args, plan)
     undecided = [r.claim for r in first if r.claim.text in {c.text for c in plan.suite.claims}
                  and r.outcome == "inconclusive" and r.test is not None]
-    second = judge(plan, measure_plan(plan), timings, alpha=levels[1], claims=undecided)
+    second = judge(plan, measure_plan(plan, jobs=args.jobs), timings, alpha=levels[1], claims=undecided)
     planning.record_look(plan.out, args.sequential, levels, 2, second)
     return plan, planning.sequential_results(first, second, levels)

@@ -14,17 +14,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
+from archlab.lab import measure as lab_measure  # the workers' entry point, by its module's name
 from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run, read_measured, write_measured
 from archlab.lab.suite import (
     Arm,
@@ -333,11 +336,14 @@ def _progress(plan: Plan, todo: list[RunSpec], running: dict, done: int, total: 
 
 
 # ------------------------------------------------------------------------------------------ measuring
-def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) -> dict[RunSpec, dict]:
+def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None, jobs: int = 1
+                 ) -> dict[RunSpec, dict]:
     """The suite's measures for every run, computed once and kept in RUN/lab-measures.json.
 
     Runs are visited seed by seed (arms interleaved), so a slow spell of the machine hits all arms alike; timing
-    measures are then taken in TIMING_ROUNDS such rounds, each run keeping its best round."""
+    measures are then taken in TIMING_ROUNDS such rounds, each run keeping its best round. With `jobs` > 1 the
+    untimed measures of `jobs` runs are taken at once, each run in a process of its own with one thread (as the
+    runs trained); timings always run one at a time in this process, so nothing else competes with the clock."""
     missing = [str(r.run_dir) for r in plan.runs if not is_done(r)]
     if missing:
         raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
@@ -345,13 +351,14 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
     order = sorted(plan.runs, key=lambda r: r.seed)
     cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
     timed = {run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing] for run in order}
+    wanted = {run: [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
+              for run in order}
     for run in order:
-        wanted = [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
-        if (wanted or timed[run]) and on_run is not None:
+        if (wanted[run] or timed[run]) and on_run is not None:
             on_run(run)
-        if wanted:
-            cached[run].update(measure_run(run.run_dir, wanted, plan.budget.measure_windows))
-            write_measured(run.run_dir, cached[run])
+    for run, values in _measured(plan, [r for r in order if wanted[r]], wanted, jobs):
+        cached[run].update(values)
+        write_measured(run.run_dir, cached[run])
     best: dict[RunSpec, dict] = {run: {} for run in order}
     for _ in range(TIMING_ROUNDS if any(timed.values()) else 0):
         for run in (r for r in order if timed[r]):
@@ -362,6 +369,20 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None) ->
             cached[run].update(best[run])
             write_measured(run.run_dir, cached[run])
     return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}  # None: n/a
+
+
+def _measured(plan: Plan, runs: list[RunSpec], wanted: dict[RunSpec, list[str]], jobs: int
+              ) -> Iterator[tuple[RunSpec, dict]]:
+    """(run, its `wanted` measures) for each of `runs`, in this process or, with jobs > 1, in a pool of `jobs`
+    fresh processes (spawned: a forked copy of a parent that has run torch can hang), as each run finishes."""
+    windows = plan.budget.measure_windows
+    if jobs <= 1 or len(runs) <= 1:
+        yield from ((run, measure_run(run.run_dir, wanted[run], windows)) for run in runs)
+        return
+    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(lab_measure.measure_run, run.run_dir, wanted[run], windows): run for run in runs}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
 
 
 TIMED = "lab-timings.json"  # in the suite's folder: every timing's paired times, so a re-report does not redo them
