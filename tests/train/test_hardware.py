@@ -69,10 +69,25 @@ def test_cli_refuses_bf16_before_any_work(monkeypatch: pytest.MonkeyPatch, tmp_p
 ])
 def test_thread_rule(monkeypatch: pytest.MonkeyPatch, flops: float, cores: int, load: float, requested: int,
                      want: int) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(hardware, "physical_cores", lambda: cores)
     monkeypatch.setattr(hardware, "busy_cores", lambda: load)
     n, why = hardware.pick_threads(flops, requested)
     assert n == want and why
+
+
+@pytest.mark.parametrize("omp, requested, want", [
+    ("1", 0, 1),  # the lab's --jobs 2 starts each run with 1: kept on an idle 2-core machine
+    ("3", 0, 3),
+    ("1", 2, 2),  # precision.threads still wins
+    ("0", 0, 2), ("", 0, 2), ("four", 0, 2),  # not a positive count: the load rule
+])
+def test_an_omp_cap_set_by_the_caller_is_kept(monkeypatch: pytest.MonkeyPatch, omp: str, requested: int,
+                                              want: int) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    monkeypatch.setattr(hardware, "physical_cores", lambda: 2)
+    monkeypatch.setattr(hardware, "busy_cores", lambda: 0.0)  # two runs started together both see an idle machine
+    assert hardware.pick_threads(1e12, requested)[0] == want
 
 
 def test_busy_cores_reads_the_non_idle_share_of_each_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

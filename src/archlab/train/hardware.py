@@ -10,7 +10,9 @@ rules, measured on 2-core machines quiet and shared (docs/performance.md): below
 matmul work per step, one thread (the per-op fork/join costs more than it saves); otherwise the physical
 cores not already busy, sampled from /proc/stat at the start (a busy core makes the other threads spin-wait
 on it).
-`precision.threads N` overrides both.
+`precision.threads N` overrides both, and so does an `OMP_NUM_THREADS` the caller set (the lab's `--jobs N` starts
+each run with 1): without it, two runs started together each saw an idle machine and took both cores, four
+threads on two cores at half the speed of one each.
 """
 
 from __future__ import annotations
@@ -141,6 +143,9 @@ def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
     """CPU threads for a training step doing `step_flops` of matmul work, and the reason, for the log."""
     if requested > 0:
         return requested, "precision.threads"
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) > 0:  # the caller's cap (lab --jobs): the load seen at start does not know it
+        return int(omp), "OMP_NUM_THREADS"
     if step_flops < SMALL_STEP_FLOPS:
         return 1, f"small step ({step_flops / 1e9:.3f} GFLOP < {SMALL_STEP_FLOPS / 1e9:.1f})"
     cores, load = physical_cores(), busy_cores()
