@@ -117,9 +117,9 @@ def test_jobs_measure_runs_in_other_processes_with_the_same_values(
     for i, run in enumerate(plan.runs):
         assert measured[run]["train_loss"] == pytest.approx(2.0 + i)
         assert json.loads((run.run_dir / MEASURED).read_text())["train_loss"] == pytest.approx(2.0 + i)
+    for run in plan.runs:
+        (run.run_dir / MEASURED).unlink()
     with pytest.raises(AssertionError, match="parent process"):  # one job: measured here, as before
-        for run in plan.runs:
-            (run.run_dir / MEASURED).unlink()
         measure_plan(plan, jobs=1)
 
 
