@@ -20,10 +20,10 @@ from scipy import stats as sp
 
 from archlab.lab import stats
 from archlab.lab.measure import write_measured
-from archlab.lab.report import write_report
+from archlab.lab.report import claim_table, write_report
 from archlab.lab.runner import TIMED, Plan, measure_plan, plan_suite, write_plan
 from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
-from archlab.lab.verdicts import factorial_anova, judge, narang_agreement
+from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
 
 SUITE = """
 name: synthetic
@@ -160,6 +160,17 @@ def test_formulas_and_untestable_claims_stay_outside_the_family(report: tuple[Pl
     md = (plan.out / "results.md").read_text()
     assert "5 tested claims: 3 confirmed, 1 inconclusive, 1 contradicted. Outside the family (not tallied): " \
            "1 by construction, 2 untestable by this design." in md
+
+
+def test_the_needs_column_says_when_no_seed_count_would_confirm_a_claim() -> None:
+    claim = Claim("far better", "acc_8x_plain", "a", "b", min_effect=0.05, direction="higher")
+    b = [0.30, 0.31, 0.29]
+    short = stats.test_claim([0.32, 0.30, 0.31], b, expect="better", better="higher", min_effect=0.05)
+    row = claim_table([ClaimResult(claim, short, short.outcome, short.estimate)])[1][0]
+    assert short.outcome == stats.INCONCLUSIVE and row[11] == "none: the estimate is short of the min effect"
+    reaches = stats.test_claim([0.42, 0.33, 0.38], b, expect="better", better="higher", min_effect=0.05)
+    row = claim_table([ClaimResult(claim, reaches, reaches.outcome, reaches.estimate)])[1][0]
+    assert reaches.outcome == stats.INCONCLUSIVE and row[11] == f"{reaches.seeds_needed} seeds per arm"
 
 
 def test_narang_agreement_needs_a_decision() -> None:

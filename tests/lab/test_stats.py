@@ -87,7 +87,30 @@ def test_an_estimate_exactly_at_min_effect_reaches_it():
     assert at.outcome == stats.CONFIRMED
     short = stats.test_claim(a, b, expect="better", better="lower", min_effect=math.nextafter(0.5, 1.0))
     assert short.outcome == stats.INCONCLUSIVE  # significant, but the estimate falls short of min_effect
-    assert short.seeds_needed == stats.seeds_needed(math.nextafter(0.5, 1.0), 0.25, alpha=0.05)
+    assert short.short_of_min_effect and short.seeds_needed is None  # no seed count would confirm it
+    assert not at.short_of_min_effect
+
+
+def test_an_estimate_that_reaches_min_effect_without_significance_is_planned_at_min_effect():
+    b = [2.0, 2.0, 2.0]
+    a = [1.0, 2.2, 1.3]  # d = -1.0, 0.2, -0.7: mean -0.5 reaches 0.3, but the spread leaves p above 0.05
+    result = stats.test_claim(a, b, expect="better", better="lower", min_effect=0.3)
+    assert result.outcome == stats.INCONCLUSIVE and not result.short_of_min_effect
+    assert result.seeds_needed == stats.seeds_needed(0.3, float(np.std(np.subtract(a, b), ddof=1)), alpha=0.05)
+    higher = stats.test_claim([3.0, 1.8, 2.7], b, expect="better", better="higher", min_effect=0.6)
+    assert higher.short_of_min_effect and higher.seeds_needed is None  # +0.5 < 0.6, the higher-is-better side
+
+
+def test_below_min_effect_more_seeds_confirm_less_often():
+    # why a claim short of its min_effect gets no plan: at a true effect of 0.8 min_effect, the share confirmed
+    # falls as the seeds grow (the estimate concentrates below min_effect), so no n reaches 80%
+    rng = np.random.default_rng(0)
+    rates = []
+    for n in (3, 12, 48):
+        d = rng.normal(-0.8, 0.5, size=(2000, n))
+        rates.append(np.mean([stats.test_claim(row, np.zeros(n), expect="better", better="lower",
+                                               min_effect=1.0).outcome == stats.CONFIRMED for row in d]))
+    assert rates[0] > rates[1] > rates[2] and rates[0] < 0.5 and rates[2] < 0.01
 
 
 def test_non_inferiority_bound_against_the_margin():

@@ -61,6 +61,13 @@ class ClaimTest:
         return self.outcome in (CONFIRMED, CONTRADICTED)
 
     @property
+    def short_of_min_effect(self) -> bool:
+        """A "better" claim whose estimate falls short of its min_effect: more seeds would not confirm it at this
+        estimate (confirming needs the estimate to reach min_effect), so it gets no seed plan."""
+        gain = -self.estimate if self.better == "lower" else self.estimate
+        return self.expect == "better" and self.min_effect > 0 and gain < self.min_effect
+
+    @property
     def in_family(self) -> bool:
         """Whether the test belongs to a multiplicity family (untestable and by-construction claims do not)."""
         return self.outcome not in (UNTESTABLE, BY_CONSTRUCTION) and not math.isnan(self.p)

@@ -122,7 +122,8 @@ def _bound(r: ClaimResult) -> str:
 def needed(result: ClaimResult) -> str:
     """What an inconclusive claim would need: seeds per arm, or timed pairs for a timing claim."""
     if not result.seeds_needed:
-        return "-"
+        short = result.test is not None and result.test.short_of_min_effect and result.outcome == stats.INCONCLUSIVE
+        return "none: the estimate is short of the min effect" if short else "-"
     return f"{result.seeds_needed} {'pairs' if 'interleaved pairs' in result.note else 'seeds per arm'}"
 
 

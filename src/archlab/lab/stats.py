@@ -29,7 +29,10 @@ simulated error rates.
   of 0 instead would ask for fewer seeds than an inconclusive claim already had whenever its estimate is near the
   margin); for "equivalent", 90% power for each one-sided test, which gives the TOST at least 80%.
   Because "better" also needs the estimate to reach min_effect, a true effect of exactly min_effect is confirmed
-  at most about half the time whatever the seeds; the planned n gives 80% to the test.
+  at most about half the time whatever the seeds; the planned n gives 80% to the test. An inconclusive "better"
+  claim whose estimate falls short of its min_effect gets no plan (`ClaimTest.short_of_min_effect`): at a true
+  effect equal to that estimate, the chance the estimate reaches min_effect falls with n, so no seed count would
+  confirm it 80% of the time.
 - Degenerate inputs: NaN or infinite values raise ValueError (diverged runs go to `rank_test`); fewer than 2 pairs
   without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties:
   the sd is within float rounding of 0) give "untestable by this design" with p NaN, never p = 0: a stochastic
@@ -192,6 +195,8 @@ def _plan(test: ClaimTest, level: float) -> int | None:
     if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
         return test.seeds_needed  # exact tests plan themselves (archlab.lab.discrete)
     if test.expect == "better":
+        if test.short_of_min_effect:  # confirming needs the estimate to reach min_effect: no n gives it 80%
+            return None
         effect = test.min_effect if test.min_effect > 0 else abs(test.estimate)
         if effect <= 1e-9 * test.sigma_d:  # an estimate at rounding level (arms equal per seed): no effect to plan
             return None
