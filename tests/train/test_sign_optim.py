@@ -224,6 +224,36 @@ def test_mixed_optimizer_steps_tables_by_adamw_and_the_rest_by_tiger() -> None:
     assert all(s == {"exp_avg"} for kind in ("matrices", "gains") for s in states[kind])
 
 
+def test_the_tables_own_decay_reaches_their_group_only() -> None:
+    """embedding_weight_decay: the mixed optimizer's tables follow torch's AdamW at that decay (lr x ratio), the
+    matrices keep weight_decay; without decay_embeddings it is refused before anything is built."""
+    model = tiny()
+    ref_embed = model.embed_tokens.weight.detach().clone().requires_grad_()
+    opt = build_optimizer(model, "tiger", lr=1e-3, weight_decay=2.5, decay_embeddings=True,
+                          embedding_optimizer="adamw", embedding_lr_ratio=3.0, embedding_weight_decay=0.25)
+    ref = torch.optim.AdamW([ref_embed], lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.25, foreach=False)
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    for _ in range(3):
+        model(x, targets=x).loss.backward()
+        ref_embed.grad = model.embed_tokens.weight.grad.clone()
+        opt.step()
+        ref.step()
+        opt.zero_grad()
+    torch.testing.assert_close(model.embed_tokens.weight.detach(), ref_embed.detach(), rtol=1e-6, atol=1e-7)
+    assert {g["kind"]: g["weight_decay"] for g in opt.param_groups} == {
+        "matrices": 2.5, "tables": 0.25, "gains": 0.0}
+    plain = build_optimizer(tiny(), "lion", weight_decay=0.3, decay_embeddings=True, embedding_weight_decay=0.03)
+    assert {g["kind"]: g["weight_decay"] for g in plain.param_groups}["tables"] == 0.03
+    with pytest.raises(ValueError, match=r"optimizer.embedding_weight_decay=0.25 is not allowed: only with "
+                                         r"optimizer.decay_embeddings true"):
+        build_optimizer(tiny(), "tiger", embedding_weight_decay=0.25)
+    with pytest.raises(ValueError, match=r"optimizer.embedding_weight_decay=0.25 is not allowed: None or a value "
+                                         r">= 0, only with optimizer.decay_embeddings true"):
+        resolve_config([{"optimizer.embedding_weight_decay": "0.25"}])
+    train, _ = resolve_config([{"optimizer.decay_embeddings": "true", "optimizer.embedding_weight_decay": "0.25"}])
+    assert train.optimizer.embedding_weight_decay == 0.25
+
+
 def test_remedies_refuse_optimizers_they_do_not_apply_to() -> None:
     with pytest.raises(ValueError, match="only with lion or tiger"):
         build_optimizer(tiny(), "adamw", lazy_embeddings=True)
@@ -260,6 +290,7 @@ TRAIN = {
     "logging.samples": "0", "logging.eval_every": "0", "logging.eval_batches": "1", "checkpoint.save_every": "2",
     "checkpoint.keep_last": "3", "steps": "4", "optimizer.name": "tiger", "optimizer.lazy_embeddings": "true",
     "optimizer.embedding_optimizer": "adamw", "optimizer.decay_embeddings": "true",
+    "optimizer.embedding_weight_decay": "0.04",
 }
 
 
@@ -276,16 +307,16 @@ def test_trainer_resume_restores_the_mixed_lazy_state_exactly(prepared: Path, tm
     a, b = (load_file(e / "model.safetensors") for e in end)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     oa, ob = (load_checkpoint(e).optimizer for e in end)
-    groups = [(g["kind"], g["rule"], g["lazy"], g["lr_ratio"]) for g in oa["param_groups"]]
-    assert ("tables", "adamw", True, 3.0) in groups and groups == [
-        (g["kind"], g["rule"], g["lazy"], g["lr_ratio"]) for g in ob["param_groups"]]
+    groups = [(g["kind"], g["rule"], g["lazy"], g["lr_ratio"], g["weight_decay"]) for g in oa["param_groups"]]
+    assert ("tables", "adamw", True, 3.0, 0.04) in groups and ("matrices", "sign", False, 1.0, 0.1) in groups
+    assert groups == [(g["kind"], g["rule"], g["lazy"], g["lr_ratio"], g["weight_decay"]) for g in ob["param_groups"]]
     for key, state in oa["state"].items():
         assert all(torch.equal(torch.as_tensor(v), torch.as_tensor(ob["state"][key][n])) for n, v in state.items())
 
 
 @pytest.mark.parametrize(("key", "value", "shown"), [
     ("lazy_embeddings", False, "False"), ("tiger_nan_shrink", 1.0, "1.0"), ("weight_decay", 0.5, "0.5"),
-    ("betas", (0.9,), r"\(0.9,\)"), ("decay_embeddings", False, "False")])
+    ("betas", (0.9,), r"\(0.9,\)"), ("decay_embeddings", False, "False"), ("embedding_weight_decay", 0.5, "0.5")])
 def test_resume_refuses_another_value_the_saved_param_groups_hold(prepared: Path, tmp_path: Path, key: str,
                                                                    value: object, shown: str) -> None:
     """`load_state_dict` puts a checkpoint's group values back (nan_shrink, weight_decay, betas, ...), so a new

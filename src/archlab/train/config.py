@@ -67,6 +67,7 @@ class OptimizerConfig:
     eps: float = 1e-8  # AdamW's denominator guard
     weight_decay: float = 0.1  # decoupled decay on weight matrices only (GPT-3, LLaMA, PaLM use 0.1)
     decay_embeddings: bool = False  # also decay embedding / position tables (usually hurts rare tokens)
+    embedding_weight_decay: float | None = None  # with decay_embeddings: the tables' own decay (None = weight_decay)
     grad_clip: float = 1.0  # clip the global gradient L2 norm to this; 0 = no clipping (norm still logged)
     grad_accum: int = 1  # micro-steps whose gradients add up to one optimizer step (same batch, less memory)
     lazy_embeddings: bool = False  # lion/tiger: table rows with an all-zero gradient are not moved (no-op when tied)
@@ -89,6 +90,9 @@ class OptimizerConfig:
                "a factor in (0, 1] (1 = off)")
         _check(self.lr >= 0, "optimizer.lr", self.lr, "a learning rate >= 0")
         _check(self.weight_decay >= 0, "optimizer.weight_decay", self.weight_decay, "a value >= 0")
+        _check(self.embedding_weight_decay is None or (self.decay_embeddings and self.embedding_weight_decay >= 0),
+               "optimizer.embedding_weight_decay", self.embedding_weight_decay,
+               "None or a value >= 0, only with optimizer.decay_embeddings true")
         _check(self.grad_clip >= 0, "optimizer.grad_clip", self.grad_clip, "a norm >= 0 (0 = off)")
         _check(self.grad_accum >= 1, "optimizer.grad_accum", self.grad_accum, "an integer >= 1")
         _check(self.eps > 0, "optimizer.eps", self.eps, "a value > 0")

@@ -88,9 +88,14 @@ def param_kind(module: nn.Module, name: str, param: nn.Parameter) -> str:
     return "biases"
 
 
-def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False,
+                 embedding_weight_decay: float | None = None) -> list[dict]:
     """Up to four optimizer groups `{"params", "weight_decay", "kind"}` in `GROUP_KINDS` order (matrices
-    first); an empty group is dropped. A tied head's matrix is counted once, as the embedding table."""
+    first); an empty group is dropped. A tied head's matrix is counted once, as the embedding table. The tables
+    are decayed only with `decay_embeddings`, by `embedding_weight_decay` when given, else by `weight_decay`."""
+    if embedding_weight_decay is not None and not decay_embeddings:
+        raise ValueError(f"optimizer.embedding_weight_decay={embedding_weight_decay!r} is not allowed: only with "
+                         "optimizer.decay_embeddings true (the tables are not decayed)")
     by_kind: dict[str, list[nn.Parameter]] = {kind: [] for kind in GROUP_KINDS}
     seen: set[int] = set()
     for _, module in model.named_modules():
@@ -98,7 +103,8 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
             if param.requires_grad and id(param) not in seen:
                 seen.add(id(param))
                 by_kind[param_kind(module, p_name, param)].append(param)
-    decays = {"matrices": weight_decay, "tables": weight_decay if decay_embeddings else 0.0}
+    table_decay = weight_decay if embedding_weight_decay is None else embedding_weight_decay
+    decays = {"matrices": weight_decay, "tables": table_decay if decay_embeddings else 0.0}
     return [{"params": params, "weight_decay": decays.get(kind, 0.0), "kind": kind}
             for kind, params in by_kind.items() if params]
 
@@ -176,19 +182,22 @@ def build_optimizer(
     lazy_embeddings: bool = False,
     embedding_optimizer: str = "same",
     embedding_lr_ratio: float = EMBEDDING_LR_RATIO,
+    embedding_weight_decay: float | None = None,
     rms_lr: bool = True,
     nan_shrink: float = NAN_SHRINK,
 ) -> torch.optim.Optimizer:
     """The named optimizer over `param_groups(model, ...)`; betas None means `DEFAULT_BETAS[name]`.
 
-    lazy_embeddings / embedding_optimizer (lion, tiger) act on the tables group; rms_lr / nan_shrink are
-    Tiger's. Each group's lr is the schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables).
+    lazy_embeddings / embedding_optimizer (lion, tiger) act on the tables group and embedding_weight_decay (any
+    optimizer, with decay_embeddings) sets its decay; rms_lr / nan_shrink are Tiger's. Each group's lr is the
+    schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables).
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer.name: unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     if lr < 0:
         raise ValueError(f"optimizer.lr must be >= 0, got {lr}")
-    groups = _embedding_groups(param_groups(model, weight_decay, decay_embeddings), name, lazy_embeddings,
+    groups = _embedding_groups(param_groups(model, weight_decay, decay_embeddings, embedding_weight_decay),
+                               name, lazy_embeddings,
                                embedding_optimizer, eps, embedding_lr_ratio)
     if name == "tiger" and rms_lr:
         _check_rms_rate(model, groups)

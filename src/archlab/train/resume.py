@@ -27,7 +27,7 @@ DATA_KEYS = ("source", "tokenizer", "vocab_size", "val_fraction", "dir", "bpe_dr
 # what the optimizer's saved param groups hold: `load_state_dict` puts the checkpoint's values back (only lr is set
 # again each step), so a new value would be written to config.json and silently not used
 OPTIMIZER_KEYS = ("name", "betas", "eps", "weight_decay", "decay_embeddings", "lazy_embeddings", "embedding_optimizer",
-                  "embedding_lr_ratio", "tiger_rms_lr", "tiger_nan_shrink")
+                  "embedding_lr_ratio", "embedding_weight_decay", "tiger_rms_lr", "tiger_nan_shrink")
 LORA_KEYS = ("lora_rank", "lora_alpha", "lora_targets")  # the adapters' shapes and scale: part of the run
 SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape", "horizon")
 

@@ -163,7 +163,8 @@ class Trainer:
         self.optimizer = build_optimizer(
             self.raw, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings,
             lazy_embeddings=o.lazy_embeddings, embedding_optimizer=o.embedding_optimizer,
-            embedding_lr_ratio=o.embedding_lr_ratio, rms_lr=o.tiger_rms_lr, nan_shrink=o.tiger_nan_shrink)
+            embedding_lr_ratio=o.embedding_lr_ratio, embedding_weight_decay=o.embedding_weight_decay,
+            rms_lr=o.tiger_rms_lr, nan_shrink=o.tiger_nan_shrink)
         self.embed_watch = EmbeddingWatch(self.model_config.vocab_size, ctx.device)  # the outlier signature
         s = train.schedule
         self.lr_at = build_schedule(s.name, o.lr, s.horizon, s.warmup_steps, o.lr * s.min_lr_ratio,
