@@ -165,15 +165,18 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     plan = plan_suite(load_suite("heads"), BUDGETS["small"], tmp_path / "out")
     rows = {r.claim.text: r for r in power_plan(plan)}
     same = rows["GQA loses little (as good as MHA)"]
-    sigma, m, k = BUDGETS["small"].sigma, 4, 3  # two loss claims and two timings; the formulas stay out
+    sigma_d, m = BUDGETS["small"].sigma * math.sqrt(2), 4  # two loss claims and two timings; formulas stay out
     margin = BUDGETS["small"].margin  # the claims state none: the budget's loss margin
 
-    def power(n: int) -> float:  # the pooled contrast: (K - 1)(n - 1) df, sd of a difference sigma * sqrt(2)
-        df = (k - 1) * (n - 1)
-        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, df), df, margin * math.sqrt(n) / (sigma * math.sqrt(2)))
+    def power(n: int) -> float:  # the pair's own paired differences: n - 1 df
+        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, n - 1), n - 1, margin * math.sqrt(n) / sigma_d)
 
     assert same.seeds == next(n for n in range(2, 200) if power(n) >= 0.8)
-    assert "planning sigma_eps 0.015" in same.why and "margin" in same.why
+    assert "planning sd 0.0212" in same.why and "margin, at a true difference of 0" in same.why
+    # the minimum detectable effect at the default 3 seeds is where that power curve crosses 80%
+    crit = sp.t.ppf(1 - 0.05 / m, 2)
+    assert sp.nct.sf(crit, 2, same.mde * math.sqrt(3) / sigma_d) == pytest.approx(0.8, abs=1e-8)
+    assert f"mde at 3 seeds {same.mde:.3g}" in "\n".join(format_plan(plan, list(rows.values()), jobs=2))
     assert rows["GQA cuts the KV cache"].seeds is None and "by construction" in rows["GQA cuts the KV cache"].why
     assert "24 interleaved pairs" in rows["MQA decodes faster than MHA at a 1k-token cache and batch 8"].why
     text = "\n".join(format_plan(plan, list(rows.values()), jobs=2))

@@ -7,6 +7,7 @@
     archlab ablate ffn --executor slurm --slurm-partition gpu --slurm-gpus 1   one Slurm job per run (an array)
     archlab ablate ffn --print-commands --out DIR      one `archlab train` line per run, for any scheduler
     archlab ablate ffn --collect DIR                   the report from runs made elsewhere
+    archlab ablate --verify docs/results/ffn           recompute a page's verdicts from its files; exit 1 if any differ
 
 Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default runs/ablate/store),
 named by a hash of the run's resolved config, so an arm two suites share trains once.
@@ -37,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", nargs="?", help="a built-in suite name (see --list) or a suite .yaml file")
     parser.add_argument("--list", action="store_true", help="list the built-in suites and exit")
+    parser.add_argument("--verify", metavar="DIR", default=None,
+                        help="recompute every verdict of a suite folder or published page from its files "
+                        "(results.csv, items.csv, timings.csv, suite.yaml, provenance.json) and compare with its "
+                        "claims.json: exit 0 when all agree, 1 (listing them) when any differ")
     parser.add_argument("--budget", choices=list(BUDGETS), default=None,
                         help=f"compute per run (default {DEFAULT_BUDGET}; --collect reads the plan's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the budget's; >= 2)")
@@ -102,9 +107,24 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM (a scheduler's stop) is handled like Ctrl-C: runs checkpoint, then exit
 
 
+def _verify(folder: str) -> int:
+    from archlab.lab.record import verify
+
+    differences = verify(folder)
+    for line in differences:
+        print(f"differs: {line}")
+    verdict = f"{len(differences)} differences" if differences else "every verdict recomputed from its files agrees"
+    print(f"{folder}: {verdict}")
+    return 1 if differences else 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
+    if args.verify:
+        if args.suite:
+            raise ValueError(f"--verify {args.verify} takes a folder, not a suite: drop {args.suite!r}")
+        return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
     from archlab.lab import planning
@@ -175,7 +195,7 @@ def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list |
     """Train (unless --collect), and with --sequential take the two looks; returns the final plan and, for
     --sequential, its results (else None: the report judges)."""
     from archlab.lab import planning
-    from archlab.lab.runner import measure_plan, measure_timings, plan_suite
+    from archlab.lab.runner import measure_plan, measure_timings, plan_suite, table_of
     from archlab.lab.verdicts import judge
 
     if not args.collect:
@@ -185,7 +205,7 @@ def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list |
     levels = planning.look_levels(args.sequential)
     first_plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store)
     timings = measure_timings(first_plan)
-    first = judge(first_plan, measure_plan(first_plan, jobs=args.jobs), timings, alpha=levels[0])
+    first = judge(table_of(first_plan, measure_plan(first_plan, jobs=args.jobs), timings), alpha=levels[0])
     planning.record_look(plan.out, args.sequential, levels, 1, first)
     extra = planning.extra_seeds(first_plan, first)
     print(f"sequential ({args.sequential}, one-sided levels {levels[0]:.4g} then {levels[1]:.4g}): first look at "
@@ -197,6 +217,6 @@ def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list |
         _train(args, plan)
     undecided = [r.claim for r in first if r.claim.text in {c.text for c in plan.suite.claims}
                  and r.outcome == "inconclusive" and r.test is not None]
-    second = judge(plan, measure_plan(plan, jobs=args.jobs), timings, alpha=levels[1], claims=undecided)
+    second = judge(table_of(plan, measure_plan(plan, jobs=args.jobs), timings), alpha=levels[1], claims=undecided)
     planning.record_look(plan.out, args.sequential, levels, 2, second)
     return plan, planning.sequential_results(first, second, levels)

@@ -6,6 +6,9 @@
   randomized complete block analysis, (K - 1)(n - 1), and sigma_d = sigma_eps * sqrt(2).
 - `seeds_needed(...)`: the smallest n >= 2 with at least the requested power. A non-inferiority bound at true
   difference 0 and margin m has exactly the power of the superiority test at effect m, so it plans both.
+- `mde(sigma_d, n, ...)`: the minimum detectable effect, the true effect at which n seeds have the requested power
+  (the inverse of `power` in the effect; for a t-test on a standard error `se` with `df` degrees of freedom that
+  is not a seed count, e.g. the seed x item analysis, `mde_from_se` uses (t_{1-alpha} + t_{power}) * se).
 - `sequential_levels(kind, looks, alpha)`: the nominal two-sided level of each of `looks` equally spaced analyses
   such that the overall two-sided level is alpha: Pocock (1977, Biometrika 64:191) uses one constant boundary,
   O'Brien & Fleming (1979, Biometrics 35:549) a boundary c * sqrt(K / k). Computed from the joint normal law of the
@@ -86,6 +89,28 @@ def seeds_needed(effect: float, sigma_d: float, *, alpha: float, power: float = 
         mid = (low + high) // 2
         low, high = (low, mid) if reaches(mid) else (mid, high)
     return high
+
+
+def mde(sigma_d: float, n: int, *, alpha: float, power: float = 0.8, one_sided: bool = True,
+        arms: int | None = None) -> float:
+    """The true effect at which n seeds give the paired (or pooled, `arms`) t-test `power` (noncentral t)."""
+    _check_plan(1.0, sigma_d, alpha, power)
+    if n < 2:
+        raise ValueError(f"n must be at least 2 seeds, got {n}")
+    z = special.ndtri(1.0 - (alpha if one_sided else alpha / 2.0)) + special.ndtri(power)
+    high = 2.0 * z * sigma_d / math.sqrt(n)
+    while _power(high, sigma_d, n, alpha, one_sided, arms) < power:  # few df: the t-test needs more than z's
+        high *= 2.0
+    return float(optimize.brentq(lambda e: _power(e, sigma_d, n, alpha, one_sided, arms) - power, 1e-12 * high,
+                                 high, xtol=1e-12 * high))
+
+
+def mde_from_se(se: float, df: float, *, alpha: float, power: float = 0.8) -> float:
+    """(t_{1-alpha, df} + t_{power, df}) * se: the usual minimum detectable effect of a one-sided t-test."""
+    if not (math.isfinite(se) and se > 0):
+        raise ValueError(f"se must be a finite number > 0, got {se!r}")
+    df = min(df, 1e9)
+    return float((special.stdtrit(df, 1.0 - alpha) + special.stdtrit(df, power)) * se)
 
 
 def _crossing(bounds: np.ndarray) -> float:

@@ -41,6 +41,7 @@ from archlab.lab.suite import (
     match_parameters,
     resolve_arm,
 )
+from archlab.lab.table import ITEMS_KEY, Run, Table
 from archlab.lab.timing import time_pairs
 from archlab.nn.config import ModelConfig
 from archlab.train.config import TrainConfig, resolve_config
@@ -420,6 +421,25 @@ def timed_config(plan: Plan, arm: str, timing: Timing) -> ModelConfig:
         return resolve_config([keys])[1]
     except ValueError as err:
         raise SuiteError(f"suite {plan.suite.name} timing {timing.metric} arm {arm}: {err}") from None
+
+
+def table_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict] | None = None,
+             parameters: dict[str, int] | None = None, configs: dict[str, str] | None = None) -> Table:
+    """The plan's measured values as the table verdicts read (lab/table.py): arms in the suite's order, each run's
+    values and per-item outcomes, and (when given) each arm's parameters and config hash."""
+    runs: dict[str, list[Run]] = {}
+    for arm in plan.suite.arms:
+        rows = []
+        for run in sorted(plan.runs_of(arm.name), key=lambda r: r.seed):
+            values = measured.get(run, {})
+            rows.append(Run(arm.name, run.seed, run.run_dir.name,
+                            {k: math.nan if v is None else float(v) for k, v in values.items()
+                             if not k.endswith(ITEMS_KEY)},
+                            {k.removesuffix(ITEMS_KEY): [float(x) for x in v] for k, v in values.items()
+                             if k.endswith(ITEMS_KEY) and v is not None},
+                            (parameters or {}).get(arm.name), (configs or {}).get(arm.name, "")))
+        runs[arm.name] = rows
+    return Table(plan.suite, plan.seeds, runs, dict(timings or {}))
 
 
 def run_config(run: RunSpec) -> dict:
