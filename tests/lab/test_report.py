@@ -22,8 +22,9 @@ from archlab.lab import publish, stats
 from archlab.lab.measure import write_measured
 from archlab.lab.report import claim_table, write_report
 from archlab.lab.runner import TIMED, Plan, measure_plan, plan_suite, table_of, write_plan
-from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
+from archlab.lab.suite import BUDGETS, Claim, load_suite
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
+from archlab.train.config import resolve_config
 
 SUITE = """
 name: synthetic
@@ -66,8 +67,8 @@ def _fake_runs(plan: Plan, values: dict[str, list[float]] = VAL) -> None:
                 for s in range(2, run.steps + 1, 2)]
         rows += [{"step": s, "kind": "eval", "loss": values[run.arm][run.seed] + 1.0 / s} for s in (12, 24)]
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        model = resolve_arm(plan.suite, plan.suite.arm(run.arm), BUDGETS["tiny"])[1]
-        (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": run.keys}))
+        train, model = resolve_config([{k: v for k, v in run.keys.items()}])
+        (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": train.to_dict()}))
         write_measured(run.run_dir, {"val_loss": values[run.arm][run.seed], "kv_bytes_per_token": KV.get(run.arm, 0.0),
                                      "diverged": 0.0})
 
