@@ -39,7 +39,7 @@ from archlab.lab.record import (
     scale,
     stamp,
 )
-from archlab.lab.runner import plan_suite
+from archlab.lab.runner import plan_suite, prepare, run_hash
 from archlab.lab.suite import BUDGETS, at_budget, load_suite
 from archlab.lab.table import Table
 from archlab.train.config import resolve_config
@@ -104,9 +104,11 @@ def from_legacy(docs: Path, name: str, store: Path) -> Path:
     seeds = max(len(v) for v in old.runs.values())
     with tempfile.TemporaryDirectory() as tmp:
         plan = plan_suite(suite, budget, Path(tmp) / name, seeds, store=store)
+    prepare(plan)  # the data folders whose hashes the page records (reused where the store has them)
     planned = {(r.arm, r.seed): r for r in plan.runs}
-    mismatched = [(r.arm, r.seed) for arm in old.runs.values() for r in arm
-                  if (r.arm, r.seed) in planned and planned[r.arm, r.seed].run_dir.name != r.run_id]
+    mismatched = [(r.arm, r.seed) for arm in old.runs.values() for r in arm  # the published ids are version 1's
+                  if (r.arm, r.seed) in planned
+                  and run_hash(planned[r.arm, r.seed].keys, budget, version=1) != r.run_id]
     configs = {}
     for arm in plan.suite.arms:
         run = min(plan.runs_of(arm.name), key=lambda r: r.seed)

@@ -113,35 +113,43 @@ def _num(x: float) -> str:
 
 
 def statement(test: ClaimTest, versus: str, unit: str = "") -> str:
-    """What the test showed, in words that follow it (docs/lab-statistics.md): superiority says by how much,
-    non-inferiority "not worse than B by more than m" (and, when the interval excludes 0 on the worse side, "but
-    worse by X"), equivalence "as good as B within +-m"; an undecided test says what its interval allows."""
+    """What the test showed, in words that follow it (docs/lab-statistics.md): superiority says by how much (with
+    the interval of the gain), non-inferiority "not worse than B by more than m" (and, when the interval excludes
+    0 on the worse side, "but worse by X"), equivalence "as good as B within +-m"; an undecided test says what its
+    interval allows; an untestable one why."""
+    if test.outcome == UNTESTABLE:
+        return f"{UNTESTABLE}: {test.note}" if test.note else UNTESTABLE
     u = f" {unit}" if unit else ""
     w = test.worse_by
-    low, high = sorted(-x if test.better == "higher" else x for x in test.ci)  # interval of w
-    interval = f"(90% CI of the deficit {_num(low)} to {_num(high)}{u})" if math.isfinite(low) else ""
-    if test.outcome == CONFIRMED and test.expect == "better":
-        return f"better than {versus} by {_num(-w)}{u} {interval}".rstrip()
-    if test.outcome == CONTRADICTED and test.expect == "better":
-        return f"worse than {versus} by {_num(w)}{u} {interval}".rstrip()
+    low, high = sorted(-x if test.better == "higher" else x for x in test.ci)  # interval of w, the deficit
+    if not math.isfinite(low):
+        return test.outcome
+    deficit = f"(90% CI of the deficit {_num(low)} to {_num(high)}{u})"
+    gain = f"(90% CI of the gain {_num(-high)} to {_num(-low)}{u})"
     m = _num(test.margin)
+    if test.expect == "better":
+        if test.outcome == CONFIRMED:
+            return f"better than {versus} by {_num(-w)}{u} {gain}"
+        if test.outcome == CONTRADICTED:
+            return f"worse than {versus} by {_num(w)}{u} {deficit}"
+        if low > 0:
+            return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
+        return f"not shown {gain}"
     if test.outcome == CONFIRMED and test.expect == "same":
         text = f"not worse than {versus} by more than {m}{u}"
         if low > 0:
             text += f", but worse by {_num(w)}{u}"
         elif high < 0:
             text += f", and better by {_num(-w)}{u}"
-        return f"{text} {interval}".rstrip()
-    if test.outcome == CONFIRMED and test.expect == "equivalent":
+        return f"{text} {deficit}"
+    if test.outcome == CONFIRMED:  # equivalent
         text = f"as good as {versus} within +-{m}{u}"
-        return f"{text}, though worse by {_num(w)}{u} {interval}" if low > 0 else f"{text} {interval}".rstrip()
+        return f"{text}, though worse by {_num(w)}{u} {deficit}" if low > 0 else f"{text} {deficit}"
     if test.outcome == CONTRADICTED:
         side = "worse" if w > 0 else "better"
-        return f"{side} than {versus} by more than {m}{u}: by {_num(abs(w))}{u} {interval}".rstrip()
-    if test.outcome == INCONCLUSIVE and math.isfinite(low):
-        if low > 0:
-            return f"not shown; worse than {versus} by {_num(w)}{u} {interval}"
-        if high < 0 and test.expect != "better":
-            return f"not shown within +-{m}{u}; better than {versus} by {_num(-w)}{u} {interval}"
-        return f"not shown {interval}"
-    return test.outcome
+        return f"{side} than {versus} by more than {m}{u}: by {_num(abs(w))}{u} {deficit}"
+    if low > 0:
+        return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
+    if high < 0:
+        return f"not shown within {m}{u}; better than {versus} by {_num(-w)}{u} {deficit}"
+    return f"not shown {deficit}"

@@ -68,12 +68,14 @@ class Table:
         """results.csv, items.csv (when any measure has items) and timings.csv (when timed) in `folder`."""
         folder.mkdir(parents=True, exist_ok=True)
         rows = [r for arm in self.runs.values() for r in arm]
+        factors = list(self.suite.factors)  # a factorial suite's levels, for readers (not read back)
         with (folder / RESULTS).open("w", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
-            out.writerow([*FIXED, *measures])
+            out.writerow([*FIXED, *factors, *measures])
             for r in rows:
+                levels = self.suite.arm(r.arm).levels if factors else {}
                 out.writerow([r.arm, r.seed, r.run_id, r.config, "" if r.parameters is None else r.parameters,
-                              *(_cell(r.values.get(m)) for m in measures)])
+                              *(levels.get(f, "") for f in factors), *(_cell(r.values.get(m)) for m in measures)])
         itemized = [(r, m) for r in rows for m in measures if m in r.items]
         (folder / ITEMS).unlink(missing_ok=True)
         if itemized:
@@ -107,7 +109,8 @@ class Table:
                         float(row["value"]))
         runs: dict[str, list[Run]] = {a.name: [] for a in suite.arms}
         for row in sorted(rows, key=lambda r: int(r["seed"])):
-            values = {k: float(v) if v not in ("", None) else math.nan for k, v in row.items() if k not in FIXED}
+            values = {k: float(v) if v not in ("", None) else math.nan for k, v in row.items()
+                      if k not in FIXED and k not in suite.factors}
             parameters = int(row["parameters"]) if row.get("parameters") else None
             runs.setdefault(row["arm"], []).append(Run(row["arm"], int(row["seed"]), row["run"], values,
                                                        items.get((row["run"], row["arm"]), {}), parameters,

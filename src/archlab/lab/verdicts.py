@@ -83,7 +83,11 @@ class ClaimResult:
             return f"{self.outcome}: {self.note}" if self.note else self.outcome
         versus = self.arms[1] or self.claim.versus
         if self.claim.versus_metric:
-            versus = f"{self.claim.versus_metric}"
+            versus = f"{versus}'s {self.claim.versus_metric}"
+        if "interleaved pairs" in self.note:  # a timing: a log time ratio, also said as a share of time
+            text = statement(self.test, versus, "in log time")
+            ratio = math.exp(self.test.estimate)
+            return f"{text}; {abs(1 - ratio):.0%} {'less' if ratio < 1 else 'more'} time"
         return statement(self.test, versus)
 
 
