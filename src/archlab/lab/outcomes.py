@@ -134,6 +134,8 @@ def statement(test: ClaimTest, versus: str, unit: str = "") -> str:
             return f"worse than {versus} by {_num(w)}{u} {deficit}"
         if low > 0:
             return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
+        if high < 0:  # significant alone, not after the family's correction
+            return f"not shown after the suite's multiplicity correction {gain}"
         return f"not shown {gain}"
     if test.outcome == CONFIRMED and test.expect == "same":
         text = f"not worse than {versus} by more than {m}{u}"
@@ -151,5 +153,7 @@ def statement(test: ClaimTest, versus: str, unit: str = "") -> str:
     if low > 0:
         return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
     if high < 0:
-        return f"not shown within {m}{u}; better than {versus} by {_num(-w)}{u} {deficit}"
+        return f"not shown after the suite's multiplicity correction; better than {versus} by {_num(-w)}{u} {deficit}"
+    if test.expect == "same" and high < test.margin:
+        return f"not shown after the suite's multiplicity correction {deficit}"
     return f"not shown {deficit}"
