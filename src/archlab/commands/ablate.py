@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sequential", choices=SEQUENTIAL_KINDS, default=None,
                         help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
                         "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)")
+    parser.add_argument("--max-seeds", type=int, default=None, metavar="CAP",
+                        help="with --sequential: the second look's seeds per arm for undecided claims (default 2x the "
+                        "first look's); a claim still undecided there is 'inconclusive at n = CAP'")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local: runs here, --jobs at a time (default); slurm: one job per run through "
                         "submitit (a job array), then --collect")
@@ -88,6 +91,12 @@ def _plan(args: argparse.Namespace) -> Plan:
     out = args.collect or args.out or f"runs/ablate/{suite.name}-{budget}"
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs} is not allowed: at least 1")
+    if args.max_seeds is not None and not args.sequential:
+        raise ValueError(f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)")
+    first = seeds if seeds is not None else suite.seeds or BUDGETS[budget].seeds
+    if args.max_seeds is not None and args.max_seeds <= first:
+        raise ValueError(f"--max-seeds {args.max_seeds} is not allowed: more than the first look's {first} seeds per "
+                         "arm")
     return plan_suite(suite, BUDGETS[budget], out, seeds, store=args.store or recorded.get("store"),
                       extra=recorded.get("extra"))
 
@@ -202,14 +211,15 @@ def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list |
         _train(args, plan)
     if not args.sequential:
         return plan, None
-    levels = planning.look_levels(args.sequential)
+    cap = args.max_seeds if args.max_seeds is not None else 2 * plan.seeds
+    levels = planning.look_levels(args.sequential, seeds=(plan.seeds, cap))
     first_plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store)
     timings = measure_timings(first_plan)
     first = judge(table_of(first_plan, measure_plan(first_plan, jobs=args.jobs), timings), alpha=levels[0])
     planning.record_look(plan.out, args.sequential, levels, 1, first)
-    extra = planning.extra_seeds(first_plan, first)
+    extra = planning.extra_seeds(first_plan, first, cap)
     print(f"sequential ({args.sequential}, one-sided levels {levels[0]:.4g} then {levels[1]:.4g}): first look at "
-          f"{plan.seeds} seeds; {len(extra)} arms of undecided claims get {plan.seeds} more seeds", file=sys.stderr)
+          f"{plan.seeds} seeds; {len(extra)} arms of undecided claims get seeds up to {cap}", file=sys.stderr)
     if not extra:
         return first_plan, first
     plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store, extra=extra)

@@ -142,18 +142,21 @@ def _duration(seconds: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------ sequential
-def look_levels(kind: str, alpha: float = stats.ALPHA) -> list[float]:
-    """One-sided nominal levels of the two looks whose overall one-sided level is `alpha`."""
-    return [level / 2 for level in stats.sequential_levels(kind, 2, alpha=2 * alpha)]
+def look_levels(kind: str, alpha: float = stats.ALPHA, seeds: tuple[int, int] | None = None) -> list[float]:
+    """One-sided nominal levels of the two looks (at `seeds` per arm, default equally spaced) whose overall
+    one-sided level is `alpha`."""
+    times = list(seeds) if seeds is not None else None
+    return [level / 2 for level in stats.sequential_levels(kind, 2, alpha=2 * alpha, times=times)]
 
 
-def extra_seeds(plan: Plan, results: list[ClaimResult]) -> dict[str, int]:
-    """The arms of the first look's inconclusive claims, each given `plan.seeds` more seeds."""
+def extra_seeds(plan: Plan, results: list[ClaimResult], cap: int | None = None) -> dict[str, int]:
+    """The arms of the first look's inconclusive claims, each given seeds up to `cap` per arm (default 2n)."""
+    more = (cap if cap is not None else 2 * plan.seeds) - plan.seeds
     arms: dict[str, int] = {}
     for r in results:
         if r.outcome == stats.INCONCLUSIVE and r.test is not None and plan.suite.timing(r.claim) is None:
             for arm in plan.suite.cells(r.claim, r.claim.arm) + plan.suite.cells(r.claim, r.claim.versus):
-                arms[arm] = plan.seeds
+                arms[arm] = more
     return arms
 
 
@@ -176,7 +179,7 @@ def sequential_results(first: list[ClaimResult], second: list[ClaimResult], leve
             r = later[r.claim.text]
             r.note = f"{r.note}; second look at n = {len(r.a)}, one-sided level {levels[1]:.4g}".lstrip("; ")
             if r.outcome == stats.INCONCLUSIVE:
-                r.note += f"; inconclusive at n = {len(r.a)}, the design's cap"
+                r.note += f"; inconclusive at n = {len(r.a)}, the cap"
         elif r.test is not None:
             r.note = f"{r.note}; decided at the first look (n = {len(r.a)}, one-sided level {levels[0]:.4g})"
         out.append(r)
