@@ -24,7 +24,7 @@ Rules stated once:
   claims on it are "by construction", not experiments.
 - `Measure.items`: the measure is a mean over a fixed item set (continuation cuts, accuracy windows), the same
   items in the same order for every run of a suite; its function returns the per-item outcomes, and the run's
-  values hold their mean under the measure's name and the list under NAME@items (lab/table.py ITEMS_KEY), so a
+  values hold their mean under the measure's name and the list under NAME@items (ITEMS_KEY), so a
   claim on it treats items as a second source of variance (lab/items.py).
 - Measured values are cached per run (`read_measured` / `write_measured`, RUN/lab-measures.json) with each
   measure's `version`: a measure whose definition changed is computed again from the checkpoint on the next
@@ -56,7 +56,6 @@ from archlab.infer.engine import Decoder
 from archlab.infer.sampling import SamplingConfig
 from archlab.lab import drift, eval_set, long_context
 from archlab.lab import embed_measures as embed
-from archlab.lab.table import ITEMS_KEY
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.nn.norms import LayerNorm, RMSNorm
@@ -68,6 +67,7 @@ LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
 STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
 MEASURED = "lab-measures.json"  # per run: the lab's measurements and their versions (read_measured)
 VERSIONS = "_versions"  # the key of lab-measures.json that holds {measure: version}
+ITEMS_KEY = "@items"  # a measure's per-item outcomes in a run's measured values: f"{name}{ITEMS_KEY}"
 # Timings keep the best of several tries: other load on the machine only ever adds time, so the minimum is the
 # figure least moved by it (the benchmarks' rule too). A slow spell of a shared machine lasts tens of seconds, longer
 # than one run's tries, so the lab times every run TIMING_ROUNDS times, in rounds over all runs

@@ -76,14 +76,14 @@ def source_state(path: Path | None = None) -> dict:
 
 def versions() -> dict:
     """The versions of what computed the numbers."""
+    from importlib import metadata
+
     import numpy
     import scipy
     import statsmodels
     import torch
 
-    from archlab import __version__
-
-    return {"archlab": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
+    return {"archlab": metadata.version("archlab"), "torch": torch.__version__, "numpy": numpy.__version__,
             "scipy": scipy.__version__, "statsmodels": statsmodels.__version__, "python": platform.python_version()}
 
 

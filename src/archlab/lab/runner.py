@@ -29,7 +29,15 @@ from pathlib import Path
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
 from archlab.lab import measure as lab_measure  # the workers' entry point, by its module's name
-from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run, read_measured, write_measured
+from archlab.lab.measure import (
+    ITEMS_KEY,
+    MEASURES,
+    STATUS,
+    TIMING_ROUNDS,
+    measure_run,
+    read_measured,
+    write_measured,
+)
 from archlab.lab.suite import (
     Arm,
     Budget,
@@ -42,7 +50,7 @@ from archlab.lab.suite import (
     match_parameters,
     resolve_arm,
 )
-from archlab.lab.table import ITEMS_KEY, Run, Table
+from archlab.lab.table import Run, Table
 from archlab.lab.timing import time_pairs
 from archlab.nn.config import ModelConfig
 from archlab.train.config import TrainConfig, resolve_config

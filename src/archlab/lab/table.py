@@ -22,7 +22,6 @@ from pathlib import Path
 from archlab.lab.suite import Suite
 
 RESULTS, ITEMS, TIMINGS = "results.csv", "items.csv", "timings.csv"
-ITEMS_KEY = "@items"  # a measure's per-item outcomes in a run's measured values: f"{name}{ITEMS_KEY}"
 FIXED = ("arm", "seed", "run", "config", "parameters")  # the columns of results.csv before the measures
 
 
