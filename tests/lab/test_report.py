@@ -202,8 +202,13 @@ def test_narang_agreement_needs_a_decision() -> None:
     same = Claim("x", "val_loss", "a", "b", narang="same")
     assert narang_agreement(same, stats.INCONCLUSIVE) == "Narang et al.: same; not decided here (inconclusive)"
     assert "consistent" not in narang_agreement(same, stats.INCONCLUSIVE)  # no evidence is no agreement
-    assert narang_agreement(Claim("x", "val_loss", "a", "b", expect="same", margin=0.02, narang="better"),
-                            stats.CONFIRMED).endswith("we agree")
+    not_worse = Claim("x", "val_loss", "a", "b", expect="same", margin=0.02, narang="better")
+    inside = stats.test_claim([3.0, 3.01, 2.99], [3.0, 3.0, 3.0], expect="same", better="lower", margin=0.05)
+    assert inside.outcome == stats.CONFIRMED and inside.ci[0] < 0 < inside.ci[1]
+    assert narang_agreement(not_worse, stats.CONFIRMED, inside).endswith(
+        "consistent (we show not worse by more than the margin, not better)")  # their "better" is not shown
+    better = stats.test_claim([2.9, 2.91, 2.89], [3.0, 3.0, 3.0], expect="same", better="lower", margin=0.05)
+    assert narang_agreement(not_worse, stats.CONFIRMED, better).endswith("we agree")  # better, beyond 0
     assert narang_agreement(Claim("x", "val_loss", "a", "b"), stats.CONFIRMED) == "not measured by Narang et al."
 
 

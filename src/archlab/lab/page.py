@@ -84,6 +84,8 @@ def needed(result: ClaimResult) -> str:
         if result.seeds_needed <= len(result.a) else ""
     at = " at a true difference of 0" if result.claim.expect != "better" else \
         f" at a true gain of {fmt(result.test.smallest_effect)}"
+    if result.test.test not in stats.T_TESTS:  # an exact test on events plans at the observed rates
+        at = " at the observed rates"
     return f"{result.seeds_needed} {unit}{at}{had}"
 
 
@@ -217,8 +219,8 @@ def header_lines(record: Record) -> list[str]:
     if p.get("trained_note"):
         code += f" ({p['trained_note']})"
     if judged.get("commit"):
-        code += f"; judged at commit {judged['commit'][:12]}" + (" (with local changes)" if judged.get("dirty")
-                                                                  else "")
+        code += (f"; measured (what the run folders had not cached, at each measure's version) and judged at commit "
+                 f"{judged['commit'][:12]}" + (" (with local changes)" if judged.get("dirty") else ""))
     versions = trained if trained.get("torch") else judged
     if versions.get("torch"):
         code += (f"; torch {versions['torch']}, numpy {versions.get('numpy')}, scipy {versions.get('scipy')}, "

@@ -59,10 +59,11 @@ def unify(books: dict[str, tuple[Record, list[ClaimResult]]]) -> dict[str, tuple
         tests = [books[n][1][i].test for n, i in places]
         p = max(t.p_adjusted for t in tests)
         p_contra = max(t.p_contra_adjusted for t in tests)
+        level = min(t.level for t in tests)  # one plan and mde too: at the larger family's first step
         for name, i in places:
             results = books[name][1]
             others = ", ".join(n for n, _ in places if n != name)
-            test = stats.readjusted(results[i].test, p, p_contra)
+            test = stats.readjusted(results[i].test, p, p_contra, level)
             results[i] = with_outcome(results[i], test, f"also judged in {others}: one verdict, the larger Holm p")
     return books
 
@@ -78,8 +79,11 @@ def rows_of(books: dict[str, tuple[Record, list[ClaimResult]]]) -> dict[str, lis
         rows = claim_rows(record.table, results)
         suite_only = {r.claim.text: r for r in judge(record.table)}
         for row in rows:
-            row["p_holm_suite"] = suite_only[row["claim"]].p_adjusted
+            alone = suite_only[row["claim"]]
+            row["p_holm_suite"] = alone.p_adjusted
             row["shared_with"] = [n for n in counts[row["key"]] if n != name]
+            if row["shared_with"]:  # the page's own family's plan, beside the one verdict's (verify reads these)
+                row["seeds_needed_suite"], row["mde_suite"] = alone.seeds_needed, alone.mde
         out[name] = rows
     return out
 
@@ -92,7 +96,7 @@ def check(docs: Path) -> list[str]:
     for name, rows in rows_of(books).items():
         path = docs / name / CLAIMS
         published = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-        found = differences(published, rows)
+        found = differences(published, rows, alone=False)
         found += [f"{r['claim']!r}: headline p_holm {p['p_holm']!r} recomputed as {r['p_holm']!r}"
                   for p, r in zip(published, rows) if p["claim"] == r["claim"]
                   and not _same(p.get("p_holm"), r.get("p_holm"))]
@@ -159,6 +163,10 @@ def why_changed(old: dict, new: ClaimResult) -> str:
         reasons.append(f"standard error {t_old['se']:.3g} -> {new.test.se:.3g}")
     if old.get("claim") != new.claim.text:
         reasons.append("claim restated")
+    before = old.get("estimate")
+    if before is not None and math.isfinite(before) and not math.isclose(before, new.estimate, rel_tol=1e-6,
+                                                                          abs_tol=1e-12):
+        reasons.append(f"estimate {page.fmt(before)} -> {page.fmt(new.estimate)} (new runs or a redefined measure)")
     return "; ".join(reasons) or "the same test"
 
 
@@ -200,10 +208,12 @@ def previous_section(folder: Path, results: list[ClaimResult]) -> str:
 
 
 def _restated(old_text: str, result: ClaimResult) -> bool:
-    """Whether a claim of this rule restates an older claim (its text starts with the old text's words)."""
+    """Whether a claim of this rule restates an older claim: its text starts with the old text, a closing
+    parenthesis of the old text aside ("... (each at its middle rate)" -> "... (each at the best rate ...)")."""
     def words(t: str) -> str:
-        return re.sub(r"[^a-z0-9 ]", "", t.lower())
-    return words(result.claim.text).startswith(words(old_text)[: max(20, len(old_text) // 2)])
+        return " ".join(re.sub(r"[^a-z0-9 ]", " ", t.lower()).split())
+    core = words(re.sub(r"\s*\([^()]*\)\s*$", "", old_text))
+    return bool(core) and words(result.claim.text).startswith(core)
 
 
 def first_section(folder: Path, results: list[ClaimResult]) -> str:

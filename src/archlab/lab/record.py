@@ -207,8 +207,11 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-300)
 
 
-def differences(expected: list[dict], actual: list[dict]) -> list[str]:
-    """Every claim whose outcome, estimate, p, suite Holm p or plan differs between two claims.json row lists."""
+def differences(expected: list[dict], actual: list[dict], alone: bool = True) -> list[str]:
+    """Every claim whose outcome, estimate, p, Holm p or plan differs between two claims.json row lists. `alone`:
+    `actual` was judged from one folder, so a comparison the page shares with another (`shared_with`) is checked
+    on its own family's figures (p_holm_suite, seeds_needed_suite, mde_suite); its one verdict across pages is
+    `archlab.lab.publish.check`'s to recompute."""
     out = []
     now = {r["claim"]: r for r in actual}
     for old in expected:
@@ -216,12 +219,19 @@ def differences(expected: list[dict], actual: list[dict]) -> list[str]:
         if new is None:
             out.append(f"{old['claim']!r}: not in the recomputed claims")
             continue
-        for key in ("outcome", "seeds_needed"):
-            if old.get(key) != new.get(key):
-                out.append(f"{old['claim']!r}: {key} {old.get(key)!r} recomputed as {new.get(key)!r}")
-        for key in ("estimate", "p", "p_holm_suite", "mde"):
-            if not _close(_num(old.get(key)), _num(new.get(key))):
-                out.append(f"{old['claim']!r}: {key} {old.get(key)!r} recomputed as {new.get(key)!r}")
+        own = alone and bool(old.get("shared_with"))
+        exact = {"seeds_needed": old.get("seeds_needed_suite", old.get("seeds_needed")) if own else
+                 old.get("seeds_needed")}
+        if not own:
+            exact["outcome"] = old.get("outcome")
+        close = {"estimate": old.get("estimate"), "p": old.get("p"), "p_holm_suite": old.get("p_holm_suite"),
+                 "mde": old.get("mde_suite", old.get("mde")) if own else old.get("mde")}
+        for key, value in exact.items():
+            if value != new.get(key):
+                out.append(f"{old['claim']!r}: {key} {value!r} recomputed as {new.get(key)!r}")
+        for key, value in close.items():
+            if not _close(_num(value), _num(new.get(key))):
+                out.append(f"{old['claim']!r}: {key} {value!r} recomputed as {new.get(key)!r}")
     extra = set(now) - {r["claim"] for r in expected}
     out += [f"{name!r}: recomputed but not in claims.json" for name in sorted(extra)]
     return out

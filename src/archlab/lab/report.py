@@ -14,7 +14,7 @@ from pathlib import Path
 from archlab.costs import parameter_counts
 from archlab.lab import page
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values, stored_ladder
-from archlab.lab.measure import max_embed_row_norm_series
+from archlab.lab.measure import MEASURES, max_embed_row_norm_series
 from archlab.lab.record import Record, config_hash, data_hash, portable_config, scale, source_state, stamp, versions
 from archlab.lab.record import write_record as write_files
 from archlab.lab.runner import Plan, RunSpec, measure_timings, run_config, run_wall_s, table_of
@@ -100,6 +100,7 @@ def record_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict
                  for a in plan.suite.arms},
         "rung_steps": {f"{a.steps_scale:g}": plan.runs_of(a.name)[0].steps for a in plan.suite.arms
                        if plan.runs_of(a.name)},
+        "measure_versions": {m: MEASURES[m].version for m in plan.suite.measures},
     })
     provenance["margins"] = margin_pricing(plan, table)
     return Record(table, plan.budget, plan.out, provenance, configs)

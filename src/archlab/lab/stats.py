@@ -373,11 +373,12 @@ def _adjusted(tests: Sequence[ClaimTest], family: list[int], method: str) -> tup
     return dunnett(ps, df), dunnett(contras, df)
 
 
-def readjusted(test: ClaimTest, p_adjusted: float, p_contra_adjusted: float) -> ClaimTest:
+def readjusted(test: ClaimTest, p_adjusted: float, p_contra_adjusted: float, level: float | None = None) -> ClaimTest:
     """`test` re-decided at other adjusted p-values (another family's: a comparison two suites share gets one
-    verdict, the larger Holm p's), at its own level."""
-    return _judge(test, p_adjusted, p_contra_adjusted, test.level, p_adjusted=p_adjusted,
-                  p_contra_adjusted=p_contra_adjusted)
+    verdict, the larger Holm p's), planned and its mde measured at `level` (default its own)."""
+    level = test.level if level is None else level
+    return _judge(test, p_adjusted, p_contra_adjusted, level, p_adjusted=p_adjusted,
+                  p_contra_adjusted=p_contra_adjusted, level=level)
 
 
 def adjust(tests: Sequence[ClaimTest], method: str = "holm") -> list[ClaimTest]:

@@ -143,7 +143,7 @@ def judge(table: Table, alpha: float = stats.ALPHA, claims: list[Claim] | None =
     for result, adjusted in zip(family, stats.adjust([r.test for r in family], method="holm")):
         result.test, result.outcome = adjusted, adjusted.outcome
     for r in results:
-        r.narang = narang_agreement(r.claim, r.outcome)
+        r.narang = narang_agreement(r.claim, r.outcome, r.test)
         r.calibration = table.suite.purpose == "calibration"
     return results
 
@@ -298,9 +298,11 @@ def _judge_timing(claim: Claim, record: dict | None, alpha: float) -> ClaimResul
                        arms=(claim.arm, claim.versus))
 
 
-def narang_agreement(claim: Claim, outcome: str) -> str:
+def narang_agreement(claim: Claim, outcome: str, test: stats.ClaimTest | None = None) -> str:
     """Our outcome against Narang et al.'s finding for the claimed arm; an undecided outcome agrees with nothing
-    (the absence of evidence is not evidence of "same")."""
+    (the absence of evidence is not evidence of "same"). A confirmed "not worse than" agrees with their "same", and
+    with their "better" only when its interval also excludes 0 on the better side (`test`); otherwise it is
+    consistent with "better" without showing it."""
     if claim.narang is None:
         return "not measured by Narang et al."
     theirs = f"Narang et al.: {claim.narang}"
@@ -308,14 +310,20 @@ def narang_agreement(claim: Claim, outcome: str) -> str:
         return f"{theirs}; not decided here ({outcome})"
     if outcome == stats.CONTRADICTED:
         return f"{theirs}; we {'agree' if claim.narang == 'worse' else 'disagree'}"
-    ours = {"better"} if claim.expect == "better" else {"better", "same"}  # "not worse than" covers better too
-    return f"{theirs}; we {'agree' if claim.narang in ours else 'disagree'}"
+    if claim.expect == "better":
+        return f"{theirs}; we {'agree' if claim.narang == 'better' else 'disagree'}"
+    if claim.narang == "worse":
+        return f"{theirs}; we disagree"
+    shown_better = test is not None and (test.ci[1] < 0 if test.better == "lower" else test.ci[0] > 0)
+    if claim.narang == "better" and not shown_better:
+        return f"{theirs}; consistent (we show not worse by more than the margin, not better)"
+    return f"{theirs}; we agree"
 
 
 def with_outcome(result: ClaimResult, test: stats.ClaimTest, note: str) -> ClaimResult:
     """`result` re-decided by `test` (another family's adjustment), with `note` added."""
     return replace(result, test=test, outcome=test.outcome, note=f"{result.note}; {note}".lstrip("; "),
-                   narang=narang_agreement(result.claim, test.outcome))
+                   narang=narang_agreement(result.claim, test.outcome, test))
 
 
 def suite_spreads(table: Table, metric: str) -> list[Spread]:
