@@ -3,9 +3,11 @@ Slurm path through submitit's real local executor; the power plan against a hand
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
+import statistics
 from pathlib import Path
 from statistics import NormalDist
 from types import SimpleNamespace
@@ -163,7 +165,7 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     from archlab.lab.planning import format_plan, power_plan
 
     plan = plan_suite(load_suite("heads"), BUDGETS["small"], tmp_path / "out")
-    rows = {r.claim.text: r for r in power_plan(plan)}
+    rows = {r.claim.text: r for r in power_plan(plan, tmp_path / "no-docs")}  # no published page: the budget's sd
     same = rows["GQA loses little (as good as MHA)"]
     sigma_d, m = BUDGETS["small"].sigma * math.sqrt(2), 4  # two loss claims and two timings; formulas stay out
     margin = BUDGETS["small"].margin  # the claims state none: the budget's loss margin
@@ -176,10 +178,11 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     # the minimum detectable effect at the default 3 seeds is where that power curve crosses 80%
     crit = sp.t.ppf(1 - 0.05 / m, 2)
     assert sp.nct.sf(crit, 2, same.mde * math.sqrt(3) / sigma_d) == pytest.approx(0.8, abs=1e-8)
-    assert f"mde at 3 seeds {same.mde:.3g}" in "\n".join(format_plan(plan, list(rows.values()), jobs=2))
+    assert f"mde at 3 seeds {same.mde:.3g}" in "\n".join(format_plan(plan, list(rows.values()), jobs=2,
+                                                                    docs=tmp_path / "no-docs"))
     assert rows["GQA cuts the KV cache"].seeds is None and "by construction" in rows["GQA cuts the KV cache"].why
     assert "24 interleaved pairs" in rows["MQA decodes faster than MHA at a 1k-token cache and batch 8"].why
-    text = "\n".join(format_plan(plan, list(rows.values()), jobs=2))
+    text = "\n".join(format_plan(plan, list(rows.values()), jobs=2, docs=tmp_path / "no-docs"))
     runs = 3 * same.seeds
     assert f"{same.seeds} seeds x 3 arms = {runs} runs, about {runs * 120 / 2 / 60:.0f} min wall" in text
     assert "one-sided alpha 0.05/4" in text
@@ -302,3 +305,21 @@ def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Pa
     moved = runner.set_aside(run)
     assert not run.run_dir.exists() and moved.parent == run.run_dir.parent / "stale"
     assert (moved / "metrics.jsonl").read_text() == "{}\n"  # nothing lost
+
+
+def test_plan_reads_a_published_pages_spread_and_run_time_when_nothing_is_stored(tmp_path: Path) -> None:
+    from archlab.lab.planning import format_plan, power_plan
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results"
+    plan = plan_suite(load_suite("norm-type"), BUDGETS["small"], tmp_path / "out", store=tmp_path / "store")
+    rows = {r.claim.text: r for r in power_plan(plan, docs)}
+    same = rows["RMSNorm is as good as LayerNorm"]
+    published = list(csv.DictReader((docs / "norm-type" / "results.csv").open()))
+    val = {(r["arm"], r["seed"]): float(r["val_loss"]) for r in published}
+    d = [val["rmsnorm", s] - val["layernorm", s] for s in ("0", "1", "2")]
+    assert same.sigma == pytest.approx(statistics.stdev(d)) and "on the published page" in same.why
+    median = json.loads((docs / "norm-type" / "provenance.json").read_text())["training"]["median_run_s"]
+    assert f"({median:.0f} s per run, the median run of the published page" in "\n".join(
+        format_plan(plan, list(rows.values()), jobs=2, docs=docs))
+    elsewhere = {r.claim.text: r for r in power_plan(plan, tmp_path / "no-docs")}  # no page: the budget's figure
+    assert "planning sd" in elsewhere["RMSNorm is as good as LayerNorm"].why

@@ -8,7 +8,8 @@ min_effect, the gain beyond it), a "same" claim's margin at a true difference of
 then has the power of the superiority test at effect margin), an "equivalent" claim's margin with 90% per side.
 Never the estimate of an earlier run: the winner's curse inflates it, and its sign may point away from the claim.
 The spread is the pair's own sd of the paired differences in an earlier run of the suite in the same folder (the
-verdicts' default error model), else the budget's planning figure (sigma_eps * sqrt(2) of the first published
+verdicts' default error model), else on the suite's published page in the checkout (docs/results/SUITE, the same
+budget), else the budget's planning figure (sigma_eps * sqrt(2) of the first published
 `small` runs), with its source printed; a claim on a factorial contrast of k cells per side has 1/k of it. Each
 line also prints the minimum detectable effect at the default seeds. Seeds are turned into wall time with the
 budget's measured seconds per run.
@@ -61,10 +62,25 @@ def family_size(plan: Plan) -> int:
     return max(1, sum(1 for c in plan.suite.claims if not c.untestable and not is_exact(c.metric)))
 
 
-def power_plan(plan: Plan) -> list[PlanRow]:
+PUBLISHED = Path(__file__).resolve().parents[3] / "docs" / "results"  # a source checkout's published pages
+
+
+def _published(plan: Plan, docs: Path = PUBLISHED) -> Table | None:
+    """The published page's table of this suite at this budget (a pilot's spreads), when a checkout has one."""
+    folder = docs / plan.suite.name
+    if not (folder / "results.csv").is_file() or not (folder / "provenance.json").is_file():
+        return None
+    if json.loads((folder / "provenance.json").read_text(encoding="utf-8")).get("budget") != plan.budget.name:
+        return None
+    return Table.read(folder, plan.suite)
+
+
+def power_plan(plan: Plan, docs: Path = PUBLISHED) -> list[PlanRow]:
     """Each claim's seeds for 80% power (see the module doc)."""
     alpha = stats.ALPHA / family_size(plan)
-    stored = _stored(plan)
+    stored, source = _stored(plan), f"in {plan.out}"
+    if stored is None and (stored := _published(plan, docs)) is not None:
+        source = f"on the published page {docs / plan.suite.name}"
     rows = []
     for claim in plan.suite.claims:
         if claim.untestable:
@@ -78,11 +94,11 @@ def power_plan(plan: Plan) -> list[PlanRow]:
             rows.append(PlanRow(claim, None, None, None, "an exact test on events: no t-plan (it needs runs with "
                                                          "events; see the first look)"))
         else:
-            rows.append(_row(plan, claim, alpha, stored))
+            rows.append(_row(plan, claim, alpha, stored, source))
     return rows
 
 
-def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None) -> PlanRow:
+def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None, where: str = "") -> PlanRow:
     gain = (claim.smallest_effect or 0.0) - claim.min_effect
     effect = claim.margin if claim.expect != "better" else (gain if claim.smallest_effect and gain > 0 else None)
     if not effect:
@@ -97,7 +113,7 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None) -> PlanRo
                                                 for x in b_arms))]
         d = [x - y for x, y in zip(a, b) if math.isfinite(x - y)]
         if len(d) > 1 and statistics.stdev(d) > 0:
-            sigma_d, source = statistics.stdev(d), f"the pair's own sd of the paired differences in {plan.out} " \
+            sigma_d, source = statistics.stdev(d), f"the pair's own sd of the paired differences {where} " \
                                                    f"({len(d)} seeds)"
     if sigma_d is None and claim.metric in MARGIN_METRICS:
         cells = 1 if claim.arm in plan.suite.grids else len(plan.suite.cells(claim, claim.arm))
@@ -115,7 +131,7 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None) -> PlanRo
     return PlanRow(claim, n, effect, sigma_d, f"effect {effect:g} ({what}); {source}", mde)
 
 
-def format_plan(plan: Plan, rows: list[PlanRow], jobs: int) -> list[str]:
+def format_plan(plan: Plan, rows: list[PlanRow], jobs: int, docs: Path = PUBLISHED) -> list[str]:
     """The --plan printout: one line per claim, then the runs and wall time of the largest n."""
     lines = [f"Power plan for {plan.suite.name} at budget {plan.budget.name}: seeds per arm for {POWER:.0%} power, "
              f"one-sided alpha {stats.ALPHA}/{family_size(plan)} (Holm's first step over the suite's tested "
@@ -127,8 +143,15 @@ def format_plan(plan: Plan, rows: list[PlanRow], jobs: int) -> list[str]:
     planned = [r.seeds for r in rows if r.seeds is not None]
     n = max(planned) if planned else plan.seeds
     walls = sorted(w for r in plan.runs if (w := run_wall_s(r.run_dir)) > 0)
-    run_s, source = ((walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs")
-                     if walls else (plan.budget.run_s, f"budget {plan.budget.name}'s figure"))
+    published = docs / plan.suite.name / "provenance.json"
+    median = json.loads(published.read_text(encoding="utf-8")).get("training", {}).get("median_run_s") \
+        if published.is_file() else None
+    if walls:
+        run_s, source = walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs"
+    elif median:
+        run_s, source = float(median), f"the median run of the published page {published.parent}"
+    else:
+        run_s, source = plan.budget.run_s, f"budget {plan.budget.name}'s figure"
     runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
     lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "
                  f"{_duration(runs * run_s / max(1, jobs))} wall with --jobs {jobs} ({run_s:.0f} s per run, "
