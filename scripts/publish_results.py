@@ -20,14 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from archlab.cli import main as archlab_main
 from archlab.lab import publish
+from archlab.lab.experiment import Experiment
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
 from archlab.lab.record import (
     CLAIMS,
@@ -57,8 +58,9 @@ def publish_folder(suite_dir: Path, docs: Path) -> Path:
     spec = Path(plan["suite"])
     builtin = {s.stem for s in (ROOT / "src/archlab/lab/suites").glob("*.yaml")}
     spec = spec.stem if spec.parent.name == "suites" and spec.stem in builtin else str(spec)
-    if archlab_main(["ablate", str(spec), "--collect", str(suite_dir)]) != 0:
-        raise SystemExit(f"publish_results: could not collect {suite_dir}")
+    exp = Experiment.create(str(spec), collect=suite_dir)
+    exp.report(shlex.join(["archlab", "ablate", str(spec), "--budget", exp.plan.budget.name, "--seeds",
+                           str(exp.plan.seeds), "--out", str(exp.plan.out)]))
     return publish.import_folder(suite_dir, docs)
 
 

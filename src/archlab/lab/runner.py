@@ -228,8 +228,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
     seeds = seeds if seeds is not None else suite.seeds or budget.seeds
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
-    match_parameters(suite, budget)
-    suite = at_budget(suite, budget)
+    suite = at_budget(match_parameters(suite, budget), budget)
     plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
                 extra=dict(extra or {}))
     for arm in suite.arms:

@@ -518,12 +518,14 @@ def _total(model: ModelConfig, **changes: object) -> int:
     return parameter_counts(model.replace(**changes) if changes else model)["total"]
 
 
-def match_parameters(suite: Suite, budget: Budget) -> None:
-    """Count every arm's parameters; adjust d_ff of arms > 2% off the base (match_params: d_ff), flag the rest."""
+def match_parameters(suite: Suite, budget: Budget) -> Suite:
+    """The suite with every arm's parameters counted, d_ff adjusted for arms > 2% off the base (match_params: d_ff),
+    the rest flagged: new Arm values in a new Suite; `suite` is left as it was."""
     base_total = _total(resolve_arm(suite, suite.base_arm, budget)[1])
+    arms = []
     for arm in suite.arms:
         model = resolve_arm(suite, arm, budget)[1]
-        arm.params = _total(model)
+        arm = dataclasses.replace(arm, overrides=dict(arm.overrides), params=_total(model), matched="")
         adjustable = (suite.match_params == "d_ff" and arm.name not in suite.unmatched
                       and "model.d_ff" not in arm.overrides and "model.d_ff" not in suite.base)
         if abs(arm.params - base_total) > PARAM_TOLERANCE * base_total and adjustable:
@@ -533,6 +535,8 @@ def match_parameters(suite: Suite, budget: Budget) -> None:
             arm.params = _total(resolve_arm(suite, arm, budget)[1])
             arm.matched = f"d_ff {model.d_ff} -> {d_ff} to match the base's parameters"
         arm.flagged = abs(arm.params - base_total) > PARAM_TOLERANCE * base_total
+        arms.append(arm)
+    return dataclasses.replace(suite, arms=arms)
 
 
 def param_note(suite: Suite, arm: Arm, params: int, base_params: int) -> str:
