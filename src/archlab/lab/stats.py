@@ -77,7 +77,7 @@ __all__ = [
     "ALPHA", "BY_CONSTRUCTION", "CONFIRMED", "CONTRADICTED", "HETEROSCEDASTIC_RATIO", "INCONCLUSIVE",
     "UNTESTABLE", "ClaimTest", "Pooled", "Rcbd", "adjust", "benjamini_hochberg", "dunnett", "holm", "mde",
     "paired_binary_test", "paired_count_test", "power", "rank_test", "rcbd", "seeds_needed", "sequential_levels",
-    "test_claim",
+    "test_claim", "test_estimate",
 ]
 
 ALPHA = 0.05  # the default one-sided level of each claim (before a family's adjustment)
@@ -87,6 +87,7 @@ ADJUSTMENTS = ("holm", "bh", "dunnett")
 _DUNNETT_NODES = 64  # Gauss-Hermite x Gauss-Laguerre nodes: agrees with scipy.stats.dunnett to ~1e-5 (its QMC)
 T_TESTS = ("paired t", "pooled RCBD t", "Welch t")  # the tests _plan can re-plan (noncentral t)
 ITEM_TEST = "seed x item t"  # archlab.lab.items: seeds and items both random
+OLS_TEST = "OLS t"  # an effect of a fitted design (lab/screening.py): test_estimate
 
 
 def _values(name: str, values: Sequence[float]) -> np.ndarray:
@@ -240,7 +241,7 @@ def planning_effect(test: ClaimTest) -> float | None:
 def _plan(test: ClaimTest, level: float) -> int | None:
     """Seeds per arm for PLAN_POWER at `level` at the stated effect (the module doc); None without one."""
     if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
-        return test.seeds_needed if test.test != ITEM_TEST else None  # exact tests plan themselves (discrete)
+        return test.seeds_needed if test.test not in (ITEM_TEST, OLS_TEST) else None  # exact tests plan themselves
     effect = planning_effect(test)
     if effect is None or test.against_the_data:
         return None
@@ -251,7 +252,7 @@ def _plan(test: ClaimTest, level: float) -> int | None:
 def _mde(test: ClaimTest, level: float) -> float:
     """The minimum detectable effect at the test's n and `level` (PLAN_POWER; per side for "equivalent")."""
     each = 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
-    if test.test == ITEM_TEST and math.isfinite(test.se) and test.se > 0:
+    if test.test in (ITEM_TEST, OLS_TEST) and math.isfinite(test.se) and test.se > 0:
         return mde_from_se(test.se, test.df, alpha=level, power=each)
     if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0) or test.n < 2:
         return math.nan
@@ -304,6 +305,29 @@ def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: s
 
 
 test_claim.__test__ = False  # a library function named test_*: keep pytest from collecting it where imported
+
+
+def test_estimate(estimate: float, se: float, df: float, *, expect: str, better: str, margin: float = 0.0,
+                  min_effect: float = 0.0, alpha: float = ALPHA, smallest_effect: float = 0.0, n: int = 0,
+                  test: str = "OLS t", note: str = "") -> ClaimTest:
+    """The rule of `test_claim` on an estimate (of mean(a - b)) with its standard error and df from a model fitted
+    elsewhere (a screening design's least squares: lab/screening.py). No seed plan (the design, not the seeds,
+    sets the SE); the mde is (t_{1-alpha} + t_{0.8}) SE."""
+    _check_claim(expect, better, margin, min_effect, alpha, smallest_effect)
+    if not (math.isfinite(estimate) and math.isfinite(se) and se > 0 and df > 0):
+        raise ValueError(f"test_estimate needs a finite estimate, se > 0 and df > 0; got {estimate!r}, {se!r}, "
+                         f"{df!r}")
+    w = estimate if better == "lower" else -estimate
+    p, p_contra = _p_values(expect, w, se, df, margin)
+    half = float(special.stdtrit(df, 1.0 - alpha)) * se
+    result = ClaimTest(outcome="", p=p, ci=(estimate - half, estimate + half), estimate=estimate, df=df,
+                       seeds_needed=None, expect=expect, better=better, test=test, n=n, se=se, p_contra=p_contra,
+                       margin=margin, min_effect=min_effect, alpha=alpha, level=alpha, note=note,
+                       smallest_effect=smallest_effect)
+    return _judge(result, p, p_contra, alpha)
+
+
+test_estimate.__test__ = False
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

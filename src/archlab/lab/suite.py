@@ -13,6 +13,7 @@
     checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
     arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base
     factors: {norm: {pre: {}, post: {...}}, lr: {...}}        # instead of arms: every combination is an arm
+    design: {kind: fractional, resolution: IV, text: ...}      # with 2-level factors: a screening design's runs
     regimes: {high-lr: [a, b]}            # arms whose seed-to-seed spread differs: shown apart on the page
     alike: [[rmsnorm, layernorm]]         # arms built alike (shared init): their claims may pool one residual
     grids: {adamw: [adamw-1e-3, adamw-3e-3]}   # a sweep in ascending order: a claim may name it (its best arm)
@@ -34,7 +35,12 @@ claim, else the suite's `margins:` for the metric, else for MARGIN_METRICS the b
 base compute buys on the budget's compute ladder: 0.03 nats at `small`), for timings TIMING_SMALLEST_EFFECT.
 A claim whose `arm` or `versus` names a grid is judged at the grid's best arm on the claim's metric (the mean over
 seeds); a grid whose best arm is at either end did not bracket its optimum, and the claim is "untestable by this
-design" at this budget. A claim with `factor:` is a factorial contrast:
+design" at this budget. A suite whose `design:` is a mapping `{kind: fractional, resolution: III | IV | V | full,
+fold_over: false, text: why}` is a screening suite: its two-level `factors:` (the first level coded -1, the second
++1) are set by the
+rows of a 2^(k-p) design (lab/design.py), one arm per row (`fold_over: true`, or `archlab ablate --fold-over`,
+appends the mirrored rows), and its claims are main effects (`factor:` with no `within:`), estimated from every
+run by least squares (lab/screening.py). A claim with `factor:` is a factorial contrast:
 `arm` and `versus` are levels of that factor, averaged over the other factors' levels (or only those in
 `within`). A run's config is layered defaults < budget < base < arm < the lab's per-run keys (seed, out, data),
 each arm resolved through `archlab.train.config.resolve_config`, so a bad arm fails with the trainer's own error.
@@ -208,6 +214,7 @@ class Suite:
     seeds: int | None = None  # seeds per arm when the suite needs other than the budget's (a factorial: fewer)
     budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)  # budget -> keys over the base there
     alike: list[list[str]] = field(default_factory=list)  # groups of arms built alike: may pool one residual
+    screening: dict[str, object] = field(default_factory=dict)  # a screening design {kind, resolution, fold_over}
     grids: dict[str, list[str]] = field(default_factory=dict)  # grid -> its arms, ascending in the swept value
     purpose: str = "lecture"  # PURPOSES: a calibration suite's claims stay outside the lecture's tallies
 
@@ -249,7 +256,8 @@ def suite_index() -> list[tuple[str, int, str]]:
     index = []
     for path in sorted(suites_dir().glob("*.yaml")):
         tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-        index.append((str(tree.get("name") or path.stem), len(_arms(tree, str(path))[1]), str(tree.get("title", ""))))
+        arms = _arms(tree, str(path), _screening(tree, str(path), None))[1]
+        index.append((str(tree.get("name") or path.stem), len(arms), str(tree.get("title", ""))))
     return index
 
 
@@ -258,13 +266,16 @@ def _require(ok: bool, where: str, message: str) -> None:
         raise SuiteError(f"{where}: {message}")
 
 
+SCREENING_KEYS = {"kind", "resolution", "fold_over", "text"}
+SCREENING_KINDS = ("fractional",)
 _KEYS = {"name", "title", "source", "design", "narang", "base", "budget_keys", "arms", "factors", "regimes", "margins",
          "timings", "measure", "claims", "match_params", "unmatched", "checkpoints", "seeds", "alike", "grids",
          "purpose"}
 
 
-def load_suite(spec: str | Path) -> Suite:
-    """A built-in suite by name or a suite YAML file by path, checked for shape (arms are resolved later)."""
+def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
+    """A built-in suite by name or a suite YAML file by path, checked for shape (arms are resolved later).
+    `fold_over`: for a screening suite, append (True) the mirrored runs whatever its file says."""
     path = Path(spec)
     if not path.suffix:
         path = suites_dir() / f"{spec}.yaml"
@@ -275,7 +286,8 @@ def load_suite(spec: str | Path) -> Suite:
     where = str(path)
     _require(isinstance(tree, dict), where, "must hold a mapping")
     _require(not set(tree) - _KEYS, where, f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}")
-    factors, arms = _arms(tree, where)
+    screening = _screening(tree, where, fold_over)
+    factors, arms = _arms(tree, where, screening)
     measures = list(tree.get("measure") or ["val_loss"])
     from archlab.lab.measure import MEASURES
 
@@ -291,10 +303,12 @@ def load_suite(spec: str | Path) -> Suite:
                   source=str(tree.get("source", "")), narang=str(tree.get("narang", "") or ""),
                   base=flatten(tree.get("base") or {}), measures=measures, match_params=match, arms=arms, claims=[],
                   unmatched=[str(a) for a in tree.get("unmatched") or []], checkpoints=tree.get("checkpoints", 1),
-                  path=str(path), design=" ".join(str(tree.get("design", "")).split()), factors=factors,
+                  path=str(path), design=" ".join(str(screening.get("text") if screening else
+                                                      tree.get("design", "")).split()), factors=factors,
                   regimes={str(k): [str(a) for a in v] for k, v in (tree.get("regimes") or {}).items()},
                   margins=margins, timings=timings, seeds=tree.get("seeds"),
-                  budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()})
+                  budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()},
+                  screening={k: v for k, v in screening.items() if k != "text"})
     _require(suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2), where,
              f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)")
     _require(set(suite.budget_keys) <= set(BUDGETS), where, f"budget_keys names budgets "
@@ -336,8 +350,40 @@ def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> Non
     _require(suite.purpose in PURPOSES, where, f"purpose={suite.purpose!r}; one of {', '.join(PURPOSES)}")
 
 
-def _arms(tree: dict, where: str) -> tuple[dict[str, list[str]], list[Arm]]:
-    """The arms, listed or (with `factors:`) every combination of the factors' levels, named level-level-..."""
+def _screening(tree: dict, where: str, fold_over: bool | None) -> dict:
+    """A screening design's spec (`design:` given as a mapping), checked; {} for any other suite."""
+    spec = tree.get("design")
+    if not isinstance(spec, dict):
+        _require(fold_over is None or not fold_over, where, "--fold-over needs a screening suite (design: {kind: "
+                 "fractional, ...} with two-level factors)")
+        return {}
+    _require(not set(spec) - SCREENING_KEYS, where, f"design keys {sorted(set(spec) - SCREENING_KEYS)} unknown; "
+             f"allowed: {sorted(SCREENING_KEYS)}")
+    _require(spec.get("kind") in SCREENING_KINDS, where, f"design kind={spec.get('kind')!r}; one of "
+             f"{', '.join(SCREENING_KINDS)}")
+    from archlab.lab.design import RESOLUTIONS
+
+    resolution = str(spec.get("resolution", "IV"))
+    _require(resolution in RESOLUTIONS, where, f"design resolution={resolution!r}; one of {', '.join(RESOLUTIONS)}")
+    folded = bool(spec.get("fold_over", False)) if fold_over is None else fold_over
+    _require(isinstance(tree.get("factors"), dict) and all(isinstance(v, dict) and len(v) == 2
+                                                           for v in tree["factors"].values()), where,
+             "a screening design needs factors with exactly two levels each ({low: overrides, high: overrides})")
+    return {"kind": spec["kind"], "resolution": resolution, "fold_over": folded, "text": spec.get("text", "")}
+
+
+def screening_design(suite_or_spec: Suite | dict, k: int):  # -> archlab.lab.design.Design
+    """The Design a screening suite runs (its rows, folded over when asked)."""
+    from archlab.lab.design import design, fold_over
+
+    spec = suite_or_spec.screening if isinstance(suite_or_spec, Suite) else suite_or_spec
+    d = design(k, spec["resolution"])
+    return fold_over(d) if spec.get("fold_over") else d
+
+
+def _arms(tree: dict, where: str, screening: dict | None = None) -> tuple[dict[str, list[str]], list[Arm]]:
+    """The arms, listed or (with `factors:`) every combination of the factors' levels, or (a screening suite)
+    one per row of its design; named level-level-..."""
     raw = tree.get("factors")
     if raw is None:
         arms = tree.get("arms") or {}
@@ -348,8 +394,14 @@ def _arms(tree: dict, where: str) -> tuple[dict[str, list[str]], list[Arm]]:
                                                              for v in raw.values()),
              where, "factors must map at least two factors to at least two levels each ({level: overrides})")
     factors = {str(f): [str(level) for level in levels] for f, levels in raw.items()}
+    levels_of = [list(levels.items()) for levels in raw.values()]
+    if screening:  # one arm per design row: level 0 at -1, level 1 at +1
+        rows = screening_design(screening, len(factors)).matrix
+        combos = [tuple(levels_of[j][int(v > 0)] for j, v in enumerate(row)) for row in rows]
+    else:
+        combos = list(itertools.product(*levels_of))
     arms = []
-    for combo in itertools.product(*(list(levels.items()) for levels in raw.values())):
+    for combo in combos:
         overrides: dict[str, object] = {}
         for _, level_overrides in combo:
             clash = set(overrides) & set(flatten(level_overrides or {}))
@@ -461,6 +513,8 @@ def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
     what = f"claim {claim.text!r}"
     if claim.factor is None:
         arms = [a.name for a in suite.arms]
+        _require(not suite.screening, where, f"{what}: a screening suite's claims name a factor (factor: and two of "
+                 "its levels)")
         _require(claim.within is None, where, f"{what}: within: needs factor:")
         for key in ("arm", "versus"):
             _require(getattr(claim, key) in arms or getattr(claim, key) in suite.grids, where,
@@ -469,6 +523,9 @@ def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
         return
     _require(claim.factor in suite.factors, where, f"{what}: factor={claim.factor!r}; one of "
              f"{', '.join(suite.factors) or '(the suite has no factors)'}")
+    _require(not suite.screening or claim.within is None, where, f"{what}: within: is not allowed in a screening "
+             "suite (a main effect is estimated from every run; its cells at one level of another factor are not "
+             "balanced)")
     levels = suite.factors[claim.factor]
     for key in ("arm", "versus"):
         _require(getattr(claim, key) in levels, where, f"{what}: {key}={getattr(claim, key)!r} is not a level of "

@@ -138,7 +138,8 @@ def regime_spread(table: Table, metric: str, regime: str, n: int | None = None) 
 # ------------------------------------------------------------------------------------------ judging
 def judge(table: Table, alpha: float = stats.ALPHA, claims: list[Claim] | None = None) -> list[ClaimResult]:
     """Every claim's outcome (or only `claims`'), Holm-adjusted over the empirical ones at one-sided `alpha`."""
-    results = [_judge_one(table, c, alpha) for c in claims or table.suite.claims]
+    fits: dict[str, object] = {}  # a screening suite's least-squares fit per metric, shared by its claims
+    results = [_judge_one(table, c, alpha, fits) for c in claims or table.suite.claims]
     family = [r for r in results if r.in_family]
     for result, adjusted in zip(family, stats.adjust([r.test for r in family], method="holm")):
         result.test, result.outcome = adjusted, adjusted.outcome
@@ -194,9 +195,11 @@ def claim_arms(table: Table, claim: Claim) -> tuple[list[str], list[str], str]:
     return sides[0], sides[1], "; ".join(why)
 
 
-def _judge_one(table: Table, claim: Claim, alpha: float) -> ClaimResult:
+def _judge_one(table: Table, claim: Claim, alpha: float, fits: dict | None = None) -> ClaimResult:
     if table.suite.timing(claim) is not None:
         return _judge_timing(claim, table.timings.get(claim.metric), alpha)
+    if table.suite.screening and not claim.untestable and not is_exact(claim.metric):
+        return _judge_screening(table, claim, alpha, {} if fits is None else fits)
     a_arms, b_arms, edge = claim_arms(table, claim)
     a, b = _sides(table, claim, a_arms, b_arms)
     pair = (" + ".join(a_arms), " + ".join(b_arms)) if claim.factor is None else (claim.arm, claim.versus)
@@ -230,6 +233,22 @@ def _judge_one(table: Table, claim: Claim, alpha: float) -> ClaimResult:
             pooled, note = _pooled(table, claim, a_arms + b_arms, len(a))
             test = stats.test_claim(a, b, pooled=pooled, **kw)
     return ClaimResult(claim, test, test.outcome, estimate, note=note, **done)
+
+
+def _judge_screening(table: Table, claim: Claim, alpha: float, fits: dict) -> ClaimResult:
+    """A screening suite's claim: its factor's main effect from the least-squares fit of every run."""
+    from archlab.lab import screening
+
+    if claim.metric not in fits:
+        fits[claim.metric] = screening.fit(table, claim.metric)
+    a_arms, b_arms = table.suite.cells(claim, claim.arm), table.suite.cells(claim, claim.versus)
+    a, b = _sides(table, claim, a_arms, b_arms)
+    test, note = screening.claim_test(fits[claim.metric], table.suite, claim, alpha)
+    done = {"a": a, "b": b, "arms": (claim.arm, claim.versus)}
+    if test is None:
+        estimate = statistics.fmean(x - y for x, y in zip(a, b)) if a else math.nan
+        return ClaimResult(claim, None, stats.UNTESTABLE, estimate, note=note, **done)
+    return ClaimResult(claim, test, test.outcome, test.estimate, note=note, **done)
 
 
 def _items(table: Table, claim: Claim, a_arms: list[str], b_arms: list[str], n: int
