@@ -13,6 +13,7 @@ from archlab.lab.runner import plan_suite, write_plan
 from archlab.lab.suite import (
     BUDGETS,
     PARAM_TOLERANCE,
+    Arm,
     SuiteError,
     arm_keys,
     list_suites,
@@ -37,14 +38,15 @@ def test_every_suite_file_ships_and_is_listed() -> None:
 def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path: Path) -> None:
     plan = plan_suite(load_suite(name), BUDGETS[budget], tmp_path)
     suite = plan.suite  # the parameter-matched suite the plan holds
-    base = None
+    reference = Arm("base", {}) if suite.screening else suite.base_arm  # a screening suite matches to its base
+    with torch.device("meta"):
+        base = sum(p.numel() for p in TransformerLM(resolve_arm(suite, reference, BUDGETS[budget])[1]).parameters())
     for arm in suite.arms:
         train, model_config = resolve_arm(suite, arm, BUDGETS[budget])
         with torch.device("meta"):
             model = TransformerLM(model_config)
         built = sum(p.numel() for p in model.parameters())
         assert built == arm.params, f"{name}/{arm.name}: parameter_counts disagrees with the built model"
-        base = base if base is not None else built
         off = abs(built - base) / base
         if suite.match_params == "d_ff" and arm.name not in suite.unmatched:
             assert off <= PARAM_TOLERANCE, f"{name}/{arm.name} is {off:.1%} off the base"
@@ -55,7 +57,7 @@ def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path:
         steps = {**BUDGETS[budget].keys, **suite.budget_keys.get(budget, {})}["steps"]
         assert train.steps == max(1, round(steps * arm.steps_scale))  # equal steps, or a compute ladder's rung
     # fair by construction: every run of an arm differs from the base's only in the arm's own keys
-    base_keys = plan.runs_of(suite.base_arm.name)[0].keys
+    base_keys = arm_keys(suite, reference, BUDGETS[budget])
     for run in plan.runs:
         arm = suite.arm(run.arm)
         differ = {k for k in set(base_keys) | set(run.keys) if base_keys.get(k) != run.keys.get(k)}

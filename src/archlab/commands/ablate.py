@@ -7,6 +7,8 @@
     archlab ablate ffn --executor slurm --slurm-partition gpu --slurm-gpus 1   one Slurm job per run (an array)
     archlab ablate ffn --print-commands --out DIR      one `archlab train` line per run, for any scheduler
     archlab ablate ffn --collect DIR                   the report from runs made elsewhere
+    archlab ablate original-vs-modern-screening --plan   a screening design: its runs, aliases, effect SEs
+    archlab ablate original-vs-modern-screening --fold-over   add the mirrored half fraction
     archlab ablate --verify docs/results/ffn           recompute a page's verdicts from its files; exit 1 if any differ
 
 Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default runs/ablate/store),
@@ -58,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sequential", choices=SEQUENTIAL_KINDS, default=None,
                         help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
                         "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)")
+    parser.add_argument("--fold-over", action="store_true", help="a screening suite: add the mirrored half fraction "
+                        "(every factor's level swapped), freeing main effects from two-factor interactions")
     parser.add_argument("--max-seeds", type=int, default=None, metavar="CAP",
                         help="with --sequential: the second look's seeds per arm for undecided claims (default 2x the "
                         "first look's); a claim still undecided there is 'inconclusive at n = CAP'")
@@ -90,7 +94,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
     if args.max_seeds is not None and not args.sequential:
         raise ValueError(f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)")
     exp = Experiment.create(args.suite, args.budget, args.out, args.seeds, args.store, args.collect,
-                            log=lambda line: print(line, file=sys.stderr))
+                            log=lambda line: print(line, file=sys.stderr), fold_over=args.fold_over or None)
     if args.max_seeds is not None and args.max_seeds <= exp.plan.seeds:
         raise ValueError(f"--max-seeds {args.max_seeds} is not allowed: more than the first look's {exp.plan.seeds} "
                          "seeds per arm")
@@ -146,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     command = shlex.join(["archlab", "ablate", args.suite, "--budget", plan.budget.name, "--seeds",
                           str(plan.seeds), "--out", str(plan.out)]
                          + (["--sequential", args.sequential] if args.sequential else [])
-                         + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else []))
+                         + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else [])
+                         + (["--fold-over"] if plan.suite.screening.get("fold_over") else []))
     if args.plan:
         print("\n".join(exp.power_text(max(args.jobs, 2))))
         return 0

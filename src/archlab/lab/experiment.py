@@ -53,15 +53,17 @@ class Experiment:
     @classmethod
     def create(cls, spec: str, budget: str | None = None, out: str | Path | None = None, seeds: int | None = None,
                store: str | Path | None = None, collect: str | Path | None = None,
-               log: Callable[[str], None] | None = None) -> Experiment:
-        """Plan `spec` (a built-in suite or a YAML file): the budget, seeds and store of `collect`'s plan.json when
-        collecting, else the arguments, else the defaults (budget small, its seeds, store/ beside the folder)."""
+               log: Callable[[str], None] | None = None, fold_over: bool | None = None) -> Experiment:
+        """Plan `spec` (a built-in suite or a YAML file): the budget, seeds, store (and a screening suite's
+        fold-over) of `collect`'s plan.json when collecting, else the arguments, else the defaults (budget small,
+        its seeds, store/ beside the folder)."""
         recorded = read_plan(collect) if collect else {}
         if collect and not recorded:
             raise SuiteError(f"--collect {collect}: no plan.json there (made by `archlab ablate SUITE --out DIR`)")
         name = budget or recorded.get("budget") or DEFAULT_BUDGET
         seeds = seeds if seeds is not None else recorded.get("seeds")  # --seeds 0 is refused, not the default
-        suite = load_suite(spec)
+        fold_over = fold_over or recorded.get("fold_over") or None
+        suite = load_suite(spec, fold_over=fold_over)
         folder = collect or out or f"runs/ablate/{suite.name}-{name}"
         plan = plan_suite(suite, BUDGETS[name], folder, seeds, store=store or recorded.get("store"),
                           extra=recorded.get("extra"))
@@ -76,7 +78,7 @@ class Experiment:
         return planning.power_plan(self.plan)
 
     def power_text(self, jobs: int) -> list[str]:
-        return planning.format_plan(self.plan, self.power(), jobs)
+        return planning.screening_lines(self.plan) + planning.format_plan(self.plan, self.power(), jobs)
 
     def commands(self) -> list[str]:
         """The data and train command lines (the plan is written first, so --collect finds the runs)."""

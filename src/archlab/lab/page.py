@@ -259,11 +259,43 @@ def _html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
+    """A screening suite's design (generators, defining relation, alias chains) and its effects table."""
+    from archlab.lab.screening import fit
+    from archlab.lab.suite import screening_design
+
+    s = record.suite
+    if not s.screening:
+        return None
+    d = screening_design(s, len(s.factors))
+    factors = list(s.factors)
+    lines = d.describe() + [
+        "factors (letter: -1 level / +1 level): " + "; ".join(
+            f"{chr(65 + j)} = {f} ({names[0]} / {names[1]})" for j, (f, names) in enumerate(s.factors.items())),
+        "alias chains up to two-factor interactions: " + "; ".join(
+            " = ".join(" x ".join(factors[ord(c) - 97] for c in w) for w in chain) for chain in d.chains(2)
+            if len(chain) > 1) + "."]
+    metric = "val_loss" if "val_loss" in s.measures else s.measures[0]
+    result = fit(record.table, metric)
+    if result is None:
+        return None, lines + [f"No least-squares fit of {metric}: a run is missing or diverged."]
+    rows = [[e.term, e.aliases, fmt(e.estimate), fmt(e.se), f"[{fmt(e.estimate - 1.645 * e.se)}, "
+             f"{fmt(e.estimate + 1.645 * e.se)}]", fmt(e.p)] for e in sorted(result.effects,
+                                                                              key=lambda e: -abs(e.estimate))]
+    lines.append(f"{metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df; each effect is the mean at "
+                 f"+1 minus the mean at -1 over {result.runs} rows x {result.seeds} seeds, SE 2 sigma / sqrt(N) = "
+                 f"{fmt(2 * result.sigma / math.sqrt(result.runs * result.seeds))} (the interval: +-1.645 SE, "
+                 "normal approximation; claims use Student's t at the residual df).")
+    return (["effect", "aliases", "estimate (+1 minus -1)", "SE", "~90% interval", "p (two-sided)"], rows), lines
+
+
 def sections(record: Record, results: list[ClaimResult]) -> list[tuple[str, str, tuple | None, list[str]]]:
     """The page's sections as (title, cls, table or None, paragraphs), shared by results.md and report.html."""
     s = record.suite
-    out = [("Claims", "claims", claim_table(results), [tally(results), margin_text(record)]),
-           ("How noisy this suite was", "spread", None, spread_lines(record))]
+    out = [("Claims", "claims", claim_table(results), [tally(results), margin_text(record)])]
+    if (screen := screening_section(record)) is not None:
+        out.append(("Screening design and effects", "effects", *screen))
+    out.append(("How noisy this suite was", "spread", None, spread_lines(record)))
     if (ladder := ladder_section(record)) is not None:
         out.append(("Compute ladder (the base at multiples of the steps)", "ladder", *ladder))
     if (table := anova_table(record)) is not None:

@@ -75,9 +75,38 @@ def _published(plan: Plan, docs: Path = PUBLISHED) -> Table | None:
     return Table.read(folder, plan.suite)
 
 
+def screening_lines(plan: Plan, sigma: float | None = None) -> list[str]:
+    """A screening suite's --plan preamble: the design, its alias chains, and each main effect's expected SE and
+    mde from a run's residual sd (the budget's planning figure unless given), at the plan's seeds."""
+    from archlab.lab.suite import screening_design
+
+    s = plan.suite
+    if not s.screening:
+        return []
+    d = screening_design(s, len(s.factors))
+    factors = list(s.factors)
+    sigma = plan.budget.sigma if sigma is None else sigma
+    n = d.runs * plan.seeds
+    df = max(1, (plan.seeds - 1) * (d.runs - 1))
+    se = 2 * sigma / math.sqrt(n)
+    alpha = stats.ALPHA / family_size(plan)
+    lines = [f"Screening design of {s.name}: " + "; ".join(d.describe()) + "."]
+    lines += ["  letters: " + ", ".join(f"{chr(65 + j)} = {f}" for j, f in enumerate(factors))]
+    lines += ["  alias chains (main effects and two-factor interactions): " + "; ".join(
+        " = ".join(w.upper() for w in chain) for chain in d.chains(2) if len(chain) > 1)]
+    lines.append(f"  {d.runs} rows x {plan.seeds} seeds = {n} runs: each main effect's SE 2 sigma / sqrt({n}) = "
+                 f"{se:.3g} nats at sigma {sigma:g} (budget {plan.budget.name}'s planning figure; the page reports "
+                 f"the fitted one), {df} residual df at least; mde {stats.mde_from_se(se, df, alpha=alpha):.3g} at "
+                 f"one-sided alpha {alpha:.3g}. One switch at a time with the same runs: SE "
+                 f"{math.sqrt(2) * sigma / math.sqrt(n / (len(factors) + 1)):.3g}.")
+    return lines
+
+
 def power_plan(plan: Plan, docs: Path = PUBLISHED) -> list[PlanRow]:
     """Each claim's seeds for 80% power (see the module doc)."""
     alpha = stats.ALPHA / family_size(plan)
+    if plan.suite.screening:
+        return [_screening_row(plan, c, alpha) for c in plan.suite.claims]
     stored, source = _stored(plan), f"in {plan.out}"
     if stored is None and (stored := _published(plan, docs)) is not None:
         source = f"on the published page {docs / plan.suite.name}"
@@ -129,6 +158,29 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None, where: st
             "same": "margin, at a true difference of 0", "equivalent": "margin, 90% per side"}[claim.expect]
     mde = stats.mde(sigma_d, plan.seeds, alpha=alpha, power=power)
     return PlanRow(claim, n, effect, sigma_d, f"effect {effect:g} ({what}); {source}", mde)
+
+
+def _screening_row(plan: Plan, claim: Claim, alpha: float) -> PlanRow:
+    """A screening claim's replicates (seeds of every row) for 80% power at its stated effect."""
+    from archlab.lab.suite import screening_design
+
+    if claim.untestable:
+        return PlanRow(claim, None, None, None, f"untestable here: {claim.untestable}")
+    effect = claim.margin if claim.expect != "better" else claim.smallest_effect
+    if not effect:
+        return PlanRow(claim, None, None, None, "no smallest effect of interest stated")
+    rows, sigma = screening_design(plan.suite, len(plan.suite.factors)).runs, plan.budget.sigma
+    power = 0.9 if claim.expect == "equivalent" else POWER
+
+    def reaches(seeds: int) -> bool:
+        se, df = 2 * sigma / math.sqrt(rows * seeds), (seeds - 1) * (rows - 1)
+        return stats.mde_from_se(se, df, alpha=alpha, power=power) <= effect
+
+    seeds = next((n for n in range(2, 200) if reaches(n)), None)
+    mde = stats.mde_from_se(2 * sigma / math.sqrt(rows * plan.seeds), max(1, (plan.seeds - 1) * (rows - 1)),
+                            alpha=alpha, power=power)
+    return PlanRow(claim, seeds, effect, sigma, f"effect {effect:g}; seeds of all {rows} rows at sigma {sigma:g} "
+                                               f"(budget {plan.budget.name}'s planning figure)", mde)
 
 
 def format_plan(plan: Plan, rows: list[PlanRow], jobs: int, docs: Path = PUBLISHED) -> list[str]:

@@ -27,7 +27,7 @@ from archlab.lab.verdicts import ClaimResult, judge, with_outcome
 READING = "reading.md"  # per page, a person's reading of its numbers: kept across rebuilds
 FIRST_RULE = "first-rule.json"  # the first lab's verdicts of a suite (Welch's test and a noise floor), kept
 PREVIOUS_RULE = "previous-rule.json"  # the verdicts under the rule before this one (pooled residual, 0.09 nats)
-PLOTS = ("val_loss.png", "grad_norm.png", "embed_row_norm.png")
+PLOTS = ("val_loss.png", "grad_norm.png", "embed_row_norm.png", "half_normal.png", "main_effects.png")
 SUMMARY = "README.md"
 
 
@@ -297,6 +297,11 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
               + (f" Calibration (not tallied): {len(calibration)} claims, "
                  + ", ".join(f"{calibration.count(v)} {v}" for v in dict.fromkeys(calibration)) + "."
                  if calibration else ""), ""]
+    from archlab.lab.suite import list_suites
+
+    missing = sorted({s.name for s in list_suites()} - set(books))
+    if missing:
+        lines += [f"Built-in suites not published yet: {', '.join(missing)}.", ""]
     readings = [(p.parent.name, p.read_text(encoding="utf-8").strip())
                 for p in sorted(docs.glob(f"*/{READING}")) if p.parent.name in books]
     if readings:

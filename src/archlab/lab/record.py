@@ -26,7 +26,6 @@ import hashlib
 import json
 import math
 import platform
-import shutil
 import statistics
 import subprocess
 from dataclasses import dataclass
@@ -170,7 +169,12 @@ def write_record(record: Record, results: list[ClaimResult], suite_path: str | P
     record.table.write(folder, record.suite.measures)
     source = Path(suite_path or record.suite.path)
     if source.is_file() and source.resolve() != (folder / SUITE_FILE).resolve():
-        shutil.copyfile(source, folder / SUITE_FILE)
+        text = source.read_text(encoding="utf-8")
+        tree = yaml.safe_load(text)
+        if record.suite.screening.get("fold_over") and not tree["design"].get("fold_over"):
+            tree["design"]["fold_over"] = True  # folded over from the command line: the snapshot says so
+            text = yaml.safe_dump(tree, sort_keys=False)
+        (folder / SUITE_FILE).write_text(text, encoding="utf-8")
     configs = {arm: {"config": config_hash(c), **c} for arm, c in record.configs.items()}
     (folder / CONFIGS).write_text(yaml.safe_dump(configs, sort_keys=False), encoding="utf-8")
     (folder / PROVENANCE).write_text(json.dumps(record.provenance, indent=1, default=str), encoding="utf-8")

@@ -138,6 +138,12 @@ def write_report(plan: Plan, measured: dict[RunSpec, dict], command: str, timing
     record = record_of(plan, measured, timings, command)
     results = judge(record.table) if results is None else results
     images = plot_suite(plan)
+    if plan.suite.screening:
+        from archlab.lab import screening
+
+        metric = "val_loss" if "val_loss" in plan.suite.measures else plan.suite.measures[0]
+        if (fitted := screening.fit(record.table, metric)) is not None:
+            images += screening.plot(fitted, record.table, plan.out)
     write_files(record, results)
     page.write_markdown(record, results, [p.name for p in sorted(images)])
     page.write_html(record, results, images)

@@ -248,6 +248,7 @@ def write_plan(plan: Plan) -> None:
     """plan.json (the suite, budget, seeds and each run's folder) and SUITE/runs/ARM/seedN links to the runs."""
     plan.out.mkdir(parents=True, exist_ok=True)
     record = {"suite": plan.suite.path, "budget": plan.budget.name, "seeds": plan.seeds, "extra": plan.extra,
+              "fold_over": bool(plan.suite.screening.get("fold_over")),
               "store": str(plan.store), "arms": {a.name: a.overrides for a in plan.suite.arms},
               "runs": [{"arm": r.arm, "seed": r.seed, "dir": str(r.run_dir)} for r in plan.runs]}
     (plan.out / PLAN).write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")

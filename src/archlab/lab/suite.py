@@ -577,8 +577,10 @@ def _total(model: ModelConfig, **changes: object) -> int:
 
 def match_parameters(suite: Suite, budget: Budget) -> Suite:
     """The suite with every arm's parameters counted, d_ff adjusted for arms > 2% off the base (match_params: d_ff),
-    the rest flagged: new Arm values in a new Suite; `suite` is left as it was."""
-    base_total = _total(resolve_arm(suite, suite.base_arm, budget)[1])
+    the rest flagged: new Arm values in a new Suite; `suite` is left as it was. A screening suite matches every
+    run to its `base:` alone (no factor's level set), whichever row comes first."""
+    reference = Arm("base", {}) if suite.screening else suite.base_arm
+    base_total = _total(resolve_arm(suite, reference, budget)[1])
     arms = []
     for arm in suite.arms:
         model = resolve_arm(suite, arm, budget)[1]
