@@ -36,7 +36,7 @@ def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bad")
     assert main(["train", *cli_flags(prepared, root / "run", steps="2", **{"schedule.horizon": "6"})]) == 0
     ckpt = root / "run" / "checkpoints" / "step_0000002"
-    for name in ("truncated", "nomanifest", "noconfig", "shape", "pickled", "nofiles"):
+    for name in ("truncated", "nomanifest", "noconfig", "shape", "pickled", "nofiles", "badmetrics", "notjson"):
         shutil.copytree(root / "run", root / name)
     copy = lambda name: root / name / "checkpoints" / ckpt.name  # noqa: E731
     weights = copy("truncated") / "model.safetensors"
@@ -53,7 +53,17 @@ def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     manifest = json.loads((copy("nofiles") / "manifest.json").read_text())
     del manifest["files"]
     (copy("nofiles") / "manifest.json").write_text(json.dumps(manifest))
+    metrics = root / "badmetrics" / "metrics.jsonl"
+    raw = bytearray(metrics.read_bytes())
+    raw[10] = 0xA4  # a flipped byte: not UTF-8 (the issue's "'utf-8' codec can't decode byte 0xa4")
+    metrics.write_bytes(bytes(raw))
+    metrics = root / "notjson" / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "kind": "train"}\n{"step": 2, "ki\n' + metrics.read_text())
     (root / "empty.txt").write_text("")
+    (root / "afile.txt").write_text("a file, not a folder")
+    (root / "onlyempty").mkdir()
+    (root / "onlyempty" / "a.txt").write_text("")
+    (root / "onlyempty" / ".hidden.txt").write_text("hidden text")
     (root / "short.txt").write_text("abc")
     (root / "other.txt").write_text("another corpus entirely\n" * 300)
     (root / "list.yaml").write_text("- 1\n- 2\n")
@@ -98,11 +108,18 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--extend"], "--extend lengthens a resumed run: use it with --resume"),
     (["--resume"], "--resume: no checkpoint in {root}/new/checkpoints to resume from"),
     (["--data", "/no/such/corpus.txt"], "corpus path /no/such/corpus.txt does not exist"),
-    (["--data", "{root}/empty.txt"], "is empty"),
+    (["--data", "{root}/empty.txt"], "corpus {root}/empty.txt is empty (0 bytes)"),
+    (["--data", "{root}/onlyempty"], "corpus {root}/onlyempty holds no readable text files"),
     (["--data", "{root}/short.txt"], "split has"),
     (["--data", "{root}/other.txt", "--data.tokenizer", "/no/such/tokenizer.json"], "/no/such/tokenizer.json"),
 ]
 RESUME = [  # (flags after `train --out R/RUN`, expected text)
+    (["--out", "{root}/afile.txt"], "--out {root}/afile.txt is not a folder: {root}/afile.txt is a file"),
+    (["--out", "{root}/afile.txt/run"], "--out {root}/afile.txt/run is not a folder: {root}/afile.txt is a file"),
+    (["--out", "{root}/badmetrics", "--resume", "--steps", "4"],
+     "{root}/badmetrics/metrics.jsonl is corrupt: line 1 is not UTF-8 text (byte 0xa4 at column 11)"),
+    (["--out", "{root}/notjson", "--resume", "--steps", "4"],
+     "{root}/notjson/metrics.jsonl is corrupt: line 2 is not a JSON row"),
     (["--out", "{root}/run"], "already holds checkpoints; pass --resume to continue it"),
     (["--out", "{root}/run", "--resume", "--model.n_layers", "2"], "the model config differs from the checkpoint's"),
     (["--out", "{root}/run", "--resume", "--preset", "gpt2"], "--resume: preset 'gpt2' differs from the checkpoint's"),
@@ -147,12 +164,18 @@ OTHER = [  # (full argv, expected text)
     (["inspect", "--config", "/no/such/run.yaml"], "/no/such/run.yaml"),
     (["plot", "run", "/no/such/run"], "/no/such/run/metrics.jsonl does not exist"),
     (["plot", "run", "{root}/emptydir"], "does not exist (is {root}/emptydir a training run folder?)"),
+    (["plot", "run", "{root}/badmetrics"], "{root}/badmetrics/metrics.jsonl is corrupt: line 1 is not UTF-8 text"),
+    (["plot", "run", "{root}/notjson"], "{root}/notjson/metrics.jsonl is corrupt: line 2 is not a JSON row"),
+    (["data", "prepare", "--data", "{root}/empty.txt", "--out", "{root}/newdata"], "is empty (0 bytes)"),
+    (["data", "prepare", "--data", "{root}/onlyempty", "--out", "{root}/newdata"], "holds no readable text files"),
+    (["data", "prepare", "--data", "stdlib", "--out", "{root}/afile.txt"], "--out {root}/afile.txt is not a folder"),
     (["data", "prepare", "--data", "/no/such/corpus.txt", "--out", "{root}/newdata"], "does not exist"),
     (["data", "prepare", "--data", "{root}/other.txt", "--val-fraction", "2", "--out", "{root}/newdata"],
      "val_fraction must be in (0, 1)"),
 ]
-# refusals found while the data or a checkpoint is read, after the memory estimate is logged
-LATE = (f"{R}/empty.txt", f"{R}/short.txt", "/no/such/tokenizer.json", f"{R}/shape", f"{R}/pickled")
+# the one refusal found after a line is logged: a corpus too short for one window is known once it is tokenized,
+# after data/tokens.py logs what it prepared (every other row is refused before any line)
+LATE = (f"{R}/short.txt",)
 BASE = [*(x for key, value in TINY.items() for x in (f"--{key}", value)), "--data.source", "{prepared}",
         "--out", "{root}/new", "--steps", "3"]
 CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]

@@ -174,7 +174,7 @@ class LoggingConfig:
     eval_batches: int = 10  # validation batches per evaluation (the same batches every time)
     ratio_every: int = 100  # steps between per-layer update/param norm ratios; 0 = never
     samples: int = 1  # generated samples shown at each evaluation; 0 = none
-    sample_tokens: int = 64  # new tokens per sample
+    sample_tokens: int | None = None  # new tokens per sample; None = 64, or fewer where the context ends sooner
     sample_prompt: str | None = None  # prompt of the samples; None = the first 4 characters of the validation text
     temperature: float = 0.8  # sampling temperature of the samples; 0 = greedy
     tensorboard: bool = True  # also write TensorBoard event files under RUN_DIR/tb
@@ -184,8 +184,10 @@ class LoggingConfig:
         check_finite(self, "logging.")
         for name in ("log_every",):
             _check(getattr(self, name) >= 1, f"logging.{name}", getattr(self, name), "an integer >= 1")
-        for name in ("eval_every", "eval_batches", "ratio_every", "samples", "sample_tokens"):
+        for name in ("eval_every", "eval_batches", "ratio_every", "samples"):
             _check(getattr(self, name) >= 0, f"logging.{name}", getattr(self, name), "an integer >= 0")
+        _check(self.sample_tokens is None or self.sample_tokens >= 1, "logging.sample_tokens", self.sample_tokens,
+               "None (64, fitted to the context) or an integer >= 1")
         _check(self.temperature >= 0, "logging.temperature", self.temperature, "a value >= 0 (0 = greedy)")
         _check(self.sample_prompt is None or bool(self.sample_prompt) or not self.samples, "logging.sample_prompt",
                self.sample_prompt, "a non-empty prompt (or None) when logging.samples > 0")
