@@ -169,6 +169,30 @@ OTHER = [  # (full argv, expected text)
     (["data", "prepare", "--data", "{root}/empty.txt", "--out", "{root}/newdata"], "is empty (0 bytes)"),
     (["data", "prepare", "--data", "{root}/onlyempty", "--out", "{root}/newdata"], "holds no readable text files"),
     (["data", "prepare", "--data", "stdlib", "--out", "{root}/afile.txt"], "--out {root}/afile.txt is not a folder"),
+    (["eval", "length", "--checkpoint", "/no/such/run"], "--checkpoint /no/such/run: no such file or folder"),
+    (["eval", "length", "--checkpoint", "{root}/hf"], "this Hugging Face folder has no tokenizer.json"),
+    (["eval", "length", "--checkpoint", "{root}/emptydir"], "is neither a checkpoint nor a run folder"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--lengths", "16,x"], "--lengths '16,x' is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--scalings", "none,rope9"],
+     "--scalings 'rope9' is not allowed: one of none, linear"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--data", "/no/such/held.txt"],
+     "corpus path /no/such/held.txt does not exist"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--data", "{root}/empty.txt"], "is empty (0 bytes)"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--out", "{root}/afile.txt"], "is not a folder"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--score-last", "0"], "--score-last '0' is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--lengths", "16", "--score-last", "20"],
+     "--score-last 20 is not allowed: at most the shortest length 16"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--lengths", "64"], "length 64 is past the 32 tokens"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--windows", "0"], "--windows=0 is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--scalings", "rerope", "--window", "40"],
+     "window=40 is not allowed: between 1 and max_seq_len = 32"),
+    (["eval", "passkey", "--checkpoint", "{root}/run", "--lengths", "40", "--allow-extrapolation"],
+     "--lengths 40 is not allowed: each at least 97 characters"),
+    (["eval", "passkey", "--checkpoint", "{root}/run", "--scaling", "rope9"], "--scaling 'rope9' is not allowed"),
+    (["eval", "passkey", "--checkpoint", "{root}/run"], "this model's context of 32 tokens holds no passkey prompt"),
+    (["eval", "passkey", "--checkpoint", "{root}/run", "--trials", "0"], "--trials=0 is not allowed"),
+    (["eval", "continuation", "--checkpoint", "{root}/run", "--cuts", "0"], "--cuts=0 is not allowed"),
+    (["eval", "continuation", "--checkpoint", "{root}/run", "--data", "{root}/onlyempty"], "no readable text files"),
     (["data", "prepare", "--data", "/no/such/corpus.txt", "--out", "{root}/newdata"], "does not exist"),
     (["data", "prepare", "--data", "{root}/other.txt", "--val-fraction", "2", "--out", "{root}/newdata"],
      "val_fraction must be in (0, 1)"),
@@ -193,6 +217,7 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
         pytest.skip("this machine has a cuda:7")
     argv = [a.replace(R, str(world)).replace("{prepared}", str(prepared)) for a in argv]
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # no prompt piped in
+    monkeypatch.chdir(world)  # a default output folder (eval-length/...) would show in the snapshot
     before = snapshot(world)
     with caplog.at_level("INFO"):
         assert main(argv) == 2
@@ -205,4 +230,5 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
         assert logged == [], logged
     assert err.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in err, err
     assert snapshot(world) == before and not (world / "new").exists() and not (world / "newdata").exists()
+    assert not any(world.glob("eval-*"))  # nothing left behind, not even an empty folder
     assert len(CASES) >= 40

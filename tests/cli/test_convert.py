@@ -236,9 +236,9 @@ def test_eval_length_and_passkey_read_a_hf_folder_as_its_converted_checkpoint(
         assert main(["eval", "passkey", "--checkpoint", str(source), "--lengths", "100", "--depths", "0.5",
                      "--trials", "2", "--allow-extrapolation", "--out", str(tmp_path / f"pk-{name}"),
                      "--no-progress"]) == 0
-        tables[name] = ((tmp_path / f"len-{name}" / "length.md").read_text(),
+        tables[name] = ((tmp_path / f"len-{name}" / "length.csv").read_text(),
                         (tmp_path / f"pk-{name}" / "passkey.md").read_text())
-    assert tables["hf"] == tables["run"] and "| yarn |" in tables["hf"][0]
+    assert tables["hf"] == tables["run"] and "\nyarn,128," in tables["hf"][0]
     capsys.readouterr()
     assert main(["eval", "length", "--checkpoint", str(hf_dir), "--lengths", "32"]) == 2
     assert "--data is needed with a Hugging Face folder" in capsys.readouterr().err
