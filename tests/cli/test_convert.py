@@ -242,3 +242,54 @@ def test_eval_length_and_passkey_read_a_hf_folder_as_its_converted_checkpoint(
     capsys.readouterr()
     assert main(["eval", "length", "--checkpoint", str(hf_dir), "--lengths", "32"]) == 2
     assert "--data is needed with a Hugging Face folder" in capsys.readouterr().err
+
+
+def test_a_config_no_family_reads_is_refused_before_the_out_folder_is_touched(hf_dir: Path, tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for file in hf_dir.iterdir():
+        (bad / file.name).write_bytes(file.read_bytes())
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "hidden_act": "xielu"}))
+    assert main(["convert", "--from-hf", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("archlab convert: error: ") and "xielu" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_from_hf_into_a_folder_of_other_files_is_refused_untouched(hf_dir: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    from tests.conftest import snapshot
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (mine / "data").mkdir()
+    before = snapshot(mine)
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(mine)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"archlab convert: error: --out {mine} already holds other files (data, notes.txt): choose another "
+                   "--out, or pass --force to add this model as a new step")
+    assert snapshot(mine) == before and sorted(p.name for p in mine.iterdir()) == ["data", "notes.txt"]  # no .lock
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_late_refusal_of_a_conversion_releases_the_lock_and_leaves_no_folder(
+        existed: bool, hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A refusal after the run folder's lock was taken (damaged weights, found when they are read): a folder the
+    conversion made is removed, one that was there stays as it was (empty, no .lock), and the folder is free."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for file in hf_dir.iterdir():
+        (bad / file.name).write_bytes(file.read_bytes())
+    weights = bad / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])  # truncated: the header promises more bytes than are there
+    out = tmp_path / "out"
+    if existed:
+        out.mkdir()
+    assert main(["convert", "--from-hf", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("archlab convert: error: ") and "model.safetensors" in err and "\n" not in err
+    assert out.exists() == existed and (not existed or list(out.iterdir()) == [])
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(out)]) == 0  # the lock was released

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 def check_hf_source(folder: Path) -> None:
     """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
     from archlab.checkpoint import latest_checkpoint
+    from archlab.interop.hf_config import read_hf_config
 
     if not folder.is_dir():
         raise FileNotFoundError(f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
@@ -99,6 +100,7 @@ def check_hf_source(folder: Path) -> None:
     if not (folder / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{folder / 'tokenizer.json'} is missing: the converted checkpoint needs the model's "
                                 "tokenizer (an archlab checkpoint always carries one)")
+    read_hf_config(folder)  # a config no family reads is refused here, before the run folder is touched
 
 
 def next_step(out: Path, force: bool) -> int:
