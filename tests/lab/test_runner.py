@@ -250,3 +250,39 @@ def test_a_bpe_dropout_arm_gets_its_own_data_folder_and_the_plain_ones_keep_thei
     assert spec.bpe_dropout == 0.1 and spec.command()[-4:] == ["--bpe-dropout", "0.1", "--out", str(spec.out)]
     assert "--bpe-dropout" not in next(d for d in plan.data if d.out == by_arm["bpe32k"]).command()
     assert {r.keys["data.bpe_dropout"] for r in plan.runs if r.arm == "bpe32k-dropout"} == {"0.1"}
+
+
+@pytest.mark.slow
+def test_jobs_cap_every_spawned_run_at_one_thread_and_one_job_leaves_torch_its_choice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--jobs 2` runs two `archlab train` processes on two cores: each must see OMP_NUM_THREADS=1 (and MKL's) in
+    its environment and train on one thread because of it (its own log says why); `--jobs 1` caps nothing."""
+    import subprocess
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the caps under test are the runner's, not this shell's
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    envs, real = [], subprocess.Popen
+
+    def popen(cmd, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        envs.append(kwargs["env"])
+        return real(cmd, **kwargs)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    (tmp_path / "two.yaml").write_text(SLURM_SUITE)
+    for jobs in (2, 1):
+        plan = plan_suite(load_suite(tmp_path / "two.yaml"), BUDGETS["tiny"], tmp_path / f"out{jobs}",
+                          store=tmp_path / f"store{jobs}")
+        plan.runs = [plan.runs_of("a")[0], plan.runs_of("b")[0]]
+        runner.prepare(plan)
+        envs.clear()
+        runner.run_plan(plan, jobs=jobs, poll_s=0.1)
+        assert len(envs) == 2
+        for run, env in zip(plan.runs, envs):
+            log = (run.run_dir / "train.log").read_text()
+            chose = next(line for line in log.splitlines() if line.startswith("CPU threads: "))
+            if jobs == 2:
+                assert (env.get("OMP_NUM_THREADS"), env.get("MKL_NUM_THREADS")) == ("1", "1")
+                assert chose.startswith("CPU threads: 1 (OMP_NUM_THREADS;"), chose
+            else:
+                assert "OMP_NUM_THREADS" not in env and "MKL_NUM_THREADS" not in env
+                assert "OMP_NUM_THREADS" not in chose, chose
