@@ -155,9 +155,11 @@ def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int
     tokenizer = load_hf_tokenizer(folder)
     model = from_hf(folder, dtype=dtype)
     config = {"model": model.config.to_dict(), "source": {"hf_folder": str(folder)}}
+    # the folder's EOS and stop ids (tokenizer_config.json, generation_config.json): tokenizer.json alone lacks them
+    config["tokenizer"] = {"eos_id": tokenizer.eos_id, "stop_ids": sorted(tokenizer.stop_ids)}
     chat_template = read_chat_template(folder)
     if chat_template:
-        config["tokenizer"] = {"chat_template": chat_template}
+        config["tokenizer"]["chat_template"] = chat_template
     aliases = {"lm_head.weight": "embed_tokens.weight"} if model.config.tie_embeddings else {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_file = tokenizer.save(tmp)

@@ -27,7 +27,7 @@ import logging
 import numbers
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import torch
@@ -55,6 +55,7 @@ PROBE_STEPS = 6  # timed decode steps per side and round of the compiled-vs-eage
 PROBE_ROUNDS = 4  # rounds, alternating which side runs first
 PROBE_PROMPT = 16  # prompt tokens of the measurement's scratch batch (the first prompt, cut)
 OnStep = Callable[[list[int | None]], list[bool]]
+StopIds = int | Collection[int] | None  # the id(s) that end a row (EOS, end-of-turn tokens), not returned
 
 
 @dataclass
@@ -176,8 +177,9 @@ class Decoder:
         return self._steps[mode]
 
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig = SamplingConfig(),
-                 eos_id: int | None = None, on_step: OnStep | None = None, heal: Healing | None = None) -> Generation:
-        """Up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch. `on_step(tokens)`
+                 eos_id: StopIds = None, on_step: OnStep | None = None, heal: Healing | None = None) -> Generation:
+        """Up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch; a row ends before
+        the first of `eos_id` (one id or several: a tokenizer's `stop_ids`) it samples. `on_step(tokens)`
         sees each step's new token per row (None for rows already finished) and returns, per row, whether it
         must stop (e.g. a stop string appeared). `heal` constrains the first steps (token healing,
         infer/generate.py backs the prompts off and builds it)."""
@@ -189,8 +191,9 @@ class Decoder:
         self._layout(columns=self.mode != "compiled reductions")
         if self.mode != "compiled reductions" and not self.restore:
             self.originals.clear()  # the caller gave the weights up: free the row-major copies
+        stops = frozenset() if eos_id is None else frozenset([eos_id] if isinstance(eos_id, int) else eos_id)
         with recompile_limit():
-            return self._generate(prompts, sampling, eos_id, on_step, heal)
+            return self._generate(prompts, sampling, stops, on_step, heal)
 
     def _choose(self, prompts: list[list[int]]) -> str:
         """The compiled step's kind (reductions where `reduction_gemvs_win` measures them faster), and with
@@ -233,7 +236,7 @@ class Decoder:
         return (time.perf_counter() - start) / n
 
     @torch.inference_mode()
-    def _generate(self, prompts: list[list[int]], sampling: SamplingConfig, eos_id: int | None,
+    def _generate(self, prompts: list[list[int]], sampling: SamplingConfig, stops: frozenset[int],
                   on_step: OnStep | None, heal: Healing | None = None) -> Generation:
         """Prefill, then the decode loop, timed apart (inputs already checked)."""
         n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
@@ -247,7 +250,7 @@ class Decoder:
         logits = self.model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
         _sync(device)
         prefill = time.perf_counter() - start
-        out, ends, steps = _decode(self._step(self.mode), cache, logits, sampling, generator, eos_id, on_step, heal)
+        out, ends, steps = _decode(self._step(self.mode), cache, logits, sampling, generator, stops, on_step, heal)
         _sync(device)
         decode = time.perf_counter() - start - prefill
         tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
@@ -256,14 +259,14 @@ class Decoder:
 
 def _decode(
     model: Callable[..., torch.Tensor], cache: KVCache, logits: torch.Tensor, sampling: SamplingConfig,
-    generator: torch.Generator | None, eos_id: int | None, on_step: OnStep | None, heal: Healing | None = None,
+    generator: torch.Generator | None, stops: frozenset[int], on_step: OnStep | None, heal: Healing | None = None,
 ) -> tuple[torch.Tensor, list[int], int]:
     """The decode loop: sample (the first steps constrained while healing), record, feed back. Returns tokens
     (B, N), each row's length, steps taken."""
     n_new, batch = sampling.max_new_tokens, logits.shape[0]
     out = torch.empty(batch, n_new, dtype=torch.long, device=logits.device)
     ends = [n_new] * batch  # a row's tokens end before its EOS / after the token that completed a stop string
-    watch = eos_id is not None or on_step is not None  # otherwise no per-step host sync at all
+    watch = bool(stops) or on_step is not None  # otherwise no per-step host sync at all
     for step in range(n_new):
         healing = heal is not None and heal.active
         token = sample_next(heal.constrain(logits) if healing else logits, sampling, generator)  # (B,)
@@ -271,7 +274,7 @@ def _decode(
             heal.advance(token.tolist())
         out[:, step] = token
         if watch:
-            _update_ends(token.tolist(), step, ends, eos_id, on_step)
+            _update_ends(token.tolist(), step, ends, stops, on_step)
             if all(end <= step + 1 for end in ends):
                 return out, ends, step + 1
         if step + 1 < n_new:
@@ -279,11 +282,12 @@ def _decode(
     return out, ends, n_new
 
 
-def _update_ends(tokens: list[int], step: int, ends: list[int], eos_id: int | None, on_step: OnStep | None) -> None:
-    """Close rows that produced EOS at `step`, then those the callback stops (O(B) Python per step)."""
+def _update_ends(tokens: list[int], step: int, ends: list[int], stops: frozenset[int],
+                 on_step: OnStep | None) -> None:
+    """Close rows that produced a stop id at `step`, then those the callback stops (O(B) Python per step)."""
     active = [end > step for end in ends]
     for row, tok in enumerate(tokens):
-        if active[row] and tok == eos_id:
+        if active[row] and tok in stops:
             ends[row], active[row] = step, False
     if on_step is not None:
         stops = on_step([tok if live else None for tok, live in zip(tokens, active)])
