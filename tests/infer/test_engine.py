@@ -87,3 +87,58 @@ def test_rows_stopped_together_or_apart_end_the_loop_at_the_last_stop(rows: list
         out = decoder.generate(PROMPTS, GREEDY, on_step=stop)
     assert out.tokens == [free[0][: rows[0]], free[1][: rows[1]]]
     assert out.decode_steps == max(rows) - 1 and len(forwards) == max(rows) and len(stop.calls) == max(rows)
+
+
+# ------------------------------------------------------------------------------- the measured choice, reused
+@pytest.fixture
+def measured(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each measurement of the compiled-vs-eager choice, by the batch it measured; the steps' times are faked
+    (compiled slower: eager is chosen, so nothing compiles) and the GEMV probe answers at once."""
+    from archlab.infer import engine
+
+    def fake_time(self: Decoder, mode: str, batch: list[list[int]], n: int) -> float:
+        return 2e-3 if mode == "eager" else 3e-3
+
+    monkeypatch.setattr(Decoder, "_time_steps", fake_time)
+    monkeypatch.setattr(engine, "reduction_gemvs_win", lambda model: False)
+    counts = []
+    choose = Decoder._choose
+
+    def counting(self: Decoder, prompts: list[list[int]]) -> str:
+        counts.append(len(prompts))
+        return choose(self, prompts)
+
+    monkeypatch.setattr(Decoder, "_choose", counting)
+    return counts
+
+
+def test_compiled_decoding_is_measured_once_per_model_and_reused_by_later_calls(
+        measured: list[int], caplog: pytest.LogCaptureFixture) -> None:
+    """Five `generate(..., compile_decode=True)` calls measure once (a notebook or a chat loop pays the probe on
+    its first call only) and decode eager's tokens every time."""
+    model = tiny()
+    eager = generate(model, PROMPTS, GREEDY).tokens
+    with caplog.at_level("INFO", logger="archlab.infer.engine"):
+        for _ in range(5):
+            assert generate(model, PROMPTS, GREEDY, compile_decode=True).tokens == eager
+    assert measured == [2]
+    assert caplog.text.count("measured for this model's weights at batch 2 earlier") == 4
+
+
+def test_the_measurement_is_taken_again_for_other_weights_batch_dtype_or_model(measured: list[int]) -> None:
+    import torch
+
+    model = tiny()
+    generate(model, PROMPTS, GREEDY, compile_decode=True)
+    generate(model, PROMPTS[:1], GREEDY, compile_decode=True)  # another batch size
+    assert measured == [2, 1]
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.0)  # an in-place update (a training step): the weights' version moves
+    generate(model, PROMPTS, GREEDY, compile_decode=True)
+    assert measured == [2, 1, 2]
+    model.double()  # another dtype: new tensors
+    generate(model, PROMPTS, GREEDY, compile_decode=True)
+    generate(tiny(), PROMPTS, GREEDY, compile_decode=True)  # another model
+    assert measured == [2, 1, 2, 2, 2]
+    generate(model, PROMPTS, GREEDY, compile_decode=True)  # nothing changed since: reused
+    assert measured == [2, 1, 2, 2, 2]

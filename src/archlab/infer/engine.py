@@ -11,8 +11,13 @@
   so asking for compilation is never slower than eager decoding (a 2-core Zen 2 measured compiled decoding
   slower, docs/inference.md); the choice is logged and kept in `Decoder.mode`. `compile_decode="always"`
   compiles without measuring (tests, benchmarks of the compiled step itself).
-`archlab generate` keeps one decoder for all its prompts; `generate()` (infer/generate.py), the trainer's samples
-and the lab's decode timing open one per call. Nothing here or in infer/speed.py is process-global.
+The choice is measured once per model, device, dtype, batch size and weights, and reused: it is kept per model
+(`_MEASURED`, weakly keyed, so it goes with the model) and every later decoder of the same model reads it, so
+`generate(..., compile_decode=True)` in a notebook, an eval or a chat loop pays the measurement on its first call
+only (the compiled step itself comes from torch's compile cache, which keys on the forward's code). New weights
+tensors, an in-place change of any weight (a training step), another dtype or device, or another batch size
+measure again. `archlab generate` keeps one decoder for all its prompts; `generate()` (infer/generate.py), the
+trainer's samples and the lab's decode timing open one per call.
 
 The decode loop: prefill (eager: every prompt length would be a new graph), then one-token steps through the
 chosen step with a `KVCache`; prompts of different lengths run as one left-padded batch (the cache masks the
@@ -27,6 +32,7 @@ import logging
 import numbers
 import statistics
 import time
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -55,6 +61,8 @@ PROBE_STEPS = 6  # timed decode steps per side and round of the compiled-vs-eage
 PROBE_ROUNDS = 4  # rounds, alternating which side runs first
 PROBE_PROMPT = 16  # prompt tokens of the measurement's scratch batch (the first prompt, cut)
 OnStep = Callable[[list[int | None]], list[bool]]
+# model -> {what a choice was measured on: the mode chosen}; weak keys, and values that do not refer to the model
+_MEASURED: weakref.WeakKeyDictionary[nn.Module, dict[tuple, str]] = weakref.WeakKeyDictionary()
 StopIds = int | Collection[int] | None  # the id(s) that end a row (EOS, end-of-turn tokens), not returned
 
 
@@ -139,6 +147,7 @@ class Decoder:
         self.was_training = model.training
         model.eval()
         self.originals = {w: w.data for w in row_major_cpu_linears(model)}  # the caller's tensors, put back on close
+        self.weights = self._weights_key()
         self.columns: dict[nn.Parameter, torch.Tensor] = {}  # their column-major copies, made on first use
         self.mode: str | None = None if compile_decode else "eager"  # eager | compiled | compiled reductions
         self._steps: dict[str, Callable[..., torch.Tensor]] = {"eager": model}
@@ -165,11 +174,19 @@ class Decoder:
     def _layout(self, columns: bool) -> None:
         """Weights column-major (what MKL's GEMVs and eager steps want) or the caller's row-major tensors (what
         the compiled reductions read)."""
-        if columns and not self.columns:
-            self.columns = {w: data.t().contiguous().t() for w, data in self.originals.items()}
-        with torch.inference_mode(False), torch.no_grad():  # real tensors, even inside a caller's inference_mode
+        # real tensors, even inside inference_mode (the measurement's): a compiled step guards on the weights'
+        # dispatch keys, and copies made as inference tensors on one call recompiled it on the next (3.4 s)
+        with torch.inference_mode(False), torch.no_grad():
+            if columns and not self.columns:
+                self.columns = {w: data.t().contiguous().t() for w, data in self.originals.items()}
             for w, data in (self.columns if columns else self.originals).items():
                 w.data = data
+
+    def _weights_key(self) -> tuple:
+        """What the measured choice depends on besides the batch: each parameter's identity, the caller's tensor
+        (its storage, dtype, device) and its in-place version (a training step bumps it)."""
+        return tuple((id(p), p._version, t.data_ptr(), t.dtype, t.device.type)
+                     for p in self.model.parameters() for t in [self.originals.get(p, p.data)])
 
     def _step(self, mode: str) -> Callable[..., torch.Tensor]:
         if mode not in self._steps:
@@ -187,7 +204,16 @@ class Decoder:
             raise ValueError("this Decoder is closed: open a new one")
         check_prompts(self.model.config, prompts, sampling)
         if self.mode is None:
-            self.mode = self._choose(prompts)
+            known = _MEASURED.setdefault(self.model, {})
+            key = (self.compile_decode, len(prompts), self.weights)
+            if key not in known:
+                for stale in [k for k in known if k[2] != self.weights]:  # choices for weights no longer there
+                    del known[stale]
+                known[key] = self._choose(prompts)
+            else:
+                logger.info("decode: %s (measured for this model's weights at batch %d earlier)", known[key],
+                            len(prompts))
+            self.mode = known[key]
         self._layout(columns=self.mode != "compiled reductions")
         if self.mode != "compiled reductions" and not self.restore:
             self.originals.clear()  # the caller gave the weights up: free the row-major copies
