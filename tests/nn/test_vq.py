@@ -298,3 +298,21 @@ def test_soft_assignment_at_a_finite_temperature_is_the_formula(tau):
     o, _ = kernel(q, k, k, None)
     assert torch.allclose(o, _dense(q, k, want, cb, 4), atol=1e-12)  # the kernel attends with these weights
     assert float(kernel.aux_loss) == pytest.approx(float(expected.mean()), rel=1e-12)
+
+
+def test_nearest_codes_and_their_ema_by_index_equal_the_distance_and_one_hot_forms():
+    """The hard path's fast forms against the definitions, in float64: the nearest code is the argmin of the full
+    squared distances; the gathered c_z is the one-hot product; the EMA by index_add / bincount equals the
+    one-hot EMA."""
+    from archlab.nn.vq import code_vectors, ema_update_codes, nearest_codes, one_hot_rows
+
+    _, k, _, cb = _data(T=40)
+    codes = nearest_codes(k, cb)
+    assert torch.equal(codes, code_distances(k, cb).argmin(-1))
+    onehot = torch.nn.functional.one_hot(codes, 5).to(f64)
+    assert torch.equal(one_hot_rows(codes, 5, f64), onehot)
+    assert torch.equal(code_vectors(codes, cb), onehot @ cb)
+    sums, counts = torch.randn(2, 5, 6, dtype=f64), torch.rand(2, 5, dtype=f64)
+    by_index = ema_update_codes(sums, counts, k, codes, 0.9)
+    by_one_hot = ema_update(sums, counts, k, onehot, 0.9)
+    assert torch.allclose(by_index[0], by_one_hot[0], atol=1e-12) and torch.allclose(by_index[1], by_one_hot[1])
