@@ -481,8 +481,8 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
           init_from: TransformerLM | None = None) -> TrainResult:
     """Join the process group (if any), check every input, pick CPU threads, train (from `init_from`'s weights if
     given), and leave it again. Inputs are checked before the first line is logged: the run folder and its
-    checkpoints, the data (prepared here), a resumed run's checkpoint, metrics file and weights' shapes, then the
-    precision and the memory estimate."""
+    checkpoints, an emulated bf16, a resumed run's checkpoint, metrics file and weights' shapes, the data (prepared
+    here), then the precision's advice and the memory estimate."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     threads = torch.get_num_threads()
     lock = RunLock(train_config.out) if ctx.is_main else None
@@ -493,8 +493,9 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
         step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
         try:
             latest = check_setup(train_config, ctx.world_size, resume)  # the cheap refusals first
+            hardware.refuse_emulated_bf16(p.dtype, ctx.device, p.allow_slow_bf16)
             checkpoint = check_resumed_run(train_config, model_config, latest) if latest is not None else None
-            run_data = open_run_data(train_config, model_config, ctx, resume)
+            run_data = open_run_data(train_config, model_config, ctx, resume)  # the data: prepared, then checked
             hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
             check_memory(train_config, model_config, ctx)  # before any model or batch is allocated
         except BaseException:
