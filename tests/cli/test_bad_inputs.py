@@ -98,6 +98,8 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--distributed", "mpi"], "distributed='mpi' is not allowed"),
     (["--logging.eval_every", "-1"], "logging.eval_every=-1 is not allowed"),
     (["--logging.sample_prompt", "", "--logging.samples", "1"], "logging.sample_prompt='' is not allowed"),
+    (["--logging.samples", "1", "--logging.sample_tokens", "32"],
+     "logging.sample_tokens=32 is not allowed: below the model's 32-token context"),
     (["--model"], "flag --model needs a value"),
     (["--schedule.name", "step"], "schedule.name='step' is not allowed"),
     (["--schedule.warmup_steps", "50", "--steps", "20"], "schedule.warmup_steps=50 is not allowed: fewer than"),
@@ -157,6 +159,13 @@ GENERATE = [  # (generate flags, expected text)
 ]
 OTHER = [  # (full argv, expected text)
     (["inspect", "--preset", "gpt5"], "is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--windows", "many"],
+     "argument --windows: invalid int value: 'many' (see archlab eval length --help)"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--forse"],
+     "unrecognized arguments: --forse (see archlab eval --help)"),
+    (["generate", "--prompt", "a"], "the following arguments are required: --checkpoint"),
+    (["convert", "--from-hf", "{root}/run", "--out", "{root}/newdata"],
+     "--from-hf {root}/run is an archlab checkpoint, not a Hugging Face folder"),
     (["inspect", "--context", "0"], "--context=0 is not allowed"),
     (["inspect", "--n_heads", "3"], "ModelConfig"),
     (["inspect", "--d_modle", "3"], "d_modle"),

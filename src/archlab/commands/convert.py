@@ -89,12 +89,12 @@ def run(args: argparse.Namespace) -> int:
 def check_hf_source(folder: Path) -> None:
     """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
     from archlab.checkpoint import latest_checkpoint
-    from archlab.interop.hf_config import read_hf_config
+    from archlab.interop.hf_config import is_hf_folder, read_hf_config
 
     if not folder.is_dir():
         raise FileNotFoundError(f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
                                 "safetensors weights, tokenizer.json)")
-    if not (folder / "config.json").is_file() and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
+    if not is_hf_folder(folder) and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
         raise ValueError(f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
                          "`convert --to-hf` exports it, and train / generate / eval read it as it is")
     if not (folder / "tokenizer.json").is_file():

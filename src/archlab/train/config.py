@@ -16,6 +16,7 @@ from pathlib import Path
 
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
 from archlab.nn.presets import PRESETS, SIZES, build_preset
+from archlab.nn.rope_scaling import ROPE_KINDS
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
 from archlab.train.variants import (
@@ -327,4 +328,18 @@ def resolve_config(
     if train.data.block_size > model.max_seq_len:
         raise ValueError(f"data.block_size={train.data.block_size} is not allowed: at most model.max_seq_len="
                          f"{model.max_seq_len} (raise --model.max_seq_len)")
+    limit = context_tokens(model)
+    n = train.logging.sample_tokens
+    if train.logging.samples and n is not None and limit is not None and n >= limit:  # no room for a prompt
+        raise ValueError(f"logging.sample_tokens={n} is not allowed: below the model's {limit}-token context (the "
+                         "sample prompt needs a token of it); leave it unset to fit the default")
     return train, model
+
+
+def context_tokens(model: ModelConfig) -> int | None:
+    """Tokens the model handles (infer/engine.py's context_limit, without torch): max_seq_len, or its RoPE scaling
+    kind's limit (None: ReRoPE has none)."""
+    s = model.rope_scaling
+    if model.position != "rope" or s is None:
+        return model.max_seq_len
+    return ROPE_KINDS[s.kind].context_limit(s, model.max_seq_len)
