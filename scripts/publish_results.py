@@ -1,235 +1,188 @@
-"""Publish finished lab suites as docs pages: one page per suite and a summary table of every claim.
+"""Publish lab suites as docs pages, rebuild every page from its files, or check that they agree.
 
-    python scripts/publish_results.py runs/ablate/ffn-small runs/ablate/position-small ... --to docs/results
+    python scripts/publish_results.py runs/ablate/ffn-small ... --to docs/results   publish finished suite folders
+    python scripts/publish_results.py --to docs/results                             rebuild every page from its files
+    python scripts/publish_results.py --check --to docs/results                     recompute; exit 1 on a difference
+    python scripts/publish_results.py --from-legacy block ffn ... --store DIR       re-judge a page of the previous
+                                                                                     rule from its published files
 
-Each argument is a suite folder that `archlab ablate SUITE --budget B --out DIR` finished. For each, the report is
-rebuilt from the run folders (`archlab ablate SUITE --collect DIR`: cached measures, the computed verdicts, the
-plots), then `DIR/results.md` becomes `docs/results/SUITE.md` (its plots copied into `docs/results/SUITE/`) under
-a header saying how to reproduce it, and `docs/results/README.md` gets one row per claim of every suite
-published so far (suites published earlier keep their rows: the table is rebuilt from the pages' folders),
-followed by each suite's `docs/results/SUITE/reading.md`, a person's reading of the numbers, where one exists.
-Each suite's `results.csv` (and `timings.csv`) is copied beside its page.
-
-The summary counts each comparison once: claims of two suites on the same runs (the same metric, the same run
-folders on both sides: identical arms share folders) are one row, listed under the first suite with the others
-named. Its outcome across the summary is re-derived with Benjamini-Hochberg's false discovery rate over every
-empirical comparison of every published suite (`archlab.lab.stats.adjust(..., method="bh")`), beside each suite's
-own Holm outcome. Nothing here computes a test: they come from `archlab.lab.verdicts.judge`, the rule every
-report prints.
+A finished suite folder (`archlab ablate SUITE --out DIR`) is re-collected (`archlab ablate SUITE --collect DIR`:
+cached measures, verdicts, plots, the record), its record and plots are copied to docs/results/SUITE/, and then
+every page is rebuilt from its files (archlab.lab.publish.rebuild): claims.json, SUITE.md and the summary
+README.md, with one verdict per comparison two pages share. `--check` recomputes the same without writing and
+lists every difference (CI runs it). `--from-legacy` turns a page published before the provenance rule (its
+results.csv, timings.csv and claims.json) into a record: the current suite file, today's resolution of each arm's
+config (checked against the run ids in results.csv), and the machine and wall time the old page states.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
+import re
+import shlex
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from archlab.cli import main as archlab_main
-from archlab.lab import stats
-from archlab.lab.runner import Plan, measure_plan, measure_timings, plan_suite, read_plan
-from archlab.lab.suite import BUDGETS, list_suites, load_suite
-from archlab.lab.verdicts import ClaimResult, judge
+from archlab.lab import publish
+from archlab.lab.experiment import Experiment
+from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
+from archlab.lab.record import (
+    CLAIMS,
+    PROVENANCE,
+    SUITE_FILE,
+    config_hash,
+    data_hash,
+    portable_config,
+    scale,
+    stamp,
+)
+from archlab.lab.runner import plan_suite, prepare, run_hash
+from archlab.lab.suite import BUDGETS, at_budget, load_suite
+from archlab.lab.table import Table
+from archlab.train.config import resolve_config
 
-SUMMARY = "claims.json"  # per published suite: its claims and verdicts, for the summary table
-FIRST_RULE = "first-rule.json"  # per suite: its claims as the first lab's page judged them (kept for the comparison)
-# verdicts of the first rule and outcomes of the current one that say the same thing
-SAME_VERDICTS = {("confirmed", "confirmed"), ("contradicted", "contradicted"),
-                 ("not visible at this scale", "inconclusive")}
-READING = "reading.md"  # per published suite, written by a person after reading its numbers: kept across publishing
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def publish(suite_dir: Path, docs: Path, note: str = "") -> list[dict]:
-    """Rebuild one suite's report and write its page (with its results.csv); returns its claims as summary rows."""
-    recorded = read_plan(suite_dir)
-    if not recorded:
+def publish_folder(suite_dir: Path, docs: Path) -> Path:
+    """Re-collect a finished suite folder and copy its record and plots into docs/SUITE/."""
+    plan = json.loads((suite_dir / "plan.json").read_text(encoding="utf-8")) if (suite_dir / "plan.json").is_file() \
+        else None
+    if plan is None:
         raise SystemExit(f"publish_results: {suite_dir} is not a suite folder: it has no plan.json (made by "
                          "`archlab ablate SUITE --out DIR`)")
-    spec = Path(recorded["suite"])  # a built-in suite's file (in whichever checkout ran it) goes by its name
-    spec = spec.stem if spec.parent.name == "suites" and spec.stem in {s.name for s in list_suites()} else str(spec)
-    suite = load_suite(spec)
-    if archlab_main(["ablate", spec, "--collect", str(suite_dir)]) != 0:
-        raise SystemExit(f"publish_results: could not collect {suite_dir}")
-    plan = plan_suite(suite, BUDGETS[recorded["budget"]], suite_dir, recorded["seeds"], store=recorded.get("store"))
-    results = judge(plan, measure_plan(plan), measure_timings(plan))
-    images = docs / suite.name
-    reading = (images / READING).read_text(encoding="utf-8") if (images / READING).is_file() else None
-    first = first_rule_rows(images)
-    shutil.rmtree(images, ignore_errors=True)
-    images.mkdir(parents=True)
-    if reading is not None:
-        (images / READING).write_text(reading, encoding="utf-8")
-    if first:
-        (images / FIRST_RULE).write_text(json.dumps(first, indent=1), encoding="utf-8")
-    text = (suite_dir / "results.md").read_text(encoding="utf-8")
-    for png in sorted(suite_dir.glob("*.png")):
-        shutil.copy2(png, images / png.name)
-        text = text.replace(f"]({png.name})", f"]({suite.name}/{png.name})")
-    for table in ("results.csv", "timings.csv"):
-        if (suite_dir / table).is_file():
-            shutil.copy2(suite_dir / table, images / table)
-            text = text.replace(f"`{table}`", f"[`{table}`]({suite.name}/{table})")
-    jobs = json.loads((suite_dir / "lab-time.json").read_text(encoding="utf-8")).get("jobs", 1) \
-        if (suite_dir / "lab-time.json").is_file() else 1
-    header = (f"Reproduce: `archlab ablate {suite.name} --budget {plan.budget.name} --jobs {jobs}` (about the "
-              f"wall time below on a 2-core CPU). The run folders are not in the repository; this page is "
-              f"`results.md` of that command's folder, the interactive page is its `report.html`.\n\n"
-              + (f"{note}\n\n" if note else ""))
-    title, _, rest = text.partition("\n")
-    changes = changed_verdicts(first, results)
-    (docs / f"{suite.name}.md").write_text(f"{title}\n\n{header}{rest.lstrip()}{changes}", encoding="utf-8")
-    rows = [summary_row(suite.name, plan, r) for r in results]
-    (images / SUMMARY).write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    return rows
+    spec = Path(plan["suite"])
+    builtin = {s.stem for s in (ROOT / "src/archlab/lab/suites").glob("*.yaml")}
+    spec = spec.stem if spec.parent.name == "suites" and spec.stem in builtin else str(spec)
+    exp = Experiment.create(str(spec), collect=suite_dir)
+    exp.report(shlex.join(["archlab", "ablate", str(spec), "--budget", exp.plan.budget.name, "--seeds",
+                           str(exp.plan.seeds), "--out", str(exp.plan.out)]))
+    return publish.import_folder(suite_dir, docs)
 
 
-def first_rule_rows(images: Path) -> list[dict]:
-    """The suite's claims as the first lab published them (Welch's test, a noise floor: rows with `verdict`), kept
-    in FIRST_RULE once a page under the current rule replaced them; [] when the suite never had such a page."""
-    if (images / FIRST_RULE).is_file():
-        return json.loads((images / FIRST_RULE).read_text(encoding="utf-8"))
-    rows = json.loads((images / SUMMARY).read_text(encoding="utf-8")) if (images / SUMMARY).is_file() else []
-    return [r for r in rows if "verdict" in r and "noise_floor" in r]
+# ------------------------------------------------------------------------------------------ legacy pages
+def _old_page_facts(text: str) -> dict:
+    """The machine, wall times and command a page of the previous rule states."""
+    facts: dict = {}
+    if m := re.search(r"Machine: (.+?)\. Training:", text) or re.search(r"Machine: (.+?)\.\s", text):
+        facts["machine"] = m.group(1)
+    if m := re.search(r"Training: (\d+) runs, median (\d+) s per run \(process start to exit\), ([\d.]+) run-minutes",
+                      text):
+        facts["training"] = {"runs": int(m.group(1)), "median_run_s": float(m.group(2)),
+                             "run_minutes": float(m.group(3))}
+    if m := re.search(r"Suite wall time: ([\d.]+) min with --jobs (\d+)", text):
+        facts.setdefault("training", {}).update(suite_wall_s=round(float(m.group(1)) * 60, 1), jobs=int(m.group(2)))
+    if m := re.search(r"Command: `([^`]+)`", text):
+        facts["command"] = m.group(1)
+    return facts
 
 
-def changed_verdicts(first: list[dict], results: list[ClaimResult]) -> str:
-    """A section that sets each claim of the first published page beside its outcome now (matched by the claim's
-    text; first claims with no successor are listed as dropped or reworded)."""
-    if not first:
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+
+def _ladder_pricing(docs: Path, margin: float) -> str:
+    folder = docs / LADDER_SUITE
+    if not (folder / "results.csv").is_file():
         return ""
-    now = {r.claim.text: r for r in results}
-    lines = ["", "## Against the first published page", "",
-             "The first lab judged this suite with Welch's unpaired test on 2 seeds per arm and a noise floor (the "
-             "base arm's spread over 4 seeds) on top of the p-value, and confirmed \"as good as\" whenever the "
-             "difference was under that floor. Each of its claims beside the outcome under the current rule:", "",
-             "| claim | first page: difference, verdict | now: estimate [90% CI], outcome | changed |",
-             "|---|---|---|---|"]
-    for old in first:
-        new = now.get(old["claim"])
-        before = f"{_fmt(old.get('difference'))}, {old['verdict']}"
-        if new is None:
-            lines.append(f"| {old['claim']} | {before} | (no claim of this text now: dropped or reworded) | - |")
-            continue
-        low, high = new.ci
-        ci = "" if math.isnan(low) else f" [{_fmt(low)}, {_fmt(high)}]"
-        same = (old["verdict"], new.outcome) in SAME_VERDICTS
-        lines.append(f"| {old['claim']} | {before} | {_fmt(new.estimate)}{ci}, {new.outcome} | "
-                     f"{'no' if same else '**yes**'} |")
-    return "\n".join(lines) + "\n"
+    suite = load_suite(LADDER_SUITE)
+    fit = fit_ladder(ladder_values(Table.read(folder, suite)))
+    return "" if fit is None else describe(fit, margin)
 
 
-def summary_row(suite: str, plan: Plan, result: ClaimResult) -> dict:
-    """One claim for the summary: what the table shows, the comparison's identity, and its test (to re-adjust)."""
-    c = result.claim
-    sides = [sorted(r.run_dir.name for a in plan.suite.cells(c, side) for r in plan.runs_of(a))
-             for side in (c.arm, c.versus)]
-    key = json.dumps([c.metric, c.versus_metric, *sides, c.expect, c.margin, c.better])
-    if plan.suite.timing(c) is not None:  # a timing is its own experiment, never the same as another suite's
-        key = json.dumps([suite, c.metric, c.arm, c.versus])
-    return {"suite": suite, "claim": c.text, "metric": c.metric, "arms": f"{c.arm} vs {c.versus}",
-            "estimate": result.estimate, "ci": list(result.ci), "p_holm": result.p_adjusted,
-            "outcome": result.outcome, "seeds_needed": result.seeds_needed, "narang": result.narang,
-            "size": (f"margin {c.margin:g}" if c.expect == "same" and c.margin else
-                     f"min {c.min_effect:g}" if c.min_effect else "-"),
-            "key": key, "test": dataclasses.asdict(result.test) if result.test is not None else None}
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x:.4g}"
-
-
-def unique_comparisons(rows: list[dict]) -> list[dict]:
-    """Each comparison once (the first suite's row, the other suites that made it in `also`); the empirical ones
-    re-judged with Benjamini-Hochberg over all of them (`q`, `summary_outcome`)."""
-    first: dict[str, dict] = {}
-    for row in rows:
-        if row["key"] in first:
-            first[row["key"]]["also"].append(row["suite"])
-        else:
-            first[row["key"]] = {**row, "also": []}
-    unique = list(first.values())
-    family = [r for r in unique if r["test"] is not None and r["outcome"] not in (stats.UNTESTABLE,
-                                                                                 stats.BY_CONSTRUCTION)]
-    # each suite's Holm adjustment is undone: the summary's family is every distinct comparison
-    tests = [stats.ClaimTest(**{**r["test"], "ci": tuple(r["test"]["ci"]), "p_adjusted": None,
-                                "p_contra_adjusted": None, "level": r["test"]["alpha"]}) for r in family]
-    for row, test in zip(family, stats.adjust(tests, method="bh")):
-        row["q"], row["summary_outcome"] = test.p_adjusted, test.outcome
-    for row in unique:
-        row.setdefault("q", None)
-        row.setdefault("summary_outcome", row["outcome"])
-    return unique
-
-
-INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --jobs 2` on a 2-core CPU; every arm "
-         "runs the same seeds (paired). Each page has the design (why it can show its claims), the exact command, "
-         "the machine, the wall time, the claims with estimate, confidence interval, p-values, outcome and the "
-         "seeds an inconclusive claim needs, the suite's pooled residual spread and between-arm seed correlation, "
-         "the tables, the plots and `results.csv` (one row per run). Outcomes are computed by the rule in "
-         "docs/lab.md and docs/lab-statistics.md, never written by hand: paired tests, Holm's correction within a "
-         "suite, non-inferiority at a stated margin for \"as good as\" (for a loss in nats, the budget's margin: "
-         "what 25% more base compute buys, measured by the [compute-ladder](compute-ladder.md) suite; 0.09 nats at "
-         "`small`, and each page prices its margin as a compute multiplier). Across this summary each comparison is "
-         "counted once (claims of two suites on the same runs are one row) and re-judged with Benjamini-Hochberg's "
-         "false discovery rate over all of them (q < 0.05). \"By construction\" (arithmetic) and \"untestable by "
-         "this design\" are outside both families and the counts.")
-
-
-def write_summary(docs: Path) -> Path:
-    """docs/results/README.md: every published comparison once, its outcomes, and a link to its suite's page."""
-    pages = {path.parent.name: json.loads(path.read_text("utf-8")) for path in sorted(docs.glob(f"*/{SUMMARY}"))}
-    # a page the first rule wrote and no current run has replaced yet: listed, never counted or re-judged
-    stale = sorted(name for name, page in pages.items() if any("key" not in row for row in page))
-    rows = [row for name, page in pages.items() if name not in stale for row in page]
-    unique = unique_comparisons(rows)
-    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, "",
-             "| suite | claim | metric | arms | estimate | 90% CI | margin / min | p (Holm, suite) | outcome (suite) "
-             "| q (BH, summary) | outcome (summary) | seeds needed | Narang et al. |", "|---" * 13 + "|"]
-    for r in unique:
-        also = f" (also in {', '.join(r['also'])})" if r["also"] else ""
-        low, high = r["ci"]
-        ci = "n/a" if low is None or math.isnan(low) else f"[{_fmt(low)}, {_fmt(high)}]"
-        lines.append(f"| [{r['suite']}]({r['suite']}.md) | {r['claim']}{also} | {r['metric']} | {r['arms']} | "
-                     f"{_fmt(r['estimate'])} | {ci} | {r['size']} | {_fmt(r['p_holm'])} | {r['outcome']} | "
-                     f"{_fmt(r['q'])} | {r['summary_outcome']} | {r['seeds_needed'] or '-'} | {r['narang']} |")
-    missing = [s.name for s in list_suites() if s.name not in {r["suite"] for r in rows} and s.name not in stale]
-    tested = [r["summary_outcome"] for r in unique if r["q"] is not None]
-    outside = [r["summary_outcome"] for r in unique if r["q"] is None]
-    n_suites = len({r["suite"] for r in rows})
-    counts = ", ".join(f"{tested.count(v)} {v}" for v in dict.fromkeys(tested)) or "none"
-    lines += ["", f"{len(rows)} claims from {n_suites} suite{'s' if n_suites != 1 else ''}, {len(unique)} distinct "
-              f"comparisons; {len(tested)} tested: {counts}."
-              + (" Outside the family: " + ", ".join(f"{outside.count(v)} {v}" for v in dict.fromkeys(outside)) + "."
-                 if outside else "")
-              + (f" Built-in suites not published yet: {', '.join(missing)}." if missing else ""), ""]
-    if stale:
-        lines += ["Pages still from the first rule, not yet re-run (their verdicts are neither counted nor re-judged "
-                  "here; each page says how to read them): "
-                  + ", ".join(f"[{name}]({name}.md)" for name in stale) + ".", ""]
-    readings = [(path.parent.name, path.read_text(encoding="utf-8").strip())
-                for path in sorted(docs.glob(f"*/{READING}")) if path.parent.name not in stale]
-    if readings:
-        lines += ["## Reading the numbers", ""]
-        lines += [f"**[{name}]({name}.md).** {text}\n" for name, text in readings]
-    path = docs / "README.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+def from_legacy(docs: Path, name: str, store: Path) -> Path:
+    """Turn a page of the previous rule into a record (module doc)."""
+    folder = docs / name
+    old_claims = json.loads((folder / CLAIMS).read_text(encoding="utf-8")) if (folder / CLAIMS).is_file() else []
+    if old_claims and "p_holm_suite" not in old_claims[0] and not (folder / publish.PREVIOUS_RULE).is_file():
+        (folder / publish.PREVIOUS_RULE).write_text(json.dumps(old_claims, indent=1), encoding="utf-8")
+    suite = load_suite(name)
+    budget = BUDGETS["small"]
+    old = Table.read(folder, suite)
+    seeds = max(len(v) for v in old.runs.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = plan_suite(suite, budget, Path(tmp) / name, seeds, store=store)
+    prepare(plan)  # the data folders whose hashes the page records (reused where the store has them)
+    planned = {(r.arm, r.seed): r for r in plan.runs}
+    mismatched = [(r.arm, r.seed) for arm in old.runs.values() for r in arm  # the published ids are version 1's
+                  if (r.arm, r.seed) in planned
+                  and run_hash(planned[r.arm, r.seed].keys, budget, version=1) != r.run_id]
+    configs = {}
+    for arm in plan.suite.arms:
+        run = min(plan.runs_of(arm.name), key=lambda r: r.seed)
+        train, model = resolve_config([run.keys])
+        configs[arm.name] = portable_config({"train": train.to_dict(), "model": model.to_dict()})
+    shutil.copyfile(suite.path, folder / SUITE_FILE)
+    table = Table.read(folder, suite)
+    for arm, runs in table.runs.items():
+        table.runs[arm] = [type(r)(r.arm, r.seed, r.run_id, r.values, r.items, r.parameters,
+                                   config_hash(configs[arm]) if arm in configs else "") for r in runs]
+    table.write(folder, suite.measures)
+    page_text = (docs / f"{name}.md").read_text(encoding="utf-8") if (docs / f"{name}.md").is_file() else ""
+    facts = _old_page_facts(page_text)
+    published = _git("log", "-1", "--format=%H %cs", "--", f"docs/results/{name}/results.csv").split()
+    data = {d.out.name: data_hash(d.out) for d in plan.data if (d.out / "meta.json").is_file()}
+    margins = sorted({c.margin for c in at_budget(suite, budget).claims if c.expect != "better" and c.margin
+                      and c.metric in ("val_loss", "train_loss", "loss_at_1x")})
+    pricing = f"Budget {budget.name}'s default loss margin and smallest effect, {budget.margin:g} nats: " \
+              f"{budget.margin_source}."
+    if margins and (priced := _ladder_pricing(docs, margins[0])):
+        pricing += " " + priced
+    provenance = stamp({
+        "suite": name, "budget": budget.name, "seeds": seeds, "extra": {},
+        "command": facts.get("command", f"archlab ablate {name} --budget small --jobs 2"),
+        "machine": facts.get("machine", "not recorded"),
+        "trained_by": {},
+        "trained_note": (f"not recorded by the page; its results.csv was published at commit "
+                         f"{published[0][:12]} on {published[1]}" if published else "not recorded")
+                        + ("; today's code resolves every arm to the run ids in results.csv, so the runs' "
+                           "non-default settings are those in configs.yaml" if not mismatched else
+                           f"; today's code resolves {len(mismatched)} runs to other ids: configs.yaml is today's"),
+        "data": data,
+        "data_note": "hashes of the folders today's code prepares from this machine's Python standard library (the "
+                     "runs' own folders were not hashed); re-judged from the published per-run values, no new run",
+        "training": {**facts.get("training", {}),
+                     "note": "Re-judged on 3 December 2026 from the published per-run values (no run retrained)."},
+        "scale": scale(table, configs),
+        "arms": {a.name: {"overrides": a.overrides, "matched": a.matched, "params": a.params}
+                 for a in plan.suite.arms},
+        "margins": pricing,
+    })
+    (folder / PROVENANCE).write_text(json.dumps(provenance, indent=1, default=str), encoding="utf-8")
+    (folder / "configs.yaml").write_text(__import__("yaml").safe_dump(
+        {arm: {"config": config_hash(c), **c} for arm, c in configs.items()}, sort_keys=False), encoding="utf-8")
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("suites", nargs="+", type=Path, help="finished suite folders (archlab ablate --out)")
-    parser.add_argument("--to", type=Path, default=Path("docs/results"), help="the docs folder to write")
-    parser.add_argument("--note", default="", help="a paragraph for the pages' header (how loaded the machine was)")
+    parser.add_argument("suites", nargs="*", type=Path, help="finished suite folders (archlab ablate --out)")
+    parser.add_argument("--to", type=Path, default=ROOT / "docs/results", help="the docs folder")
+    parser.add_argument("--check", action="store_true", help="recompute every page and the summary; exit 1 if any "
+                        "published verdict differs")
+    parser.add_argument("--from-legacy", nargs="+", default=None, metavar="NAME", help="re-judge these published "
+                        "pages of the previous rule from their files")
+    parser.add_argument("--store", type=Path, default=Path("runs/ablate/store"), help="the store whose data folders "
+                        "--from-legacy hashes and whose run ids it checks (default runs/ablate/store)")
     args = parser.parse_args(argv)
-    args.to.mkdir(parents=True, exist_ok=True)
+    if args.check:
+        problems = publish.check(args.to)
+        for line in problems:
+            print(f"differs: {line}")
+        print(f"{args.to}: {len(publish.pages(args.to))} pages; "
+              + ("every verdict recomputed from the files agrees" if not problems else f"{len(problems)} differences"))
+        return 1 if problems else 0
+    for name in args.from_legacy or []:
+        print(f"{name}: {from_legacy(args.to, name, args.store)}")
     for suite_dir in args.suites:
-        rows = publish(suite_dir, args.to, args.note)
-        print(f"{suite_dir} -> {args.to / rows[0]['suite']}.md ({len(rows)} claims)" if rows else suite_dir)
-    print(write_summary(args.to))
+        print(f"{suite_dir} -> {publish_folder(suite_dir, args.to)}")
+    for name in publish.rebuild(args.to):
+        print(f"{args.to / name}.md")
+    print(args.to / publish.SUMMARY)
     return 0
 
 

@@ -30,6 +30,8 @@ SKIPPED = {  # line prefix -> why it does not run here
     "source ": "a shell built-in",
     "torchrun ": "two processes: tests/train/test_distributed.py",
     "archlab ablate norm-type": "a lab suite trains for minutes: tests/lab/test_runner.py runs a tiny one",
+    "archlab ablate --verify": "reads the checkout's docs/results, not the scratch folder: "
+                               "tests/lab/test_published.py and tests/cli/test_ablate.py",
     "archlab generate --checkpoint runs/tiny --prompt 'def ' --compile":
         "torch.compile needs a C++ compiler and a minute here: tests/infer/test_speed.py",
 }

@@ -149,3 +149,28 @@ def test_too_few_seeds_are_refused_in_one_line_not_taken_for_the_default(
     assert err == (f"archlab ablate: error: --seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict "
                    "needs a spread)"), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--max-seeds", "8"], "--max-seeds 8 needs --sequential (it caps the second look)"),
+    (["--sequential", "pocock", "--max-seeds", "2"], "--max-seeds 2 is not allowed: more than the first look's 2 "
+                                                      "seeds per arm"),
+])
+def test_a_bad_sequential_cap_is_one_line_before_any_work(flags: list[str], message: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    assert main(["ablate", "heads", "--budget", "tiny", "--out", str(tmp_path / "out"), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"archlab ablate: error: {message}" and captured.out == ""
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_recomputes_a_folder_or_names_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "norm-type"
+    assert main(["ablate", "--verify", str(docs)]) == 0
+    assert capsys.readouterr().out.strip().endswith("every verdict recomputed from its files agrees")
+    assert main(["ablate", "--verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"archlab ablate: error: {tmp_path} is not a lab record: it lacks suite.yaml")
+    assert "\n" not in err
+    assert main(["ablate", "heads", "--verify", str(docs)]) == 2
+    assert "--verify" in capsys.readouterr().err

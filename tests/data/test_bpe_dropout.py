@@ -5,6 +5,7 @@ another p)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -87,3 +88,38 @@ def test_cli_flag_and_resume_key(corpus: Path, tmp_path: Path, capsys: pytest.Ca
     saved["data"]["bpe_dropout"] = 0.1
     with pytest.raises(ValueError, match=r"--resume: data.bpe_dropout 0.2 differs from the run's 0.1"):
         check_resume(train, saved, 1)
+
+
+@pytest.mark.parametrize("shape", ["one file (tail split)", "a folder of documents"])
+def test_val_is_plain_at_any_dropout_under_every_split_rule(corpus: Path, tmp_path: Path, shape: str) -> None:
+    source = corpus
+    if shape.startswith("one file"):  # one document: the split is the stream's tail, not whole documents
+        source = tmp_path / "one.txt"
+        source.write_text("".join(TEXTS[i % len(TEXTS)] * 3 for i in range(40)), encoding="utf-8")
+    plain = prepare_data(str(source), tmp_path / "plain", "bpe", 400, 0.1)
+    rule = TokenData(plain).meta["split_rule"]
+    assert rule == ("tail" if shape.startswith("one file") else "documents")
+    for p in (0.1, 0.5):
+        noisy = prepare_data(str(source), tmp_path / f"noisy{p}", "bpe", 400, 0.1, bpe_dropout=p)
+        assert (noisy / "val.bin").read_bytes() == (plain / "val.bin").read_bytes(), (shape, p)
+        assert TokenData(noisy).meta["split_rule"] == rule and not (noisy / "train.plain.bin").exists()
+        a, b = TokenData(plain), TokenData(noisy)
+        tok = a.tokenizer()
+        assert tok.decode(b.splits["train"].tolist()) == tok.decode(a.splits["train"].tolist())  # same text
+        assert len(b.splits["train"]) > len(a.splits["train"])  # segmented with dropout
+
+
+def test_a_folder_with_the_old_leak_is_rebuilt_or_refused(tmp_path: Path) -> None:
+    source = tmp_path / "one.txt"
+    source.write_text("".join(TEXTS[i % len(TEXTS)] * 3 for i in range(40)), encoding="utf-8")
+    plain = prepare_data(str(source), tmp_path / "plain", "bpe", 400, 0.1)
+    noisy = prepare_data(str(source), tmp_path / "noisy", "bpe", 400, 0.1, bpe_dropout=0.3)
+    meta = json.loads((noisy / "meta.json").read_text())
+    assert meta["val_plain"] is True
+    # as a folder prepared before the fix: its val.bin cut from the dropout stream, no val_plain mark
+    (noisy / "val.bin").write_bytes(b"\x00\x00" * meta["tokens"]["val"])
+    (noisy / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "val_plain"}))
+    with pytest.raises(ValueError, match="a run's prepared data is never replaced"):
+        prepare_data(str(source), noisy, "bpe", 400, 0.1, bpe_dropout=0.3, reuse_only=True)
+    prepare_data(str(source), noisy, "bpe", 400, 0.1, bpe_dropout=0.3)  # a new preparation rebuilds it
+    assert (noisy / "val.bin").read_bytes() == (plain / "val.bin").read_bytes()

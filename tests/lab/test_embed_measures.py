@@ -46,12 +46,25 @@ def test_signature_and_first_loss_come_from_the_logged_rows(tmp_path: Path) -> N
 
 
 def test_continuation_pair_on_the_validation_text(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(f"line {i} of the corpus, abcdefghij" for i in range(400)), encoding="utf-8")
+    corpus = tmp_path / "corpus"  # a folder of documents: the validation documents are the same for every tokenizer
+    corpus.mkdir()
+    for d in range(40):
+        (corpus / f"doc{d:02d}.txt").write_text("\n".join(f"line {i} of document {d}, abcdefghij" for i in range(12)),
+                                                encoding="utf-8")
     folder = prepare_data(str(corpus), tmp_path / "data", "byte", 256, 0.2)
     torch.manual_seed(0)
     model = TransformerLM(ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2, max_seq_len=128)).eval()
     run = FakeRun(tmp_path / "run", model, folder)
-    acc = MEASURES["continuation_acc"].fn(run)
-    assert 0.0 <= acc <= 1.0
-    assert MEASURES["continuation_healing_gain"].fn(run) == 0.0  # bytes: every cut is on a token boundary
+    hits = MEASURES["continuation_acc"].fn(run)
+    assert MEASURES["continuation_acc"].items and len(hits) == embed_measures.CONTINUATION["cuts"]
+    assert set(hits) <= {0.0, 1.0}
+    gains = MEASURES["continuation_healing_gain"].fn(run)
+    assert gains == [0.0] * len(hits)  # bytes: every cut is on a token boundary, healing changes nothing
+    # a BPE run on the same corpus is scored on the same cuts of the same bytes: the items pair across tokenizers
+    bpe = prepare_data(str(corpus), tmp_path / "bpe", "bpe", 300, 0.2)
+    vocab = TokenData(bpe).tokenizer().vocab_size
+    other = TransformerLM(ModelConfig(vocab_size=vocab, d_model=32, n_layers=1, n_heads=2, max_seq_len=128)).eval()
+    bpe_run = FakeRun(tmp_path / "bpe-run", other, bpe)
+    assert len(MEASURES["continuation_acc"].fn(bpe_run)) == len(hits)
+    offsets = [embed_measures._continuation(r)[0].offsets for r in (run, bpe_run)]
+    assert offsets[0] == offsets[1]

@@ -116,10 +116,11 @@ def test_pages_price_the_margin_from_the_stored_ladder(tmp_path: Path) -> None:
     heads = plan_suite(load_suite("heads"), tiny, tmp_path / "heads", store=store)
     before = ladder.stored_ladder(tmp_path / "empty", tiny)
     assert before is None
-    from archlab.lab.report import _margins
+    from archlab.lab.report import margin_pricing
+    from archlab.lab.runner import table_of
 
-    text = _margins(heads)
+    text = margin_pricing(heads, table_of(heads, {}))
     assert f"worth {fit.multiplier(tiny.margin):.2f}x the base's compute" in text
     alone = plan_suite(load_suite("heads"), tiny, tmp_path / "alone", store=tmp_path / "empty")
-    assert "archlab ablate compute-ladder --budget tiny" in _margins(alone)
+    assert "archlab ablate compute-ladder --budget tiny" in margin_pricing(alone, table_of(alone, {}))
     assert json.loads((plan.out / "plan.json").read_text())["suite"].endswith("compute-ladder.yaml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -78,6 +79,22 @@ def test_crossing_probability_against_multivariate_normal_and_simulation():
     bound = -scipy_stats.norm.ppf(sequential_levels("pocock", 4)[0] / 2)
     rate = float(np.mean(np.any(np.abs(z) >= bound, axis=1)))
     assert rate == pytest.approx(0.05, abs=3 * math.sqrt(0.05 * 0.95 / paths))
+
+
+def test_unequal_looks_keep_the_overall_level_by_simulation() -> None:
+    # a first look at 3 seeds and a second at 8 (the --max-seeds cap): the boundaries for those information times
+    # cross at the stated overall level; equally spaced times give back the tabulated levels
+    assert sequential_levels("pocock", 2, times=[1, 2]) == pytest.approx(sequential_levels("pocock", 2), abs=1e-9)
+    rng = np.random.default_rng(3)
+    for kind in ("pocock", "obrien-fleming"):
+        levels = sequential_levels(kind, 2, alpha=0.1, times=[3, 8])
+        bounds = [NormalDist().inv_cdf(1 - level / 2) for level in levels]
+        first = rng.normal(size=(200_000, 3)).sum(axis=1)
+        second = first + rng.normal(size=(200_000, 5)).sum(axis=1)
+        crossed = (np.abs(first / math.sqrt(3)) >= bounds[0]) | (np.abs(second / math.sqrt(8)) >= bounds[1])
+        assert crossed.mean() == pytest.approx(0.1, abs=4 * math.sqrt(0.09 / 200_000)), kind
+    with pytest.raises(ValueError, match="times must be 2 increasing positive numbers"):
+        sequential_levels("pocock", 2, times=[3, 3])
 
 
 @pytest.mark.parametrize(("effect", "sigma_d", "n", "arms"), [(0.004, 0.03, 4, None), (0.02, 0.025, 7, None),

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from archlab.lab import stats
+from archlab.lab import publish, stats
 from archlab.lab.measure import write_measured
 from archlab.lab.report import claim_table, write_report
-from archlab.lab.runner import TIMED, Plan, measure_plan, plan_suite, write_plan
-from archlab.lab.suite import BUDGETS, Claim, load_suite, resolve_arm
+from archlab.lab.runner import TIMED, Plan, measure_plan, plan_suite, table_of, write_plan
+from archlab.lab.suite import BUDGETS, Claim, load_suite
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
+from archlab.train.config import resolve_config
 
 SUITE = """
 name: synthetic
@@ -50,7 +51,7 @@ claims:
 """
 ROOT = Path(__file__).resolve().parents[2]
 # y[arm, seed] = mu_arm + u_seed + e[arm, seed], residuals summing to 0 over each arm and each seed
-MU = {"a": 3.00, "b": 2.90, "c": 3.01}
+MU = {"a": 3.00, "b": 2.80, "c": 3.01}
 U = [0.0, 0.1, -0.05]
 E = {"a": [0.01, -0.02, 0.01], "b": [-0.02, 0.01, 0.01], "c": [0.01, 0.01, -0.02]}
 VAL = {arm: [MU[arm] + U[s] + E[arm][s] for s in range(3)] for arm in MU}
@@ -66,8 +67,8 @@ def _fake_runs(plan: Plan, values: dict[str, list[float]] = VAL) -> None:
                 for s in range(2, run.steps + 1, 2)]
         rows += [{"step": s, "kind": "eval", "loss": values[run.arm][run.seed] + 1.0 / s} for s in (12, 24)]
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        model = resolve_arm(plan.suite, plan.suite.arm(run.arm), BUDGETS["tiny"])[1]
-        (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": run.keys}))
+        train, model = resolve_config([{k: v for k, v in run.keys.items()}])
+        (run.run_dir / "config.json").write_text(json.dumps({"model": model.to_dict(), "train": train.to_dict()}))
         write_measured(run.run_dir, {"val_loss": values[run.arm][run.seed], "kv_bytes_per_token": KV.get(run.arm, 0.0),
                                      "diverged": 0.0})
 
@@ -92,6 +93,12 @@ def _residual_sigma() -> tuple[float, int]:
     return math.sqrt((e ** 2).sum() / 4), 4
 
 
+def _own(arm: str, versus: str) -> tuple[float, float]:
+    """(mean, standard error) of the pair's own paired differences, by hand."""
+    d = np.array(VAL[arm]) - np.array(VAL[versus])
+    return float(d.mean()), float(d.std(ddof=1)) / math.sqrt(len(d))
+
+
 def _holm_by_hand(ps: list[float]) -> list[float]:
     """Holm (1979): the i-th smallest of m p-values (from 0) times m - i, capped at 1, then non-decreasing."""
     order = sorted(range(len(ps)), key=lambda i: ps[i])
@@ -104,32 +111,38 @@ def _holm_by_hand(ps: list[float]) -> list[float]:
 
 def test_outcomes_against_hand_computed_paired_tests(report: tuple[Plan, list]) -> None:
     _, results = report
-    sigma, df = _residual_sigma()
-    assert sigma == pytest.approx(math.sqrt(0.0018 / 4))
-    se = sigma * math.sqrt(2 / 3)  # a difference of two arm means over 3 seeds
-    t_crit = sp.t.ppf(0.95, df)
+    gain, se_ba = _own("b", "a")  # each pair on its own paired differences: n - 1 = 2 df
+    deficit, se_ca = _own("c", "a")
+    assert gain == pytest.approx(-0.20) and se_ba == pytest.approx(0.03 / math.sqrt(3))
+    t_crit = sp.t.ppf(0.95, 2)
     # one-sided p of each claim's confirming test (w > 0: the claimed arm is worse) and of the contradicting one
-    q = sp.t.sf(0.10 / se, df)  # a 0.10-nat gain
-    p = [q, sp.t.cdf((0.01 - 0.04) / se, df), q, sp.t.cdf(0.10 / se, df)]
+    q = sp.t.sf(0.20 / se_ba, 2)  # a 0.20-nat gain
+    p = [q, sp.t.cdf((deficit - 0.04) / se_ca, 2), q, sp.t.cdf(0.20 / se_ba, 2)]
     d = np.log(STEP_S["b"]) - np.log(STEP_S["a"])  # the timing claim: paired log ratios, 3 df
     p_timing = sp.t.sf(-d.mean() / (d.std(ddof=1) / 2), 3)
     family = p + [p_timing]  # m = 5: the formula and the untestable claims stay out
     holm = _holm_by_hand(family)
     for r, want_p, want_holm in zip(results[:5], family, holm):
         assert r.p == pytest.approx(want_p, rel=1e-6) and r.p_adjusted == pytest.approx(want_holm, rel=1e-6)
+        assert r.test.test == "paired t"
     assert results[3].test.p_contra_adjusted == pytest.approx(5 * q, rel=1e-6)  # the smallest contra p of 5
-    assert results[0].estimate == pytest.approx(-0.10) and results[1].estimate == pytest.approx(0.01)
-    assert results[0].ci == pytest.approx((-0.10 - t_crit * se, -0.10 + t_crit * se))
+    assert results[0].estimate == pytest.approx(-0.20) and results[1].estimate == pytest.approx(0.01)
+    assert results[0].ci == pytest.approx((-0.20 - t_crit * se_ba, -0.20 + t_crit * se_ba))
     assert [r.outcome for r in results] == [stats.CONFIRMED, stats.INCONCLUSIVE, stats.CONFIRMED,
                                             stats.CONTRADICTED, stats.CONFIRMED, stats.BY_CONSTRUCTION,
                                             stats.UNTESTABLE, stats.UNTESTABLE]
-    # the inconclusive non-inferiority claim (estimate 0.01, margin 0.04): seeds for 80% power at the distance
-    # from its estimate to its margin, at Holm's first step 0.05 / 5, by the noncentral t of the pooled contrast
-    # ((K - 1)(n - 1) df)
+    # the inconclusive non-inferiority claim (estimate 0.01, margin 0.04): seeds for 80% power at a true
+    # difference of 0 against the margin, at Holm's first step 0.05 / 5, by the noncentral t of the pair's own
+    # differences (n - 1 df), with their observed sd
+    sd = se_ca * math.sqrt(3)
+
     def power(n: int) -> float:
-        dfn = 2 * (n - 1)
-        return sp.nct.sf(sp.t.ppf(1 - 0.05 / 5, dfn), dfn, (0.04 - 0.01) * math.sqrt(n) / (sigma * math.sqrt(2)))
+        return sp.nct.sf(sp.t.ppf(1 - 0.05 / 5, n - 1), n - 1, 0.04 * math.sqrt(n) / sd)
     assert results[1].seeds_needed == next(n for n in range(2, 100) if power(n) >= 0.8)
+    # and its minimum detectable effect at n = 3 is where that power curve crosses 80%
+    mde = results[1].mde
+    assert sp.nct.sf(sp.t.ppf(1 - 0.05 / 5, 2), 2, mde * math.sqrt(3) / sd) == pytest.approx(0.8, abs=1e-8)
+    assert results[1].statement.startswith("not shown (90% CI of the deficit")
 
 
 def test_a_claims_direction_decides_which_way_is_good(report: tuple[Plan, list]) -> None:
@@ -138,7 +151,8 @@ def test_a_claims_direction_decides_which_way_is_good(report: tuple[Plan, list])
     _, results = report
     higher, lower = results[2], results[3]
     assert higher.claim.better == "higher" and lower.claim.better == "lower"
-    assert higher.estimate == lower.estimate == pytest.approx(0.10)
+    assert higher.estimate == lower.estimate == pytest.approx(0.20)
+    assert lower.statement.startswith("worse than b by 0.2 ")
     assert (higher.outcome, lower.outcome) == (stats.CONFIRMED, stats.CONTRADICTED)
 
 
@@ -162,15 +176,23 @@ def test_formulas_and_untestable_claims_stay_outside_the_family(report: tuple[Pl
            "1 by construction, 2 untestable by this design." in md
 
 
-def test_the_needs_column_says_when_no_seed_count_would_confirm_a_claim() -> None:
-    claim = Claim("far better", "acc_8x_plain", "a", "b", min_effect=0.05, direction="higher")
+def test_the_needs_column_says_what_a_stated_effect_needs_and_when_no_plan_is_made() -> None:
+    claim = Claim("far better", "acc_8x_plain", "a", "b", min_effect=0.05, direction="higher", smallest_effect=0.1)
     b = [0.30, 0.31, 0.29]
-    short = stats.test_claim([0.32, 0.30, 0.31], b, expect="better", better="higher", min_effect=0.05)
-    row = claim_table([ClaimResult(claim, short, short.outcome, short.estimate)])[1][0]
-    assert short.outcome == stats.INCONCLUSIVE and row[11] == "none: the estimate is short of the min effect"
-    reaches = stats.test_claim([0.42, 0.33, 0.38], b, expect="better", better="higher", min_effect=0.05)
-    row = claim_table([ClaimResult(claim, reaches, reaches.outcome, reaches.estimate)])[1][0]
-    assert reaches.outcome == stats.INCONCLUSIVE and row[11] == f"{reaches.seeds_needed} seeds per arm"
+    kw = {"expect": "better", "better": "higher", "min_effect": 0.05}
+    planned = stats.test_claim([0.42, 0.33, 0.38], b, smallest_effect=0.1, **kw)
+    row = claim_table([ClaimResult(claim, planned, planned.outcome, planned.estimate, [0.4] * 3)])[1][0]
+    assert planned.outcome == stats.INCONCLUSIVE
+    assert row[13] == f"{planned.seeds_needed} seeds per arm at a true gain of 0.1"
+    unstated = stats.test_claim([0.42, 0.33, 0.38], b, **kw)
+    row = claim_table([ClaimResult(claim, unstated, unstated.outcome, unstated.estimate)])[1][0]
+    assert row[13] == "none planned: no smallest effect stated"
+    # worse before adjustment (p_contra 0.037, the interval excludes 0), undecided after Holm over three claims
+    alone = stats.test_claim([0.28, 0.28, 0.28], b, smallest_effect=0.1, **kw)
+    assert alone.outcome == stats.CONTRADICTED and alone.against_the_data
+    against = stats.adjust([alone, planned, unstated])[0]
+    row = claim_table([ClaimResult(claim, against, against.outcome, against.estimate)])[1][0]
+    assert against.outcome == stats.INCONCLUSIVE and row[13].startswith("none: the data point the other way")
 
 
 def test_narang_agreement_needs_a_decision() -> None:
@@ -180,8 +202,13 @@ def test_narang_agreement_needs_a_decision() -> None:
     same = Claim("x", "val_loss", "a", "b", narang="same")
     assert narang_agreement(same, stats.INCONCLUSIVE) == "Narang et al.: same; not decided here (inconclusive)"
     assert "consistent" not in narang_agreement(same, stats.INCONCLUSIVE)  # no evidence is no agreement
-    assert narang_agreement(Claim("x", "val_loss", "a", "b", expect="same", margin=0.02, narang="better"),
-                            stats.CONFIRMED).endswith("we agree")
+    not_worse = Claim("x", "val_loss", "a", "b", expect="same", margin=0.02, narang="better")
+    inside = stats.test_claim([3.0, 3.01, 2.99], [3.0, 3.0, 3.0], expect="same", better="lower", margin=0.05)
+    assert inside.outcome == stats.CONFIRMED and inside.ci[0] < 0 < inside.ci[1]
+    assert narang_agreement(not_worse, stats.CONFIRMED, inside).endswith(
+        "consistent (we show not worse by more than the margin, not better)")  # their "better" is not shown
+    better = stats.test_claim([2.9, 2.91, 2.89], [3.0, 3.0, 3.0], expect="same", better="lower", margin=0.05)
+    assert narang_agreement(not_worse, stats.CONFIRMED, better).endswith("we agree")  # better, beyond 0
     assert narang_agreement(Claim("x", "val_loss", "a", "b"), stats.CONFIRMED) == "not measured by Narang et al."
 
 
@@ -189,7 +216,7 @@ def test_pages_show_the_suites_noise_and_every_run(report: tuple[Plan, list]) ->
     plan, _ = report
     md = (plan.out / "results.md").read_text()
     sigma, _ = _residual_sigma()
-    assert f"pooled residual sigma_eps {sigma:.4g} (4 df)" in md
+    assert f"residual sigma_eps {sigma:.4g} (4 df)" in md
     y = np.array([VAL[x] for x in "abc"])
     ms_seed = 3 * ((y.mean(axis=0) - y.mean()) ** 2).sum() / 2
     tau2 = (ms_seed - sigma ** 2) / 3  # the seed (block) variance from the ANOVA's mean squares
@@ -199,6 +226,7 @@ def test_pages_show_the_suites_noise_and_every_run(report: tuple[Plan, list]) ->
     assert [(r["arm"], r["seed"]) for r in rows] == [(a, str(s)) for a in "abc" for s in range(3)]
     assert [float(r["val_loss"]) for r in rows] == pytest.approx([v for a in "abc" for v in VAL[a]])
     assert {r["run"] for r in rows} == {r.run_dir.name for r in plan.runs}
+    assert all(r["config"] and r["parameters"] for r in rows)
     timings = list(csv.DictReader((plan.out / "timings.csv").open()))
     assert [float(t["seconds_a"]) for t in timings] == STEP_S["b"]
 
@@ -216,24 +244,25 @@ claims:
 """
 
 
-def test_a_factorial_contrast_uses_every_cell_and_the_pooled_residual(tmp_path: Path) -> None:
+def test_a_factorial_contrast_uses_every_cell_on_its_own_differences(tmp_path: Path) -> None:
     (tmp_path / "f.yaml").write_text(FACTORIAL)
     plan = plan_suite(load_suite(tmp_path / "f.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=3)
     cells = {"pre-normal": 3.0, "pre-high": 3.2, "post-normal": 3.1, "post-high": 3.5}
     values = {arm: [mu + U[s] + E["abca"[i]][s] for s in range(3)] for i, (arm, mu) in enumerate(cells.items())}
     _fake_runs(plan, values)
-    (result,) = judge(plan, measure_plan(plan))
+    table = table_of(plan, measure_plan(plan))
+    (result,) = judge(table)
     y = np.array([values[a] for a in cells])
+    a, b = (y[0] + y[1]) / 2, (y[2] + y[3]) / 2  # per seed, the mean of each level's 2 cells
+    d = a - b
+    se = d.std(ddof=1) / math.sqrt(3)
+    assert result.note == "the pair's own paired differences" and result.test.df == 2
+    assert result.a == pytest.approx(list(a)) and result.estimate == pytest.approx(-0.2)
+    assert result.test.se == pytest.approx(se) and result.p == pytest.approx(sp.t.sf(0.2 / se, 2))
+    # the analysis of variance by hand: a main effect's sum of squares over the residual of cells + seeds
     e = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
     sigma = math.sqrt((e ** 2).sum() / (3 * 2))  # (K - 1)(n - 1) = 6 df
-    se = sigma * math.sqrt(1 / 6 + 1 / 6)  # a mean of 2 cells x 3 seeds on each side
-    a = (y[0] + y[1]) / 2
-    assert "pooled residual of all arms (6 df)" in result.note
-    assert result.a == pytest.approx(list(a)) and result.estimate == pytest.approx(-0.2)
-    assert result.test.se == pytest.approx(se) and result.p == pytest.approx(sp.t.sf(0.2 / se, 6))
-    assert result.outcome == stats.CONFIRMED
-    # the analysis of variance by hand: a main effect's sum of squares over the residual of cells + seeds
-    rows = {term: (df_, f, pv) for term, df_, f, pv in factorial_anova(plan, measure_plan(plan), "val_loss")}
+    rows = {term: (df_, f, pv) for term, df_, f, pv in factorial_anova(table, "val_loss")}
     level = {"norm": [(y[0] + y[1]) / 2, (y[2] + y[3]) / 2], "lr": [(y[0] + y[2]) / 2, (y[1] + y[3]) / 2]}
     for factor, (hi, lo) in level.items():
         ss = 6 * ((hi.mean() - y.mean()) ** 2 + (lo.mean() - y.mean()) ** 2)  # 2 cells x 3 seeds per level
@@ -242,20 +271,35 @@ def test_a_factorial_contrast_uses_every_cell_and_the_pooled_residual(tmp_path: 
     assert rows["residual"][0] == 6.0 and set(rows) == {"norm", "lr", "norm:lr", "seed", "residual"}
 
 
-def test_spreads_that_differ_over_3x_fall_back_to_the_pairs_own_differences(tmp_path: Path) -> None:
-    (tmp_path / "f.yaml").write_text(FACTORIAL)
+ALIKE = FACTORIAL + "alike: [pre-normal, pre-high, post-normal, post-high]\n"
+
+
+def test_alike_arms_pool_their_residual_unless_a_variance_test_separates_them(tmp_path: Path) -> None:
+    (tmp_path / "f.yaml").write_text(ALIKE)
     n = 6  # with 3 seeds Bartlett's test cannot confirm even a 100x spread ratio; 6 seeds confirm 10x (p 0.011)
     plan = plan_suite(load_suite(tmp_path / "f.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=n)
     rng = np.random.default_rng(0)
     seed_effect, noise = rng.normal(0, 0.05, n), rng.normal(0, 0.01, (4, n))
-    scale = {"pre-normal": 1, "pre-high": 10, "post-normal": 1, "post-high": 10}  # high-lr cells 10x noisier
-    values = {arm: list(3.0 + seed_effect + scale[arm] * noise[i]) for i, arm in enumerate(scale)}
+    # homoscedastic cells: the declared group pools its residual, 3 x 5 = 15 df, a mean of 2 cells per side
+    values = {a.name: list(3.0 + seed_effect + noise[i]) for i, a in enumerate(plan.suite.arms)}
     _fake_runs(plan, values)
-    (result,) = judge(plan, measure_plan(plan))
-    d = np.array([(values["pre-normal"][s] + values["pre-high"][s] - values["post-normal"][s]
-                   - values["post-high"][s]) / 2 for s in range(n)])
-    assert "spreads in all arms differ > 3x" in result.note
-    assert result.test.se == pytest.approx(d.std(ddof=1) / math.sqrt(n)) and result.test.df == n - 1
+    (pooled,) = judge(table_of(plan, measure_plan(plan)))
+    y = np.array([values[a.name] for a in plan.suite.arms])
+    e = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    sigma = math.sqrt((e ** 2).sum() / 15)
+    assert "pooled residual of alike arms" in pooled.note and pooled.test.df == 15
+    assert pooled.test.se == pytest.approx(sigma * math.sqrt((1 / 2 + 1 / 2) / 2) * math.sqrt(2 / n))
+    # high-lr cells 10x noisier: the group's spreads differ, so the pair's own differences judge it
+    scale = {"pre-normal": 1, "pre-high": 10, "post-normal": 1, "post-high": 10}
+    noisy = {arm: list(3.0 + seed_effect + scale[arm] * noise[i]) for i, arm in enumerate(scale)}
+    plan = plan_suite(load_suite(tmp_path / "f.yaml"), BUDGETS["tiny"], tmp_path / "noisy", seeds=n,
+                      store=tmp_path / "noisy-store")
+    _fake_runs(plan, noisy)
+    (own,) = judge(table_of(plan, measure_plan(plan)))
+    d = np.array([(noisy["pre-normal"][s] + noisy["pre-high"][s] - noisy["post-normal"][s]
+                   - noisy["post-high"][s]) / 2 for s in range(n)])
+    assert "the alike group's spreads differ > 3x" in own.note
+    assert own.test.se == pytest.approx(d.std(ddof=1) / math.sqrt(n)) and own.test.df == n - 1
 
 
 def _browser() -> str:
@@ -285,63 +329,68 @@ def test_report_html_renders_in_a_browser(report: tuple[Plan, list], tmp_path: P
     assert re.findall(r'<b class="verdict">([^<]+)</b>', dom) == [r.outcome for r in results]
 
 
-def test_publish_counts_each_comparison_once_and_adjusts_across_suites(
-        report: tuple[Plan, list], tmp_path: Path) -> None:
+def test_publish_rebuilds_pages_from_their_files_and_checks_them(report: tuple[Plan, list], tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("publish_results", ROOT / "scripts" / "publish_results.py")
-    publish = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(publish)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     plan, results = report
     with pytest.raises(SystemExit, match="is not a suite folder: it has no plan.json"):
-        publish.main([str(tmp_path / "nothing"), "--to", str(tmp_path / "docs")])
+        script.main([str(tmp_path / "nothing"), "--to", str(tmp_path / "docs")])
     docs = tmp_path / "docs"
     (docs / "synthetic").mkdir(parents=True)  # the page the first lab published: Welch, a noise floor
     first = [{"suite": "synthetic", "claim": "b beats a", "difference": -0.1, "noise_floor": 0.05, "p_holm": 0.3,
               "verdict": "not visible at this scale"},
-             {"suite": "synthetic", "claim": "c is as good as a", "difference": 0.01, "noise_floor": 0.05,
-              "p_holm": 1.0, "verdict": "confirmed"},
              {"suite": "synthetic", "claim": "a claim since dropped", "difference": 0.2, "noise_floor": 0.05,
               "p_holm": 0.01, "verdict": "confirmed"}]
-    (docs / "synthetic" / "claims.json").write_text(json.dumps(first))
-    assert publish.main([str(plan.out), "--to", str(docs), "--note", "The machine was shared."]) == 0
+    (docs / "synthetic" / "first-rule.json").write_text(json.dumps(first))
+    assert script.main([str(plan.out), "--to", str(docs)]) == 0
     page = (docs / "synthetic.md").read_text()
-    changes = page[page.index("## Against the first published page"):]
-    now = {r.claim.text: r for r in results}
-    assert now["b beats a"].outcome == stats.CONFIRMED  # not visible -> confirmed: changed
-    assert f"| b beats a | -0.1, not visible at this scale | {now['b beats a'].estimate:.4g}" in changes
-    assert changes.split("| b beats a |")[1].split("\n")[0].endswith("| **yes** |")
-    same = "no" if now["c is as good as a"].outcome == stats.CONFIRMED else "**yes**"
-    assert changes.split("| c is as good as a |")[1].split("\n")[0].endswith(f"| {same} |")
-    assert "| a claim since dropped | 0.2, confirmed | (no claim of this text now: dropped or reworded) |" in changes
-    assert json.loads((docs / "synthetic" / "first-rule.json").read_text()) == first
-    assert publish.main([str(plan.out), "--to", str(docs)]) == 0  # republishing keeps the first page's claims
-    assert "| a claim since dropped | 0.2, confirmed |" in (docs / "synthetic.md").read_text()
-    assert page.startswith("# synthetic: a suite whose results are written by hand\n\nReproduce: `archlab ablate "
-                           "synthetic --budget tiny --jobs 1`")
-    assert "The machine was shared." in page and "[`results.csv`](synthetic/results.csv)" in page
-    assert (docs / "synthetic" / "results.csv").read_bytes() == (plan.out / "results.csv").read_bytes()
+    assert "| b beats a | -0.1, not visible at this scale |" in page
+    assert "| a claim since dropped | 0.2, confirmed | (no claim of this text now: dropped or reworded) |" in page
+    assert "[`results.csv`](synthetic/results.csv)" in page and "archlab ablate --verify docs/results/synthetic" in page
+    for name in ("results.csv", "timings.csv", "suite.yaml", "configs.yaml", "provenance.json"):
+        assert (docs / "synthetic" / name).read_bytes() == (plan.out / name).read_bytes(), name
     rows = json.loads((docs / "synthetic" / "claims.json").read_text())
-    twin = {**rows[0], "suite": "twin", "claim": "b beats a (again)"}  # the same comparison in a second suite
-    other = {**rows[1], "suite": "twin", "key": "another comparison"}
-    (docs / "twin").mkdir()
-    (docs / "twin" / "claims.json").write_text(json.dumps([twin, other]))
-    unique = publish.unique_comparisons(json.loads((docs / "synthetic" / "claims.json").read_text()) + [twin, other])
-    assert len(unique) == len(rows) + 1 and unique[0]["also"] == ["twin"]
-    # Benjamini-Hochberg by hand over the 6 distinct empirical comparisons (claims 1-5 and the twin's other one)
-    family = [u for u in unique if u["q"] is not None]
-    ps = sorted(u["test"]["p"] for u in family)
-    want = [min(1.0, min(ps[j] * len(ps) / (j + 1) for j in range(i, len(ps)))) for i in range(len(ps))]
-    assert sorted(u["q"] for u in family) == pytest.approx(want)
-    (docs / "stale").mkdir()  # a suite whose page the first rule wrote and no run has replaced yet
-    (docs / "stale" / "claims.json").write_text(json.dumps([{**first[0], "suite": "stale"}]))
-    (docs / "stale" / "reading.md").write_text("A reading of the first rule's numbers.")
-    (docs / "synthetic" / "reading.md").write_text("A reading of today's numbers.")
-    publish.write_summary(docs)
+    assert [r["outcome"] for r in rows] == [r.outcome for r in results]
+    assert script.main(["--check", "--to", str(docs)]) == 0
+    # a published number changed by hand is found, and named
+    tampered = [{**r, "outcome": "confirmed"} if r["claim"] == "c is as good as a" else r for r in rows]
+    (docs / "synthetic" / "claims.json").write_text(json.dumps(tampered))
+    problems = publish.check(docs)
+    assert problems == ["synthetic: 'c is as good as a': outcome 'confirmed' recomputed as 'inconclusive'"]
+    assert script.main(["--check", "--to", str(docs)]) == 1
+    # a value in results.csv changed: the verdicts recomputed from the files differ from the claims published
+    assert script.main(["--to", str(docs)]) == 0 and not publish.check(docs)
+    csv_path = docs / "synthetic" / "results.csv"
+    csv_path.write_text(csv_path.read_text().replace(repr(VAL["b"][0]), repr(VAL["b"][0] + 0.5)))
+    assert any("'b beats a'" in line for line in publish.check(docs))
+
+
+def test_a_comparison_two_pages_share_gets_one_verdict(report: tuple[Plan, list], tmp_path: Path) -> None:
+    plan, _ = report
+    docs = tmp_path / "docs"
+    publish.import_folder(plan.out, docs)
+    twin = docs / "twin"  # the same runs judged in a second suite with more claims (a larger Holm family)
+    shutil.copytree(docs / "synthetic", twin)
+    text = (twin / "suite.yaml").read_text().replace("name: synthetic", "name: twin")
+    extra = "".join(f"  - {{text: extra {i}, metric: val_loss, arm: c, versus: a, expect: same, margin: 0.001}}\n"
+                    for i in range(6))
+    (twin / "suite.yaml").write_text(text + extra)
+    provenance = json.loads((twin / "provenance.json").read_text())
+    (twin / "provenance.json").write_text(json.dumps({**provenance, "suite": "twin"}))
+    alone = {name: {r.claim.text: r for r in judge(publish.read_record(docs / name).table)}
+             for name in ("synthetic", "twin")}
+    shared = "b beats a"
+    assert alone["twin"][shared].p_adjusted > alone["synthetic"][shared].p_adjusted  # 11 claims vs 5
+    books = publish.judged(docs)
+    both = [next(r for r in books[name][1] if r.claim.text == shared) for name in ("synthetic", "twin")]
+    assert both[0].outcome == both[1].outcome
+    assert both[0].p_adjusted == both[1].p_adjusted == alone["twin"][shared].p_adjusted
+    assert "also judged in twin" in both[0].note and "also judged in synthetic" in both[1].note
+    publish.rebuild(docs)
     summary = (docs / "README.md").read_text()
-    assert "| b beats a (also in twin) |" in summary and "10 claims from 2 suites, 9 distinct comparisons; 6 " \
-        "tested:" in summary
-    assert "not yet re-run (their verdicts are neither counted nor re-judged here; each page says how to read " \
-        "them): [stale](stale.md)." in summary and "[stale](stale.md) |" not in summary
-    assert "A reading of today's numbers." in summary and "first rule's numbers" not in summary
+    assert summary.count("| b beats a") == 1 and "| b beats a (also in twin) |" in summary
+    assert "q (BH across pages; secondary)" in summary
 
 
 def test_a_looks_level_reaches_every_test_and_later_looks_replace_undecided_claims(
@@ -350,10 +399,11 @@ def test_a_looks_level_reaches_every_test_and_later_looks_replace_undecided_clai
 
     plan, first = report
     timings = json.loads((plan.out / TIMED).read_text())
-    strict = judge(plan, measure_plan(plan), timings, alpha=0.001)
-    assert first[0].outcome == stats.CONFIRMED and strict[0].outcome == stats.INCONCLUSIVE  # Holm p ~0.011
+    table = table_of(plan, measure_plan(plan), timings)
+    strict = judge(table, alpha=0.001)
+    assert first[0].outcome == stats.CONFIRMED and strict[0].outcome == stats.INCONCLUSIVE  # Holm p ~0.019
     assert strict[0].test.alpha == 0.001 and strict[4].test.alpha == 0.001  # the timing claim too
-    again = judge(plan, measure_plan(plan), timings, claims=[first[1].claim])
+    again = judge(table, claims=[first[1].claim])
     merged = sequential_results(first, again, [0.01, 0.04])
     assert [r.claim.text for r in merged] == [r.claim.text for r in first] and merged[1] is again[0]
     assert "second look" in merged[1].note and "decided at the first look" in merged[0].note

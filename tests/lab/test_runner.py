@@ -3,9 +3,11 @@ Slurm path through submitit's real local executor; the power plan against a hand
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
+import statistics
 from pathlib import Path
 from statistics import NormalDist
 from types import SimpleNamespace
@@ -163,20 +165,24 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
     from archlab.lab.planning import format_plan, power_plan
 
     plan = plan_suite(load_suite("heads"), BUDGETS["small"], tmp_path / "out")
-    rows = {r.claim.text: r for r in power_plan(plan)}
+    rows = {r.claim.text: r for r in power_plan(plan, tmp_path / "no-docs")}  # no published page: the budget's sd
     same = rows["GQA loses little (as good as MHA)"]
-    sigma, m, k = BUDGETS["small"].sigma, 4, 3  # two loss claims and two timings; the formulas stay out
+    sigma_d, m = BUDGETS["small"].sigma * math.sqrt(2), 4  # two loss claims and two timings; formulas stay out
     margin = BUDGETS["small"].margin  # the claims state none: the budget's loss margin
 
-    def power(n: int) -> float:  # the pooled contrast: (K - 1)(n - 1) df, sd of a difference sigma * sqrt(2)
-        df = (k - 1) * (n - 1)
-        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, df), df, margin * math.sqrt(n) / (sigma * math.sqrt(2)))
+    def power(n: int) -> float:  # the pair's own paired differences: n - 1 df
+        return sp.nct.sf(sp.t.ppf(1 - 0.05 / m, n - 1), n - 1, margin * math.sqrt(n) / sigma_d)
 
     assert same.seeds == next(n for n in range(2, 200) if power(n) >= 0.8)
-    assert "planning sigma_eps 0.015" in same.why and "margin" in same.why
+    assert "planning sd 0.0212" in same.why and "margin, at a true difference of 0" in same.why
+    # the minimum detectable effect at the default 3 seeds is where that power curve crosses 80%
+    crit = sp.t.ppf(1 - 0.05 / m, 2)
+    assert sp.nct.sf(crit, 2, same.mde * math.sqrt(3) / sigma_d) == pytest.approx(0.8, abs=1e-8)
+    assert f"mde at 3 seeds {same.mde:.3g}" in "\n".join(format_plan(plan, list(rows.values()), jobs=2,
+                                                                    docs=tmp_path / "no-docs"))
     assert rows["GQA cuts the KV cache"].seeds is None and "by construction" in rows["GQA cuts the KV cache"].why
     assert "24 interleaved pairs" in rows["MQA decodes faster than MHA at a 1k-token cache and batch 8"].why
-    text = "\n".join(format_plan(plan, list(rows.values()), jobs=2))
+    text = "\n".join(format_plan(plan, list(rows.values()), jobs=2, docs=tmp_path / "no-docs"))
     runs = 3 * same.seeds
     assert f"{same.seeds} seeds x 3 arms = {runs} runs, about {runs * 120 / 2 / 60:.0f} min wall" in text
     assert "one-sided alpha 0.05/4" in text
@@ -250,6 +256,73 @@ def test_a_bpe_dropout_arm_gets_its_own_data_folder_and_the_plain_ones_keep_thei
     assert spec.bpe_dropout == 0.1 and spec.command()[-4:] == ["--bpe-dropout", "0.1", "--out", str(spec.out)]
     assert "--bpe-dropout" not in next(d for d in plan.data if d.out == by_arm["bpe32k"]).command()
     assert {r.keys["data.bpe_dropout"] for r in plan.runs if r.arm == "bpe32k-dropout"} == {"0.1"}
+
+
+def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path) -> None:
+    from archlab.lab import runner
+
+    suite = load_suite("heads")
+    here = plan_suite(suite, BUDGETS["tiny"], tmp_path / "a", store=tmp_path / "store")
+    there = plan_suite(suite, BUDGETS["tiny"], tmp_path / "b", store=tmp_path / "moved" / "elsewhere")
+    assert [r.run_dir.name for r in here.runs] == [r.run_dir.name for r in there.runs]  # keyed by the data's name
+    run = here.runs[0]
+    v1 = runner.run_hash(run.keys, BUDGETS["tiny"], version=1)  # the absolute data path: another key per store
+    assert v1 != run.run_dir.name != runner.run_hash(run.keys, BUDGETS["tiny"], tmp_path / "store", version=1)
+    legacy = tmp_path / "store" / v1  # a run a version-1 store holds: linked under today's key, not moved
+    legacy.mkdir(parents=True)
+    (legacy / "metrics.jsonl").write_text("{}\n")
+    again = plan_suite(suite, BUDGETS["tiny"], tmp_path / "c", store=tmp_path / "store").runs[0]
+    assert again.run_dir.is_symlink() and again.run_dir.resolve() == legacy.resolve()
+    assert (again.run_dir / "metrics.jsonl").read_text() == "{}\n"
+
+
+def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Path) -> None:
+    from archlab.lab import runner
+    from archlab.train.config import resolve_config
+
+    plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
+    run = plan.runs[0]
+    train, model = resolve_config([run.keys])
+    run.run_dir.mkdir(parents=True)
+    config = {"train": train.to_dict(), "model": model.to_dict()}
+    (run.run_dir / "config.json").write_text(json.dumps(config))
+    assert runner.stale_reason(run) is None  # the same config: reused
+    old = {**config, "model": {**config["model"], "d_ff": config["model"]["d_ff"] + 8}}
+    (run.run_dir / "config.json").write_text(json.dumps(old))  # as if a default had changed since it trained
+    why = runner.stale_reason(run)
+    assert why == f"model.d_ff is {old['model']['d_ff']} in the stored run, {config['model']['d_ff']} now"
+    (run.run_dir / "checkpoints" / f"step_{run.steps:07d}").mkdir(parents=True)
+    (run.run_dir / "metrics.jsonl").write_text("{}\n")
+    for other in plan.runs[1:]:
+        other.run_dir.mkdir(parents=True, exist_ok=True)
+        (other.run_dir / "checkpoints" / f"step_{other.steps:07d}").mkdir(parents=True, exist_ok=True)
+        (other.run_dir / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(runner.LabError, match=r"not reused: mha/seed0 \(model.d_ff is"):
+        runner.measure_plan(plan)
+    removed = {**config, "model": {**config["model"], "a_field_since_removed": 1}}
+    (run.run_dir / "config.json").write_text(json.dumps(removed))
+    assert runner.stale_reason(run).startswith("its config.json no longer resolves")
+    moved = runner.set_aside(run)
+    assert not run.run_dir.exists() and moved.parent == run.run_dir.parent / "stale"
+    assert (moved / "metrics.jsonl").read_text() == "{}\n"  # nothing lost
+
+
+def test_plan_reads_a_published_pages_spread_and_run_time_when_nothing_is_stored(tmp_path: Path) -> None:
+    from archlab.lab.planning import format_plan, power_plan
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results"
+    plan = plan_suite(load_suite("norm-type"), BUDGETS["small"], tmp_path / "out", store=tmp_path / "store")
+    rows = {r.claim.text: r for r in power_plan(plan, docs)}
+    same = rows["RMSNorm is as good as LayerNorm"]
+    published = list(csv.DictReader((docs / "norm-type" / "results.csv").open()))
+    val = {(r["arm"], r["seed"]): float(r["val_loss"]) for r in published}
+    d = [val["rmsnorm", s] - val["layernorm", s] for s in ("0", "1", "2")]
+    assert same.sigma == pytest.approx(statistics.stdev(d)) and "on the published page" in same.why
+    median = json.loads((docs / "norm-type" / "provenance.json").read_text())["training"]["median_run_s"]
+    assert f"({median:.0f} s per run, the median run of the published page" in "\n".join(
+        format_plan(plan, list(rows.values()), jobs=2, docs=docs))
+    elsewhere = {r.claim.text: r for r in power_plan(plan, tmp_path / "no-docs")}  # no page: the budget's figure
+    assert "planning sd" in elsewhere["RMSNorm is as good as LayerNorm"].why
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ sqrt(p (1 - p) / N), of the figure the docs state (docs/lab-statistics.md quotes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -72,8 +73,9 @@ def test_ci_is_the_textbook_interval_at_1_minus_2_alpha():
 
 def test_a_p_exactly_at_alpha_is_not_significant():
     p = stats.test_claim(A, B, expect="better", better="lower").p
-    at = stats.test_claim(A, B, expect="better", better="lower", alpha=p)
-    assert at.p == p and at.outcome == stats.INCONCLUSIVE and at.seeds_needed is not None
+    at = stats.test_claim(A, B, expect="better", better="lower", alpha=p, smallest_effect=0.01)
+    assert at.p == p and at.outcome == stats.INCONCLUSIVE
+    assert at.seeds_needed == stats.seeds_needed(0.01, math.sqrt(10e-4 / 3.0), alpha=p)
     above = stats.test_claim(A, B, expect="better", better="lower", alpha=math.nextafter(p, 1.0))
     assert above.outcome == stats.CONFIRMED
 
@@ -87,22 +89,71 @@ def test_an_estimate_exactly_at_min_effect_reaches_it():
     assert at.outcome == stats.CONFIRMED
     short = stats.test_claim(a, b, expect="better", better="lower", min_effect=math.nextafter(0.5, 1.0))
     assert short.outcome == stats.INCONCLUSIVE  # significant, but the estimate falls short of min_effect
-    assert short.short_of_min_effect and short.seeds_needed is None  # no seed count would confirm it
+    assert short.short_of_min_effect and short.seeds_needed is None  # no smallest effect stated: no plan
     assert not at.short_of_min_effect
 
 
-def test_an_estimate_that_reaches_min_effect_without_significance_is_planned_at_min_effect():
+def test_plans_target_the_stated_smallest_effect_never_the_estimate():
     b = [2.0, 2.0, 2.0]
     a = [1.0, 2.2, 1.3]  # d = -1.0, 0.2, -0.7: mean -0.5 reaches 0.3, but the spread leaves p above 0.05
-    result = stats.test_claim(a, b, expect="better", better="lower", min_effect=0.3)
-    assert result.outcome == stats.INCONCLUSIVE and not result.short_of_min_effect
-    assert result.seeds_needed == stats.seeds_needed(0.3, float(np.std(np.subtract(a, b), ddof=1)), alpha=0.05)
-    higher = stats.test_claim([3.0, 1.8, 2.7], b, expect="better", better="higher", min_effect=0.6)
-    assert higher.short_of_min_effect and higher.seeds_needed is None  # +0.5 < 0.6, the higher-is-better side
+    sd = float(np.std(np.subtract(a, b), ddof=1))
+    result = stats.test_claim(a, b, expect="better", better="lower", min_effect=0.3, smallest_effect=0.8)
+    assert result.outcome == stats.INCONCLUSIVE
+    assert result.seeds_needed == stats.seeds_needed(0.8 - 0.3, sd, alpha=0.05)  # the gain beyond min_effect
+    # the estimate does not enter: an arm whose estimate points the other way gets the same plan
+    other = stats.test_claim([3.0, 1.8, 2.7], b, expect="better", better="lower", min_effect=0.3,
+                             smallest_effect=0.8)
+    assert other.outcome == stats.INCONCLUSIVE and other.seeds_needed == stats.seeds_needed(0.5, sd, alpha=0.05)
+    # a smallest effect that does not exceed min_effect plans nothing, nor does an unstated one
+    assert stats.test_claim(a, b, expect="better", better="lower", min_effect=0.3,
+                            smallest_effect=0.3).seeds_needed is None
+    assert stats.test_claim(a, b, expect="better", better="lower").seeds_needed is None
+    with pytest.raises(ValueError, match="smallest_effect must be a finite number >= 0"):
+        stats.test_claim(a, b, expect="better", better="lower", smallest_effect=-0.1)
+
+
+def test_same_and_equivalent_plans_are_at_a_true_difference_of_zero():
+    se = math.sqrt(10e-4 / 3.0) / 2.0
+    sigma_d = 2 * se
+    # A against B: A is better by 0.03, so equivalence within 0.045 is undecided (the interval reaches -0.0515);
+    # the plan is the margin's at a true difference of 0, whatever the estimate; higher-is-better flips the sides
+    low_bound = 0.03 - _quantile(_t3_cdf, 0.95) * se  # 0.0085: A's advantage is significant, B's deficit too
+    for x, y, better in ((A, B, "lower"), (B, A, "higher")):  # the arm is better by 0.03 in both
+        result = stats.test_claim(x, y, expect="equivalent", better=better, margin=0.045)
+        assert result.outcome == stats.INCONCLUSIVE and not result.against_the_data
+        assert result.seeds_needed == stats.seeds_needed(0.045, sigma_d, alpha=0.05, power=0.9)
+    # the arm significantly worse (the interval of its deficit excludes 0): no plan toward "not worse"
+    for x, y, better in ((B, A, "lower"), (A, B, "higher")):
+        result = stats.test_claim(x, y, expect="same", better=better, margin=0.045)
+        assert result.outcome == stats.INCONCLUSIVE and result.against_the_data and result.seeds_needed is None
+        assert result.ci[0 if better == "lower" else 1] == pytest.approx(low_bound if better == "lower"
+                                                                        else -low_bound, rel=1e-9)
+    # equivalence: 90% power for each one-sided test (so the TOST has at least 80%), not 80%
+    tost = stats.test_claim(A, B, expect="equivalent", better="lower", margin=0.05)
+    assert tost.outcome == stats.INCONCLUSIVE
+    assert tost.seeds_needed == stats.seeds_needed(0.05, sigma_d, alpha=0.05, power=0.9)
+    assert tost.seeds_needed != stats.seeds_needed(0.05, sigma_d, alpha=0.05, power=0.8)
+
+
+def test_mde_is_the_effect_with_80_percent_power_against_scipys_noncentral_t():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    result = stats.test_claim(A, B, expect="better", better="lower", alpha=0.01)  # n 4, 3 df
+    sigma_d, n = result.sigma_d, result.n
+    crit = scipy_stats.t.ppf(0.99, n - 1)
+    power_at_mde = scipy_stats.nct.sf(crit, n - 1, result.mde * math.sqrt(n) / sigma_d)
+    assert power_at_mde == pytest.approx(0.8, abs=1e-9)
+    # a larger effect has more power, a smaller one less: the mde is where 80% is crossed
+    assert scipy_stats.nct.sf(crit, n - 1, 0.99 * result.mde * math.sqrt(n) / sigma_d) < 0.8
+    # adjusting the family re-measures it at the adjusted level (larger)
+    adjusted = stats.adjust([result, stats.test_claim(B, A, expect="better", better="lower")])[0]
+    assert adjusted.mde > stats.test_claim(A, B, expect="better", better="lower", alpha=0.05 / 2).mde * 0.999
+    pooled = stats.test_claim(A, B, expect="better", better="lower", pooled=stats.Pooled(0.01, 9))
+    crit9 = scipy_stats.t.ppf(0.95, 9)
+    assert scipy_stats.nct.sf(crit9, 9, pooled.mde * 2 / (0.01 * math.sqrt(2))) == pytest.approx(0.8, abs=1e-9)
 
 
 def test_below_min_effect_more_seeds_confirm_less_often():
-    # why a claim short of its min_effect gets no plan: at a true effect of 0.8 min_effect, the share confirmed
+    # why the plan tests gain - min_effect: at a true effect of 0.8 min_effect, the share confirmed
     # falls as the seeds grow (the estimate concentrates below min_effect), so no n reaches 80%
     rng = np.random.default_rng(0)
     rates = []
@@ -123,14 +174,16 @@ def test_non_inferiority_bound_against_the_margin():
     assert stats.test_claim(B, A, expect="same", better="lower", margin=0.051).outcome == stats.INCONCLUSIVE
     lower = 0.03 - t95 * se  # 0.008518: worse than a margin of 0.008 with confidence
     assert stats.test_claim(B, A, expect="same", better="lower", margin=lower - 1e-4).outcome == stats.CONTRADICTED
-    # inconclusive at 4 seeds: the plan is the seeds at which the bound clears the margin at the observed 0.03,
-    # not at a true difference of 0 (which would ask for the 4 seeds it already had)
-    inconclusive = stats.test_claim(B, A, expect="same", better="lower", margin=0.04)
-    assert inconclusive.seeds_needed == stats.seeds_needed(0.04 - 0.03, 2 * se, alpha=0.05) > 4
-    assert stats.seeds_needed(0.04, 2 * se, alpha=0.05) == 4
-    beyond = stats.test_claim(B, A, expect="same", better="lower", margin=0.02)  # estimate beyond: to contradict
-    assert beyond.outcome == stats.INCONCLUSIVE
-    assert beyond.seeds_needed == stats.seeds_needed(0.03 - 0.02, 2 * se, alpha=0.05)
+    # inconclusive at 4 seeds, but b is significantly worse than a (its deficit's interval excludes 0): no plan
+    # toward "not worse" (the data contradict a true difference of 0), whether the estimate is inside the margin
+    # or beyond it
+    for margin in (0.04, 0.02):
+        undecided = stats.test_claim(B, A, expect="same", better="lower", margin=margin)
+        assert undecided.outcome == stats.INCONCLUSIVE and undecided.seeds_needed is None
+    # a's side of the same pair, with a margin its bound does not clear at alpha 0.001: planned at 0
+    planned = stats.test_claim(A, B, expect="same", better="lower", margin=0.005, alpha=0.001)
+    assert planned.outcome == stats.INCONCLUSIVE
+    assert planned.seeds_needed == stats.seeds_needed(0.005, 2 * se, alpha=0.001)
     # higher is better: b's values lower by 0.03 are the worse side again
     assert stats.test_claim(A, B, expect="same", better="higher", margin=0.052).outcome == stats.CONFIRMED
 
@@ -206,8 +259,9 @@ def test_adjust_rederives_outcomes_and_leaves_untestable_out():
     assert expected[2] == pytest.approx(2 * tests[3].p) and expected[1] == expected[2]  # Holm's step-down
     assert [t.outcome for t in adjusted] == [stats.CONFIRMED, stats.INCONCLUSIVE, stats.UNTESTABLE,
                                              stats.INCONCLUSIVE]
-    assert adjusted[1].level == pytest.approx(0.05 / 3) and adjusted[1].seeds_needed == stats.seeds_needed(
-        abs(tests[1].estimate), tests[1].sigma_d, alpha=0.05 / 3)
+    assert adjusted[1].level == pytest.approx(0.05 / 3) and adjusted[1].seeds_needed is None  # no effect stated
+    planned = stats.adjust([dataclasses.replace(t, smallest_effect=0.1) for t in tests])
+    assert planned[1].seeds_needed == stats.seeds_needed(0.1, tests[1].sigma_d, alpha=0.05 / 3)
     assert adjusted[2] == tests[2]
     bh = stats.adjust(tests, method="bh")
     assert [bh[i].p_adjusted for i in (0, 1, 3)] == pytest.approx(stats.benjamini_hochberg(family))

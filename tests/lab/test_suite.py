@@ -3,6 +3,7 @@ plumbing's boundaries (d_ff matching, checkpoint keys, margins, factors, shared 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,8 @@ def test_every_suite_file_ships_and_is_listed() -> None:
 @pytest.mark.parametrize("budget", ["tiny", "small"])
 @pytest.mark.parametrize("name", SUITES)
 def test_every_arm_builds_and_parameters_match(name: str, budget: str, tmp_path: Path) -> None:
-    suite = load_suite(name)
-    plan = plan_suite(suite, BUDGETS[budget], tmp_path)
+    plan = plan_suite(load_suite(name), BUDGETS[budget], tmp_path)
+    suite = plan.suite  # the parameter-matched suite the plan holds
     base = None
     for arm in suite.arms:
         train, model_config = resolve_arm(suite, arm, BUDGETS[budget])
@@ -107,8 +108,10 @@ claims: [{text: x, metric: val_loss, arm: gqa, versus: base}]
 
 def test_d_ff_is_matched_to_the_nearest_parameter_count_by_hand(tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text(MATCHING)
-    suite = load_suite(tmp_path / "m.yaml")
-    match_parameters(suite, BUDGETS["tiny"])
+    loaded = load_suite(tmp_path / "m.yaml")
+    before = [(a.name, dict(a.overrides), a.params) for a in loaded.arms]
+    suite = match_parameters(loaded, BUDGETS["tiny"])
+    assert [(a.name, a.overrides, a.params) for a in loaded.arms] == before  # the input is untouched
     # by hand: 8192 fewer parameters (k, v) / 384 per unit of d_ff = 21.33 -> 213 (ceil would give 214);
     # 16384 fewer (the head) / 384 = 42.67 -> 235 (truncating would give 234); 32768 more / 384 = -85.33 -> 107
     # (floor would give 106)
@@ -131,8 +134,10 @@ def test_d_ff_is_matched_to_the_nearest_parameter_count_by_hand(tmp_path: Path) 
 def test_a_d_ff_set_in_the_base_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text(MATCHING.replace("base: {preset: llama}", "base: {preset: llama, model: "
                                                       "{d_ff: 160}}").replace("unmatched: [wide]\n", ""))
-    suite = load_suite(tmp_path / "m.yaml")
-    match_parameters(suite, BUDGETS["tiny"])
+    loaded = load_suite(tmp_path / "m.yaml")
+    before = [(a.name, dict(a.overrides), a.params) for a in loaded.arms]
+    suite = match_parameters(loaded, BUDGETS["tiny"])
+    assert [(a.name, a.overrides, a.params) for a in loaded.arms] == before  # the input is untouched
     for arm in suite.arms:
         assert arm.matched == "" and arm.overrides.get("model.d_ff", 160) in (160, 150)
         assert resolve_arm(suite, arm, BUDGETS["tiny"])[1].d_ff == arm.overrides.get("model.d_ff", 160)
@@ -170,7 +175,11 @@ def test_margins_come_from_the_claim_the_suite_or_the_budget(tmp_path: Path) -> 
     for name, budget in BUDGETS.items():
         planned = plan_suite(bare, budget, tmp_path / name).suite.claims[0]
         assert planned.margin == budget.margin > 0 and budget.margin_source
-    assert BUDGETS["small"].margin == 0.09  # the compute ladder's 1.25x gain at small (0.0929), rounded down
+    # 7% more base compute on the compute ladder at small: 0.4198 nats per e-fold (its published slope) x ln 1.07
+    assert BUDGETS["small"].margin == 0.03 and 0.4198 * math.log(1.07) == pytest.approx(0.0284, abs=1e-4)
+    assert BUDGETS["small"].margin <= 0.4198 * math.log(1.075)  # worth at most 1.075x compute
+    planned = plan_suite(bare, BUDGETS["small"], tmp_path / "smallest").suite.claims[0]
+    assert planned.smallest_effect == planned.margin  # a `same` claim is planned at its margin
     assert _suite(tmp_path, ARMS + "margins: {val_loss: 0.05}\n" + same % "").claims[0].margin == 0.05
     assert _suite(tmp_path, ARMS + "margins: {val_loss: 0.05}\n" + same % ", margin: 0.01").claims[0].margin == 0.01
     with pytest.raises(SuiteError, match="expect: same needs margin: .*only val_loss, train_loss, loss_at_1x take"):

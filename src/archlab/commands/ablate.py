@@ -7,6 +7,7 @@
     archlab ablate ffn --executor slurm --slurm-partition gpu --slurm-gpus 1   one Slurm job per run (an array)
     archlab ablate ffn --print-commands --out DIR      one `archlab train` line per run, for any scheduler
     archlab ablate ffn --collect DIR                   the report from runs made elsewhere
+    archlab ablate --verify docs/results/ffn           recompute a page's verdicts from its files; exit 1 if any differ
 
 Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default runs/ablate/store),
 named by a hash of the run's resolved config, so an arm two suites share trains once.
@@ -18,18 +19,18 @@ import argparse
 import shlex
 import signal
 import sys
-import time
 from typing import TYPE_CHECKING
 
-from archlab.lab.suite import BUDGETS, load_suite, param_note, suite_index
+from archlab.lab.suite import BUDGETS, param_note, suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
-    from archlab.lab.runner import Plan, Progress
+    from archlab.lab.experiment import Experiment
+    from archlab.lab.runner import Progress
 
 # the runner, executor, planning, verdicts and report import torch (the measures read checkpoints) and scipy: they are
 # imported in the functions that plan, train and judge, so `--help` answers without them
-DEFAULT_BUDGET = "small"
+DEFAULT_BUDGET = "small"  # lab/experiment.py's default too
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", nargs="?", help="a built-in suite name (see --list) or a suite .yaml file")
     parser.add_argument("--list", action="store_true", help="list the built-in suites and exit")
+    parser.add_argument("--verify", metavar="DIR", default=None,
+                        help="recompute every verdict of a suite folder or published page from its files "
+                        "(results.csv, items.csv, timings.csv, suite.yaml, provenance.json) and compare with its "
+                        "claims.json: exit 0 when all agree, 1 (listing them) when any differ")
     parser.add_argument("--budget", choices=list(BUDGETS), default=None,
                         help=f"compute per run (default {DEFAULT_BUDGET}; --collect reads the plan's)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the budget's; >= 2)")
@@ -53,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sequential", choices=SEQUENTIAL_KINDS, default=None,
                         help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
                         "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)")
+    parser.add_argument("--max-seeds", type=int, default=None, metavar="CAP",
+                        help="with --sequential: the second look's seeds per arm for undecided claims (default 2x the "
+                        "first look's); a claim still undecided there is 'inconclusive at n = CAP'")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local: runs here, --jobs at a time (default); slurm: one job per run through "
                         "submitit (a job array), then --collect")
@@ -73,18 +81,20 @@ def _list() -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace) -> Plan:
-    from archlab.lab.runner import plan_suite, read_plan
+def _experiment(args: argparse.Namespace) -> Experiment:
+    """The suite planned from the flags, after every flag is checked (one line each, before any work)."""
+    from archlab.lab.experiment import Experiment
 
-    recorded = read_plan(args.collect) if args.collect else {}
-    budget = args.budget or recorded.get("budget") or DEFAULT_BUDGET
-    seeds = args.seeds if args.seeds is not None else recorded.get("seeds")  # --seeds 0 is refused, not the default
-    suite = load_suite(args.suite)
-    out = args.collect or args.out or f"runs/ablate/{suite.name}-{budget}"
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs} is not allowed: at least 1")
-    return plan_suite(suite, BUDGETS[budget], out, seeds, store=args.store or recorded.get("store"),
-                      extra=recorded.get("extra"))
+    if args.max_seeds is not None and not args.sequential:
+        raise ValueError(f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)")
+    exp = Experiment.create(args.suite, args.budget, args.out, args.seeds, args.store, args.collect,
+                            log=lambda line: print(line, file=sys.stderr))
+    if args.max_seeds is not None and args.max_seeds <= exp.plan.seeds:
+        raise ValueError(f"--max-seeds {args.max_seeds} is not allowed: more than the first look's {exp.plan.seeds} "
+                         "seeds per arm")
+    return exp
 
 
 def _show_progress(p: Progress) -> None:
@@ -102,46 +112,63 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM (a scheduler's stop) is handled like Ctrl-C: runs checkpoint, then exit
 
 
+def _verify(folder: str) -> int:
+    from archlab.lab.record import verify
+
+    differences = verify(folder)
+    for line in differences:
+        print(f"differs: {line}")
+    verdict = f"{len(differences)} differences" if differences else "every verdict recomputed from its files agrees"
+    print(f"{folder}: {verdict}")
+    return 1 if differences else 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
+    if args.verify:
+        if args.suite:
+            raise ValueError(f"--verify {args.verify} takes a folder, not a suite: drop {args.suite!r}")
+        return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
-    from archlab.lab import planning
-    from archlab.lab.executor import SlurmOptions, submit_plan
+    from archlab.lab.executor import SlurmOptions
     from archlab.lab.report import needed as report_needed
-    from archlab.lab.report import write_report
-    from archlab.lab.runner import LabError, measure_plan, write_plan
+    from archlab.lab.runner import LabError
 
     slurm = SlurmOptions(args.slurm_partition, args.slurm_time, args.slurm_gpus, args.slurm_cpus,
                          args.slurm_array_parallelism)
-    plan = _plan(args)
+    exp = _experiment(args)
+    plan = exp.plan
     base = plan.suite.base_arm.params
     for arm in plan.suite.arms:
         print(f"{arm.name:24s} {arm.params:>12,} parameters  {param_note(plan.suite, arm, arm.params, base)}")
     command = shlex.join(["archlab", "ablate", args.suite, "--budget", plan.budget.name, "--seeds",
                           str(plan.seeds), "--out", str(plan.out)]
-                         + (["--sequential", args.sequential] if args.sequential else []))
+                         + (["--sequential", args.sequential] if args.sequential else [])
+                         + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else []))
     if args.plan:
-        print("\n".join(planning.format_plan(plan, planning.power_plan(plan), max(args.jobs, 2))))
+        print("\n".join(exp.power_text(max(args.jobs, 2))))
         return 0
     if args.print_commands:
-        write_plan(plan)
-        print("\n".join(plan.commands()))
+        print("\n".join(exp.commands()))
         print(f"# then: archlab ablate {args.suite} --collect {plan.out}")
         return 0
     if args.executor == "slurm" and not args.collect:
-        write_plan(plan)
-        jobs = submit_plan(plan, "slurm", slurm)
+        jobs = exp.submit(slurm)
         array = jobs[0].job_id.split("_")[0] if jobs else ""  # submitit names each task ARRAY_TASK
         print(f"submitted {len(jobs)} runs" + (f" as job array {array}" if jobs else " (all were done)")
               + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}")
         return 0
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        plan, results = _train_and_judge(args, plan)
-        measured = measure_plan(plan, lambda r: print(f"measuring {r.arm}/seed{r.seed}", file=sys.stderr),
-                                args.jobs)
+        if not args.collect:
+            _train(exp, args.jobs)
+        results = None
+        if args.sequential:
+            results = exp.sequential(args.sequential, args.max_seeds, args.jobs, train=not args.collect,
+                                     on_progress=_show_progress)
+        results = exp.report(command, results, args.jobs)
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)
         return 1
@@ -151,53 +178,13 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    for result in write_report(plan, measured, command, results=results):
+    for result in results:
         needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
         print(f"{result.outcome:26s} {result.claim.text}{needed}")
     print(f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}")
     return 0
 
 
-def _train(args: argparse.Namespace, plan: Plan) -> None:
-    from archlab.lab.report import record_suite_time
-    from archlab.lab.runner import prepare, run_plan, write_plan
-
-    write_plan(plan)
-    prepare(plan)
-    start = time.perf_counter()
-    try:
-        run_plan(plan, args.jobs, _show_progress)
-    finally:
-        wall = record_suite_time(plan, time.perf_counter() - start, args.jobs)
+def _train(exp: Experiment, jobs: int) -> None:
+    wall = exp.train(jobs, _show_progress)
     print(f"\ntrained in {wall:.0f} s (all sessions)", file=sys.stderr)
-
-
-def _train_and_judge(args: argparse.Namespace, plan: Plan) -> tuple[Plan, list | None]:
-    """Train (unless --collect), and with --sequential take the two looks; returns the final plan and, for
-    --sequential, its results (else None: the report judges)."""
-    from archlab.lab import planning
-    from archlab.lab.runner import measure_plan, measure_timings, plan_suite
-    from archlab.lab.verdicts import judge
-
-    if not args.collect:
-        _train(args, plan)
-    if not args.sequential:
-        return plan, None
-    levels = planning.look_levels(args.sequential)
-    first_plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store)
-    timings = measure_timings(first_plan)
-    first = judge(first_plan, measure_plan(first_plan, jobs=args.jobs), timings, alpha=levels[0])
-    planning.record_look(plan.out, args.sequential, levels, 1, first)
-    extra = planning.extra_seeds(first_plan, first)
-    print(f"sequential ({args.sequential}, one-sided levels {levels[0]:.4g} then {levels[1]:.4g}): first look at "
-          f"{plan.seeds} seeds; {len(extra)} arms of undecided claims get {plan.seeds} more seeds", file=sys.stderr)
-    if not extra:
-        return first_plan, first
-    plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store, extra=extra)
-    if not args.collect:
-        _train(args, plan)
-    undecided = [r.claim for r in first if r.claim.text in {c.text for c in plan.suite.claims}
-                 and r.outcome == "inconclusive" and r.test is not None]
-    second = judge(plan, measure_plan(plan, jobs=args.jobs), timings, alpha=levels[1], claims=undecided)
-    planning.record_look(plan.out, args.sequential, levels, 2, second)
-    return plan, planning.sequential_results(first, second, levels)

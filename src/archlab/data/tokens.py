@@ -109,6 +109,9 @@ def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction:
     by_split = {"train": train_tok or tok, "val": tok}
     tokens, docs, chars = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0), 0
     sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
+    # with BPE-dropout the train text is also kept plain: if the corpus has too few documents for a document
+    # split, val is cut from the plain stream's tail, never from the dropout one (val stays plain at any p)
+    plain_train = (out / PLAIN_TRAIN).open("wb") if train_tok is not None else None
     bar = tqdm(
         total=corpus.total_bytes, unit="B", unit_scale=True, desc=f"tokenizing {corpus.spec}", disable=None
     )
@@ -118,6 +121,8 @@ def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction:
             ids = to_token_array(by_split[split].encode_documents(texts), dtype)
             ids.tofile(sinks[split])
             tokens[split] += len(ids)
+            if split == "train" and plain_train is not None:
+                to_token_array(tok.encode_documents(texts), dtype).tofile(plain_train)
             texts.clear()
 
     try:
@@ -136,23 +141,39 @@ def _encode_splits(corpus: FileCorpus | HubCorpus, tok: Tokenizer, val_fraction:
         flush(batch)
     finally:
         bar.close()
-        for sink in sinks.values():
+        for sink in [*sinks.values(), *([plain_train] if plain_train is not None else [])]:
             sink.close()
-    if chars == 0:
-        raise ValueError(f"corpus {corpus.spec} is empty (no text in {sum(docs.values())} documents)")
-    rule = "documents" if docs["val"] else _split_tail(out, dtype, tokens, val_fraction)
+    try:
+        if chars == 0:
+            raise ValueError(f"corpus {corpus.spec} is empty (no text in {sum(docs.values())} documents)")
+        rule = "documents" if docs["val"] else _split_tail(out, dtype, tokens, val_fraction, tok, train_tok)
+    finally:
+        (out / PLAIN_TRAIN).unlink(missing_ok=True)
     return {"dtype": dtype.name, "tokens": tokens, "documents": docs, "split_rule": rule}
 
 
-def _split_tail(out: Path, dtype: np.dtype, tokens: dict[str, int], val_fraction: float) -> str:
-    """Fallback split for corpora with too few documents: the stream's last tokens become val."""
-    n_val = math.ceil(val_fraction * tokens["train"])
-    n_train = tokens["train"] - n_val
-    train = out / "train.bin"
-    np.fromfile(train, dtype=dtype, offset=n_train * dtype.itemsize).tofile(out / "val.bin")
-    os.truncate(train, n_train * dtype.itemsize)
+PLAIN_TRAIN = "train.plain.bin"  # the train text's plain stream while a BPE-dropout folder is being prepared
+
+
+def _split_tail(out: Path, dtype: np.dtype, tokens: dict[str, int], val_fraction: float, tok: Tokenizer,
+                train_tok: Tokenizer | None = None) -> str:
+    """Fallback split for corpora with too few documents: the plain stream's last tokens become val. With
+    BPE-dropout (`train_tok`), the split is made on the plain stream, exactly as without it, and the text before
+    the cut is encoded again with dropout: val.bin is then byte for byte the p = 0 folder's."""
+    plain = out / (PLAIN_TRAIN if train_tok is not None else "train.bin")
+    total = os.path.getsize(plain) // dtype.itemsize
+    n_val = math.ceil(val_fraction * total)
+    n_train = total - n_val
+    np.fromfile(plain, dtype=dtype, offset=n_train * dtype.itemsize).tofile(out / "val.bin")
+    if train_tok is None:
+        os.truncate(out / "train.bin", n_train * dtype.itemsize)
+    else:
+        head = tok.decode(np.fromfile(plain, dtype=dtype, count=n_train).tolist())  # special tokens kept
+        ids = to_token_array(np.asarray(train_tok.encode(head), dtype=np.int64), dtype)
+        ids.tofile(out / "train.bin")
+        n_train = len(ids)
     tokens.update(train=n_train, val=n_val)
-    logger.info("fewer documents than 1/val_fraction: val is the last %d tokens of the stream", n_val)
+    logger.info("fewer documents than 1/val_fraction: val is the last %d tokens of the plain stream", n_val)
     return "tail"
 
 
@@ -187,6 +208,13 @@ def _is_complete(folder: Path, meta: dict) -> bool:
     return all(p.is_file() and p.stat().st_size == meta["tokens"][s] * itemsize for s, p in sizes.items())
 
 
+def _leaked(meta: dict) -> bool:
+    """A BPE-dropout folder whose tail split was cut from the dropout stream (before archlab wrote `val_plain`):
+    its val.bin is not the plain encoding, so it is rebuilt (a resumed run refuses it instead)."""
+    dropout = meta.get("request", {}).get("bpe_dropout", 0.0)
+    return bool(dropout) and meta.get("split_rule") == "tail" and not meta.get("val_plain")
+
+
 def _read_meta(folder: Path) -> dict | None:
     try:
         return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
@@ -218,6 +246,7 @@ def _build(out: Path, corpus: FileCorpus | HubCorpus, request: dict, tokenizer: 
                             request.get("bpe_dropout", 0.0)),
         }
         meta["seconds"] = round(time.perf_counter() - start, 3)
+        meta["val_plain"] = True  # val.bin is the plain encoding under every split rule (see _leaked)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
         try:
             _publish(tmp, out)
@@ -297,7 +326,7 @@ def prepare_data(
         **({"bpe_dropout": bpe_dropout} if bpe_dropout else {}),  # absent at 0: folders prepared before still match
     }
     meta = _read_meta(out)
-    if meta is not None and meta.get("request") == request and _is_complete(out, meta):
+    if meta is not None and meta.get("request") == request and _is_complete(out, meta) and not _leaked(meta):
         logger.info("reusing prepared data in %s", out)
     elif meta is not None and reuse_only:
         raise ValueError(_refusal(out, meta, data, request))

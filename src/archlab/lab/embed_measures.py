@@ -4,8 +4,11 @@
   (train/metrics.py `embedding_signature`: the share of entries within 1% of 1/lambda, max |E|);
 - `first_train_loss`: the loss of the first logged batch, which is the step-0 model's when `logging.log_every`
   is 1 (n/a otherwise): where a tied head starts (kexue.fm/archives/9698);
-- `continuation_acc`, `continuation_healing_gain`: mid-token continuation accuracy on the run's validation text
-  (eval/continuation.py), and what token healing (one token) adds on the same cuts (kexue.fm/archives/9762).
+- `continuation_hits`, `continuation_healing_gains` (the measures continuation_acc, continuation_healing_gain):
+  per cut, whether the next 8 bytes were generated (eval/continuation.py), and what token healing (one token)
+  changes on the same cut (kexue.fm/archives/9762). The text is the first CONTINUATION_BYTES bytes of the
+  validation text (lab/eval_set.py `byte_span`), the same bytes for every tokenizer, so every arm of a suite is
+  scored on the same cuts and a cut pairs across arms and seeds.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from typing import Protocol
 
 from archlab.data.tokens import TokenData
 from archlab.eval.continuation import continuation_table
+from archlab.lab.eval_set import byte_span
 from archlab.nn.model import TransformerLM
 from archlab.train.metrics import read_metrics
 
-CONTINUATION_TEXT_TOKENS = 20_000  # validation tokens decoded into the held-out text the cuts are drawn from
+CONTINUATION_BYTES = 20_000  # bytes of validation text the cuts are drawn from (every tokenizer alike)
 CONTINUATION = {"cuts": 200, "context": 64, "k": 8}  # cuts, prompt bytes, bytes that must match
 
 
@@ -52,15 +56,18 @@ def _continuation(run: RunLike) -> dict:
     if run.run_dir not in _continuations:
         data = run.data()
         tokenizer = data.tokenizer()
-        text = tokenizer.decode(data.splits["val"][:CONTINUATION_TEXT_TOKENS].tolist()).replace("\ufffd", "")
-        _continuations[run.run_dir] = continuation_table(run.model, tokenizer, text, (0, 1), **CONTINUATION)
+        text = b"".join(byte_span(data, tokenizer, CONTINUATION_BYTES)).decode("utf-8", errors="replace")
+        _continuations[run.run_dir] = continuation_table(run.model, tokenizer, text.replace("\ufffd", ""), (0, 1),
+                                                         **CONTINUATION)
     return _continuations[run.run_dir]
 
 
-def continuation_acc(run: RunLike) -> float:
-    return _continuation(run)[0].accuracy
+def continuation_hits(run: RunLike) -> list[float]:
+    """Per cut, 1.0 when the next 8 bytes were generated without healing (their mean: continuation_acc)."""
+    return [float(hit) for hit in _continuation(run)[0].hits]
 
 
-def continuation_healing_gain(run: RunLike) -> float:
+def continuation_healing_gains(run: RunLike) -> list[float]:
+    """Per cut, the healed hit minus the plain one (-1, 0 or 1; their mean: continuation_healing_gain)."""
     table = _continuation(run)
-    return table[1].accuracy - table[0].accuracy
+    return [float(healed) - float(plain) for plain, healed in zip(table[0].hits, table[1].hits, strict=True)]

@@ -28,9 +28,9 @@ import numpy as np
 from scipy import stats as sps
 
 from archlab.lab.measure import read_measured
-from archlab.lab.runner import Plan, is_done, plan_suite
+from archlab.lab.runner import is_done, plan_suite, table_of
 from archlab.lab.suite import Budget, load_suite
-from archlab.lab.verdicts import per_seed
+from archlab.lab.table import Table
 
 LADDER_SUITE = "compute-ladder"
 CONFIDENCE = 0.95
@@ -91,14 +91,15 @@ def fit_ladder(values: dict[float, list[float]]) -> LadderFit | None:
                      df, gain, gain_ci)
 
 
-def ladder_values(plan: Plan, measured: dict, metric: str = "val_loss") -> dict[float, list[float]]:
-    """{steps_scale: per-seed values} of a plan's arms that differ from the base only in steps_scale."""
-    suite = plan.suite
-    base = suite.base_arm.overrides
-    rungs = [a for a in suite.arms if a.overrides == base]
+def ladder_values(table: Table, metric: str = "val_loss") -> dict[float, list[float]]:
+    """{steps_scale: per-seed values} of a suite's arms that differ from its base only in steps_scale (a suite's
+    own rungs: the compute-ladder suite, or a suite that prices its margin on its own base)."""
+    suite = table.suite
+    base = {k: v for k, v in suite.base_arm.overrides.items() if k != "model.d_ff"}
+    rungs = [a for a in suite.arms if {k: v for k, v in a.overrides.items() if k != "model.d_ff"} == base]
     if len({a.steps_scale for a in rungs}) != len(rungs):
         return {}
-    return {a.steps_scale: per_seed(plan, measured, a.name, metric) for a in rungs}
+    return {a.steps_scale: table.values(a.name, metric, table.seeds) for a in rungs}
 
 
 def stored_ladder(store: Path, budget: Budget) -> LadderFit | None:
@@ -108,7 +109,7 @@ def stored_ladder(store: Path, budget: Budget) -> LadderFit | None:
                       seeds=_stored_seeds(store, budget))
     if not all(is_done(r) and read_measured(r.run_dir).get("val_loss") is not None for r in plan.runs):
         return None
-    return fit_ladder(ladder_values(plan, {r: read_measured(r.run_dir) for r in plan.runs}))
+    return fit_ladder(ladder_values(table_of(plan, {r: read_measured(r.run_dir) for r in plan.runs})))
 
 
 def _stored_seeds(store: Path, budget: Budget) -> int:

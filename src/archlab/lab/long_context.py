@@ -11,8 +11,10 @@ inference-time method.
                                               (ModelConfig.with_inference_logn; kexue.fm/archives/8823, 9708);
                                               the model as trained when it trained with log n
 
-accuracy = mean over windows and every prediction of [argmax z_t == y_t] (score_last=None: Su scores whole
-samples). A method that needs RoPE on a model without it is n/a (None), never a number.
+accuracy = mean over windows and every prediction of [argmax z_t == y_t] (Su scores whole samples); each window's
+accuracy is an item (`window_accuracies`: the same windows for every run of a suite), so claims on these
+measures treat the windows as a sample of text (lab/items.py). A method that needs RoPE on a model without it is
+n/a (None), never a number.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from archlab.checkpoint import build_model, module_training_state
 from archlab.data.tokens import TokenData
-from archlab.eval.length import SAMPLES, method_configs, sample_windows, window_scores
+from archlab.eval.length import SAMPLES, method_configs, sample_windows
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.nn.rope_scaling import RopeScaling
@@ -61,8 +64,20 @@ def inference_config(config: ModelConfig, method: str, length: int) -> ModelConf
     return method_configs(config, [method], [length], None, allow_extrapolation=True)[method, length]
 
 
+@torch.no_grad()
+def _window_hits(model: TransformerLM, batch: torch.Tensor) -> list[float]:
+    """Per window (count, L + 1), the share of its L predictions whose argmax is the next token; one at a time."""
+    return [float((model(row[None, :-1]).argmax(-1) == row[None, 1:]).double().mean()) for row in batch]
+
+
 def accuracy_at(run: RunLike, factor: int, samples: str, method: str = "none") -> float | None:
     """Next-token accuracy of the run's final weights at `factor` x N on `samples` under `method` (module doc)."""
+    hits = window_accuracies(run, factor, samples, method)
+    return None if hits is None else float(np.mean(hits))
+
+
+def window_accuracies(run: RunLike, factor: int, samples: str, method: str = "none") -> list[float] | None:
+    """`accuracy_at` per window (the measure's items), or None where the method does not apply."""
     model = run.model.eval()
     length = factor * run.block_size
     config = inference_config(model.config, method, length)
@@ -72,7 +87,7 @@ def accuracy_at(run: RunLike, factor: int, samples: str, method: str = "none") -
     batch = sample_windows(tokens, length, run.windows, samples)
     scored = model if config == model.config else build_model(
         config, model.state_dict(), training_state=module_training_state(model)).eval()
-    return window_scores(scored, batch, None)[1]
+    return _window_hits(scored, batch)
 
 
 def measure_names() -> dict[str, tuple[int, str, str]]:

@@ -22,6 +22,10 @@ Rules stated once:
   one reads inf: the worst rank), never averages them.
 - `Measure.exact`: arithmetic on the config (parameters, KV bytes, FLOP shares), the same at every seed;
   claims on it are "by construction", not experiments.
+- `Measure.items`: the measure is a mean over a fixed item set (continuation cuts, accuracy windows), the same
+  items in the same order for every run of a suite; its function returns the per-item outcomes, and the run's
+  values hold their mean under the measure's name and the list under NAME@items (ITEMS_KEY), so a
+  claim on it treats items as a second source of variance (lab/items.py).
 - Measured values are cached per run (`read_measured` / `write_measured`, RUN/lab-measures.json) with each
   measure's `version`: a measure whose definition changed is computed again from the checkpoint on the next
   pass, so old run folders are re-scored without retraining.
@@ -63,6 +67,7 @@ LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
 STATUS = "lab-status.json"  # written by the runner beside a run: {"returncode": ...}
 MEASURED = "lab-measures.json"  # per run: the lab's measurements and their versions (read_measured)
 VERSIONS = "_versions"  # the key of lab-measures.json that holds {measure: version}
+ITEMS_KEY = "@items"  # a measure's per-item outcomes in a run's measured values: f"{name}{ITEMS_KEY}"
 # Timings keep the best of several tries: other load on the machine only ever adds time, so the minimum is the
 # figure least moved by it (the benchmarks' rule too). A slow spell of a shared machine lasts tens of seconds, longer
 # than one run's tries, so the lab times every run TIMING_ROUNDS times, in rounds over all runs
@@ -386,6 +391,7 @@ class Measure:
     exact: bool = False  # arithmetic on the config, the same at every seed: claims on it are "by construction"
     censored: bool = False  # a diverged run's value is no measurement of the arm: rank or exclude it
     version: int = 1  # raised when the definition changes, so cached values are computed again
+    items: bool = False  # fn returns per-item outcomes on a fixed item set; the value is their mean
 
     def best(self, a: float | None, b: float | None) -> float | None:
         """The better of two tries of this measure (None, n/a for the run, stays None)."""
@@ -438,16 +444,20 @@ MEASURES: dict[str, Measure] = {
                              "largest |embedding entry| (last evaluation)", False),
     "first_train_loss": Measure(embed.first_train_loss, "lower", "loss of the step-0 model on its first batch",
                                 False),
-    "continuation_acc": Measure(embed.continuation_acc, "higher", "next 8 bytes right after a random byte cut "
-                                "(greedy; eval/continuation.py)"),
-    "continuation_healing_gain": Measure(embed.continuation_healing_gain, "higher",
-                                         "continuation_acc with token healing minus without, same cuts"),
+    "continuation_acc": Measure(embed.continuation_hits, "higher", f"next 8 bytes right after a random byte cut "
+                                f"of the first {embed.CONTINUATION_BYTES:,} bytes of validation text, the same for "
+                                "every tokenizer (greedy; eval/continuation.py); items: the cuts", version=2,
+                                items=True),
+    "continuation_healing_gain": Measure(embed.continuation_healing_gains, "higher",
+                                         "continuation_acc with token healing minus without, same cuts; items: the "
+                                         "cuts", version=2, items=True),
 }
 for _name, (_f, _s, _m) in long_context.measure_names().items():  # Su's protocol (lab/long_context.py)
-    MEASURES[_name] = Measure(lambda r, f=_f, s=_s, m=_m: long_context.accuracy_at(r, f, s, m), "higher",
+    MEASURES[_name] = Measure(lambda r, f=_f, s=_s, m=_m: long_context.window_accuracies(r, f, s, m), "higher",
                               f"next-token accuracy at {_f}x the training length, {_s} samples"
-                              + ("" if _m == "none" else f", {_m} at inference"), censored=True,
-                              version=2 if _m in ("leaky_rerope", "logn") else 1)  # 2: Su's slope rule, clipped log n
+                              + ("" if _m == "none" else f", {_m} at inference") + "; items: the windows",
+                              censored=True, items=True,
+                              version=3 if _m in ("leaky_rerope", "logn") else 2)  # +1: per-window items kept
 
 
 def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, float | None]:
@@ -457,8 +467,15 @@ def measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, floa
     try:
         run = RunView(Path(run_dir), windows)
         saved = bool(list_checkpoints(run_dir))
-        return {name: MEASURES[name].fn(run) if saved or not MEASURES[name].needs_checkpoint else None
-                for name in names}
+        out: dict = {}
+        for name in names:
+            value = MEASURES[name].fn(run) if saved or not MEASURES[name].needs_checkpoint else None
+            if MEASURES[name].items and value is not None:
+                items = [float(v) for v in value]  # type: ignore[union-attr]
+                out[name + ITEMS_KEY] = items
+                value = statistics.fmean(items)
+            out[name] = value
+        return out
     finally:
         torch.set_num_threads(threads)
 
@@ -469,10 +486,15 @@ def read_measured(run_dir: Path) -> dict[str, float | None]:
     path = Path(run_dir) / MEASURED
     values = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     versions = values.pop(VERSIONS, {})
-    return {k: v for k, v in values.items() if k in MEASURES and versions.get(k, 1) == MEASURES[k].version}
+
+    def current(key: str) -> bool:
+        name = key.removesuffix(ITEMS_KEY)
+        return name in MEASURES and versions.get(name, 1) == MEASURES[name].version
+
+    return {k: v for k, v in values.items() if current(k)}
 
 
-def write_measured(run_dir: Path, values: dict[str, float | None]) -> None:
-    """Cache `values` with the version of each measure (read back by `read_measured`)."""
-    record = {**values, VERSIONS: {k: MEASURES[k].version for k in values}}
+def write_measured(run_dir: Path, values: dict) -> None:
+    """Cache `values` (NAME@items lists too) with the version of each measure (read back by `read_measured`)."""
+    record = {**values, VERSIONS: {k: MEASURES[k].version for k in values if k in MEASURES}}
     (Path(run_dir) / MEASURED).write_text(json.dumps(record, indent=2), encoding="utf-8")

@@ -31,6 +31,11 @@ class ClaimTest:
     `seeds_needed` (seeds per arm) is set for inconclusive outcomes when a planning spread exists, else None.
     `sigma_d` is the spread of one paired difference the plan used (for a pooled residual sigma: sigma * sqrt(2));
     `arms` is the number of arms of a pooled analysis (its df are (arms - 1)(n - 1)), None for a pair's own spread.
+    `smallest_effect` is the smallest effect of interest stated before the run (metric units: the gain a "better"
+    claim is planned for; a "same" / "equivalent" claim is planned at a true difference 0 against its margin);
+    `mde` the minimum detectable effect at this n and level (80% power: for "better" the smallest true gain the test
+    confirms 80% of the time, for "same" / "equivalent" how far inside the margin the truth must lie to be
+    confirmed 80% of the time); `items` the number of items of a seed x item test (0 for seed-level tests).
     """
 
     outcome: str
@@ -54,6 +59,9 @@ class ClaimTest:
     p_adjusted: float | None = None
     p_contra_adjusted: float | None = None
     note: str = ""
+    smallest_effect: float = 0.0
+    mde: float = math.nan
+    items: int = 0
 
     @property
     def decided(self) -> bool:
@@ -66,6 +74,20 @@ class ClaimTest:
         estimate (confirming needs the estimate to reach min_effect), so it gets no seed plan."""
         gain = -self.estimate if self.better == "lower" else self.estimate
         return self.expect == "better" and self.min_effect > 0 and gain < self.min_effect
+
+    @property
+    def worse_by(self) -> float:
+        """How much worse the arm is in the claim's bad direction (w: > 0 worse, < 0 better)."""
+        return self.estimate if self.better == "lower" else -self.estimate
+
+    @property
+    def against_the_data(self) -> bool:
+        """The 1 - 2 alpha interval excludes 0 on the side against the claim (the arm significantly worse before
+        any adjustment): a seed plan toward the claim would go against the data, so none is made."""
+        low, high = self.ci
+        if not (math.isfinite(low) and math.isfinite(high)):
+            return False
+        return low > 0 if self.better == "lower" else high < 0
 
     @property
     def in_family(self) -> bool:
@@ -84,3 +106,54 @@ def decide(p: float, p_contra: float, level: float, reaches_min_effect: bool = T
     if p_contra < level:
         return CONTRADICTED
     return INCONCLUSIVE
+
+
+def _num(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def statement(test: ClaimTest, versus: str, unit: str = "") -> str:
+    """What the test showed, in words that follow it (docs/lab-statistics.md): superiority says by how much (with
+    the interval of the gain), non-inferiority "not worse than B by more than m" (and, when the interval excludes
+    0 on the worse side, "but worse by X"), equivalence "as good as B within +-m"; an undecided test says what its
+    interval allows; an untestable one why."""
+    if test.outcome == UNTESTABLE:
+        return f"{UNTESTABLE}: {test.note}" if test.note else UNTESTABLE
+    u = f" {unit}" if unit else ""
+    w = test.worse_by
+    low, high = sorted(-x if test.better == "higher" else x for x in test.ci)  # interval of w, the deficit
+    if not math.isfinite(low):
+        return test.outcome
+    deficit = f"(90% CI of the deficit {_num(low)} to {_num(high)}{u})"
+    gain = f"(90% CI of the gain {_num(-high)} to {_num(-low)}{u})"
+    m = _num(test.margin)
+    if test.expect == "better":
+        if test.outcome == CONFIRMED:
+            return f"better than {versus} by {_num(-w)}{u} {gain}"
+        if test.outcome == CONTRADICTED:
+            return f"worse than {versus} by {_num(w)}{u} {deficit}"
+        if low > 0:
+            return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
+        if high < 0:  # significant alone, not after the family's correction
+            return f"not shown after the suite's multiplicity correction {gain}"
+        return f"not shown {gain}"
+    if test.outcome == CONFIRMED and test.expect == "same":
+        text = f"not worse than {versus} by more than {m}{u}"
+        if low > 0:
+            text += f", but worse by {_num(w)}{u}"
+        elif high < 0:
+            text += f", and better by {_num(-w)}{u}"
+        return f"{text} {deficit}"
+    if test.outcome == CONFIRMED:  # equivalent
+        text = f"as good as {versus} within +-{m}{u}"
+        return f"{text}, though worse by {_num(w)}{u} {deficit}" if low > 0 else f"{text} {deficit}"
+    if test.outcome == CONTRADICTED:
+        side = "worse" if w > 0 else "better"
+        return f"{side} than {versus} by more than {m}{u}: by {_num(abs(w))}{u} {deficit}"
+    if low > 0:
+        return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
+    if high < 0:
+        return f"not shown after the suite's multiplicity correction; better than {versus} by {_num(-w)}{u} {deficit}"
+    if test.expect == "same" and high < test.margin:
+        return f"not shown after the suite's multiplicity correction {deficit}"
+    return f"not shown {deficit}"

@@ -1,32 +1,39 @@
 """Power before compute (`archlab ablate SUITE --plan`) and sequential seeds (`--sequential`).
 
 The plan: for each claim, the seeds per arm that give 80% power to confirm it, at Holm's first-step level
-(one-sided alpha / m over the suite's m empirical claims, a slightly conservative plan for the others), for a
-true effect equal to the claim's `min_effect` (superiority) or, for a non-inferiority claim at true difference
-0, its `margin` (the same power calculation). A superiority claim with min_effect 0 is planned at the metric's
-default margin, the smallest effect the lab calls meaningful. The spread is the pooled residual sigma_eps of an
-earlier run of the suite in the same folder (its regime's arm + seed analysis), else the budget's planning
-figure, with its source printed; a claim on a factorial contrast of k cells per side has sigma_eps / sqrt(k).
-Seeds are turned into wall time with the budget's measured seconds per run.
+(one-sided alpha / m over the suite's m empirical claims, a slightly conservative plan for the others), at the
+effect the suite states before the run: a "better" claim's smallest effect of interest (`smallest_effect`, else
+the metric's default: the budget's loss margin for losses, the suite's `margins:` entry, 5% for a timing; with
+min_effect, the gain beyond it), a "same" claim's margin at a true difference of 0 (the non-inferiority bound
+then has the power of the superiority test at effect margin), an "equivalent" claim's margin with 90% per side.
+Never the estimate of an earlier run: the winner's curse inflates it, and its sign may point away from the claim.
+The spread is the pair's own sd of the paired differences in an earlier run of the suite in the same folder (the
+verdicts' default error model), else on the suite's published page in the checkout (docs/results/SUITE, the same
+budget), else the budget's planning figure (sigma_eps * sqrt(2) of the first published
+`small` runs), with its source printed; a claim on a factorial contrast of k cells per side has 1/k of it. Each
+line also prints the minimum detectable effect at the default seeds. Seeds are turned into wall time with the
+budget's measured seconds per run.
 
 Sequential seeds: look at the budget's n, then, for the claims still inconclusive, add n more seeds to their
 arms and look again at 2n, at the nominal levels of a two-look group-sequential design (Pocock 1977 or
 O'Brien & Fleming 1979) whose overall one-sided level is the suite's alpha; claims decided at the first look
-keep that outcome.
+keep that outcome, and a claim still inconclusive at 2n is reported as "inconclusive at n = 2n".
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from archlab.lab import stats
 from archlab.lab.measure import read_measured
-from archlab.lab.runner import Plan, is_done, read_plan, run_wall_s
+from archlab.lab.runner import Plan, is_done, read_plan, run_wall_s, table_of
 from archlab.lab.suite import MARGIN_METRICS, Claim, is_exact
-from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, regime_of, spread
+from archlab.lab.table import Table
+from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, claim_arms
 
 POWER = 0.8
 SEQUENTIAL = "sequential.json"  # in the suite's folder: the design's levels and each claim's outcome per look
@@ -37,16 +44,17 @@ class PlanRow:
     claim: Claim
     seeds: int | None  # seeds per arm for 80% power; None when a t-plan does not apply
     effect: float | None  # the effect planned for (metric units)
-    sigma: float | None  # the residual spread used
+    sigma: float | None  # the sd of one paired difference used
     why: str  # where sigma and the effect come from, or why there is no plan
+    mde: float | None = None  # the minimum detectable effect at the plan's default seeds
 
 
-def _stored(plan: Plan):
-    """The earlier run's measures when every run of the suite at these seeds is already measured, else None."""
+def _stored(plan: Plan) -> Table | None:
+    """The earlier run's table when every run of the suite at these seeds is already measured, else None."""
     if not read_plan(plan.out) or not all(is_done(r) for r in plan.runs):
         return None
     measured = {r: read_measured(r.run_dir) for r in plan.runs}
-    return measured if all(set(plan.suite.measures) <= set(v) for v in measured.values()) else None
+    return table_of(plan, measured) if all(set(plan.suite.measures) <= set(v) for v in measured.values()) else None
 
 
 def family_size(plan: Plan) -> int:
@@ -54,10 +62,25 @@ def family_size(plan: Plan) -> int:
     return max(1, sum(1 for c in plan.suite.claims if not c.untestable and not is_exact(c.metric)))
 
 
-def power_plan(plan: Plan) -> list[PlanRow]:
+PUBLISHED = Path(__file__).resolve().parents[3] / "docs" / "results"  # a source checkout's published pages
+
+
+def _published(plan: Plan, docs: Path = PUBLISHED) -> Table | None:
+    """The published page's table of this suite at this budget (a pilot's spreads), when a checkout has one."""
+    folder = docs / plan.suite.name
+    if not (folder / "results.csv").is_file() or not (folder / "provenance.json").is_file():
+        return None
+    if json.loads((folder / "provenance.json").read_text(encoding="utf-8")).get("budget") != plan.budget.name:
+        return None
+    return Table.read(folder, plan.suite)
+
+
+def power_plan(plan: Plan, docs: Path = PUBLISHED) -> list[PlanRow]:
     """Each claim's seeds for 80% power (see the module doc)."""
     alpha = stats.ALPHA / family_size(plan)
-    stored = _stored(plan)
+    stored, source = _stored(plan), f"in {plan.out}"
+    if stored is None and (stored := _published(plan, docs)) is not None:
+        source = f"on the published page {docs / plan.suite.name}"
     rows = []
     for claim in plan.suite.claims:
         if claim.untestable:
@@ -71,51 +94,64 @@ def power_plan(plan: Plan) -> list[PlanRow]:
             rows.append(PlanRow(claim, None, None, None, "an exact test on events: no t-plan (it needs runs with "
                                                          "events; see the first look)"))
         else:
-            rows.append(_row(plan, claim, alpha, stored))
+            rows.append(_row(plan, claim, alpha, stored, source))
     return rows
 
 
-def _row(plan: Plan, claim: Claim, alpha: float, stored: dict | None) -> PlanRow:
-    default = plan.budget.margin if claim.metric in MARGIN_METRICS else None
-    effect = claim.margin if claim.expect == "same" else (claim.min_effect or default)
+def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None, where: str = "") -> PlanRow:
+    gain = (claim.smallest_effect or 0.0) - claim.min_effect
+    effect = claim.margin if claim.expect != "better" else (gain if claim.smallest_effect and gain > 0 else None)
     if not effect:
-        return PlanRow(claim, None, None, None, f"no min_effect and no default margin for {claim.metric}: state "
-                                                "min_effect: in the suite to plan it")
-    arms = plan.suite.cells(claim, claim.arm) + plan.suite.cells(claim, claim.versus)
-    fit = None
-    if stored is not None and (regime := regime_of(plan.suite, arms)) is not None:
-        fit = spread(plan, stored, claim.metric, regime)
-    if fit is not None:
-        sigma, k, source = fit.sigma_eps, len(fit.arms), f"sigma_eps {fit.sigma_eps:.3g} of the stored runs in " \
-                                                          f"{plan.out} ({fit.regime}, {fit.df} df)"
-    elif claim.metric in MARGIN_METRICS:
-        sigma, k = plan.budget.sigma, max(2, len(plan.suite.arms))
-        source = (f"planning sigma_eps {sigma:g} of budget {plan.budget.name} (the residual spread fitted to the "
-                  f"first published `small` runs; no stored runs of this suite in {plan.out})")
-    else:
+        return PlanRow(claim, None, None, None, f"no smallest effect of interest for {claim.metric} (beyond "
+                                                f"min_effect {claim.min_effect:g}): state smallest_effect: in the "
+                                                "suite to plan it")
+    sigma_d = source = None
+    if stored is not None:
+        a_arms, b_arms, _ = claim_arms(stored, claim)
+        a = [statistics.fmean(v) for v in zip(*(stored.values(x, claim.metric) for x in a_arms))]
+        b = [statistics.fmean(v) for v in zip(*(stored.values(x, claim.versus_metric or claim.metric)
+                                                for x in b_arms))]
+        d = [x - y for x, y in zip(a, b) if math.isfinite(x - y)]
+        if len(d) > 1 and statistics.stdev(d) > 0:
+            sigma_d, source = statistics.stdev(d), f"the pair's own sd of the paired differences {where} " \
+                                                   f"({len(d)} seeds)"
+    if sigma_d is None and claim.metric in MARGIN_METRICS:
+        cells = 1 if claim.arm in plan.suite.grids else len(plan.suite.cells(claim, claim.arm))
+        sigma_d = plan.budget.sigma * math.sqrt(2) / math.sqrt(cells)
+        source = (f"planning sd {sigma_d:.3g} of budget {plan.budget.name} (sigma_eps {plan.budget.sigma:g} x sqrt 2 "
+                  f"of the first published `small` runs; no stored runs of this suite in {plan.out})")
+    if sigma_d is None:
         return PlanRow(claim, None, effect, None, f"no planning spread for {claim.metric}: run the suite once "
                                                   "(a pilot at the budget's seeds), then --plan again")
-    cells = len(plan.suite.cells(claim, claim.arm))
-    sigma_d = sigma * math.sqrt(2) / math.sqrt(cells)
-    n = stats.seeds_needed(effect, sigma_d, alpha=alpha, power=POWER, one_sided=True, arms=k)
-    what = "margin" if claim.expect == "same" else ("min_effect" if claim.min_effect else
-                                                     "the metric's default margin (min_effect is 0)")
-    return PlanRow(claim, n, effect, sigma, f"effect {effect:g} ({what}); {source}")
+    power = 0.9 if claim.expect == "equivalent" else POWER
+    n = stats.seeds_needed(effect, sigma_d, alpha=alpha, power=power)
+    what = {"better": "smallest effect" + (f" beyond min_effect {claim.min_effect:g}" if claim.min_effect else ""),
+            "same": "margin, at a true difference of 0", "equivalent": "margin, 90% per side"}[claim.expect]
+    mde = stats.mde(sigma_d, plan.seeds, alpha=alpha, power=power)
+    return PlanRow(claim, n, effect, sigma_d, f"effect {effect:g} ({what}); {source}", mde)
 
 
-def format_plan(plan: Plan, rows: list[PlanRow], jobs: int) -> list[str]:
+def format_plan(plan: Plan, rows: list[PlanRow], jobs: int, docs: Path = PUBLISHED) -> list[str]:
     """The --plan printout: one line per claim, then the runs and wall time of the largest n."""
     lines = [f"Power plan for {plan.suite.name} at budget {plan.budget.name}: seeds per arm for {POWER:.0%} power, "
              f"one-sided alpha {stats.ALPHA}/{family_size(plan)} (Holm's first step over the suite's tested "
              "claims) per claim."]
     for r in rows:
         seeds = f"{r.seeds:3d} seeds" if r.seeds is not None else "    -    "
-        lines.append(f"  {seeds}  {r.claim.text}  [{r.why}]")
+        mde = f"; mde at {plan.seeds} seeds {r.mde:.3g}" if r.mde is not None else ""
+        lines.append(f"  {seeds}  {r.claim.text}  [{r.why}{mde}]")
     planned = [r.seeds for r in rows if r.seeds is not None]
     n = max(planned) if planned else plan.seeds
     walls = sorted(w for r in plan.runs if (w := run_wall_s(r.run_dir)) > 0)
-    run_s, source = ((walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs")
-                     if walls else (plan.budget.run_s, f"budget {plan.budget.name}'s figure"))
+    published = docs / plan.suite.name / "provenance.json"
+    median = json.loads(published.read_text(encoding="utf-8")).get("training", {}).get("median_run_s") \
+        if published.is_file() else None
+    if walls:
+        run_s, source = walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs"
+    elif median:
+        run_s, source = float(median), f"the median run of the published page {published.parent}"
+    else:
+        run_s, source = plan.budget.run_s, f"budget {plan.budget.name}'s figure"
     runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
     lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "
                  f"{_duration(runs * run_s / max(1, jobs))} wall with --jobs {jobs} ({run_s:.0f} s per run, "
@@ -129,18 +165,21 @@ def _duration(seconds: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------ sequential
-def look_levels(kind: str, alpha: float = stats.ALPHA) -> list[float]:
-    """One-sided nominal levels of the two looks whose overall one-sided level is `alpha`."""
-    return [level / 2 for level in stats.sequential_levels(kind, 2, alpha=2 * alpha)]
+def look_levels(kind: str, alpha: float = stats.ALPHA, seeds: tuple[int, int] | None = None) -> list[float]:
+    """One-sided nominal levels of the two looks (at `seeds` per arm, default equally spaced) whose overall
+    one-sided level is `alpha`."""
+    times = list(seeds) if seeds is not None else None
+    return [level / 2 for level in stats.sequential_levels(kind, 2, alpha=2 * alpha, times=times)]
 
 
-def extra_seeds(plan: Plan, results: list[ClaimResult]) -> dict[str, int]:
-    """The arms of the first look's inconclusive claims, each given `plan.seeds` more seeds."""
+def extra_seeds(plan: Plan, results: list[ClaimResult], cap: int | None = None) -> dict[str, int]:
+    """The arms of the first look's inconclusive claims, each given seeds up to `cap` per arm (default 2n)."""
+    more = (cap if cap is not None else 2 * plan.seeds) - plan.seeds
     arms: dict[str, int] = {}
     for r in results:
         if r.outcome == stats.INCONCLUSIVE and r.test is not None and plan.suite.timing(r.claim) is None:
             for arm in plan.suite.cells(r.claim, r.claim.arm) + plan.suite.cells(r.claim, r.claim.versus):
-                arms[arm] = plan.seeds
+                arms[arm] = more
     return arms
 
 
@@ -162,6 +201,8 @@ def sequential_results(first: list[ClaimResult], second: list[ClaimResult], leve
         if r.claim.text in later:
             r = later[r.claim.text]
             r.note = f"{r.note}; second look at n = {len(r.a)}, one-sided level {levels[1]:.4g}".lstrip("; ")
+            if r.outcome == stats.INCONCLUSIVE:
+                r.note += f"; inconclusive at n = {len(r.a)}, the cap"
         elif r.test is not None:
             r.note = f"{r.note}; decided at the first look (n = {len(r.a)}, one-sided level {levels[0]:.4g})"
         out.append(r)

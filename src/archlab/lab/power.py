@@ -6,6 +6,9 @@
   randomized complete block analysis, (K - 1)(n - 1), and sigma_d = sigma_eps * sqrt(2).
 - `seeds_needed(...)`: the smallest n >= 2 with at least the requested power. A non-inferiority bound at true
   difference 0 and margin m has exactly the power of the superiority test at effect m, so it plans both.
+- `mde(sigma_d, n, ...)`: the minimum detectable effect, the true effect at which n seeds have the requested power
+  (the inverse of `power` in the effect; for a t-test on a standard error `se` with `df` degrees of freedom that
+  is not a seed count, e.g. the seed x item analysis, `mde_from_se` uses (t_{1-alpha} + t_{power}) * se).
 - `sequential_levels(kind, looks, alpha)`: the nominal two-sided level of each of `looks` equally spaced analyses
   such that the overall two-sided level is alpha: Pocock (1977, Biometrika 64:191) uses one constant boundary,
   O'Brien & Fleming (1979, Biometrics 35:549) a boundary c * sqrt(K / k). Computed from the joint normal law of the
@@ -88,34 +91,60 @@ def seeds_needed(effect: float, sigma_d: float, *, alpha: float, power: float = 
     return high
 
 
-def _crossing(bounds: np.ndarray) -> float:
-    """P(|Z_k| >= bounds[k] at some look k) for the cumulative z-statistics at equal information.
+def mde(sigma_d: float, n: int, *, alpha: float, power: float = 0.8, one_sided: bool = True,
+        arms: int | None = None) -> float:
+    """The true effect at which n seeds give the paired (or pooled, `arms`) t-test `power` (noncentral t)."""
+    _check_plan(1.0, sigma_d, alpha, power)
+    if n < 2:
+        raise ValueError(f"n must be at least 2 seeds, got {n}")
+    z = special.ndtri(1.0 - (alpha if one_sided else alpha / 2.0)) + special.ndtri(power)
+    high = 2.0 * z * sigma_d / math.sqrt(n)
+    while _power(high, sigma_d, n, alpha, one_sided, arms) < power:  # few df: the t-test needs more than z's
+        high *= 2.0
+    return float(optimize.brentq(lambda e: _power(e, sigma_d, n, alpha, one_sided, arms) - power, 1e-12 * high,
+                                 high, xtol=1e-12 * high))
 
-    The recursive integration of Armitage, McPherson & Rowe (1969, JRSS A 132:235): with S_k = Z_k * sqrt(k) a
-    sum of k standard normal increments, the density of S_k on the paths that have not crossed yet is
-    f_k(s) = integral of f_{k-1}(u) phi(s - u) du over |u| < bounds[k-1] * sqrt(k-1). Each f_k is smooth on its
-    interval, so Gauss-Legendre quadrature is accurate to ~1e-12 (scipy's multivariate_normal.cdf agrees at
-    2 looks and takes minutes at 5).
+
+def mde_from_se(se: float, df: float, *, alpha: float, power: float = 0.8) -> float:
+    """(t_{1-alpha, df} + t_{power, df}) * se: the usual minimum detectable effect of a one-sided t-test."""
+    if not (math.isfinite(se) and se > 0):
+        raise ValueError(f"se must be a finite number > 0, got {se!r}")
+    df = min(df, 1e9)
+    return float((special.stdtrit(df, 1.0 - alpha) + special.stdtrit(df, power)) * se)
+
+
+def _crossing(bounds: np.ndarray, times: np.ndarray | None = None) -> float:
+    """P(|Z_k| >= bounds[k] at some look k) for the cumulative z-statistics at information times `times`
+    (default 1, 2, ..., K: equal spacing).
+
+    The recursive integration of Armitage, McPherson & Rowe (1969, JRSS A 132:235): with S_k = Z_k * sqrt(t_k) a
+    sum of independent normal increments of variance t_k - t_{k-1}, the density of S_k on the paths that have not
+    crossed yet is f_k(s) = integral of f_{k-1}(u) phi_{t_k - t_{k-1}}(s - u) du over |u| < bounds[k-1] *
+    sqrt(t_{k-1}). Each f_k is smooth on its interval, so Gauss-Legendre quadrature is accurate to ~1e-12 (scipy's
+    multivariate_normal.cdf agrees at 2 looks and takes minutes at 5).
     """
+    times = np.arange(1.0, len(bounds) + 1.0) if times is None else np.asarray(times, dtype=np.float64)
     nodes, weights = np.polynomial.legendre.leggauss(_QUADRATURE_NODES)
     x_prev = w_prev = f_prev = None
-    for k, b in enumerate(bounds, start=1):
-        half = b * math.sqrt(k)
+    t_prev = 0.0
+    for b, t in zip(bounds, times):
+        half, var = b * math.sqrt(t), t - t_prev
         x, w = nodes * half, weights * half
         if f_prev is None:
-            f = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+            f = np.exp(-0.5 * x * x / var) / math.sqrt(2.0 * math.pi * var)
         else:
-            kernel = np.exp(-0.5 * (x[None, :] - x_prev[:, None]) ** 2) / math.sqrt(2.0 * math.pi)
+            kernel = np.exp(-0.5 * (x[None, :] - x_prev[:, None]) ** 2 / var) / math.sqrt(2.0 * math.pi * var)
             f = (w_prev * f_prev) @ kernel
-        x_prev, w_prev, f_prev = x, w, f
+        x_prev, w_prev, f_prev, t_prev = x, w, f, t
     return float(1.0 - np.sum(w_prev * f_prev))
 
 
-def sequential_levels(kind: str, looks: int, alpha: float = 0.05) -> list[float]:
+def sequential_levels(kind: str, looks: int, alpha: float = 0.05, times: list[float] | None = None) -> list[float]:
     """Nominal two-sided levels, one per look, with overall two-sided level `alpha` (see the module doc).
 
-    For the lab's one-sided claims at level a per direction, call it with alpha = 2a and judge look k with
-    `test_claim(..., alpha=level_k / 2)`.
+    `times`: the looks' information (seeds per arm at each look, increasing; default equally spaced). Pocock's
+    boundary is constant in z, O'Brien & Fleming's c * sqrt(t_K / t_k). For the lab's one-sided claims at level a
+    per direction, call it with alpha = 2a and judge look k with `test_claim(..., alpha=level_k / 2)`.
     """
     if kind not in SEQUENTIAL_KINDS:
         raise ValueError(f"kind must be one of {', '.join(SEQUENTIAL_KINDS)}, got {kind!r}")
@@ -123,6 +152,9 @@ def sequential_levels(kind: str, looks: int, alpha: float = 0.05) -> list[float]
         raise ValueError(f"looks must be an integer >= 1, got {looks!r}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
-    shape = np.ones(looks) if kind == "pocock" else np.sqrt(looks / np.arange(1, looks + 1))
-    c = optimize.brentq(lambda c: _crossing(c * shape) - alpha, 0.5, 10.0, xtol=1e-10)
+    t = np.arange(1.0, looks + 1.0) if times is None else np.asarray(times, dtype=np.float64)
+    if t.shape != (looks,) or not (np.all(np.diff(t) > 0) and t[0] > 0):
+        raise ValueError(f"times must be {looks} increasing positive numbers (the looks' seeds), got {times!r}")
+    shape = np.ones(looks) if kind == "pocock" else np.sqrt(t[-1] / t)
+    c = optimize.brentq(lambda c: _crossing(c * shape, t) - alpha, 0.5, 10.0, xtol=1e-10)
     return [float(2.0 * special.ndtr(-b)) for b in c * shape]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -28,7 +29,15 @@ from pathlib import Path
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
 from archlab.lab import measure as lab_measure  # the workers' entry point, by its module's name
-from archlab.lab.measure import MEASURES, STATUS, TIMING_ROUNDS, measure_run, read_measured, write_measured
+from archlab.lab.measure import (
+    ITEMS_KEY,
+    MEASURES,
+    STATUS,
+    TIMING_ROUNDS,
+    measure_run,
+    read_measured,
+    write_measured,
+)
 from archlab.lab.suite import (
     Arm,
     Budget,
@@ -41,11 +50,13 @@ from archlab.lab.suite import (
     match_parameters,
     resolve_arm,
 )
+from archlab.lab.table import Run, Table
 from archlab.lab.timing import time_pairs
 from archlab.nn.config import ModelConfig
 from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.metrics import METRICS
 
+logger = logging.getLogger(__name__)
 PLAN = "plan.json"  # written in the suite's folder: which suite, budget, seeds and run folders it holds
 DIVERGED_TEXT = "training diverged"  # what `archlab train` prints when it stops on non-finite steps (exit 1)
 
@@ -128,7 +139,8 @@ def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
                     bpe_dropout=d.bpe_dropout)
 
 
-STORE_VERSION = 1  # raise when a default of TrainConfig or ModelConfig changes what a run trains
+STORE_VERSION = 2  # 2: the data folder enters by its name in the store, not its absolute path (a store can move)
+STALE = "stale"  # STORE/stale/: runs whose resolved config differs under today's code, moved aside, never deleted
 
 
 def _non_default(values: dict, defaults: dict) -> dict:
@@ -144,17 +156,69 @@ def _non_default(values: dict, defaults: dict) -> dict:
     return out
 
 
-def run_hash(keys: dict[str, str], budget: Budget) -> str:
+def run_hash(keys: dict[str, str], budget: Budget, store: Path | None = None, version: int | None = None) -> str:
     """A content hash of a run's resolved config (train and model, without its folder) and the budget's
     measurement settings: two suites that ask for the same run get the same folder. Only fields that differ
-    from the config classes' defaults enter it, so a new field (default: off) keeps every stored run; a changed
-    default is a STORE_VERSION bump."""
+    from the config classes' defaults enter it, so a new field (default: off) keeps every stored run; a data
+    folder inside `store` enters by its name there, so the store can be moved or copied whole. A changed default
+    is caught when the run is reused (`stale_reason`). `version=1` is the key of stores written before (the
+    data folder's absolute path), which `plan_suite` links to."""
+    version = STORE_VERSION if version is None else version
     train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
     train_dict = {k: v for k, v in train.to_dict().items() if k != "out"}
+    source = Path(str(train.data.source))
+    if version >= 2 and store is not None and source.parent == Path(store) / "data":
+        train_dict["data"] = {**train_dict["data"], "source": f"STORE/data/{source.name}"}
     record = {"train": _non_default(train_dict, TrainConfig().to_dict()),
               "model": _non_default(model.to_dict(), ModelConfig().to_dict()),
-              "measure_windows": budget.measure_windows, "store_version": STORE_VERSION}
+              "measure_windows": budget.measure_windows, "store_version": version}
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _comparable(train: TrainConfig, model: ModelConfig) -> dict:
+    """A resolved config as reuse compares it: the run folder aside, the data folder by name."""
+    t = {k: v for k, v in train.to_dict().items() if k != "out"}
+    t["data"] = {**t["data"], "source": Path(str(train.data.source)).name}
+    return {"train": t, "model": model.to_dict()}
+
+
+def stale_reason(run: RunSpec) -> str | None:
+    """Why a stored run may not be reused for `run` (its config.json resolves, under today's code, to another
+    config than `run` asks for: a changed default, a removed field), or None when it may (or has no config)."""
+    path = run.run_dir / "config.json"
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        old = _comparable(*resolve_config([{}], saved=stored))
+    except (ValueError, KeyError, TypeError) as err:
+        return f"its config.json no longer resolves ({err})"
+    new = _comparable(*resolve_config([{k: v for k, v in run.keys.items() if k != "out"}]))
+    for part in ("train", "model"):
+        for key in sorted(set(old[part]) | set(new[part])):
+            if old[part].get(key) != new[part].get(key):
+                return f"{part}.{key} is {old[part].get(key)!r} in the stored run, {new[part].get(key)!r} now"
+    return None
+
+
+def set_aside(run: RunSpec) -> Path:
+    """Move a stale run to STORE/stale/ (nothing is deleted), so its folder trains anew; returns where it went."""
+    target = run.run_dir.parent / STALE / f"{run.run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(run.run_dir.resolve() if run.run_dir.is_symlink() else run.run_dir, target)
+    if run.run_dir.is_symlink():
+        run.run_dir.unlink()
+    return target
+
+
+def _link_legacy(run_dir: Path, keys: dict[str, str], budget: Budget) -> None:
+    """A run a store of STORE_VERSION 1 holds (keyed by the data folder's absolute path) under today's key: a
+    relative symlink, so the store keeps its folders and its old suites their links."""
+    if run_dir.exists() or run_dir.is_symlink():
+        return
+    legacy = run_dir.parent / run_hash(keys, budget, version=1)
+    if legacy.is_dir() and not legacy.is_symlink():
+        run_dir.symlink_to(legacy.name, target_is_directory=True)
 
 
 def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None = None,
@@ -164,8 +228,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
     seeds = seeds if seeds is not None else suite.seeds or budget.seeds
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
-    match_parameters(suite, budget)
-    suite = at_budget(suite, budget)
+    suite = at_budget(match_parameters(suite, budget), budget)
     plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
                 extra=dict(extra or {}))
     for arm in suite.arms:
@@ -175,7 +238,8 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
         train = resolve_arm(suite, arm, budget)[0]
         for seed in range(plan.seeds_of(arm.name)):
             keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed)}
-            run_dir = plan.store / run_hash(keys, budget)
+            run_dir = plan.store / run_hash(keys, budget, plan.store)
+            _link_legacy(run_dir, keys, budget)
             plan.runs.append(RunSpec(arm.name, seed, run_dir, {**keys, "out": str(run_dir)}, train.steps))
     return plan
 
@@ -297,6 +361,10 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
     On Ctrl-C the runs under way receive it too, checkpoint and exit; the next call continues them.
     """
     unique = list({r.run_dir: r for r in reversed(plan.runs)}.values())[::-1]  # one run per folder (arms may agree)
+    for run in unique:  # a finished run is reused only as the config it trained (a stopped one: --resume checks)
+        if is_done(run) and (why := stale_reason(run)) is not None:  # set aside, trained anew
+            logger.warning("%s/seed%d: the stored run %s is stale (%s); moved to %s, training it again", run.arm,
+                           run.seed, run.run_dir.name, why, set_aside(run))
     todo = [r for r in unique if not is_done(r)]
     total, done = len(unique), len(unique) - len(todo)
     running: dict[RunSpec, subprocess.Popen] = {}
@@ -348,6 +416,11 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None, jo
     if missing:
         raise LabError(f"{len(missing)} runs are not finished: {', '.join(missing[:5])}"
                        + (" ..." if len(missing) > 5 else ""))
+    stale = [f"{r.arm}/seed{r.seed} ({why})" for r in plan.runs if (why := stale_reason(r)) is not None]
+    if stale:
+        raise LabError(f"{len(stale)} stored runs were trained with another config than today's code resolves, "
+                       f"so they are not reused: {'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; run the "
+                       "suite without --collect to set them aside and train them again")
     order = sorted(plan.runs, key=lambda r: r.seed)
     cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
     timed = {run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing] for run in order}
@@ -420,6 +493,25 @@ def timed_config(plan: Plan, arm: str, timing: Timing) -> ModelConfig:
         return resolve_config([keys])[1]
     except ValueError as err:
         raise SuiteError(f"suite {plan.suite.name} timing {timing.metric} arm {arm}: {err}") from None
+
+
+def table_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict] | None = None,
+             parameters: dict[str, int] | None = None, configs: dict[str, str] | None = None) -> Table:
+    """The plan's measured values as the table verdicts read (lab/table.py): arms in the suite's order, each run's
+    values and per-item outcomes, and (when given) each arm's parameters and config hash."""
+    runs: dict[str, list[Run]] = {}
+    for arm in plan.suite.arms:
+        rows = []
+        for run in sorted(plan.runs_of(arm.name), key=lambda r: r.seed):
+            values = measured.get(run, {})
+            rows.append(Run(arm.name, run.seed, run.run_dir.name,
+                            {k: math.nan if v is None else float(v) for k, v in values.items()
+                             if not k.endswith(ITEMS_KEY)},
+                            {k.removesuffix(ITEMS_KEY): [float(x) for x in v] for k, v in values.items()
+                             if k.endswith(ITEMS_KEY) and v is not None},
+                            (parameters or {}).get(arm.name), (configs or {}).get(arm.name, "")))
+        runs[arm.name] = rows
+    return Table(plan.suite, plan.seeds, runs, dict(timings or {}))
 
 
 def run_config(run: RunSpec) -> dict:

@@ -20,19 +20,22 @@ simulated error rates.
   (-margin, margin) (p = the larger TOST p); contradicted when it lies wholly outside, beyond either side.
 - `ci` is the two-sided 1 - 2 alpha interval of mean(a - b): estimate -/+ t_{1-alpha} SE, the interval whose
   one-sided bounds the decisions use.
-- inconclusive outcomes carry `seeds_needed`: the seeds per arm for 80% power (`power.seeds_needed`, noncentral t)
-  with the observed sd of the differences (or the pooled sigma_eps * sqrt(2)). The planning effect is min_effect
-  when > 0, else the observed |estimate| (optimistic: the winner's curse inflates observed effects), for "better";
-  for "same" and "equivalent" the observed distance from the estimate to the margin (|margin - w|, with |w| for
-  "equivalent"), so the plan is the seeds at which the bound leaves the margin on the side the estimate lies:
-  confirming when the estimate is inside the margin, contradicting when beyond it (planning at a true difference
-  of 0 instead would ask for fewer seeds than an inconclusive claim already had whenever its estimate is near the
-  margin); for "equivalent", 90% power for each one-sided test, which gives the TOST at least 80%.
-  Because "better" also needs the estimate to reach min_effect, a true effect of exactly min_effect is confirmed
-  at most about half the time whatever the seeds; the planned n gives 80% to the test. An inconclusive "better"
-  claim whose estimate falls short of its min_effect gets no plan (`ClaimTest.short_of_min_effect`): at a true
-  effect equal to that estimate, the chance the estimate reaches min_effect falls with n, so no seed count would
-  confirm it 80% of the time.
+- Items (`items=(A, B)`, each seeds x items: per-item outcomes of both arms on the same items in the same order,
+  whose row means are a and b): the estimate's variance is that of the crossed seed x item random model
+  (`archlab.lab.items`), so a verdict generalises to other items of the same kind, not to these items only. The
+  test is "seed x item t" with Satterthwaite's df; everything else (sides, margins, outcomes) is as above.
+- Every t-based outcome carries `mde`, the minimum detectable effect at its n and level (80% power; `power.mde`),
+  and inconclusive outcomes carry `seeds_needed`: the seeds per arm for 80% power at the effect stated before the
+  run, never at the estimate (the winner's curse inflates observed effects, and an estimate pointing the other
+  way would plan toward the side the data contradict): for "better", a true gain of `smallest_effect` (when
+  min_effect > 0, the test of gain - min_effect, so the plan covers the estimate condition too; none when
+  smallest_effect does not exceed min_effect, or is not stated); for "same", a true difference of 0 against
+  the margin (the non-inferiority bound at 0 has the power of the superiority test at effect margin); for
+  "equivalent", the same with 90% power for each one-sided test, which gives the TOST at least 80%. A seed x item
+  test gets no seed plan (more seeds do not shrink the items' share of the variance): its page shows the mde.
+  No plan either where the data contradict the planned scenario (`ClaimTest.against_the_data`: the 1 - 2 alpha
+  interval excludes 0 on the side against the claim, i.e. the arm is significantly worse before adjustment): more
+  seeds would then most likely decide it the other way, and a count "to decide it" would read as one to confirm.
 - Degenerate inputs: NaN or infinite values raise ValueError (diverged runs go to `rank_test`); fewer than 2 pairs
   without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties:
   the sd is within float rounding of 0) give "untestable by this design" with p NaN, never p = 0: a stochastic
@@ -55,6 +58,7 @@ import numpy as np
 from scipy import special
 
 from archlab.lab.discrete import paired_binary_test, paired_count_test, rank_test
+from archlab.lab.items import as_table, fit_items
 from archlab.lab.outcomes import (
     BETTERS,
     BY_CONSTRUCTION,
@@ -66,12 +70,12 @@ from archlab.lab.outcomes import (
     ClaimTest,
     decide,
 )
-from archlab.lab.power import power, seeds_needed, sequential_levels
+from archlab.lab.power import mde, mde_from_se, power, seeds_needed, sequential_levels
 from archlab.lab.rcbd import HETEROSCEDASTIC_RATIO, Pooled, Rcbd, rcbd
 
 __all__ = [
     "ALPHA", "BY_CONSTRUCTION", "CONFIRMED", "CONTRADICTED", "HETEROSCEDASTIC_RATIO", "INCONCLUSIVE",
-    "UNTESTABLE", "ClaimTest", "Pooled", "Rcbd", "adjust", "benjamini_hochberg", "dunnett", "holm",
+    "UNTESTABLE", "ClaimTest", "Pooled", "Rcbd", "adjust", "benjamini_hochberg", "dunnett", "holm", "mde",
     "paired_binary_test", "paired_count_test", "power", "rank_test", "rcbd", "seeds_needed", "sequential_levels",
     "test_claim",
 ]
@@ -82,6 +86,7 @@ TIE_RTOL = 64 * np.finfo(np.float64).eps  # an sd below this times the values' m
 ADJUSTMENTS = ("holm", "bh", "dunnett")
 _DUNNETT_NODES = 64  # Gauss-Hermite x Gauss-Laguerre nodes: agrees with scipy.stats.dunnett to ~1e-5 (its QMC)
 T_TESTS = ("paired t", "pooled RCBD t", "Welch t")  # the tests _plan can re-plan (noncentral t)
+ITEM_TEST = "seed x item t"  # archlab.lab.items: seeds and items both random
 
 
 def _values(name: str, values: Sequence[float]) -> np.ndarray:
@@ -95,7 +100,8 @@ def _values(name: str, values: Sequence[float]) -> np.ndarray:
     return x
 
 
-def _check_claim(expect: str, better: str, margin: float, min_effect: float, alpha: float) -> None:
+def _check_claim(expect: str, better: str, margin: float, min_effect: float, alpha: float,
+                 smallest_effect: float = 0.0) -> None:
     if expect not in EXPECTS:
         raise ValueError(f"expect must be one of {', '.join(EXPECTS)}, got {expect!r}")
     if better not in BETTERS:
@@ -110,6 +116,8 @@ def _check_claim(expect: str, better: str, margin: float, min_effect: float, alp
             raise ValueError(f"min_effect must be a finite number >= 0, got {min_effect!r}")
     elif not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin must be > 0 for expect {expect!r} (metric units), got {margin!r}")
+    if not (math.isfinite(smallest_effect) and smallest_effect >= 0):
+        raise ValueError(f"smallest_effect must be a finite number >= 0 (metric units), got {smallest_effect!r}")
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,7 @@ class _Fit:
     arms: int | None = None
     outcome: str = ""  # set (with a note) when no test is possible
     note: str = ""
+    items: int = 0
 
 
 def _is_tie(sd: float, a: np.ndarray, b: np.ndarray) -> bool:
@@ -160,6 +169,36 @@ def _fit(a: np.ndarray, b: np.ndarray, paired: bool, pooled: Pooled | None) -> _
     return fit
 
 
+def _fit_items(a: np.ndarray, b: np.ndarray, items: tuple[object, object], pooled: Pooled | None) -> _Fit:
+    """The seed x item fit (archlab.lab.items) of per-item tables whose row means must be a and b."""
+    if pooled is not None:
+        raise ValueError("items= and pooled= are two error models: pass one")
+    if not (isinstance(items, (tuple, list)) and len(items) == 2):
+        raise ValueError("items must be a pair (per-item outcomes of a, of b), each seeds x items")
+    ta, tb = as_table("items[0]", items[0]), as_table("items[1]", items[1])
+    if ta.shape != tb.shape:
+        raise ValueError(f"items of a and b must have one shape (seeds x items, the same items): {ta.shape} vs "
+                         f"{tb.shape}")
+    if ta.shape[0] != a.size or b.size != a.size:
+        raise ValueError(f"items hold {ta.shape[0]} seeds but a has {a.size} and b {b.size} values")
+    for name, table, means in (("a", ta, a), ("b", tb, b)):
+        if not np.allclose(table.mean(axis=1), means, rtol=1e-9, atol=1e-12):
+            raise ValueError(f"{name} must be the per-seed means of its items: {means.tolist()} vs "
+                             f"{table.mean(axis=1).tolist()}")
+    d = ta - tb
+    n_seeds, n_items = d.shape
+    if n_seeds < 2 or n_items < 2:
+        return _Fit(float(d.mean()), math.nan, 0, math.nan, n_seeds, ITEM_TEST, outcome=INCONCLUSIVE,
+                    note=f"{n_seeds} seeds x {n_items} items: the seed x item test needs at least 2 of each")
+    fit = fit_items(d)
+    result = _Fit(fit.estimate, fit.se, fit.df, math.nan, n_seeds, ITEM_TEST,
+                  note=f"{n_items} items; items' share of the variance {fit.item_share:.0%}")
+    if _is_tie(fit.se, ta, tb):
+        return replace(result, outcome=UNTESTABLE, note="the per-item differences tie exactly (zero spread): no "
+                       "error estimate")
+    return replace(result, items=n_items)
+
+
 def _fit_welch(a: np.ndarray, b: np.ndarray) -> _Fit:
     estimate = float(a.mean() - b.mean())
     if min(a.size, b.size) < 2:
@@ -190,23 +229,35 @@ def _p_values(expect: str, w: float, se: float, df: float, margin: float) -> tup
             min(float(special.stdtr(df, -upper)), float(special.stdtr(df, lower))))
 
 
-def _plan(test: ClaimTest, level: float) -> int | None:
-    """Seeds per arm for PLAN_POWER at `level` (the module doc says which effect); None without a spread."""
-    if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
-        return test.seeds_needed  # exact tests plan themselves (archlab.lab.discrete)
+def planning_effect(test: ClaimTest) -> float | None:
+    """The effect a t-based claim is planned for and its mde measured against (the module doc), or None."""
     if test.expect == "better":
-        if test.short_of_min_effect:  # confirming needs the estimate to reach min_effect: no n gives it 80%
-            return None
-        effect = test.min_effect if test.min_effect > 0 else abs(test.estimate)
-        if effect <= 1e-9 * test.sigma_d:  # an estimate at rounding level (arms equal per seed): no effect to plan
-            return None
-        return seeds_needed(effect, test.sigma_d, alpha=level, power=PLAN_POWER, arms=test.arms)
-    w = test.estimate if test.better == "lower" else -test.estimate  # > 0: the arm is worse
-    distance = abs(test.margin - (w if test.expect == "same" else abs(w)))  # from the estimate to the margin
-    if distance <= 1e-9 * test.sigma_d:  # the estimate sits on the margin: no number of seeds decides it
+        gain = test.smallest_effect - test.min_effect
+        return gain if test.smallest_effect > 0 and gain > 0 else None
+    return test.margin
+
+
+def _plan(test: ClaimTest, level: float) -> int | None:
+    """Seeds per arm for PLAN_POWER at `level` at the stated effect (the module doc); None without one."""
+    if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
+        return test.seeds_needed if test.test != ITEM_TEST else None  # exact tests plan themselves (discrete)
+    effect = planning_effect(test)
+    if effect is None or test.against_the_data:
         return None
-    each = PLAN_POWER if test.expect == "same" else 1.0 - (1.0 - PLAN_POWER) / 2.0
-    return seeds_needed(distance, test.sigma_d, alpha=level, power=each, arms=test.arms)
+    each = 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
+    return seeds_needed(effect, test.sigma_d, alpha=level, power=each, arms=test.arms)
+
+
+def _mde(test: ClaimTest, level: float) -> float:
+    """The minimum detectable effect at the test's n and `level` (PLAN_POWER; per side for "equivalent")."""
+    each = 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
+    if test.test == ITEM_TEST and math.isfinite(test.se) and test.se > 0:
+        return mde_from_se(test.se, test.df, alpha=level, power=each)
+    if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0) or test.n < 2:
+        return math.nan
+    if test.test == "Welch t":
+        return mde_from_se(test.se, test.df, alpha=level, power=each)
+    return mde(test.sigma_d, test.n, alpha=level, power=each, arms=test.arms)
 
 
 def _judge(test: ClaimTest, p: float, p_contra: float, plan_level: float, **fields: object) -> ClaimTest:
@@ -215,21 +266,29 @@ def _judge(test: ClaimTest, p: float, p_contra: float, plan_level: float, **fiel
     reaches = test.expect != "better" or -w >= test.min_effect
     outcome = decide(p, p_contra, test.alpha, reaches)
     seeds = _plan(test, plan_level) if outcome == INCONCLUSIVE else None
-    return replace(test, outcome=outcome, seeds_needed=seeds, **fields)
+    return replace(test, outcome=outcome, seeds_needed=seeds, mde=_mde(test, plan_level), **fields)
 
 
 def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: str, margin: float = 0.0,
                min_effect: float = 0.0, alpha: float = ALPHA, paired: bool = True,
-               pooled: Pooled | None = None) -> ClaimTest:
+               pooled: Pooled | None = None, smallest_effect: float = 0.0,
+               items: tuple[object, object] | None = None) -> ClaimTest:
     """Judge "a is better than b" / "a is not worse than b by more than margin" from per-seed values.
 
     `a`, `b`: values in seed order (paired by index). `expect`: "better", "same" (non-inferiority) or
     "equivalent" (TOST). `better`: "lower" or "higher" for the metric. `pooled`: a suite's residual from `rcbd`,
     used instead of the pair's own spread. `paired=False`: Welch's unpaired t-test (not the lab's design).
-    The rule, exactly, is in the module doc.
+    `smallest_effect`: the gain a "better" claim is planned for (metric units; 0: no plan). `items`: per-item
+    outcomes (a's, b's), each seeds x items, for a claim scored on a fixed item set. The rule is in the module doc.
     """
-    _check_claim(expect, better, margin, min_effect, alpha)
-    fit = _fit(_values("a", a), _values("b", b), paired, pooled)
+    _check_claim(expect, better, margin, min_effect, alpha, smallest_effect)
+    a_values, b_values = _values("a", a), _values("b", b)
+    if items is not None:
+        if not paired:
+            raise ValueError("items= needs the paired design (the same items and seeds on both sides)")
+        fit = _fit_items(a_values, b_values, items, pooled)
+    else:
+        fit = _fit(a_values, b_values, paired, pooled)
     p = p_contra = math.nan
     ci = (math.nan, math.nan)
     if not fit.outcome:
@@ -240,7 +299,7 @@ def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: s
     test = ClaimTest(outcome=fit.outcome, p=p, ci=ci, estimate=fit.estimate, df=fit.df, seeds_needed=None,
                      expect=expect, better=better, test=fit.test, n=fit.n, se=fit.se, sigma_d=fit.sigma_d,
                      arms=fit.arms, p_contra=p_contra, margin=margin, min_effect=min_effect, alpha=alpha,
-                     level=alpha, note=fit.note)
+                     level=alpha, note=fit.note, smallest_effect=smallest_effect, items=fit.items)
     return test if fit.outcome else _judge(test, p, p_contra, alpha)
 
 
@@ -312,6 +371,14 @@ def _adjusted(tests: Sequence[ClaimTest], family: list[int], method: str) -> tup
                          f"{sorted(shapes, key=str)}")
     df = next(iter(shapes))[1]
     return dunnett(ps, df), dunnett(contras, df)
+
+
+def readjusted(test: ClaimTest, p_adjusted: float, p_contra_adjusted: float, level: float | None = None) -> ClaimTest:
+    """`test` re-decided at other adjusted p-values (another family's: a comparison two suites share gets one
+    verdict, the larger Holm p's), planned and its mde measured at `level` (default its own)."""
+    level = test.level if level is None else level
+    return _judge(test, p_adjusted, p_contra_adjusted, level, p_adjusted=p_adjusted,
+                  p_contra_adjusted=p_contra_adjusted, level=level)
 
 
 def adjust(tests: Sequence[ClaimTest], method: str = "holm") -> list[ClaimTest]:

@@ -13,19 +13,28 @@
     checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
     arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base
     factors: {norm: {pre: {}, post: {...}}, lr: {...}}        # instead of arms: every combination is an arm
-    regimes: {high-lr: [a, b]}            # arms whose seed-to-seed spread differs: pooled apart from the rest
-    margins: {val_loss: 0.02}             # equivalence margins per metric (metric units) for `same` claims
+    regimes: {high-lr: [a, b]}            # arms whose seed-to-seed spread differs: shown apart on the page
+    alike: [[rmsnorm, layernorm]]         # arms built alike (shared init): their claims may pool one residual
+    grids: {adamw: [adamw-1e-3, adamw-3e-3]}   # a sweep in ascending order: a claim may name it (its best arm)
+    purpose: lecture                      # lecture (default) | calibration (the lab's own yardstick, not tallied)
+    margins: {val_loss: 0.02}             # margins and smallest effects per metric (metric units)
     measure: [val_loss]                   # archlab.lab.measure.MEASURES
     timings:                              # speed claims on fresh models, interleaved A/B pairs (lab/timing.py)
       - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {}, keys: {}}
     claims:
       - {text: ..., metric: val_loss, arm: rmsnorm, versus: layernorm, expect: same, margin: 0.02}
       - {text: ..., metric: val_loss, factor: lr, arm: high, versus: normal, within: {norm: post}}
+      - {text: ..., metric: val_loss, arm: lion, versus: adamw, expect: same}   # grids: each at its best rate
 
 A claim `expect: better` is a one-sided superiority claim (optionally at least `min_effect`, metric units); a
-claim `expect: same` is a non-inferiority claim: the arm is not worse than `versus` by more than `margin`
-(from the claim, the suite's `margins:`, or for MARGIN_METRICS the budget's `margin`, which the compute-ladder suite
-calibrates: the loss 25% more base compute buys). A claim with `factor:` is a factorial contrast:
+claim `expect: same` is a non-inferiority claim: the arm is not worse than `versus` by more than `margin`, and
+`expect: equivalent` an equivalence claim (TOST): within +-`margin` either way. Both the margin and the smallest
+effect of interest (`smallest_effect`: what a "better" claim is planned for) are stated before the run: from the
+claim, else the suite's `margins:` for the metric, else for MARGIN_METRICS the budget's `margin` (the loss 7% more
+base compute buys on the budget's compute ladder: 0.03 nats at `small`), for timings TIMING_SMALLEST_EFFECT.
+A claim whose `arm` or `versus` names a grid is judged at the grid's best arm on the claim's metric (the mean over
+seeds); a grid whose best arm is at either end did not bracket its optimum, and the claim is "untestable by this
+design" at this budget. A claim with `factor:` is a factorial contrast:
 `arm` and `versus` are levels of that factor, averaged over the other factors' levels (or only those in
 `within`). A run's config is layered defaults < budget < base < arm < the lab's per-run keys (seed, out, data),
 each arm resolved through `archlab.train.config.resolve_config`, so a bad arm fails with the trainer's own error.
@@ -52,7 +61,10 @@ from archlab.train.config import TrainConfig, resolve_config
 # are checked, so this module (the budgets `archlab ablate --help` lists) stays torch-free
 PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is flagged (or d_ff is matched)
 MATCH_MODES = ("d_ff", "none")
-EXPECTS = ("better", "same")
+EXPECTS = ("better", "same", "equivalent")
+PURPOSES = ("lecture", "calibration")  # calibration suites measure the lab's yardstick: outside the lecture's tallies
+TIMING_SMALLEST_EFFECT = 0.0488  # log time ratio: a 5% speed difference (ln 1.05), the smallest a timing plans for
+MARGIN_COMPUTE = 1.07  # the loss margin's worth in base compute: what 7% more steps buy on the budget's ladder
 NARANG_FINDINGS = ("better", "same", "worse")
 # Metrics in nats whose `same` claims take the budget's loss margin when neither the claim nor the suite states one.
 MARGIN_METRICS = ("val_loss", "train_loss", "loss_at_1x")
@@ -78,7 +90,7 @@ class Budget:
     measure_windows: int  # the lab's loss measures read this many 4x-context windows of validation text
     run_s: float  # wall seconds per run (one process of --jobs 2 on 2 cores) for --plan's cost; see the comment
     sigma: float  # planning residual spread of val_loss (nats) when no earlier run of the suite is stored
-    margin: float  # nats: the default equivalence margin of MARGIN_METRICS ("worth less than 25% more compute")
+    margin: float  # nats: the default margin and smallest effect of MARGIN_METRICS (MARGIN_COMPUTE x compute)
     margin_source: str  # where `margin` comes from (the compute ladder's measurement, or why it is not measured)
 
 
@@ -97,9 +109,9 @@ BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", {
         **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
         "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
-        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015, margin=0.12,
+        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015, margin=0.036,
         margin_source="the compute-ladder suite at tiny (2 seeds, 2026-12-02): 25% more steps bought 0.120 nats "
-                      "(95% CI 0.084 to 0.156)"),
+                      "(95% CI 0.084 to 0.156), so 7% more buy 0.120 x ln 1.07 / ln 1.25 = 0.036"),
     # ~2 CPU-minutes per run (measured: 0.4 s per step on one core; the published runs' medians were 93-136 s
     # with --jobs 2 on the quiet 2-core machine, so run_s 120). sigma: the residual spread (arm x seed
     # interaction) of val_loss, 0.015 nats, fitted to the 2-seed spreads of the 25 normal-lr Llama arms of the
@@ -108,9 +120,10 @@ BUDGETS: dict[str, Budget] = {
         **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 300,
         "schedule.warmup_steps": 30, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
         "logging.eval_batches": 10, "logging.log_every": 5},
-        seeds=3, max_files=400, measure_windows=32, run_s=120.0, sigma=0.015, margin=0.09,
-        margin_source="the compute-ladder suite at small (3 seeds, 2026-12-02): 25% more steps bought 0.0929 nats "
-                      "(95% CI 0.080 to 0.106), rounded down"),
+        seeds=3, max_files=400, measure_windows=32, run_s=120.0, sigma=0.015, margin=0.03,
+        margin_source="1.074x the base's compute on the compute ladder at small (0.4198 nats per e-fold of "
+                      "steps, 3 seeds, 2026-12-02), below the 0.03-0.05-nat effects the lab studies (SwiGLU 0.031, "
+                      "GeGLU 0.049)"),
     # the `small` size (width 256, 6 layers): ~5e14 training FLOPs per run, hours per run on one CPU core
     # (estimated from FLOPs, not measured); meant for a GPU (runs take cuda when available)
     "medium": Budget("medium", {
@@ -130,8 +143,9 @@ class Claim:
     arm: str  # the arm claimed better (or as good); with `factor`, a level of that factor
     versus: str  # the arm it is compared with (the same arm when two metrics are compared)
     expect: str = "better"  # better (one-sided superiority) | same (non-inferiority within `margin`)
-    margin: float | None = None  # `same`: how much worse still counts as as good (metric units); None = default
+    margin: float | None = None  # `same` / `equivalent`: how much worse still counts (metric units); None = default
     min_effect: float = 0.0  # `better`: the smallest gain that counts (metric units); 0 = any significant gain
+    smallest_effect: float | None = None  # the effect of interest a plan targets (metric units); None = default
     versus_metric: str | None = None  # compare `metric` of arm with this metric of versus; None = the same metric
     direction: str | None = None  # higher | lower: the way the claim says arm moves; None = the measure's better
     narang: str | None = None  # Narang et al. 2021 on the same comparison: better | same | worse
@@ -193,6 +207,9 @@ class Suite:
     timings: list[Timing] = field(default_factory=list)
     seeds: int | None = None  # seeds per arm when the suite needs other than the budget's (a factorial: fewer)
     budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)  # budget -> keys over the base there
+    alike: list[list[str]] = field(default_factory=list)  # groups of arms built alike: may pool one residual
+    grids: dict[str, list[str]] = field(default_factory=dict)  # grid -> its arms, ascending in the swept value
+    purpose: str = "lecture"  # PURPOSES: a calibration suite's claims stay outside the lecture's tallies
 
     @property
     def base_arm(self) -> Arm:
@@ -207,9 +224,10 @@ class Suite:
                      and set(t.arms) == {claim.arm, claim.versus}), None)
 
     def cells(self, claim: Claim, level: str) -> list[str]:
-        """The arms a factorial claim averages at one level of its factor (all arms named `level` otherwise)."""
+        """The arms a factorial claim averages at one level of its factor (all arms named `level` otherwise; a
+        grid's name: all its arms, of which the judge picks the best)."""
         if claim.factor is None:
-            return [level]
+            return list(self.grids[level]) if level in self.grids else [level]
         within = claim.within or {}
         return [a.name for a in self.arms if a.levels.get(claim.factor) == level
                 and all(a.levels.get(f) == v for f, v in within.items())]
@@ -241,7 +259,8 @@ def _require(ok: bool, where: str, message: str) -> None:
 
 
 _KEYS = {"name", "title", "source", "design", "narang", "base", "budget_keys", "arms", "factors", "regimes", "margins",
-         "timings", "measure", "claims", "match_params", "unmatched", "checkpoints", "seeds"}
+         "timings", "measure", "claims", "match_params", "unmatched", "checkpoints", "seeds", "alike", "grids",
+         "purpose"}
 
 
 def load_suite(spec: str | Path) -> Suite:
@@ -280,6 +299,7 @@ def load_suite(spec: str | Path) -> Suite:
              f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)")
     _require(set(suite.budget_keys) <= set(BUDGETS), where, f"budget_keys names budgets "
              f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}")
+    _check_groups(suite, tree, where, names)
     suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
     _require(isinstance(suite.checkpoints, int) and suite.checkpoints >= 1, where,
              f"checkpoints={suite.checkpoints!r}; an integer >= 1")
@@ -291,6 +311,29 @@ def load_suite(spec: str | Path) -> Suite:
              f"{sorted(set(grouped) - set(names))}")
     _require(len(grouped) == len(set(grouped)), where, "an arm may sit in one regime only")
     return suite
+
+
+def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> None:
+    """`alike:` (a list of arms, or of lists of arms), `grids:` and `purpose:`, filled into `suite`."""
+    raw = tree.get("alike") or []
+    groups = [raw] if raw and all(isinstance(a, str) for a in raw) else raw
+    _require(isinstance(groups, list) and all(isinstance(g, list) and len(g) >= 2 for g in groups), where,
+             f"alike={raw!r}; a list of at least two arm names, or a list of such lists")
+    suite.alike = [[str(a) for a in g] for g in groups]
+    flat = [a for g in suite.alike for a in g]
+    _require(set(flat) <= set(names), where, f"alike names arms that do not exist: {sorted(set(flat) - set(names))}")
+    _require(len(flat) == len(set(flat)), where, "an arm may sit in one alike group only")
+    grids = tree.get("grids") or {}
+    _require(isinstance(grids, dict) and all(isinstance(v, list) and len(v) >= 3 for v in grids.values()), where,
+             f"grids={grids!r}; a mapping of grid names to at least three arms (ascending), so an optimum can be "
+             "bracketed")
+    suite.grids = {str(k): [str(a) for a in v] for k, v in grids.items()}
+    stray = {a for v in suite.grids.values() for a in v} - set(names)
+    _require(not stray, where, f"grids name arms that do not exist: {sorted(stray)}")
+    _require(not set(suite.grids) & set(names), where, f"grid names {sorted(set(suite.grids) & set(names))} are "
+             "also arm names; give grids names of their own")
+    suite.purpose = str(tree.get("purpose", "lecture"))
+    _require(suite.purpose in PURPOSES, where, f"purpose={suite.purpose!r}; one of {', '.join(PURPOSES)}")
 
 
 def _arms(tree: dict, where: str) -> tuple[dict[str, list[str]], list[Arm]]:
@@ -369,11 +412,17 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
              f"{what}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent")
     _require(isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0, where,
              f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)")
-    if claim.expect == "same" and not is_exact(claim.metric):
+    _require(claim.smallest_effect is None or (isinstance(claim.smallest_effect, (int, float))
+                                               and 0 < claim.smallest_effect < math.inf), where,
+             f"{what}: smallest_effect={claim.smallest_effect!r}; a number > 0 (metric units)")
+    _require(claim.expect != "better" or claim.margin is None, where,
+             f"{what}: margin applies to expect same or equivalent; a better claim takes min_effect / "
+             "smallest_effect")
+    if claim.expect != "better" and not is_exact(claim.metric):
         margin = claim.margin if claim.margin is not None else suite.margins.get(claim.metric)
         if margin is None:  # the budget's loss margin, resolved when the suite is planned at a budget
-            _require(claim.metric in MARGIN_METRICS, where, f"{what}: expect: same needs margin: (how much worse "
-                     f"still counts as as good, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take the "
+            _require(claim.metric in MARGIN_METRICS, where, f"{what}: expect: {claim.expect} needs margin: (how "
+                     f"much worse still counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take the "
                      "budget's default")
             return claim
         _require(isinstance(margin, (int, float)) and margin > 0 and math.isfinite(margin), where,
@@ -382,10 +431,28 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     return claim
 
 
+def default_effect(suite: Suite, budget: Budget, metric: str) -> float | None:
+    """The margin / smallest effect a claim on `metric` gets when it states none (module doc), or None."""
+    if metric in suite.margins:
+        return suite.margins[metric]
+    if metric in MARGIN_METRICS:
+        return budget.margin
+    if any(t.metric == metric for t in suite.timings):
+        return TIMING_SMALLEST_EFFECT
+    return None
+
+
 def at_budget(suite: Suite, budget: Budget) -> Suite:
-    """The suite with every `same` claim that states no margin given the budget's loss margin (Budget.margin)."""
-    claims = [dataclasses.replace(c, margin=budget.margin) if c.expect == "same" and c.margin is None
-              and c.metric in MARGIN_METRICS else c for c in suite.claims]
+    """The suite with each claim's unstated margin (`same`, `equivalent`) and smallest effect (all claims) filled
+    in from the suite's and the budget's defaults (`default_effect`)."""
+    claims = []
+    for c in suite.claims:
+        default = default_effect(suite, budget, c.metric)
+        if c.expect != "better" and c.margin is None and default is not None:
+            c = dataclasses.replace(c, margin=default)
+        if c.smallest_effect is None and default is not None:
+            c = dataclasses.replace(c, smallest_effect=c.margin if c.expect != "better" else default)
+        claims.append(c)
     return dataclasses.replace(suite, claims=claims)
 
 
@@ -396,8 +463,9 @@ def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
         arms = [a.name for a in suite.arms]
         _require(claim.within is None, where, f"{what}: within: needs factor:")
         for key in ("arm", "versus"):
-            _require(getattr(claim, key) in arms, where, f"{what}: {key}={getattr(claim, key)!r} "
-                     f"is not an arm ({', '.join(sorted(arms))})")
+            _require(getattr(claim, key) in arms or getattr(claim, key) in suite.grids, where,
+                     f"{what}: {key}={getattr(claim, key)!r} is not an arm ({', '.join(sorted(arms))})"
+                     + (f" or a grid ({', '.join(suite.grids)})" if suite.grids else ""))
         return
     _require(claim.factor in suite.factors, where, f"{what}: factor={claim.factor!r}; one of "
              f"{', '.join(suite.factors) or '(the suite has no factors)'}")
@@ -450,12 +518,14 @@ def _total(model: ModelConfig, **changes: object) -> int:
     return parameter_counts(model.replace(**changes) if changes else model)["total"]
 
 
-def match_parameters(suite: Suite, budget: Budget) -> None:
-    """Count every arm's parameters; adjust d_ff of arms > 2% off the base (match_params: d_ff), flag the rest."""
+def match_parameters(suite: Suite, budget: Budget) -> Suite:
+    """The suite with every arm's parameters counted, d_ff adjusted for arms > 2% off the base (match_params: d_ff),
+    the rest flagged: new Arm values in a new Suite; `suite` is left as it was."""
     base_total = _total(resolve_arm(suite, suite.base_arm, budget)[1])
+    arms = []
     for arm in suite.arms:
         model = resolve_arm(suite, arm, budget)[1]
-        arm.params = _total(model)
+        arm = dataclasses.replace(arm, overrides=dict(arm.overrides), params=_total(model), matched="")
         adjustable = (suite.match_params == "d_ff" and arm.name not in suite.unmatched
                       and "model.d_ff" not in arm.overrides and "model.d_ff" not in suite.base)
         if abs(arm.params - base_total) > PARAM_TOLERANCE * base_total and adjustable:
@@ -465,6 +535,8 @@ def match_parameters(suite: Suite, budget: Budget) -> None:
             arm.params = _total(resolve_arm(suite, arm, budget)[1])
             arm.matched = f"d_ff {model.d_ff} -> {d_ff} to match the base's parameters"
         arm.flagged = abs(arm.params - base_total) > PARAM_TOLERANCE * base_total
+        arms.append(arm)
+    return dataclasses.replace(suite, arms=arms)
 
 
 def param_note(suite: Suite, arm: Arm, params: int, base_params: int) -> str:

@@ -1,0 +1,137 @@
+"""The verdicts of a suite (archlab.lab.verdicts) from tables built here: each comparison on its own differences
+(the pooled rule's false-positive rate by simulation, beside the own rule's), grids that must bracket their
+optimum, items as a second source of variance, and one verdict for a comparison judged in two families."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sp
+
+from archlab.lab import stats
+from archlab.lab.suite import BUDGETS, at_budget, load_suite
+from archlab.lab.table import Run, Table
+from archlab.lab.verdicts import best_of_grid, judge
+
+MC_SIGMAS = 3.0
+
+
+def _tolerance(rate: float, trials: int) -> float:
+    return MC_SIGMAS * math.sqrt(rate * (1.0 - rate) / trials)
+
+
+def _suite(tmp_path: Path, text: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return at_budget(load_suite(path), BUDGETS["small"])
+
+
+def _table(suite, values: dict[str, list[float]], items: dict[str, list[list[float]]] | None = None,
+           metric: str = "val_loss") -> Table:
+    runs = {arm: [Run(arm, s, f"{arm}-{s}", {metric: v}, {metric: items[arm][s]} if items else {})
+                  for s, v in enumerate(vals)] for arm, vals in values.items()}
+    return Table(suite, len(next(iter(values.values()))), runs)
+
+
+def test_one_pooled_residual_inflates_the_noisy_contrast_and_own_differences_do_not():
+    # a suite of 4 arms sharing a seed effect (sd 0.03): three quiet (residual sd 0.002), one 10x noisier (0.02);
+    # no arm differs from the base. The previous rule pooled one residual over all arms unless Bartlett's test
+    # and a 3x spread ratio flagged them; each comparison on its own paired differences keeps its rate
+    trials, n = 4000, 3
+    rng = np.random.default_rng(21)
+    rates = {"pooled_noisy": 0, "pooled_quiet": 0, "own_noisy": 0, "own_quiet": 0}
+    for _ in range(trials):
+        seed = rng.normal(0, 0.03, n)
+        base, quiet, quiet2 = (3 + seed + rng.normal(0, 0.002, n) for _ in range(3))
+        noisy = 3 + seed + rng.normal(0, 0.02, n)
+        fit = stats.rcbd({"base": base, "quiet": quiet, "quiet2": quiet2, "noisy": noisy})
+        pooled = None if fit.heteroscedastic else fit.pooled
+        for name, arm in (("noisy", noisy), ("quiet", quiet)):
+            rates[f"pooled_{name}"] += stats.test_claim(arm, base, expect="better", better="lower",
+                                                        pooled=pooled).outcome == stats.CONFIRMED
+            rates[f"own_{name}"] += stats.test_claim(arm, base, expect="better",
+                                                     better="lower").outcome == stats.CONFIRMED
+    rates = {k: v / trials for k, v in rates.items()}
+    assert rates["pooled_noisy"] > 0.05 + 2 * _tolerance(0.05, trials)  # measured 0.138: the pool fails
+    for name in ("own_noisy", "own_quiet"):  # measured 0.049 and 0.052
+        assert rates[name] <= 0.05 + _tolerance(0.05, trials), (name, rates[name])
+
+
+def test_non_inferiority_at_003_confirms_a_true_deficit_of_twice_the_margin_rarely():
+    trials, margin, n = 4000, 0.03, 3
+    rng = np.random.default_rng(22)
+    seed = rng.normal(0, 0.03, (trials, n))
+    a = 3 + 2 * margin + seed + rng.normal(0, 0.015, (trials, n))
+    b = 3 + seed + rng.normal(0, 0.015, (trials, n))
+    confirmed = sum(stats.test_claim(x, y, expect="same", better="lower", margin=margin).outcome == stats.CONFIRMED
+                    for x, y in zip(a, b, strict=True))
+    assert confirmed / trials <= 0.05 + _tolerance(0.05, trials)
+
+
+GRID = """
+name: grid
+base: {preset: llama}
+arms:
+  a-1: {optimizer.lr: 0.001}
+  a-2: {optimizer.lr: 0.003}
+  a-3: {optimizer.lr: 0.01}
+  b-1: {optimizer.name: lion, optimizer.lr: 0.0001}
+  b-2: {optimizer.name: lion, optimizer.lr: 0.0003}
+  b-3: {optimizer.name: lion, optimizer.lr: 0.001}
+grids: {a: [a-1, a-2, a-3], b: [b-1, b-2, b-3]}
+measure: [val_loss]
+claims:
+  - {text: b as good as a at their best rates, metric: val_loss, arm: b, versus: a, expect: same}
+"""
+
+
+def test_a_grid_claim_is_judged_at_each_grids_best_arm_and_untestable_at_an_edge(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, GRID)
+    seeds = [0.0, 0.02, -0.01]
+    interior = {"a-1": 3.2, "a-2": 3.0, "a-3": 3.1, "b-1": 3.3, "b-2": 3.01, "b-3": 3.15}
+    noise = {"a-2": [0.001, -0.002, 0.001], "b-2": [0.002, 0.0, -0.002]}
+    values = {arm: [mu + s + noise.get(arm, [0, 0, 0])[i] for i, s in enumerate(seeds)]
+              for arm, mu in interior.items()}
+    (result,) = judge(_table(suite, values))
+    assert result.arms == ("b-2", "a-2")
+    d = np.array(values["b-2"]) - np.array(values["a-2"])
+    assert result.estimate == pytest.approx(d.mean()) and result.test.df == 2
+    assert result.test.p == pytest.approx(sp.t.cdf((d.mean() - 0.03) / (d.std(ddof=1) / math.sqrt(3)), 2))
+    # the a grid best at its highest rate: its optimum is not bracketed, so the claim is untestable here
+    edge = dict(values, **{"a-3": [v - 0.2 for v in values["a-3"]]})
+    (result,) = judge(_table(suite, edge))
+    assert result.outcome == stats.UNTESTABLE and result.test is None and not result.in_family
+    assert "grid a is best at its highest point (a-3)" in result.note
+    assert best_of_grid(_table(suite, edge), "b", "val_loss", "lower") == ("b-2", "")
+
+
+ITEMS = """
+name: items
+base: {preset: llama}
+arms: {a: {}, b: {model.norm: layernorm}}
+measure: [continuation_acc]
+margins: {continuation_acc: 0.02}
+claims:
+  - {text: a continues better than b, metric: continuation_acc, arm: a, versus: b}
+"""
+
+
+def test_a_measure_with_items_is_judged_with_seeds_and_items_random(tmp_path: Path) -> None:
+    suite = _suite(tmp_path, ITEMS)
+    # the vocab suite's pattern: the same few items hit on every seed, a on 7 of 200 and b on 2 of 200
+    hits_a = [[1.0 if i < 7 else 0.0 for i in range(200)] for _ in range(3)]
+    hits_b = [[1.0 if 10 <= i < 12 else 0.0 for i in range(200)] for _ in range(3)]
+    values = {"a": [0.035] * 3, "b": [0.01] * 3}
+    (result,) = judge(_table(suite, values, {"a": hits_a, "b": hits_b}, "continuation_acc"))
+    assert result.test.test == "seed x item t" and result.test.items == 200
+    assert "seeds and items both random (200 items)" in result.note
+    d = np.array(hits_a[0]) - np.array(hits_b[0])  # seeds agree exactly: the test is the items' t-test
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(200))
+    assert result.p == pytest.approx(sp.t.sf(t, 199), rel=1e-6)
+    assert result.outcome == stats.CONFIRMED  # p 0.048, one claim: alpha 0.05
+    # without items the identical seeds would tie exactly: untestable, never a p of 1e-7 from others' residual
+    (seeds_only,) = judge(_table(suite, values))
+    assert seeds_only.outcome == stats.UNTESTABLE
