@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from archlab import KVCache, ModelConfig, TransformerLM, build_preset
 from archlab.cli import main
-from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within, parameter_counts
+from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within, parameter_counts, state_bytes
 from archlab.infer.generate import generate
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
@@ -164,15 +164,45 @@ def test_favor_decode_flops_match_the_counter():
 
 def test_memory_report_of_a_linear_kernel_names_its_state_and_attention_flops():
     """`generate --report-memory` on a FAVOR model: the allocated bytes are the state's (costs.state_bytes after the
-    tokens decoded), named as a state of one size, with the kernel's attention FLOPs per token (costs.py) beside
+    tokens decoded), said to be of one size, with the kernel's attention FLOPs per token (costs.py) beside
     softmax's 4 H Dh T per layer."""
     cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="favor",
                       favor_features=24)
     model = TransformerLM(cfg).eval()
     result = generate(model, [[1, 2, 3, 4, 5]], SamplingConfig(max_new_tokens=6, temperature=0.0))
     report = memory_report(model, result, torch.device("cpu")).splitlines()
-    assert report[0].startswith("Decoding state of attn_kernel='favor', one size at any context (torch.float32")
+    assert report[0].startswith("Decoding state of attn_kernel='favor' (torch.float32")
     assert report[0].endswith(f"allocated {kv_cache_bytes(cfg, 11, 'fp32')['context']:,} bytes")
+    assert report[1] == (f"  one size at any context: per layer and K/V head the running sums [S | z] of 24 features "
+                         f"x (head_dim + 1), {kv_cache_bytes(cfg, 11, 'fp32')['context']:,} bytes")
     attention = flops_per_token(cfg, result.context_len)["attention"]
-    assert report[1] == (f"  attention FLOPs per token: {attention:,} (softmax attention at this context: "
+    assert report[2] == (f"  attention FLOPs per token: {attention:,} (softmax attention at this context: "
                          f"{4 * 4 * 8 * result.context_len * 2:,})")
+
+
+def test_the_vq_state_is_bounded_not_constant_and_the_report_says_so():
+    """Transformer-VQ's decoding state rises and falls with the position in the block (its tail runs from L to
+    2L - 1 tokens): the bytes the cache really holds at several contexts differ, never pass the bound
+    (state_bytes_bound), reach it at a tail of 2L - 1, and the memory report says bounded, with that bound."""
+    from archlab.costs import state_bytes_bound
+
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="vq", vq_codes=16,
+                      vq_block=8, max_seq_len=128)
+    model = TransformerLM(cfg).eval()
+    held = {}
+    for n in (3, 8, 12, 15, 16, 40, 47):  # tails 3, 8, 12, 15 (= 2L - 1), 8, 8, 15
+        cache = KVCache.for_model(model, 1, n)
+        with torch.no_grad():
+            model(torch.randint(0, 64, (1, n)), cache=cache)
+        held[n] = cache.nbytes()
+        assert held[n] == state_bytes(cfg, n, "fp32")
+    bound = state_bytes_bound(cfg, "fp32")
+    assert len(set(held.values())) > 2 and max(held.values()) == held[15] == held[47] == bound
+    assert held[16] == held[40] < bound  # the tail shrinks back to one block when a block completes
+    result = generate(model, [[1, 2, 3]], SamplingConfig(max_new_tokens=4, temperature=0.0))
+    report = memory_report(model, result, torch.device("cpu")).splitlines()
+    assert "one size" not in "\n".join(report)
+    assert report[1] == ("  bounded, not constant: per layer the exact tail (the last complete block of 8 tokens and "
+                         "the current one, 8 to 15 tokens, each held as its assignment row of 16 codes and its value) "
+                         "and per K/V head the 16 codes' value sums and counts; it rises and falls with the position "
+                         f"in the block, at most {bound:,} bytes at any context")

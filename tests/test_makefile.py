@@ -1,5 +1,6 @@
 """`make test` (what CI runs) installs Python packages into .venv only, never system packages: the recipes it would
-run, read from `make --dry-run --always-make`, call no system package manager, with or without the browser opt-in."""
+run, read from `make --dry-run --always-make`, call no system package manager, with or without the browser opt-in.
+CI's own script (.ci/run) starts a single-node Slurm through scripts/slurm-single-node.sh before it."""
 
 from __future__ import annotations
 
@@ -31,4 +32,17 @@ def test_the_browser_install_is_its_own_opt_in_target() -> None:
                           text=True, check=True).stdout
     assert "apt-get install" in plan  # the only place archlab installs a system package, and only when asked
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert "make chromium" not in ci and "apt-get" not in ci  # CI opts in only where a browser already is
+    assert "make chromium" not in ci and "chromium" not in ci.replace("command -v chromium", "")  # never installed
+
+
+def test_ci_starts_slurm_through_the_repo_script_before_the_tests() -> None:
+    """CI's own machine gets a single-node Slurm for tests/lab/test_slurm.py (the one system install CI makes,
+    through scripts/slurm-single-node.sh, and not through `make test`), started before `make test`, and a Slurm
+    that cannot start does not fail CI (the test then skips)."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    start = ci.index("scripts/slurm-single-node.sh")
+    assert start < ci.index("make test") and "|| echo" in ci[start:ci.index("\n", start)]
+    script = (REPO / "scripts" / "slurm-single-node.sh").read_text(encoding="utf-8")
+    for package in ("munge", "slurmctld", "slurmd", "slurm-client"):
+        assert package in script
+    assert os.access(REPO / "scripts" / "slurm-single-node.sh", os.X_OK)

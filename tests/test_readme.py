@@ -3,10 +3,10 @@
 The command lines of the README's ```bash blocks run one after another in a scratch folder, through
 `archlab.cli.main` (one process, so torch is imported once), on tiny settings. The documented subset:
 - every `archlab ...` line runs, except those in SKIPPED (each with the reason and the test that covers it);
-- tiny settings: `--steps 200` / `300` / `400` become 4 / 4 / 8 (so `--resume --steps 400 --extend` still
-  lengthens the run), other new runs get `--steps 4`, and all of them `--data.batch_size 4`, 2 eval batches,
-  a metrics row per step, no samples and no TensorBoard; `--max-new-tokens 100` becomes 8; `eval passkey` gets
-  `--trials 1 --depths 0.5`;
+- tiny settings: `--steps 200` / `300` / `400` / `2000` become 4 / 4 / 8 / 4 (so `--resume --steps 400 --extend`
+  still lengthens the run; the passkey recipe's 100 warmup steps become 1), other new runs get `--steps 4`, and
+  all of them `--data.batch_size 4`, 2 eval batches, a metrics row per step, no samples and no TensorBoard;
+  `--max-new-tokens 100` becomes 8; `eval passkey` gets `--trials 1 --depths 0.5`;
 - `path/to/hf_folder` is a tiny random Llama written by transformers with a byte tokenizer (no download);
 - `--interactive` reads one prompt and then EOF from stdin.
 A line that fails stops the test with the line and its exit status.
@@ -36,6 +36,7 @@ SKIPPED = {  # line prefix -> why it does not run here
         "torch.compile needs a C++ compiler and a minute here: tests/infer/test_speed.py",
 }
 TINY = [("--steps 200", "--steps 4"), ("--steps 300", "--steps 4"), ("--steps 400", "--steps 8"),
+        ("--steps 2000", "--steps 4"), ("--schedule.warmup_steps 100", "--schedule.warmup_steps 1"),
         ("--max-new-tokens 100", "--max-new-tokens 8")]
 
 

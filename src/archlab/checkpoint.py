@@ -322,7 +322,20 @@ def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -
     config = read_checkpoint_config(path)
     modules = _load_tensors(path / "state.pt").get("modules") if (path / "state.pt").is_file() else None
     model = build_model(ModelConfig.from_dict(config["model"]), load_weights(path), device, path, modules)
-    return model.eval(), Tokenizer.load(path)
+    return model.eval(), checkpoint_tokenizer(path, config)
+
+
+def checkpoint_tokenizer(path: Path, config: dict) -> Tokenizer:
+    """A checkpoint's tokenizer.json, with the EOS and stop ids its config.json records (`convert --from-hf` keeps
+    the Hugging Face folder's, which tokenizer.json alone does not hold), so both load paths stop alike."""
+    tokenizer = Tokenizer.load(path)
+    saved = config.get("tokenizer") if isinstance(config.get("tokenizer"), dict) else {}
+    if isinstance(saved.get("eos_id"), int):
+        tokenizer.eos_id = saved["eos_id"]
+    stops = saved.get("stop_ids")
+    if isinstance(stops, list):
+        tokenizer.extra_stop_ids = frozenset(i for i in stops if isinstance(i, int) and 0 <= i < tokenizer.vocab_size)
+    return tokenizer
 
 
 def module_training_state(model: nn.Module) -> dict[str, dict]:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+from typing import NoReturn
 
 # sub-command name -> (module exposing `register(subparsers)`, one-line help for `archlab --help`)
 COMMANDS = {
@@ -30,10 +31,22 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process end
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
+class UsageError(Exception):
+    """A command line argparse cannot read (an unknown flag, a value of the wrong type, a missing one)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line like every other refusal (`archlab CMD: error: ...`, exit 2) instead
+    of the usage block; each command's parser inherits it through add_subparsers."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser with the command `only` registered by its module, or every command listed by name only
     (so `archlab --help` and a mistyped command never import torch)."""
-    parser = argparse.ArgumentParser(prog="archlab", description="Build, train and compare transformer LMs.")
+    parser = Parser(prog="archlab", description="Build, train and compare transformer LMs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, summary) in COMMANDS.items():
         if only is None:
@@ -52,13 +65,18 @@ def _quiet_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
-    args, extra = parser.parse_known_args(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(command)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if getattr(args, "func", None) and extra and not getattr(args, "accepts_overrides", False):
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see archlab {command} --help)")
+    except UsageError as err:
+        print(f"archlab{f' {command}' if command else ''}: error: {err}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if extra and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     try:
         return int(args.func(args) or 0)

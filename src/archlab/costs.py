@@ -21,7 +21,10 @@ Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state 
     favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4       ([S | z] in float32, M features)
     vq:    batch * n_layers * (n_kv_heads * tail * (C + head_dim) + heads * C * (head_dim + 1)) * max(bytes, 4)
 with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t), C codes and
-heads = n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/vq.py). Both states are
+heads = n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/vq.py). FAVOR+'s state is
+one size at any context; VQ's is bounded, not constant: it rises and falls with t mod L, at most the size at a
+tail of 2L - 1 (`state_bytes_bound`), and each tail token holds its assignment row (C values) besides its
+value, so the tail dominates at C = 512. Both states are
 float32 at least whatever the weights' dtype: the kernels run in float32 (`LinearAttention`), float64 for a
 float64 model.
 Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh (features, and reading or adding to
@@ -143,6 +146,14 @@ def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 
     else:
         return 0
     return batch * c.n_layers * per_layer
+
+
+def state_bytes_bound(c: ModelConfig, dtype: str = "bf16", batch: int = 1) -> int:
+    """The most a linear kernel's decoding state ever holds, at any context: FAVOR+'s is one size; VQ's tail
+    runs from L to 2L - 1 tokens as the context grows (module doc), so its largest is at a tail of 2L - 1."""
+    if c.attn_kernel == "vq":
+        return state_bytes(c, 2 * c.vq_block - 1, dtype, batch)
+    return state_bytes(c, c.max_seq_len, dtype, batch)
 
 
 def kv_tokens_within(c: ModelConfig, budget: int, dtype: str = "bf16") -> int | None:

@@ -36,7 +36,7 @@ def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bad")
     assert main(["train", *cli_flags(prepared, root / "run", steps="2", **{"schedule.horizon": "6"})]) == 0
     ckpt = root / "run" / "checkpoints" / "step_0000002"
-    for name in ("truncated", "nomanifest", "noconfig", "shape", "pickled", "nofiles"):
+    for name in ("truncated", "nomanifest", "noconfig", "shape", "pickled", "nofiles", "badmetrics", "notjson"):
         shutil.copytree(root / "run", root / name)
     copy = lambda name: root / name / "checkpoints" / ckpt.name  # noqa: E731
     weights = copy("truncated") / "model.safetensors"
@@ -53,7 +53,17 @@ def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     manifest = json.loads((copy("nofiles") / "manifest.json").read_text())
     del manifest["files"]
     (copy("nofiles") / "manifest.json").write_text(json.dumps(manifest))
+    metrics = root / "badmetrics" / "metrics.jsonl"
+    raw = bytearray(metrics.read_bytes())
+    raw[10] = 0xA4  # a flipped byte: not UTF-8 (the issue's "'utf-8' codec can't decode byte 0xa4")
+    metrics.write_bytes(bytes(raw))
+    metrics = root / "notjson" / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "kind": "train"}\n{"step": 2, "ki\n' + metrics.read_text())
     (root / "empty.txt").write_text("")
+    (root / "afile.txt").write_text("a file, not a folder")
+    (root / "onlyempty").mkdir()
+    (root / "onlyempty" / "a.txt").write_text("")
+    (root / "onlyempty" / ".hidden.txt").write_text("hidden text")
     (root / "short.txt").write_text("abc")
     (root / "other.txt").write_text("another corpus entirely\n" * 300)
     (root / "list.yaml").write_text("- 1\n- 2\n")
@@ -88,6 +98,8 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--distributed", "mpi"], "distributed='mpi' is not allowed"),
     (["--logging.eval_every", "-1"], "logging.eval_every=-1 is not allowed"),
     (["--logging.sample_prompt", "", "--logging.samples", "1"], "logging.sample_prompt='' is not allowed"),
+    (["--logging.samples", "1", "--logging.sample_tokens", "32"],
+     "logging.sample_tokens=32 is not allowed: below the model's 32-token context"),
     (["--model"], "flag --model needs a value"),
     (["--schedule.name", "step"], "schedule.name='step' is not allowed"),
     (["--schedule.warmup_steps", "50", "--steps", "20"], "schedule.warmup_steps=50 is not allowed: fewer than"),
@@ -98,11 +110,18 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--extend"], "--extend lengthens a resumed run: use it with --resume"),
     (["--resume"], "--resume: no checkpoint in {root}/new/checkpoints to resume from"),
     (["--data", "/no/such/corpus.txt"], "corpus path /no/such/corpus.txt does not exist"),
-    (["--data", "{root}/empty.txt"], "is empty"),
+    (["--data", "{root}/empty.txt"], "corpus {root}/empty.txt is empty (0 bytes)"),
+    (["--data", "{root}/onlyempty"], "corpus {root}/onlyempty holds no readable text files"),
     (["--data", "{root}/short.txt"], "split has"),
     (["--data", "{root}/other.txt", "--data.tokenizer", "/no/such/tokenizer.json"], "/no/such/tokenizer.json"),
 ]
 RESUME = [  # (flags after `train --out R/RUN`, expected text)
+    (["--out", "{root}/afile.txt"], "--out {root}/afile.txt is not a folder: {root}/afile.txt is a file"),
+    (["--out", "{root}/afile.txt/run"], "--out {root}/afile.txt/run is not a folder: {root}/afile.txt is a file"),
+    (["--out", "{root}/badmetrics", "--resume", "--steps", "4"],
+     "{root}/badmetrics/metrics.jsonl is corrupt: line 1 is not UTF-8 text (byte 0xa4 at column 11)"),
+    (["--out", "{root}/notjson", "--resume", "--steps", "4"],
+     "{root}/notjson/metrics.jsonl is corrupt: line 2 is not a JSON row"),
     (["--out", "{root}/run"], "already holds checkpoints; pass --resume to continue it"),
     (["--out", "{root}/run", "--resume", "--model.n_layers", "2"], "the model config differs from the checkpoint's"),
     (["--out", "{root}/run", "--resume", "--preset", "gpt2"], "--resume: preset 'gpt2' differs from the checkpoint's"),
@@ -140,6 +159,13 @@ GENERATE = [  # (generate flags, expected text)
 ]
 OTHER = [  # (full argv, expected text)
     (["inspect", "--preset", "gpt5"], "is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--windows", "many"],
+     "argument --windows: invalid int value: 'many' (see archlab eval length --help)"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--forse"],
+     "unrecognized arguments: --forse (see archlab eval --help)"),
+    (["generate", "--prompt", "a"], "the following arguments are required: --checkpoint"),
+    (["convert", "--from-hf", "{root}/run", "--out", "{root}/newdata"],
+     "--from-hf {root}/run is an archlab checkpoint, not a Hugging Face folder"),
     (["inspect", "--context", "0"], "--context=0 is not allowed"),
     (["inspect", "--n_heads", "3"], "ModelConfig"),
     (["inspect", "--d_modle", "3"], "d_modle"),
@@ -147,12 +173,42 @@ OTHER = [  # (full argv, expected text)
     (["inspect", "--config", "/no/such/run.yaml"], "/no/such/run.yaml"),
     (["plot", "run", "/no/such/run"], "/no/such/run/metrics.jsonl does not exist"),
     (["plot", "run", "{root}/emptydir"], "does not exist (is {root}/emptydir a training run folder?)"),
+    (["plot", "run", "{root}/badmetrics"], "{root}/badmetrics/metrics.jsonl is corrupt: line 1 is not UTF-8 text"),
+    (["plot", "run", "{root}/notjson"], "{root}/notjson/metrics.jsonl is corrupt: line 2 is not a JSON row"),
+    (["data", "prepare", "--data", "{root}/empty.txt", "--out", "{root}/newdata"], "is empty (0 bytes)"),
+    (["data", "prepare", "--data", "{root}/onlyempty", "--out", "{root}/newdata"], "holds no readable text files"),
+    (["data", "prepare", "--data", "stdlib", "--out", "{root}/afile.txt"], "--out {root}/afile.txt is not a folder"),
+    (["eval", "length", "--checkpoint", "/no/such/run"], "--checkpoint /no/such/run: no such file or folder"),
+    (["eval", "length", "--checkpoint", "{root}/hf"], "this Hugging Face folder has no tokenizer.json"),
+    (["eval", "length", "--checkpoint", "{root}/emptydir"], "is neither a checkpoint nor a run folder"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--lengths", "16,x"], "--lengths '16,x' is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--scalings", "none,rope9"],
+     "--scalings 'rope9' is not allowed: one of none, linear"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--data", "/no/such/held.txt"],
+     "corpus path /no/such/held.txt does not exist"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--data", "{root}/empty.txt"], "is empty (0 bytes)"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--out", "{root}/afile.txt"], "is not a folder"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--score-last", "0"], "--score-last '0' is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--lengths", "16", "--score-last", "20"],
+     "--score-last 20 is not allowed: at most the shortest length 16"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--lengths", "64"], "length 64 is past the 32 tokens"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--windows", "0"], "--windows=0 is not allowed"),
+    (["eval", "length", "--checkpoint", "{root}/run", "--scalings", "rerope", "--window", "40"],
+     "window=40 is not allowed: between 1 and max_seq_len = 32"),
+    (["eval", "passkey", "--checkpoint", "{root}/run", "--lengths", "40", "--allow-extrapolation"],
+     "--lengths 40 is not allowed: each at least 97 characters"),
+    (["eval", "passkey", "--checkpoint", "{root}/run", "--scaling", "rope9"], "--scaling 'rope9' is not allowed"),
+    (["eval", "passkey", "--checkpoint", "{root}/run"], "this model's context of 32 tokens holds no passkey prompt"),
+    (["eval", "passkey", "--checkpoint", "{root}/run", "--trials", "0"], "--trials=0 is not allowed"),
+    (["eval", "continuation", "--checkpoint", "{root}/run", "--cuts", "0"], "--cuts=0 is not allowed"),
+    (["eval", "continuation", "--checkpoint", "{root}/run", "--data", "{root}/onlyempty"], "no readable text files"),
     (["data", "prepare", "--data", "/no/such/corpus.txt", "--out", "{root}/newdata"], "does not exist"),
     (["data", "prepare", "--data", "{root}/other.txt", "--val-fraction", "2", "--out", "{root}/newdata"],
      "val_fraction must be in (0, 1)"),
 ]
-# refusals found while the data or a checkpoint is read, after the memory estimate is logged
-LATE = (f"{R}/empty.txt", f"{R}/short.txt", "/no/such/tokenizer.json", f"{R}/shape", f"{R}/pickled")
+# the one refusal found after a line is logged: a corpus too short for one window is known once it is tokenized,
+# after data/tokens.py logs what it prepared (every other row is refused before any line)
+LATE = (f"{R}/short.txt",)
 BASE = [*(x for key, value in TINY.items() for x in (f"--{key}", value)), "--data.source", "{prepared}",
         "--out", "{root}/new", "--steps", "3"]
 CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]
@@ -170,6 +226,7 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
         pytest.skip("this machine has a cuda:7")
     argv = [a.replace(R, str(world)).replace("{prepared}", str(prepared)) for a in argv]
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # no prompt piped in
+    monkeypatch.chdir(world)  # a default output folder (eval-length/...) would show in the snapshot
     before = snapshot(world)
     with caplog.at_level("INFO"):
         assert main(argv) == 2
@@ -182,4 +239,5 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
         assert logged == [], logged
     assert err.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in err, err
     assert snapshot(world) == before and not (world / "new").exists() and not (world / "newdata").exists()
+    assert not any(world.glob("eval-*"))  # nothing left behind, not even an empty folder
     assert len(CASES) >= 40

@@ -236,9 +236,119 @@ def test_eval_length_and_passkey_read_a_hf_folder_as_its_converted_checkpoint(
         assert main(["eval", "passkey", "--checkpoint", str(source), "--lengths", "100", "--depths", "0.5",
                      "--trials", "2", "--allow-extrapolation", "--out", str(tmp_path / f"pk-{name}"),
                      "--no-progress"]) == 0
-        tables[name] = ((tmp_path / f"len-{name}" / "length.md").read_text(),
+        tables[name] = ((tmp_path / f"len-{name}" / "length.csv").read_text(),
                         (tmp_path / f"pk-{name}" / "passkey.md").read_text())
-    assert tables["hf"] == tables["run"] and "| yarn |" in tables["hf"][0]
+    assert tables["hf"] == tables["run"] and "\nyarn,128," in tables["hf"][0]
     capsys.readouterr()
     assert main(["eval", "length", "--checkpoint", str(hf_dir), "--lengths", "32"]) == 2
     assert "--data is needed with a Hugging Face folder" in capsys.readouterr().err
+
+
+def test_a_config_no_family_reads_is_refused_before_the_out_folder_is_touched(hf_dir: Path, tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for file in hf_dir.iterdir():
+        (bad / file.name).write_bytes(file.read_bytes())
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "hidden_act": "xielu"}))
+    assert main(["convert", "--from-hf", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("archlab convert: error: ") and "xielu" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_from_hf_into_a_folder_of_other_files_is_refused_untouched(hf_dir: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    from tests.conftest import snapshot
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (mine / "data").mkdir()
+    before = snapshot(mine)
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(mine)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"archlab convert: error: --out {mine} already holds other files (data, notes.txt): choose another "
+                   "--out, or pass --force to add this model as a new step")
+    assert snapshot(mine) == before and sorted(p.name for p in mine.iterdir()) == ["data", "notes.txt"]  # no .lock
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_late_refusal_of_a_conversion_releases_the_lock_and_leaves_no_folder(
+        existed: bool, hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A refusal after the run folder's lock was taken (damaged weights, found when they are read): a folder the
+    conversion made is removed, one that was there stays as it was (empty, no .lock), and the folder is free."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for file in hf_dir.iterdir():
+        (bad / file.name).write_bytes(file.read_bytes())
+    weights = bad / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])  # truncated: the header promises more bytes than are there
+    out = tmp_path / "out"
+    if existed:
+        out.mkdir()
+    assert main(["convert", "--from-hf", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("archlab convert: error: ") and "model.safetensors" in err and "\n" not in err
+    assert out.exists() == existed and (not existed or list(out.iterdir()) == [])
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(out)]) == 0  # the lock was released
+
+
+@pytest.fixture(scope="module")
+def chat_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama with chat special tokens (ids 256-259: <|endoftext|>, <|im_start|>, <|im_end|>, <|done|>) whose
+    greedy continuation of "ab" is 175, <|im_start|>, 114, 114, then <|done|>: the head rows of those two specials
+    are scaled copies of the rows the model would have picked there. EOS <|im_end|> (tokenizer_config.json);
+    generation_config.json also ends at <|done|>, an end token only that file names (as SmolLM2's folders do)."""
+    folder = tmp_path_factory.mktemp("chat")
+    torch.manual_seed(0)
+    model = randomize_hf_(AutoModelForCausalLM.from_config(LlamaConfig(**llama_like(
+        vocab_size=260, max_position_embeddings=64))), 1.0).eval()
+    ids = torch.tensor([list(b"ab")])
+    greedy = lambda: model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None,  # noqa: E731
+                                    pad_token_id=0)[0, 2:].tolist()
+    with torch.no_grad():
+        model.lm_head.weight[257] = model.lm_head.weight[greedy()[1]] * 1.05
+        model.lm_head.weight[259] = model.lm_head.weight[greedy()[4]] * 1.05
+    assert greedy()[:5] == [175, 257, 114, 114, 259]
+    model.save_pretrained(folder)
+    inner = build_tokenizer("byte", 256, None).inner
+    inner.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|done|>"])
+    inner.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [258, 259]}))
+    return folder
+
+
+def test_special_tokens_follow_one_policy_from_the_hf_folder_and_its_converted_checkpoint(
+        chat_hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Both load paths stop at the same ids (the EOS, the special end tokens, generation_config.json's) and leave
+    special tokens out of the text unless --special-tokens; the tokens themselves keep them."""
+    from archlab.infer.generate import generate_text
+    from archlab.infer.sampling import SamplingConfig
+    from archlab.interop import load_hf_tokenizer
+
+    assert main(["convert", "--from-hf", str(chat_hf_dir), "--out", str(tmp_path / "run")]) == 0
+    run_model, run_tokenizer = load_model(tmp_path / "run")
+    hf_tokenizer = load_hf_tokenizer(chat_hf_dir)
+    for tokenizer in (hf_tokenizer, run_tokenizer):
+        assert tokenizer.eos_id == 258 and tokenizer.stop_ids == {256, 258, 259}
+        assert tokenizer.special_ids == {256, 257, 258, 259}
+    greedy = SamplingConfig(max_new_tokens=12, temperature=0)
+    for model, tokenizer in ((from_hf(chat_hf_dir), hf_tokenizer), (run_model, run_tokenizer)):
+        out = generate_text(model, tokenizer, ["ab"], greedy)
+        assert out.tokens == [[175, 257, 114, 114]] and out.texts == [bytes([175, 114, 114]).decode(errors="replace")]
+        shown = generate_text(model, tokenizer, ["ab"], greedy, special_tokens=True)
+        assert shown.tokens == out.tokens and shown.texts == [tokenizer.decode([175, 257, 114, 114])]
+        assert "<|im_start|>" in shown.texts[0]
+    capsys.readouterr()
+    printed = {}
+    for name, source in (("hf", chat_hf_dir), ("run", tmp_path / "run")):
+        for flags in ([], ["--special-tokens"]):
+            argv = ["generate", "--checkpoint", str(source), "--prompt", "ab", "--max-new-tokens", "12",
+                    "--temperature", "0", *flags]
+            assert main(argv) == 0
+            printed[name, bool(flags)] = capsys.readouterr().out
+    assert printed["hf", False] == printed["run", False] and "<|" not in printed["hf", False]
+    assert printed["hf", True] == printed["run", True] == "ab" + hf_tokenizer.decode([175, 257, 114, 114]) + "\n"

@@ -13,15 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-from archlab import ModelConfig, TransformerLM
-from archlab.checkpoint import save_checkpoint, tied_aliases
+from archlab import ModelConfig, TransformerLM, build_preset
+from archlab.checkpoint import build_model, save_checkpoint, tied_aliases
 from archlab.cli import main
 from archlab.data.tokenizer import build_tokenizer
+from archlab.data.tokens import TokenData
 from archlab.eval.length import (
     METHODS,
     evaluate_lengths,
     method_configs,
     method_scaling,
+    paired_windows,
     repeated_windows,
     sample_windows,
     window_loss,
@@ -32,6 +34,7 @@ from archlab.interop import save_hf
 from archlab.nn.functional import cross_entropy
 from archlab.nn.rerope import relative_positions
 from archlab.nn.rope_scaling import RopeScaling
+from tests.conftest import randomize_, snapshot
 
 SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=256)
 
@@ -116,7 +119,7 @@ def test_cli_writes_table_csv_and_plot(checkpoint: Path, tmp_path: Path, capsys)
 
 def test_cli_errors_are_one_line(checkpoint: Path, capsys) -> None:
     assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,32", "--data", "nope"]) == 2
-    assert "archlab eval: error: --data: nope is neither" in capsys.readouterr().err
+    assert "archlab eval: error: corpus path nope does not exist" in capsys.readouterr().err
     assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "16,x"]) == 2
     assert "--lengths '16,x' is not allowed" in capsys.readouterr().err
 
@@ -224,15 +227,18 @@ def test_cli_prints_accuracy_on_repeated_samples_for_a_checkpoint_and_its_hf_exp
         assert main(argv) == 0
         tables[name] = (tmp_path / name / "length.md").read_text()
         assert tables[name] in capsys.readouterr().out
-    assert tables["run"] == tables["hf"]
-    lines = tables["run"].splitlines()
+    header, table, scored = tables["run"].strip().split("\n\n")
+    assert header.startswith(f"{checkpoint} (trained at 16) on {text}")
+    assert tables["hf"].strip().split("\n\n")[1:] == [table, scored]  # the same numbers, whichever way it is read
+    assert scored.startswith("Scored: plain: ") is False and "repeated: a text of L/2 tokens twice" in scored
+    lines = table.splitlines()
     assert lines[0] == "| method | 16 | 128 |" and lines[2].startswith("| none | ") and lines[2].endswith("% |")
     rows = list(csv.DictReader((tmp_path / "run" / "length.csv").open()))
     assert {r["samples"] for r in rows} == {"repeated"} and all(0 <= float(r["accuracy"]) <= 1 for r in rows)
     assert main(["eval", "length", "--checkpoint", str(hf), "--lengths", "16", "--data", str(text), "--samples",
                  "plain,repeated", "--metric", "accuracy", "--score-last", "all", "--out", str(tmp_path / "both"),
                  "--no-progress", "--scalings", "none"]) == 0
-    both = (tmp_path / "both" / "length.md").read_text().splitlines()
+    both = (tmp_path / "both" / "length.md").read_text().split("\n\n")[1].splitlines()
     assert both[0] == "| method | samples | 16 |" and [r.split(" | ")[1] for r in both[2:]] == ["plain", "repeated"]
 
 
@@ -266,7 +272,9 @@ def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel
     rows = list(csv.DictReader((tmp_path / "eval" / "length.csv").open()))
     assert [r["method"] for r in rows[::2]] == static
     tokens = np.asarray(build_tokenizer("byte", 256, None).encode(text.read_text()), dtype=np.int64)
-    direct = window_loss(model, windows(tokens, 16, 2), 8)  # the default score_last: half the shortest length
+    ends = np.linspace(32, len(tokens) - 1, 2).astype(np.int64)  # paired: windows end where the longest ones do
+    batch = torch.from_numpy(np.stack([tokens[e - 16 : e + 1] for e in ends]))
+    direct = window_loss(model, batch, 8)  # the default score_last: half the shortest length
     assert float(rows[0]["loss"]) == pytest.approx(direct, rel=1e-5)
     assert main([*argv, "--scalings", "none,dynamic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -376,3 +384,143 @@ def test_an_inverse_leaky_checkpoint_evaluates_as_plain_rope_to_its_trained_dist
     assert [r.loss for r in got] == [r.loss for r in want]
     with pytest.raises(ValueError, match="length 64 is past the 49 tokens that scaling 'none' covers"):
         evaluate_lengths(model, tokens, [64], ["none"], 8, progress=False)
+
+
+# ------------------------------------------------------------------------------------ paired by target
+def test_paired_windows_hold_the_scored_targets_fixed_and_grow_the_context() -> None:
+    tokens = np.arange(1000, dtype=np.int64) * 7 % 1009  # every id distinct: a slice is known by its ids
+    lengths = [16, 64, 256]
+    got = paired_windows(tokens, lengths, 5)
+    ends = np.linspace(256, 999, 5).astype(np.int64)  # the first end has 256 tokens before it, the last is the end
+    for n, batch in got.items():
+        assert batch.shape == (5, n + 1)
+        assert batch.tolist() == [tokens[e - n : e + 1].tolist() for e in ends]
+    for k in (1, 8, 16):  # the scored targets: the same ids at every length
+        assert got[16][:, -k:].tolist() == got[64][:, -k:].tolist() == got[256][:, -k:].tolist()
+    assert got[64][:, -17:].tolist() == got[16].tolist()  # a longer window only adds context before
+    with pytest.raises(ValueError, match="held-out text has 100 tokens: too few for length 256"):
+        paired_windows(tokens[:100], lengths, 5)
+
+
+def test_evaluate_lengths_scores_the_same_targets_at_every_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What each length's forward is asked to score: the same target ids, behind contexts of the length."""
+    import archlab.eval.length as length
+
+    seen = {}
+
+    def spy(model, batch, score_last):  # noqa: ANN001, ANN202
+        seen[batch.shape[1] - 1] = batch
+        return window_scores(model, batch, score_last)
+
+    monkeypatch.setattr(length, "window_scores", spy)
+    tokens = np.random.default_rng(3).integers(0, 256, 600)
+    evaluate_lengths(tiny(), tokens, [8, 16, 64], ["none"], 8, n_windows=3, allow_extrapolation=True,
+                     progress=False)
+    assert sorted(seen) == [8, 16, 64]
+    targets = {n: batch[:, -8:].tolist() for n, batch in seen.items()}
+    assert targets[8] == targets[16] == targets[64]
+    ends = np.linspace(64, 599, 3).astype(np.int64)
+    assert targets[8] == [tokens[e - 7 : e + 1].tolist() for e in ends]
+
+
+@pytest.fixture(scope="module")
+def run_at_256(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama trained at 256 on documents that repeat a random 96-letter block three times: past the first
+    copy every letter can be read from 96 tokens back, which only a context longer than 96 holds."""
+    import random
+
+    root = tmp_path_factory.mktemp("rep")
+    rng = random.Random(0)
+    blocks = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(96)) for _ in range(3000)]
+    (root / "corpus.jsonl").write_text("\n".join('{"text": "%s"}' % (b * 3) for b in blocks))
+    torch.set_num_threads(1)
+    assert main(["train", "--data", str(root / "corpus.jsonl"), "--model.max_seq_len", "256", "--steps", "200",
+                 "--data.batch_size", "8", "--optimizer.lr", "3e-3", "--logging.samples", "0",
+                 "--logging.eval_every", "0", "--logging.tensorboard", "false", "--logging.progress", "false",
+                 "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+def test_on_the_same_targets_a_model_trained_at_256_is_not_worse_at_256_than_at_64(
+        run_at_256: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    capsys.readouterr()
+    assert main(["eval", "length", "--checkpoint", str(run_at_256), "--lengths", "64,256", "--scalings", "none",
+                 "--score-last", "32", "--windows", "8", "--out", str(tmp_path / "eval"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    rows = {int(r["length"]): float(r["loss"]) for r in csv.DictReader((tmp_path / "eval" / "length.csv").open())}
+    assert rows[256] <= rows[64], rows  # the same 8 x 32 targets: more context can only help a model that uses it
+    val = np.asarray(TokenData(run_at_256 / "data").splits["val"], dtype=np.int64)
+    ends = np.linspace(256, len(val) - 1, 8).astype(np.int64)
+    assert f"the same 8 x 32 target tokens at every length (the 32 held-out tokens up to each of positions " \
+           f"{', '.join(map(str, ends))})" in printed
+
+
+# ------------------------------------------------------------------------------ the model's own settings
+def test_a_models_own_rerope_window_is_the_default_window() -> None:
+    """hwfa2 trained with rope_scaling.window = N decodes with W = N; eval length's rerope uses it (not N / 2), so
+    at the training length rerope equals none (every distance exact) and equals the model's own forward."""
+    config = build_preset("hwfa2", "tiny", max_seq_len=32, vocab_size=256, rope_scaling={"window": 32})
+    assert (config.rope_scaling.kind, config.rope_scaling.window) == ("rerope", 32)
+    configs = method_configs(config, ["rerope", "leaky_rerope"], [32, 128], None, True)
+    assert configs["rerope", 128].rope_scaling.window == 32  # the model's own
+    assert configs["leaky_rerope", 128].rope_scaling.window == 8  # another kind: its own default, N / 4
+    assert method_configs(config, ["rerope"], [128], 12, True)["rerope", 128].rope_scaling.window == 12  # given
+    model = randomize_(TransformerLM(config)).eval()
+    tokens = np.random.default_rng(0).integers(0, 256, 400)
+    by = {r.method: r.loss for r in evaluate_lengths(model, tokens, [32], ["none", "rerope"], 16, n_windows=3,
+                                                     progress=False)}
+    assert by["rerope"] == pytest.approx(by["none"], rel=1e-6)  # eager ReRoPE scores vs SDPA: float32 rounding
+    own = window_scores(model, paired_windows(tokens, [32], 3)[32], 16)[0]  # the model as built, eval mode
+    assert by["rerope"] == pytest.approx(own, rel=1e-6)
+    half = build_model(config.replace(rope_scaling=RopeScaling("rerope", window=16)), model.state_dict()).eval()
+    assert window_scores(half, paired_windows(tokens, [32], 3)[32], 16)[0] != pytest.approx(own, rel=1e-6)
+
+
+def test_default_lengths_fit_the_model_and_the_text(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    """Without --lengths: those of 256-4096 every scaling covers, else N/4, N/2, N, said in one line; with
+    --allow-extrapolation they are all covered but clipped to the held-out text, also said in one line."""
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")  # 900 tokens
+    base = ["eval", "length", "--checkpoint", str(checkpoint), "--data", str(text), "--windows", "2",
+            "--scalings", "none,yarn", "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("lengths: 4, 8, 16 (the default: those of 256-4096 that every scaling covers for this "
+                          "model; --lengths to choose)\n")
+    assert [int(r["length"]) for r in csv.DictReader((tmp_path / "a" / "length.csv").open())][:3] == [4, 8, 16]
+    assert main([*base, "--allow-extrapolation", "--out", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out.startswith("lengths: 256, 512 (the default 256, 512, 1024, 2048, 4096 clipped to "
+                                              f"the 900 held-out tokens of {text})\n")
+    assert main([*base, "--lengths", "1024", "--allow-extrapolation", "--out", str(tmp_path / "c")]) == 2
+    assert "held-out text has 900 tokens: too few for length 1024" in capsys.readouterr().err  # the user's: refused
+
+
+# ----------------------------------------------------------------------------------------- output folders
+@pytest.mark.parametrize("action", ["length", "passkey", "continuation"])
+def test_results_are_never_replaced_without_force(action: str, checkpoint: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Without --out each run writes a new folder eval-ACTION/MODEL-TIME (printed); an --out holding results is
+    refused in one line, untouched, unless --force; an --out that is a file is refused."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("archlab.eval.source.stamp", lambda: "20250101-120000")  # both in the same second
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    flags = {"length": ["--lengths", "8,16", "--scalings", "none", "--windows", "1", "--data", str(text)],
+             "passkey": ["--lengths", "100", "--depths", "0.5", "--trials", "1", "--allow-extrapolation"],
+             "continuation": ["--cuts", "3", "--context", "8", "--k", "2", "--data", str(text)]}[action]
+    argv = ["eval", action, "--checkpoint", str(checkpoint), *flags, *(["--no-progress"] * (action != "continuation"))]
+    folders = []
+    for _ in range(2):
+        assert main(argv) == 0
+        written = capsys.readouterr().out.strip().splitlines()[-1]
+        folders.append(Path(written.removeprefix("wrote ").split(", ")[0]).parent)
+    assert folders[0] != folders[1] and all(f.parent == Path(f"eval-{action}") for f in folders)
+    assert [f.name for f in folders] == ["run-step_0000001-20250101-120000", "run-step_0000001-20250101-120000-2"]
+    before = snapshot(folders[0])
+    assert main([*argv, "--out", str(folders[0])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {folders[0]} already holds {action}.md" in err and "--force" in err
+    assert snapshot(folders[0]) == before
+    assert main([*argv, "--out", str(folders[0]), "--force"]) == 0
+    assert main([*argv, "--out", str(text)]) == 2
+    assert f"--out {text} is not a folder" in capsys.readouterr().err

@@ -95,3 +95,18 @@ def test_unequal_looks_keep_the_overall_level_by_simulation() -> None:
         assert crossed.mean() == pytest.approx(0.1, abs=4 * math.sqrt(0.09 / 200_000)), kind
     with pytest.raises(ValueError, match="times must be 2 increasing positive numbers"):
         sequential_levels("pocock", 2, times=[3, 3])
+
+
+@pytest.mark.parametrize(("effect", "sigma_d", "n", "arms"), [(0.004, 0.03, 4, None), (0.02, 0.025, 7, None),
+                                                              (0.001, 0.02, 3, 4)])
+def test_two_sided_power_is_both_tails_of_scipy_noncentral_t(effect, sigma_d, n, arms):
+    """P(T' > t_{1-alpha/2}) + P(T' < -t_{1-alpha/2}): at a small noncentrality the lower tail is a visible share
+    of the power, so a power that drops it is caught."""
+    df = (n - 1) * ((arms - 1) if arms else 1)
+    ncp = effect * math.sqrt(n) / sigma_d
+    crit = scipy_stats.t.ppf(1 - 0.05 / 2, df)
+    upper, lower = scipy_stats.nct.sf(crit, df, ncp), scipy_stats.nct.cdf(-crit, df, ncp)
+    got = power(effect, sigma_d, n, alpha=0.05, one_sided=False, arms=arms)
+    assert got == pytest.approx(upper + lower, rel=1e-9)
+    if ncp < 0.5:
+        assert lower > 0.2 * upper  # the case really exercises the lower tail

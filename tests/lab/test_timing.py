@@ -194,3 +194,30 @@ def test_norm_op_times_the_configs_norm_at_width_d(monkeypatch: pytest.MonkeyPat
     assert type(module_op.fn).__name__ == {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[norm]
     with pytest.raises(ValueError, match="build='fused' is not allowed: one of composite, compiled, module"):
         NormOp(config, build="fused")
+
+
+FAST = [0.0100, 0.0112, 0.0121, 0.0103, 0.0109, 0.0098]  # seconds per call, pair by pair
+SLOW = [0.0131, 0.0140, 0.0149, 0.0137, 0.0139, 0.0135]
+
+
+@pytest.mark.parametrize("first", ["fast", "slow"])
+def test_a_timing_record_is_judged_for_the_claims_arm_whichever_arm_it_lists_first(first: str) -> None:
+    """lab-timings.json lists the timing's arms in the suite's order, which need not be the claim's: the claim's
+    arm's seconds are its own in both orders, and the verdict is the one-sided paired t-test on log seconds
+    (scipy), confirmed for "fast is faster" and contradicted for "slow is faster"."""
+    from archlab.lab import stats
+    from archlab.lab.suite import Claim
+    from archlab.lab.verdicts import _judge_timing
+
+    record = ({"arms": ["fast", "slow"], "a": FAST, "b": SLOW} if first == "fast"
+              else {"arms": ["slow", "fast"], "a": SLOW, "b": FAST})
+    log_fast, log_slow = [math.log(t) for t in FAST], [math.log(t) for t in SLOW]
+    claim = Claim(text="fast is faster", metric="step_s", arm="fast", versus="slow")
+    got = _judge_timing(claim, record, 0.05)
+    assert got.a == pytest.approx(log_fast) and got.b == pytest.approx(log_slow)
+    assert got.estimate == pytest.approx(sum(f - s for f, s in zip(log_fast, log_slow)) / len(FAST))
+    assert got.outcome == stats.CONFIRMED
+    assert got.p == pytest.approx(scipy_stats.ttest_rel(log_fast, log_slow, alternative="less").pvalue, rel=1e-9)
+    reverse = _judge_timing(Claim(text="slow is faster", metric="step_s", arm="slow", versus="fast"), record, 0.05)
+    assert reverse.a == pytest.approx(log_slow) and reverse.estimate == pytest.approx(-got.estimate)
+    assert reverse.outcome == stats.CONTRADICTED

@@ -218,3 +218,18 @@ def test_a_cache_filled_in_eval_mode_is_refused_in_training_mode() -> None:
                            "remaps positions in eval mode only") as err:
             model.train()(x[:, 20:21], cache=cache)
     assert "\n" not in str(err.value)
+
+
+# Su (kexue.fm/archives/9731): one full layer at L/2, two at L/3 and 2L/3, floored; written out for the depths that
+# are not multiples of 3 (or of 2), where an index formula like 2 * (L // 3) would put the second one elsewhere
+FULL_BY_DEPTH = {(4, 1): (2,), (5, 1): (2,), (7, 1): (3,), (8, 1): (4,),
+                 (4, 2): (1, 2), (5, 2): (1, 3), (7, 2): (2, 4), (8, 2): (2, 5)}
+
+
+@pytest.mark.parametrize(("n_layers", "full_layers"), list(FULL_BY_DEPTH))
+def test_full_layers_at_depths_that_are_not_multiples_of_three(n_layers: int, full_layers: int) -> None:
+    full = FULL_BY_DEPTH[n_layers, full_layers]
+    c = build_preset("hwfa2", n_layers=n_layers, full_layers=full_layers, **SHAPE)
+    assert tuple(i for i in range(n_layers) if not c.layer_is_sliding(i)) == full
+    model = TransformerLM(c)
+    assert [w is None for w in model.layer_windows] == [i in full for i in range(n_layers)]  # the built layers too

@@ -273,3 +273,46 @@ def test_alibi_state_continues_the_blockwise_form(assign_kind):
             sizes.append(state.nbytes())
     assert (torch.cat(outs, 2) - full).abs().max() < 1e-12
     assert state.cache.shape == (2, 2, 2, 5, 7) and len(set(sizes[1:])) == 1  # (B, K, R, C, Dv + 1)
+
+
+@pytest.mark.parametrize("tau", [0.25, 1.0, 3.0])
+def test_soft_assignment_at_a_finite_temperature_is_the_formula(tau):
+    """Su's soft VQ (kexue.fm/archives/9862): p(y|k) = exp(-|k - c_y|^2 / 2 tau) / sum_y' exp(-|k - c_y'|^2 / 2 tau),
+    written out per key and code in float64 (the tau -> 0 limit alone cannot see a lost factor of 2)."""
+    _, k, _, cb = _data(T=5)
+    p, expected = soft_assign(k, cb, tau)
+    want = torch.empty_like(p)
+    for b, h, t in ((b, h, t) for b in range(2) for h in range(2) for t in range(5)):
+        d2 = [float(((k[b, h, t] - cb[h, y]) ** 2).sum()) for y in range(5)]
+        e = [torch.tensor(-x / (2 * tau), dtype=f64).exp() for x in d2]
+        want[b, h, t] = torch.stack(e) / sum(e)
+        mean_d2 = sum(float(w) * x for w, x in zip(want[b, h, t], d2))
+        assert float(expected[b, h, t]) == pytest.approx(mean_d2, rel=1e-12)
+    assert torch.allclose(p, want, rtol=1e-12, atol=0)
+    kernel = VQKernel(n_kv_heads=2, head_dim=6, codes=5, block=4, commit=1.0, ema=1.0, assign="soft", tau=tau,
+                      scale=1.0).double().train()
+    kernel.initialised.fill_(True)
+    kernel.code_sums.copy_(cb)
+    kernel.code_counts.fill_(1.0)
+    q = torch.randn(2, 2, 5, 6, dtype=f64, generator=torch.Generator().manual_seed(2))
+    o, _ = kernel(q, k, k, None)
+    assert torch.allclose(o, _dense(q, k, want, cb, 4), atol=1e-12)  # the kernel attends with these weights
+    assert float(kernel.aux_loss) == pytest.approx(float(expected.mean()), rel=1e-12)
+
+
+def test_nearest_codes_and_their_ema_by_index_equal_the_distance_and_one_hot_forms():
+    """The hard path's fast forms against the definitions, in float64: the nearest code is the argmin of the full
+    squared distances; the gathered c_z is the one-hot product; the EMA by index_add / bincount equals the
+    one-hot EMA."""
+    from archlab.nn.vq import code_vectors, ema_update_codes, nearest_codes, one_hot_rows
+
+    _, k, _, cb = _data(T=40)
+    codes = nearest_codes(k, cb)
+    assert torch.equal(codes, code_distances(k, cb).argmin(-1))
+    onehot = torch.nn.functional.one_hot(codes, 5).to(f64)
+    assert torch.equal(one_hot_rows(codes, 5, f64), onehot)
+    assert torch.equal(code_vectors(codes, cb), onehot @ cb)
+    sums, counts = torch.randn(2, 5, 6, dtype=f64), torch.rand(2, 5, dtype=f64)
+    by_index = ema_update_codes(sums, counts, k, codes, 0.9)
+    by_one_hot = ema_update(sums, counts, k, onehot, 0.9)
+    assert torch.allclose(by_index[0], by_one_hot[0], atol=1e-12) and torch.allclose(by_index[1], by_one_hot[1])

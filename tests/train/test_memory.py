@@ -121,3 +121,29 @@ def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(prepared: 
     lora = trainer.raw.layers[0].attn.qkv_proj
     want = base["layers.0.attn.qkv_proj.weight"] + 2.0 * lora.lora_B["default"].weight @ lora.lora_A["default"].weight
     assert torch.allclose(q, want, atol=1e-6)
+
+
+@pytest.mark.parametrize(("rank", "targets"), [(4, ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
+                                               (2, ("qkv_proj",)), (8, ("down_proj", "lm_head"))])
+def test_the_lora_estimate_counts_the_adapters_peft_adds(rank: int, targets: tuple[str, ...],
+                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The memory estimate of a LoRA run: weights are the base plus the adapters, gradients and AdamW's two states
+    the adapters only, as many as peft's injection really adds (counted on the built model)."""
+    from archlab.train import memory
+    from archlab.train.config import resolve_config
+    from archlab.train.distributed import setup
+    from archlab.train.trainable import add_lora, lora_parameter_count
+
+    config = build_preset("llama", "tiny", n_layers=3, vocab_size=256)
+    model = TransformerLM(config)
+    base = sum(p.numel() for p in model.parameters())
+    add_lora(model, rank, 16.0, targets)
+    adapters = sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)
+    assert adapters > 0 and lora_parameter_count(TransformerLM(config), rank, targets) == adapters
+    seen = []
+    monkeypatch.setattr(memory, "check_fits", lambda parts, device: seen.append(parts))
+    train, model_config = resolve_config([{"model.n_layers": "3", "lora_rank": str(rank), "lora_targets":
+                                           ",".join(targets), "out": str(tmp_path / "run")}])
+    memory.check_memory(train, model_config, setup("none", "cpu"))
+    assert seen[0]["weights"] == 4 * (base + adapters)
+    assert (seen[0]["gradients"], seen[0]["optimizer"]) == (4 * adapters, 2 * 4 * adapters)

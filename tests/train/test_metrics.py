@@ -1,8 +1,11 @@
 """The embedding outlier signature (kexue.fm/archives/9736) against hand-computed values, and its wiring in
-the trainer: a token that vanishes from the batches drifts under Tiger and stands still with lazy rows."""
+the trainer: a token that vanishes from the batches drifts under Tiger and stands still with lazy rows; metrics.jsonl
+read back row for row, a row cut off mid-write left out, a damaged line named."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ import torch
 
 from archlab.train.config import resolve_config
 from archlab.train.distributed import setup
-from archlab.train.metrics import EmbeddingWatch, embedding_signature, read_metrics
+from archlab.train.metrics import EmbeddingWatch, _truncate, embedding_signature, parse_metrics, read_metrics
 from archlab.train.trainer import Trainer
 
 
@@ -94,3 +97,46 @@ def test_watch_state_round_trip_gives_the_same_next_signature() -> None:
     b.load_state_dict(a.state_dict())
     moved = table + torch.tensor([[1.0, 0.0]] * 6)
     assert a.measure(moved, 0.1) == b.measure(moved, 0.1)
+
+
+# ------------------------------------------------------------------------------------------ metrics.jsonl
+ROWS = [{"step": 1, "kind": "train", "loss": 2.5}, {"step": 2, "kind": "eval", "loss": 2.25},
+        {"step": 3, "kind": "train", "loss": 2.0}]
+
+
+def _write(path: Path, rows: list[dict], tail: bytes = b"") -> Path:
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in rows) + tail)
+    return path
+
+
+def test_a_metrics_file_is_read_back_row_for_row(tmp_path: Path) -> None:
+    _write(tmp_path / "metrics.jsonl", ROWS)
+    assert parse_metrics(tmp_path / "metrics.jsonl") == ROWS
+    assert read_metrics(tmp_path, "eval") == [ROWS[1]]
+
+
+@pytest.mark.parametrize("tail", [b'{"step": 4, "ki', b'{"step": 4, "kind": "sample", "text": "caf\xc3'])
+def test_a_last_row_cut_off_mid_write_is_left_out(tail: bytes, tmp_path: Path) -> None:
+    """A writer killed mid-row (or a run still writing) leaves an unterminated last line: its step is past every
+    checkpoint, so reading skips it and a resume's truncation drops it."""
+    path = _write(tmp_path / "metrics.jsonl", ROWS, tail)
+    assert parse_metrics(path) == ROWS
+    _truncate(path, 2)
+    assert path.read_bytes() == b"".join(json.dumps(r).encode() + b"\n" for r in ROWS[:2])
+
+
+@pytest.mark.parametrize(("damage", "line", "what"), [
+    (lambda raw: raw[:10] + b"\xa4" + raw[11:], 1, "is not UTF-8 text (byte 0xa4 at column 11)"),
+    (lambda raw: raw.replace(b'"eval"', b'"eval'), 2, "is not a JSON row (Expecting ',' delimiter at column 29)"),
+    (lambda raw: raw.replace(b'{"step": 3', b'{"stp": 3'), 3, "is not a metrics row (an object with an integer"),
+    (lambda raw: raw + b"[1, 2]\n", 4, "is not a metrics row"),
+    (lambda raw: raw.replace(b'"step": 2', b'"step": true'), 2, "is not a metrics row"),
+])
+def test_a_damaged_metrics_file_is_named_with_its_line(damage: Callable[[bytes], bytes], line: int, what: str,
+                                                       tmp_path: Path) -> None:
+    path = _write(tmp_path / "metrics.jsonl", ROWS)
+    path.write_bytes(damage(path.read_bytes()))
+    for read in (lambda: parse_metrics(path), lambda: read_metrics(tmp_path), lambda: _truncate(path, 2)):
+        with pytest.raises(ValueError) as err:
+            read()
+        assert str(err.value).startswith(f"{path} is corrupt: line {line} {what}"), str(err.value)

@@ -350,3 +350,31 @@ def test_tiger_rms_rate_refuses_lora_and_any_all_zero_matrix() -> None:
     opt.step()
     assert bool(b.detach().ne(0).all())  # every entry moved by the flat step lr
     build_optimizer(tiny(), "lion")  # the flat-rate optimizers have nothing to refuse
+
+
+def test_tiger_built_directly_on_a_models_parameters_spares_gains_and_biases() -> None:
+    """`Tiger(model.parameters(), ...)`, no groups (as torch optimizers are used): matrices by their shape get
+    lr x RMS(theta) and the decay; every vector -- LayerNorm gains and biases, linear biases -- 0.5 lr and no decay
+    (bojone/tiger), checked tensor by tensor against the update written out in float64."""
+    model = TransformerLM(build_preset("gpt2", "tiny", n_layers=1, vocab_size=64)).double()
+    names = dict(model.named_parameters())
+    assert any(n.endswith("norm.weight") for n in names) and any(n.endswith(".bias") for n in names)
+    theta = {n: p.detach().clone() for n, p in names.items()}
+    gen = torch.Generator().manual_seed(6)
+    grads = [{n: torch.randn(p.shape, generator=gen, dtype=F64) for n, p in names.items()} for _ in range(3)]
+    opt = Tiger(model.parameters(), lr=0.05, weight_decay=0.3)
+    lr, wd, beta = 0.05, 0.3, 0.965
+    m = {n: torch.zeros_like(p) for n, p in theta.items()}
+    for g in grads:
+        for n, p in names.items():
+            p.grad = g[n].clone()
+        opt.step()
+        for n in theta:
+            m[n] = beta * m[n] + (1 - beta) * g[n]
+            if theta[n].dim() >= 2:
+                rate, decay = lr * math.sqrt(float((theta[n] ** 2).mean())), wd
+            else:
+                rate, decay = 0.5 * lr, 0.0
+            theta[n] = theta[n] - rate * (torch.sign(m[n]) + decay * theta[n])
+    for n, p in names.items():
+        torch.testing.assert_close(p.detach(), theta[n], rtol=1e-12, atol=1e-12, msg=n)

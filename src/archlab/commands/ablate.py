@@ -161,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.executor == "slurm" and not args.collect:
         jobs = exp.submit(slurm)
-        print(f"submitted {len(jobs)} runs" + (f" as job array {jobs[0].job_id}" if jobs else " (all were done)")
+        array = jobs[0].job_id.split("_")[0] if jobs else ""  # submitit names each task ARRAY_TASK
+        print(f"submitted {len(jobs)} runs" + (f" as job array {array}" if jobs else " (all were done)")
               + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}")
         return 0
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -89,16 +89,18 @@ def run(args: argparse.Namespace) -> int:
 def check_hf_source(folder: Path) -> None:
     """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
     from archlab.checkpoint import latest_checkpoint
+    from archlab.interop.hf_config import is_hf_folder, read_hf_config
 
     if not folder.is_dir():
         raise FileNotFoundError(f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
                                 "safetensors weights, tokenizer.json)")
-    if not (folder / "config.json").is_file() and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
+    if not is_hf_folder(folder) and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
         raise ValueError(f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
                          "`convert --to-hf` exports it, and train / generate / eval read it as it is")
     if not (folder / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{folder / 'tokenizer.json'} is missing: the converted checkpoint needs the model's "
                                 "tokenizer (an archlab checkpoint always carries one)")
+    read_hf_config(folder)  # a config no family reads is refused here, before the run folder is touched
 
 
 def next_step(out: Path, force: bool) -> int:
@@ -153,9 +155,11 @@ def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int
     tokenizer = load_hf_tokenizer(folder)
     model = from_hf(folder, dtype=dtype)
     config = {"model": model.config.to_dict(), "source": {"hf_folder": str(folder)}}
+    # the folder's EOS and stop ids (tokenizer_config.json, generation_config.json): tokenizer.json alone lacks them
+    config["tokenizer"] = {"eos_id": tokenizer.eos_id, "stop_ids": sorted(tokenizer.stop_ids)}
     chat_template = read_chat_template(folder)
     if chat_template:
-        config["tokenizer"] = {"chat_template": chat_template}
+        config["tokenizer"]["chat_template"] = chat_template
     aliases = {"lm_head.weight": "embed_tokens.weight"} if model.config.tie_embeddings else {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_file = tokenizer.save(tmp)

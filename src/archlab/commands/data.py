@@ -8,6 +8,9 @@ import re
 import time
 from pathlib import Path
 
+from archlab.data.corpus import check_source
+from archlab.train.lock import check_folder
+
 
 def default_out_dir(data: str, tokenizer: str, vocab_size: int) -> Path:
     """data/<corpus>-<tokenizer>, e.g. data/stdlib-byte or data/tinystories-bpe8192.
@@ -43,10 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from archlab.data.tokens import prepare_data  # torch (token memmaps): imported when it runs, not for --help
     out = args.out or default_out_dir(args.data, args.tokenizer, args.vocab_size)
     if args.bpe_dropout and args.out is None:  # beside the plain folder, not over it
         out = out.with_name(f"{out.name}-dropout{args.bpe_dropout:g}")
+    check_source(args.data)  # the corpus and the folder in one line each, before anything is read or imported
+    check_folder(out)
+    from archlab.data.tokens import prepare_data  # torch (token memmaps): imported when it runs, not for --help
     started = time.time()
     folder = prepare_data(
         args.data,

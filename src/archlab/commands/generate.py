@@ -60,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--token-healing", type=int, nargs="?", const=1, default=0, metavar="N",
                    help="back the prompt off by N tokens (1 if no N) and let the first new tokens re-spell them, "
                         "so a prompt ending mid-token continues as in training (kexue.fm/archives/9762)")
+    p.add_argument("--special-tokens", action="store_true", help="show special tokens (<|im_start|>, ...) in the "
+                   "text; by default they are left out, and generation stops at the EOS and end-of-turn tokens")
     p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
     p.add_argument("--logn", action="store_true", help="the log-n query scale max(1, log n / log max_seq_len) at "
                    "inference only, for a model trained without it (Su, kexue.fm/archives/9708)")
@@ -154,7 +156,7 @@ def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, p
     if args.interactive:
         if args.compile:
             sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
-        return _interactive(decoder, tokenizer, sampling, given, args.token_healing)
+        return _interactive(decoder, tokenizer, sampling, given, args.token_healing, args.special_tokens)
     longest = max(len(tokenizer.encode(prompt)) for prompt in prompts)
     sampling = fit_default(sampling, decoder.model.config, longest, given)
     for prompt in prompts:  # every prompt fits, or nothing is printed at all
@@ -165,7 +167,8 @@ def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, p
                          "against eager...\n")
     results = []
     for i in range(0, len(prompts), args.batch_size):
-        results.append(_run_batch(decoder, tokenizer, prompts[i : i + args.batch_size], sampling, args.token_healing))
+        results.append(_run_batch(decoder, tokenizer, prompts[i : i + args.batch_size], sampling, args.token_healing,
+                                  args.special_tokens))
         if args.compile and i == 0:
             sys.stderr.write(f"archlab generate: decoding {decoder.mode} (measured faster here); the first batch "
                              f"decoded in {results[0].decode_seconds:.1f} s, compilation included\n")
@@ -179,22 +182,24 @@ def _stream(row: int, piece: str) -> None:
 
 
 def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig,
-               token_healing: int = 0) -> Generation:
+               token_healing: int = 0, special_tokens: bool = False) -> Generation:
     from archlab.infer.generate import text_generation
 
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
-        result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream, token_healing=token_healing)
+        result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream, token_healing=token_healing,
+                                 special_tokens=special_tokens)
         sys.stdout.write("\n")
         return result
-    result = text_generation(decoder, tokenizer, prompts, sampling, token_healing=token_healing)
+    result = text_generation(decoder, tokenizer, prompts, sampling, token_healing=token_healing,
+                             special_tokens=special_tokens)
     for prompt, text in zip(prompts, result.texts):
         sys.stdout.write(f"{prompt}{text}\n\n")
     return result
 
 
 def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig, given: bool,
-                 token_healing: int = 0) -> list[Generation]:
+                 token_healing: int = 0, special_tokens: bool = False) -> list[Generation]:
     from archlab.infer.generate import check_context
 
     results = []
@@ -215,4 +220,4 @@ def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingC
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(decoder, tokenizer, [prompt], fitted, token_healing))
+            results.append(_run_batch(decoder, tokenizer, [prompt], fitted, token_healing, special_tokens))

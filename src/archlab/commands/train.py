@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archlab.data.corpus import check_source
@@ -17,6 +18,7 @@ from archlab.nn.config import ModelConfig
 from archlab.overrides import load_yaml, parse_flags
 from archlab.train.config import DataConfig, TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
+from archlab.train.lock import check_folder
 
 if TYPE_CHECKING:
     from archlab.nn.model import TransformerLM
@@ -66,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("init_from is set by --init-from PATH, which also loads the weights; not as a config key")
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
+    out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
+    if out is not None:  # a file as the run folder: one line, not mkdir's traceback
+        check_folder(Path(str(out)))
     if not args.resume:  # a missing corpus in one line, before a model is loaded (a resumed run reads its own data)
         check_source(str(next((layer["data.source"] for layer in reversed(layers) if "data.source" in layer),
                               DataConfig().source)))

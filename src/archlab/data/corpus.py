@@ -12,6 +12,7 @@ Non-UTF-8 bytes decode to U+FFFD and are counted. `data.py` turns a corpus into 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -155,12 +156,36 @@ def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
 
 
 def check_source(data: str) -> None:
-    """Refuse, in one line and before anything is read, a corpus path that does not exist (names are not checked
-    further: `hf:NAME` is the hub's to answer)."""
-    if data in (PASSKEY, STDLIB) or data.startswith(HF_PREFIX) or Path(data).expanduser().exists():
+    """Refuse, in one line and before anything is read or logged, a corpus that cannot be: a path that does not
+    exist, an empty file, a folder with no non-empty text file, or `hf:NAME` without the `datasets` package (the
+    name itself is the hub's to answer). Cheap: a folder is walked only up to its first usable file."""
+    if data in (PASSKEY, STDLIB):
         return
-    raise FileNotFoundError(f"corpus path {data} does not exist (expected a text/JSONL file, a folder, a prepared "
-                            f"data folder, '{STDLIB}', '{PASSKEY}' or 'hf:NAME')")
+    if data.startswith(HF_PREFIX):
+        if importlib.util.find_spec("datasets") is None:
+            raise ValueError(f"--data {data} needs the optional package 'datasets' (pip install datasets)")
+        return
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"corpus path {data} does not exist (expected a text/JSONL file, a folder, a "
+                                f"prepared data folder, '{STDLIB}', '{PASSKEY}' or 'hf:NAME')")
+    if (path / "meta.json").is_file():  # a prepared folder: its own checks (data/tokens.py) apply
+        return
+    if path.is_file() and path.stat().st_size == 0:
+        raise ValueError(f"corpus {data} is empty (0 bytes): give a file with text in it")
+    if path.is_dir() and _first_text_file(path) is None:
+        raise ValueError(f"corpus {data} holds no readable text files (every file is empty, hidden or binary)")
+
+
+def _first_text_file(folder: Path) -> Path | None:
+    """The first non-empty, non-binary, visible file under `folder` in walk order, or None."""
+    for parent, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS]
+        for name in names:
+            path = Path(parent) / name
+            if not name.startswith(".") and path.is_file() and path.stat().st_size and not _is_binary(path):
+                return path
+    return None
 
 
 def open_corpus(

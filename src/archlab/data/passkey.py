@@ -27,6 +27,11 @@ def needle(key: str) -> str:
     return f"The pass key is {key}. Remember it. {key} is the pass key. "
 
 
+def min_length() -> int:
+    """The shortest passkey prompt in characters: the needle of a KEY_DIGITS-digit key and the question."""
+    return len(needle("0" * KEY_DIGITS)) + len(QUESTION)
+
+
 def passkey_prompt(length: int, depth: float, key: str) -> str:
     """A prompt of exactly `length` characters ending with QUESTION, the needle starting at fraction `depth`
     (0 = first, 1 = last) of the filler."""

@@ -9,6 +9,13 @@ Kinds (`build_tokenizer(kind, vocab_size, texts)`):
   as a special token that ends every document.
 - a path to a `tokenizer.json` file, or to a folder holding one (an HF model folder): loaded as is;
   its EOS comes from `tokenizer_config.json` beside it if present, else from a list of common names.
+
+Special tokens, one policy whichever way a model was loaded (a Hugging Face folder, or the archlab checkpoint
+`convert --from-hf` made of it): generation stops at any of `stop_ids` -- the EOS, every special token whose
+text is a known end of document or of a chat turn (`END_TOKENS`: `<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`,
+...), and the ids a loader adds (`extra_stop_ids`: a folder's generation_config.json, or those a checkpoint
+recorded) -- and `decode(ids, skip_special_tokens=True)` leaves special tokens out of generated text unless
+asked for them.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ EOS_TOKEN = "<|endoftext|>"  # GPT-2's document separator, the special token of 
 DOC_SEPARATOR = "\n\n"  # joins documents for tokenizers without an EOS id (the byte kind)
 # Names tried, in order, to find the EOS of a loaded tokenizer.json that has no tokenizer_config.json.
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+# Special tokens that end a document or a chat turn in common tokenizers (GPT-2 / SmolLM, Llama 3, ChatML, Gemma,
+# Phi-3, T5 / Llama 2, Mistral): generation stops at each that a tokenizer marks special.
+END_TOKENS = (*EOS_CANDIDATES, "<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|end|>", "<|eom_id|>")
 BYTE_VOCAB_SIZE = 256
 MIN_BPE_VOCAB = BYTE_VOCAB_SIZE + 1  # the 256-byte alphabet plus EOS; fewer leaves no room for merges
 BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte-fallback tokens
@@ -90,6 +100,15 @@ class Tokenizer:
         self.kind = "byte" if _is_byte_model(spec) else str(spec["model"]["type"]).lower()
         # max id + 1, not get_vocab_size(): HF vocabularies may have holes below their added tokens.
         self.vocab_size = max(inner.get_vocab(with_added_tokens=True).values()) + 1
+        added = [t for t in spec.get("added_tokens") or [] if t.get("special")]
+        self.special_ids = frozenset(int(t["id"]) for t in added)  # what decode(skip_special_tokens=True) drops
+        self._end_ids = frozenset(int(t["id"]) for t in added if t.get("content") in END_TOKENS)
+        self.extra_stop_ids: frozenset[int] = frozenset()  # set by loaders (generation_config.json, a checkpoint)
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The ids generation stops at: the EOS, the special end-of-document / end-of-turn tokens, the loaders'."""
+        return self._end_ids | self.extra_stop_ids | ({self.eos_id} if self.eos_id is not None else set())
 
     def encode(self, text: str) -> list[int]:
         if self.kind == "byte":
@@ -114,7 +133,8 @@ class Tokenizer:
         ids = [np.asarray(doc + separator, dtype=np.int64) for doc in self.encode_batch(texts)]
         return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Text of `ids`; `skip_special_tokens` leaves special tokens out (what generated text shows)."""
         ids = [int(i) for i in ids]
         bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
         if bad is not None:
@@ -123,8 +143,7 @@ class Tokenizer:
             )
         if self.kind == "byte":
             return bytes(ids).decode("utf-8", errors="replace")
-        # Keep special tokens: a sample should show where the model ended a document.
-        return self.inner.decode(ids, skip_special_tokens=False)
+        return self.inner.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def with_dropout(self, p: float) -> Tokenizer:
         """This BPE with BPE-dropout p (Provilkov et al., arXiv 1910.13267): each merge is skipped with

@@ -3,8 +3,13 @@
 The same trained weights are loaded under each method's `rope_scaling` and scored on held-out text at each
 length. A window of L tokens is scored on its last `score_last` tokens only, so every length is measured
 on the same number of predictions, each with at least L - score_last tokens of context: a longer window
-can only help a model that uses (or at least tolerates) the extra context. `score_last=None` scores every
-prediction of the window, as Su's tables do (per-token accuracy over whole samples).
+can only help a model that uses (or at least tolerates) the extra context. The plain windows are paired by
+target: every length's windows end at the same held-out tokens (`target_ends`), so with score_last at most the
+shortest length each length scores the same targets and only the context before them grows, and a difference
+between lengths is the context's effect. (Windows spaced per length score other text at each length: a real
+SmolLM2-135M, 8k context, read 3.39 nats at 256 and 3.62 at 512 on one Shakespeare file that way.)
+`score_last=None` scores every prediction of the window, as Su's tables do (per-token accuracy over whole
+samples); the windows still end at the same tokens, but a longer one scores more text.
 
 Both metrics come from the same forward over the scored targets y_t with logits z_t:
     loss      = mean_t ( logsumexp(z_t) - z_t[y_t] )            nats/token
@@ -22,9 +27,10 @@ Samples (Su, "Transformer upgrade 9", kexue.fm/archives/9603, and the tables of 
 Per method and target length L (L_train = the model's max_seq_len, s = max(1, L / L_train)):
     none           the model as trained (past L_train this is plain extrapolation)
     linear, ntk    factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train
-    rerope         window W (default L_train / 2)
-    leaky_rerope   window W (default L_train / 4) and slope 1/k by Su's rule (kexue.fm/archives/9708): the largest
-                   relative position any query sees, W + (L - 1 - W) / k, stays within half the training length,
+    rerope         window W (default: the model's own ReRoPE window if it has one, as hwfa2 does, else L_train / 2)
+    leaky_rerope   window W (default: the model's own Leaky ReRoPE window, else L_train / 4) and slope 1/k by
+                   Su's rule (kexue.fm/archives/9708): the largest relative position any query sees,
+                   W + (L - 1 - W) / k, stays within half the training length,
                    k = max(16, (L - 1 - W) / (L_train / 2 - W)) (his ablation: k = 16, 32, 64 alike, k = 8
                    worse); `leaky_k="train"` keeps the older mapping k = (L - 1 - W) / (L_train - 1 - W) (the
                    longest distance lands on the longest one trained, k about 10 at 256 -> 2048, W 64), and
@@ -88,11 +94,16 @@ def leaky_slope(length: int, train_len: int, window: int, leaky_k: float | str =
 
 def method_scaling(
     method: str, length: int, train_len: int, window: int | None = None, leaky_k: float | str = "half",
+    own: RopeScaling | None = None,
 ) -> RopeScaling | None:
-    """The `rope_scaling` method `method` uses at `length` for a model trained at `train_len` (module doc)."""
+    """The `rope_scaling` method `method` uses at `length` for a model trained at `train_len` (module doc). `own`
+    is the model's own scaling: a ReRoPE kind it was built with lends its window when `window` is not given (an
+    `hwfa2` model trained with `--model.rope_scaling.window 128` is evaluated at W = 128, as it decodes)."""
     if method not in METHODS:
         raise ValueError(f"scaling {method!r} is not allowed: one of {', '.join(METHODS)}")
     s = max(1.0, length / train_len)
+    if window is None and own is not None and own.kind == method and own.window is not None:
+        window = own.window
     w = (train_len // 4 if method == "leaky_rerope" else train_len // 2) if window is None else window
     if method == "none":
         return None
@@ -100,11 +111,37 @@ def method_scaling(
         return RopeScaling(method, s)
     if method in ("ntk_by_parts", "dynamic", "yarn"):
         return RopeScaling(method, s, train_len)
+    if method == "rerope":  # W up to the trained length: W = L_train is plain RoPE at L_train, W beyond it never
+        if not 1 <= w <= train_len:
+            raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len = {train_len}")
+        return RopeScaling("rerope", window=w)
     if not 1 <= w < train_len - 1:
         raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len - 2 = {train_len - 2}")
-    if method == "rerope":
-        return RopeScaling("rerope", window=w)
     return RopeScaling("leaky_rerope", leaky_slope(length, train_len, w, leaky_k), window=w)
+
+
+DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096)  # without --lengths, those of these the model covers (CPU-sized)
+
+
+def default_lengths(
+    config: ModelConfig, methods: list[str], window: int | None = None, allow_extrapolation: bool = False,
+    leaky_k: float | str = "half", logn: bool = False,
+) -> list[int]:
+    """The lengths evaluated when none are given: DEFAULT_LENGTHS that every method covers (without
+    `allow_extrapolation` plain RoPE stops at max_seq_len), else max_seq_len / 4, / 2 and itself. A refusal that
+    is not about the length (a window that does not fit) is raised as it is."""
+    n = config.max_seq_len
+    method_configs(config, methods, [n], window, allow_extrapolation, leaky_k, logn)  # the user's settings first
+
+    def covered(length: int) -> bool:
+        try:
+            method_configs(config, methods, [length], window, allow_extrapolation, leaky_k, logn)
+        except ValueError:
+            return False
+        return True
+
+    fitting = [length for length in DEFAULT_LENGTHS if covered(length)]
+    return fitting or sorted({max(2, n // 4), max(2, n // 2), n})
 
 
 def trained_only(config: ModelConfig) -> bool:
@@ -126,7 +163,7 @@ def applicable_methods(config: ModelConfig) -> list[str]:
 def _refusal(config: ModelConfig, method: str) -> str | None:
     """Why `config` cannot take `method`'s scaling (the config's own one-line reason), or None when it can."""
     try:
-        scaling = method_scaling(method, 2 * config.max_seq_len, config.max_seq_len)
+        scaling = method_scaling(method, 2 * config.max_seq_len, config.max_seq_len, own=config.rope_scaling)
     except ValueError:
         return None  # a default window that does not fit: method_configs names it with the caller's window
     try:
@@ -153,7 +190,7 @@ def method_configs(
             raise ValueError(f"scaling {method!r} is not allowed for this model: one of "
                              f"{', '.join(applicable_methods(config))} ({why})")
         for length in lengths:
-            scaling = method_scaling(method, length, config.max_seq_len, window, leaky_k)
+            scaling = method_scaling(method, length, config.max_seq_len, window, leaky_k, config.rope_scaling)
             if scaling is None and trained_only(config):
                 scaling = config.rope_scaling  # inverse Leaky ReRoPE: eval mode is plain RoPE, to its own limit
             c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
@@ -186,10 +223,43 @@ def repeated_windows(tokens: np.ndarray, length: int, count: int, period: int | 
 
 
 def sample_windows(tokens: np.ndarray, length: int, count: int, samples: str = "plain") -> torch.Tensor:
-    """The windows `samples` names (SAMPLES) -> (count, length + 1)."""
+    """The windows `samples` names (SAMPLES) -> (count, length + 1), spaced for this length alone (the lab's
+    per-length measures); `paired_windows` holds the targets fixed across lengths."""
     if samples not in SAMPLES:
         raise ValueError(f"samples {samples!r} is not allowed: one of {', '.join(SAMPLES)}")
     return windows(tokens, length, count) if samples == "plain" else repeated_windows(tokens, length, count)
+
+
+def target_ends(n_tokens: int, longest: int, count: int) -> np.ndarray:
+    """Where every length's windows end: `count` positions of the held-out stream evenly spaced from `longest`
+    (the first with `longest` tokens before it) to its last token -> (count,)."""
+    if n_tokens < longest + 1:
+        raise ValueError(f"held-out text has {n_tokens} tokens: too few for length {longest} (need {longest + 1})")
+    return np.linspace(longest, n_tokens - 1, count).astype(np.int64)
+
+
+def paired_windows(tokens: np.ndarray, lengths: list[int], count: int) -> dict[int, torch.Tensor]:
+    """Plain windows paired by target: per length L, the L + 1 tokens ending at each of the same `target_ends`
+    -> {L: (count, L + 1)}. The last k tokens of every window, the targets scored with score_last = k <= min
+    length, are the same tokens at every length; only the context before them grows."""
+    ends = target_ends(len(tokens), max(lengths), count)
+    return {n: torch.from_numpy(np.stack([tokens[e - n : e + 1] for e in ends]).astype(np.int64)) for n in lengths}
+
+
+def describe_targets(tokens: np.ndarray, lengths: list[int], count: int, score_last: int | None,
+                     samples: list[str]) -> str:
+    """One sentence for the table: which targets each length scores."""
+    parts = []
+    if "plain" in samples:
+        at = ", ".join(str(int(e)) for e in target_ends(len(tokens), max(lengths), count))
+        parts.append(f"plain: every prediction of {count} windows ending at held-out tokens {at} (the same last tokens "
+                     "at every length; a longer window also scores the text before them)" if score_last is None else
+                     f"plain: the same {count} x {score_last} target tokens at every length (the {score_last} "
+                     f"held-out tokens up to each of positions {at}), after L - {score_last} tokens of context or more")
+    if "repeated" in samples:
+        parts.append("repeated: a text of L/2 tokens twice per length (not paired across lengths)")
+    what = "; ".join(parts)
+    return f"Scored: {what}."
 
 
 @torch.no_grad()
@@ -237,7 +307,9 @@ def evaluate_lengths(
         raise ValueError(f"score_last={score_last} is not allowed: between 1 and the shortest length {min(lengths)}")
     configs = method_configs(model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn)
     state, trained = model.state_dict(), module_training_state(model)
-    batches = {(kind, n): sample_windows(tokens, n, n_windows, kind) for kind in samples for n in lengths}
+    paired = paired_windows(tokens, lengths, n_windows) if "plain" in samples else {}
+    batches = {(kind, n): paired[n] if kind == "plain" else sample_windows(tokens, n, n_windows, kind)
+               for kind in samples for n in lengths}
     cells = [(kind, method, n) for kind in samples for method, n in configs]
     results = []
     lines = progress and not sys.stderr.isatty()  # a log file gets one plain line per cell, not bar redraws

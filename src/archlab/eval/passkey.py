@@ -13,11 +13,12 @@ import sys
 from dataclasses import dataclass
 
 from archlab.checkpoint import build_model, module_training_state
-from archlab.data.passkey import KEY_DIGITS, passkey_prompt, random_key
+from archlab.data.passkey import KEY_DIGITS, min_length, passkey_prompt, random_key
 from archlab.eval.length import method_configs
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.stream import TokenizerLike
+from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,30 @@ class PasskeyResult:
     length: int
     depth: float
     accuracy: float  # share of trials whose continuation is the key
+
+
+DEFAULT_LENGTHS = (256, 512, 1024, 2048)  # without --lengths, those of these the scaling covers (characters)
+
+
+def default_passkey_lengths(config: ModelConfig, method: str, window: int | None = None,
+                            allow_extrapolation: bool = False) -> list[int]:
+    """The prompt lengths evaluated when none are given: DEFAULT_LENGTHS that `method` covers for `config`
+    (without `allow_extrapolation` plain RoPE stops at max_seq_len), else max_seq_len itself; a model whose
+    context holds no passkey prompt is refused in one line."""
+    method_configs(config, [method], [config.max_seq_len], window, allow_extrapolation)  # the user's settings
+
+    def covered(length: int) -> bool:
+        try:
+            method_configs(config, [method], [length], window, allow_extrapolation)
+        except ValueError:
+            return False
+        return True
+
+    fitting = [n for n in DEFAULT_LENGTHS if covered(n)] or [config.max_seq_len]
+    if max(fitting) < min_length():
+        raise ValueError(f"this model's context of {config.max_seq_len} tokens holds no passkey prompt (at least "
+                         f"{min_length()} characters): pass --lengths with --allow-extrapolation")
+    return [n for n in fitting if n >= min_length()]
 
 
 def passkey_accuracy(

@@ -11,8 +11,13 @@
   so asking for compilation is never slower than eager decoding (a 2-core Zen 2 measured compiled decoding
   slower, docs/inference.md); the choice is logged and kept in `Decoder.mode`. `compile_decode="always"`
   compiles without measuring (tests, benchmarks of the compiled step itself).
-`archlab generate` keeps one decoder for all its prompts; `generate()` (infer/generate.py), the trainer's samples
-and the lab's decode timing open one per call. Nothing here or in infer/speed.py is process-global.
+The choice is measured once per model, device, dtype, batch size and weights, and reused: it is kept per model
+(`_MEASURED`, weakly keyed, so it goes with the model) and every later decoder of the same model reads it, so
+`generate(..., compile_decode=True)` in a notebook, an eval or a chat loop pays the measurement on its first call
+only (the compiled step itself comes from torch's compile cache, which keys on the forward's code). New weights
+tensors, an in-place change of any weight (a training step), another dtype or device, or another batch size
+measure again. `archlab generate` keeps one decoder for all its prompts; `generate()` (infer/generate.py), the
+trainer's samples and the lab's decode timing open one per call.
 
 The decode loop: prefill (eager: every prompt length would be a new graph), then one-token steps through the
 chosen step with a `KVCache`; prompts of different lengths run as one left-padded batch (the cache masks the
@@ -27,7 +32,8 @@ import logging
 import numbers
 import statistics
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import torch
@@ -55,6 +61,9 @@ PROBE_STEPS = 6  # timed decode steps per side and round of the compiled-vs-eage
 PROBE_ROUNDS = 4  # rounds, alternating which side runs first
 PROBE_PROMPT = 16  # prompt tokens of the measurement's scratch batch (the first prompt, cut)
 OnStep = Callable[[list[int | None]], list[bool]]
+# model -> {what a choice was measured on: the mode chosen}; weak keys, and values that do not refer to the model
+_MEASURED: weakref.WeakKeyDictionary[nn.Module, dict[tuple, str]] = weakref.WeakKeyDictionary()
+StopIds = int | Collection[int] | None  # the id(s) that end a row (EOS, end-of-turn tokens), not returned
 
 
 @dataclass
@@ -138,6 +147,7 @@ class Decoder:
         self.was_training = model.training
         model.eval()
         self.originals = {w: w.data for w in row_major_cpu_linears(model)}  # the caller's tensors, put back on close
+        self.weights = self._weights_key()
         self.columns: dict[nn.Parameter, torch.Tensor] = {}  # their column-major copies, made on first use
         self.mode: str | None = None if compile_decode else "eager"  # eager | compiled | compiled reductions
         self._steps: dict[str, Callable[..., torch.Tensor]] = {"eager": model}
@@ -164,11 +174,19 @@ class Decoder:
     def _layout(self, columns: bool) -> None:
         """Weights column-major (what MKL's GEMVs and eager steps want) or the caller's row-major tensors (what
         the compiled reductions read)."""
-        if columns and not self.columns:
-            self.columns = {w: data.t().contiguous().t() for w, data in self.originals.items()}
-        with torch.inference_mode(False), torch.no_grad():  # real tensors, even inside a caller's inference_mode
+        # real tensors, even inside inference_mode (the measurement's): a compiled step guards on the weights'
+        # dispatch keys, and copies made as inference tensors on one call recompiled it on the next (3.4 s)
+        with torch.inference_mode(False), torch.no_grad():
+            if columns and not self.columns:
+                self.columns = {w: data.t().contiguous().t() for w, data in self.originals.items()}
             for w, data in (self.columns if columns else self.originals).items():
                 w.data = data
+
+    def _weights_key(self) -> tuple:
+        """What the measured choice depends on besides the batch: each parameter's identity, the caller's tensor
+        (its storage, dtype, device) and its in-place version (a training step bumps it)."""
+        return tuple((id(p), p._version, t.data_ptr(), t.dtype, t.device.type)
+                     for p in self.model.parameters() for t in [self.originals.get(p, p.data)])
 
     def _step(self, mode: str) -> Callable[..., torch.Tensor]:
         if mode not in self._steps:
@@ -176,8 +194,9 @@ class Decoder:
         return self._steps[mode]
 
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig = SamplingConfig(),
-                 eos_id: int | None = None, on_step: OnStep | None = None, heal: Healing | None = None) -> Generation:
-        """Up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch. `on_step(tokens)`
+                 eos_id: StopIds = None, on_step: OnStep | None = None, heal: Healing | None = None) -> Generation:
+        """Up to `sampling.max_new_tokens` tokens after each prompt (token ids), as one batch; a row ends before
+        the first of `eos_id` (one id or several: a tokenizer's `stop_ids`) it samples. `on_step(tokens)`
         sees each step's new token per row (None for rows already finished) and returns, per row, whether it
         must stop (e.g. a stop string appeared). `heal` constrains the first steps (token healing,
         infer/generate.py backs the prompts off and builds it)."""
@@ -185,12 +204,22 @@ class Decoder:
             raise ValueError("this Decoder is closed: open a new one")
         check_prompts(self.model.config, prompts, sampling)
         if self.mode is None:
-            self.mode = self._choose(prompts)
+            known = _MEASURED.setdefault(self.model, {})
+            key = (self.compile_decode, len(prompts), self.weights)
+            if key not in known:
+                for stale in [k for k in known if k[2] != self.weights]:  # choices for weights no longer there
+                    del known[stale]
+                known[key] = self._choose(prompts)
+            else:
+                logger.info("decode: %s (measured for this model's weights at batch %d earlier)", known[key],
+                            len(prompts))
+            self.mode = known[key]
         self._layout(columns=self.mode != "compiled reductions")
         if self.mode != "compiled reductions" and not self.restore:
             self.originals.clear()  # the caller gave the weights up: free the row-major copies
+        stops = frozenset() if eos_id is None else frozenset([eos_id] if isinstance(eos_id, int) else eos_id)
         with recompile_limit():
-            return self._generate(prompts, sampling, eos_id, on_step, heal)
+            return self._generate(prompts, sampling, stops, on_step, heal)
 
     def _choose(self, prompts: list[list[int]]) -> str:
         """The compiled step's kind (reductions where `reduction_gemvs_win` measures them faster), and with
@@ -233,7 +262,7 @@ class Decoder:
         return (time.perf_counter() - start) / n
 
     @torch.inference_mode()
-    def _generate(self, prompts: list[list[int]], sampling: SamplingConfig, eos_id: int | None,
+    def _generate(self, prompts: list[list[int]], sampling: SamplingConfig, stops: frozenset[int],
                   on_step: OnStep | None, heal: Healing | None = None) -> Generation:
         """Prefill, then the decode loop, timed apart (inputs already checked)."""
         n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
@@ -247,7 +276,7 @@ class Decoder:
         logits = self.model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
         _sync(device)
         prefill = time.perf_counter() - start
-        out, ends, steps = _decode(self._step(self.mode), cache, logits, sampling, generator, eos_id, on_step, heal)
+        out, ends, steps = _decode(self._step(self.mode), cache, logits, sampling, generator, stops, on_step, heal)
         _sync(device)
         decode = time.perf_counter() - start - prefill
         tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
@@ -256,14 +285,14 @@ class Decoder:
 
 def _decode(
     model: Callable[..., torch.Tensor], cache: KVCache, logits: torch.Tensor, sampling: SamplingConfig,
-    generator: torch.Generator | None, eos_id: int | None, on_step: OnStep | None, heal: Healing | None = None,
+    generator: torch.Generator | None, stops: frozenset[int], on_step: OnStep | None, heal: Healing | None = None,
 ) -> tuple[torch.Tensor, list[int], int]:
     """The decode loop: sample (the first steps constrained while healing), record, feed back. Returns tokens
     (B, N), each row's length, steps taken."""
     n_new, batch = sampling.max_new_tokens, logits.shape[0]
     out = torch.empty(batch, n_new, dtype=torch.long, device=logits.device)
     ends = [n_new] * batch  # a row's tokens end before its EOS / after the token that completed a stop string
-    watch = eos_id is not None or on_step is not None  # otherwise no per-step host sync at all
+    watch = bool(stops) or on_step is not None  # otherwise no per-step host sync at all
     for step in range(n_new):
         healing = heal is not None and heal.active
         token = sample_next(heal.constrain(logits) if healing else logits, sampling, generator)  # (B,)
@@ -271,7 +300,7 @@ def _decode(
             heal.advance(token.tolist())
         out[:, step] = token
         if watch:
-            _update_ends(token.tolist(), step, ends, eos_id, on_step)
+            _update_ends(token.tolist(), step, ends, stops, on_step)
             if all(end <= step + 1 for end in ends):
                 return out, ends, step + 1
         if step + 1 < n_new:
@@ -279,11 +308,12 @@ def _decode(
     return out, ends, n_new
 
 
-def _update_ends(tokens: list[int], step: int, ends: list[int], eos_id: int | None, on_step: OnStep | None) -> None:
-    """Close rows that produced EOS at `step`, then those the callback stops (O(B) Python per step)."""
+def _update_ends(tokens: list[int], step: int, ends: list[int], stops: frozenset[int],
+                 on_step: OnStep | None) -> None:
+    """Close rows that produced a stop id at `step`, then those the callback stops (O(B) Python per step)."""
     active = [end > step for end in ends]
     for row, tok in enumerate(tokens):
-        if active[row] and tok == eos_id:
+        if active[row] and tok in stops:
             ends[row], active[row] = step, False
     if on_step is not None:
         stops = on_step([tok if live else None for tok, live in zip(tokens, active)])

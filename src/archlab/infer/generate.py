@@ -6,7 +6,9 @@
   exactly as it would alone.
 - Sampling: greedy (temperature 0), temperature, top-k, top-p (nucleus, Holtzman et al., arXiv 1904.09751),
   with a seeded `torch.Generator` of its own, so the same seed gives the same text.
-- Stops: EOS id, stop strings (matched on the decoded text, in O(1) Python work per token), max new tokens.
+- Stops: the tokenizer's stop ids (EOS and end-of-turn tokens, one policy for a Hugging Face folder and its
+  converted checkpoint: data/tokenizer.py), stop strings (matched on the decoded text, in O(1) Python work per
+  token), max new tokens; special tokens are left out of the text unless asked for.
 - Streaming: `generate_text` hands each piece of confirmed text to a callback as soon as it is known; it
   never emits half a UTF-8 character or text that may still turn out to start a stop string.
 - Token healing (`token_healing=N`): the prompt is backed off by up to N tokens and the first new tokens re-spell
@@ -33,6 +35,7 @@ from archlab.infer.engine import (
     Decoder,
     Generation,
     OnStep,
+    StopIds,
     check_context,
     context_limit,
     left_pad,
@@ -60,7 +63,7 @@ def generate(
     model: TransformerLM,
     prompts: list[list[int]],
     sampling: SamplingConfig = SamplingConfig(),
-    eos_id: int | None = None,
+    eos_id: StopIds = None,
     on_step: OnStep | None = None,
     compile_decode: bool | str = False,
     token_healing: int = 0,
@@ -81,7 +84,7 @@ def generate(
 
 
 def _healed_generate(
-    decoder: Decoder, prompts: list[list[int]], sampling: SamplingConfig, eos_id: int | None,
+    decoder: Decoder, prompts: list[list[int]], sampling: SamplingConfig, eos_id: StopIds,
     on_step: OnStep | None, token_healing: int, token_bytes: Sequence[bytes | None] | None,
 ) -> Generation:
     """`decoder.generate` on the backed-off prompts, with the healing constraint on the first steps."""
@@ -122,12 +125,15 @@ def text_generation(
     sampling: SamplingConfig = SamplingConfig(),
     on_text: Callable[[int, str], None] | None = None,
     token_healing: int = 0,
+    special_tokens: bool = False,
 ) -> Generation:
     """`decoder.generate` on text: encode, decode incrementally, apply stop strings, stream `on_text(row, piece)`.
 
-    Rows stop at the tokenizer's EOS id (if it has one), at a stop string, or after max_new_tokens. With
-    `token_healing=N` the texts are still what follows each prompt (the re-spelled bytes are not repeated), so
-    prompt + text starts with the prompt byte for byte.
+    Rows stop at the tokenizer's stop ids (`stop_ids`: its EOS and end-of-turn tokens, data/tokenizer.py; else its
+    `eos_id`), at a stop string, or after max_new_tokens. The text leaves the tokenizer's special tokens out
+    (`special_ids`) unless `special_tokens`; `tokens` keeps every id. With `token_healing=N` the texts are still
+    what follows each prompt (the re-spelled bytes are not repeated), so prompt + text starts with the prompt
+    byte for byte.
     """
     ids = [tokenizer.encode(p) for p in prompts]
     skips = [0] * len(prompts)
@@ -137,7 +143,9 @@ def text_generation(
             raise ValueError("token_healing needs a tokenizer with token_bytes() (archlab.data.tokenizer.Tokenizer)")
         token_bytes = tokenizer.token_bytes()
         skips = [len(back_off(p, token_healing, token_bytes)[1].decode("utf-8")) for p in ids]
-    streams = [TextStream(tokenizer.decode, sampling.stop, skip) for skip in skips]
+    hidden = frozenset() if special_tokens else getattr(tokenizer, "special_ids", frozenset())
+    decode = (lambda t: tokenizer.decode([i for i in t if i not in hidden])) if hidden else tokenizer.decode
+    streams = [TextStream(decode, sampling.stop, skip) for skip in skips]
 
     def on_step(tokens: list[int | None]) -> list[bool]:
         for row, tok in enumerate(tokens):
@@ -145,7 +153,8 @@ def text_generation(
                 on_text(row, piece)
         return [s.stopped for s in streams]
 
-    result = _healed_generate(decoder, ids, sampling, tokenizer.eos_id, on_step, token_healing, token_bytes)
+    stops = getattr(tokenizer, "stop_ids", None) or tokenizer.eos_id
+    result = _healed_generate(decoder, ids, sampling, stops, on_step, token_healing, token_bytes)
     for row, stream in enumerate(streams):
         if (rest := stream.finish()) and on_text is not None:
             on_text(row, rest)
@@ -161,7 +170,8 @@ def generate_text(
     on_text: Callable[[int, str], None] | None = None,
     compile_decode: bool | str = False,
     token_healing: int = 0,
+    special_tokens: bool = False,
 ) -> Generation:
     """`generate` on text (see `text_generation`), with a decoder of its own."""
     with Decoder(model, compile_decode) as decoder:
-        return text_generation(decoder, tokenizer, prompts, sampling, on_text, token_healing)
+        return text_generation(decoder, tokenizer, prompts, sampling, on_text, token_healing, special_tokens)

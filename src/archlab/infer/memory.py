@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within
+from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within, state_bytes_bound
 from archlab.infer.generate import Generation
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
@@ -53,6 +53,20 @@ def peak_memory(device: torch.device) -> tuple[str, int]:
     return "peak process resident memory (RSS)", rss if sys.platform == "darwin" else rss * 1024
 
 
+def state_description(config: ModelConfig, dtype: torch.dtype, batch: int = 1) -> str:
+    """What a linear kernel's decoding state holds, and whether its size depends on the context (costs.py)."""
+    bound = state_bytes_bound(config, dtype_name(dtype), batch)
+    if config.attn_kernel == "favor":
+        return (f"one size at any context: per layer and K/V head the running sums [S | z] of {config.favor_features} "
+                f"features x (head_dim + 1), {bound:,} bytes")
+    L, C = config.vq_block, config.vq_codes
+    sums = "query" if config.position == "alibi" else "K/V"
+    return (f"bounded, not constant: per layer the exact tail (the last complete block of {L} tokens and the current "
+            f"one, {L} to {2 * L - 1} tokens, each held as its assignment row of {C} codes and its value) and per "
+            f"{sums} head the {C} codes' value sums and counts; it rises and falls with the position in the block, "
+            f"at most {bound:,} bytes at any context")
+
+
 def memory_report(model: TransformerLM, result: Generation, device: torch.device) -> str:
     """KV bytes per token and per context for MHA / GQA / MQA at this width (a linear kernel: its state, and its
     attention FLOPs per token), and the measured peak, as lines."""
@@ -63,9 +77,11 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     windows = sum(w is not None for w in model.layer_windows)
     kept = f"; {windows} sliding-window layers keep {config.sliding_window} slots" if windows else ""
     linear = config.attn_kernel != "softmax"
-    what = f"Decoding state of attn_kernel={config.attn_kernel!r}, one size at any context" if linear else "KV cache"
+    what = f"Decoding state of attn_kernel={config.attn_kernel!r}" if linear else "KV cache"
     lines = [f"{what} ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
              f"{result.context_len} tokens x batch {batch}{kept}); allocated {result.cache_bytes:,} bytes"]
+    if linear:
+        lines.append("  " + state_description(config, dtype, batch))
     if linear:  # what the kernel costs instead of softmax's 4 H Dh T per layer (costs.py, as inspect prints it)
         softmax = 4 * config.n_heads * config.head_dim * result.context_len * config.n_layers
         lines.append(f"  attention FLOPs per token: {flops_per_token(config, result.context_len)['attention']:,} "
@@ -73,8 +89,8 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     for row in kv_bytes_table(config, dtype, result.context_len, batch, budget=param_bytes):
         marker = "  <- this model" if row["this_model"] else ""
         fits = row["tokens_within_budget"]
-        fixed = ("a linear kernel's fixed-size state" if config.attn_kernel != "softmax"
-                 else "every layer keeps only its window")
+        fixed = ({"favor": "a fixed-size state", "vq": "a bounded state"}.get(config.attn_kernel)
+                 or "every layer keeps only its window")
         outweighs = f"past {fits:,} tokens" if fits is not None else f"at no length ({fixed})"
         lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
                      f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "

@@ -80,8 +80,9 @@ def save_hf(model: TransformerLM, path: str | Path, tokenizer: Tokenizer | None 
     hf_config, _ = config_to_hf(model.config, chosen)
     tensors = export_state(model, chosen)  # before writing anything: a refused tensor leaves no folder
     hf_config["dtype"] = DTYPE_NAMES.get(model.embed_tokens.weight.dtype, "float32")
-    if tokenizer is not None and tokenizer.eos_id is not None:
-        hf_config["eos_token_id"] = tokenizer.eos_id
+    if tokenizer is not None and tokenizer.eos_id is not None:  # the EOS first, then the other ids that stop
+        hf_config["eos_token_id"] = [tokenizer.eos_id, *sorted(tokenizer.stop_ids - {tokenizer.eos_id})] if len(
+            tokenizer.stop_ids) > 1 else tokenizer.eos_id
     path = Path(path)
     write_folder(path, hf_config, tensors)
     if tokenizer is not None:
@@ -101,14 +102,17 @@ def hf_state_dict(model: TransformerLM, model_type: str = "llama") -> dict[str, 
 
 
 def load_hf_tokenizer(path: str | Path) -> Tokenizer:
-    """The folder's tokenizer.json; EOS from tokenizer_config.json, else generation_config.json / config.json."""
+    """The folder's tokenizer.json; EOS from tokenizer_config.json, else generation_config.json / config.json; every
+    `eos_token_id` those two name (an int or a list, as Llama 3's three) also stops generation (`stop_ids`)."""
     tokenizer = Tokenizer.load(path)
-    if tokenizer.eos_id is None:
-        for name in ("generation_config.json", "config.json"):
-            file = Path(path) / name
-            eos = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id") if file.is_file() else None
-            eos = eos[0] if isinstance(eos, list) and eos else eos
-            if isinstance(eos, int) and 0 <= eos < tokenizer.vocab_size:
-                tokenizer.eos_id = eos
-                break
+    named: list[int] = []
+    for name in ("generation_config.json", "config.json"):
+        file = Path(path) / name
+        eos = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id") if file.is_file() else None
+        ids = [i for i in (eos if isinstance(eos, list) else [eos])
+               if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < tokenizer.vocab_size]
+        named += ids
+        if tokenizer.eos_id is None and ids:
+            tokenizer.eos_id = ids[0]
+    tokenizer.extra_stop_ids = frozenset(named)
     return tokenizer

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
 from archlab.nn.presets import PRESETS, SIZES, build_preset
+from archlab.nn.rope_scaling import ROPE_KINDS
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
 from archlab.train.variants import (
@@ -174,7 +175,7 @@ class LoggingConfig:
     eval_batches: int = 10  # validation batches per evaluation (the same batches every time)
     ratio_every: int = 100  # steps between per-layer update/param norm ratios; 0 = never
     samples: int = 1  # generated samples shown at each evaluation; 0 = none
-    sample_tokens: int = 64  # new tokens per sample
+    sample_tokens: int | None = None  # new tokens per sample; None = 64, or fewer where the context ends sooner
     sample_prompt: str | None = None  # prompt of the samples; None = the first 4 characters of the validation text
     temperature: float = 0.8  # sampling temperature of the samples; 0 = greedy
     tensorboard: bool = True  # also write TensorBoard event files under RUN_DIR/tb
@@ -184,8 +185,10 @@ class LoggingConfig:
         check_finite(self, "logging.")
         for name in ("log_every",):
             _check(getattr(self, name) >= 1, f"logging.{name}", getattr(self, name), "an integer >= 1")
-        for name in ("eval_every", "eval_batches", "ratio_every", "samples", "sample_tokens"):
+        for name in ("eval_every", "eval_batches", "ratio_every", "samples"):
             _check(getattr(self, name) >= 0, f"logging.{name}", getattr(self, name), "an integer >= 0")
+        _check(self.sample_tokens is None or self.sample_tokens >= 1, "logging.sample_tokens", self.sample_tokens,
+               "None (64, fitted to the context) or an integer >= 1")
         _check(self.temperature >= 0, "logging.temperature", self.temperature, "a value >= 0 (0 = greedy)")
         _check(self.sample_prompt is None or bool(self.sample_prompt) or not self.samples, "logging.sample_prompt",
                self.sample_prompt, "a non-empty prompt (or None) when logging.samples > 0")
@@ -325,4 +328,18 @@ def resolve_config(
     if train.data.block_size > model.max_seq_len:
         raise ValueError(f"data.block_size={train.data.block_size} is not allowed: at most model.max_seq_len="
                          f"{model.max_seq_len} (raise --model.max_seq_len)")
+    limit = context_tokens(model)
+    n = train.logging.sample_tokens
+    if train.logging.samples and n is not None and limit is not None and n >= limit:  # no room for a prompt
+        raise ValueError(f"logging.sample_tokens={n} is not allowed: below the model's {limit}-token context (the "
+                         "sample prompt needs a token of it); leave it unset to fit the default")
     return train, model
+
+
+def context_tokens(model: ModelConfig) -> int | None:
+    """Tokens the model handles (infer/engine.py's context_limit, without torch): max_seq_len, or its RoPE scaling
+    kind's limit (None: ReRoPE has none)."""
+    s = model.rope_scaling
+    if model.position != "rope" or s is None:
+        return model.max_seq_len
+    return ROPE_KINDS[s.kind].context_limit(s, model.max_seq_len)

@@ -62,11 +62,8 @@ def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool,
     """Refuse bf16 where it would be emulated (unless allowed). Where a CPU has the units, recommend bf16 to an
     fp32 run whose step (`step_flops` of matmul work, when known) is large enough to gain from it, and warn a
     bf16 run whose step is too small to."""
+    refuse_emulated_bf16(dtype, device, allow_slow_bf16)
     units = bf16_units(device)
-    if dtype == "bf16" and units is None and not allow_slow_bf16:
-        raise ValueError(f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
-                         f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than fp32; "
-                         "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway")
     if units is None or device.type != "cpu":
         return
     small = step_flops is not None and step_flops < BF16_STEP_FLOPS
@@ -76,6 +73,15 @@ def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool,
         logger.warning("bf16 on this CPU (%s) is likely slower than fp32 for a step of %.1f GFLOP: the casts "
                        "around each op cost more than the faster matmuls save below ~%.0f GFLOP per step",
                        units, step_flops / 1e9, BF16_STEP_FLOPS / 1e9)
+
+
+def refuse_emulated_bf16(dtype: str, device: torch.device, allow_slow_bf16: bool) -> None:
+    """The refusal half of `check_precision`, which logs nothing: a run checks it with its other inputs, before its
+    data is prepared, and takes the advice once every input passed."""
+    if dtype == "bf16" and bf16_units(device) is None and not allow_slow_bf16:
+        raise ValueError(f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
+                         f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than fp32; "
+                         "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway")
 
 
 def physical_cores() -> int:

@@ -56,6 +56,17 @@ def _command() -> str:
     return line if len(line) <= 120 else line[:117] + "..."
 
 
+def check_folder(folder: Path, flag: str = "--out") -> None:
+    """Refuse, in one line, a folder path that names a file, or lies under one (mkdir would raise
+    FileExistsError / NotADirectoryError with a traceback); a missing folder is fine (it will be created)."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            if not path.is_dir():
+                under = "" if path == folder else f" (it lies under {path})"
+                raise ValueError(f"{flag} {folder} is not a folder: {path} is a file{under}; give a folder path")
+            return
+
+
 class RunLock:
     """The lock of one run folder; `acquire()` takes it or raises `RunLocked`, `release()` gives it back."""
 
@@ -73,6 +84,7 @@ class RunLock:
         """Create the folder if needed and lock it; refuse (one line) while another live process holds it."""
         if self._fd is not None:
             return self
+        check_folder(self.path.parent)
         self.created_folder = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:

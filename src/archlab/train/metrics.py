@@ -29,20 +29,46 @@ Row = dict[str, float | int | str | bool | None]
 
 
 def read_metrics(run_dir: str | Path, kind: str | None = None) -> list[Row]:
-    """The rows of a run's metrics.jsonl, optionally only those of one kind."""
+    """The rows of a run's metrics.jsonl, optionally only those of one kind (`parse_metrics` checks them)."""
     path = Path(run_dir) / METRICS
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (is {run_dir} a training run folder?)")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [r for r in rows if kind is None or r.get("kind") == kind]
+    return [r for r in parse_metrics(path) if kind is None or r.get("kind") == kind]
+
+
+def parse_metrics(path: Path) -> list[Row]:
+    """Every row of metrics file `path`; one line naming the file, the line and what is wrong otherwise. A last
+    line without its newline that does not parse is a row a writer was cut off in (a crash, or a run still
+    writing while this reads): it is left out, since no checkpoint can hold its step."""
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            if number == len(lines):  # the unterminated last line: a torn write
+                break
+            if isinstance(err, UnicodeDecodeError):
+                what = f"not UTF-8 text (byte 0x{line[err.start]:02x} at column {err.start + 1})"
+            else:
+                what = f"not a JSON row ({err.msg} at column {err.colno})"
+            raise ValueError(f"{path} is corrupt: line {number} is {what}; restore the file or move it "
+                             "away") from None
+        if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+            raise ValueError(f"{path} is corrupt: line {number} is not a metrics row (an object with an integer "
+                             "'step'); restore the file or move it away")
+        rows.append(row)
+    return rows
 
 
 def _truncate(path: Path, last_step: int) -> None:
     """Keep only rows up to `last_step` (a crashed run may have logged steps its checkpoint lacks)."""
     if not path.is_file():
         return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["step"] <= last_step]
+    keep = [json.dumps(row) for row in parse_metrics(path) if row["step"] <= last_step]
     path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
 

@@ -42,8 +42,7 @@ from archlab.checkpoint import (
     tied_aliases,
 )
 from archlab.costs import flops_per_token
-from archlab.data.tokens import TokenData, prepare_data
-from archlab.infer.generate import check_context, generate_text
+from archlab.infer.generate import generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn import fused
 from archlab.nn.config import ModelConfig
@@ -54,9 +53,10 @@ from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.memory import check_memory
-from archlab.train.metrics import EmbeddingWatch, MetricsLogger, grouped_norms
+from archlab.train.metrics import METRICS, EmbeddingWatch, MetricsLogger, grouped_norms, parse_metrics
 from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
+from archlab.train.run_data import RunData, open_run_data
 from archlab.train.schedule import build_schedule
 from archlab.train.trainable import (
     adapter_state,
@@ -69,7 +69,6 @@ from archlab.train.trainable import (
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_PROMPT_CHARS = 4  # default sample prompt: this many characters of the validation text
 PROGRESS_LINES = 20  # without a terminal, progress is about this many lines per run, not a redrawn bar
 
 
@@ -100,12 +99,6 @@ class TrainResult:
     tokens_per_s: float
 
 
-def _data_dir(train: TrainConfig, run_dir: Path) -> Path:
-    if (Path(train.data.source) / "meta.json").is_file():  # already prepared: use it as it is
-        return Path(train.data.source)
-    return Path(train.data.dir) if train.data.dir else run_dir / "data"
-
-
 def check_setup(train: TrainConfig, world_size: int, resume: bool) -> Path | None:
     """Refuse a resume without checkpoints, a restart over checkpoints, steps past the schedule's end and a batch that
     does not split (one line each, before anything is logged or allocated); the checkpoint a resume starts from."""
@@ -132,22 +125,29 @@ class Trainer:
     """Builds everything a run needs from its two configs; `fit()` trains up to `train.steps`."""
 
     def __init__(self, train: TrainConfig, model_config: ModelConfig, ctx: dist_utils.DistContext,
-                 resume: bool = False, init_from: TransformerLM | None = None, lock: RunLock | None = None) -> None:
+                 resume: bool = False, init_from: TransformerLM | None = None, lock: RunLock | None = None,
+                 run_data: RunData | None = None, checkpoint: Checkpoint | None = None) -> None:
+        """`run_data` and `checkpoint` (the one a resume starts from), when `train()` opened them already; else
+        they are opened here."""
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
         # one writer per folder: refused here, before anything is written, while another process holds it
         self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
         try:
-            self._setup(resume, init_from)
+            self._setup(resume, init_from, run_data, checkpoint)
         except BaseException:  # a failed start leaves no run folder behind (one that held anything stays)
             if self.lock is not None:
                 self.lock.discard()
             raise
 
-    def _setup(self, resume: bool, init_from: TransformerLM | None) -> None:
+    def _setup(self, resume: bool, init_from: TransformerLM | None, run_data: RunData | None,
+               checkpoint: Checkpoint | None) -> None:
         train, ctx = self.cfg, self.ctx
         resume_from = check_setup(train, ctx.world_size, resume)
-        self._prepare_data(resume)
+        run_data = run_data or open_run_data(train, self.model_config, ctx, resume)
+        self.data, self.tokenizer = run_data.tokens, run_data.tokenizer
+        self.tokenizer_file = run_data.folder / "tokenizer.json"
+        self.sample_prompt, self.sample_tokens = run_data.sample_prompt, run_data.sample_tokens
         self.raw = self._build_model(init_from, fresh=resume_from is None)
         self.base_sha256 = base_digest(self.raw) if train.lora_rank else None  # the frozen base LoRA trains on
         if resume_from is not None and train.lora_rank:
@@ -174,7 +174,7 @@ class Trainer:
         self.stats, self.step = TrainStats(), 0
         self.micro_batch = train.data.batch_size // (ctx.world_size * o.grad_accum)
         if resume_from is not None:
-            self._restore(load_checkpoint(resume_from))
+            self._restore(checkpoint if checkpoint is not None else load_checkpoint(resume_from))
         self.metrics = MetricsLogger(self.run_dir, self.step, train.logging.tensorboard, ctx.is_main)
         if resume_from is not None:  # `archlab plot run` marks where the run was resumed
             self.metrics.log(self.step, "resume", {"checkpoint": resume_from.name, "steps": train.steps,
@@ -218,30 +218,6 @@ class Trainer:
                              f"run {self.run_dir} was trained on {old[:16]}... (checkpoint {resume_from.name}): its "
                              f"adapters fit that base only; restore {base} as it was, or start a new run with "
                              f"--init-from {resume_from}")
-
-    def _prepare_data(self, resume: bool) -> None:
-        d = self.cfg.data
-        folder = _data_dir(self.cfg, self.run_dir)
-        if self.ctx.is_main and folder != Path(d.source):  # a resumed run's data is reused, never replaced
-            prepare_data(d.source, folder, d.tokenizer, d.vocab_size, d.val_fraction, min_tokens=d.block_size + 1,
-                         reuse_only=resume, bpe_dropout=d.bpe_dropout)
-        dist_utils.barrier(self.ctx)  # the other ranks read what rank 0 wrote
-        self.data = TokenData(folder, self.ctx.rank, self.ctx.world_size)
-        self.tokenizer_file = folder / "tokenizer.json"
-        self.tokenizer = self.data.tokenizer()
-        if self.data.vocab_size > self.model_config.vocab_size:
-            raise ValueError(f"model.vocab_size={self.model_config.vocab_size} is not allowed: the tokenizer of "
-                             f"{folder} has {self.data.vocab_size} ids")
-        lg = self.cfg.logging
-        self.sample_prompt = lg.sample_prompt if lg.sample_prompt is not None else self._corpus_prompt()
-        if lg.samples:  # fail now rather than at the first evaluation
-            check_context(self.model_config, len(self.tokenizer.encode(self.sample_prompt)), lg.sample_tokens, False)
-
-    def _corpus_prompt(self) -> str:
-        """The first characters of the validation text: a prompt in the corpus's own language."""
-        head = self.data.splits["val"][:SAMPLE_PROMPT_CHARS * 8].tolist()
-        text = self.tokenizer.decode(head).replace("\ufffd", "")  # a byte cut mid-character decodes to U+FFFD
-        return text[:SAMPLE_PROMPT_CHARS] or " "
 
     def _restore(self, ckpt: Checkpoint) -> None:
         state = ckpt.state
@@ -373,7 +349,7 @@ class Trainer:
         training RNG streams alone, so samples never change the run itself.
         """
         lg = self.cfg.logging
-        sampling = SamplingConfig(max_new_tokens=lg.sample_tokens, temperature=lg.temperature, seed=self.cfg.seed)
+        sampling = SamplingConfig(max_new_tokens=self.sample_tokens, temperature=lg.temperature, seed=self.cfg.seed)
         return generate_text(self.raw, self.tokenizer, [self.sample_prompt] * lg.samples, sampling).texts
 
     # -------------------------------------------------------------------------------------- checkpoints
@@ -503,8 +479,10 @@ class Trainer:
 
 def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = False,
           init_from: TransformerLM | None = None) -> TrainResult:
-    """Join the process group (if any), check the precision, pick CPU threads, train (from `init_from`'s
-    weights if given), and leave it again."""
+    """Join the process group (if any), check every input, pick CPU threads, train (from `init_from`'s weights if
+    given), and leave it again. Inputs are checked before the first line is logged: the run folder and its
+    checkpoints, an emulated bf16, a resumed run's checkpoint, metrics file and weights' shapes, the data (prepared
+    here), then the precision's advice and the memory estimate."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     threads = torch.get_num_threads()
     lock = RunLock(train_config.out) if ctx.is_main else None
@@ -514,7 +492,10 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
         p, d = train_config.precision, train_config.data
         step_flops = flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
         try:
-            check_setup(train_config, ctx.world_size, resume)  # the cheap refusals first: before any line is logged
+            latest = check_setup(train_config, ctx.world_size, resume)  # the cheap refusals first
+            hardware.refuse_emulated_bf16(p.dtype, ctx.device, p.allow_slow_bf16)
+            checkpoint = check_resumed_run(train_config, model_config, latest) if latest is not None else None
+            run_data = open_run_data(train_config, model_config, ctx, resume)  # the data: prepared, then checked
             hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
             check_memory(train_config, model_config, ctx)  # before any model or batch is allocated
         except BaseException:
@@ -526,9 +507,23 @@ def train(train_config: TrainConfig, model_config: ModelConfig, resume: bool = F
             torch.set_num_threads(n)
             if ctx.is_main:
                 logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        return Trainer(train_config, model_config, ctx, resume, init_from, lock).fit()
+        return Trainer(train_config, model_config, ctx, resume, init_from, lock, run_data, checkpoint).fit()
     finally:
         if lock is not None:
             lock.release()
         torch.set_num_threads(threads)
         dist_utils.teardown(ctx)
+
+
+def check_resumed_run(train: TrainConfig, model: ModelConfig, latest: Path) -> Checkpoint:
+    """The checkpoint a resume starts from, read and checked (every file hashed, weights-only tensors, weights that
+    fit the config) together with the run's metrics.jsonl: a damaged file is named in one line before the run
+    logs anything."""
+    checkpoint = load_checkpoint(latest)
+    if not train.lora_rank:  # a LoRA checkpoint's adapters are checked against the base once it is built
+        with torch.device("meta"):
+            check_weights_fit(TransformerLM(model), checkpoint.model, checkpoint.path)
+    metrics = Path(train.out) / METRICS
+    if metrics.is_file():
+        parse_metrics(metrics)
+    return checkpoint
