@@ -287,6 +287,10 @@ def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Pa
     config = {"train": train.to_dict(), "model": model.to_dict()}
     (run.run_dir / "config.json").write_text(json.dumps(config))
     assert runner.stale_reason(run) is None  # the same config: reused
+    shown = {**config, "train": {**config["train"], "logging": {**config["train"]["logging"], "sample_tokens": 48,
+                                                                 "tensorboard": True}}}
+    (run.run_dir / "config.json").write_text(json.dumps(shown))
+    assert runner.stale_reason(run) is None  # what a run shows people (samples, TensorBoard) does not count
     old = {**config, "model": {**config["model"], "d_ff": config["model"]["d_ff"] + 8}}
     (run.run_dir / "config.json").write_text(json.dumps(old))  # as if a default had changed since it trained
     why = runner.stale_reason(run)

@@ -175,10 +175,16 @@ def run_hash(keys: dict[str, str], budget: Budget, store: Path | None = None, ve
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# what a run shows people, not what it trains or the lab measures: a changed default here never makes a run stale
+REUSE_IGNORES = {"logging": ("samples", "sample_tokens", "sample_prompt", "temperature", "tensorboard", "progress")}
+
+
 def _comparable(train: TrainConfig, model: ModelConfig) -> dict:
-    """A resolved config as reuse compares it: the run folder aside, the data folder by name."""
+    """A resolved config as reuse compares it: the run folder aside, the data folder by name, REUSE_IGNORES out."""
     t = {k: v for k, v in train.to_dict().items() if k != "out"}
     t["data"] = {**t["data"], "source": Path(str(train.data.source)).name}
+    for section, keys in REUSE_IGNORES.items():
+        t[section] = {k: v for k, v in t[section].items() if k not in keys}
     return {"train": t, "model": model.to_dict()}
 
 
