@@ -18,10 +18,11 @@ from pathlib import Path
 from scipy import special
 
 from archlab.lab import stats
+from archlab.lab.arms import PARAM_TOLERANCE
 from archlab.lab.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.measure import MEASURES
 from archlab.lab.record import Record
-from archlab.lab.suite import PARAM_TOLERANCE, Claim
+from archlab.lab.suite import Claim
 from archlab.lab.verdicts import ClaimResult, factorial_anova, suite_spreads
 
 RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (paired), on the pair's own paired "
