@@ -41,6 +41,7 @@ class Effect:
     se: float
     p: float  # two-sided, at the fit's residual df
     main: bool
+    letters: str = ""  # the chain in the design's letters ("AB = DG = EF"; a main effect: "A")
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def fit(table: Table, metric: str) -> Fit | None:
         coef, se = float(result.params[first + i]), float(result.bse[first + i])
         p = float(2 * special.stdtr(df, -abs(coef) / se)) if se > 0 else math.nan
         aliases = " = ".join(_names(suite, w) for w in chain)
-        effects.append(Effect(term, aliases, 2 * coef, 2 * se, p, main))
+        effects.append(Effect(term, aliases, 2 * coef, 2 * se, p, main, " = ".join(w.upper() for w in chain)))
     return Fit(effects, float(np.sqrt(result.scale)), df, d.runs, seeds, d, metric)
 
 
@@ -151,8 +152,11 @@ def plot(fit_: Fit, table: Table, folder: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter([abs(e.estimate) for e in effects], quantiles, c=["C0" if e.main else "C1" for e in effects])
     for e, q in zip(effects, quantiles):
-        ax.annotate(e.term, (abs(e.estimate), q), fontsize=8, xytext=(3, 2), textcoords="offset points")
-    ax.set_xlabel(f"|effect| on {fit_.metric} (blue: main effects, orange: interaction chains)")
+        label = e.term if e.main else e.letters  # a chain is all of its members, not its first
+        ax.annotate(label, (abs(e.estimate), q), fontsize=8, xytext=(3, 2), textcoords="offset points")
+    ax.set_xlabel(f"|effect| on {fit_.metric} (blue: main effects, orange: two-factor interaction chains)")
+    key = ", ".join(f"{chr(65 + j)} = {f}" for j, f in enumerate(table.suite.factors))
+    fig.text(0.01, 0.005, key, fontsize=6)
     ax.set_ylabel("half-normal quantile")
     ax.set_title(f"{table.suite.name}: half-normal plot of the effects")
     paths = [folder / "half_normal.png"]
