@@ -97,7 +97,8 @@ def test_no_import_cycles() -> None:
 # nn/ modules that take plain typed arguments (docs/architecture.md "Layers"); attention, block, model and the
 # per-forward attention inputs take the ModelConfig
 LEAVES = ("norms", "activations", "ffn", "positions", "rope", "rerope", "kv_cache", "functional", "fused_ops",
-          "attention_kernels", "linear_attention", "favor", "vq", "variants", "rope_scaling")
+          "attention_kernels", "linear_attention", "favor", "vq", "variants", "rope_scaling", "registry",
+          "attention_options")
 FAST_PATHS = ("archlab.nn.fused", "archlab.nn.fused_ops")  # installed from outside; the formulas never call them
 PRINTING = ("archlab.commands", "archlab.cli", "archlab.__main__")  # the only modules that write to the terminal
 

@@ -95,12 +95,8 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     attention = 4 * c.n_heads * c.head_dim * keys
     if c.block == "gau":  # Q K^T over s dims, A V over e dims
         attention = 2 * (c.head_dim + c.d_ff) * keys
-    H, K, Dh = c.n_heads, c.n_kv_heads, c.head_dim
-    if c.attn_kernel == "favor":
-        attention = c.n_layers * 4 * (H + K) * c.favor_features * Dh
-    elif c.attn_kernel == "vq":
-        C = c.vq_codes
-        attention = c.n_layers * (H * (4 * C * Dh + 4 * Dh * min(t, 2 * c.vq_block)) + 2 * K * C * Dh)
+    if c.linear_kernel is not None:  # the kernel's own formula (nn/attention_options.py)
+        attention = c.n_layers * c.linear_kernel.attention_flops(c.n_heads, c.n_kv_heads, c.head_dim, t)
     forward = 2 * matmul_params(c) + attention
     return {"matmul": 2 * matmul_params(c), "attention": attention, "forward": forward, "training": 3 * forward}
 
@@ -126,7 +122,7 @@ def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf1
     `context` equals what `KVCache(..., max_len=context)` of the model allocates (`KVCache.nbytes()`)."""
     t = context or c.max_seq_len
     per_slot = _slot_bytes(c, dtype)
-    if c.attn_kernel != "softmax":
+    if c.linear_kernel is not None:
         return {"per_token": 0, "context": state_bytes(c, t, dtype, batch)}
     return {"per_token": c.n_layers * per_slot, "context": batch * kv_cache_slots(c, t) * per_slot}
 
@@ -134,33 +130,27 @@ def kv_cache_bytes(c: ModelConfig, context: int | None = None, dtype: str = "bf1
 def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 1) -> int:
     """Bytes of a linear kernel's decoding state after `context` tokens (module doc); what `KVCache.nbytes()`
     holds then. 0 for softmax attention."""
-    K, Dh = c.n_kv_heads, c.head_dim
-    element = max(DTYPE_BYTES[dtype], 4)  # the kernels run in float32 at least (nn/linear_kernels.py)
-    if c.attn_kernel == "favor":
-        per_layer = K * c.favor_features * (Dh + 1) * element
-    elif c.attn_kernel == "vq":
-        L, C = c.vq_block, c.vq_codes
-        tail = L + context % L if context >= L else context
-        sums = c.n_heads if c.position == "alibi" else K  # ALiBi decays the code sums per query head
-        per_layer = (K * tail * (C + Dh) + sums * C * (Dh + 1)) * element
-    else:
+    kernel = c.linear_kernel
+    if kernel is None:
         return 0
-    return batch * c.n_layers * per_layer
+    element = max(DTYPE_BYTES[dtype], 4)  # the kernels run in float32 at least (nn/linear_kernels.py)
+    alibi = c.position == "alibi"  # VQ decays its code sums per query head then
+    return batch * c.n_layers * kernel.state_bytes(c.n_heads, c.n_kv_heads, c.head_dim, context, element, alibi)
 
 
 def state_bytes_bound(c: ModelConfig, dtype: str = "bf16", batch: int = 1) -> int:
     """The most a linear kernel's decoding state ever holds, at any context: FAVOR+'s is one size; VQ's tail
     runs from L to 2L - 1 tokens as the context grows (module doc), so its largest is at a tail of 2L - 1."""
-    if c.attn_kernel == "vq":
-        return state_bytes(c, 2 * c.vq_block - 1, dtype, batch)
-    return state_bytes(c, c.max_seq_len, dtype, batch)
+    if c.linear_kernel is None:
+        return 0
+    return state_bytes(c, c.linear_kernel.largest_state_context(c.max_seq_len), dtype, batch)
 
 
 def kv_tokens_within(c: ModelConfig, budget: int, dtype: str = "bf16") -> int | None:
     """The longest context whose cache for one sequence fits in `budget` bytes, or None when every context
     does (every layer windowed: the cache stops growing at the window; a linear kernel's fixed state)."""
     per_slot = _slot_bytes(c, dtype)
-    if c.attn_kernel != "softmax":
+    if c.linear_kernel is not None:
         return None
     windowed = [i for i in range(c.n_layers) if c.layer_is_sliding(i)]
     n_full = c.n_layers - len(windowed)

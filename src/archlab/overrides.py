@@ -14,12 +14,14 @@ of rules for all of them:
 - str: the text as given; `none` stays the string "none" unless the field may be None.
 - `X | None`: `none` / `null` (any case) or a YAML null -> None.
 - tuple: `0.9,0.99`, `[0.9, 0.99]`, `(0.9, 0.99)` or a YAML list, each item typed.
-- `D | None` with D a dataclass is a value object (`model.rope_scaling`: a `RopeScaling`): a JSON object or
-  YAML mapping of D's fields, a bare string for D's first field (`yarn` = kind=yarn), an instance of D, or
-  one sub-key at a time (`model.rope_scaling.factor 4`), each starting from D's defaults. Given without D's
-  first field (its kind), the fields stay a dict (`typed_overrides`) that edits the value of the layer below
-  (a preset's, a resumed run's: `layer_over` in nn/config.py), so `--preset hwfa2 --model.rope_scaling.window
-  64` keeps hwfa2's ReRoPE and changes its window.
+- `D | None` with D a dataclass is a value object (`model.rope_scaling`: a `RopeScaling`; `model.favor`: a
+  `Favor`): a JSON object or YAML mapping of D's fields, a bare string for D's first field (`yarn` =
+  kind=yarn), an instance of D, or one sub-key at a time (`model.rope_scaling.factor 4`), each starting from
+  D's defaults. Given without a `kind`, the fields stay a dict (`typed_overrides`) that edits the value of the
+  layer below (a preset's, a resumed run's: `layer_over` in nn/config.py), so `--preset hwfa2
+  --model.rope_scaling.window 64` keeps hwfa2's ReRoPE and changes its window.
+- renamed keys (`RENAMED`): ModelConfig's flat kernel fields of older configs are aliases of their option
+  group's keys (`model.favor_features` = `model.favor.features`; docs/configuration.md).
 - `D` alone is a section (`optimizer`): it takes no value itself, only its fields (`optimizer.lr`).
 
 An unknown key or a value of the wrong type raises `ConfigError` with one line naming the dotted key, the
@@ -42,12 +44,15 @@ from typing import TypeVar
 
 import yaml
 
-from archlab.nn.config import ConfigError
+from archlab.nn.config import LEGACY_KEYS, ConfigError, ModelConfig
 
 Value = str | int | float | bool | None | tuple | list | dict  # what a flag, a YAML file or a saved config holds
 T = TypeVar("T")
 BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 NONE_WORDS = ("none", "null")
+# a dataclass -> {old key: its new dotted key}: old spellings accepted as aliases (ModelConfig's flat kernel fields)
+RENAMED: dict[type, dict[str, str]] = {ModelConfig: {old: f"{g}.{f}" for old, (g, f) in LEGACY_KEYS.items()}}
+REPLACING_FIELD = "kind"  # a value object given with this field starts from its defaults; without, it edits
 
 
 class _NoMatch(Exception):
@@ -213,6 +218,8 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
     """Set `a.b.c` in the nested dict `tree` of dataclass `cls`, typed as the field declares. `tree` may be
     sparse (only the keys set so far); `prefix` is the dotted path of `cls` itself, for messages."""
     head, _, rest = key.partition(".")
+    if head in RENAMED.get(cls, {}) and head not in _hints(cls):  # an old spelling: `favor_features` = `favor.features`
+        return set_dotted(cls, tree, RENAMED[cls][head] + (f".{rest}" if rest else ""), value, prefix)
     where = f"{prefix}{head}"
     if head not in _hints(cls):
         known = ", ".join(f.name for f in dataclasses.fields(cls))
@@ -267,14 +274,14 @@ def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Valu
 
 def build_fields(cls: type, tree: Mapping[str, Value], edits: bool = False) -> dict[str, object]:
     """The keyword arguments of `cls` from a (possibly sparse) tree: nested dicts built into their dataclasses,
-    inner ones first so each __post_init__ checks once. With `edits`, a value object given without its first
-    field stays a dict of the (typed) fields given: an edit of the value below (module doc)."""
+    inner ones first so each __post_init__ checks once. With `edits`, a value object given without its `kind`
+    (REPLACING_FIELD) stays a dict of the (typed) fields given: an edit of the value below (module doc)."""
     kwargs: dict[str, object] = {}
     for name, value in tree.items():
         sub = _dataclass_in(_hints(cls)[name])
         if sub is None or not isinstance(value, dict):
             kwargs[name] = value
-        elif edits and type(None) in _options(_hints(cls)[name]) and dataclasses.fields(sub)[0].name not in value:
+        elif edits and type(None) in _options(_hints(cls)[name]) and REPLACING_FIELD not in value:
             kwargs[name] = dict(value)
         else:
             kwargs[name] = sub(**build_fields(sub, value))

@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 
 from archlab.nn.rerope import relative_positions
-from archlab.nn.rope import ROPE_SCALINGS
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling, inference_kinds
 from archlab.train.metrics import read_metrics
 
 
@@ -78,44 +77,41 @@ def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: 
     return path
 
 
-def rope_scaling_for(kind: str, factor: float, train_len: int, window: int) -> RopeScaling:
-    """A RopeScaling of `kind` at `factor` with the fields its kind requires filled from the plot's settings."""
-    entry = ROPE_KINDS[kind]
-    fields = {"original_max_seq_len": train_len, "window": window, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
-    factor = 1.0 if entry.no_factor is not None else factor
-    return RopeScaling(kind, factor, **{k: v for k, v in fields.items() if k in entry.required})
-
-
 def plot_rope(
     head_dim: int, theta: float, scalings: Sequence[str], factor: float, train_len: int, window: int,
     out: str | Path,
 ) -> Path:
-    """Left: wavelength 2 pi / w_i of each rotation pair under each frequency scaling (the training length as a
-    line). Right: the relative position each method feeds attention against the true distance (RoPE, PI,
-    ReRoPE, Leaky ReRoPE), out to factor * train_len."""
+    """Left: wavelength 2 pi / w_i of each rotation pair under each static frequency scaling (the training length as
+    a line). Right: the relative position each method feeds attention against the true distance (RoPE, PI, and each
+    kind that remaps positions: ReRoPE, Leaky ReRoPE), out to factor * train_len. Each kind's scaling is its
+    `RopeKind.at` the stretched length (Leaky ReRoPE's slope by the "train" rule: the longest distance lands on
+    the longest one trained)."""
+    known = inference_kinds()
     for kind in scalings:
-        if kind not in ROPE_SCALINGS:
-            raise ValueError(f"scaling {kind!r} is not allowed: one of {', '.join(ROPE_SCALINGS)}")
+        if kind not in known:
+            raise ValueError(f"scaling {kind!r} is not allowed: one of {', '.join(known)}")
+    length = factor * train_len
+    at = {kind: ROPE_KINDS[kind].at(length, train_len, window, leaky_k="train") or RopeScaling() for kind in scalings}
     plt = _pyplot()
     fig, (ax_w, ax_p) = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
     pairs = torch.arange(head_dim // 2)
-    static = [k for k in scalings if not (ROPE_KINDS[k].remaps_positions or ROPE_KINDS[k].length_dependent)]
-    for kind in static:
-        scaling = rope_scaling_for(kind, factor, train_len, window)
-        inv_freq, _ = ROPE_SCALINGS[kind](head_dim, theta, scaling)
-        ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
+    for kind in scalings:
+        if not (ROPE_KINDS[kind].remaps_positions or ROPE_KINDS[kind].length_dependent):
+            inv_freq, _ = ROPE_KINDS[kind].frequency_function()(head_dim, theta, at[kind])
+            ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
     ax_w.axhline(train_len, color="gray", linestyle="--", label=f"training length {train_len}")
     ax_w.set(yscale="log", xlabel="rotation pair i", ylabel="wavelength 2 pi / w_i (tokens)",
              title=f"head_dim {head_dim}, theta {theta:g}, factor {factor:g}")
     ax_w.legend(fontsize=8)
-    distance = torch.arange(int(factor * train_len))[None]
+    distance = torch.arange(int(length))[None]
     zero = torch.zeros(1, 1, dtype=torch.long)
     lines = {"RoPE": distance[0].double(), f"PI (/ {factor:g})": distance[0].double() / factor}
-    if "rerope" in scalings:
-        lines[f"ReRoPE (W={window})"] = relative_positions(distance, zero, window, math.inf)[0, :, 0]
-    if "leaky_rerope" in scalings:
-        k = max(1.0, (factor * train_len - 1 - window) / (train_len - 1 - window))
-        lines[f"Leaky ReRoPE (W={window}, k={k:.2g})"] = relative_positions(distance, zero, window, k)[0, :, 0]
+    for kind in scalings:
+        if ROPE_KINDS[kind].remaps_positions:  # beyond W: slope 1/k (k = factor; ReRoPE, which has none: k = inf)
+            s = at[kind]
+            k = math.inf if ROPE_KINDS[kind].no_factor is not None else s.factor
+            label = f"{kind} (W={s.window})" if k == math.inf else f"{kind} (W={s.window}, k={k:.2g})"
+            lines[label] = relative_positions(distance, zero, s.window, k)[0, :, 0]
     for label, fed in lines.items():
         ax_p.plot(distance[0].numpy(), fed.numpy(), label=label)
     ax_p.axhline(train_len, color="gray", linestyle="--", label="training length")

@@ -151,14 +151,14 @@ def _explicit_normed_attention(attn, x, cfg: ModelConfig, inp) -> torch.Tensor:
             for m in range(T):
                 lam = 1.0
                 if cfg.cosine_attention:
-                    lam = 4 * math.log(m + 1 if cfg.cosine_scale == "dynamic" else cfg.max_seq_len / 2)
+                    lam = 4 * math.log(m + 1 if cfg.dynamic_cosine else cfg.max_seq_len / 2)
                 scores = torch.stack([lam * (q[b, m, h] @ k[b, n, h]) for n in range(m + 1)])
                 y[b, m, h] = torch.softmax(scores, 0) @ v[b, : m + 1, h]
     return y.flatten(2) @ attn.o_proj.weight.double().T
 
 
 @pytest.mark.parametrize("fields", [dict(query_norm=True), dict(cosine_attention=True),
-                                    dict(cosine_attention=True, cosine_scale="dynamic")])
+                                    dict(cosine_attention=True, cosine={"scale": "dynamic"})])
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_query_norm_and_cosine_attention_equal_their_formulas(fields, impl):
     cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, max_seq_len=16, attn_impl=impl, **fields)
@@ -168,7 +168,7 @@ def test_query_norm_and_cosine_attention_equal_their_formulas(fields, impl):
     x = torch.randn(2, 7, 32, dtype=torch.float64)
     inp = model.attention_inputs(torch.arange(7)[None].expand(2, 7))[0]
     # eager normalises in float32 (functional.attention_from_scores); sdpa stays float64
-    tol = 1e-5 if impl == "eager" or cfg.cosine_scale == "dynamic" else 1e-10  # log n is float32 too
+    tol = 1e-5 if impl == "eager" or cfg.dynamic_cosine else 1e-10  # log n is float32 too
     torch.testing.assert_close(attn(x, inp), _explicit_normed_attention(attn, x, cfg, inp), rtol=tol, atol=tol)
 
 
@@ -191,11 +191,12 @@ def test_query_norm_normalises_queries_only_and_cosine_both():
     (dict(cosine_attention=True, qk_norm="rmsnorm"), "cosine_attention=True is not allowed"),
     (dict(query_norm=True, key_norm=True), "query_norm=True is not allowed: not with key_norm"),
     (dict(query_norm=True, qk_norm="layernorm"), "query_norm=True is not allowed"),
-    (dict(cosine_scale="dynamic"), "cosine_scale='dynamic' is not allowed: only with cosine_attention=True"),
-    (dict(cosine_attention=True, cosine_scale="per_head"), "cosine_scale='per_head' is not allowed: one of fixed"),
-    (dict(cosine_attention=True, cosine_scale="dynamic", attn_logn=True), "attn_logn=True is not allowed"),
+    (dict(cosine={"scale": "dynamic"}), r"cosine=Cosine\(scale='dynamic'\) is not allowed: only with "
+     "cosine_attention=True"),
+    (dict(cosine_attention=True, cosine={"scale": "per_head"}), "cosine.scale='per_head' is not allowed: one of fixed"),
+    (dict(cosine_attention=True, cosine={"scale": "dynamic"}, attn_logn=True), "attn_logn=True is not allowed"),
     (dict(cosine_attention=True, max_seq_len=2), "needs max_seq_len >= 3"),
-    (dict(cosine_attention=True, cosine_scale="dynamic", attn_scale=3.0), "attn_scale=3.0 is not allowed: None"),
+    (dict(cosine_attention=True, cosine={"scale": "dynamic"}, attn_scale=3.0), "attn_scale=3.0 is not allowed: None"),
 ])
 def test_normed_attention_refuses_conflicts_in_one_line(fields, message):
     with pytest.raises(ValueError, match=message) as err:

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, sdpa
+from archlab.nn.attention_kernels import KernelCall, sdpa
 from archlab.nn.functional import causal_mask
+from archlab.nn.variants import ATTENTION_KERNELS
 
 B, H, DH = 2, 4, 8
 

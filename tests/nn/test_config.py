@@ -8,7 +8,6 @@ import math
 import pytest
 
 from archlab import ConfigError, ModelConfig, build_preset
-from archlab.nn.activations import ACTIVATIONS
 from archlab.nn.config import (
     BLOCKS,
     DEFAULT_ACTIVATION,
@@ -19,10 +18,8 @@ from archlab.nn.config import (
     QK_NORMS,
     RopeScaling,
 )
-from archlab.nn.ffn import FFNS
-from archlab.nn.norms import NORMS
 from archlab.nn.presets import PRESETS, SIZES
-from archlab.nn.variants import POSITIONS, ROPE_LAYOUTS
+from archlab.nn.variants import ACTIVATIONS, FFNS, NORMS, POSITIONS, ROPE_LAYOUTS
 from archlab.train.config import resolve_config
 from tests.conftest import run_without_torch
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from archlab.nn.activations import ACTIVATIONS, get_activation
+from archlab.nn.activations import get_activation
 from archlab.nn.ffn import MLP, GatedMLP
-from archlab.nn.variants import default_d_ff
+from archlab.nn.variants import ACTIVATIONS, default_d_ff
 
 
 def _ffn_params(kind: str, d_model: int, multiple_of: int) -> int:

@@ -137,8 +137,8 @@ def test_install_reaches_every_module_it_speeds_up_and_no_other() -> None:
     a model on a device the kernels were not measured on is left alone."""
     from archlab import TransformerLM, build_preset
     from archlab.nn.attention import Attention
-    from archlab.nn.attention_kernels import ATTENTION_KERNELS
     from archlab.nn.norms import LayerNorm
+    from archlab.nn.variants import ATTENTION_KERNELS
 
     model = installed(TransformerLM(build_preset("llama", "tiny", qk_norm="layernorm")))
     assert type(model) is fused.FusedTransformerLM and isinstance(model, TransformerLM)

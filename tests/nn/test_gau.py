@@ -36,7 +36,7 @@ def reference_gau(gau, x: torch.Tensor, cfg: ModelConfig, inp) -> torch.Tensor:
             keys = range(max(0, m - cfg.sliding_window + 1) if cfg.sliding_window else 0, m + 1)
             logn = math.log(len(keys)) / math.log(cfg.max_seq_len) if cfg.attn_logn else 1.0
             scores = torch.stack([q[b, m] @ k[b, n] / math.sqrt(s) * logn for n in keys])
-            a = torch.relu(scores) ** 2 / len(keys) if cfg.gau_attention == "relu2" else torch.softmax(scores, 0)
+            a = torch.relu(scores) ** 2 / len(keys) if cfg.gau.attention == "relu2" else torch.softmax(scores, 0)
             out[b, m] = u[b, m] * sum(a[i] * v[b, n] for i, n in enumerate(keys))
     y = out @ gau.o_proj.weight.double().T
     return y + (gau.o_proj.bias.double() if gau.o_proj.bias is not None else 0)
@@ -44,7 +44,8 @@ def reference_gau(gau, x: torch.Tensor, cfg: ModelConfig, inp) -> torch.Tensor:
 
 @pytest.mark.parametrize("fields", [{}, dict(bias=True), dict(attn_logn=True), dict(position="none"),
                                     dict(sliding_window=3, rope_layout="interleaved", rope_fraction=0.5),
-                                    dict(gau_attention="relu2"), dict(gau_attention="relu2", sliding_window=3)])
+                                    dict(gau={"attention": "relu2"}),
+                                    dict(gau={"attention": "relu2"}, sliding_window=3)])
 def test_gau_equals_its_formula_in_float64(fields):
     cfg = ModelConfig(**GAU, **fields)
     model = randomize_(TransformerLM(cfg), std=0.4).double()
@@ -58,9 +59,9 @@ def test_gau_equals_its_formula_in_float64(fields):
 @pytest.mark.parametrize("fields", [{}, dict(norm_position="deepnorm"), dict(sliding_window=4),
                                     dict(rope_scaling={"kind": "rerope", "window": 4}), dict(attn_logn=True),
                                     dict(attn_softcap=3.0), dict(position="alibi"), dict(attn_impl="eager"),
-                                    dict(gau_attention="relu2", sliding_window=4),
-                                    dict(gau_attention="relu2", rope_scaling={"kind": "leaky_rerope", "window": 4,
-                                                                              "factor": 2.0})])
+                                    dict(gau={"attention": "relu2"}, sliding_window=4),
+                                    dict(gau={"attention": "relu2"}, rope_scaling={"kind": "leaky_rerope",
+                                                                                   "window": 4, "factor": 2.0})])
 def test_gau_decodes_with_the_cache_equal_to_the_full_forward(fields):
     cfg = ModelConfig(**GAU, **fields)
     model = randomize_(TransformerLM(cfg), std=0.3).double().eval()
@@ -90,9 +91,10 @@ def test_gau_defaults_and_wiring():
     (dict(n_heads=1, ffn="mlp"), "ffn='mlp' is not allowed: 'glu' with block='gau'"),
     (dict(n_heads=1, attn_kernel="favor"), "attn_kernel='favor' is not allowed: 'softmax' with block='gau'"),
     (dict(n_heads=1, norm_position="deepnorm", block="parallel"), "norm_position='deepnorm' is not allowed"),
-    (dict(n_heads=1, gau_attention="relu2", attn_impl="sdpa"), "attn_impl='sdpa' is not allowed: auto or eager"),
-    (dict(n_heads=1, gau_attention="relu"), "gau_attention='relu' is not allowed: one of softmax, relu2"),
-    (dict(block="serial", gau_attention="relu2"), "gau_attention='relu2' is not allowed: only with block='gau'"),
+    (dict(n_heads=1, gau={"attention": "relu2"}, attn_impl="sdpa"), "attn_impl='sdpa' is not allowed: auto or eager"),
+    (dict(n_heads=1, gau={"attention": "relu"}), "gau.attention='relu' is not allowed: one of softmax, relu2"),
+    (dict(block="serial", gau={"attention": "relu2"}), r"gau=GAU\(attention='relu2'\) is not allowed: only with "
+     "block='gau'"),
     (dict(n_heads=1, key_norm=True), "key_norm=True is not allowed: False with block='gau'"),
     (dict(n_heads=1, query_norm=True), "query_norm=True is not allowed: False with block='gau'"),
     (dict(n_heads=1, cosine_attention=True), "cosine_attention=True is not allowed: False with block='gau'"),
@@ -145,7 +147,7 @@ def test_relu2_takes_the_plans_scores_and_never_softmax():
     """With a ReRoPE plan (its own scores) a relu2 GAU still runs relu2_attention, not the eager softmax."""
     from archlab.nn.gau import relu2_attention
 
-    cfg = ModelConfig(**GAU, gau_attention="relu2", rope_scaling={"kind": "rerope", "window": 3})
+    cfg = ModelConfig(**GAU, gau={"attention": "relu2"}, rope_scaling={"kind": "rerope", "window": 3})
     gau = TransformerLM(cfg).layers[0].attn
     assert gau.kernel is relu2_attention and gau.scoring_kernel is relu2_attention
     soft = TransformerLM(ModelConfig(**GAU)).layers[0].attn

@@ -4,6 +4,7 @@ commitment loss joins the model's loss, and a tiny model trains through `archlab
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,9 +14,9 @@ from archlab import KVCache, ModelConfig, TransformerLM
 from archlab.checkpoint import load_model
 from archlab.cli import main
 from archlab.infer.generate import left_pad
+from archlab.nn.attention_options import LINEAR_KERNELS, VQ, Favor
 from archlab.nn.config import ATTN_KERNELS, ConfigError
 from archlab.nn.favor import FavorKernel
-from archlab.nn.linear_kernels import LINEAR_KERNELS
 from archlab.nn.positions import alibi_slopes
 from archlab.nn.presets import build_preset
 from archlab.nn.vq import VQKernel, hard_assign
@@ -25,13 +26,22 @@ from tests.train.test_trainer import cli_flags
 VOCAB = 64
 SMALL = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=64, vocab_size=VOCAB)
 KERNELS = {
-    "favor": dict(attn_kernel="favor", favor_features=32),
-    "favor-hyperbolic-iid": dict(attn_kernel="favor", favor_features=32, favor_feature="hyperbolic",
-                                 favor_orthogonal=False),
-    "vq": dict(attn_kernel="vq", vq_codes=16, vq_block=4),
-    "vq-soft": dict(attn_kernel="vq", vq_codes=16, vq_block=4, vq_assign="soft", vq_tau=0.5),
-    "vq-alibi": dict(attn_kernel="vq", vq_codes=16, vq_block=4, position="alibi"),
+    "favor": dict(attn_kernel="favor", favor=Favor(features=32)),
+    "favor-hyperbolic-iid": dict(attn_kernel="favor", favor=Favor(features=32, feature="hyperbolic",
+                                                                   orthogonal=False)),
+    "vq": dict(attn_kernel="vq", vq=VQ(codes=16, block=4)),
+    "vq-soft": dict(attn_kernel="vq", vq=VQ(codes=16, block=4, assign="soft", tau=0.5)),
+    "vq-alibi": dict(attn_kernel="vq", vq=VQ(codes=16, block=4), position="alibi"),
 }
+
+
+def dotted(fields: dict[str, object]) -> dict[str, str]:
+    """`model.*` flags of config fields, an option group as one flag per field (`model.favor.features`)."""
+    flags = {}
+    for key, value in fields.items():
+        items = dataclasses.asdict(value).items() if dataclasses.is_dataclass(value) else [(None, value)]
+        flags.update({f"model.{key}" + (f".{sub}" if sub else ""): str(v) for sub, v in items if v is not None})
+    return flags
 
 
 def tiny(**fields: object) -> TransformerLM:
@@ -51,7 +61,7 @@ def test_registry_matches_config_names():
 
 
 def test_switch_reaches_every_layer_and_only_with_its_kernel():
-    favor = tiny(**KERNELS["favor"], favor_orthogonal=False)
+    favor = tiny(attn_kernel="favor", favor=Favor(features=32, orthogonal=False))
     kernels = [layer.attn.linear.kernel for layer in favor.layers]
     assert all(isinstance(k, FavorKernel) and k.projection.shape == (32, 8) and not k.orthogonal for k in kernels)
     assert not torch.equal(kernels[0].projection, kernels[1].projection)  # one draw per layer
@@ -59,21 +69,23 @@ def test_switch_reaches_every_layer_and_only_with_its_kernel():
     assert all(isinstance(layer.attn.linear.kernel, VQKernel) and layer.attn.linear.kernel.codebook.shape == (2, 16, 8)
                and layer.attn.linear.kernel.assign == "soft" for layer in vq.layers)
     assert all(layer.attn.linear is None for layer in tiny().layers)
-    assert ModelConfig(**SMALL, attn_kernel="favor").favor_features == round(8 * 2.0794415)  # Dh ln Dh = 17
+    assert ModelConfig(**SMALL, attn_kernel="favor").favor.features == round(8 * 2.0794415)  # Dh ln Dh = 17
 
 
 @pytest.mark.parametrize("fields", [
     dict(attn_kernel="favor", position="alibi"), dict(attn_kernel="favor", position="relative"),
     dict(attn_kernel="vq", position="relative"),
     dict(attn_kernel="vq", attn_softcap=30.0), dict(attn_kernel="favor", sliding_window=8),
-    dict(attn_kernel="softmax", favor_features=64), dict(attn_kernel="favor", favor_feature="hyperbolic",
-                                                        favor_features=33),
-    dict(attn_kernel="vq", vq_ema=0.0), dict(attn_kernel="vq", vq_assign="gumbel"), dict(attn_kernel="linear"),
+    dict(attn_kernel="softmax", favor={"features": 64}), dict(attn_kernel="favor", favor={"feature": "hyperbolic",
+                                                                                           "features": 33}),
+    dict(attn_kernel="vq", vq={"ema": 0.0}), dict(attn_kernel="vq", vq={"assign": "gumbel"}),
+    dict(attn_kernel="linear"), dict(attn_kernel="favor", vq={"codes": 8}), dict(attn_kernel="vq", vq={"code": 8}),
 ])
 def test_refused_in_one_line(fields):
     with pytest.raises(ConfigError) as err:
         ModelConfig(**fields)
-    assert "\n" not in str(err.value) and "is not allowed" in str(err.value)
+    message = str(err.value)
+    assert "\n" not in message and ("is not allowed" in message or "has no field 'code'" in message)
 
 
 @torch.no_grad()
@@ -142,7 +154,7 @@ def test_softmax_weights_load_into_favor_and_approach_it_with_features():
         exact = softmax(ids)
         errors = []
         for m in (8, 512, 8192):
-            favor = TransformerLM(ModelConfig(**SMALL, attn_kernel="favor", favor_features=m)).eval()
+            favor = TransformerLM(ModelConfig(**SMALL, attn_kernel="favor", favor=Favor(features=m))).eval()
             favor.load_state_dict(softmax.state_dict())  # strict: the kernel adds no trained parameters
             errors.append((favor(ids).softmax(-1) - exact.softmax(-1)).abs().max().item())
     assert errors[0] > errors[1] > errors[2], errors
@@ -163,7 +175,7 @@ def test_commitment_loss_joins_the_loss():
 
 @pytest.mark.parametrize("name", ["favor", "vq-soft", "vq-alibi"])
 def test_tiny_model_trains_through_the_cli(name, prepared, tmp_path):  # noqa: F811
-    flags = {f"model.{k}": str(v) for k, v in KERNELS[name].items()}
+    flags = dotted(KERNELS[name])
     run = tmp_path / "run"
     args = cli_flags(prepared, run, steps="30", **flags, **{"optimizer.lr": "1e-2", "schedule.name": "constant",
                                                               "schedule.warmup_steps": "3"})
@@ -181,15 +193,22 @@ def test_tiny_model_trains_through_the_cli(name, prepared, tmp_path):  # noqa: F
 
 
 def test_build_preset_takes_the_kernel():
-    cfg = build_preset("llama", "tiny", attn_kernel="vq", vq_codes=64, vq_block=16, vq_assign="soft")
-    assert (cfg.attn_kernel, cfg.vq_codes, cfg.vq_block, cfg.vq_assign) == ("vq", 64, 16, "soft")
+    cfg = build_preset("llama", "tiny", attn_kernel="vq", vq=VQ(codes=64, block=16, assign="soft"))
+    assert (cfg.attn_kernel, cfg.vq.codes, cfg.vq.block, cfg.vq.assign) == ("vq", 64, 16, "soft")
 
 
 def test_replace_rederives_the_feature_count():
     favor = ModelConfig(**SMALL, attn_kernel="favor")
-    assert favor.replace(attn_kernel="softmax").favor_features is None
-    assert favor.replace(d_model=64, n_heads=4).favor_features == round(16 * 2.7725887)  # Dh = 16: 44
-    assert favor.replace(favor_features=100).favor_features == 100
+    assert favor.replace(attn_kernel="softmax").favor is None
+    assert favor.replace(d_model=64, n_heads=4).favor.features == round(16 * 2.7725887)  # Dh = 16: 44
+    assert favor.replace(favor={"features": 100}).favor.features == 100
+    hyperbolic = favor.replace(favor={"feature": "hyperbolic", "orthogonal": False})  # an edit: features re-derived
+    assert hyperbolic.favor == Favor(features=18, orthogonal=False, feature="hyperbolic")  # 17, even
+    assert hyperbolic.replace(d_model=64, n_heads=4).favor == Favor(features=44, orthogonal=False,
+                                                                   feature="hyperbolic")
+    set_away = favor.replace(favor={"features": 100, "redraw": 5})
+    with pytest.raises(ConfigError, match=r"^ModelConfig.favor=Favor\(features=100.*only with attn_kernel='favor'"):
+        set_away.replace(attn_kernel="softmax")  # an explicit group stays: refused with the switch off
 
 
 @pytest.mark.parametrize("name", ["favor", "vq"])

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from archlab import ModelConfig, RopeScaling, TransformerLM
-from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding, base_inv_freq
+from archlab.nn.rope import RotaryEmbedding, base_inv_freq
+from archlab.nn.rope_scaling import ROPE_KINDS
 from tests.nn.test_kv_cache import cached_logits
 
 THETA = 10000.0
@@ -28,7 +29,7 @@ def su_formula(d: int, theta: float, s: float, beta: float) -> torch.Tensor:
 @pytest.mark.parametrize("s,beta", [(8.0, 0.75), (4.0, 0.625), (16.0, 1.0)])
 def test_frequencies_equal_the_formula(d: int, s: float, beta: float) -> None:
     scaling = RopeScaling("ntk_mixed", s, mixed_b=beta)
-    inv_freq, factor = ROPE_SCALINGS["ntk_mixed"](d, THETA, scaling)
+    inv_freq, factor = ROPE_KINDS["ntk_mixed"].frequency_function()(d, THETA, scaling)
     want = su_formula(d, THETA, s, beta)
     torch.testing.assert_close(inv_freq, want, rtol=1e-12, atol=0)
     assert factor == 1.0
@@ -40,7 +41,7 @@ def test_frequencies_equal_the_formula(d: int, s: float, beta: float) -> None:
 
 def test_default_exponent_and_factor_one() -> None:
     assert RopeScaling("ntk_mixed", 2.0).mixed_b == 0.75
-    inv_freq, _ = ROPE_SCALINGS["ntk_mixed"](32, THETA, RopeScaling("ntk_mixed", 1.0))
+    inv_freq, _ = ROPE_KINDS["ntk_mixed"].frequency_function()(32, THETA, RopeScaling("ntk_mixed", 1.0))
     torch.testing.assert_close(inv_freq, base_inv_freq(32, THETA), rtol=1e-12, atol=0)
 
 

@@ -14,7 +14,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from archlab import ModelConfig, RopeScaling, TransformerLM
 from archlab.interop.hf import hf_state_dict
 from archlab.interop.hf_rope import hf_max_position_embeddings, rope_from_hf, rope_to_hf
-from archlab.nn.rope import ROPE_SCALINGS, RotaryEmbedding, base_inv_freq
+from archlab.nn.rope import RotaryEmbedding, base_inv_freq
+from archlab.nn.rope_scaling import ROPE_KINDS
 
 THETA, HEAD_DIM, L0 = 10000.0, 32, 64
 SCALINGS = {
@@ -55,7 +56,7 @@ def test_matches_transformers(name: str, d_rot: int) -> None:
     for seq_len in lengths:
         ref, ref_factor = hf_inv_freq(config, seq_len)
         extra = (seq_len,) if scaling.kind == "dynamic" else ()
-        ours, factor = ROPE_SCALINGS[scaling.kind](d_rot, THETA, scaling, *extra)
+        ours, factor = ROPE_KINDS[scaling.kind].frequency_function()(d_rot, THETA, scaling, *extra)
         torch.testing.assert_close(ours.float(), ref.float(), rtol=1e-6, atol=1e-6)
         assert factor == pytest.approx(ref_factor, abs=1e-6)
 
@@ -65,7 +66,7 @@ def test_factor_one_is_plain_rope(name: str) -> None:
     fields = {k: v for k, v in vars(SCALINGS[name]).items() if k != "factor"}
     scaling = RopeScaling(**fields, factor=1.0)
     extra = (L0,) if scaling.kind == "dynamic" else ()  # dynamic: up to M; past M see the test below
-    inv_freq, factor = ROPE_SCALINGS[scaling.kind](HEAD_DIM, THETA, scaling, *extra)
+    inv_freq, factor = ROPE_KINDS[scaling.kind].frequency_function()(HEAD_DIM, THETA, scaling, *extra)
     torch.testing.assert_close(inv_freq, base_inv_freq(HEAD_DIM, THETA), rtol=1e-12, atol=0)
     assert factor == 1.0
 
@@ -74,11 +75,11 @@ def test_dynamic_factor_one_is_the_papers_dynamic_ntk() -> None:
     """transformers' s_eff = factor * l / M - (factor - 1) is the paper's s = l / M only at factor 1."""
     d, ell = HEAD_DIM, 3 * L0
     paper = RopeScaling("dynamic", 1.0, L0)
-    ours, _ = ROPE_SCALINGS["dynamic"](d, THETA, paper, ell)
+    ours, _ = ROPE_KINDS["dynamic"].frequency_function()(d, THETA, paper, ell)
     expected = torch.tensor([(THETA * (ell / L0) ** (d / (d - 2))) ** (-2 * i / d) for i in range(d // 2)],
                             dtype=torch.float64)
     torch.testing.assert_close(ours, expected, rtol=1e-12, atol=0)
-    stretched, _ = ROPE_SCALINGS["dynamic"](d, THETA, RopeScaling("dynamic", 2.0, L0), 2 * L0)
+    stretched, _ = ROPE_KINDS["dynamic"].frequency_function()(d, THETA, RopeScaling("dynamic", 2.0, L0), 2 * L0)
     s_eff = 3.0  # factor 2 at l = 2M: the paper would stretch by 2
     torch.testing.assert_close(stretched, base_inv_freq(d, THETA * s_eff ** (d / (d - 2))), rtol=1e-12, atol=0)
 
@@ -91,7 +92,7 @@ def test_ntk_aware_paper_formula() -> None:
     s, d = 4.0, HEAD_DIM
     base = THETA * s ** (d / (d - 2))  # YaRN paper eq. 14-15
     expected = torch.tensor([base ** (-2 * i / d) for i in range(d // 2)], dtype=torch.float64)
-    ours, _ = ROPE_SCALINGS["ntk"](d, THETA, SCALINGS["ntk"])
+    ours, _ = ROPE_KINDS["ntk"].frequency_function()(d, THETA, SCALINGS["ntk"])
     torch.testing.assert_close(ours, expected, rtol=1e-12, atol=0)
     inv0 = paper_inv0(d)
     assert ours[0].item() == pytest.approx(inv0[0], rel=1e-12)  # the highest frequency is not interpolated
@@ -107,7 +108,7 @@ def test_ntk_by_parts_paper_formula(alpha: float, beta: float) -> None:
         gamma = 0.0 if r < alpha else 1.0 if r > beta else (r - alpha) / (beta - alpha)
         expected.append((1 - gamma) * w / s + gamma * w)
     scaling = RopeScaling("ntk_by_parts", s, L0, beta_fast=beta, beta_slow=alpha)
-    ours, factor = ROPE_SCALINGS["ntk_by_parts"](d, THETA, scaling)
+    ours, factor = ROPE_KINDS["ntk_by_parts"].frequency_function()(d, THETA, scaling)
     torch.testing.assert_close(ours, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
     assert factor == 1.0
     assert 0 < sum(alpha <= L0 * w / (2 * math.pi) <= beta for w in paper_inv0(d)) < d // 2  # ramp is exercised
@@ -115,7 +116,7 @@ def test_ntk_by_parts_paper_formula(alpha: float, beta: float) -> None:
 
 def test_yarn_temperature_and_ramp_ends() -> None:
     s = 4.0
-    inv_freq, factor = ROPE_SCALINGS["yarn"](HEAD_DIM, THETA, SCALINGS["yarn"])
+    inv_freq, factor = ROPE_KINDS["yarn"].frequency_function()(HEAD_DIM, THETA, SCALINGS["yarn"])
     assert factor == pytest.approx(0.1 * math.log(s) + 1)  # sqrt(1/t) of the paper, eq. 22
     inv0 = base_inv_freq(HEAD_DIM, THETA)
     r = L0 * inv0 / (2 * math.pi)
@@ -148,8 +149,8 @@ def test_hf_round_trip(name: str) -> None:
     back = rope_from_hf(config.rope_parameters, config.max_position_embeddings)
     extra = (3 * L0,) if scaling.kind == "dynamic" else ()
     theta = config.rope_parameters["rope_theta"]
-    ours, factor = ROPE_SCALINGS[scaling.kind](HEAD_DIM, THETA, scaling, *extra)
-    again, again_factor = ROPE_SCALINGS[back.kind](HEAD_DIM, theta, back, *extra)
+    ours, factor = ROPE_KINDS[scaling.kind].frequency_function()(HEAD_DIM, THETA, scaling, *extra)
+    again, again_factor = ROPE_KINDS[back.kind].frequency_function()(HEAD_DIM, theta, back, *extra)
     torch.testing.assert_close(again, ours, rtol=1e-12, atol=0)  # ntk returns as none with its base
     assert again_factor == factor
 
@@ -231,7 +232,7 @@ def test_yarn_ramp_clamp_at_the_top_dimension() -> None:
     inv0 = theta ** (-torch.arange(0, d_rot, 2, dtype=torch.float64) / d_rot)
     ramp = ((torch.arange(d_rot // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
     assert ramp[-1] == pytest.approx(2 / 7)
-    ours, factor = ROPE_SCALINGS["yarn"](d_rot, theta, scaling)
+    ours, factor = ROPE_KINDS["yarn"].frequency_function()(d_rot, theta, scaling)
     torch.testing.assert_close(ours, inv0 * (1 - ramp) + inv0 / s * ramp, rtol=1e-12, atol=0)
     config = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=d_rot, max_position_embeddings=4 * l0,
                          rope_parameters=rope_to_hf(scaling, theta, d_rot))

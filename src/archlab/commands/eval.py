@@ -10,7 +10,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from archlab.eval.source import EvalSource, eval_source, output_folder
-from archlab.eval.variants import METHODS, METRICS, SAMPLES
+from archlab.eval.variants import METRICS, SAMPLES
+from archlab.nn.rope_scaling import inference_kinds
 
 if TYPE_CHECKING:
     from archlab.data.tokenizer import Tokenizer
@@ -35,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     length.add_argument("--checkpoint", required=True, help="a checkpoint or run folder, or a Hugging Face folder")
     length.add_argument("--lengths", default=None, help="comma-separated context lengths (default: those of "
                         "256,512,1024,2048,4096 that every scaling covers for the model, said in one line)")
-    length.add_argument("--scalings", default=None, help=f"comma-separated, of {', '.join(METHODS)}; default: every "
-                        "one the model takes (none alone without RoPE; no dynamic or ReRoPE with a linear attn_kernel)")
+    length.add_argument("--scalings", default=None, help=f"comma-separated, of {', '.join(inference_kinds())}; "
+                        "default: every one the model takes (none alone without RoPE; no dynamic or ReRoPE with "
+                        "a linear attn_kernel)")
     length.add_argument("--data", default=None, help=DATA_HELP)
     length.add_argument("--score-last", default=None, help="tokens scored per window, or 'all' (every prediction, "
                         "as Su's tables; default: half the shortest length)")
@@ -63,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "those of 256,512,1024,2048 the scaling covers for the model, said in one line)")
     passkey.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="comma-separated needle depths in [0, 1]")
     passkey.add_argument("--trials", type=int, default=10, help="prompts per cell")
-    passkey.add_argument("--scaling", default="none", help=f"RoPE method, one of {', '.join(METHODS)}")
+    passkey.add_argument("--scaling", default="none", help=f"RoPE method, one of {', '.join(inference_kinds())}")
     passkey.add_argument("--window", type=int, default=None, help=WINDOW_HELP)
     passkey.add_argument("--allow-extrapolation", action="store_true", help="allow lengths past the context")
     passkey.add_argument("--out", default=None, help="folder for passkey.md and passkey.png " + OUT_HELP)
@@ -160,8 +162,9 @@ def run_length(args: argparse.Namespace) -> int:
     lengths = _int_list(args.lengths, "--lengths") if args.lengths is not None else None
     methods = [m.strip() for m in args.scalings.split(",") if m.strip()] if args.scalings else None
     for method in methods or []:
-        if method not in METHODS:
-            raise ValueError(f"--scalings {method!r} is not allowed: one of {', '.join(METHODS)} (comma-separated)")
+        if method not in inference_kinds():
+            raise ValueError(f"--scalings {method!r} is not allowed: one of {', '.join(inference_kinds())} "
+                             "(comma-separated)")
     samples = [k.strip() for k in args.samples.split(",") if k.strip()]
     check_choices(samples, args.metric)
     _positive(args, "windows", "window")
@@ -171,7 +174,7 @@ def run_length(args: argparse.Namespace) -> int:
     config, notes = source.config, []
     if methods is None:
         methods = applicable_methods(config)
-        if skipped := [m for m in METHODS if m not in methods]:
+        if skipped := [m for m in inference_kinds() if m not in methods]:
             notes.append(f"scalings: {', '.join(methods)} ({', '.join(skipped)} do not apply to this model)")
     scaling = (args.window, args.allow_extrapolation, leaky_k, args.logn)
     given = lengths is not None
@@ -264,8 +267,8 @@ def run_passkey(args: argparse.Namespace) -> int:
     lengths = _int_list(args.lengths, "--lengths") if args.lengths is not None else None
     depths = _depths(args.depths)
     _positive(args, "trials", "window")
-    if args.scaling not in METHODS:
-        raise ValueError(f"--scaling {args.scaling!r} is not allowed: one of {', '.join(METHODS)}")
+    if args.scaling not in inference_kinds():
+        raise ValueError(f"--scaling {args.scaling!r} is not allowed: one of {', '.join(inference_kinds())}")
     if lengths is not None and min(lengths) < min_length():
         raise ValueError(f"--lengths {args.lengths} is not allowed: each at least {min_length()} characters (the "
                          "needle and the question)")

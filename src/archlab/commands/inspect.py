@@ -27,12 +27,9 @@ from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import load_yaml, parse_flags, typed_overrides
 from archlab.train.config import resolve_config
 
-# attn_kernel -> (attention FLOPs per token, what the cache holds), as archlab.costs computes them
-KERNEL_FORMULAS = {
-    "softmax": ("4*H*Dh*sum(keys per layer): QK^T + probs@V", "windowed layers keep their window"),
-    "favor": ("4*(H+K)*M*Dh per layer: features, state read and update", "state [S | z]: layers*K*M*(Dh+1)*4"),
-    "vq": ("H*(4*C*Dh + 4*Dh*min(T, 2L)) + 2*K*C*Dh per layer", "state: last 2 blocks + per-code sums and counts"),
-}
+# softmax attention's (FLOPs per token, what the cache holds), as archlab.costs computes them; a linear kernel's
+# formulas come with its option group (nn/attention_options.py)
+SOFTMAX_FORMULAS = ("4*H*Dh*sum(keys per layer): QK^T + probs@V", "windowed layers keep their window")
 GAU_FORMULAS = ("2*(s+e)*sum(keys per layer): QK^T over s, A@V over e", "layers*(s+e)*bytes")  # block="gau"
 
 
@@ -114,8 +111,9 @@ def _print_tables(preset: str, size: str, r: Report) -> None:
     console.print(params)
     cost = Table(title=f"cost per token at context {r.context}", title_justify="left")
     cost.add_column("quantity"), cost.add_column("value", justify="right"), cost.add_column("formula")
-    attention, cache = KERNEL_FORMULAS.get(r.config.attn_kernel, KERNEL_FORMULAS["softmax"])
-    softmax = r.config.attn_kernel == "softmax"
+    kernel = r.config.linear_kernel
+    softmax = kernel is None
+    attention, cache = SOFTMAX_FORMULAS if softmax else (kernel.flops_formula, kernel.state_formula)
     per_token = "2*layers*kv_heads*head_dim*bytes" if softmax else "0: a fixed-size state instead"
     if r.config.block == "gau":  # one head: keys s = head_dim wide, values e = d_ff wide
         attention, per_token = GAU_FORMULAS

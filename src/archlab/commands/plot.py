@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from archlab.nn.rope_scaling import inference_kinds
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plot", help="plot training curves to PNG")
@@ -16,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rope = actions.add_parser("rope", help="RoPE wavelength per pair and relative positions per scaling method")
     rope.add_argument("--head-dim", type=int, default=64, help="rotary dims per head")
     rope.add_argument("--theta", type=float, default=10000.0, help="RoPE base")
-    rope.add_argument("--scalings", default="none,linear,ntk,ntk_by_parts,yarn,rerope,leaky_rerope",
-                      help="comma-separated RoPE scaling kinds")
+    rope.add_argument("--scalings", default=None, help="comma-separated RoPE scaling kinds, of "
+                      f"{', '.join(inference_kinds())} (default: all of them)")
     rope.add_argument("--factor", type=float, default=4.0, help="context extension factor")
     rope.add_argument("--train-len", type=int, default=2048, help="training length L0")
     rope.add_argument("--window", type=int, default=None, help="ReRoPE window (default train-len / 2)")
@@ -38,6 +40,6 @@ def run_plot_rope(args: argparse.Namespace) -> int:
         raise ValueError(f"--head-dim {args.head_dim} (even, >= 4), --train-len {args.train_len} (>= 4) and "
                          f"--factor {args.factor} (>= 1) are not all allowed")
     window = args.window or args.train_len // 2
-    scalings = [s.strip() for s in args.scalings.split(",") if s.strip()]
+    scalings = [s.strip() for s in args.scalings.split(",") if s.strip()] if args.scalings else inference_kinds()
     print(plot_rope(args.head_dim, args.theta, scalings, args.factor, args.train_len, window, args.out))
     return 0

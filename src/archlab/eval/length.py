@@ -24,17 +24,17 @@ Samples (Su, "Transformer upgrade 9", kexue.fm/archives/9603, and the tables of 
                ones; here every sample is repeated, so the numbers run higher than his column. With
                score_last <= L // 2 every scored target lies in the second copy.
 
-Per method and target length L (L_train = the model's max_seq_len, s = max(1, L / L_train)):
+A method is a RoPE kind with an inference-time form; its scaling at target length L is `RopeKind.at` (the
+kind's entry in nn/rope_scaling.py; L_train = the model's max_seq_len, s = max(1, L / L_train)):
     none           the model as trained (past L_train this is plain extrapolation)
-    linear, ntk    factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train
+    linear, ntk, ntk_mixed      factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train;
+                   llama3: those and Llama 3.1's ramp (1, 4)
     rerope         window W (default: the model's own ReRoPE window if it has one, as hwfa2 does, else L_train / 2)
     leaky_rerope   window W (default: the model's own Leaky ReRoPE window, else L_train / 4) and slope 1/k by
-                   Su's rule (kexue.fm/archives/9708): the largest relative position any query sees,
-                   W + (L - 1 - W) / k, stays within half the training length,
-                   k = max(16, (L - 1 - W) / (L_train / 2 - W)) (his ablation: k = 16, 32, 64 alike, k = 8
-                   worse); `leaky_k="train"` keeps the older mapping k = (L - 1 - W) / (L_train - 1 - W) (the
-                   longest distance lands on the longest one trained, k about 10 at 256 -> 2048, W 64), and
-                   a number is k itself
+                   Su's rule (kexue.fm/archives/9708, `leaky_slope`): the largest relative position any query
+                   sees, W + (L - 1 - W) / k, stays within half the training length, k >= 16; `leaky_k="train"`
+                   maps the longest distance onto the longest one trained; a number is k itself
+(inv_leaky_rerope changes training only: in eval mode it is plain RoPE, which `none` measures.)
 `logn=True` adds the log-n query scale at inference only ("log n" with a dagger in Su's tables) to a model
 trained without it: ModelConfig.with_inference_logn, max(1, log n / log L_train) per query.
 """
@@ -52,17 +52,18 @@ import numpy as np
 import torch
 
 from archlab.checkpoint import build_model, module_training_state
-from archlab.eval.variants import METHODS, METRICS, SAMPLES
+from archlab.eval.variants import METRICS, SAMPLES
 from archlab.infer.generate import context_limit
 from archlab.nn.config import ConfigError, ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.rope_scaling import LEAKY_K_MIN, ROPE_KINDS, RopeScaling, inference_kinds, leaky_slope
 
 logger = logging.getLogger(__name__)
 
-# METHODS, METRICS and SAMPLES (the names the CLI lists) live in eval/variants.py, torch-free
-LEAKY_K_MIN = 16.0  # Su's ablation (9708): k = 16, 32, 64 score alike, k = 8 is worse
+# the methods are the RoPE kinds with an inference-time form (`inference_kinds`); METRICS and SAMPLES (the names the
+# CLI lists) live in eval/variants.py, torch-free
+__all__ = ["LEAKY_K_MIN", "leaky_slope", "method_scaling"]
 
 
 @dataclass(frozen=True)
@@ -78,46 +79,19 @@ class LengthResult:
         return math.exp(self.loss)
 
 
-def leaky_slope(length: int, train_len: int, window: int, leaky_k: float | str = "half") -> float:
-    """Leaky ReRoPE's k at `length` (module doc): "half" Su's rule, "train" the older mapping, or k given."""
-    if leaky_k == "train":
-        return max(1.0, (length - 1 - window) / (train_len - 1 - window))
-    if leaky_k != "half":
-        if isinstance(leaky_k, bool) or not isinstance(leaky_k, (int, float)) or not leaky_k >= 1:
-            raise ValueError(f"leaky_k={leaky_k!r} is not allowed: 'half' (Su's rule), 'train' or a number >= 1")
-        return float(leaky_k)
-    if not window < train_len / 2:
-        raise ValueError(f"window={window} is not allowed with leaky_k='half': below max_seq_len / 2 = "
-                         f"{train_len / 2:g} (the largest position Su's rule allows), or pass leaky_k")
-    return max(LEAKY_K_MIN, (length - 1 - window) / (train_len / 2 - window))
-
-
 def method_scaling(
     method: str, length: int, train_len: int, window: int | None = None, leaky_k: float | str = "half",
     own: RopeScaling | None = None,
 ) -> RopeScaling | None:
-    """The `rope_scaling` method `method` uses at `length` for a model trained at `train_len` (module doc). `own`
-    is the model's own scaling: a ReRoPE kind it was built with lends its window when `window` is not given (an
-    `hwfa2` model trained with `--model.rope_scaling.window 128` is evaluated at W = 128, as it decodes)."""
-    if method not in METHODS:
-        raise ValueError(f"scaling {method!r} is not allowed: one of {', '.join(METHODS)}")
-    s = max(1.0, length / train_len)
+    """The `rope_scaling` method `method` (a kind of ROPE_KINDS) uses at `length` for a model trained at
+    `train_len`: `RopeKind.at` (module doc). `own` is the model's own scaling: a kind it was built with lends its
+    window when `window` is not given (an `hwfa2` model trained with `--model.rope_scaling.window 128` is
+    evaluated at W = 128, as it decodes)."""
+    if method not in inference_kinds():
+        raise ValueError(f"scaling {method!r} is not allowed: one of {', '.join(inference_kinds())}")
     if window is None and own is not None and own.kind == method and own.window is not None:
         window = own.window
-    w = (train_len // 4 if method == "leaky_rerope" else train_len // 2) if window is None else window
-    if method == "none":
-        return None
-    if method in ("linear", "ntk"):
-        return RopeScaling(method, s)
-    if method in ("ntk_by_parts", "dynamic", "yarn"):
-        return RopeScaling(method, s, train_len)
-    if method == "rerope":  # W up to the trained length: W = L_train is plain RoPE at L_train, W beyond it never
-        if not 1 <= w <= train_len:
-            raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len = {train_len}")
-        return RopeScaling("rerope", window=w)
-    if not 1 <= w < train_len - 1:
-        raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len - 2 = {train_len - 2}")
-    return RopeScaling("leaky_rerope", leaky_slope(length, train_len, w, leaky_k), window=w)
+    return ROPE_KINDS[method].at(length, train_len, window, leaky_k)
 
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096)  # without --lengths, those of these the model covers (CPU-sized)
@@ -152,12 +126,12 @@ def trained_only(config: ModelConfig) -> bool:
 
 
 def applicable_methods(config: ModelConfig) -> list[str]:
-    """The METHODS (in their order) `config`'s weights can be evaluated under: `none` alone without RoPE; with a
-    linear attention kernel the static schedules, since its state folds the keys in rotated once (Dynamic NTK
-    and the ReRoPE family are refused by the config); every one otherwise."""
+    """The methods (`inference_kinds`, in their order) `config`'s weights can be evaluated under: `none` alone
+    without RoPE; with a linear attention kernel the static schedules, since its state folds the keys in rotated
+    once (Dynamic NTK and the ReRoPE family are refused by the config); every one otherwise."""
     if config.position != "rope":
         return ["none"]
-    return [m for m in METHODS if _refusal(config, m) is None]
+    return [m for m in inference_kinds() if _refusal(config, m) is None]
 
 
 def _refusal(config: ModelConfig, method: str) -> str | None:
@@ -186,7 +160,7 @@ def method_configs(
         if method != "none" and config.position != "rope":
             raise ValueError(f"scaling {method!r} needs a RoPE model (this one has position={config.position!r}); "
                              "use --scalings none")
-        if method in METHODS and (why := _refusal(config, method)) is not None:
+        if method in inference_kinds() and (why := _refusal(config, method)) is not None:
             raise ValueError(f"scaling {method!r} is not allowed for this model: one of "
                              f"{', '.join(applicable_methods(config))} ({why})")
         for length in lengths:

@@ -224,9 +224,10 @@ class Decoder:
     def _choose(self, prompts: list[list[int]]) -> str:
         """The compiled step's kind (reductions where `reduction_gemvs_win` measures them faster), and with
         compile_decode=True whether it beats eager decoding here: interleaved rounds on the first prompt."""
-        if self.model.config.attn_kernel == "vq" and self.compile_decode != "always":
-            # its state's tail grows by one token a step (up to two blocks): every step would recompile
-            logger.info("decode: eager (attn_kernel='vq': the state's shape changes every step)")
+        if not self.model.static_decode_shape and self.compile_decode != "always":
+            # e.g. VQ: its state's tail grows by one token a step (up to two blocks), so every step would recompile
+            logger.info("decode: eager (attn_kernel=%r: the state's shape changes every step)",
+                        self.model.config.attn_kernel)
             return "eager"
         compiled = "compiled reductions" if reduction_gemvs_win(self.model) else "compiled"
         if self.compile_decode == "always":

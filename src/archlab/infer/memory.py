@@ -56,15 +56,7 @@ def peak_memory(device: torch.device) -> tuple[str, int]:
 def state_description(config: ModelConfig, dtype: torch.dtype, batch: int = 1) -> str:
     """What a linear kernel's decoding state holds, and whether its size depends on the context (costs.py)."""
     bound = state_bytes_bound(config, dtype_name(dtype), batch)
-    if config.attn_kernel == "favor":
-        return (f"one size at any context: per layer and K/V head the running sums [S | z] of {config.favor_features} "
-                f"features x (head_dim + 1), {bound:,} bytes")
-    L, C = config.vq_block, config.vq_codes
-    sums = "query" if config.position == "alibi" else "K/V"
-    return (f"bounded, not constant: per layer the exact tail (the last complete block of {L} tokens and the current "
-            f"one, {L} to {2 * L - 1} tokens, each held as its assignment row of {C} codes and its value) and per "
-            f"{sums} head the {C} codes' value sums and counts; it rises and falls with the position in the block, "
-            f"at most {bound:,} bytes at any context")
+    return config.linear_kernel.describe_state(bound, config.position == "alibi")
 
 
 def memory_report(model: TransformerLM, result: Generation, device: torch.device) -> str:
@@ -76,7 +68,7 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     windows = sum(w is not None for w in model.layer_windows)
     kept = f"; {windows} sliding-window layers keep {config.sliding_window} slots" if windows else ""
-    linear = config.attn_kernel != "softmax"
+    linear = config.linear_kernel is not None
     what = f"Decoding state of attn_kernel={config.attn_kernel!r}" if linear else "KV cache"
     lines = [f"{what} ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
              f"{result.context_len} tokens x batch {batch}{kept}); allocated {result.cache_bytes:,} bytes"]
@@ -89,8 +81,7 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     for row in kv_bytes_table(config, dtype, result.context_len, batch, budget=param_bytes):
         marker = "  <- this model" if row["this_model"] else ""
         fits = row["tokens_within_budget"]
-        fixed = ({"favor": "a fixed-size state", "vq": "a bounded state"}.get(config.attn_kernel)
-                 or "every layer keeps only its window")
+        fixed = config.linear_kernel.state_kind if linear else "every layer keeps only its window"
         outweighs = f"past {fits:,} tokens" if fits is not None else f"at no length ({fixed})"
         lines.append(f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} B/token, "
                      f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of weights "

@@ -39,7 +39,7 @@ from archlab.data.tokenizer import DOC_SEPARATOR, Tokenizer
 from archlab.data.tokens import TokenData
 from archlab.nn.attention import Attention
 from archlab.nn.attention_kernels import repeat_kv
-from archlab.nn.gau import GAU
+from archlab.nn.gau import GatedAttentionUnit
 from archlab.nn.model import TransformerLM
 
 EVAL_TOKENS = 65_536  # target tokens of the fixed evaluation set (or the whole validation split when smaller)
@@ -90,7 +90,7 @@ def score_windows(model: TransformerLM, data: TokenData, starts: np.ndarray, blo
     return Scores(ce_sum / n, abs_z_sum / n, n)
 
 
-def _layer_max_logit(module: Attention | GAU, q: torch.Tensor, k: torch.Tensor, inp: object) -> float:
+def _layer_max_logit(module: Attention | GatedAttentionUnit, q: torch.Tensor, k: torch.Tensor, inp: object) -> float:
     """max |q . k| * scale over the pairs a layer lets a query see, from the projected q (B, H, T, Dh) and k
     (B, K, T, Dh) its `core` receives, with the query scaling and late key rotation `core` applies."""
     if inp.query_scale is not None:
@@ -112,9 +112,9 @@ def max_attention_logit(model: TransformerLM, data: TokenData, starts: np.ndarra
     every block hands attention its projected q and k (`Attention.core`: a parallel block calls it directly)."""
     model.eval()
     found = [0.0]
-    layers = [m for m in model.modules() if isinstance(m, (Attention, GAU))]  # a GAU's core is Attention's
+    layers = [m for m in model.modules() if isinstance(m, (Attention, GatedAttentionUnit))]  # a GAU: Attention.core
 
-    def spy(module: Attention | GAU) -> Callable[..., torch.Tensor]:
+    def spy(module: Attention | GatedAttentionUnit) -> Callable[..., torch.Tensor]:
         core = module.core
 
         def read(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inp: object, cache: object) -> torch.Tensor:

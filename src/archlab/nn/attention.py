@@ -7,7 +7,7 @@
 - KeyNorm: keys L2-normalised, and the scale defaults to 1 since |q| now sets the temperature
   (Su, "Transformer upgrade 15", kexue.fm/archives/9859); QueryNorm (`query_norm`) is its mirror, queries
   L2-normalised and |k| the temperature. Scaled cosine attention (`cosine_attention`, same post) normalises
-  both, so q . k = cos(q, k), and multiplies by lambda = 4 log n: n = max_seq_len / 2 (`cosine_scale="fixed"`),
+  both, so q . k = cos(q, k), and multiplies by lambda = 4 log n: n = max_seq_len / 2 (`cosine.scale="fixed"`),
   or the keys each query sees (`"dynamic"`: the fixed lambda times the log-n factor log(n) / log(max_seq_len / 2),
   which nn/attention_inputs.py computes per query). Every normalisation acts before RoPE, which keeps lengths.
 - attention logit softcapping: cap * tanh(scores / cap) before the mask (Gemma 2).
@@ -36,11 +36,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, merge_heads
+from archlab.nn.attention_kernels import KernelCall, merge_heads
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import build_norm
+from archlab.nn.variants import ATTENTION_KERNELS
 
 
 class Attention(nn.Module):

@@ -62,7 +62,7 @@ class AttentionInputsBuilder:
         self.rel_bias, self.kernel_bias = (rel_bias, None) if softmax else (None, rel_bias)
         self.n_layers = c.n_layers
         self.logn_base = (c.attn_logn_base or c.max_seq_len) if c.attn_logn else None
-        if c.cosine_attention and c.cosine_scale == "dynamic":  # 4 log(N/2) x log(n) / log(N/2) = 4 log n
+        if c.dynamic_cosine:  # 4 log(N/2) x log(n) / log(N/2) = 4 log n
             self.logn_base = c.max_seq_len / 2
         self.logn_clip = c.attn_logn_clip  # max(1, .): log-n at inference only, queries past L scaled
         # each layer's sliding window (None: full attention); a KVCache keeps that many slots for it

@@ -148,6 +148,3 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) ->
         return y.reshape(B, 1, -1)  # H * Dv: values may be wider than keys (a GAU)
     return merge_heads(y)
 
-
-# name -> kernel; nn/variants.py ATTENTION_KERNEL_NAMES lists the same names for the config (tests/nn/test_variants.py)
-ATTENTION_KERNELS: dict[str, Kernel] = {"sdpa": sdpa, "eager": eager}

@@ -39,10 +39,9 @@ import torch.nn.functional as F
 from archlab.nn.attention import Attention
 from archlab.nn.attention_inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
-from archlab.nn.ffn import FFNS
-from archlab.nn.gau import GAU
+from archlab.nn.gau import GatedAttentionUnit
 from archlab.nn.norms import build_norm, deepnorm_constants
-from archlab.nn.variants import placement_norms
+from archlab.nn.variants import FFNS, placement_norms
 
 NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
 
@@ -56,7 +55,7 @@ class Block(nn.Module):
         self.position, self.parallel = c.norm_position, c.block == "parallel"
         self.alpha = deepnorm_constants(c.n_layers)[0] if c.norm_position == "deepnorm" else 1.0
         gau = c.block == "gau"
-        self.attn = GAU(c, layer_idx) if gau else Attention(c, layer_idx)
+        self.attn = GatedAttentionUnit(c, layer_idx) if gau else Attention(c, layer_idx)
         self.mlp = None if gau else FFNS[c.ffn](c.d_model, c.d_ff, c.activation, c.mlp_bias, c.swish_beta)
         present = placement_norms(c.norm_position, c.block == "parallel", c.parallel_norms, gau)
         for name in NORM_NAMES:  # an absent norm is None, so forward never probes with getattr/hasattr

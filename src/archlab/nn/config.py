@@ -1,28 +1,13 @@
-"""`ModelConfig`: every architecture switch as one typed field, validated on construction.
+"""`ModelConfig`: every architecture switch as one typed field, validated on construction (docs/configuration.md).
 
-Each string-valued switch is checked against the names of the registry of the module that owns it (NORMS,
-ACTIVATIONS, FFNS, the positions, ROPE_SCALINGS, ...), so a new variant registered there is accepted here, on the CLI
-and in error messages without further edits. The names come from nn/variants.py and nn/rope_scaling.py, which hold
-them without torch (a test keeps each list equal to its registry): this module imports no torch, so a config can be
-built, checked and costed (`archlab inspect`, every `--help`) without it. Derived sizes (n_kv_heads, head_dim, d_ff)
-are resolved in `__post_init__`, so a saved config always holds the numbers the model was built with.
+String switches are checked against the names of their family's registry (nn/variants.py, nn/rope_scaling.py), the
+settings of a kernel or block against their option group (nn/attention_options.py): a new variant registered there
+is accepted here, on the CLI and in error messages without further edits. No torch here, so a config is built,
+checked and costed (`archlab inspect`, every `--help`) without it. Derived sizes (n_kv_heads, head_dim, d_ff, a
+FAVOR+ width) are resolved in `__post_init__`, so a saved config holds the numbers the model was built with.
 
-Derivations, each beaten by an explicit value (the field's default is `None` = "derive it"):
-- n_kv_heads = n_heads; head_dim = d_model / n_heads; d_ff = ffn's default width (nn/variants.py `default_d_ff`), with
-  block="gau" the GAU's value width e = 2 d_model (its key width s is head_dim, its one head n_heads = 1);
-- activation = the shorthand's (`ffn="swiglu"` = glu + silu) or `DEFAULT_ACTIVATION`; a shorthand with a
-  different explicit activation is an error, never a silent rewrite;
-- attn_bias and mlp_bias = bias; final_norm = False for post-norm and DeepNorm (the last block already normed),
-  else True;
-- favor_features = round(head_dim ln head_dim) with attn_kernel="favor" (`default_favor_features`).
-Fields that only apply with one value of a switch (`ONLY_WITH`: rope_* with position="rope", norm_bias with
-norm="layernorm") must keep their defaults otherwise.
-
-NOTE: a built config holds concrete values, so `dataclasses.replace(config, ffn="mlp")` would keep the GLU's
-d_ff and `replace(norm_position="post")` would keep final_norm=True. Vary a field of a built config with
-`config.replace(**changes)`, which re-derives every derived field (`DERIVED`) that still holds its derived
-value; a derived field that was set away from its derivation (a preset's d_ff=8192) is kept. A field set
-explicitly to exactly its derived value cannot be told apart from a derived one and is re-derived too.
+NOTE: vary a field of a built config with `config.replace(**changes)`, which re-derives every derived field that
+still holds its derived value; `dataclasses.replace` would keep a GLU's d_ff after `ffn="mlp"`.
 """
 
 from __future__ import annotations
@@ -32,19 +17,17 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from archlab.nn.attention_options import GAU, GROUPS, LINEAR_KERNELS, VQ, Cosine, Favor, Group, OptionError
 from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
 from archlab.nn.variants import (
-    ACTIVATION_NAMES,
-    ATTENTION_KERNEL_NAMES,
-    FAVOR_FEATURE_NAMES,
-    FFN_NAMES,
+    ACTIVATIONS,
+    ATTENTION_KERNELS,
+    FFNS,
     GLU_SHORTHANDS,
-    LINEAR_KERNEL_NAMES,
-    NORM_NAMES,
     NORM_PLACEMENTS,
+    NORMS,
     POSITIONS,
     ROPE_LAYOUTS,
-    VQ_ASSIGNS,
     default_d_ff,
 )
 
@@ -52,14 +35,12 @@ NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_pos
 POST_NORMS = ("post", "deepnorm")  # placements whose last block already normed: final_norm defaults to False
 # serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447; nn/gau.py)
 BLOCKS = ("serial", "parallel", "gau")
-GAU_ATTENTIONS = ("softmax", "relu2")  # a GAU's A: softmax (Su, kexue.fm/archives/8934) | relu(s)^2 / n (Hua et al.)
-COSINE_SCALES = ("fixed", "dynamic")  # cosine attention's lambda: 4 log(max_seq_len / 2) | 4 log(keys seen)
-QK_NORMS = ("none", *NORM_NAMES)
+QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
-ATTN_IMPLS = ("auto", *ATTENTION_KERNEL_NAMES)  # auto = sdpa unless softcapping needs the scores (eager)
-ATTN_KERNELS = ("softmax", *LINEAR_KERNEL_NAMES)  # softmax, or a linear kernel of nn/linear_kernels.py
+ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
+ATTN_KERNELS = ("softmax", *LINEAR_KERNELS)  # softmax, or a linear kernel (nn/attention_options.py)
 # what a tied head applies after the final norm (Su, kexue.fm/archives/9698): nothing, the parameter-free swap of
 # the two channel halves, or an orthogonally initialised d x d projection; either makes the self-logit ~ 0 at init
 TIED_HEADS = ("plain", "swap", "proj")
@@ -71,18 +52,21 @@ COSINE_LAMBDA = 4.0  # cosine attention's temperature per log n: lambda = 4 log 
 GAU_EXPANSION = 2.0  # a GAU's value width e = 2 d_model by default (Hua et al. arXiv 2202.10447, section 2)
 DEFAULT_ACTIVATION = "silu"  # the activation when neither `activation` nor an ffn shorthand names one
 # fields resolved in __post_init__ when None; `ModelConfig.replace` re-derives them (`derived_values`)
-DERIVED = ("n_kv_heads", "head_dim", "d_ff", "activation", "attn_bias", "mlp_bias", "final_norm", "favor_features")
+DERIVED = ("n_kv_heads", "head_dim", "d_ff", "activation", "attn_bias", "mlp_bias", "final_norm")
 # field -> (switch, value): the field means something only with switch == value, and must keep its default otherwise
 ONLY_WITH = {
     "rope_theta": ("position", "rope"), "rope_layout": ("position", "rope"), "rope_fraction": ("position", "rope"),
     "rope_scaling": ("position", "rope"), "norm_bias": ("norm", "layernorm"),
     "position_pattern": ("position", "rope"), "rope_theta_local": ("position", "rope"),
-    "rope_scaling_local": ("position", "rope"), "cosine_scale": ("cosine_attention", True),
-    "gau_attention": ("block", "gau"),
-    **{name: ("attn_kernel", "favor") for name in ("favor_features", "favor_orthogonal", "favor_feature",
-                                                  "favor_redraw")},
-    **{name: ("attn_kernel", "vq") for name in ("vq_codes", "vq_block", "vq_commit", "vq_ema", "vq_assign",
-                                               "vq_tau", "vq_cache_grad")},
+    "rope_scaling_local": ("position", "rope"),
+    **{name: (switch, on) for name, (_, switch, on) in GROUPS.items()},  # an option group belongs to its switch
+}
+# the flat keys of configs saved before the option groups -> (group, its field) (docs/configuration.md)
+LEGACY_KEYS: dict[str, tuple[str, str]] = {
+    "gau_attention": ("gau", "attention"),
+    "cosine_scale": ("cosine", "scale"),
+    **{f"favor_{f.name}": ("favor", f.name) for f in fields(Favor)},
+    **{f"vq_{f.name}": ("vq", f.name) for f in fields(VQ)},
 }
 
 
@@ -127,7 +111,7 @@ class ModelConfig:
     # gau: one gated attention unit, no FFN (n_heads=1, head_dim = its key width s, d_ff = its value width e, default
     # 2 d_model; nn/gau.py)
     block: str = "serial"  # serial | parallel (attention and MLP read the same input) | gau (see above)
-    gau_attention: str = "softmax"  # gau: softmax (Su) | relu2: relu(scale q.k)^2 / n, n the keys seen (Hua et al.)
+    gau: GAU | None = None  # block="gau": its settings (nn/attention_options.py); None = the defaults
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
     parallel_fused: bool = True  # parallel block: one input and one output GEMM (PaLM); False: apart, same function
     ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
@@ -154,7 +138,7 @@ class ModelConfig:
     key_norm: bool = False  # Su's KeyNorm: L2-normalised keys; attn_scale then defaults to 1
     query_norm: bool = False  # Su's QueryNorm: L2-normalised queries; attn_scale then defaults to 1 (9859)
     cosine_attention: bool = False  # q and k L2-normalised, scores times lambda = 4 log n (Su, kexue.fm/archives/9859)
-    cosine_scale: str = "fixed"  # cosine lambda: fixed (n = max_seq_len / 2) | dynamic (n = the keys a query sees)
+    cosine: Cosine | None = None  # cosine_attention's lambda: fixed (n = max_seq_len / 2) or dynamic (keys seen)
     attn_softcap: float | None = None  # cap * tanh(scores / cap) (Gemma 2: 50)
     attn_scale: float | None = None  # score scale; None = 1/sqrt(head_dim) (1 with key/query norm, 4 log n cosine)
     sliding_window: int | None = None  # keys a windowed layer sees (itself and window-1 before it)
@@ -166,17 +150,8 @@ class ModelConfig:
     attn_logn_clip: bool = False  # max(1, log n / log L): only queries past L scaled (inference-time log n, 9708)
     # --- attention kernel (docs/linear-attention.md) ---
     attn_kernel: str = "softmax"  # softmax | favor (Performer, arXiv 2009.14794) | vq (Transformer-VQ, 2309.16354)
-    favor_features: int | None = None  # FAVOR+ features per head; None = round(head_dim ln head_dim) (Theta(d log d))
-    favor_orthogonal: bool = True  # orthogonal blocks of features: lower variance, still unbiased (paper, sec. 2.4)
-    favor_feature: str = "positive"  # positive (exp) | hyperbolic (exp(+-w.x): lower variance, same width)
-    favor_redraw: int | None = None  # draw new features every n training forwards; None = fixed (from the seed)
-    vq_codes: int = 512  # codebook size per K/V head (512 in all of Lingle's experiments)
-    vq_block: int = 64  # block length: the current and previous block are exact, older ones compressed
-    vq_commit: float = 1e-4  # commitment loss coefficient (Lingle's c_beta), added to the model's loss
-    vq_ema: float = 0.99  # EMA decay of the codebook statistics (Lingle's c_gamma); 1 = frozen codebook
-    vq_assign: str = "hard"  # hard (nearest code + STE) | soft (softmax(-|k - c|^2 / 2 tau), Su kexue.fm/archives/9862)
-    vq_tau: float = 1.0  # soft assignment temperature (-> hard as tau -> 0)
-    vq_cache_grad: bool = False  # let gradients flow through the compressed cache (Lingle: off, like Transformer-XL)
+    favor: Favor | None = None  # attn_kernel="favor": features, orthogonal, feature, redraw; None = the defaults
+    vq: VQ | None = None  # attn_kernel="vq": codes, block, commit, ema, assign, tau, cache_grad; None = the defaults
     # --- embeddings and output ---
     tie_embeddings: bool = False  # lm_head shares the embedding matrix
     tied_head: str = "plain"  # plain | swap | proj: what the tied head applies after the final norm (9698)
@@ -192,6 +167,7 @@ class ModelConfig:
         self._resolve()
         if self.rope_scaling is not None:
             check_finite(self.rope_scaling, "ModelConfig.rope_scaling.")
+        self._resolve_groups()
         self._check_choices()
         self._check_sizes()
         self._check_positions()
@@ -208,7 +184,7 @@ class ModelConfig:
         self._set("ffn", ffn)
         self._set("activation", DEFAULT_ACTIVATION if activation is None else activation)
         if isinstance(self.rope_scaling, dict):
-            self._set("rope_scaling", _rope_scaling(self.rope_scaling))
+            self._set("rope_scaling", _value_object("rope_scaling", RopeScaling, self.rope_scaling))
         for name in ("d_model", "n_heads", "d_ff_multiple_of"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise _bad(name, getattr(self, name), "a positive integer")
@@ -218,25 +194,34 @@ class ModelConfig:
             if self.d_model % self.n_heads:
                 raise _bad("n_heads", self.n_heads, f"must divide d_model={self.d_model} (or set head_dim)")
             self._set("head_dim", self.d_model // self.n_heads)
-        if self.d_ff is None and self.ffn in FFN_NAMES:
+        if self.d_ff is None and self.ffn in FFNS:
             self._set("d_ff", self._default_d_ff())
         for name in ("attn_bias", "mlp_bias"):
             if getattr(self, name) is None:
                 self._set(name, self.bias)
         if self.final_norm is None:
             self._set("final_norm", self.norm_position not in POST_NORMS)
-        if self.attn_kernel == "favor" and self.favor_features is None and isinstance(self.head_dim, int):
-            self._set("favor_features", default_favor_features(self.head_dim, self.favor_feature))
+
+    def _resolve_groups(self) -> None:
+        """Each option group as its object: a dict built (one line naming an unknown key), the defaults filled in
+        where its switch is on and it is None, its derived fields resolved."""
+        for name, (cls, switch, on) in GROUPS.items():
+            group = getattr(self, name)
+            if isinstance(group, dict):
+                group = _value_object(name, cls, group)
+            if group is None and getattr(self, switch) == on:
+                group = cls()
+            if group is not None and not isinstance(group, cls):
+                raise _bad(name, group, f"None, a dict of {cls.__name__} fields or a {cls.__name__}")
+            self._set(name, group.resolved(self.head_dim) if group is not None else None)
 
     # ----- checks -----
     def _check_choices(self) -> None:
         choices = {
-            "norm": NORM_NAMES, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFN_NAMES, *GLU_SHORTHANDS),
-            "activation": ACTIVATION_NAMES, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
+            "norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": (*FFNS, *GLU_SHORTHANDS),
+            "activation": ACTIVATIONS, "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS,
             "qk_norm_scope": QK_NORM_SCOPES, "embed_scale": EMBED_SCALES, "init": INITS, "attn_impl": ATTN_IMPLS,
-            "attn_kernel": ATTN_KERNELS, "favor_feature": FAVOR_FEATURE_NAMES, "vq_assign": VQ_ASSIGNS,
-            "cosine_scale": COSINE_SCALES, "gau_attention": GAU_ATTENTIONS,
-            "tied_head": TIED_HEADS, "tied_embed_init": TIED_EMBED_INITS,
+            "attn_kernel": ATTN_KERNELS, "tied_head": TIED_HEADS, "tied_embed_init": TIED_EMBED_INITS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -288,9 +273,9 @@ class ModelConfig:
         if not self.position_pattern or set(self.position_pattern) - set(POSITION_LAYERS):
             raise _bad("position_pattern", self.position_pattern, "a non-empty string of R (RoPE) and N (NoPE)")
         s = self.rope_scaling
-        if s is not None and s.kind == "inv_leaky_rerope" and not s.window < self.max_seq_len:
+        if s is not None and ROPE_KINDS[s.kind].training_only and not s.window < self.max_seq_len:
             raise _bad("rope_scaling.window", s.window, f"< max_seq_len={self.max_seq_len} with "
-                       "kind='inv_leaky_rerope' (training must reach past the window)")
+                       f"kind={s.kind!r} (training must reach past the window)")
 
     def _check_attention(self) -> None:
         for name in ("attn_softcap", "final_softcap", "attn_scale"):
@@ -349,23 +334,10 @@ class ModelConfig:
             raise _bad("sliding_window", self.sliding_window, f"None with attn_kernel={kernel!r}")
         if self.attn_dropout:
             raise _bad("attn_dropout", self.attn_dropout, f"0 with attn_kernel={kernel!r} (no probabilities)")
-        if self.rope_scaling is not None and self.rope_scaling.kind in ("dynamic", "rerope", "leaky_rerope",
-                                                                             "inv_leaky_rerope"):
+        kind = ROPE_KINDS[self.rope_scaling.kind] if self.rope_scaling is not None else None
+        if kind is not None and (kind.length_dependent or kind.remaps_positions):
             raise _bad("rope_scaling.kind", self.rope_scaling.kind, f"a static schedule with attn_kernel={kernel!r} "
                        "(cached keys are folded into the state, never re-rotated)")
-        positive = {"favor_features": self.favor_features, "favor_redraw": self.favor_redraw,
-                    "vq_codes": self.vq_codes, "vq_block": self.vq_block}
-        for name, value in positive.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise _bad(name, value, "a positive integer" + (" or None" if name == "favor_redraw" else ""))
-        if self.favor_feature == "hyperbolic" and self.favor_features % 2:
-            raise _bad("favor_features", self.favor_features, "an even number with favor_feature='hyperbolic'")
-        if self.vq_commit < 0:
-            raise _bad("vq_commit", self.vq_commit, "a number >= 0")
-        if not 0 < self.vq_ema <= 1:
-            raise _bad("vq_ema", self.vq_ema, "a decay in (0, 1] (1 = frozen codebook)")
-        if not self.vq_tau > 0:
-            raise _bad("vq_tau", self.vq_tau, "a positive temperature")
 
     def _default_d_ff(self) -> int:
         """The FFN's default width, or a GAU's value width e = GAU_EXPANSION * d_model (rounded up alike)."""
@@ -383,10 +355,10 @@ class ModelConfig:
             raise _bad("query_norm", True, "not with key_norm (that is cosine_attention=True) or qk_norm")
         if self.cosine_attention and self.max_seq_len < 3:
             raise _bad("cosine_attention", True, "needs max_seq_len >= 3 (lambda = 4 log(max_seq_len / 2) > 0)")
-        if self.cosine_attention and self.cosine_scale == "dynamic" and self.attn_scale is not None:
-            raise _bad("attn_scale", self.attn_scale, "None with cosine_scale='dynamic' (lambda is 4 log n per query)")
-        if self.cosine_attention and self.cosine_scale == "dynamic" and self.attn_logn:
-            raise _bad("attn_logn", True, "not with cosine_scale='dynamic' (that is already 4 log n per query)")
+        if self.dynamic_cosine and self.attn_scale is not None:
+            raise _bad("attn_scale", self.attn_scale, "None with cosine.scale='dynamic' (lambda is 4 log n per query)")
+        if self.dynamic_cosine and self.attn_logn:
+            raise _bad("attn_logn", True, "not with cosine.scale='dynamic' (that is already 4 log n per query)")
         if self.norm_position == "deepnorm" and self.block == "parallel":
             raise _bad("norm_position", "deepnorm", "only with block='serial' or 'gau' (x <- LN(alpha x + F(x)) "
                        "per sublayer)")
@@ -403,10 +375,20 @@ class ModelConfig:
             if getattr(self, name) != off:  # GAU.project makes q and k from Z by a scale and an offset only
                 raise _bad(name, getattr(self, name), f"{off!r} with block='gau' (its q and k are a per-dimension "
                            "scale and offset of Z; no norm is applied)")
-        if self.gau_attention == "relu2" and self.attn_impl == "sdpa":
-            raise _bad("attn_impl", "sdpa", "auto or eager with gau_attention='relu2' (SDPA is a softmax)")
+        if self.gau.attention == "relu2" and self.attn_impl == "sdpa":
+            raise _bad("attn_impl", "sdpa", "auto or eager with gau.attention='relu2' (SDPA is a softmax)")
 
     # ----- derived properties -----
+    @property
+    def linear_kernel(self) -> Favor | VQ | None:
+        """The option group of a linear attn_kernel (what it costs, how it is built), or None for softmax."""
+        return getattr(self, self.attn_kernel) if self.attn_kernel in LINEAR_KERNELS else None
+
+    @property
+    def dynamic_cosine(self) -> bool:
+        """Cosine attention with lambda = 4 log n per query (n the keys it sees)."""
+        return self.cosine_attention and self.cosine.scale == "dynamic"
+
     @property
     def rope_dim(self) -> int:
         """Rotary dims per head: head_dim * rope_fraction, rounded down."""
@@ -454,9 +436,17 @@ class ModelConfig:
             "attn_bias": self.bias,
             "mlp_bias": self.bias,
             "final_norm": self.norm_position not in POST_NORMS,
-            "favor_features": default_favor_features(self.head_dim, self.favor_feature)
-            if self.attn_kernel == "favor" else None,
         }
+
+    def _underived(self, name: str) -> Group | None:
+        """Option group `name` with each derived field that holds its derived value back at None, and None where
+        that leaves the group's defaults (so a switch turned off drops it, and one left on fills it again)."""
+        group = getattr(self, name)
+        if group is None:
+            return None
+        reset = {k: None for k, v in group.derived(self.head_dim).items() if getattr(group, k) == v}
+        group = dataclasses.replace(group, **reset) if reset else group
+        return None if group == type(group)() else group
 
     def with_inference_logn(self) -> ModelConfig:
         """This config with the log-n query scale at inference only ("log n" with a dagger in Su's tables,
@@ -476,23 +466,62 @@ class ModelConfig:
         for name, derived in self.derived_values().items():
             if name not in changes and values[name] == derived:
                 values[name] = None
+        for name in GROUPS:
+            values[name] = self._underived(name)
         return ModelConfig(**layer_over(values, changes))
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, value objects and option groups as nested dicts: what config.json holds."""
         return dataclasses.asdict(self)
+
+    def to_flat_dict(self) -> dict[str, Any]:
+        """`to_dict` with the option groups spelled as the flat keys of configs saved before them (LEGACY_KEYS; a
+        group that is off gives its defaults), in the old field order: the lab's run store keys runs by this, so a
+        run keeps its folder (tests/lab/test_run_ids.py)."""
+        out: dict[str, Any] = {}
+        for name, value in dataclasses.asdict(self).items():
+            if name not in GROUPS:
+                out[name] = value
+                continue
+            group = value if value is not None else dataclasses.asdict(GROUPS[name][0]())
+            out.update({old: group[field] for old, (g, field) in LEGACY_KEYS.items() if g == name})
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """A config from `to_dict`'s output, or from a config saved with the old flat keys (`from_legacy`)."""
+        d = from_legacy(d)
         check_fields(d)
         return cls(**d)
 
 
 def check_fields(values: dict[str, Any]) -> None:
-    """Every key of `values` is a ModelConfig field, or one line naming the first that is not."""
+    """Every key of `values` is a ModelConfig field, or one line naming the first that is not (an old flat key
+    with its new spelling)."""
     known = {f.name for f in fields(ModelConfig)}
     unknown = sorted(set(values) - known)
+    if unknown and unknown[0] in LEGACY_KEYS:
+        group, field = LEGACY_KEYS[unknown[0]]
+        cls = GROUPS[group][0].__name__
+        raise ConfigError(f"ModelConfig has no field {unknown[0]!r}: it is {group}.{field} now ({group}={cls}("
+                          f"{field}=...), or --model.{group}.{field} on the command line)")
     if unknown:
         raise ConfigError(f"ModelConfig has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+
+
+def from_legacy(d: dict[str, Any]) -> dict[str, Any]:
+    """`d` with the flat keys of configs saved before the option groups (LEGACY_KEYS) moved into their groups. A
+    flat key at its default whose group's switch is off is dropped: every old config held them all."""
+    out = {k: v for k, v in d.items() if k not in LEGACY_KEYS}
+    for old in [k for k in d if k in LEGACY_KEYS]:
+        group, field = LEGACY_KEYS[old]
+        cls, switch, on = GROUPS[group]
+        if d[old] == _FIELD_DEFAULTS[group][field] and out.get(switch, _DEFAULTS[switch]) != on:
+            continue
+        if group in d:
+            raise ConfigError(f"ModelConfig: {old!r} is the old spelling of {group}.{field}; give {group!r} alone")
+        out.setdefault(group, {})[field] = d[old]
+    return out
 
 
 def middle_layers(n_layers: int, count: int) -> tuple[int, ...]:
@@ -508,21 +537,18 @@ def layer_over(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
     than starting from RopeScaling's defaults: hwfa2's ReRoPE window is set that way. A dict naming a kind, an
     instance or None replaces the value, as before."""
     out = {**lower, **upper}
-    change, base = upper.get("rope_scaling"), lower.get("rope_scaling")
-    if isinstance(change, dict) and "kind" not in change and base is not None:
-        base = dataclasses.asdict(base) if isinstance(base, RopeScaling) else dict(base)
-        out["rope_scaling"] = {**base, **change}
+    for name in VALUE_OBJECTS:
+        change, base = upper.get(name), lower.get(name)
+        if isinstance(change, dict) and "kind" not in change and base is not None:
+            base = dataclasses.asdict(base) if dataclasses.is_dataclass(base) else dict(base)
+            out[name] = {**base, **change}
     return out
-
-
-def default_favor_features(head_dim: int, feature: str) -> int:
-    """round(head_dim ln head_dim), Performer's Theta(d log d) (lucidrains' default), even for hyperbolic."""
-    m = max(2, round(head_dim * math.log(head_dim)))
-    return m + m % 2 if feature == "hyperbolic" else m
 
 
 # ----- helpers for building a ModelConfig from layers of fields -----
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+_FIELD_DEFAULTS = {name: {f.name: f.default for f in fields(cls)} for name, (cls, _, _) in GROUPS.items()}
+VALUE_OBJECTS = {"rope_scaling": RopeScaling, **{name: cls for name, (cls, _, _) in GROUPS.items()}}
 
 
 def inapplicable_fields(values: dict[str, Any]) -> list[str]:
@@ -552,15 +578,19 @@ def _expand_ffn(ffn: str, activation: str | None) -> tuple[str, str | None]:
     return kind, act
 
 
-def _rope_scaling(d: dict[str, Any]) -> RopeScaling:
-    """A RopeScaling from a dict (a saved config, or Python callers), unknown keys named in one line."""
-    known = [f.name for f in fields(RopeScaling)]
+def _value_object(name: str, cls: type, d: dict[str, Any]) -> Any:
+    """A RopeScaling or option group from a dict (a saved config, or Python callers), unknown keys named in one
+    line; a group's own refusal as a ConfigError."""
+    known = [f.name for f in fields(cls)]
     unknown = [k for k in d if k not in known]
     if unknown:
-        raise ConfigError(f"ModelConfig.rope_scaling has no field {unknown[0]!r}; RopeScaling has the fields "
+        raise ConfigError(f"ModelConfig.{name} has no field {unknown[0]!r}; {cls.__name__} has the fields "
                           f"{', '.join(known)}")
-    return RopeScaling(**d)
+    try:
+        return cls(**d)
+    except OptionError as err:
+        raise ConfigError(str(err)) from None
 
 
-__all__ = ["ConfigError", "ModelConfig", "RopeScaling", "check_fields", "expand_shorthands", "inapplicable_fields",
-           "layer_over", "middle_layers"]
+__all__ = ["GAU", "VQ", "ConfigError", "Cosine", "Favor", "ModelConfig", "RopeScaling", "check_fields",
+           "expand_shorthands", "from_legacy", "inapplicable_fields", "layer_over", "middle_layers"]

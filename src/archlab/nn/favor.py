@@ -5,7 +5,7 @@ Attention with Performers", arXiv 2009.14794; Su, kexue.fm/archives/7921). With 
 phi(x) = M^-1/2 exp(W x - |x|^2/2) is positive, and phi(q) . phi(k) is an unbiased estimate of exp(q . k).
 The softmax scale s is folded in by feeding sqrt(s) q and sqrt(s) k (d^-1/4 each for s = d^-1/2).
 
-Feature maps (`FAVOR_FEATURES`, M features each):
+Feature maps (`FAVOR_FEATURES` of nn/attention_options.py, M features each):
 - positive: M^-1/2 exp(W x - |x|^2/2), W of M rows.
 - hyperbolic: M^-1/2 exp(-|x|^2/2) [exp(W x), exp(-W x)], W of M/2 rows; lower variance (paper, lemma 2).
 `trigonometric_features` (exp(|x|^2/2) [sin, cos], the random Fourier features of the softmax kernel) is here
@@ -34,6 +34,7 @@ import math
 import torch
 import torch.nn as nn
 
+from archlab.nn.attention_options import FAVOR_FEATURES
 from archlab.nn.linear_attention import causal_linear_attention
 
 FAVOR_SEED = 20201201  # base seed of the projections (layer i draws from FAVOR_SEED + i): eval forwards agree
@@ -98,8 +99,6 @@ def trigonometric_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.cat((proj.sin(), proj.cos()), dim=-1) * scale
 
 
-# name -> feature map; nn/variants.py FAVOR_FEATURE_NAMES lists the same names (tests/nn/test_variants.py)
-FAVOR_FEATURES = {"positive": positive_features, "hyperbolic": hyperbolic_features}
 PROJECTION_ROWS = {"positive": 1, "hyperbolic": 2}  # features per projection row
 
 

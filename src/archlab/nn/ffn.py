@@ -65,5 +65,4 @@ class GatedMLP(nn.Module):
         return self.down_proj(self.activate(self.gate_up_proj(x)))  # (B, T, D)
 
 
-# name -> module; nn/variants.py FFN_NAMES lists the same names for the config (tests/nn/test_variants.py)
-FFNS: dict[str, type[nn.Module]] = {"mlp": MLP, "glu": GatedMLP}
+

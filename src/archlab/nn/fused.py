@@ -30,7 +30,7 @@ import torch.nn as nn
 
 from archlab.nn.attention import Attention
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import ATTENTION_KERNELS, Kernel, KernelCall, merge_heads
+from archlab.nn.attention_kernels import Kernel, KernelCall, merge_heads
 from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import IGNORE_INDEX, softcap, z_loss
 from archlab.nn.fused_ops import (
@@ -46,6 +46,7 @@ from archlab.nn.fused_ops import (
 )
 from archlab.nn.model import LossOutput, TransformerLM
 from archlab.nn.norms import RMSNorm
+from archlab.nn.variants import ATTENTION_KERNELS
 
 logger = logging.getLogger(__name__)
 

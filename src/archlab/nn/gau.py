@@ -9,9 +9,9 @@ his long-context tables, and of Transformer-VQ). For x (T, d), with e the value 
     O = (U * A V) W_o
 The paper's A is a squared ReLU normalised by the length; Su (8934) found softmax (with the log-n scale,
 kexue.fm/archives/8823) better for language models and length extrapolation, so softmax is the default
-(`gau_attention="softmax"`): A is the project's attention kernel (nn/attention_kernels.py), so masks, sliding
+(`gau.attention="softmax"`): A is the project's attention kernel (nn/attention_kernels.py), so masks, sliding
 windows, RoPE plans (ReRoPE included), log-n (`attn_logn`), softcapping and the KV cache work exactly as in
-`Attention`. `gau_attention="relu2"` runs `relu2_attention` below instead: A = relu(scale Q K^T + b)^2 / n with
+`Attention`. `gau.attention="relu2"` runs `relu2_attention` below instead: A = relu(scale Q K^T + b)^2 / n with
 n the keys each query sees (per query, so decoding with the cache equals the full forward), under the same masks,
 plans and cache.
 The cache holds K (width s) and V (width e) of the one head; `core` is `Attention.core` itself.
@@ -32,12 +32,13 @@ import torch.nn.functional as F
 from archlab.nn.activations import get_activation
 from archlab.nn.attention import Attention
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, explicit_mask, merge_heads
+from archlab.nn.attention_kernels import KernelCall, explicit_mask, merge_heads
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import softcap
+from archlab.nn.variants import ATTENTION_KERNELS
 
 
-class GAU(nn.Module):
+class GatedAttentionUnit(nn.Module):
     """A single-head gated attention unit (module docstring); a Block holds it as its `attn`."""
 
     scoring_kernel = staticmethod(ATTENTION_KERNELS["eager"])  # takes a plan's own scores, as in Attention
@@ -58,7 +59,7 @@ class GAU(nn.Module):
         self.softcap = c.attn_softcap
         impl = c.attn_impl if c.attn_impl != "auto" else ("sdpa" if c.attn_softcap is None else "eager")
         self.kernel = ATTENTION_KERNELS[impl]
-        if c.gau_attention == "relu2":  # every call, a plan's own scores (ReRoPE) included
+        if c.gau.attention == "relu2":  # every call, a plan's own scores (ReRoPE) included
             self.kernel = self.scoring_kernel = relu2_attention
         self.dropout = c.attn_dropout
         self.reset_parameters()
@@ -86,7 +87,7 @@ class GAU(nn.Module):
 
 
 def relu2_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
-    """The squared-ReLU attention of Hua et al. (`gau_attention="relu2"`), an attention kernel `(q, k, v, call) ->
+    """The squared-ReLU attention of Hua et al. (`gau.attention="relu2"`), an attention kernel `(q, k, v, call) ->
     y`: A = relu(scale q . k [softcapped] + bias)^2 / n over the visible keys, n the number a query sees (its
     position + 1, or its window), so a cached decode step equals the full forward; no softmax, rows need not sum
     to 1. q (B, 1, T, Dk), k (B, 1, S, Dk), v (B, 1, S, E) -> (B, T, E)."""

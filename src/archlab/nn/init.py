@@ -33,7 +33,7 @@ import math
 import torch
 import torch.nn as nn
 
-from archlab.nn.gau import GAU
+from archlab.nn.gau import GatedAttentionUnit
 from archlab.nn.norms import RMSNorm, deepnorm_constants
 from archlab.nn.positions import LearnedPositions
 
@@ -61,7 +61,7 @@ def init_model(model: nn.Module, seed: int | None = None) -> None:
                 _trunc_normal(module.weight, std, seed, f"{name}.weight")
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, (RMSNorm, GAU)):  # LayerNorm derives from RMSNorm; a GAU's gamma = 1, beta = 0
+        elif isinstance(module, (RMSNorm, GatedAttentionUnit)):  # LayerNorm is an RMSNorm; a GAU: gamma 1, beta 0
             module.reset_parameters()
         elif hasattr(module, "reset_buffers"):  # RoPE frequencies, ALiBi slopes
             module.reset_buffers()
@@ -84,7 +84,7 @@ def deepnorm_gain(model: nn.Module) -> None:
     beta = deepnorm_constants(model.config.n_layers)[1]
     for layer in model.layers:
         attn = layer.attn
-        if isinstance(attn, GAU):
+        if isinstance(attn, GatedAttentionUnit):
             scaled = [(attn.uvz_proj.weight, slice(0, 2 * attn.e)), (attn.o_proj.weight, slice(None))]
         else:
             v_rows = slice((attn.n_heads + attn.n_kv_heads) * attn.head_dim, None)

@@ -94,10 +94,9 @@ class KVCache:
         sliding-window layers keep only their window."""
         cfg = model.config
         p = next(model.parameters())
-        stateful = [getattr(cfg, "attn_kernel", "softmax") != "softmax"] * cfg.n_layers
-        value_dim = cfg.d_ff if getattr(cfg, "block", "serial") == "gau" else None  # a GAU's values: width e
+        stateful = [kind == "state" for kind in model.layer_caches]  # a linear kernel's layer keeps a state
         return cls(cfg.n_layers, batch_size, max_len, cfg.n_kv_heads, cfg.head_dim, p.dtype, p.device,
-                   model.layer_windows, stateful, value_dim)
+                   model.layer_windows, stateful, model.cache_value_dim)
 
     def set_padding(self, attention_mask: torch.Tensor) -> None:
         """Record which of the next T slots are real tokens: attention_mask (B, T), 1 = token, 0 = padding.

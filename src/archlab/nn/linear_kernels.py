@@ -1,4 +1,4 @@
-"""Linear attention kernels behind `ModelConfig.attn_kernel`: the registry and the one call `Attention` makes.
+"""Linear attention behind `ModelConfig.attn_kernel`: the one call `Attention` makes, and the state in the cache.
 
 A linear kernel replaces softmax attention over the keys with a fixed-size state per layer: FAVOR+ keeps the
 running sums [S | z] per K/V head (nn/favor.py), Transformer-VQ and soft VQ the last two blocks and the per-code
@@ -6,38 +6,20 @@ value sums and counts (nn/vq.py). Each kernel is a module with
     forward(q, k, v, state, key_mask, decoding, slopes) -> (o, new state)     q (B, H, T, Dh), k, v (B, K, T, Dh)
 (`slopes` (H,): ALiBi's, which the kernel applies itself, since it never forms the (T, S) scores a bias is added
 to; only VQ takes them, nn/vq.py) and an `aux_loss` attribute (a scalar tensor after a training forward, or
-None) that the model adds to its loss. `LinearAttention` reads and writes the state in the `KVCache` (its state
-layers hold no keys) and keeps the aux loss. A new kernel: a leaf module with that forward, one builder here,
-its name in `LINEAR_KERNEL_NAMES` of nn/variants.py, which `ModelConfig.attn_kernel` accepts
-(tests/nn/test_variants.py checks the two agree).
+None) that the model adds to its loss. Its option group (`Favor`, `VQ` in nn/attention_options.py, one entry of
+`LINEAR_KERNELS` there) builds it and knows its costs. `LinearAttention` reads and writes the state in the
+`KVCache` (its state layers hold no keys) and keeps the aux loss.
 
 Shapes: B batch, H query heads, K K/V heads, T new tokens, Dh head dim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn as nn
 
 from archlab.nn.config import ModelConfig
-from archlab.nn.favor import FavorKernel
 from archlab.nn.kv_cache import KVCache
-from archlab.nn.vq import VQKernel
-
-
-def build_favor(c: ModelConfig, layer_idx: int) -> nn.Module:
-    return FavorKernel(c.head_dim, c.favor_features, c.favor_feature, c.favor_orthogonal, c.favor_redraw,
-                       c.resolved_attn_scale, layer_idx)
-
-
-def build_vq(c: ModelConfig, layer_idx: int) -> nn.Module:
-    return VQKernel(c.n_kv_heads, c.head_dim, c.vq_codes, c.vq_block, c.vq_commit, c.vq_ema, c.vq_assign, c.vq_tau,
-                    c.resolved_attn_scale, c.vq_cache_grad)
-
-
-LINEAR_KERNELS: dict[str, Callable[[ModelConfig, int], nn.Module]] = {"favor": build_favor, "vq": build_vq}
 
 
 class LinearAttention(nn.Module):
@@ -46,7 +28,9 @@ class LinearAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.kernel = LINEAR_KERNELS[config.attn_kernel](config, layer_idx)
+        options = config.linear_kernel
+        self.kernel = options.build(config.n_kv_heads, config.head_dim, config.resolved_attn_scale, layer_idx)
+        self.static_decode_shape = options.static_decode_shape  # False: every decode step's state has a new shape
 
     @property
     def aux_loss(self) -> torch.Tensor | None:

@@ -24,12 +24,14 @@ from archlab.nn.attention_inputs import AttentionInputsBuilder
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, swap_halves, z_loss
+from archlab.nn.gau import GatedAttentionUnit
 from archlab.nn.init import init_model
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import build_norm
-from archlab.nn.positions import ABSOLUTE_POSITIONS, ATTENTION_BIASES, LearnedPositions
+from archlab.nn.positions import LearnedPositions
 from archlab.nn.rope import RotaryEmbedding
+from archlab.nn.variants import ABSOLUTE_POSITIONS, ATTENTION_BIASES
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)  # activation dtypes the embedding multiplier is rounded to
 
@@ -221,6 +223,22 @@ class TransformerLM(nn.Module):
             if top >= self.config.max_seq_len:
                 raise ValueError(f"position {top} is past the learned position table (max_seq_len="
                                  f"{self.config.max_seq_len}); learned positions cannot extrapolate")
+
+    @property
+    def layer_caches(self) -> list[str]:
+        """What each layer keeps in a KVCache: "keys" (its keys and values) or "state" (a linear kernel's)."""
+        return ["keys" if layer.attn.linear is None else "state" for layer in self.layers]
+
+    @property
+    def cache_value_dim(self) -> int | None:
+        """The width of a cached value when it differs from head_dim (a GAU's values are e = d_ff wide), or None."""
+        return self.config.d_ff if isinstance(self.layers[0].attn, GatedAttentionUnit) else None
+
+    @property
+    def static_decode_shape(self) -> bool:
+        """Whether every decode step sees a cache of the same shapes, so a compiled step never recompiles: not
+        with a linear kernel whose state grows and shrinks (VQ's tail of one to two blocks)."""
+        return all(m.static_decode_shape for m in self.modules() if isinstance(m, LinearAttention))
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied head counts once)."""

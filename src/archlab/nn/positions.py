@@ -53,12 +53,6 @@ class LearnedPositions(nn.Module):
         return nn.functional.embedding(positions, self.weight)  # (B, T, D)
 
 
-ABSOLUTE_POSITIONS: dict[str, type[nn.Module]] = {
-    "sinusoidal": SinusoidalPositions,
-    "learned": LearnedPositions,
-}
-
-
 def relative_bucket(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
     """T5's causal bucket of a distance i - j >= 0: exact below num_buckets/2, then log-spaced to max_distance."""
     n = distance.clamp_min(0)
@@ -115,6 +109,6 @@ class ALiBi(nn.Module):
 
 
 # position kinds that add a bias to the attention scores
-ATTENTION_BIASES: dict[str, type[nn.Module]] = {"relative": RelativePositionBias, "alibi": ALiBi}
+
 # nn/variants.py lists both registries' names (and POSITIONS, every value of ModelConfig.position) for the config;
 # tests/nn/test_variants.py keeps them equal

@@ -5,8 +5,8 @@ q_m . k_n depends only on m - n. Options:
 - layout `half` (rotate_half: pairs (i, i + d_rot/2), as Llama in transformers, NeoX, nanochat) or
   `interleaved` (pairs (2i, 2i+1), as the RoFormer paper and GPT-J);
 - partial rotary: only the first d_rot = fraction * head_dim dims rotate, the rest pass through (NeoX 25%);
-- a frequency schedule from `ROPE_SCALINGS`, a pure function (d_rot, theta, scaling[, seq_len]) ->
-  (inv_freq, attention_factor); attention_factor multiplies cos and sin (YaRN's temperature):
+- a frequency schedule, a pure function (d_rot, theta, scaling[, seq_len]) -> (inv_freq, attention_factor) that
+  its kind's `RopeKind.frequencies` names; attention_factor multiplies cos and sin (YaRN's temperature):
     none          w_i
     linear        w_i / s                                  Position Interpolation (Chen et al., arXiv 2306.15595)
     ntk           base theta * s^(d/(d-2)), static          NTK-aware (bloc97; YaRN paper, arXiv 2309.00071, 3.1)
@@ -25,10 +25,8 @@ q_m . k_n depends only on m - n. Options:
                   gets w_i exp(-a j^b), a = ln(s) / (d/2)^b, b = mixed_b (0.75 in Su's bojone/rerope patch):
                   high frequencies nearly kept, the lowest interpolated by exactly s
   Each frequency schedule but ntk_mixed equals transformers 5's `ROPE_INIT_FUNCTIONS` entry
-  (modeling_rope_utils.py; tested against it). The rest of what a kind is (its `RopeScaling` fields, whether it
-  depends on the length or remaps positions (in training only?), its context limit) is its `RopeKind` in
-  ROPE_KINDS of nn/rope_scaling.py, beside `RopeScaling`: torch-free, so a config is checked without torch; the
-  mapping to Hugging Face `rope_parameters` lives in `archlab.interop.hf_rope`.
+  (modeling_rope_utils.py; tested against it). What a kind is besides its formula is its `RopeKind` in
+  ROPE_KINDS (nn/rope_scaling.py, torch-free); the Hugging Face spelling is in `archlab.interop.hf_rope`.
 
 How q and k get their positions in one forward is a `PositionPlan` (the protocol every plan follows; attention
 asks it and never tests its class): `RopePositions`, built by `RotaryEmbedding.plan` for nn/attention_inputs.py,
@@ -148,23 +146,6 @@ def yarn(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, 
     return inv_freq, factor
 
 
-# kind -> its frequency function (d_rot, theta, scaling[, seq_len]) -> (inv_freq (d_rot/2,), attention_factor); what
-# else a kind is (its fields, flags, context limit) is its `RopeKind` in ROPE_KINDS (nn/rope_scaling.py, torch-free)
-ROPE_SCALINGS: dict[str, ScalingFn] = {
-    "none": no_scaling,
-    "linear": linear,
-    "ntk": ntk,
-    "ntk_by_parts": ntk_by_parts,
-    "dynamic": dynamic,
-    "yarn": yarn,
-    "llama3": llama3,
-    "rerope": no_scaling,  # ReRoPE changes positions, not frequencies (nn/rerope.py)
-    "leaky_rerope": no_scaling,
-    "inv_leaky_rerope": no_scaling,
-    "ntk_mixed": ntk_mixed,
-}
-
-
 def rope_partner(x: torch.Tensor, layout: str) -> torch.Tensor:
     """Each dim's partner in its rotation pair: [x2 | x1] for halves, (x1, x0, x3, x2, ...) for pairs."""
     if layout == "half":
@@ -213,7 +194,7 @@ class RotaryEmbedding(nn.Module):
         self.d_rot, self.theta, self.layout = d_rot, theta, layout
         self.scaling = scaling or RopeScaling()
         self.kind = ROPE_KINDS[self.scaling.kind]
-        self.frequencies = ROPE_SCALINGS[self.scaling.kind]
+        self.frequencies = self.kind.frequency_function()
         self.length_dependent = self.kind.length_dependent
         inv_freq, self.attention_factor = self.frequencies(d_rot, theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)

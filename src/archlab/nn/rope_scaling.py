@@ -1,11 +1,10 @@
 """`RopeScaling`, how RoPE's frequencies are stretched past the training length, and `ROPE_KINDS`: what each kind is.
 
-A kind is two things. Its frequency function, (d_rot, theta, scaling[, seq_len]) -> (inv_freq, attention_factor),
-is torch code and sits in `ROPE_SCALINGS` of nn/rope.py with the formulas. Its description, here in `ROPE_KINDS`,
-is what a config needs to check and use it without torch: the `RopeScaling` fields it requires and reads, whether
-it takes a factor, whether its frequencies follow the current length, whether it remaps relative positions (in
-training only?), and the context it handles. nn/config.py, `archlab inspect` and `infer/` read the description;
-`tests/nn/test_variants.py` keeps the two registries' keys equal and in the same order.
+A kind is one `RopeKind` entry: its frequency function (torch, named lazily as "module:function", resolved where the
+tables are built), the `RopeScaling` fields it requires and reads, whether it takes a factor, whether its
+frequencies follow the current length, whether it remaps relative positions (in training only?), the context it
+handles, and the scaling it applies to evaluate a model at a longer length (`RopeKind.at`: `archlab eval length`,
+the lab's long-context measures and `archlab plot rope` ask it). The formulas are in nn/rope.py.
 
 No torch here: nn/config.py imports this module.
 """
@@ -15,6 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
+
+from archlab.nn.registry import resolve
 
 
 def _bad(name: str, value: object, allowed: str) -> ValueError:
@@ -113,11 +115,69 @@ def inv_leaky_rerope_limit(scaling: RopeScaling, max_seq_len: int) -> int | None
     return max(max_seq_len, scaling.window + 1 + int(scaling.factor * (max_seq_len - 1 - scaling.window)))
 
 
+Evaluation = Callable[[float, int, "int | None", "float | str"], "dict[str, Any] | None"]
+LEAKY_K_MIN = 16.0  # Su's ablation (9708): k = 16, 32, 64 score alike, k = 8 is worse
+
+
+def leaky_slope(length: int, train_len: int, window: int, leaky_k: float | str = "half") -> float:
+    """Leaky ReRoPE's k at `length`: "half" is Su's rule (kexue.fm/archives/9708: the largest relative position
+    any query sees, W + (L - 1 - W) / k, stays within half the training length; k >= LEAKY_K_MIN), "train" the
+    older mapping onto the longest trained distance, k = (L - 1 - W) / (L_train - 1 - W); a number is k itself."""
+    if leaky_k == "train":
+        return max(1.0, (length - 1 - window) / (train_len - 1 - window))
+    if leaky_k != "half":
+        if isinstance(leaky_k, bool) or not isinstance(leaky_k, (int, float)) or not leaky_k >= 1:
+            raise ValueError(f"leaky_k={leaky_k!r} is not allowed: 'half' (Su's rule), 'train' or a number >= 1")
+        return float(leaky_k)
+    if not window < train_len / 2:
+        raise ValueError(f"window={window} is not allowed with leaky_k='half': below max_seq_len / 2 = "
+                         f"{train_len / 2:g} (the largest position Su's rule allows), or pass leaky_k")
+    return max(LEAKY_K_MIN, (length - 1 - window) / (train_len / 2 - window))
+
+
+def plain_at(length: float, train_len: int, window: int | None, leaky_k: float | str) -> dict[str, Any] | None:
+    """The model as trained: no scaling."""
+    return None
+
+
+def stretch_at(length: float, train_len: int, window: int | None, leaky_k: float | str) -> dict[str, Any]:
+    """Factor s = max(1, L / L_train)."""
+    return {"factor": max(1.0, length / train_len)}
+
+
+def stretch_from_at(length: float, train_len: int, window: int | None, leaky_k: float | str) -> dict[str, Any]:
+    """Factor s from the training length L0 = L_train (by-parts, Dynamic NTK, YaRN)."""
+    return {"factor": max(1.0, length / train_len), "original_max_seq_len": train_len}
+
+
+def llama3_at(length: float, train_len: int, window: int | None, leaky_k: float | str) -> dict[str, Any]:
+    """By-parts with Llama 3.1's ramp (alpha = low_freq_factor 1, beta = high_freq_factor 4)."""
+    return {**stretch_from_at(length, train_len, window, leaky_k), "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+def rerope_at(length: float, train_len: int, window: int | None, leaky_k: float | str) -> dict[str, Any]:
+    """Window W (default L_train / 2), up to the trained length: W = L_train is plain RoPE there."""
+    w = train_len // 2 if window is None else window
+    if not 1 <= w <= train_len:
+        raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len = {train_len}")
+    return {"window": w}
+
+
+def leaky_rerope_at(length: float, train_len: int, window: int | None, leaky_k: float | str) -> dict[str, Any]:
+    """Window W (default L_train / 4) and slope 1/k by `leaky_slope`'s rule."""
+    w = train_len // 4 if window is None else window
+    if not 1 <= w < train_len - 1:
+        raise ValueError(f"window={w} is not allowed: between 1 and max_seq_len - 2 = {train_len - 2}")
+    return {"factor": leaky_slope(length, train_len, w, leaky_k), "window": w}
+
+
 @dataclass(frozen=True)
 class RopeKind:
-    """What archlab knows about one RoPE scaling kind besides its frequency function (`ROPE_SCALINGS[kind]` in
-    nn/rope.py); its Hugging Face spelling lives in interop/hf_rope.py, which knows that format."""
+    """What archlab knows about one RoPE scaling kind (its Hugging Face spelling lives in interop/hf_rope.py,
+    which knows that format). One entry of ROPE_KINDS is the whole kind: nothing else lists kinds."""
 
+    name: str  # the key of ROPE_KINDS and RopeScaling.kind
+    frequencies: str  # "module:function", (d_rot, theta, scaling[, seq_len]) -> (inv_freq (d_rot/2,), attention factor)
     required: tuple[str, ...] = ()  # RopeScaling fields the kind needs (besides kind and factor)
     optional: tuple[str, ...] = ()  # fields it reads when given; every other field must keep its default
     length_dependent: bool = False  # frequencies change with the current length: keys are cached unrotated
@@ -125,23 +185,53 @@ class RopeKind:
     context_limit: Callable[[RopeScaling, int], int | None] = stretched_limit  # (scaling, max_seq_len) -> tokens
     no_factor: str | None = None  # why the kind takes no factor (it must be 1); None: it takes one
     training_only: bool = False  # the remap holds in training mode only; in eval mode the kind is plain RoPE
+    # (length, train_len, window, leaky_k) -> the RopeScaling fields (besides kind) for evaluating a model trained
+    # at train_len at length tokens, or None for plain RoPE; None here: no inference-time form (training_only)
+    evaluation: Evaluation | None = stretch_at
+
+    def frequency_function(self) -> Callable[..., Any]:
+        """The frequency function (imports its torch module)."""
+        return resolve(self.frequencies)
+
+    def at(self, length: float, train_len: int, window: int | None = None,
+           leaky_k: float | str = "half") -> RopeScaling | None:
+        """The scaling this kind applies to a model trained at `train_len` tokens evaluated at `length` (`window`:
+        ReRoPE's W, default from the training length; `leaky_k`: Leaky ReRoPE's slope rule, `leaky_slope`), or None
+        for plain RoPE. A kind without an inference-time form refuses in one line."""
+        if self.evaluation is None:
+            raise ValueError(f"rope_scaling.kind={self.name!r} has no inference-time form (it changes training only)")
+        fields_ = self.evaluation(length, train_len, window, leaky_k)
+        return None if fields_ is None else RopeScaling(self.name, **fields_)
+
+
+def inference_kinds() -> tuple[str, ...]:
+    """The kinds a trained model can be evaluated under (an inference-time form), in ROPE_KINDS order, read when
+    called: a kind registered later (a plugin, a test) is included."""
+    return tuple(name for name, kind in ROPE_KINDS.items() if kind.evaluation is not None)
 
 
 BY_PARTS = ("beta_fast", "beta_slow")
-# kind -> its description; the formulas of each kind are in nn/rope.py (module docstring and ROPE_SCALINGS)
-ROPE_KINDS: dict[str, RopeKind] = {
-    "none": RopeKind(no_factor="pick a scaling kind to stretch the context"),
-    "linear": RopeKind(),
-    "ntk": RopeKind(),
-    "ntk_by_parts": RopeKind(("original_max_seq_len",), BY_PARTS),
-    "dynamic": RopeKind(("original_max_seq_len",), length_dependent=True),
-    "yarn": RopeKind(("original_max_seq_len",),
-                     (*BY_PARTS, "attention_factor", "mscale", "mscale_all_dim", "truncate")),
-    "llama3": RopeKind(("original_max_seq_len", "low_freq_factor", "high_freq_factor")),
-    "rerope": RopeKind(("window",), ("inference_only",), remaps_positions=True, context_limit=no_limit,
-                       no_factor="leaky_rerope takes the slope 1/factor"),
-    "leaky_rerope": RopeKind(("window",), ("inference_only",), remaps_positions=True, context_limit=leaky_rerope_limit),
-    "inv_leaky_rerope": RopeKind(("window",), remaps_positions=True, training_only=True,
-                                 context_limit=inv_leaky_rerope_limit),
-    "ntk_mixed": RopeKind(optional=("mixed_b",)),
-}
+FORMULAS = "archlab.nn.rope"  # the module of the frequency functions
+# kind -> its description; the formulas of each kind are in nn/rope.py (module docstring)
+ROPE_KINDS: dict[str, RopeKind] = {kind.name: kind for kind in (
+    RopeKind("none", f"{FORMULAS}:no_scaling", no_factor="pick a scaling kind to stretch the context",
+             evaluation=plain_at),
+    RopeKind("linear", f"{FORMULAS}:linear"),
+    RopeKind("ntk", f"{FORMULAS}:ntk"),
+    RopeKind("ntk_by_parts", f"{FORMULAS}:ntk_by_parts", ("original_max_seq_len",), BY_PARTS,
+             evaluation=stretch_from_at),
+    RopeKind("dynamic", f"{FORMULAS}:dynamic", ("original_max_seq_len",), length_dependent=True,
+             evaluation=stretch_from_at),
+    RopeKind("yarn", f"{FORMULAS}:yarn", ("original_max_seq_len",),
+             (*BY_PARTS, "attention_factor", "mscale", "mscale_all_dim", "truncate"), evaluation=stretch_from_at),
+    RopeKind("llama3", f"{FORMULAS}:llama3", ("original_max_seq_len", "low_freq_factor", "high_freq_factor"),
+             evaluation=llama3_at),
+    # ReRoPE changes positions, not frequencies (nn/rerope.py): plain RoPE's frequencies
+    RopeKind("rerope", f"{FORMULAS}:no_scaling", ("window",), ("inference_only",), remaps_positions=True,
+             context_limit=no_limit, no_factor="leaky_rerope takes the slope 1/factor", evaluation=rerope_at),
+    RopeKind("leaky_rerope", f"{FORMULAS}:no_scaling", ("window",), ("inference_only",), remaps_positions=True,
+             context_limit=leaky_rerope_limit, evaluation=leaky_rerope_at),
+    RopeKind("inv_leaky_rerope", f"{FORMULAS}:no_scaling", ("window",), remaps_positions=True, training_only=True,
+             context_limit=inv_leaky_rerope_limit, evaluation=None),
+    RopeKind("ntk_mixed", f"{FORMULAS}:ntk_mixed", optional=("mixed_b",)),
+)}

@@ -24,7 +24,7 @@ from archlab.train.variants import (
     EMBEDDING_LR_RATIO,
     EMBEDDING_OPTIMIZERS,
     NAN_SHRINK,
-    OPTIMIZER_NAMES,
+    OPTIMIZERS,
     SIGN_OPTIMIZERS,
 )
 
@@ -62,7 +62,7 @@ class DataConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: str = "adamw"  # adamw | lion | tiger (train/optim.py OPTIMIZERS)
+    name: str = "adamw"  # adamw | lion | tiger (train/variants.py OPTIMIZERS)
     lr: float = 1e-3  # peak lr; 1e-3 suits tiny models with AdamW, ~3-10x less for lion (tiger_rms_lr: relative step)
     betas: tuple[float, ...] | None = None  # None = default: adamw (0.9, 0.95), lion (0.9, 0.99), tiger (0.965,)
     eps: float = 1e-8  # AdamW's denominator guard
@@ -79,7 +79,7 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         check_finite(self, "optimizer.")
-        _check(self.name in OPTIMIZER_NAMES, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZER_NAMES))
+        _check(self.name in OPTIMIZERS, "optimizer.name", self.name, "one of " + ", ".join(OPTIMIZERS))
         _check(self.embedding_optimizer in EMBEDDING_OPTIMIZERS, "optimizer.embedding_optimizer",
                self.embedding_optimizer, "one of " + ", ".join(EMBEDDING_OPTIMIZERS))
         for name in ("lazy_embeddings", "embedding_optimizer"):

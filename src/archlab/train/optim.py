@@ -3,7 +3,7 @@
 Weight decay pulls weights towards zero; it helps the linear maps of attention and the MLP, but on norm
 gains, biases and (usually) embedding rows it only fights the model (GPT-3, LLaMA and PaLM all decay with
 0.1 and skip those). `param_groups` splits a model's parameters by what they are, counting a tied
-embedding / head matrix once, and `build_optimizer` turns the groups into one of the `OPTIMIZERS`.
+embedding / head matrix once, and `build_optimizer` turns the groups into one of the `OPTIMIZERS` (train/variants.py).
 
 - AdamW: `torch.optim.AdamW` (Loshchilov & Hutter, arXiv 1711.05101), fused on CPU and CUDA, foreach elsewhere.
 - Lion: sign of an interpolated momentum (Chen et al., arXiv 2302.06675, Algorithm 2). Because every
@@ -22,7 +22,7 @@ biases (never decayed). Each group carries its `kind`, which Tiger's per-paramet
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +31,14 @@ from torch.distributed.tensor import DTensor
 
 from archlab.nn.norms import RMSNorm
 from archlab.train.sign_optim import GROUP_KINDS, Lion, Tiger, _use_foreach
-from archlab.train.variants import DEFAULT_BETAS, EMBEDDING_LR_RATIO, EMBEDDING_OPTIMIZERS, NAN_SHRINK, SIGN_OPTIMIZERS
+from archlab.train.variants import (
+    DEFAULT_BETAS,
+    EMBEDDING_LR_RATIO,
+    EMBEDDING_OPTIMIZERS,
+    NAN_SHRINK,
+    OPTIMIZERS,
+    SIGN_OPTIMIZERS,
+)
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch.optim.AdamW(fused=True) has kernels
 # default betas, the embedding remedies' names and ratio, Tiger's NaN shrink: train/variants.py (torch-free, read
@@ -109,7 +116,7 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
             for kind, params in by_kind.items() if params]
 
 
-def _adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **_: object) -> torch.optim.Optimizer:
+def adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **_: object) -> torch.optim.Optimizer:
     params = [p for g in groups for p in g["params"]]
     plain = _use_foreach(params)
     fused = plain and params[0].device.type in FUSED_ADAMW_DEVICES
@@ -119,27 +126,18 @@ def _adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, 
                              foreach=(plain and not fused) or None)
 
 
-def _lion(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **options: object
+def lion(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **options: object
           ) -> torch.optim.Optimizer:
     if len(betas) != 2:
         raise ValueError(f"optimizer.betas: lion takes two betas (beta1, beta2), got {list(betas)}")
     return Lion(groups, lr=lr, betas=(betas[0], betas[1]))
 
 
-def _tiger(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, *, rms_lr: bool = True,
+def tiger(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, *, rms_lr: bool = True,
            nan_shrink: float = NAN_SHRINK, **_: object) -> torch.optim.Optimizer:
     if len(betas) != 1:
         raise ValueError(f"optimizer.betas: tiger takes one beta, got {list(betas)}")
     return Tiger(groups, lr=lr, beta=betas[0], rms_lr=rms_lr, nan_shrink=nan_shrink)
-
-
-# name -> builder(groups, lr, betas, eps, **options); config.py validates `optimizer.name` against these names, as
-# listed in train/variants.py OPTIMIZER_NAMES (tests/train/test_variants.py keeps the two equal).
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "adamw": _adamw,
-    "lion": _lion,
-    "tiger": _tiger,
-}
 
 
 def _embedding_groups(groups: list[dict], name: str, lazy: bool, embedding_optimizer: str, eps: float,
@@ -202,7 +200,7 @@ def build_optimizer(
     if name == "tiger" and rms_lr:
         _check_rms_rate(model, groups)
     betas = tuple(betas) if betas is not None else DEFAULT_BETAS[name]
-    optimizer = OPTIMIZERS[name](groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink)
+    optimizer = OPTIMIZERS[name].build_function()(groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink)
     set_lr(optimizer, lr)
     return optimizer
 

@@ -181,6 +181,7 @@ class Trainer:
                                                    "schedule_end": s.end()})
         self._signal: str | None = None  # set by the handler, on this rank only
         self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
+        self.has_aux = False  # whether the last forward returned a kernel loss (set by _micro_steps)
         self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
         self._write_config()
 
@@ -275,7 +276,8 @@ class Trainer:
                 (out.loss / accum).backward()
             ce_sum += out.ce.detach()
             z_sum += out.z.detach()
-            if out.aux is not None:
+            self.has_aux = out.aux is not None  # the model's kernels add a loss of their own (VQ's commitment)
+            if self.has_aux:
                 aux_sum += out.aux.detach()
         return ce_sum, z_sum, aux_sum
 
@@ -306,8 +308,8 @@ class Trainer:
         row = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / (time.perf_counter() - start)}
         if self.cfg.z_loss_coef:
             row["z_loss"] = zl
-        if self.raw.config.attn_kernel == "vq":
-            row["aux_loss"] = aux  # the VQ commitment loss, part of the objective
+        if self.has_aux:
+            row["aux_loss"] = aux  # e.g. VQ's commitment loss, part of the objective
         return {**row, "skipped": not ok, **({"ratios": ratios} if ratios else {})}
 
     def _due(self, every: int) -> bool:
