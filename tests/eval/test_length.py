@@ -279,7 +279,8 @@ def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel
     assert main([*argv, "--scalings", "none,dynamic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("scaling 'dynamic' is not allowed for this model: one of none, linear, ntk, "
-                              f"ntk_by_parts, yarn, llama3, ntk_mixed (rope_scaling.kind='dynamic' is not allowed: a static schedule "
+                              "ntk_by_parts, yarn, llama3, ntk_mixed "
+                              f"(rope_scaling.kind='dynamic' is not allowed: a static schedule "
                               f"with attn_kernel={kernel['attn_kernel']!r}") in err[0]
 
 

@@ -202,3 +202,27 @@ def test_normed_attention_refuses_conflicts_in_one_line(fields, message):
     with pytest.raises(ValueError, match=message) as err:
         ModelConfig(**fields)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fields", [{}, dict(n_kv_heads=2), dict(rope_scaling={"kind": "rerope", "window": 3}),
+                                    dict(attn_logn=True), dict(rope_scaling={"kind": "dynamic", "factor": 2.0,
+                                                                             "original_max_seq_len": 4}),
+                                    dict(block="gau", n_heads=1),
+                                    dict(block="gau", n_heads=1, gau={"attention": "relu2"})])
+def test_scores_are_exactly_what_the_kernel_scores(fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One score path: `scores` (the lab's largest-logit measure reads it) is bit for bit what the eager kernel
+    (or a GAU's relu2 kernel) computed in `core` for the same projected q and k."""
+    from archlab.nn import attention_kernels, gau
+
+    fields = {"d_model": 32, "n_heads": 4, "n_layers": 1, "max_seq_len": 16, "attn_impl": "eager", **fields}
+    model = randomize_(TransformerLM(ModelConfig(**fields)), 0.5).eval()
+    layer, seen = model.layers[0].attn, []
+    real = attention_kernels.attention_scores
+    monkeypatch.setattr(attention_kernels, "attention_scores", lambda *a: seen.append(real(*a)) or seen[-1])
+    monkeypatch.setattr(gau, "attention_scores", attention_kernels.attention_scores)
+    inp = model.attention_inputs(torch.arange(9)[None])[0]
+    *_, q, k, v = layer.project(torch.randn(1, 9, 32), inp)
+    with torch.no_grad():
+        layer.core(q, k, v, inp, None)
+        assert len(seen) == 1 and torch.equal(layer.scores(q, k, inp), seen[0])  # the kernel scored through it
+    assert seen[0].shape == (1, layer.n_heads if hasattr(layer, "n_heads") else 1, 9, 9)

@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import KernelCall, merge_heads
+from archlab.nn.attention_kernels import KernelCall, attention_scores, merge_heads
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.linear_kernels import LinearAttention
@@ -44,10 +44,55 @@ from archlab.nn.norms import build_norm
 from archlab.nn.variants import ATTENTION_KERNELS
 
 
-class Attention(nn.Module):
-    """Fused-QKV causal self-attention; see the module docstring for the switches."""
+class AttentionCore:
+    """What attention does after its projection, shared by `Attention` and the GAU (nn/gau.py): the query
+    scaling, the cache, late key rotation, then the kernel (`core`), and the scores the kernel sees (`scores`).
+    Its module sets `layer_idx`, `scale`, `softcap`, `dropout`, `kernel`, `scoring_kernel` and `linear`."""
 
     scoring_kernel = staticmethod(ATTENTION_KERNELS["eager"])  # the kernel that takes a plan's own scores (ReRoPE)
+
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inp: AttentionInputs, cache: KVCache | None
+    ) -> torch.Tensor:
+        """Projected q (B, H, T, Dh), k and v (B, K, T, Dh) -> the heads' output (B, T, H*Dh) before o_proj:
+        query scaling, the cache, late key rotation, then the kernel. A fused parallel block (nn/block.py)
+        projects q, k, v itself and applies o_proj in its own output GEMM."""
+        q = self._scaled_queries(q, inp)
+        if self.linear is not None:  # FAVOR+ / VQ: the kernel's state replaces the K/V cache
+            return merge_heads(self.linear(q, k, v, cache, inp.slopes))  # (B, T, H*Dh)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
+        call = self.kernel_call(inp)
+        kernel = self.kernel if call.scores is None else self.scoring_kernel  # sdpa never takes a plan's scores
+        return kernel(q, self._rotated_keys(k, inp), v, call)  # (B, T, H*Dh)
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        """The scaled scores (B, H, T, T) of the projected q (B, H, T, Dh) and k (B, K, T, Dh) `core` receives,
+        without a cache, before softcap, bias and mask: what the eager kernel computes (the lab's largest
+        attention logit reads them, lab/eval_set.py)."""
+        return attention_scores(self._scaled_queries(q, inp), self._rotated_keys(k, inp), self.kernel_call(inp))
+
+    def kernel_call(self, inp: AttentionInputs) -> KernelCall:
+        """What the kernel needs besides q, k and v: scale, masks, bias, softcap, dropout, a plan's own scores."""
+        rope = inp.rope
+        plan = rope if rope is not None and rope.computes_scores else None
+        scores, chunk = (None, None) if plan is None else (plan.scores, lambda a, b, s: plan.rows(a, b, s).scores)
+        return KernelCall(self.scale, inp.mask, inp.bias, self.softcap, self.dropout if self.training else 0.0,
+                          scores, chunk)
+
+    @staticmethod
+    def _scaled_queries(q: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        return q if inp.query_scale is None else q * inp.query_scale.to(q.dtype)  # each query's scores: log-n
+
+    @staticmethod
+    def _rotated_keys(k: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
+        """Keys the cache holds unrotated (a length-dependent plan), rotated now; others as they are."""
+        rope = inp.rope
+        return rope.rotate_cached_keys(k) if rope is not None and rope.rotates_cached_keys else k  # (B, K, S, Dh)
+
+
+class Attention(AttentionCore, nn.Module):
+    """Fused-QKV causal self-attention; see the module docstring for the switches."""
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -106,25 +151,3 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         q, k, v = self.project(x, inp)
         return self.o_proj(self.core(q, k, v, inp, inp.cache))  # (B, T, D)
-
-    def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inp: AttentionInputs, cache: KVCache | None
-    ) -> torch.Tensor:
-        """Projected q (B, H, T, Dh), k and v (B, K, T, Dh) -> the heads' output (B, T, H*Dh) before o_proj:
-        query scaling, the cache, late key rotation, then the kernel. A fused parallel block (nn/block.py)
-        projects q, k, v itself and applies o_proj in its own output GEMM."""
-        if inp.query_scale is not None:
-            q = q * inp.query_scale.to(q.dtype)  # scales each query's scores: log-n
-        if self.linear is not None:  # FAVOR+ / VQ: the kernel's state replaces the K/V cache
-            return merge_heads(self.linear(q, k, v, cache, inp.slopes))  # (B, T, H*Dh)
-        if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, Dh)
-        rope = inp.rope
-        if rope is not None and rope.rotates_cached_keys:
-            k = rope.rotate_cached_keys(k)  # (B, K, S, Dh)
-        plan = rope if rope is not None and rope.computes_scores else None
-        scores, chunk = (None, None) if plan is None else (plan.scores, lambda a, b, s: plan.rows(a, b, s).scores)
-        call = KernelCall(self.scale, inp.mask, inp.bias, self.softcap, self.dropout if self.training else 0.0,
-                          scores, chunk)
-        kernel = self.kernel if scores is None else self.scoring_kernel  # sdpa never takes a plan's scores
-        return kernel(q, k, v, call)  # (B, T, H*Dh)

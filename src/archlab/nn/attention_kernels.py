@@ -77,6 +77,16 @@ def merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).reshape(B, T, H * Dh)
 
 
+def attention_scores(q: torch.Tensor, k: torch.Tensor, call: KernelCall) -> torch.Tensor:
+    """The scaled scores of every query head against every key, before softcap, bias and mask: (B, H, T, S). A
+    plan's own scores (ReRoPE: it reads the keys per K/V head itself), or q . k with each K/V head serving its
+    n_rep query heads. The one score path: `eager` and the GAU's relu2 kernel compute their scores here, and
+    `Attention.scores` (what the lab's largest-logit measure reads) calls it too."""
+    if call.scores is not None:
+        return call.scores(q, k) * call.scale
+    return (q @ repeat_kv(k, q.shape[1] // k.shape[1]).transpose(-2, -1)) * call.scale
+
+
 def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
     """Scores -> softcap -> + bias -> mask -> softmax -> @ v, written out (functional.attention_from_scores).
     One query (decoding) reads a GQA cache in place, as `sdpa` does."""
@@ -86,15 +96,12 @@ def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -
                                       for a in range(0, T, SCORE_CHUNK)], dim=2))
     n_rep, bias = H // k.shape[1], call.bias
     mask = explicit_mask(call, T, k.shape[2], q.device)
-    if call.scores is not None:  # the plan reads the cache per K/V head itself
-        scores = call.scores(q, k) * call.scale  # (B, H, T, S)
-        v = repeat_kv(v, n_rep)
-    elif T == 1 and n_rep > 1:
+    if T == 1 and n_rep > 1 and call.scores is None:  # one query: a group's query heads as its rows, in place
         q, bias = _grouped(q, k.shape[1], bias)
         scores = (q @ k.transpose(-2, -1)) * call.scale  # (B, K, n_rep, S)
     else:
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-        scores = (q @ k.transpose(-2, -1)) * call.scale  # (B, H, T, S)
+        scores = attention_scores(q, k, call)  # (B, H, T, S)
+        v = repeat_kv(v, n_rep)
     y = attention_from_scores(scores, v, bias, mask, call.softcap, call.dropout, call.dropout > 0)
     if T == 1:  # (B, H, 1, Dh) or grouped (B, K, n_rep, Dh): heads already consecutive
         return y.reshape(B, 1, -1)  # H * Dv: values may be wider than keys (a GAU)

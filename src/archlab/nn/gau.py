@@ -30,20 +30,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from archlab.nn.activations import get_activation
-from archlab.nn.attention import Attention
+from archlab.nn.attention import AttentionCore
 from archlab.nn.attention_inputs import AttentionInputs
-from archlab.nn.attention_kernels import KernelCall, explicit_mask, merge_heads
+from archlab.nn.attention_kernels import KernelCall, attention_scores, explicit_mask, merge_heads
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import softcap
 from archlab.nn.variants import ATTENTION_KERNELS
 
 
-class GatedAttentionUnit(nn.Module):
-    """A single-head gated attention unit (module docstring); a Block holds it as its `attn`."""
+class GatedAttentionUnit(AttentionCore, nn.Module):
+    """A single-head gated attention unit (module docstring); a Block holds it as its `attn`. What follows its
+    projection (query scaling, the cache, late key rotation, the kernel) is `AttentionCore`, as in Attention."""
 
-    scoring_kernel = staticmethod(ATTENTION_KERNELS["eager"])  # takes a plan's own scores, as in Attention
-    linear = None  # `Attention.core` asks for a linear kernel: a GAU is softmax attention (config refuses others)
-    core = Attention.core  # query scaling, the cache, late key rotation, the kernel: shared with Attention
+    linear = None  # `AttentionCore.core` asks for a linear kernel: a GAU is softmax attention (config refuses others)
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -92,8 +91,7 @@ def relu2_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: Ker
     position + 1, or its window), so a cached decode step equals the full forward; no softmax, rows need not sum
     to 1. q (B, 1, T, Dk), k (B, 1, S, Dk), v (B, 1, S, E) -> (B, T, E)."""
     T, S = q.shape[2], k.shape[2]
-    scores = (call.scores(q, k) if call.scores is not None else q @ k.transpose(-2, -1)) * call.scale  # (B, 1, T, S)
-    scores = softcap(scores, call.softcap)
+    scores = softcap(attention_scores(q, k, call), call.softcap)  # (B, 1, T, S)
     if call.bias is not None:
         scores = scores + call.bias
     a = F.relu(scores).square()  # (B, 1, T, S)
