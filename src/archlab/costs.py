@@ -9,7 +9,7 @@ N_matmul counts every weight that multiplies activations (all linear layers, the
 tied; the embedding lookup is free). The attention term is QK^T plus probs @ V for one query against
 T_layer keys: T_layer = T for full layers and min(T, window) for sliding-window layers, T the context.
 Norms, activations, softmax and RoPE are elementwise and left out, as in PaLM's count.
-A GAU layer (block="gau", nn/gau.py; s = head_dim, e = d_ff) has matmul weights d (2e + s) + e d and attention
+A GAU layer (block="gau", nn/attention/gau.py; s = head_dim, e = d_ff) has matmul weights d (2e + s) + e d and attention
 2 (s + e) T_layer (Q K^T over s dims, A V over e dims); its cache holds (s + e) values per token and layer.
 
 KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-memory` and the tests use it):
@@ -20,16 +20,14 @@ their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_k
 Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0 bytes per token:
     favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4       ([S | z] in float32, M features)
     vq:    batch * n_layers * (n_kv_heads * tail * (C + head_dim) + heads * C * (head_dim + 1)) * max(bytes, 4)
-with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t), C codes and
-heads = n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/vq.py). FAVOR+'s state is
-one size at any context; VQ's is bounded, not constant: it rises and falls with t mod L, at most the size at a
-tail of 2L - 1 (`state_bytes_bound`), and each tail token holds its assignment row (C values) besides its
-value, so the tail dominates at C = 512. Both states are
-float32 at least whatever the weights' dtype: the kernels run in float32 (`LinearAttention`), float64 for a
-float64 model.
-Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh (features, and reading or adding to
-the state); vq H (4 C Dh + 4 Dh min(T, 2L)) + 2 K C Dh (scores against the codes and the cache, the two exact
-blocks, the keys' nearest codes).
+with tail = the last complete block and the current one's tokens (L + t mod L once t >= L, else t), C codes and heads =
+n_kv_heads, or n_heads with ALiBi (its decayed code sums are per query head, nn/attention/linear/vq.py). FAVOR+'s state
+is one size at any context; VQ's is bounded, not constant: it rises and falls with t mod L, at most the size at a tail
+of 2L - 1 (`state_bytes_bound`), and each tail token holds its assignment row (C values) besides its value, so the tail
+dominates at C = 512. Both states are float32 at least whatever the weights' dtype: the kernels run in float32
+(`LinearAttention`), float64 for a float64 model. Their attention FLOPs per token replace 4 H Dh T: favor 4 (H + K) M Dh
+(features, and reading or adding to the state); vq H (4 C Dh + 4 Dh min(T, 2L)) + 2 K C Dh (scores against the codes and
+the cache, the two exact blocks, the keys' nearest codes).
 """
 
 from __future__ import annotations
@@ -95,7 +93,7 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     attention = 4 * c.n_heads * c.head_dim * keys
     if c.block == "gau":  # Q K^T over s dims, A V over e dims
         attention = 2 * (c.head_dim + c.d_ff) * keys
-    if c.linear_kernel is not None:  # the kernel's own formula (nn/attention_options.py)
+    if c.linear_kernel is not None:  # the kernel's own formula (nn/attention/options.py)
         attention = c.n_layers * c.linear_kernel.attention_flops(c.n_heads, c.n_kv_heads, c.head_dim, t)
     forward = 2 * matmul_params(c) + attention
     return {"matmul": 2 * matmul_params(c), "attention": attention, "forward": forward, "training": 3 * forward}
@@ -133,7 +131,7 @@ def state_bytes(c: ModelConfig, context: int, dtype: str = "bf16", batch: int = 
     kernel = c.linear_kernel
     if kernel is None:
         return 0
-    element = max(DTYPE_BYTES[dtype], 4)  # the kernels run in float32 at least (nn/linear_kernels.py)
+    element = max(DTYPE_BYTES[dtype], 4)  # the kernels run in float32 at least (nn/attention/linear/layer.py)
     alibi = c.position == "alibi"  # VQ decays its code sums per query head then
     return batch * c.n_layers * kernel.state_bytes(c.n_heads, c.n_kv_heads, c.head_dim, context, element, alibi)
 

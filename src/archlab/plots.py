@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from archlab.nn.rerope import relative_positions
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling, inference_kinds
+from archlab.nn.positions.rerope import relative_positions
+from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds
 from archlab.train.metrics import read_metrics
 
 

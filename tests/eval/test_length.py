@@ -31,8 +31,8 @@ from archlab.eval.length import (
 )
 from archlab.interop import save_hf
 from archlab.nn.functional import cross_entropy
-from archlab.nn.rerope import relative_positions
-from archlab.nn.rope_scaling import RopeScaling, inference_kinds
+from archlab.nn.positions.rerope import relative_positions
+from archlab.nn.positions.scaling import RopeScaling, inference_kinds
 from tests.conftest import randomize_, snapshot
 
 SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=256)

@@ -18,9 +18,9 @@ from archlab import ModelConfig, TransformerLM
 from archlab.data.tokenizer import bytes_to_unicode
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.lab import eval_set
-from archlab.nn import attention
-from archlab.nn.attention_kernels import KernelCall, repeat_kv
-from archlab.nn.gau import GatedAttentionUnit
+from archlab.nn.attention import attention
+from archlab.nn.attention.gau import GatedAttentionUnit
+from archlab.nn.attention.kernels import KernelCall, repeat_kv
 from archlab.nn.variants import ATTENTION_KERNELS
 
 BLOCK = 16

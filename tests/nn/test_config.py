@@ -271,16 +271,18 @@ def test_gau_and_deepnorm_derive_their_widths_and_final_norm():
 
 
 def test_building_and_checking_a_config_imports_no_torch():
-    """nn/config.py checks its switches against the torch-free name lists of nn/variants.py and nn/rope_scaling.py
-    (tests/nn/test_variants.py keeps them equal to the registries), so building every preset, a RoPE scaling and a
-    refused value never imports torch; nor do the presets, the costs or the override grammar."""
+    """nn/config.py checks its switches against the torch-free registries of nn/variants.py, nn/positions/scaling.py
+    and nn/attention/options.py (lazy references: tests/nn/test_registry.py resolves them), so building every
+    preset, a RoPE scaling, an option group and a refused value never imports torch; nor do the presets, the costs
+    or the override grammar."""
     out = run_without_torch(
         "import archlab.nn.config, archlab.nn.presets, archlab.costs, archlab.overrides, archlab.train.config\n"
         "from archlab.nn.config import ConfigError, ModelConfig\n"
         "from archlab.nn.presets import PRESETS, SIZES, build_preset\n"
-        "from archlab.nn.rope_scaling import RopeScaling\n"
+        "from archlab.nn.positions.scaling import RopeScaling\n"
         "from archlab.costs import report\n"
         "n = [report(build_preset(p, s)).params['total'] for p in PRESETS for s in SIZES]\n"
         "ModelConfig(rope_scaling=RopeScaling('yarn', 4.0, original_max_seq_len=256), ffn='swiglu')\n"
+        "report(ModelConfig(attn_kernel='vq', vq={'codes': 8}, position='alibi'))\n"
         "try:\n    ModelConfig(norm='batchnorm')\nexcept ConfigError as err:\n    print(err)\n")
     assert "ModelConfig.norm='batchnorm' is not allowed: one of rmsnorm, layernorm" in out.stdout

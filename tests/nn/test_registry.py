@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from archlab.nn import registry, variants
-from archlab.nn.attention_options import LINEAR_KERNELS
+from archlab.nn.attention.options import LINEAR_KERNELS
+from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling
 from archlab.nn.registry import Registry
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
 from archlab.train.variants import DEFAULT_BETAS, OPTIMIZERS, SIGN_OPTIMIZERS
 from tests.conftest import run_without_torch
 
@@ -38,7 +38,7 @@ def all_registries() -> list[Registry]:
 
 
 def test_the_registries_are_found_where_they_are_built() -> None:
-    assert {"archlab.nn.variants", "archlab.nn.attention_options"} <= set(modules_with_registries())
+    assert {"archlab.nn.variants", "archlab.nn.attention.options"} <= set(modules_with_registries())
     assert {r.family for r in all_registries()} >= {"norm", "activation", "ffn", "absolute position",
                                                     "attention bias", "attn_impl", "favor feature"}
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from archlab.eval.source import EvalSource, eval_source, output_folder
 from archlab.eval.variants import METRICS, SAMPLES
-from archlab.nn.rope_scaling import inference_kinds
+from archlab.nn.positions.scaling import inference_kinds
 
 if TYPE_CHECKING:
     from archlab.data.tokenizer import Tokenizer

@@ -28,7 +28,7 @@ from archlab.overrides import load_yaml, parse_flags, typed_overrides
 from archlab.train.config import resolve_config
 
 # softmax attention's (FLOPs per token, what the cache holds), as archlab.costs computes them; a linear kernel's
-# formulas come with its option group (nn/attention_options.py)
+# formulas come with its option group (nn/attention/options.py)
 SOFTMAX_FORMULAS = ("4*H*Dh*sum(keys per layer): QK^T + probs@V", "windowed layers keep their window")
 GAU_FORMULAS = ("2*(s+e)*sum(keys per layer): QK^T over s, A@V over e", "layers*(s+e)*bytes")  # block="gau"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from archlab.nn.rope_scaling import inference_kinds
+from archlab.nn.positions.scaling import inference_kinds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

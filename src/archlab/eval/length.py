@@ -25,7 +25,7 @@ Samples (Su, "Transformer upgrade 9", kexue.fm/archives/9603, and the tables of 
                score_last <= L // 2 every scored target lies in the second copy.
 
 A method is a RoPE kind with an inference-time form; its scaling at target length L is `RopeKind.at` (the
-kind's entry in nn/rope_scaling.py; L_train = the model's max_seq_len, s = max(1, L / L_train)):
+kind's entry in nn/positions/scaling.py; L_train = the model's max_seq_len, s = max(1, L / L_train)):
     none           the model as trained (past L_train this is plain extrapolation)
     linear, ntk, ntk_mixed      factor s;  ntk_by_parts, dynamic, yarn: factor s, original_max_seq_len L_train;
                    llama3: those and Llama 3.1's ramp (1, 4)
@@ -57,7 +57,7 @@ from archlab.infer.generate import context_limit
 from archlab.nn.config import ConfigError, ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope_scaling import LEAKY_K_MIN, ROPE_KINDS, RopeScaling, inference_kinds, leaky_slope
+from archlab.nn.positions.scaling import LEAKY_K_MIN, ROPE_KINDS, RopeScaling, inference_kinds, leaky_slope
 
 logger = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from archlab.infer.speed import (
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope_scaling import ROPE_KINDS
+from archlab.nn.positions.scaling import ROPE_KINDS
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from archlab.interop.family import FIXED_THETA, FULL, SLIDING, Family, InteropError, shortest_period, unsupported
 from archlab.nn.config import ModelConfig
-from archlab.nn.rope_scaling import RopeScaling, ntk_theta
+from archlab.nn.positions.scaling import RopeScaling, ntk_theta
 
 # kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default` with the
-# stretched base, see rope_to_hf); every kind of nn/rope_scaling.py ROPE_KINDS is here or in HF_ROPE_REFUSED
+# stretched base, see rope_to_hf); every kind of nn/positions/scaling.py ROPE_KINDS is here or in HF_ROPE_REFUSED
 HF_ROPE_TYPE = {"none": "default", "linear": "linear", "ntk": "default", "ntk_by_parts": "llama3",
                 "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
 READ_AS_OTHER = ("none", "ntk", "ntk_by_parts")  # kinds whose HF spelling reads back as another kind (or none)

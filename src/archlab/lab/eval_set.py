@@ -37,8 +37,8 @@ import torch
 
 from archlab.data.tokenizer import DOC_SEPARATOR, Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.nn.attention import Attention
-from archlab.nn.gau import GatedAttentionUnit
+from archlab.nn.attention.attention import Attention
+from archlab.nn.attention.gau import GatedAttentionUnit
 from archlab.nn.model import TransformerLM
 
 EVAL_TOKENS = 65_536  # target tokens of the fixed evaluation set (or the whole validation split when smaller)

@@ -31,7 +31,7 @@ from archlab.data.tokens import TokenData
 from archlab.eval.length import SAMPLES, method_configs, sample_windows
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope_scaling import inference_kinds
+from archlab.nn.positions.scaling import inference_kinds
 
 FACTORS = (1, 8)  # test lengths in training contexts: Su's 512 (train) and 4096 (8x) columns
 SUFFIXES = {"leaky_rerope": "leaky"}  # a kind's measure suffix where it is not the kind's name (stored measures)

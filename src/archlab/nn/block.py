@@ -10,7 +10,7 @@ Norm placement (`norm_position`), with F a sublayer and N a norm:
 Block type (`block`):
     serial            x = x + Attn(..x..); x = x + MLP(..x..)     two residual steps
     parallel          x = x + Attn(..x..) + MLP(..x..)            both read the same x (GPT-J, PaLM)
-    gau               x = x + GAU(..x..)                          one gated attention unit, no FFN (nn/gau.py)
+    gau               x = x + GAU(..x..)                          one gated attention unit, no FFN (nn/attention/gau.py)
 For a parallel block, `parallel_norms` = 1 shares one input norm (GPT-J, PaLM), 2 gives each its own (NeoX).
 
 Fused parallel block (`parallel_fused`, PaLM arXiv 2204.02311 section 2: "the MLP and Attention input matrix
@@ -36,10 +36,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from archlab.nn.attention import Attention
-from archlab.nn.attention_inputs import AttentionInputs
+from archlab.nn.attention.attention import Attention
+from archlab.nn.attention.gau import GatedAttentionUnit
+from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
-from archlab.nn.gau import GatedAttentionUnit
 from archlab.nn.norms import build_norm, deepnorm_constants
 from archlab.nn.variants import FFNS, placement_norms
 

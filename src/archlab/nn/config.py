@@ -1,7 +1,7 @@
 """`ModelConfig`: every architecture switch as one typed field, validated on construction (docs/configuration.md).
 
-String switches are checked against the names of their family's registry (nn/variants.py, nn/rope_scaling.py), the
-settings of a kernel or block against their option group (nn/attention_options.py): a new variant registered there
+String switches are checked against the names of their family's registry (nn/variants.py, nn/positions/scaling.py), the
+settings of a kernel or block against their option group (nn/attention/options.py): a new variant registered there
 is accepted here, on the CLI and in error messages without further edits. No torch here, so a config is built,
 checked and costed (`archlab inspect`, every `--help`) without it. Derived sizes (n_kv_heads, head_dim, d_ff, a
 FAVOR+ width) are resolved in `__post_init__`, so a saved config holds the numbers the model was built with.
@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from archlab.nn.attention_options import GAU, GROUPS, LINEAR_KERNELS, VQ, Cosine, Favor, Group, OptionError
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.attention.options import GAU, GROUPS, LINEAR_KERNELS, VQ, Cosine, Favor, Group, OptionError
+from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling
 from archlab.nn.variants import (
     ACTIVATIONS,
     ATTENTION_KERNELS,
@@ -33,14 +33,14 @@ from archlab.nn.variants import (
 
 NORM_POSITIONS = tuple(NORM_PLACEMENTS)  # pre | post | double | nonresidual_post | deepnorm (nn/variants.py, block.py)
 POST_NORMS = ("post", "deepnorm")  # placements whose last block already normed: final_norm defaults to False
-# serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447; nn/gau.py)
+# serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447; nn/attention/gau.py)
 BLOCKS = ("serial", "parallel", "gau")
 QK_NORMS = ("none", *NORMS)
 QK_NORM_SCOPES = ("head", "proj")
 EMBED_SCALES = ("none", "sqrt_d")
 INITS = ("trunc_normal", "gpt2")
 ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
-ATTN_KERNELS = ("softmax", *LINEAR_KERNELS)  # softmax, or a linear kernel (nn/attention_options.py)
+ATTN_KERNELS = ("softmax", *LINEAR_KERNELS)  # softmax, or a linear kernel (nn/attention/options.py)
 # what a tied head applies after the final norm (Su, kexue.fm/archives/9698): nothing, the parameter-free swap of
 # the two channel halves, or an orthogonally initialised d x d projection; either makes the self-logit ~ 0 at init
 TIED_HEADS = ("plain", "swap", "proj")
@@ -109,9 +109,9 @@ class ModelConfig:
     final_norm: bool | None = None  # norm before the head; None = yes unless post / deepnorm (already normed)
     # --- block and feed-forward ---
     # gau: one gated attention unit, no FFN (n_heads=1, head_dim = its key width s, d_ff = its value width e, default
-    # 2 d_model; nn/gau.py)
+    # 2 d_model; nn/attention/gau.py)
     block: str = "serial"  # serial | parallel (attention and MLP read the same input) | gau (see above)
-    gau: GAU | None = None  # block="gau": its settings (nn/attention_options.py); None = the defaults
+    gau: GAU | None = None  # block="gau": its settings (nn/attention/options.py); None = the defaults
     parallel_norms: int = 1  # parallel block: 1 shared input norm (GPT-J, PaLM) or 2 (GPT-NeoX)
     parallel_fused: bool = True  # parallel block: one input and one output GEMM (PaLM); False: apart, same function
     ffn: str = "glu"  # mlp | glu; shorthands swiglu, geglu, reglu = glu + their activation
@@ -126,7 +126,7 @@ class ModelConfig:
     rope_theta: float = 10000.0  # RoPE base: w_i = theta^(-2i/d_rot)
     rope_layout: str = "half"  # half (rotate_half) | interleaved (pairs 2i, 2i+1: RoFormer, GPT-J)
     rope_fraction: float = 1.0  # share of each head that rotates (NeoX 0.25)
-    rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/rope_scaling.py)
+    rope_scaling: RopeScaling | None = None  # frequency schedule for longer contexts (nn/positions/scaling.py)
     position_pattern: str = "R"  # cycled over layers: R = RoPE, N = NoPE ("RRRN" = Llama 4 / SmolLM3 style)
     rope_theta_local: float | None = None  # RoPE base of sliding-window layers; None = rope_theta (Gemma 3: 10k)
     rope_scaling_local: bool = True  # window layers take rope_scaling too; False = global layers only (Gemma 3)
@@ -316,8 +316,8 @@ class ModelConfig:
 
     def _check_kernel(self) -> None:
         """A linear kernel never forms the T x S scores, so nothing that edits them can work, except ALiBi with
-        VQ, whose decay factors into per-head decayed code sums (nn/vq.py); it folds each key into a state once,
-        so keys cannot be re-rotated later either."""
+        VQ, whose decay factors into per-head decayed code sums (nn/attention/linear/vq.py); it folds each key into a
+        state once, so keys cannot be re-rotated later either."""
         kernel = self.attn_kernel
         if kernel == "softmax":
             return

@@ -5,8 +5,8 @@
   gelu, ReGLU = glu + relu. A GLU has three matrices instead of two, so d_ff defaults to 8/3 * d_model to
   keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of` for fast matmuls (the
   rule is `default_d_ff` of nn/variants.py, beside the GLU shorthands: the config reads both without torch).
-gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. (`fused.install`
-gives SwiGLU's `activate` a hand-written backward in CPU training: nn/fused.py.)
+gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice. (`fast.install`
+gives SwiGLU's `activate` a hand-written backward in CPU training: nn/fast/install.py.)
 Each FFN is `down_proj(activate(in_proj(x)))`; a fused parallel block (nn/block.py) runs `in_proj` and
 `down_proj` inside its own GEMMs and calls `activate` on its share of the input GEMM.
 

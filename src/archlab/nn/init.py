@@ -33,9 +33,9 @@ import math
 import torch
 import torch.nn as nn
 
-from archlab.nn.gau import GatedAttentionUnit
+from archlab.nn.attention.gau import GatedAttentionUnit
 from archlab.nn.norms import RMSNorm, deepnorm_constants
-from archlab.nn.positions import LearnedPositions
+from archlab.nn.positions.absolute import LearnedPositions
 
 GPT2_INIT_STD = 0.02  # Radford et al. 2019
 TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard deviations

@@ -27,7 +27,7 @@ of a real token is its index among its row's real tokens). What the keys are (Ro
 model's mode (training or eval), `written_training` records the mode the keys were written in, for the model
 to check.
 
-A layer with a linear attention kernel (`state_layers[i]`, nn/linear_kernels.py) keeps no keys at all: it
+A layer with a linear attention kernel (`state_layers[i]`, nn/attention/linear/layer.py) keeps no keys at all: it
 holds its kernel's fixed-size decoding state in `states[i]` (FAVOR+: the running sums; VQ: the last two blocks
 and the per-code sums), whatever the context length, and `nbytes()` counts it. Positions and padding work the same.
 

@@ -6,8 +6,8 @@ tokens' keys and values and returns only their logits. Given `targets`, it retur
 (`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses such as VQ's commitment, each
 term for the logs); the loss lives in the forward so that DDP, FSDP and torch.compile wrap it with the model.
 What attention needs besides x (masks, RoPE plans, ring
-slots, log-n) is built once per forward per kind of layer by nn/attention_inputs.py. The training fast paths
-(nn/fused.py) are installed from outside (`fused.install`); this module runs only the formulas.
+slots, log-n) is built once per forward per kind of layer by nn/attention/inputs.py. The training fast paths
+(nn/fast/install.py) are installed from outside (`fast.install`); this module runs only the formulas.
 
 Shapes: B batch, T new tokens, D d_model, V vocabulary.
 """
@@ -20,17 +20,17 @@ from typing import NamedTuple
 import torch
 import torch.nn as nn
 
-from archlab.nn.attention_inputs import AttentionInputsBuilder
+from archlab.nn.attention.gau import GatedAttentionUnit
+from archlab.nn.attention.inputs import AttentionInputsBuilder
+from archlab.nn.attention.linear.layer import LinearAttention
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, swap_halves, z_loss
-from archlab.nn.gau import GatedAttentionUnit
 from archlab.nn.init import init_model
 from archlab.nn.kv_cache import KVCache
-from archlab.nn.linear_kernels import LinearAttention
 from archlab.nn.norms import build_norm
-from archlab.nn.positions import LearnedPositions
-from archlab.nn.rope import RotaryEmbedding
+from archlab.nn.positions.absolute import LearnedPositions
+from archlab.nn.positions.rope import RotaryEmbedding
 from archlab.nn.variants import ABSOLUTE_POSITIONS, ATTENTION_BIASES
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)  # activation dtypes the embedding multiplier is rounded to
@@ -201,7 +201,7 @@ class TransformerLM(nn.Module):
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
         """Head and loss from the final hidden states x (B, T, D), through the (B, T, V) logits (Inductor, under
-        compile, fuses those itself; `fused.install` replaces this with a chunked head + loss)."""
+        compile, fuses those itself; `fast.install` replaces this with a chunked head + loss)."""
         logits = softcap(self.lm_head(x), self.config.final_softcap)  # (B, T, V)
         ce = cross_entropy(logits, targets)
         ignore = targets.flatten() == IGNORE_INDEX

@@ -5,8 +5,8 @@ Variants
 - `layernorm`: (x - mean) / sqrt(var + eps) * w + b (Ba et al. 2016, arXiv 1607.06450); `bias=False` drops b.
 - `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function is the same.
 
-Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. (`fused.install`
-gives RMSNorm a hand-written backward in CPU training: nn/fused.py; LayerNorm runs torch's native kernel.)
+Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic. (`fast.install`
+gives RMSNorm a hand-written backward in CPU training: nn/fast/install.py; LayerNorm runs torch's native kernel.)
 Each class's `formula` is the norm as a plain composite formula that autograd differentiates op by op: built alike, so a
 timing of one against the other (archlab.lab.timing, `norm_op`) measures the norms, not which of them has a
 hand-written kernel.

@@ -6,7 +6,7 @@ against the keys, lists them in its errors and offers them on the CLI without im
 code in the module of its concept and one entry here (docs/adding-a-variant.md); tests/nn/test_registry.py resolves
 every reference. The data a config derives values from besides names (which norms a placement owns, the d_ff rule,
 the GLU shorthands) lives here as well, read by the config, `costs.py` and the torch modules alike. RoPE scaling
-kinds are `ROPE_KINDS` of nn/rope_scaling.py; linear attention kernels are option groups (nn/attention_options.py).
+kinds are `ROPE_KINDS` of nn/positions/scaling.py; linear attention kernels are option groups (nn/attention/options.py).
 
 No torch, no numpy: nn/config.py imports this module.
 """
@@ -62,20 +62,21 @@ def default_d_ff(kind: str, d_model: int, multiple_of: int = 64) -> int:
     return multiple_of * math.ceil(raw / multiple_of)
 
 
-# ----- positions (RoPE: nn/rope.py, its kinds nn/rope_scaling.py) -----
+# ----- positions (RoPE: nn/positions/rope.py, its kinds nn/positions/scaling.py) -----
 ABSOLUTE_POSITIONS = Registry("absolute position", {  # added to the token embedding: (d_model, max_seq_len)
-    "sinusoidal": "archlab.nn.positions:SinusoidalPositions",
-    "learned": "archlab.nn.positions:LearnedPositions",
+    "sinusoidal": "archlab.nn.positions.absolute:SinusoidalPositions",
+    "learned": "archlab.nn.positions.absolute:LearnedPositions",
 })
 ATTENTION_BIASES = Registry("attention bias", {  # added to the attention scores
-    "relative": "archlab.nn.positions:RelativePositionBias",
-    "alibi": "archlab.nn.positions:ALiBi",
+    "relative": "archlab.nn.positions.biases:RelativePositionBias",
+    "alibi": "archlab.nn.positions.biases:ALiBi",
 })
 POSITIONS = ("rope", "none", *ABSOLUTE_POSITIONS, *ATTENTION_BIASES)  # ModelConfig.position
-ROPE_LAYOUTS = ("half", "interleaved")  # rotate_half pairs (i, i + d/2) | adjacent pairs (2i, 2i+1): nn/rope.py
+# rotate_half pairs (i, i + d/2) | adjacent pairs (2i, 2i+1): nn/positions/rope.py
+ROPE_LAYOUTS = ("half", "interleaved")
 
 # ----- attention kernels: (q, k, v, KernelCall) -> the heads' output; ModelConfig.attn_impl (besides "auto") -----
 ATTENTION_KERNELS = Registry("attn_impl", {
-    "sdpa": "archlab.nn.attention_kernels:sdpa",
-    "eager": "archlab.nn.attention_kernels:eager",
+    "sdpa": "archlab.nn.attention.kernels:sdpa",
+    "eager": "archlab.nn.attention.kernels:eager",
 })

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
+from archlab.nn.positions.scaling import ROPE_KINDS
 from archlab.nn.presets import PRESETS, SIZES, build_preset
-from archlab.nn.rope_scaling import ROPE_KINDS
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
 from archlab.train.variants import (

@@ -44,8 +44,8 @@ from archlab.checkpoint import (
 from archlab.costs import flops_per_token
 from archlab.infer.generate import generate_text
 from archlab.infer.sampling import SamplingConfig
-from archlab.nn import fused
 from archlab.nn.config import ModelConfig
+from archlab.nn.fast import install as fast_paths
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
@@ -157,7 +157,7 @@ class Trainer:
             note = select_trainable(self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets)
         if note and ctx.is_main:
             logger.info(note)
-        fused.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fused.py)
+        fast_paths.install(self.raw)  # the CPU training fast paths, on the devices they were measured on (nn/fast/)
         self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
         o = train.optimizer
         self.optimizer = build_optimizer(
