@@ -151,6 +151,11 @@ def hwfa2(shape: Fields) -> Fields:
 PRESETS: dict[str, Callable[[Fields], Fields]] = {
     f.__name__: f for f in (original, gpt2, llama, neox, gptj, palm, gemma2, olmo2, qwen3, hwfa, hwfa2)
 }
+# preset -> the Hugging Face model_type (interop/families/) whose recipe it is; tests/nn/test_presets.py checks that
+# the family's fixed fields hold in the preset and that the preset exports to it and reads back unchanged. The others
+# have no Hugging Face family: original (the 2017 decoder), palm (not in transformers), hwfa and hwfa2 (Su's)
+HF_FAMILIES = {"gpt2": "gpt2", "llama": "llama", "neox": "gpt_neox", "gptj": "gptj", "gemma2": "gemma2",
+               "olmo2": "olmo2", "qwen3": "qwen3"}
 
 
 def build_preset(name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
