@@ -149,6 +149,7 @@ class Decoder:
         self.originals = {w: w.data for w in row_major_cpu_linears(model)}  # the caller's tensors, put back on close
         self.weights = self._weights_key()
         self.columns: dict[nn.Parameter, torch.Tensor] = {}  # their column-major copies, made on first use
+        self.laid_out_columns = False  # whether the parameters hold the column-major copies now
         self.mode: str | None = None if compile_decode else "eager"  # eager | compiled | compiled reductions
         self._steps: dict[str, Callable[..., torch.Tensor]] = {"eager": model}
         self.closed = False
@@ -173,7 +174,10 @@ class Decoder:
 
     def _layout(self, columns: bool) -> None:
         """Weights column-major (what MKL's GEMVs and eager steps want) or the caller's row-major tensors (what
-        the compiled reductions read)."""
+        the compiled reductions read). The parameters are touched only when the layout changes: once when a
+        decoder first decodes, back on `close`, and between modes while `compile_decode=True` measures them."""
+        if columns == self.laid_out_columns:
+            return
         # real tensors, even inside inference_mode (the measurement's): a compiled step guards on the weights'
         # dispatch keys, and copies made as inference tensors on one call recompiled it on the next (3.4 s)
         with torch.inference_mode(False), torch.no_grad():
@@ -181,6 +185,7 @@ class Decoder:
                 self.columns = {w: data.t().contiguous().t() for w, data in self.originals.items()}
             for w, data in (self.columns if columns else self.originals).items():
                 w.data = data
+        self.laid_out_columns = columns
 
     def _weights_key(self) -> tuple:
         """What the measured choice depends on besides the batch: each parameter's identity, the caller's tensor
