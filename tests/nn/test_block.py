@@ -203,7 +203,7 @@ def test_fused_training_step_gives_the_unfused_gradients(variant):
 @pytest.mark.parametrize("position,n_norms", [("pre", 1), ("pre", 2), ("nonresidual_post", 1)])
 def test_fused_parallel_cached_decoding_equals_the_full_forward(monkeypatch, position, n_norms):
     """Prefill and one-token steps through a KVCache, every call fused (in inference too, for the test)."""
-    monkeypatch.setattr(block_module.Block, "_fuse", lambda self: True)
+    monkeypatch.setattr(block_module, "fusing", lambda attn, mlp: True)
     model = _parallel_model(position, n_norms, **VARIANTS["geglu-mqa-mlpbias"]).eval()
     blk = model.layers[0]
     ids = torch.randint(50, (B, 12), generator=torch.Generator().manual_seed(3))

@@ -51,7 +51,9 @@ def run_prepare(args: argparse.Namespace) -> int:
         out = out.with_name(f"{out.name}-dropout{args.bpe_dropout:g}")
     check_source(args.data)  # the corpus and the folder in one line each, before anything is read or imported
     check_folder(out)
-    from archlab.data.tokens import prepare_data  # torch (token memmaps): imported when it runs, not for --help
+    from archlab.data.tokens import (
+        prepare_data,  # torch (token memmaps): imported when it runs, not for --help
+    )
     started = time.time()
     folder = prepare_data(
         args.data,

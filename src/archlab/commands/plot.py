@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from archlab.plots import plot_run  # torch and matplotlib: imported when a plot is drawn, not for --help
+    from archlab.plots import (
+        plot_run,  # torch and matplotlib: imported when a plot is drawn, not for --help
+    )
 
     print(plot_run(args.run_dir, args.out))
     return 0

@@ -18,7 +18,9 @@ import numpy as np
 from archlab.data.corpus import open_corpus
 from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.data.tokens import _is_val as is_val  # the split rule itself, so eval holds out what training did
+from archlab.data.tokens import (
+    _is_val as is_val,  # the split rule itself, so eval holds out what training did
+)
 
 VAL_FRACTION = 0.05  # data.val_fraction's default: the documents `train --data CORPUS` holds out
 

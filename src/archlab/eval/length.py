@@ -57,7 +57,13 @@ from archlab.infer.generate import context_limit
 from archlab.nn.config import ConfigError, ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
-from archlab.nn.positions.scaling import LEAKY_K_MIN, ROPE_KINDS, RopeScaling, inference_kinds, leaky_slope
+from archlab.nn.positions.scaling import (
+    LEAKY_K_MIN,
+    ROPE_KINDS,
+    RopeScaling,
+    inference_kinds,
+    leaky_slope,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -64,7 +64,9 @@ def row_major_cpu_linears(model: nn.Module) -> list[nn.Parameter]:
 def _fsdp_managed(model: nn.Module) -> bool:
     if not torch.distributed.is_available():
         return False
-    from torch.distributed.fsdp import FSDPModule  # torch >= 2.6; FSDP2's fully_shard makes modules this type
+    from torch.distributed.fsdp import (
+        FSDPModule,  # torch >= 2.6; FSDP2's fully_shard makes modules this type
+    )
 
     return any(isinstance(m, FSDPModule) for m in model.modules())
 

@@ -19,7 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.interop.family import FIXED_THETA, FULL, SLIDING, Family, InteropError, shortest_period, unsupported
+from archlab.interop.family import (
+    FIXED_THETA,
+    FULL,
+    SLIDING,
+    Family,
+    InteropError,
+    shortest_period,
+    unsupported,
+)
 from archlab.nn.config import ModelConfig
 from archlab.nn.positions.scaling import RopeScaling, ntk_theta
 

@@ -17,7 +17,16 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from archlab.nn.attention.options import GAU, GROUPS, LINEAR_KERNELS, VQ, Cosine, Favor, Group, OptionError
+from archlab.nn.attention.options import (
+    GAU,
+    GROUPS,
+    LINEAR_KERNELS,
+    VQ,
+    Cosine,
+    Favor,
+    Group,
+    OptionError,
+)
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling
 from archlab.nn.variants import (
     ACTIVATIONS,

@@ -307,7 +307,9 @@ def resolve_config(
     train = build(TrainConfig, tree)
     asked = any("data.tokenizer" in layer for layer in layers)
     if asked and (Path(train.data.source) / "meta.json").is_file():
-        from archlab.data.tokens import check_prepared_tokenizer  # numpy and tokenizers only when needed
+        from archlab.data.tokens import (
+            check_prepared_tokenizer,  # numpy and tokenizers only when needed
+        )
 
         check_prepared_tokenizer(Path(train.data.source), train.data.tokenizer, train.data.vocab_size)
     prepared = (Path(train.data.source) / "meta.json").is_file()  # trains with its own tokenizer and tokens

@@ -88,7 +88,9 @@ class MetricsLogger:
         _truncate(self.path, start_step)
         self.file = self.path.open("a", encoding="utf-8")
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
+            from torch.utils.tensorboard import (
+                SummaryWriter,  # imports tensorboard: only when asked for
+            )
 
             # purge_step drops events past the checkpoint that a crashed run had written
             self.writer = SummaryWriter(str(run_dir / TENSORBOARD), purge_step=start_step + 1)

@@ -53,7 +53,13 @@ from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.memory import check_memory
-from archlab.train.metrics import METRICS, EmbeddingWatch, MetricsLogger, grouped_norms, parse_metrics
+from archlab.train.metrics import (
+    METRICS,
+    EmbeddingWatch,
+    MetricsLogger,
+    grouped_norms,
+    parse_metrics,
+)
 from archlab.train.optim import build_optimizer, clip_gradients, set_lr
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.run_data import RunData, open_run_data

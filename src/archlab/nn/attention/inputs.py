@@ -1,21 +1,13 @@
-"""What attention needs besides x, built once per forward for each kind of layer: `AttentionInputs`.
+"""`AttentionInputs`: what a layer's attention needs besides x, built once per forward per kind of layer.
 
-Layers differ in two ways that change their inputs: a sliding window (its mask, and with a ring cache the order
-of the keys it reads: `KVCache.key_slots`) and which RoPE they use ("global", "local" or None for NoPE). Layers
-of one kind (window, RoPE) share one `AttentionInputs`:
-- the positions plan (`PositionPlan`, nn/positions/rope.py): RoPE tables for the new tokens (gathered from a precomputed
-  table when the positions are known to fit, without a host sync); for a schedule whose cached keys wait
-  (Dynamic NTK) the tables of every key read, at the current length; for a position remap the ReRoPE plan
-  (nn/positions/rerope.py, chosen by `RotaryEmbedding.remaps_positions`: the kind's `RopeKind.remaps_positions`, in
-  training mode only for a `training_only` kind, inverse Leaky ReRoPE);
-- the causal / window / padding mask over the key slots the kind reads, or None where SDPA's is_causal (or, for
-  one query, no mask) is exact;
-- an additive position bias (T5 relative, ALiBi) over the same slots, or for a linear kernel (which never forms
-  the (T, S) scores) ALiBi's slopes, which it applies itself (nn/attention/linear/vq.py);
-- the log-n factor per query (Su, "Entropy invariance", kexue.fm/archives/8823), at least 1 with attn_logn_clip
-  (log-n at inference only, kexue.fm/archives/9708), also dynamic cosine attention's: lambda = 4 log(N/2) times
-  log(n) / log(N/2) = 4 log n (kexue.fm/archives/9859).
-A new way of giving positions is another plan here, not another thread through model and attention.
+Layers of one kind (sliding window, RoPE "global" / "local" / None) share one `AttentionInputs`: the positions
+plan (`PositionPlan`, nn/positions/rope.py; the ReRoPE plan of nn/positions/rerope.py where the kind remaps
+positions), the causal / window / padding mask over the key slots the kind reads (None where SDPA's is_causal
+is exact), an additive position bias (T5 relative, ALiBi; a linear kernel gets ALiBi's slopes instead, as it
+never forms the (T, S) scores) and the log-n factor per query (Su, kexue.fm/archives/8823; at least 1 with
+attn_logn_clip, kexue.fm/archives/9708; dynamic cosine attention's 4 log n, 9859). How each is chosen:
+docs/architecture.md, "From config to logits". A new way of giving positions is another plan here, not
+another thread through model and attention.
 
 Shapes: B batch, T new tokens, S keys a layer reads (cache + new), H heads.
 """
