@@ -30,8 +30,19 @@ _EXPORTS = {
     "build_preset": "archlab.nn.presets",
     "RopeScaling": "archlab.nn.positions.scaling",
 }
-__all__ = ["ConfigError", "InteropError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM",
-           "build_preset", "from_hf", "save_hf"]
+__all__ = [
+    "ConfigError",
+    "InteropError",
+    "KVCache",
+    "ModelConfig",
+    "PRESETS",
+    "RopeScaling",
+    "SIZES",
+    "TransformerLM",
+    "build_preset",
+    "from_hf",
+    "save_hf",
+]
 __version__ = "0.1.0"
 
 

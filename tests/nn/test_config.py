@@ -8,7 +8,8 @@ import math
 import pytest
 
 from archlab import ConfigError, ModelConfig, build_preset
-from archlab.nn.config import (
+from archlab.nn.config import RopeScaling
+from archlab.nn.config_rules import (
     BLOCKS,
     DEFAULT_ACTIVATION,
     EMBED_SCALES,
@@ -16,7 +17,6 @@ from archlab.nn.config import (
     NORM_POSITIONS,
     QK_NORM_SCOPES,
     QK_NORMS,
-    RopeScaling,
 )
 from archlab.nn.presets import PRESETS, SIZES
 from archlab.nn.variants import ACTIVATIONS, FFNS, NORMS, POSITIONS, ROPE_LAYOUTS
@@ -252,7 +252,7 @@ def test_replace_keeps_explicit_values_and_changed_fields() -> None:
 
 
 def test_replace_lists_every_derived_field_and_refuses_unknown_fields() -> None:
-    from archlab.nn.config import DERIVED
+    from archlab.nn.config_rules import DERIVED
 
     assert set(DERIVED) == set(ModelConfig().derived_values())
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}

@@ -1,9 +1,9 @@
 """Activation functions by name, for the MLP and the gate branch of the GLU family.
 
-- relu: max(0, x) (Vaswani et al. 2017); gelu: x * Phi(x), exact erf (Hendrycks & Gimpel, arXiv 1606.08415);
-  gelu_tanh: the tanh approximation used by GPT-2/Gemma ("gelu_new", "gelu_pytorch_tanh" in HF);
-  silu: x * sigmoid(x) (= swish with beta 1, Ramachandran et al. arXiv 1710.05941);
-  swish: x * sigmoid(beta * x); sigmoid, tanh, leaky_relu (slope 0.01).
+- relu: max(0, x) (Vaswani et al. 2017); gelu: x * Phi(x), exact erf (Hendrycks & Gimpel, arXiv
+  1606.08415); gelu_tanh: the tanh approximation used by GPT-2/Gemma ("gelu_new",
+  "gelu_pytorch_tanh" in HF); silu: x * sigmoid(x) (= swish with beta 1, Ramachandran et al. arXiv
+  1710.05941); swish: x * sigmoid(beta * x); sigmoid, tanh, leaky_relu (slope 0.01).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""`Registry`: one variant family by name, each name pointing at its code as a lazy `"module:attr"` reference.
+"""`Registry`: one variant family by name, each name a lazy `"module:attr"` reference to its code.
 
-A family's names are what a config validates against, lists in its error messages and offers on the CLI; its code
-is torch. Holding the code as text (the pattern `cli.COMMANDS` uses for commands) keeps the names torch-free, so a
-config is checked and costed without importing torch, while each variant is still one entry: its name and where
-it lives. `registry[name]` imports the module on first use and returns the attribute (cached); iterating, `in`
-and `len` never import anything. tests/nn/test_registry.py resolves every reference of every registry.
+A family's names are what a config validates against, lists in its error messages and offers on the
+CLI; its code is torch. Holding the code as text (the pattern `cli.COMMANDS` uses for commands)
+keeps the names torch-free, so a config is checked and costed without importing torch, while each
+variant is still one entry: its name and where it lives. `registry[name]` imports the module on
+first use and returns the attribute (cached); iterating, `in` and `len` never import anything.
+tests/nn/test_registry.py resolves every reference of every registry.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Registry(Mapping[str, Any]):
         return name in self.references
 
     def register(self, name: str, reference: str) -> None:
-        """Add (or replace) `name` -> `reference`; a plugin or a test registers a variant this way."""
+        """Add (or replace) `name` -> `reference`; a plugin or a test registers a variant this
+        way."""
         _check_reference(self.family, name, reference)
         self.references[name] = reference
         self._resolved.pop(name, None)
@@ -66,4 +68,6 @@ def resolve(reference: str) -> Any:
 def _check_reference(family: str, name: str, reference: str) -> None:
     module, sep, attr = reference.partition(":")
     if not (isinstance(name, str) and name and sep and module and attr.isidentifier()):
-        raise ValueError(f"{family}[{name!r}] = {reference!r} is not allowed: a name and a 'package.module:attr'")
+        raise ValueError(
+            f"{family}[{name!r}] = {reference!r} is not allowed: a name and a 'package.module:attr'"
+        )

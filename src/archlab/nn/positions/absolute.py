@@ -1,10 +1,10 @@
 """Absolute positions, added to the token embedding (the value of `ModelConfig.position`).
 
-- `sinusoidal`: PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(...) (Vaswani et al. 2017, arXiv 1706.03762).
-  Computed from the positions, so it has no length limit.
+- `sinusoidal`: PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(...) (Vaswani et al. 2017,
+  arXiv 1706.03762). Computed from the positions, so it has no length limit.
 - `learned`: a trained table of `max_seq_len` rows (GPT-2).
-RoPE is nn/positions/rope.py, the attention biases nn/positions/biases.py; `none` (NoPE) adds nothing: the causal
-mask alone carries order.
+RoPE is nn/positions/rope.py, the attention biases nn/positions/biases.py; `none` (NoPE) adds
+nothing: the causal mask alone carries order.
 
 Shapes: positions (B, T) int; outputs (B, T, D).
 """
@@ -17,7 +17,9 @@ import torch.nn as nn
 SINUSOID_BASE = 10000.0  # the base of the original transformer
 
 
-def sinusoidal_embedding(positions: torch.Tensor, dim: int, base: float = SINUSOID_BASE) -> torch.Tensor:
+def sinusoidal_embedding(
+    positions: torch.Tensor, dim: int, base: float = SINUSOID_BASE
+) -> torch.Tensor:
     """Interleaved sin/cos table for `positions` (B, T) -> (B, T, dim), computed in float32."""
     i = torch.arange(0, dim, 2, device=positions.device, dtype=torch.float32)  # (D/2,)
     angles = positions.float()[..., None] / base ** (i / dim)  # (B, T, D/2)

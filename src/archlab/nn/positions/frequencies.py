@@ -1,30 +1,23 @@
-"""RoPE's frequency schedules: one pure function per scaling kind, (d_rot, theta, scaling[, seq_len]) ->
-(inv_freq (d_rot/2,), attention_factor), named by its kind's `RopeKind.frequencies` (nn/positions/scaling.py);
-attention_factor multiplies cos and sin (YaRN's temperature).
+"""RoPE's frequency schedules: one pure function per scaling kind, named by the kind's
+`RopeKind.frequencies` (nn/positions/scaling.py): (d_rot, theta, scaling[, seq_len]) -> (inv_freq,
+attention_factor); attention_factor multiplies cos and sin (YaRN's temperature).
 
-Kinds (s = factor, L0 = original_max_seq_len):
+Kinds (s = factor, L0 = original_max_seq_len, w_i = theta^(-2i/d_rot)):
     none          w_i
-    linear        w_i / s                                  Position Interpolation (Chen et al., arXiv 2306.15595)
-    ntk           base theta * s^(d/(d-2)), static          NTK-aware (bloc97; YaRN paper, arXiv 2309.00071, 3.1)
-    ntk_by_parts  ramp linear in r = L0/lambda_i            YaRN paper eq. 17-18 (alpha=beta_slow, beta=beta_fast)
-    dynamic       NTK-aware with the scale set by the current length, as transformers' `dynamic`
-    yarn          by-parts ramp linear in the pair index, plus temperature 0.1 ln s + 1 (arXiv 2309.00071)
-    llama3        by-parts with alpha/beta = low_freq_factor/high_freq_factor (Llama 3.1)
-    rerope        w_i, but the relative position m - n is clipped to `window` W beyond it (Su, "Transformer
-                  upgrade 12", kexue.fm/archives/9708); leaky_rerope continues past W with slope 1/factor,
-                  W + (m - n - W) / k. These change positions, not frequencies: nn/positions/rerope.py; with
-                  inference_only=True only in eval mode (training sees plain RoPE: HWFA2, kexue.fm/archives/9731)
-    inv_leaky_rerope  "Transformer upgrade 13" (kexue.fm/archives/9728): Leaky ReRoPE with slope s > 1 beyond
-                  W, W + (m - n - W) s, in training mode only (as dropout); in eval mode plain RoPE, so decoding
-                  keeps SDPA and the rotated-key cache. Su: W = N/4, s = 2 x the extension factor L/N
-    ntk_mixed     NTK-RoPE-mixed ("Transformer upgrade 11", kexue.fm/archives/9706): pair i (1-based j = i + 1)
-                  gets w_i exp(-a j^b), a = ln(s) / (d/2)^b, b = mixed_b (0.75 in Su's bojone/rerope patch):
-                  high frequencies nearly kept, the lowest interpolated by exactly s
-  Each frequency schedule but ntk_mixed equals transformers 5's `ROPE_INIT_FUNCTIONS` entry
-  (modeling_rope_utils.py; tested against it). What a kind is besides its formula is its `RopeKind` in
-  ROPE_KINDS (nn/positions/scaling.py, torch-free); the Hugging Face spelling is in `archlab.interop.hf_rope`.
+    linear        w_i / s                           Position Interpolation (Chen et al., 2306.15595)
+    ntk           base theta * s^(d/(d-2)), static  NTK-aware (bloc97; YaRN paper 2309.00071, 3.1)
+    ntk_by_parts  ramp linear in r = L0 / lambda_i  YaRN eq. 17-18 (alpha beta_slow, beta beta_fast)
+    dynamic       NTK-aware, its scale set by the current length, as transformers' `dynamic`
+    yarn          by-parts ramp linear in the pair index, temperature 0.1 ln s + 1 (2309.00071)
+    llama3        by-parts with alpha, beta = low_freq_factor, high_freq_factor (Llama 3.1)
+    ntk_mixed     NTK-RoPE-mixed (Su, kexue.fm/archives/9706): pair i (j = i + 1) gets
+                  w_i exp(-a j^b), a = ln(s) / (d/2)^b, b = mixed_b (0.75 in Su's patch): high
+                  frequencies nearly kept, the lowest interpolated by exactly s
+    rerope, leaky_rerope, inv_leaky_rerope: w_i; they remap positions (nn/positions/rerope.py)
+Each schedule but ntk_mixed equals transformers 5's `ROPE_INIT_FUNCTIONS` entry
+(modeling_rope_utils.py; tested against it); the Hugging Face spelling: `archlab.interop.hf_rope`.
 
-Shapes: inv_freq (d_rot/2,), or (B, d_rot/2) for a length-dependent schedule given each row's length (B,).
+Shapes: inv_freq (d_rot/2,), or (B, d_rot/2) for a length-dependent schedule given lengths (B,).
 """
 
 from __future__ import annotations
@@ -55,8 +48,9 @@ def ntk(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, f
 
 
 def ntk_mixed(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
-    """NTK-RoPE-mixed (Su, kexue.fm/archives/9706): w_i exp(-a (i + 1)^b), a = ln(s) / (d_rot/2)^b, so the lowest
-    frequency is divided by exactly s (as PI) and the highest barely moves (as NTK-aware keeps them)."""
+    """NTK-RoPE-mixed (Su, kexue.fm/archives/9706): w_i exp(-a (i + 1)^b), a = ln(s) / (d_rot/2)^b,
+    so the lowest frequency is divided by exactly s (as PI) and the highest barely moves (as
+    NTK-aware keeps them)."""
     b = scaling.mixed_b
     a = math.log(scaling.factor) / (d_rot / 2) ** b
     j = torch.arange(1, d_rot // 2 + 1, dtype=torch.float64)
@@ -64,7 +58,8 @@ def ntk_mixed(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Ten
 
 
 def by_parts(inv0: torch.Tensor, factor: float, l0: int, alpha: float, beta: float) -> torch.Tensor:
-    """YaRN eq. 18: h(w) = (1 - g) w / s + g w, g = clip((r - alpha) / (beta - alpha), 0, 1), r = L0 / lambda."""
+    """YaRN eq. 18: h(w) = (1 - g) w / s + g w, g = clip((r - alpha) / (beta - alpha), 0, 1), r = L0
+    / lambda."""
     r = l0 * inv0 / (2 * math.pi)  # rotations each pair makes over the training length
     gamma = ((r - alpha) / (beta - alpha)).clamp(0, 1)
     return (1 - gamma) * inv0 / factor + gamma * inv0
@@ -72,26 +67,32 @@ def by_parts(inv0: torch.Tensor, factor: float, l0: int, alpha: float, beta: flo
 
 def ntk_by_parts(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
     inv0 = base_inv_freq(d_rot, theta)
-    return by_parts(inv0, scaling.factor, scaling.original_max_seq_len, scaling.beta_slow, scaling.beta_fast), 1.0
+    return by_parts(
+        inv0, scaling.factor, scaling.original_max_seq_len, scaling.beta_slow, scaling.beta_fast
+    ), 1.0
 
 
 def llama3(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
     inv0 = base_inv_freq(d_rot, theta)
     s = scaling
-    return by_parts(inv0, s.factor, s.original_max_seq_len, s.low_freq_factor, s.high_freq_factor), 1.0
+    return by_parts(
+        inv0, s.factor, s.original_max_seq_len, s.low_freq_factor, s.high_freq_factor
+    ), 1.0
 
 
 def dynamic(
     d_rot: int, theta: float, scaling: RopeScaling, seq_len: torch.Tensor | int | None = None
 ) -> tuple[torch.Tensor, float]:
-    """transformers' Dynamic NTK at current length l = max(seq_len, M), M = original_max_seq_len:
-    b' = b * (s l / M - (s - 1))^(d/(d-2)). The paper (and bloc97's post) scale by s = l / M instead; the two
-    agree only for s = 1 (for s = 2 at l = 2M transformers stretches by 3). A (B,) seq_len gives (B, d/2)."""
+    """transformers' Dynamic NTK at current length l = max(seq_len, M), M = original_max_seq_len: b'
+    = b * (s l / M - (s - 1))^(d/(d-2)). The paper (and bloc97's post) scale by s = l / M instead;
+    the two agree only for s = 1 (for s = 2 at l = 2M transformers stretches by 3). A (B,) seq_len
+    gives (B, d/2)."""
     if seq_len is None:
         return base_inv_freq(d_rot, theta), 1.0
     m = scaling.original_max_seq_len
     ell = torch.as_tensor(seq_len).double().clamp_min(m)
-    base = theta * (scaling.factor * ell / m - (scaling.factor - 1)) ** (d_rot / (d_rot - 2))  # (B,) or ()
+    # (B,) or ()
+    base = theta * (scaling.factor * ell / m - (scaling.factor - 1)) ** (d_rot / (d_rot - 2))
     exponent = torch.arange(0, d_rot, 2, dtype=torch.float64, device=ell.device) / d_rot
     return base[..., None] ** -exponent, 1.0
 
@@ -102,8 +103,9 @@ def yarn_mscale(factor: float, k: float = 1.0) -> float:
 
 
 def yarn(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Tensor, float]:
-    """By-parts with the ramp linear in the pair index between the pairs making beta_fast and beta_slow
-    rotations over L0 (the authors' code, which transformers follows; the paper's ramp is linear in r)."""
+    """By-parts with the ramp linear in the pair index between the pairs making beta_fast and
+    beta_slow rotations over L0 (the authors' code, which transformers follows; the paper's ramp is
+    linear in r)."""
     s = scaling
 
     def pair_with_rotations(n: float) -> float:  # solves L0 / lambda_i = n for the pair index

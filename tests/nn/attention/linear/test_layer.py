@@ -17,7 +17,8 @@ from archlab.infer.generate import left_pad
 from archlab.nn.attention.linear.favor import FavorKernel
 from archlab.nn.attention.linear.vq import VQKernel, hard_assign
 from archlab.nn.attention.options import LINEAR_KERNELS, VQ, Favor
-from archlab.nn.config import ATTN_KERNELS, ConfigError
+from archlab.nn.config import ConfigError
+from archlab.nn.config_rules import ATTN_KERNELS
 from archlab.nn.positions.biases import alibi_slopes
 from archlab.nn.presets import build_preset
 from tests.train.conftest import one_thread, prepared  # noqa: F401 (the training tests' corpus)
