@@ -166,31 +166,6 @@ def test_from_hf_legacy_keys_and_defaults() -> None:
         rope_from_hf({"rope_type": "longrope"}, 128)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(kind="linear", factor=0.5), r"RopeScaling.factor=0.5 is not allowed: a number >= 1"),
-    (dict(kind="none", factor=2.0), r"RopeScaling.factor=2.0 is not allowed: 1 with kind='none'"),
-    (dict(kind="yarn", factor=2.0), r"RopeScaling.original_max_seq_len=None is not allowed: required"),
-    (dict(kind="llama3", factor=2.0, original_max_seq_len=64, low_freq_factor=1.0),
-     r"RopeScaling.high_freq_factor=None is not allowed: required with kind='llama3'"),
-    (dict(kind="yarn", factor=2.0, original_max_seq_len=64, low_freq_factor=1.0),
-     r"RopeScaling.low_freq_factor=1.0 is not allowed: only with kind in \['llama3'\]"),
-    (dict(kind="linear", factor=2.0, truncate=False), r"RopeScaling.truncate=False is not allowed: only with"),
-    (dict(kind="ntk_by_parts", factor=2.0, original_max_seq_len=64, beta_fast=0.5),
-     r"RopeScaling.beta_fast=0.5 is not allowed: > beta_slow=1.0"),
-    (dict(kind="yarn", factor=2.0, original_max_seq_len=0), r"original_max_seq_len=0 is not allowed: a positive"),
-    (dict(kind="ntk2"), r"RopeScaling.kind='ntk2' is not allowed: one of none, linear, ntk"),
-])
-def test_validation_errors(kwargs: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        RopeScaling(**kwargs)
-
-
-def test_model_config_carries_scaling() -> None:
-    config = ModelConfig(rope_scaling={"kind": "yarn", "factor": 2.0, "original_max_seq_len": 64})
-    assert config.rope_scaling == RopeScaling("yarn", 2.0, 64)
-    assert ModelConfig.from_dict(config.to_dict()) == config
-
-
 def llama_pair(scaling: RopeScaling) -> tuple[TransformerLM, LlamaForCausalLM]:
     """Our Llama and transformers' with the same weights (q/k/v and gate/up are row slices of the fused ones)."""
     torch.manual_seed(0)

@@ -1,4 +1,6 @@
-"""Log-n at inference only ("log n" with a dagger in Su's tables, kexue.fm/archives/9708; bojone/rerope's patch):
+"""The attention inputs (nn/attention/inputs.py): the log-n factor per query.
+
+Log-n at inference only ("log n" with a dagger in Su's tables, kexue.fm/archives/9708; bojone/rerope's patch):
 `ModelConfig.with_inference_logn` scales each query by max(1, log(n) / log(N_train)), n = position + 1, on a model
 trained without log-n; up to N_train nothing changes, past it each query's scores grow as log-n scales them. Also
 `archlab generate --logn` and `with_inference_logn(model)`."""
