@@ -12,10 +12,12 @@ import pytest
 import statsmodels.formula.api as smf
 
 from archlab.lab import ladder
+from archlab.lab.arms import arm_keys
+from archlab.lab.budgets import BUDGETS
 from archlab.lab.ladder import fit_ladder
 from archlab.lab.report import write_report
 from archlab.lab.runner import measure_plan, plan_suite, write_plan
-from archlab.lab.suite import BUDGETS, SuiteError, arm_keys, load_suite
+from archlab.lab.suite import SuiteError, load_suite
 from tests.lab.test_report import _fake_runs
 
 SCALES = (0.8, 1.0, 1.25, 1.5)

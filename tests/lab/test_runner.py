@@ -15,9 +15,10 @@ from types import SimpleNamespace
 import pytest
 
 from archlab.lab import runner, stats
+from archlab.lab.budgets import BUDGETS
 from archlab.lab.measure import MEASURED, MEASURES, STATUS, TIMING_ROUNDS, write_measured
 from archlab.lab.runner import LabError, RunSpec, _finish, is_done, measure_plan, plan_suite, run_wall_s
-from archlab.lab.suite import BUDGETS, load_suite
+from archlab.lab.suite import load_suite
 from tests.lab.test_report import _fake_runs
 
 TIMED_SUITE = """
@@ -256,59 +257,6 @@ def test_a_bpe_dropout_arm_gets_its_own_data_folder_and_the_plain_ones_keep_thei
     assert spec.bpe_dropout == 0.1 and spec.command()[-4:] == ["--bpe-dropout", "0.1", "--out", str(spec.out)]
     assert "--bpe-dropout" not in next(d for d in plan.data if d.out == by_arm["bpe32k"]).command()
     assert {r.keys["data.bpe_dropout"] for r in plan.runs if r.arm == "bpe32k-dropout"} == {"0.1"}
-
-
-def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path) -> None:
-    from archlab.lab import runner
-
-    suite = load_suite("heads")
-    here = plan_suite(suite, BUDGETS["tiny"], tmp_path / "a", store=tmp_path / "store")
-    there = plan_suite(suite, BUDGETS["tiny"], tmp_path / "b", store=tmp_path / "moved" / "elsewhere")
-    assert [r.run_dir.name for r in here.runs] == [r.run_dir.name for r in there.runs]  # keyed by the data's name
-    run = here.runs[0]
-    v1 = runner.run_hash(run.keys, BUDGETS["tiny"], version=1)  # the absolute data path: another key per store
-    assert v1 != run.run_dir.name != runner.run_hash(run.keys, BUDGETS["tiny"], tmp_path / "store", version=1)
-    legacy = tmp_path / "store" / v1  # a run a version-1 store holds: linked under today's key, not moved
-    legacy.mkdir(parents=True)
-    (legacy / "metrics.jsonl").write_text("{}\n")
-    again = plan_suite(suite, BUDGETS["tiny"], tmp_path / "c", store=tmp_path / "store").runs[0]
-    assert again.run_dir.is_symlink() and again.run_dir.resolve() == legacy.resolve()
-    assert (again.run_dir / "metrics.jsonl").read_text() == "{}\n"
-
-
-def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Path) -> None:
-    from archlab.lab import runner
-    from archlab.train.config import resolve_config
-
-    plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
-    run = plan.runs[0]
-    train, model = resolve_config([run.keys])
-    run.run_dir.mkdir(parents=True)
-    config = {"train": train.to_dict(), "model": model.to_dict()}
-    (run.run_dir / "config.json").write_text(json.dumps(config))
-    assert runner.stale_reason(run) is None  # the same config: reused
-    shown = {**config, "train": {**config["train"], "logging": {**config["train"]["logging"], "sample_tokens": 48,
-                                                                 "tensorboard": True}}}
-    (run.run_dir / "config.json").write_text(json.dumps(shown))
-    assert runner.stale_reason(run) is None  # what a run shows people (samples, TensorBoard) does not count
-    old = {**config, "model": {**config["model"], "d_ff": config["model"]["d_ff"] + 8}}
-    (run.run_dir / "config.json").write_text(json.dumps(old))  # as if a default had changed since it trained
-    why = runner.stale_reason(run)
-    assert why == f"model.d_ff is {old['model']['d_ff']} in the stored run, {config['model']['d_ff']} now"
-    (run.run_dir / "checkpoints" / f"step_{run.steps:07d}").mkdir(parents=True)
-    (run.run_dir / "metrics.jsonl").write_text("{}\n")
-    for other in plan.runs[1:]:
-        other.run_dir.mkdir(parents=True, exist_ok=True)
-        (other.run_dir / "checkpoints" / f"step_{other.steps:07d}").mkdir(parents=True, exist_ok=True)
-        (other.run_dir / "metrics.jsonl").write_text("{}\n")
-    with pytest.raises(runner.LabError, match=r"not reused: mha/seed0 \(model.d_ff is"):
-        runner.measure_plan(plan)
-    removed = {**config, "model": {**config["model"], "a_field_since_removed": 1}}
-    (run.run_dir / "config.json").write_text(json.dumps(removed))
-    assert runner.stale_reason(run).startswith("its config.json no longer resolves")
-    moved = runner.set_aside(run)
-    assert not run.run_dir.exists() and moved.parent == run.run_dir.parent / "stale"
-    assert (moved / "metrics.jsonl").read_text() == "{}\n"  # nothing lost
 
 
 def test_plan_reads_a_published_pages_spread_and_run_time_when_nothing_is_stored(tmp_path: Path) -> None:

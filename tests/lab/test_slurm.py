@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from archlab.cli import main
+from archlab.lab.budgets import BUDGETS
 from archlab.lab.measure import STATUS
 from archlab.lab.runner import is_done, read_plan
-from archlab.lab.suite import BUDGETS, load_suite
+from archlab.lab.suite import load_suite
 
 SUITE = """
 name: slurm-two

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats as sp
 
 from archlab.lab import stats
-from archlab.lab.suite import BUDGETS, at_budget, load_suite
+from archlab.lab.budgets import BUDGETS
+from archlab.lab.suite import at_budget, load_suite
 from archlab.lab.table import Run, Table
 from archlab.lab.verdicts import best_of_grid, judge
 

@@ -25,7 +25,9 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from archlab.lab.suite import BUDGETS, param_note, suite_index
+from archlab.lab.arms import param_note
+from archlab.lab.budgets import BUDGETS
+from archlab.lab.suite import suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.lab import planning, stats
+from archlab.lab.budgets import BUDGETS
 from archlab.lab.executor import SlurmOptions, submit_plan
 from archlab.lab.report import record_suite_time, write_report
 from archlab.lab.runner import (
@@ -35,7 +36,7 @@ from archlab.lab.runner import (
     table_of,
     write_plan,
 )
-from archlab.lab.suite import BUDGETS, Suite, SuiteError, load_suite
+from archlab.lab.suite import Suite, SuiteError, load_suite
 from archlab.lab.table import Table
 from archlab.lab.verdicts import ClaimResult, judge
 

@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
+from archlab.lab.budgets import Budget
 from archlab.lab.measure import read_measured
 from archlab.lab.runner import is_done, plan_suite, table_of
-from archlab.lab.suite import Budget, load_suite
+from archlab.lab.suite import load_suite
 from archlab.lab.table import Table
 
 LADDER_SUITE = "compute-ladder"

@@ -15,11 +15,14 @@ import math
 import statistics
 from pathlib import Path
 
+from scipy import special
+
 from archlab.lab import stats
+from archlab.lab.arms import PARAM_TOLERANCE
 from archlab.lab.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.measure import MEASURES
 from archlab.lab.record import Record
-from archlab.lab.suite import PARAM_TOLERANCE, Claim
+from archlab.lab.suite import Claim
 from archlab.lab.verdicts import ClaimResult, factorial_anova, suite_spreads
 
 RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (paired), on the pair's own paired "
@@ -100,7 +103,8 @@ def claim_table(results: list[ClaimResult]) -> tuple[list[str], list[list[str]]]
         if c.min_effect:
             size += f"; min {fmt(c.min_effect)}"
         test = r.note if r.test is None else f"{r.test.test}; {r.note}"
-        rows.append([c.text, _metrics(c), f"{r.arms[0]} vs {r.arms[1]}", str(len(r.a)), fmt(r.estimate), _bound(r),
+        n = r.test.n if r.test is not None and r.test.test == stats.OLS_TEST else len(r.a)  # a design: its runs
+        rows.append([c.text, _metrics(c), f"{r.arms[0]} vs {r.arms[1]}", str(n), fmt(r.estimate), _bound(r),
                      size, test, fmt(r.p), fmt(r.p_adjusted), r.outcome, r.statement, fmt(r.mde), needed(r),
                      r.narang])
     return head, rows
@@ -132,6 +136,8 @@ def spread_lines(record: Record) -> list[str]:
 
 
 def anova_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
+    if record.suite.screening:  # a fraction cannot fit every interaction: its effects table replaces the ANOVA
+        return None
     rows = factorial_anova(record.table, "val_loss") if "val_loss" in record.suite.measures else []
     if not rows:
         return None
@@ -279,14 +285,15 @@ def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
     result = fit(record.table, metric)
     if result is None:
         return None, lines + [f"No least-squares fit of {metric}: a run is missing or diverged."]
-    rows = [[e.term, e.aliases, fmt(e.estimate), fmt(e.se), f"[{fmt(e.estimate - 1.645 * e.se)}, "
-             f"{fmt(e.estimate + 1.645 * e.se)}]", fmt(e.p)] for e in sorted(result.effects,
-                                                                              key=lambda e: -abs(e.estimate))]
+    t = float(special.stdtrit(result.df, 0.95))
+    rows = [[e.term, e.aliases, fmt(e.estimate), fmt(e.se), f"[{fmt(e.estimate - t * e.se)}, "
+             f"{fmt(e.estimate + t * e.se)}]", fmt(e.p)] for e in sorted(result.effects,
+                                                                          key=lambda e: -abs(e.estimate))]
     lines.append(f"{metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df; each effect is the mean at "
                  f"+1 minus the mean at -1 over {result.runs} rows x {result.seeds} seeds, SE 2 sigma / sqrt(N) = "
-                 f"{fmt(2 * result.sigma / math.sqrt(result.runs * result.seeds))} (the interval: +-1.645 SE, "
-                 "normal approximation; claims use Student's t at the residual df).")
-    return (["effect", "aliases", "estimate (+1 minus -1)", "SE", "~90% interval", "p (two-sided)"], rows), lines
+                 f"{fmt(2 * result.sigma / math.sqrt(result.runs * result.seeds))}; the interval is +-t SE at the "
+                 "residual df.")
+    return (["effect", "aliases", "estimate (+1 minus -1)", "SE", "90% interval", "p (two-sided)"], rows), lines
 
 
 def sections(record: Record, results: list[ClaimResult]) -> list[tuple[str, str, tuple | None, list[str]]]:

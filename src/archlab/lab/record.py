@@ -33,7 +33,8 @@ from pathlib import Path
 
 import yaml
 
-from archlab.lab.suite import BUDGETS, Budget, Suite, at_budget, load_suite
+from archlab.lab.budgets import BUDGETS, Budget
+from archlab.lab.suite import Suite, at_budget, load_suite
 from archlab.lab.table import Run, Table
 from archlab.lab.verdicts import ClaimResult, judge
 

@@ -29,6 +29,8 @@ from pathlib import Path
 from archlab.checkpoint import latest_checkpoint
 from archlab.data.tokens import prepare_data
 from archlab.lab import measure as lab_measure  # the workers' entry point, by its module's name
+from archlab.lab.arms import arm_keys, flag_value, match_parameters, resolve_arm
+from archlab.lab.budgets import Budget
 from archlab.lab.measure import (
     ITEMS_KEY,
     MEASURES,
@@ -38,22 +40,12 @@ from archlab.lab.measure import (
     read_measured,
     write_measured,
 )
-from archlab.lab.suite import (
-    Arm,
-    Budget,
-    Suite,
-    SuiteError,
-    Timing,
-    arm_keys,
-    at_budget,
-    flag_value,
-    match_parameters,
-    resolve_arm,
-)
+from archlab.lab.store import link_legacy, run_hash, set_aside, stale_reason
+from archlab.lab.suite import Arm, Suite, SuiteError, Timing, at_budget
 from archlab.lab.table import Run, Table
 from archlab.lab.timing import time_pairs
 from archlab.nn.config import ModelConfig
-from archlab.train.config import TrainConfig, resolve_config
+from archlab.train.config import resolve_config
 from archlab.train.metrics import METRICS
 
 logger = logging.getLogger(__name__)
@@ -139,94 +131,6 @@ def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
                     bpe_dropout=d.bpe_dropout)
 
 
-STORE_VERSION = 2  # 2: the data folder enters by its name in the store, not its absolute path (a store can move)
-STALE = "stale"  # STORE/stale/: runs whose resolved config differs under today's code, moved aside, never deleted
-
-
-def _non_default(values: dict, defaults: dict) -> dict:
-    """The entries of `values` that differ from `defaults`, nested dicts compared key by key."""
-    out = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and isinstance(defaults.get(key), dict):
-            value = _non_default(value, defaults[key])
-            if value:
-                out[key] = value
-        elif key not in defaults or value != defaults[key]:
-            out[key] = value
-    return out
-
-
-def run_hash(keys: dict[str, str], budget: Budget, store: Path | None = None, version: int | None = None) -> str:
-    """A content hash of a run's resolved config (train and model, without its folder) and the budget's
-    measurement settings: two suites that ask for the same run get the same folder. Only fields that differ
-    from the config classes' defaults enter it, so a new field (default: off) keeps every stored run; a data
-    folder inside `store` enters by its name there, so the store can be moved or copied whole. A changed default
-    is caught when the run is reused (`stale_reason`). `version=1` is the key of stores written before (the
-    data folder's absolute path), which `plan_suite` links to."""
-    version = STORE_VERSION if version is None else version
-    train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
-    train_dict = {k: v for k, v in train.to_dict().items() if k != "out"}
-    source = Path(str(train.data.source))
-    if version >= 2 and store is not None and source.parent == Path(store) / "data":
-        train_dict["data"] = {**train_dict["data"], "source": f"STORE/data/{source.name}"}
-    record = {"train": _non_default(train_dict, TrainConfig().to_dict()),
-              "model": _non_default(model.to_dict(), ModelConfig().to_dict()),
-              "measure_windows": budget.measure_windows, "store_version": version}
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-# what a run shows people, not what it trains or the lab measures: a changed default here never makes a run stale
-REUSE_IGNORES = {"logging": ("samples", "sample_tokens", "sample_prompt", "temperature", "tensorboard", "progress")}
-
-
-def _comparable(train: TrainConfig, model: ModelConfig) -> dict:
-    """A resolved config as reuse compares it: the run folder aside, the data folder by name, REUSE_IGNORES out."""
-    t = {k: v for k, v in train.to_dict().items() if k != "out"}
-    t["data"] = {**t["data"], "source": Path(str(train.data.source)).name}
-    for section, keys in REUSE_IGNORES.items():
-        t[section] = {k: v for k, v in t[section].items() if k not in keys}
-    return {"train": t, "model": model.to_dict()}
-
-
-def stale_reason(run: RunSpec) -> str | None:
-    """Why a stored run may not be reused for `run` (its config.json resolves, under today's code, to another
-    config than `run` asks for: a changed default, a removed field), or None when it may (or has no config)."""
-    path = run.run_dir / "config.json"
-    if not path.is_file():
-        return None
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    try:
-        old = _comparable(*resolve_config([{}], saved=stored))
-    except (ValueError, KeyError, TypeError) as err:
-        return f"its config.json no longer resolves ({err})"
-    new = _comparable(*resolve_config([{k: v for k, v in run.keys.items() if k != "out"}]))
-    for part in ("train", "model"):
-        for key in sorted(set(old[part]) | set(new[part])):
-            if old[part].get(key) != new[part].get(key):
-                return f"{part}.{key} is {old[part].get(key)!r} in the stored run, {new[part].get(key)!r} now"
-    return None
-
-
-def set_aside(run: RunSpec) -> Path:
-    """Move a stale run to STORE/stale/ (nothing is deleted), so its folder trains anew; returns where it went."""
-    target = run.run_dir.parent / STALE / f"{run.run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(run.run_dir.resolve() if run.run_dir.is_symlink() else run.run_dir, target)
-    if run.run_dir.is_symlink():
-        run.run_dir.unlink()
-    return target
-
-
-def _link_legacy(run_dir: Path, keys: dict[str, str], budget: Budget) -> None:
-    """A run a store of STORE_VERSION 1 holds (keyed by the data folder's absolute path) under today's key: a
-    relative symlink, so the store keeps its folders and its old suites their links."""
-    if run_dir.exists() or run_dir.is_symlink():
-        return
-    legacy = run_dir.parent / run_hash(keys, budget, version=1)
-    if legacy.is_dir() and not legacy.is_symlink():
-        run_dir.symlink_to(legacy.name, target_is_directory=True)
-
-
 def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None = None,
                store: str | Path | None = None, extra: dict[str, int] | None = None) -> Plan:
     """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs: every arm at
@@ -245,7 +149,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
         for seed in range(plan.seeds_of(arm.name)):
             keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed)}
             run_dir = plan.store / run_hash(keys, budget, plan.store)
-            _link_legacy(run_dir, keys, budget)
+            link_legacy(run_dir, keys, budget)
             plan.runs.append(RunSpec(arm.name, seed, run_dir, {**keys, "out": str(run_dir)}, train.steps))
     return plan
 

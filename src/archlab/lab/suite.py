@@ -27,30 +27,18 @@
       - {text: ..., metric: val_loss, factor: lr, arm: high, versus: normal, within: {norm: post}}
       - {text: ..., metric: val_loss, arm: lion, versus: adamw, expect: same}   # grids: each at its best rate
 
-A claim `expect: better` is a one-sided superiority claim (optionally at least `min_effect`, metric units); a
-claim `expect: same` is a non-inferiority claim: the arm is not worse than `versus` by more than `margin`, and
-`expect: equivalent` an equivalence claim (TOST): within +-`margin` either way. Both the margin and the smallest
-effect of interest (`smallest_effect`: what a "better" claim is planned for) are stated before the run: from the
-claim, else the suite's `margins:` for the metric, else for MARGIN_METRICS the budget's `margin` (the loss 7% more
-base compute buys on the budget's compute ladder: 0.03 nats at `small`), for timings TIMING_SMALLEST_EFFECT.
-A claim whose `arm` or `versus` names a grid is judged at the grid's best arm on the claim's metric (the mean over
-seeds); a grid whose best arm is at either end did not bracket its optimum, and the claim is "untestable by this
-design" at this budget. A suite whose `design:` is a mapping `{kind: fractional, resolution: III | IV | V | full,
-fold_over: false, text: why}` is a screening suite: its two-level `factors:` (the first level coded -1, the second
-+1) are set by the
-rows of a 2^(k-p) design (lab/design.py), one arm per row (`fold_over: true`, or `archlab ablate --fold-over`,
-appends the mirrored rows), and its claims are main effects (`factor:` with no `within:`), estimated from every
-run by least squares (lab/screening.py). A claim with `factor:` is a factorial contrast:
-`arm` and `versus` are levels of that factor, averaged over the other factors' levels (or only those in
-`within`). A run's config is layered defaults < budget < base < arm < the lab's per-run keys (seed, out, data),
-each arm resolved through `archlab.train.config.resolve_config`, so a bad arm fails with the trainer's own error.
+Claims are superiority (`expect: better`, optionally at least `min_effect`), non-inferiority (`same`: not worse
+by more than `margin`) or equivalence (`equivalent`, TOST), with margins and smallest effects stated before the run
+(the claim's, else the suite's `margins:`, else the budget's: lab/budgets.py). A claim may name a grid (judged at
+its best arm), a factor's levels (a factorial contrast, `within:` some levels of the others), or, in a screening
+suite (`design:` a mapping: lab/design.py, lab/screening.py), a factor's main effect. docs/lab.md ("Writing a
+suite", "Screening suites") states every key; lab/arms.py turns arms into runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from importlib import resources
@@ -58,46 +46,19 @@ from pathlib import Path
 
 import yaml
 
-from archlab.costs import parameter_counts
-from archlab.nn.config import ModelConfig
+from archlab.lab.budgets import BUDGETS, MARGIN_METRICS, TIMING_SMALLEST_EFFECT, Budget
 from archlab.overrides import flatten
-from archlab.train.config import TrainConfig, resolve_config
 
 # MEASURES (lab/measure.py) and TIMINGS (lab/timing.py) import torch: they are imported where a suite's measures
 # are checked, so this module (the budgets `archlab ablate --help` lists) stays torch-free
-PARAM_TOLERANCE = 0.02  # an arm more than 2% off the base's parameter count is flagged (or d_ff is matched)
 MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same", "equivalent")
 PURPOSES = ("lecture", "calibration")  # calibration suites measure the lab's yardstick: outside the lecture's tallies
-TIMING_SMALLEST_EFFECT = 0.0488  # log time ratio: a 5% speed difference (ln 1.05), the smallest a timing plans for
-MARGIN_COMPUTE = 1.07  # the loss margin's worth in base compute: what 7% more steps buy on the budget's ladder
 NARANG_FINDINGS = ("better", "same", "worse")
-# Metrics in nats whose `same` claims take the budget's loss margin when neither the claim nor the suite states one.
-MARGIN_METRICS = ("val_loss", "train_loss", "loss_at_1x")
-# what lab runs default to: no TensorBoard, samples or progress bar (the lab shows its own), one final checkpoint
-LAB_KEYS = {"logging.tensorboard": False, "logging.samples": 0, "logging.progress": False, "checkpoint.save_every": 0}
 
 
 class SuiteError(ValueError):
     """A malformed suite file: the message names the file, the key and what is allowed."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much compute a suite gets: the train keys below the suite's base, seeds, and the data slice.
-
-    Every arm, the base included, runs seeds 0..seeds-1: the seed is a block shared by all arms (batch order,
-    evaluation set, init where shapes agree), so every comparison is paired."""
-
-    name: str
-    keys: dict[str, object]  # dotted train / model keys, below the suite's base
-    seeds: int  # seeds per arm, every arm alike
-    max_files: int | None  # files of the corpus tokenized (the stdlib corpus sorted by path); None = all
-    measure_windows: int  # the lab's loss measures read this many 4x-context windows of validation text
-    run_s: float  # wall seconds per run (one process of --jobs 2 on 2 cores) for --plan's cost; see the comment
-    sigma: float  # planning residual spread of val_loss (nats) when no earlier run of the suite is stored
-    margin: float  # nats: the default margin and smallest effect of MARGIN_METRICS (MARGIN_COMPUTE x compute)
-    margin_source: str  # where `margin` comes from (the compute ladder's measurement, or why it is not measured)
 
 
 def is_exact(metric: str) -> bool:
@@ -105,41 +66,6 @@ def is_exact(metric: str) -> bool:
     from archlab.lab.measure import MEASURES
 
     return metric in MEASURES and MEASURES[metric].exact
-
-
-# warmup is ~10% of the steps in every budget, so "no warmup" arms (schedule.warmup_steps: 0) mean the same
-_SHARED = {"data.source": "stdlib", "data.tokenizer": "byte", "optimizer.lr": 3e-3, "schedule.name": "cosine"}
-BUDGETS: dict[str, Budget] = {
-    # seconds per run on a laptop: tests and a first look. run_s: an estimate for a quiet machine (measured: median
-    # 88 s with --jobs 1 while the 2-core machine ran ~10 other processes). sigma: not measured here; `small`'s
-    "tiny": Budget("tiny", {
-        **_SHARED, "size": "tiny", "steps": 24, "schedule.warmup_steps": 3, "data.batch_size": 8,
-        "data.block_size": 64, "logging.eval_every": 12, "logging.eval_batches": 4, "logging.log_every": 2},
-        seeds=2, max_files=40, measure_windows=8, run_s=15.0, sigma=0.015, margin=0.036,
-        margin_source="the compute-ladder suite at tiny (2 seeds, 2026-12-02): 25% more steps bought 0.120 nats "
-                      "(95% CI 0.084 to 0.156), so 7% more buy 0.120 x ln 1.07 / ln 1.25 = 0.036"),
-    # ~2 CPU-minutes per run (measured: 0.4 s per step on one core; the published runs' medians were 93-136 s
-    # with --jobs 2 on the quiet 2-core machine, so run_s 120). sigma: the residual spread (arm x seed
-    # interaction) of val_loss, 0.015 nats, fitted to the 2-seed spreads of the 25 normal-lr Llama arms of the
-    # first published results (docs/results, before the fixed evaluation set)
-    "small": Budget("small", {
-        **_SHARED, "size": "tiny", "model.d_model": 128, "model.n_layers": 4, "model.n_heads": 4, "steps": 300,
-        "schedule.warmup_steps": 30, "data.batch_size": 16, "data.block_size": 128, "logging.eval_every": 50,
-        "logging.eval_batches": 10, "logging.log_every": 5},
-        seeds=3, max_files=400, measure_windows=32, run_s=120.0, sigma=0.015, margin=0.03,
-        margin_source="1.074x the base's compute on the compute ladder at small (0.4198 nats per e-fold of "
-                      "steps, 3 seeds, 2026-12-02), below the 0.03-0.05-nat effects the lab studies (SwiGLU 0.031, "
-                      "GeGLU 0.049)"),
-    # the `small` size (width 256, 6 layers): ~5e14 training FLOPs per run, hours per run on one CPU core
-    # (estimated from FLOPs, not measured); meant for a GPU (runs take cuda when available)
-    "medium": Budget("medium", {
-        **_SHARED, "size": "small", "steps": 2000, "schedule.warmup_steps": 200, "data.batch_size": 32,
-        "data.block_size": 256, "optimizer.lr": 1e-3, "logging.eval_every": 200, "logging.eval_batches": 20,
-        "logging.log_every": 10},
-        seeds=3, max_files=None, measure_windows=64, run_s=4 * 3600.0, sigma=0.015, margin=0.02,
-        margin_source="not measured: the first lab's figure; `archlab ablate compute-ladder --budget medium` measures "
-                      "what 25% more compute buys at this budget"),
-}
 
 
 @dataclass(frozen=True)
@@ -533,76 +459,3 @@ def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
     for factor, level in (claim.within or {}).items():
         _require(factor in suite.factors and factor != claim.factor and level in suite.factors[factor], where,
                  f"{what}: within {factor}={level!r} is not a level of another factor")
-
-
-# --------------------------------------------------------------------------------------- resolution
-def flag_value(value: object) -> str:
-    """A YAML value as the text an `archlab train --key VALUE` flag takes."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "none"
-    if isinstance(value, (list, tuple)):
-        return ",".join(flag_value(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value)
-    return str(value)
-
-
-def arm_keys(suite: Suite, arm: Arm, budget: Budget) -> dict[str, str]:
-    """The arm's dotted keys as flag strings: the lab's defaults < budget < base < the base's keys at this budget
-    (`budget_keys:`) < arm."""
-    merged = {**LAB_KEYS, **budget.keys, **suite.base, **suite.budget_keys.get(budget.name, {}), **arm.overrides}
-    if arm.steps_scale != 1.0:  # a rung of a compute ladder: the same recipe (warmup share alike) over more steps
-        merged["steps"] = max(1, round(int(merged["steps"]) * arm.steps_scale))
-        if "schedule.warmup_steps" in merged:
-            merged["schedule.warmup_steps"] = round(int(merged["schedule.warmup_steps"]) * arm.steps_scale)
-    if suite.checkpoints > 1:  # evenly spaced over the run, all kept
-        merged["checkpoint.save_every"] = max(1, int(merged["steps"]) // suite.checkpoints)
-        merged["checkpoint.keep_last"] = suite.checkpoints + 1
-    return {k: flag_value(v) for k, v in merged.items()}
-
-
-def resolve_arm(suite: Suite, arm: Arm, budget: Budget) -> tuple[TrainConfig, ModelConfig]:
-    """The arm's configs, resolved exactly as `archlab train` would; errors name the suite and arm."""
-    try:
-        return resolve_config([arm_keys(suite, arm, budget)])
-    except ValueError as err:
-        raise SuiteError(f"suite {suite.name} arm {arm.name}: {err}") from None
-
-
-def _total(model: ModelConfig, **changes: object) -> int:
-    return parameter_counts(model.replace(**changes) if changes else model)["total"]
-
-
-def match_parameters(suite: Suite, budget: Budget) -> Suite:
-    """The suite with every arm's parameters counted, d_ff adjusted for arms > 2% off the base (match_params: d_ff),
-    the rest flagged: new Arm values in a new Suite; `suite` is left as it was. A screening suite matches every
-    run to its `base:` alone (no factor's level set), whichever row comes first."""
-    reference = Arm("base", {}) if suite.screening else suite.base_arm
-    base_total = _total(resolve_arm(suite, reference, budget)[1])
-    arms = []
-    for arm in suite.arms:
-        model = resolve_arm(suite, arm, budget)[1]
-        arm = dataclasses.replace(arm, overrides=dict(arm.overrides), params=_total(model), matched="")
-        adjustable = (suite.match_params == "d_ff" and arm.name not in suite.unmatched
-                      and "model.d_ff" not in arm.overrides and "model.d_ff" not in suite.base)
-        if abs(arm.params - base_total) > PARAM_TOLERANCE * base_total and adjustable:
-            slope = _total(model, d_ff=model.d_ff + 1) - arm.params  # parameters per unit of d_ff
-            d_ff = max(1, model.d_ff + round((base_total - arm.params) / slope))
-            arm.overrides["model.d_ff"] = d_ff
-            arm.params = _total(resolve_arm(suite, arm, budget)[1])
-            arm.matched = f"d_ff {model.d_ff} -> {d_ff} to match the base's parameters"
-        arm.flagged = abs(arm.params - base_total) > PARAM_TOLERANCE * base_total
-        arms.append(arm)
-    return dataclasses.replace(suite, arms=arms)
-
-
-def param_note(suite: Suite, arm: Arm, params: int, base_params: int) -> str:
-    """The note a table shows for an arm: its d_ff matching, and its size when more than 2% off the base."""
-    off = (params - base_params) / base_params
-    parts = [arm.matched] if arm.matched else []
-    if abs(off) > PARAM_TOLERANCE:
-        why = "by design" if arm.name in suite.unmatched or suite.match_params == "none" else "not matched"
-        parts.insert(0, f"{off:+.1%} parameters vs the base ({why})")
-    return "; ".join(parts)
