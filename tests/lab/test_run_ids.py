@@ -3,9 +3,9 @@
 tests/fixtures/run_ids_small.json (`python -m tests.lab.test_run_ids` rewrites it). A suite resumed after a change
 that passes this retrains nothing.
 
-`run_hash` keys a run by its model config's non-default fields. The option groups (`favor`, `vq`, `gau`, `cosine`)
-nest fields that were flat, so the hash must read `ModelConfig.to_flat_dict()` (the old spelling) rather than
-`to_dict()`: the `flat` fixture runs the planner that way when runner.py does not do so itself yet."""
+`run_hash` (lab/store.py) keys a run by its model config's non-default fields. The option groups (`favor`, `vq`,
+`gau`, `cosine`) nest fields that were flat, so the hash must read `ModelConfig.to_flat_dict()` (the old spelling)
+rather than `to_dict()`: the `flat` fixture runs the planner that way when run_hash does not do so itself yet."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def uses_groups(suite: str) -> bool:
 
 @pytest.fixture(scope="module")
 def flat(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """The run ids with the hash over `to_flat_dict` (runner.run_hash's two `to_dict()` calls on model configs
-    read `to_flat_dict()`): the planner calls `ModelConfig.to_dict` nowhere else."""
+    """The run ids with the hash over `to_flat_dict` (run_hash's two `to_dict()` calls on model configs read
+    `to_flat_dict()`): the planner calls `ModelConfig.to_dict` nowhere else."""
     with pytest.MonkeyPatch.context() as patch:
         if not RUNNER_READS_FLAT:
             patch.setattr(ModelConfig, "to_dict", ModelConfig.to_flat_dict)
