@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM, build_preset
-from archlab.nn import fused, fused_ops
+from archlab.nn.fast import install as fused
+from archlab.nn.fast import ops as fused_ops
 from archlab.nn.functional import cross_entropy
 
 LLAMA = dict(vocab_size=8192, d_model=512, n_layers=8, n_heads=8, d_ff=1408)

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig
 from archlab.costs import kv_cache_bytes
-from archlab.nn.favor import (
+from archlab.nn.attention.linear.favor import (
     FavorState,
     draw_projection,
     favor_attention,
@@ -51,7 +51,7 @@ from archlab.nn.favor import (
     positive_features,
     trigonometric_features,
 )
-from archlab.nn.vq import VQState, hard_assign, vq_attention
+from archlab.nn.attention.linear.vq import VQState, hard_assign, vq_attention
 
 RESULTS = Path(__file__).resolve().parent / "results"
 H, DH = 4, 64

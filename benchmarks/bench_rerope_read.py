@@ -25,7 +25,7 @@ import torch
 
 from archlab import TransformerLM, build_preset
 from archlab.lab.long_context import inference_config
-from archlab.nn import attention_kernels
+from archlab.nn.attention import kernels as attention_kernels
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = {"rope (sdpa)": "none", "rerope": "rerope", "leaky rerope": "leaky_rerope"}

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig, TransformerLM, build_preset
 from archlab.costs import flops_per_token
-from archlab.nn import fused
+from archlab.nn.fast import install as fused
 from archlab.train.hardware import busy_cores, cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
 

@@ -23,8 +23,8 @@ import torch
 
 from archlab import TransformerLM
 from archlab.data.tokens import TokenData, prepare_data
-from archlab.nn import fused
 from archlab.nn.config import ModelConfig
+from archlab.nn.fast import install as fused
 from archlab.nn.functional import cross_entropy
 from archlab.overrides import load_yaml
 from archlab.train.config import TrainConfig, resolve_config

@@ -37,14 +37,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-profile", action="store_true", help="skip the operator profile of a VQ step")
     p.add_argument("--assign", default="hard", help="VQ assignment: hard or soft")
-    p.add_argument("--codes", type=int, default=512, help="VQ codebook size (vq_codes; 512 is the default)")
+    p.add_argument("--codes", type=int, default=512, help="VQ codebook size (vq.codes; 512 is the default)")
     return p.parse_args()
 
 
 def train_step(kernel: str, length: int, tokens: int, assign: str = "hard", codes: int = 512) -> Callable[[], None]:
     """One training step of a fresh tiny model at `length`, batch tokens // length."""
     torch.manual_seed(0)
-    extra = {"vq_assign": assign, "vq_codes": codes} if kernel == "vq" else {}
+    extra = {"vq": {"assign": assign, "codes": codes}} if kernel == "vq" else {}
     config = build_preset("llama", "tiny", attn_kernel=kernel, vocab_size=256, max_seq_len=length, **extra)
     model = TransformerLM(config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

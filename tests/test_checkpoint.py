@@ -298,16 +298,17 @@ def test_load_model_builds_without_random_init_and_gives_the_same_logits(
 
 def test_a_favor_model_trained_with_redraws_reloads_with_the_projection_it_reached(tmp_path: Path,
                                                                                    tokenizer_file: Path) -> None:
-    """FAVOR+'s projection lives outside the state dict; with favor_redraw its training forwards decide which draw
+    """FAVOR+'s projection lives outside the state dict; with favor.redraw its training forwards decide which draw
     it holds. load_model puts back the count state.pt carries, so the reloaded model computes what the trained one
     did (not its seed's first draw), and so do the models eval length rebuilds from it."""
     import numpy as np
 
     from archlab import ModelConfig
     from archlab.eval.length import evaluate_lengths, window_loss, windows
+    from archlab.nn.config import Favor
 
     cfg = ModelConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=256, max_seq_len=32, attn_kernel="favor",
-                      favor_features=16, favor_redraw=2)
+                      favor=Favor(features=16, redraw=2))
     torch.manual_seed(0)
     model = TransformerLM(cfg).train()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))

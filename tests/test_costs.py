@@ -15,6 +15,7 @@ from archlab.costs import flops_per_token, kv_cache_bytes, kv_tokens_within, par
 from archlab.infer.generate import generate
 from archlab.infer.memory import memory_report
 from archlab.infer.sampling import SamplingConfig
+from archlab.nn.config import VQ, Favor
 from archlab.nn.presets import PRESETS
 
 PART_OF = [  # parameter-name fragment -> part in parameter_counts
@@ -126,9 +127,9 @@ def test_inspect_cli_json_and_errors():
     assert "total" in table and "KV cache / token" in table
 
 
-@pytest.mark.parametrize("fields", [dict(attn_kernel="favor", favor_features=24),
-                                    dict(attn_kernel="vq", vq_codes=16, vq_block=4),
-                                    dict(attn_kernel="vq", vq_codes=16, vq_block=4, position="alibi")])
+@pytest.mark.parametrize("fields", [dict(attn_kernel="favor", favor=Favor(features=24)),
+                                    dict(attn_kernel="vq", vq=VQ(codes=16, block=4)),
+                                    dict(attn_kernel="vq", vq=VQ(codes=16, block=4), position="alibi")])
 @pytest.mark.parametrize("context", [3, 9, 16])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_state_bytes_match_the_cache_after_decoding(fields, context, dtype):
@@ -150,7 +151,7 @@ def test_favor_decode_flops_match_the_counter():
     """The FAVOR attention term per token (4 (H + K) M Dh) against torch's count of one decode step, within the
     +1 columns of z and the elementwise work the formula leaves out (10%)."""
     cfg = ModelConfig(d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="favor",
-                      favor_features=128)
+                      favor=Favor(features=128))
     model = TransformerLM(cfg).eval()
     cache = KVCache.for_model(model, 1, 64)
     with torch.no_grad():
@@ -167,7 +168,7 @@ def test_memory_report_of_a_linear_kernel_names_its_state_and_attention_flops():
     tokens decoded), said to be of one size, with the kernel's attention FLOPs per token (costs.py) beside
     softmax's 4 H Dh T per layer."""
     cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="favor",
-                      favor_features=24)
+                      favor=Favor(features=24))
     model = TransformerLM(cfg).eval()
     result = generate(model, [[1, 2, 3, 4, 5]], SamplingConfig(max_new_tokens=6, temperature=0.0))
     report = memory_report(model, result, torch.device("cpu")).splitlines()
@@ -186,8 +187,8 @@ def test_the_vq_state_is_bounded_not_constant_and_the_report_says_so():
     (state_bytes_bound), reach it at a tail of 2L - 1, and the memory report says bounded, with that bound."""
     from archlab.costs import state_bytes_bound
 
-    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="vq", vq_codes=16,
-                      vq_block=8, max_seq_len=128)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, vocab_size=64, attn_kernel="vq",
+                      vq=VQ(codes=16, block=8), max_seq_len=128)
     model = TransformerLM(cfg).eval()
     held = {}
     for n in (3, 8, 12, 15, 16, 40, 47):  # tails 3, 8, 12, 15 (= 2L - 1), 8, 8, 15

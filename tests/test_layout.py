@@ -96,9 +96,11 @@ def test_no_import_cycles() -> None:
 
 # nn/ modules that take plain typed arguments (docs/architecture.md "Layers"); attention, block, model and the
 # per-forward attention inputs take the ModelConfig
-LEAVES = ("norms", "activations", "ffn", "positions", "rope", "rerope", "kv_cache", "functional", "fused_ops",
-          "attention_kernels", "linear_attention", "favor", "vq", "variants", "rope_scaling")
-FAST_PATHS = ("archlab.nn.fused", "archlab.nn.fused_ops")  # installed from outside; the formulas never call them
+LEAVES = ("norms", "activations", "ffn", "kv_cache", "functional", "variants", "registry",
+          "positions/absolute", "positions/biases", "positions/rope", "positions/frequencies", "positions/scaling",
+          "positions/rerope", "attention/kernels", "attention/options", "attention/linear/prefix_sums",
+          "attention/linear/favor", "attention/linear/vq", "fast/ops")
+FAST_PATHS = "archlab.nn.fast"  # installed from outside (fast.install); the formulas never call them
 PRINTING = ("archlab.commands", "archlab.cli", "archlab.__main__")  # the only modules that write to the terminal
 
 
@@ -136,18 +138,30 @@ def test_leaf_modules_of_nn_never_see_the_config(leaf: str) -> None:
     assert not mentions_config(path), f"nn/{leaf}.py is a leaf module but {mentions_config(path)}"
 
 
+@pytest.mark.parametrize("package", sorted(p.parent for p in (SRC / "nn").rglob("__init__.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_the_packages_of_nn_import_nothing(package: Path) -> None:
+    """nn/'s packages are folders only: the config imports attention/options.py and positions/scaling.py without
+    torch, which an import in their package's __init__.py would bring in."""
+    assert not archlab_imports(package / "__init__.py"), f"{package}/__init__.py imports archlab modules"
+    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], package
+
+
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if not m.startswith(PRINTING)))
 def test_library_code_never_prints(module: str) -> None:
     path = next(p for p in SRC.rglob("*.py") if module_name(p) == module)
     assert not terminal_writes(path), f"{module} writes to the terminal (log instead): {terminal_writes(path)}"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("archlab.nn.") and m not in FAST_PATHS))
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("archlab.nn.")
+                                           and not m.startswith(FAST_PATHS)))
 def test_the_readable_nn_modules_run_only_the_formulas(module: str) -> None:
-    """No module of nn/ but fused.py reaches the hand-written kernels: `fused.install` puts them in from outside
+    """No module of nn/ outside nn/fast/ reaches the hand-written kernels: `fast.install` puts them in from outside
     (issue 23), so `TransformerLM(config)` is the plain math."""
     path = next(p for p in SRC.rglob("*.py") if module_name(p) == module)
-    assert not GRAPH[module] & set(FAST_PATHS), f"{module} imports {sorted(GRAPH[module] & set(FAST_PATHS))}"
+    fast = sorted(t for t in GRAPH[module] if t.startswith(FAST_PATHS))
+    assert not fast, f"{module} imports {fast}"
     assert "use_fused" not in path.read_text(encoding="utf-8"), f"{module} calls use_fused"
 
 

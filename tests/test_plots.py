@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from archlab.cli import main
-from archlab.plots import plot_length, rope_scaling_for
+from archlab.plots import plot_length
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -21,11 +21,6 @@ def test_plot_rope_cli_writes_a_png(tmp_path: Path) -> None:
 def test_plot_rope_refuses_unknown_scalings(tmp_path: Path, capsys) -> None:
     assert main(["plot", "rope", "--scalings", "none,pi", "--out", str(tmp_path / "r.png")]) == 2
     assert "scaling 'pi' is not allowed" in capsys.readouterr().err
-
-
-def test_scalings_for_the_plot_fill_their_required_fields() -> None:
-    assert rope_scaling_for("llama3", 4.0, 64, 32).high_freq_factor == 4.0
-    assert rope_scaling_for("rerope", 4.0, 64, 32).window == 32 and rope_scaling_for("rerope", 4.0, 64, 32).factor == 1
 
 
 def test_plot_length_writes_a_png(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from archlab.nn.config import ConfigError, ModelConfig
     from archlab.nn.kv_cache import KVCache
     from archlab.nn.model import TransformerLM
+    from archlab.nn.positions.scaling import RopeScaling
     from archlab.nn.presets import PRESETS, SIZES, build_preset
-    from archlab.nn.rope_scaling import RopeScaling
 
 _EXPORTS = {
     "InteropError": "archlab.interop",
@@ -28,10 +28,21 @@ _EXPORTS = {
     "PRESETS": "archlab.nn.presets",
     "SIZES": "archlab.nn.presets",
     "build_preset": "archlab.nn.presets",
-    "RopeScaling": "archlab.nn.rope_scaling",
+    "RopeScaling": "archlab.nn.positions.scaling",
 }
-__all__ = ["ConfigError", "InteropError", "KVCache", "ModelConfig", "PRESETS", "RopeScaling", "SIZES", "TransformerLM",
-           "build_preset", "from_hf", "save_hf"]
+__all__ = [
+    "ConfigError",
+    "InteropError",
+    "KVCache",
+    "ModelConfig",
+    "PRESETS",
+    "RopeScaling",
+    "SIZES",
+    "TransformerLM",
+    "build_preset",
+    "from_hf",
+    "save_hf",
+]
 __version__ = "0.1.0"
 
 

@@ -1,18 +1,18 @@
-"""Checkpoints: one folder per step, written atomically, verified on load, pruned to the last N + best.
+"""Checkpoints: one folder per step, written atomically, verified on load, pruned to the last N.
 
     RUN_DIR/checkpoints/step_0000100/
-        model.safetensors   weights (a tied head is stored once; metadata names its aliases)
-        optimizer.pt        optimizer state, keyed by parameter name (independent of DDP/FSDP wrapping)
-        state.pt            step, RNG states (torch, cuda, python, numpy) per rank, batch generator, stats
-        config.json         {"model": ModelConfig, "train": TrainConfig}, resolved
-        tokenizer.json      the tokenizer the token ids belong to
-        manifest.json       step, val loss, size and sha256 of every file above; written last
-    RUN_DIR/initial/model.safetensors   the step-0 weights, with `checkpoint.keep_initial` (drift measures)
+        model.safetensors  weights (a tied head is stored once; metadata names its aliases)
+        optimizer.pt       optimizer state by parameter name (independent of DDP/FSDP wrapping)
+        state.pt           step, RNG states (torch, cuda, python, numpy) per rank, batches, stats
+        config.json        {"model": ModelConfig, "train": TrainConfig}, resolved
+        tokenizer.json     the tokenizer the token ids belong to
+        manifest.json      step, val loss, size and sha256 of every file above; written last
+    RUN_DIR/initial/model.safetensors  the step-0 weights (`checkpoint.keep_initial`; drift)
 
-A checkpoint is built in a hidden temp folder beside its final name, every file fsynced, then renamed:
-a crash leaves either the old set of checkpoints or the new one, never a half-written `step_*` folder.
-Leftover temp folders are ignored and removed by the next save. `verify_checkpoint` re-hashes every
-file, so truncation or bit rot is reported with the checkpoint and file named.
+A checkpoint is built in a hidden temp folder beside its final name, every file fsynced, then
+renamed: a crash leaves either the old set of checkpoints or the new one, never a half-written
+`step_*` folder. Leftover temp folders are ignored and removed by the next save. `verify_checkpoint`
+re-hashes every file, so truncation or bit rot is reported with the checkpoint and file named.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ from archlab.run_folder import (  # re-exported: where checkpoints live, found w
 
 logger = logging.getLogger(__name__)
 
-INITIAL = "initial"  # RUN_DIR/initial/model.safetensors: step-0 weights (train key checkpoint.keep_initial)
+# RUN_DIR/initial/model.safetensors: step-0 weights (train key checkpoint.keep_initial)
+INITIAL = "initial"
 FILES = ("model.safetensors", "optimizer.pt", "state.pt", "config.json", "tokenizer.json")
 TMP_PREFIX = ".tmp-"
 HASH_CHUNK = 1 << 20
@@ -82,7 +83,8 @@ def tied_aliases(module: nn.Module) -> dict[str, str]:
     return aliases
 
 
-# ------------------------------------------------------------------------------------------------ save
+# ------------------------------------------------------------------------------------------------
+# save
 def _fsync_file(path: Path) -> None:
     with path.open("rb+") as handle:
         os.fsync(handle.fileno())
@@ -104,8 +106,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _save_weights(file: Path, model_state: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
-    weights = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items() if k not in aliases}
+def _save_weights(
+    file: Path, model_state: dict[str, torch.Tensor], aliases: dict[str, str]
+) -> None:
+    weights = {
+        k: v.detach().to("cpu").contiguous() for k, v in model_state.items() if k not in aliases
+    }
     save_file(weights, file, metadata={"tied": json.dumps(aliases), "format": "pt"})
 
 
@@ -137,43 +143,76 @@ def save_checkpoint(
     val_loss: float | None = None,
     provenance: dict[str, str] | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is kept).
-    `provenance` (e.g. {"init_from": folder}) goes into the manifest: where the weights came from."""
+    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is
+    kept). `provenance` (e.g. {"init_from": folder}) goes into the manifest: where the weights came
+    from."""
     root = Path(run_dir) / CHECKPOINTS
     final = root / checkpoint_name(step)
     if final.exists():  # same step, same state (e.g. a signal right after a periodic save)
         return final
     root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(f"{TMP_PREFIX}*"):  # left by a crash mid-save; never a finished checkpoint
+    # left by a crash mid-save; never a finished checkpoint
+    for stale in root.glob(f"{TMP_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run folder
     try:
-        _write_all(tmp, final, root, step, val_loss, model_state, aliases or {}, optimizer_state, state, config,
-                   Path(tokenizer_file), provenance)
+        _write_all(
+            tmp,
+            final,
+            root,
+            step,
+            val_loss,
+            model_state,
+            aliases or {},
+            optimizer_state,
+            state,
+            config,
+            Path(tokenizer_file),
+            provenance,
+        )
     except OSError as err:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous checkpoints are untouched
-            raise CheckpointError(f"no space left on device at {root}: checkpoint step {step} was not written; "
-                                  f"the previous one ({latest_checkpoint(run_dir) or 'none'}) is still valid") from err
+            raise CheckpointError(
+                f"no space left on device at {root}: checkpoint step {step} was not written; "
+                f"the previous one ({latest_checkpoint(run_dir) or 'none'}) is still valid"
+            ) from err
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
     return final
 
 
-def _write_all(tmp: Path, final: Path, root: Path, step: int, val_loss: float | None,
-               model_state: dict[str, torch.Tensor], aliases: dict[str, str], optimizer_state: dict, state: dict,
-               config: dict, tokenizer_file: Path, provenance: dict[str, str] | None = None) -> None:
-    """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes it as `final`."""
+def _write_all(
+    tmp: Path,
+    final: Path,
+    root: Path,
+    step: int,
+    val_loss: float | None,
+    model_state: dict[str, torch.Tensor],
+    aliases: dict[str, str],
+    optimizer_state: dict,
+    state: dict,
+    config: dict,
+    tokenizer_file: Path,
+    provenance: dict[str, str] | None = None,
+) -> None:
+    """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes it as
+    `final`."""
     _write_files(tmp, model_state, aliases, optimizer_state, state, config, tokenizer_file)
     files = {}
     for name in FILES:
         _fsync_file(tmp / name)
         files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
-    manifest = {"step": step, "val_loss": val_loss, "files": files, **({"provenance": provenance} if provenance
-                                                                       else {})}
+    manifest = {
+        "step": step,
+        "val_loss": val_loss,
+        "files": files,
+        **({"provenance": provenance} if provenance else {}),
+    }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-    for name in (*FILES, MANIFEST):  # one mode for every file, whatever wrote it (torch, safetensors, shutil)
+    # one mode for every file, whatever wrote it (torch, safetensors, shutil)
+    for name in (*FILES, MANIFEST):
         os.chmod(tmp / name, FILE_MODE)
     _fsync_file(tmp / MANIFEST)
     _fsync_dir(tmp)
@@ -181,10 +220,12 @@ def _write_all(tmp: Path, final: Path, root: Path, step: int, val_loss: float | 
     _fsync_dir(root)
 
 
-def save_initial_weights(run_dir: str | Path, model_state: dict[str, torch.Tensor],
-                         aliases: dict[str, str] | None = None) -> Path:
-    """Write a run's step-0 weights to RUN_DIR/initial/model.safetensors atomically (a temp folder, fsynced,
-    renamed); an existing one is kept. Not a checkpoint: never listed, pruned or resumed from."""
+def save_initial_weights(
+    run_dir: str | Path, model_state: dict[str, torch.Tensor], aliases: dict[str, str] | None = None
+) -> Path:
+    """Write a run's step-0 weights to RUN_DIR/initial/model.safetensors atomically (a temp folder,
+    fsynced, renamed); an existing one is kept. Not a checkpoint: never listed, pruned or resumed
+    from."""
     final = Path(run_dir) / INITIAL
     if final.exists():
         return final
@@ -203,7 +244,8 @@ def save_initial_weights(run_dir: str | Path, model_state: dict[str, torch.Tenso
 
 
 def load_initial_weights(run_dir: str | Path) -> dict[str, torch.Tensor] | None:
-    """The step-0 weights `save_initial_weights` kept (tied aliases filled in), or None when the run has none."""
+    """The step-0 weights `save_initial_weights` kept (tied aliases filled in), or None when the run
+    has none."""
     path = Path(run_dir) / INITIAL
     return load_weights(path) if (path / "model.safetensors").is_file() else None
 
@@ -212,7 +254,11 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int) -> list[Path]:
     """Delete all but the newest `keep_last` checkpoints and the one with the lowest val loss."""
     found = list_checkpoints(run_dir)
     keep = set(found[-keep_last:])
-    scored = [(m["val_loss"], p) for p in found if (m := _read_manifest(p)) and m.get("val_loss") is not None]
+    scored = [
+        (m["val_loss"], p)
+        for p in found
+        if (m := _read_manifest(p)) and m.get("val_loss") is not None
+    ]
     if scored:
         keep.add(min(scored, key=lambda item: item[0])[1])
     removed = [p for p in found if p not in keep]
@@ -221,7 +267,8 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int) -> list[Path]:
     return removed
 
 
-# ------------------------------------------------------------------------------------------------ load
+# ------------------------------------------------------------------------------------------------
+# load
 def _read_manifest(path: Path) -> dict | None:
     try:
         return json.loads((path / MANIFEST).read_text(encoding="utf-8"))
@@ -230,10 +277,13 @@ def _read_manifest(path: Path) -> dict | None:
 
 
 def read_manifest(path: str | Path) -> dict:
-    """The manifest.json of checkpoint `path`, unverified: cheap, for checks (e.g. a LoRA run's base digest)."""
+    """The manifest.json of checkpoint `path`, unverified: cheap, for checks (e.g. a LoRA run's base
+    digest)."""
     manifest = _read_manifest(Path(path))
     if manifest is None:
-        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable")
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable"
+        )
     return manifest
 
 
@@ -245,9 +295,15 @@ def _check_manifest(path: Path, manifest: object) -> None:
     if not isinstance(files, dict):
         raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} has no 'files' table")
     for name, entry in files.items():
-        ok = isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("bytes"), int)
+            and isinstance(entry.get("sha256"), str)
+        )
         if not ok:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {MANIFEST} entry {name!r} lacks 'bytes' or 'sha256'")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {MANIFEST} entry {name!r} lacks 'bytes' or 'sha256'"
+            )
 
 
 def verify_checkpoint(path: str | Path) -> dict:
@@ -257,7 +313,9 @@ def verify_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {path} does not exist")
     manifest = _read_manifest(path)
     if manifest is None:
-        raise CheckpointError(f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable")
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete or corrupt: {MANIFEST} is missing or unreadable"
+        )
     _check_manifest(path, manifest)
     for name in FILES:
         file, want = path / name, manifest["files"].get(name)
@@ -265,10 +323,14 @@ def verify_checkpoint(path: str | Path) -> dict:
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
         size = file.stat().st_size
         if size != want["bytes"]:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {name} has {size} bytes, expected {want['bytes']} "
-                                  "(truncated?)")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} has {size} bytes, expected {want['bytes']} "
+                "(truncated?)"
+            )
         if _sha256(file) != want["sha256"]:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its sha256 in {MANIFEST}")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: {name} does not match its sha256 in {MANIFEST}"
+            )
     return manifest
 
 
@@ -280,7 +342,9 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         with safe_open(file, framework="pt") as handle:
             aliases = json.loads((handle.metadata() or {}).get("tied", "{}"))
     except (SafetensorError, OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt: model.safetensors cannot be read ({err})") from err
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: model.safetensors cannot be read ({err})"
+        ) from err
     for alias, canonical in aliases.items():
         weights[alias] = weights[canonical]
     return weights
@@ -291,70 +355,107 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     path = Path(path)
     manifest = verify_checkpoint(path)
     optimizer, state = _load_tensors(path / "optimizer.pt"), _load_tensors(path / "state.pt")
-    return Checkpoint(path, int(manifest["step"]), load_weights(path), optimizer, state, read_checkpoint_config(path))
+    return Checkpoint(
+        path,
+        int(manifest["step"]),
+        load_weights(path),
+        optimizer,
+        state,
+        read_checkpoint_config(path),
+    )
 
 
 def _load_tensors(file: Path) -> dict:
-    """A torch.save'd file of tensors and plain values; anything that would need unpickling code is refused."""
+    """A torch.save'd file of tensors and plain values; anything that would need unpickling code is
+    refused."""
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:  # its message advises weights_only=False: exactly what we refuse
-        raise CheckpointError(f"checkpoint {file.parent}: {file.name} holds Python objects, not only tensors; "
-                              "archlab loads weights-only files and never runs code from a checkpoint") from err
+    # its message advises weights_only=False: exactly what we refuse
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"checkpoint {file.parent}: {file.name} holds Python objects, not only tensors; "
+            "archlab loads weights-only files and never runs code from a checkpoint"
+        ) from err
     except Exception as err:  # torch.load raises several unrelated types on a damaged zip
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {file.parent} is corrupt: {file.name} cannot be read ({first})") from err
+        raise CheckpointError(
+            f"checkpoint {file.parent} is corrupt: {file.name} cannot be read ({first})"
+        ) from err
 
 
 def read_run_config(run_dir: str | Path) -> dict:
     """The config.json of a run's latest checkpoint (verified), which a resumed run starts from."""
     latest = latest_checkpoint(run_dir)
     if latest is None:
-        raise FileNotFoundError(f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINTS} to resume from")
+        raise FileNotFoundError(
+            f"--resume: no checkpoint in {Path(run_dir) / CHECKPOINTS} to resume from"
+        )
     verify_checkpoint(latest)
     return read_checkpoint_config(latest, ("model", "train"))
 
 
-def load_model(checkpoint_dir: str | Path, device: str | torch.device = "cpu") -> tuple[TransformerLM, Tokenizer]:
-    """The trained model (eval mode) and its tokenizer from a checkpoint, or from a run's latest one."""
+def load_model(
+    checkpoint_dir: str | Path, device: str | torch.device = "cpu"
+) -> tuple[TransformerLM, Tokenizer]:
+    """The trained model (eval mode) and its tokenizer from a checkpoint, or from a run's latest
+    one."""
     path = resolve_checkpoint(checkpoint_dir)
     verify_checkpoint(path)
     config = read_checkpoint_config(path)
-    modules = _load_tensors(path / "state.pt").get("modules") if (path / "state.pt").is_file() else None
-    model = build_model(ModelConfig.from_dict(config["model"]), load_weights(path), device, path, modules)
+    modules = (
+        _load_tensors(path / "state.pt").get("modules") if (path / "state.pt").is_file() else None
+    )
+    model = build_model(
+        ModelConfig.from_dict(config["model"]), load_weights(path), device, path, modules
+    )
     return model.eval(), checkpoint_tokenizer(path, config)
 
 
 def checkpoint_tokenizer(path: Path, config: dict) -> Tokenizer:
-    """A checkpoint's tokenizer.json, with the EOS and stop ids its config.json records (`convert --from-hf` keeps
-    the Hugging Face folder's, which tokenizer.json alone does not hold), so both load paths stop alike."""
+    """A checkpoint's tokenizer.json, with the EOS and stop ids its config.json records (`convert
+    --from-hf` keeps the Hugging Face folder's, which tokenizer.json alone does not hold), so both
+    load paths stop alike."""
     tokenizer = Tokenizer.load(path)
     saved = config.get("tokenizer") if isinstance(config.get("tokenizer"), dict) else {}
     if isinstance(saved.get("eos_id"), int):
         tokenizer.eos_id = saved["eos_id"]
     stops = saved.get("stop_ids")
     if isinstance(stops, list):
-        tokenizer.extra_stop_ids = frozenset(i for i in stops if isinstance(i, int) and 0 <= i < tokenizer.vocab_size)
+        tokenizer.extra_stop_ids = frozenset(
+            i for i in stops if isinstance(i, int) and 0 <= i < tokenizer.vocab_size
+        )
     return tokenizer
 
 
 def module_training_state(model: nn.Module) -> dict[str, dict]:
-    """Per module, the training state it keeps outside its tensors (`training_state()`: FAVOR+'s count of training
-    forwards, which decides its redraws), for state.pt; restored through `load_training_state`."""
-    return {name: m.training_state() for name, m in model.named_modules() if hasattr(m, "training_state")}
+    """Per module, the training state it keeps outside its tensors (`training_state()`: FAVOR+'s
+    count of training forwards, which decides its redraws), for state.pt; restored through
+    `load_training_state`."""
+    return {
+        name: m.training_state()
+        for name, m in model.named_modules()
+        if hasattr(m, "training_state")
+    }
 
 
-def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: str | torch.device = "cpu",
-                path: Path | None = None, training_state: dict[str, dict] | None = None) -> TransformerLM:
-    """The model of `config` holding `weights`, without a random init that the weights would overwrite.
+def build_model(
+    config: ModelConfig,
+    weights: dict[str, torch.Tensor],
+    device: str | torch.device = "cpu",
+    path: Path | None = None,
+    training_state: dict[str, dict] | None = None,
+) -> TransformerLM:
+    """The model of `config` holding `weights`, without a random init that the weights would
+    overwrite.
 
-    Built on the meta device, the weights become its parameters (cast to the dtype the model is built in,
-    float32 unless changed, as load_state_dict would); the computed buffers (RoPE tables, ALiBi slopes) are
-    then made on `device`. For a SmolLM2-135M-shaped checkpoint the random init was over half of the load
-    time (docs/inference.md). `path` names the checkpoint in a misfit's message. `training_state`
-    (`module_training_state` of the model the weights come from, or a checkpoint's state.pt "modules") puts back
-    what lives outside the tensors: a FAVOR+ layer trained with `favor_redraw` then uses the projection its
-    training reached, not its seed's first draw.
+    Built on the meta device, the weights become its parameters (cast to the dtype the model is
+    built in, float32 unless changed, as load_state_dict would); the computed buffers (RoPE tables,
+    ALiBi slopes) are then made on `device`. For a SmolLM2-135M-shaped checkpoint the random init
+    was over half of the load time (docs/inference.md). `path` names the checkpoint in a misfit's
+    message. `training_state` (`module_training_state` of the model the weights come from, or a
+    checkpoint's state.pt "modules") puts back what lives outside the tensors: a FAVOR+ layer
+    trained with `favor_redraw` then uses the projection its training reached, not its seed's first
+    draw.
     """
     with torch.device("meta"):
         model = TransformerLM(config)
@@ -374,20 +475,27 @@ def build_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: s
 
 
 def check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
-    """Every tensor the model expects, with its shape, and nothing else; one line naming the first misfit."""
+    """Every tensor the model expects, with its shape, and nothing else; one line naming the first
+    misfit."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in weights]
     unexpected = [k for k in weights if k not in expected]
     if missing or unexpected:
-        raise CheckpointError(f"checkpoint {path}: model.safetensors does not fit config.json: missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]}")
+        raise CheckpointError(
+            f"checkpoint {path}: model.safetensors does not fit config.json: missing "
+            f"{missing[:3]}, "
+            f"unexpected {unexpected[:3]}"
+        )
     for name, tensor in expected.items():
         if tuple(weights[name].shape) != tuple(tensor.shape):
-            raise CheckpointError(f"checkpoint {path}: {name} is {list(weights[name].shape)} in model.safetensors "
-                                  f"but config.json builds {list(tensor.shape)}")
+            raise CheckpointError(
+                f"checkpoint {path}: {name} is {list(weights[name].shape)} in model.safetensors "
+                f"but config.json builds {list(tensor.shape)}"
+            )
 
 
-# ------------------------------------------------------------------------------------------ RNG state
+# ------------------------------------------------------------------------------------------ RNG
+# state
 def capture_rng_state() -> dict:
     """Every global random stream a step can draw from: torch (CPU, CUDA), python `random`, numpy.
 
@@ -398,17 +506,29 @@ def capture_rng_state() -> dict:
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "python": random.getstate(),
-        "numpy": {"name": name, "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {
+            "name": name,
+            "key": torch.from_numpy(key.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
     }
 
 
 def restore_rng_state(state: dict) -> None:
-    """Put back what `capture_rng_state` saved (CUDA states only where this machine has the devices)."""
+    """Put back what `capture_rng_state` saved (CUDA states only where this machine has the
+    devices)."""
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+    if (
+        state["cuda"]
+        and torch.cuda.is_available()
+        and len(state["cuda"]) == torch.cuda.device_count()
+    ):
         torch.cuda.set_rng_state_all(state["cuda"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
-    np.random.set_state((n["name"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    np.random.set_state(
+        (n["name"], n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"])
+    )

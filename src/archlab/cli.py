@@ -1,9 +1,9 @@
 """The `archlab` command line: one sub-command per module in `archlab.commands`.
 
-Each command module owns its flags and calls one library function; this file only dispatches, and turns
-what users cause into one line on stderr: bad input (exit 2), Ctrl-C (exit 130), a closed pipe such as
-`archlab inspect ... | head` (quiet exit, like other Unix tools). Only the named command's module is
-imported, so `archlab --help` answers without importing torch.
+Each command module owns its flags and calls one library function; this file only dispatches, and
+turns what users cause into one line on stderr: bad input (exit 2), Ctrl-C (exit 130), a closed pipe
+such as `archlab inspect ... | head` (quiet exit, like other Unix tools). Only the named command's
+module is imported, so `archlab --help` answers without importing torch.
 """
 
 from __future__ import annotations
@@ -18,10 +18,19 @@ from typing import NoReturn
 
 # sub-command name -> (module exposing `register(subparsers)`, one-line help for `archlab --help`)
 COMMANDS = {
-    "inspect": ("archlab.commands.inspect", "parameter count, FLOPs per token and KV-cache bytes of a config"),
+    "inspect": (
+        "archlab.commands.inspect",
+        "parameter count, FLOPs per token and KV-cache bytes of a config",
+    ),
     "data": ("archlab.commands.data", "prepare training data (token memmaps)"),
-    "train": ("archlab.commands.train", "train a model (single process, or under torchrun with --distributed)"),
-    "generate": ("archlab.commands.generate", "generate text from a checkpoint (streams to the terminal)"),
+    "train": (
+        "archlab.commands.train",
+        "train a model (single process, or under torchrun with --distributed)",
+    ),
+    "generate": (
+        "archlab.commands.generate",
+        "generate text from a checkpoint (streams to the terminal)",
+    ),
     "plot": ("archlab.commands.plot", "plot training curves to PNG"),
     "convert": ("archlab.commands.convert", "Hugging Face folder <-> archlab checkpoint"),
     "ablate": ("archlab.commands.ablate", "run an ablation suite and compute its verdicts"),
@@ -32,20 +41,21 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 class UsageError(Exception):
-    """A command line argparse cannot read (an unknown flag, a value of the wrong type, a missing one)."""
+    """A command line argparse cannot read (an unknown flag, a value of the wrong type, a missing
+    one)."""
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, its errors one line like every other refusal (`archlab CMD: error: ...`, exit 2) instead
-    of the usage block; each command's parser inherits it through add_subparsers."""
+    """argparse's parser, its errors one line like every other refusal (`archlab CMD: error: ...`,
+    exit 2) instead of the usage block; each command's parser inherits it through add_subparsers."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser with the command `only` registered by its module, or every command listed by name only
-    (so `archlab --help` and a mistyped command never import torch)."""
+    """The parser with the command `only` registered by its module, or every command listed by name
+    only (so `archlab --help` and a mistyped command never import torch)."""
     parser = Parser(prog="archlab", description="Build, train and compare transformer LMs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, summary) in COMMANDS.items():
@@ -57,7 +67,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _quiet_stdout() -> None:
-    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush does not complain."""
+    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush does not
+    complain."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
 
@@ -70,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, extra = parser.parse_known_args(argv)
         if getattr(args, "func", None) and extra and not getattr(args, "accepts_overrides", False):
-            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see archlab {command} --help)")
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(extra)} (see archlab {command} --help)"
+            )
     except UsageError as err:
         print(f"archlab{f' {command}' if command else ''}: error: {err}", file=sys.stderr)
         return 2

@@ -1,11 +1,11 @@
-"""The one dotted-key grammar: `--a.b value` flags and YAML files -> typed values in a dataclass tree.
+"""The one dotted-key grammar: `--a.b value` flags and YAML files -> a dataclass tree's values.
 
-It serves `ModelConfig` (`archlab inspect --n_kv_heads 1`), `TrainConfig` (`archlab train`, whose `model.*`
-keys are ModelConfig fields) and ablation suites (an arm is a dict of dotted overrides on a base). One set
-of rules for all of them:
+It serves `ModelConfig` (`archlab inspect --n_kv_heads 1`), `TrainConfig` (`archlab train`, whose
+`model.*` keys are ModelConfig fields) and ablation suites (an arm is a dict of dotted overrides on
+a base). One set of rules for all of them:
 
-- flags: `--a.b value` or `--a.b=value` -> key `a.b`; dashes in a key become underscores; a value never
-  starts with `--`; the last of repeated keys wins.
+- flags: `--a.b value` or `--a.b=value` -> key `a.b`; dashes in a key become underscores; a value
+  never starts with `--`; the last of repeated keys wins.
 - YAML files: mappings flattened to dotted keys (`model: {rope_scaling: {kind: yarn}}` ->
   `model.rope_scaling.kind`).
 - bool: true/false, yes/no, on/off, 1/0 (any case), or a YAML bool.
@@ -14,17 +14,20 @@ of rules for all of them:
 - str: the text as given; `none` stays the string "none" unless the field may be None.
 - `X | None`: `none` / `null` (any case) or a YAML null -> None.
 - tuple: `0.9,0.99`, `[0.9, 0.99]`, `(0.9, 0.99)` or a YAML list, each item typed.
-- `D | None` with D a dataclass is a value object (`model.rope_scaling`: a `RopeScaling`): a JSON object or
-  YAML mapping of D's fields, a bare string for D's first field (`yarn` = kind=yarn), an instance of D, or
-  one sub-key at a time (`model.rope_scaling.factor 4`), each starting from D's defaults. Given without D's
-  first field (its kind), the fields stay a dict (`typed_overrides`) that edits the value of the layer below
-  (a preset's, a resumed run's: `layer_over` in nn/config.py), so `--preset hwfa2 --model.rope_scaling.window
-  64` keeps hwfa2's ReRoPE and changes its window.
+- `D | None` with D a dataclass is a value object (`model.rope_scaling`: a `RopeScaling`;
+  `model.favor`: a `Favor`): a JSON object or YAML mapping of D's fields, a bare string for D's
+  first field (`yarn` = kind=yarn), an instance of D, or one sub-key at a time
+  (`model.rope_scaling.factor 4`), each starting from D's defaults. Given without a `kind`, the
+  fields stay a dict (`typed_overrides`) that edits the value of the layer below (a preset's, a
+  resumed run's: `layer_over` in nn/config.py), so `--preset hwfa2 --model.rope_scaling.window 64`
+  keeps hwfa2's ReRoPE and changes its window.
+- renamed keys (`RENAMED`): ModelConfig's flat kernel fields of older configs are aliases of their
+  option group's keys (`model.favor_features` = `model.favor.features`; docs/configuration.md).
 - `D` alone is a section (`optimizer`): it takes no value itself, only its fields (`optimizer.lr`).
 
-An unknown key or a value of the wrong type raises `ConfigError` with one line naming the dotted key, the
-value and what is allowed, before anything is built. Each dataclass then checks its own values in
-`__post_init__`.
+An unknown key or a value of the wrong type raises `ConfigError` with one line naming the dotted
+key, the value and what is allowed, before anything is built. Each dataclass then checks its own
+values in `__post_init__`.
 """
 
 from __future__ import annotations
@@ -42,12 +45,29 @@ from typing import TypeVar
 
 import yaml
 
-from archlab.nn.config import ConfigError
+from archlab.nn.config import LEGACY_KEYS, ConfigError, ModelConfig
 
-Value = str | int | float | bool | None | tuple | list | dict  # what a flag, a YAML file or a saved config holds
+# what a flag, a YAML file or a saved config holds
+Value = str | int | float | bool | None | tuple | list | dict
 T = TypeVar("T")
-BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+BOOL_WORDS = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "1": True,
+    "false": False,
+    "no": False,
+    "off": False,
+    "0": False,
+}
 NONE_WORDS = ("none", "null")
+# a dataclass -> {old key: its new dotted key}: old spellings accepted as aliases (ModelConfig's
+# flat kernel fields)
+RENAMED: dict[type, dict[str, str]] = {
+    ModelConfig: {old: f"{g}.{f}" for old, (g, f) in LEGACY_KEYS.items()}
+}
+# a value object given with this field starts from its defaults; without, it edits
+REPLACING_FIELD = "kind"
 
 
 class _NoMatch(Exception):
@@ -56,7 +76,8 @@ class _NoMatch(Exception):
 
 # ------------------------------------------------------------------------------------------ sources
 def parse_flags(args: list[str]) -> dict[str, str]:
-    """`--a.b value` / `--a.b=value` pairs -> {"a.b": "value"} (dashes in keys become underscores)."""
+    """`--a.b value` / `--a.b=value` pairs -> {"a.b": "value"} (dashes in keys become
+    underscores)."""
     out: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -92,18 +113,26 @@ def load_yaml(path: str | Path) -> dict[str, Value]:
     try:
         tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as err:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}: {err.object[err.start]:#04x}); "
-                          f"save it as UTF-8") from None
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {err.start}: "
+            f"{err.object[err.start]:#04x}); "
+            f"save it as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+        raise ConfigError(
+            f"config file {path} is not valid YAML{where}: {getattr(err, 'problem', err)}"
+        ) from None
     if not isinstance(tree, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of keys to values, got {type(tree).__name__}")
+        raise ConfigError(
+            f"config file {path} must hold a mapping of keys to values, got {type(tree).__name__}"
+        )
     return flatten(tree)
 
 
-# -------------------------------------------------------------------------------------- typed values
+# -------------------------------------------------------------------------------------- typed
+# values
 def _options(hint: object) -> tuple[object, ...]:
     """The members of a union (`int | None` -> (int, NoneType)), or the type alone."""
     return typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
@@ -169,7 +198,8 @@ def _integer(value: Value) -> int:
 
 
 def coerce(hint: object, value: Value, key: str) -> Value:
-    """`value` (a flag's text or a YAML value) as the declared type `hint` of the field at dotted `key`."""
+    """`value` (a flag's text or a YAML value) as the declared type `hint` of the field at dotted
+    `key`."""
     options = _options(hint)
     if value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS):
         if type(None) in options:
@@ -187,7 +217,8 @@ def coerce(hint: object, value: Value, key: str) -> Value:
     raise ConfigError(f"{key}={value!r} is not allowed: expected {allowed}")
 
 
-# ------------------------------------------------------------------------------------ dataclass trees
+# ------------------------------------------------------------------------------------ dataclass
+# trees
 @functools.cache
 def _hints(cls: type) -> dict[str, object]:
     return typing.get_type_hints(cls)
@@ -195,11 +226,14 @@ def _hints(cls: type) -> dict[str, object]:
 
 def _dataclass_in(hint: object) -> type | None:
     """The dataclass type of a field typed `D` or `D | None`, else None."""
-    return next((k for k in _options(hint) if isinstance(k, type) and dataclasses.is_dataclass(k)), None)
+    return next(
+        (k for k in _options(hint) if isinstance(k, type) and dataclasses.is_dataclass(k)), None
+    )
 
 
 def defaults(cls: type) -> dict[str, Value]:
-    """The field defaults of a dataclass tree as nested dicts, before any __post_init__ resolves them."""
+    """The field defaults of a dataclass tree as nested dicts, before any __post_init__ resolves
+    them."""
     out: dict[str, Value] = {}
     for f in dataclasses.fields(cls):
         if f.default_factory is not dataclasses.MISSING:
@@ -210,17 +244,32 @@ def defaults(cls: type) -> dict[str, Value]:
 
 
 def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix: str = "") -> None:
-    """Set `a.b.c` in the nested dict `tree` of dataclass `cls`, typed as the field declares. `tree` may be
-    sparse (only the keys set so far); `prefix` is the dotted path of `cls` itself, for messages."""
+    """Set `a.b.c` in the nested dict `tree` of dataclass `cls`, typed as the field declares. `tree`
+    may be sparse (only the keys set so far); `prefix` is the dotted path of `cls` itself, for
+    messages."""
     head, _, rest = key.partition(".")
+    # an old spelling: `favor_features` = `favor.features`
+    if head in RENAMED.get(cls, {}) and head not in _hints(cls):
+        return set_dotted(
+            cls, tree, RENAMED[cls][head] + (f".{rest}" if rest else ""), value, prefix
+        )
     where = f"{prefix}{head}"
     if head not in _hints(cls):
         known = ", ".join(f.name for f in dataclasses.fields(cls))
-        near = [f"{prefix}{name}.{head}" for name, hint in _hints(cls).items()
-                if (sub := _dataclass_in(hint)) is not None and head in _hints(sub)]  # `lr` -> optimizer.lr
-        near += [f"{prefix}{name}" for name in difflib.get_close_matches(head, list(_hints(cls)), n=2, cutoff=0.75)]
+        near = [
+            f"{prefix}{name}.{head}"
+            for name, hint in _hints(cls).items()
+            # `lr` -> optimizer.lr
+            if (sub := _dataclass_in(hint)) is not None and head in _hints(sub)
+        ]
+        near += [
+            f"{prefix}{name}"
+            for name in difflib.get_close_matches(head, list(_hints(cls)), n=2, cutoff=0.75)
+        ]
         hint_text = f"did you mean {' or '.join(near)}? " if near else ""
-        raise ConfigError(f"unknown config key {prefix + key!r}: {hint_text}{cls.__name__} has the fields {known}")
+        raise ConfigError(
+            f"unknown config key {prefix + key!r}: {hint_text}{cls.__name__} has the fields {known}"
+        )
     hint = _hints(cls)[head]
     sub = _dataclass_in(hint)
     if sub is None:
@@ -230,7 +279,9 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
     elif type(None) not in _options(hint):  # a section
         if not rest:
             first = dataclasses.fields(sub)[0].name
-            raise ConfigError(f"config key {where!r} is a section; set its fields, e.g. {where}.{first}")
+            raise ConfigError(
+                f"config key {where!r} is a section; set its fields, e.g. {where}.{first}"
+            )
         set_dotted(sub, tree.setdefault(head, {}), rest, value, f"{where}.")
     elif rest:  # one field of a value object
         if not isinstance(tree.get(head), dict):
@@ -245,7 +296,8 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
 
 
 def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Value]:
-    """A value object given as a mapping, a JSON object, an instance, or a string for its first field."""
+    """A value object given as a mapping, a JSON object, an instance, or a string for its first
+    field."""
     if isinstance(value, Mapping):
         return value
     if isinstance(value, cls):
@@ -259,22 +311,25 @@ def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Valu
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as err:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed} (JSON error: {err})") from None
+        raise ConfigError(
+            f"{key}={value!r} is not allowed: {allowed} (JSON error: {err})"
+        ) from None
     if not isinstance(parsed, dict):
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
     return parsed
 
 
 def build_fields(cls: type, tree: Mapping[str, Value], edits: bool = False) -> dict[str, object]:
-    """The keyword arguments of `cls` from a (possibly sparse) tree: nested dicts built into their dataclasses,
-    inner ones first so each __post_init__ checks once. With `edits`, a value object given without its first
-    field stays a dict of the (typed) fields given: an edit of the value below (module doc)."""
+    """The keyword arguments of `cls` from a (possibly sparse) tree: nested dicts built into their
+    dataclasses, inner ones first so each __post_init__ checks once. With `edits`, a value object
+    given without its `kind` (REPLACING_FIELD) stays a dict of the (typed) fields given: an edit of
+    the value below (module doc)."""
     kwargs: dict[str, object] = {}
     for name, value in tree.items():
         sub = _dataclass_in(_hints(cls)[name])
         if sub is None or not isinstance(value, dict):
             kwargs[name] = value
-        elif edits and type(None) in _options(_hints(cls)[name]) and dataclasses.fields(sub)[0].name not in value:
+        elif edits and type(None) in _options(_hints(cls)[name]) and REPLACING_FIELD not in value:
             kwargs[name] = dict(value)
         else:
             kwargs[name] = sub(**build_fields(sub, value))
@@ -287,8 +342,9 @@ def build(cls: type[T], tree: Mapping[str, Value]) -> T:
 
 
 def typed_overrides(cls: type, flat: Mapping[str, Value], prefix: str = "") -> dict[str, object]:
-    """{dotted key under `cls`: raw value} -> {field: typed value}, ready for `cls(**...)`, a preset or
-    `replace`; a value object given without its kind is a dict of the fields given (module doc)."""
+    """{dotted key under `cls`: raw value} -> {field: typed value}, ready for `cls(**...)`, a preset
+    or `replace`; a value object given without its kind is a dict of the fields given (module
+    doc)."""
     tree: dict[str, Value] = {}
     for key, value in flat.items():
         set_dotted(cls, tree, key, value, prefix)

@@ -1,9 +1,10 @@
-"""Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a run, as one
-PNG; `archlab plot run`; a dotted line marks each step where the run was resumed), `plot_arms` (a metric over
-steps for every arm and seed of an ablation suite), `plot_length` (loss against context length per method;
-`archlab eval length`), `plot_passkey` (passkey accuracy per length and depth, a heat map; `archlab eval
-passkey`) and `plot_rope` (RoPE wavelengths per pair and the relative position each method feeds attention;
-`archlab plot rope`). matplotlib is imported inside each function, with the file-only Agg backend.
+"""Every figure archlab draws, in one style: `plot_run` (loss, learning rate and gradient norm of a
+run, as one PNG; `archlab plot run`; a dotted line marks each step where the run was resumed),
+`plot_arms` (a metric over steps for every arm and seed of an ablation suite), `plot_length` (loss
+against context length per method; `archlab eval length`), `plot_passkey` (passkey accuracy per
+length and depth, a heat map; `archlab eval passkey`) and `plot_rope` (RoPE wavelengths per pair and
+the relative position each method feeds attention; `archlab plot rope`). matplotlib is imported
+inside each function, with the file-only Agg backend.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from pathlib import Path
 
 import torch
 
-from archlab.nn.rerope import relative_positions
-from archlab.nn.rope import ROPE_SCALINGS
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.positions.rerope import relative_positions
+from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds
 from archlab.train.metrics import read_metrics
 
 
@@ -50,7 +50,12 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     ax_norm.set(title="gradient norm (before clipping)", xlabel="step", yscale="log")
     for i, row in enumerate(read_metrics(run_dir, "resume")):
         for ax in (ax_loss, ax_lr, ax_norm):
-            ax.axvline(row["step"], color="gray", linestyle=":", label="resumed" if ax is ax_lr and not i else None)
+            ax.axvline(
+                row["step"],
+                color="gray",
+                linestyle=":",
+                label="resumed" if ax is ax_lr and not i else None,
+            )
     if ax_lr.get_legend_handles_labels()[0]:
         ax_lr.legend()
     fig.suptitle(str(run_dir))
@@ -60,9 +65,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return path
 
 
-def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: str = "", metric: str = "loss") -> Path:
-    """(method, length, value) rows -> the loss (or, metric="accuracy", the next-token accuracy) against length
-    (log2 axis), one line per method."""
+def plot_length(
+    rows: Sequence[tuple[str, int, float]], out: str | Path, title: str = "", metric: str = "loss"
+) -> Path:
+    """(method, length, value) rows -> the loss (or, metric="accuracy", the next-token accuracy)
+    against length (log2 axis), one line per method."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
     for method in dict.fromkeys(r[0] for r in rows):
@@ -78,48 +85,64 @@ def plot_length(rows: Sequence[tuple[str, int, float]], out: str | Path, title: 
     return path
 
 
-def rope_scaling_for(kind: str, factor: float, train_len: int, window: int) -> RopeScaling:
-    """A RopeScaling of `kind` at `factor` with the fields its kind requires filled from the plot's settings."""
-    entry = ROPE_KINDS[kind]
-    fields = {"original_max_seq_len": train_len, "window": window, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
-    factor = 1.0 if entry.no_factor is not None else factor
-    return RopeScaling(kind, factor, **{k: v for k, v in fields.items() if k in entry.required})
-
-
 def plot_rope(
-    head_dim: int, theta: float, scalings: Sequence[str], factor: float, train_len: int, window: int,
+    head_dim: int,
+    theta: float,
+    scalings: Sequence[str],
+    factor: float,
+    train_len: int,
+    window: int,
     out: str | Path,
 ) -> Path:
-    """Left: wavelength 2 pi / w_i of each rotation pair under each frequency scaling (the training length as a
-    line). Right: the relative position each method feeds attention against the true distance (RoPE, PI,
-    ReRoPE, Leaky ReRoPE), out to factor * train_len."""
+    """Left: wavelength 2 pi / w_i of each rotation pair under each static frequency scaling (the
+    training length as a line). Right: the relative position each method feeds attention against the
+    true distance (RoPE, PI, and each kind that remaps positions: ReRoPE, Leaky ReRoPE), out to
+    factor * train_len. Each kind's scaling is its `RopeKind.at` the stretched length (Leaky
+    ReRoPE's slope by the "train" rule: the longest distance lands on the longest one trained)."""
+    known = inference_kinds()
     for kind in scalings:
-        if kind not in ROPE_SCALINGS:
-            raise ValueError(f"scaling {kind!r} is not allowed: one of {', '.join(ROPE_SCALINGS)}")
+        if kind not in known:
+            raise ValueError(f"scaling {kind!r} is not allowed: one of {', '.join(known)}")
+    length = factor * train_len
+    at = {
+        kind: ROPE_KINDS[kind].at(length, train_len, window, leaky_k="train") or RopeScaling()
+        for kind in scalings
+    }
     plt = _pyplot()
     fig, (ax_w, ax_p) = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
     pairs = torch.arange(head_dim // 2)
-    static = [k for k in scalings if not (ROPE_KINDS[k].remaps_positions or ROPE_KINDS[k].length_dependent)]
-    for kind in static:
-        scaling = rope_scaling_for(kind, factor, train_len, window)
-        inv_freq, _ = ROPE_SCALINGS[kind](head_dim, theta, scaling)
-        ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
+    for kind in scalings:
+        if not (ROPE_KINDS[kind].remaps_positions or ROPE_KINDS[kind].length_dependent):
+            inv_freq, _ = ROPE_KINDS[kind].frequency_function()(head_dim, theta, at[kind])
+            ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
     ax_w.axhline(train_len, color="gray", linestyle="--", label=f"training length {train_len}")
-    ax_w.set(yscale="log", xlabel="rotation pair i", ylabel="wavelength 2 pi / w_i (tokens)",
-             title=f"head_dim {head_dim}, theta {theta:g}, factor {factor:g}")
+    ax_w.set(
+        yscale="log",
+        xlabel="rotation pair i",
+        ylabel="wavelength 2 pi / w_i (tokens)",
+        title=f"head_dim {head_dim}, theta {theta:g}, factor {factor:g}",
+    )
     ax_w.legend(fontsize=8)
-    distance = torch.arange(int(factor * train_len))[None]
+    distance = torch.arange(int(length))[None]
     zero = torch.zeros(1, 1, dtype=torch.long)
     lines = {"RoPE": distance[0].double(), f"PI (/ {factor:g})": distance[0].double() / factor}
-    if "rerope" in scalings:
-        lines[f"ReRoPE (W={window})"] = relative_positions(distance, zero, window, math.inf)[0, :, 0]
-    if "leaky_rerope" in scalings:
-        k = max(1.0, (factor * train_len - 1 - window) / (train_len - 1 - window))
-        lines[f"Leaky ReRoPE (W={window}, k={k:.2g})"] = relative_positions(distance, zero, window, k)[0, :, 0]
+    for kind in scalings:
+        # beyond W: slope 1/k (k = factor; ReRoPE, which has none: k = inf)
+        if ROPE_KINDS[kind].remaps_positions:
+            s = at[kind]
+            k = math.inf if ROPE_KINDS[kind].no_factor is not None else s.factor
+            label = (
+                f"{kind} (W={s.window})" if k == math.inf else f"{kind} (W={s.window}, k={k:.2g})"
+            )
+            lines[label] = relative_positions(distance, zero, s.window, k)[0, :, 0]
     for label, fed in lines.items():
         ax_p.plot(distance[0].numpy(), fed.numpy(), label=label)
     ax_p.axhline(train_len, color="gray", linestyle="--", label="training length")
-    ax_p.set(xlabel="true distance m - n", ylabel="relative position fed to RoPE", title="positions attention sees")
+    ax_p.set(
+        xlabel="true distance m - n",
+        ylabel="relative position fed to RoPE",
+        title="positions attention sees",
+    )
     ax_p.legend(fontsize=8)
     path = Path(out)
     fig.savefig(path, dpi=100)
@@ -127,20 +150,27 @@ def plot_rope(
     return path
 
 
-def plot_passkey(rows: Sequence[tuple[int, float, float]], out: str | Path, title: str = "") -> Path:
-    """(length, depth, accuracy) rows -> a heat map, lengths across and depths down, accuracy in each cell."""
+def plot_passkey(
+    rows: Sequence[tuple[int, float, float]], out: str | Path, title: str = ""
+) -> Path:
+    """(length, depth, accuracy) rows -> a heat map, lengths across and depths down, accuracy in
+    each cell."""
     plt = _pyplot()
     lengths, depths = sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
     acc = {(n, d): a for n, d, a in rows}
     grid = [[acc[n, d] for n in lengths] for d in depths]
-    fig, ax = plt.subplots(figsize=(1.2 * len(lengths) + 2, 0.6 * len(depths) + 1.8), constrained_layout=True)
+    fig, ax = plt.subplots(
+        figsize=(1.2 * len(lengths) + 2, 0.6 * len(depths) + 1.8), constrained_layout=True
+    )
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
     ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
-    ax.set(xlabel="context length (tokens)", ylabel="needle depth", title=title or "passkey accuracy")
+    ax.set(
+        xlabel="context length (tokens)", ylabel="needle depth", title=title or "passkey accuracy"
+    )
     fig.colorbar(image, ax=ax, label="accuracy")
     path = Path(out)
     fig.savefig(path, dpi=100)
@@ -148,9 +178,15 @@ def plot_passkey(rows: Sequence[tuple[int, float, float]], out: str | Path, titl
     return path
 
 
-def plot_arms(curves: dict[str, list[tuple[list[int], list[float]]]], title: str, ylabel: str, out: str | Path,
-              log_y: bool = False) -> Path:
-    """One line per seed, one colour per arm (the lab's comparison figures); `curves[arm]` = [(steps, values)]."""
+def plot_arms(
+    curves: dict[str, list[tuple[list[int], list[float]]]],
+    title: str,
+    ylabel: str,
+    out: str | Path,
+    log_y: bool = False,
+) -> Path:
+    """One line per seed, one colour per arm (the lab's comparison figures); `curves[arm]` =
+    [(steps, values)]."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,8 +197,15 @@ def plot_arms(curves: dict[str, list[tuple[list[int], list[float]]]], title: str
     for i, (arm, seeds) in enumerate(curves.items()):
         style = "-" if i < len(colors) else "--"  # more arms than colours: dashes tell them apart
         for j, (steps, values) in enumerate(seeds):
-            ax.plot(steps, values, style, color=colors[i % len(colors)], alpha=0.8, linewidth=1.2,
-                    label=arm if j == 0 else None)
+            ax.plot(
+                steps,
+                values,
+                style,
+                color=colors[i % len(colors)],
+                alpha=0.8,
+                linewidth=1.2,
+                label=arm if j == 0 else None,
+            )
     ax.set(title=title, xlabel="step", ylabel=ylabel, yscale="log" if log_y else "linear")
     ax.legend(fontsize=8, ncol=2 if len(curves) > 6 else 1)
     ax.grid(alpha=0.3)

@@ -1,10 +1,10 @@
 """Where a run folder keeps its checkpoints, found and read without torch:
 
-    RUN_DIR/checkpoints/step_0000200/   manifest.json, config.json, model.safetensors, ... (checkpoint.py)
+    RUN_DIR/checkpoints/step_0000200/  manifest.json, config.json, model.safetensors, ...
 
-checkpoint.py writes, verifies and loads checkpoints and re-exports these names; this module only lists them,
-resolves a run folder to its latest one and reads a checkpoint's config.json, so that `archlab inspect
---checkpoint` and the CLI's early refusals answer without importing torch.
+checkpoint.py writes, verifies and loads checkpoints and re-exports these names; this module only
+lists them, resolves a run folder to its latest one and reads a checkpoint's config.json, so that
+`archlab inspect --checkpoint` and the CLI's early refusals answer without importing torch.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ STEP_DIR = re.compile(r"^step_(\d{7,})$")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is missing, incomplete or corrupt; the message names the folder and file."""
+    """A checkpoint that is missing, incomplete or corrupt; the message names the folder and
+    file."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -31,7 +32,9 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))]
+    found = [
+        (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -47,20 +50,27 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path
     latest = latest_checkpoint(path)
     if latest is None:
-        raise FileNotFoundError(f"{path} is neither a checkpoint nor a run folder with checkpoints "
-                                f"(no {path / CHECKPOINTS}/step_*)")
+        raise FileNotFoundError(
+            f"{path} is neither a checkpoint nor a run folder with checkpoints "
+            f"(no {path / CHECKPOINTS}/step_*)"
+        )
     return latest
 
 
 def read_checkpoint_config(path: str | Path, sections: tuple[str, ...] = ("model",)) -> dict:
-    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for checks.
-    `sections` must be there (a run's checkpoint has "train" too; a model saved alone may not)."""
+    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for
+    checks. `sections` must be there (a run's checkpoint has "train" too; a model saved alone may
+    not)."""
     file = Path(path) / "config.json"
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt: config.json cannot be read ({err})") from err
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: config.json cannot be read ({err})"
+        ) from err
     for key in sections:
         if not isinstance(config, dict) or not isinstance(config.get(key), dict):
-            raise CheckpointError(f"checkpoint {path} is corrupt: config.json has no {key!r} section")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: config.json has no {key!r} section"
+            )
     return config

@@ -19,7 +19,6 @@ from archlab.cli import main
 from archlab.data.tokenizer import build_tokenizer
 from archlab.data.tokens import TokenData
 from archlab.eval.length import (
-    METHODS,
     evaluate_lengths,
     method_configs,
     method_scaling,
@@ -32,8 +31,8 @@ from archlab.eval.length import (
 )
 from archlab.interop import save_hf
 from archlab.nn.functional import cross_entropy
-from archlab.nn.rerope import relative_positions
-from archlab.nn.rope_scaling import RopeScaling
+from archlab.nn.positions.rerope import relative_positions
+from archlab.nn.positions.scaling import RopeScaling, inference_kinds
 from tests.conftest import randomize_, snapshot
 
 SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=256)
@@ -112,7 +111,8 @@ def test_cli_writes_table_csv_and_plot(checkpoint: Path, tmp_path: Path, capsys)
     printed = capsys.readouterr().out
     assert "| method | 16 | 32 | 64 |" in printed and "| leaky_rerope |" in printed
     rows = list(csv.DictReader((out / "length.csv").open()))
-    assert [r["method"] for r in rows[::3]] == list(METHODS) and len(rows) == 3 * len(METHODS)
+    methods = list(inference_kinds())  # every kind with an inference-time form, inv_leaky_rerope not
+    assert [r["method"] for r in rows[::3]] == methods and len(rows) == 3 * len(methods) and len(methods) == 10
     assert all(math.isclose(math.exp(float(r["loss"])), float(r["perplexity"]), rel_tol=1e-3) for r in rows)
     assert (out / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -249,8 +249,8 @@ def save_run(model: TransformerLM, root: Path) -> Path:
                            {"model": model.config.to_dict(), "train": {}}, tokenizer_file, tied_aliases(model))
 
 
-@pytest.mark.parametrize("kernel", [dict(attn_kernel="favor", favor_features=16),
-                                    dict(attn_kernel="vq", vq_codes=8, vq_block=4)])
+@pytest.mark.parametrize("kernel", [dict(attn_kernel="favor", favor={"features": 16}),
+                                    dict(attn_kernel="vq", vq={"codes": 8, "block": 4})])
 def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel: dict, tmp_path: Path,
                                                                            capsys) -> None:
     """A linear kernel folds each key into its state rotated once, so the config refuses Dynamic NTK and the ReRoPE
@@ -267,7 +267,7 @@ def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel
             "--allow-extrapolation", "--out", str(tmp_path / "eval"), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    static = ["none", "linear", "ntk", "ntk_by_parts", "yarn"]
+    static = ["none", "linear", "ntk", "ntk_by_parts", "yarn", "llama3", "ntk_mixed"]  # every static kind
     assert printed.startswith(f"scalings: {', '.join(static)} (dynamic, rerope, leaky_rerope do not apply")
     rows = list(csv.DictReader((tmp_path / "eval" / "length.csv").open()))
     assert [r["method"] for r in rows[::2]] == static
@@ -279,7 +279,8 @@ def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel
     assert main([*argv, "--scalings", "none,dynamic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("scaling 'dynamic' is not allowed for this model: one of none, linear, ntk, "
-                              f"ntk_by_parts, yarn (rope_scaling.kind='dynamic' is not allowed: a static schedule "
+                              "ntk_by_parts, yarn, llama3, ntk_mixed "
+                              f"(rope_scaling.kind='dynamic' is not allowed: a static schedule "
                               f"with attn_kernel={kernel['attn_kernel']!r}") in err[0]
 
 

@@ -142,3 +142,22 @@ def test_the_measurement_is_taken_again_for_other_weights_batch_dtype_or_model(m
     assert measured == [2, 1, 2, 2, 2]
     generate(model, PROMPTS, GREEDY, compile_decode=True)  # nothing changed since: reused
     assert measured == [2, 1, 2, 2, 2]
+
+
+def test_the_layout_is_set_once_per_decoder_and_the_callers_tensors_come_back() -> None:
+    """The decoder re-lays the weights when it first decodes and leaves them alone on later calls (it used to
+    rewrite every parameter's .data on every call); closing puts the caller's own tensors back."""
+    model = tiny()
+    before = {name: (p.data_ptr(), p.stride()) for name, p in model.named_parameters()}
+    with Decoder(model) as decoder:
+        first = decoder.generate([[1, 2, 3]], SamplingConfig(max_new_tokens=3, temperature=0.0))
+
+        class Untouchable(dict):
+            def items(self):  # noqa: ANN202 - any rewrite of the layout reads the copies through here
+                raise AssertionError("the layout was rewritten")
+
+        decoder.columns, decoder.originals = Untouchable(decoder.columns), Untouchable(decoder.originals)
+        again = decoder.generate([[1, 2, 3]], SamplingConfig(max_new_tokens=3, temperature=0.0))
+        assert again.tokens == first.tokens
+        decoder.columns, decoder.originals = dict(decoder.columns), dict(decoder.originals)
+    assert {name: (p.data_ptr(), p.stride()) for name, p in model.named_parameters()} == before

@@ -20,7 +20,7 @@ from archlab.data.tokenizer import build_tokenizer
 from archlab.infer.generate import check_context, context_limit, generate, generate_text
 from archlab.infer.memory import kv_bytes_table
 from archlab.infer.sampling import SamplingConfig
-from archlab.nn.rerope import relative_positions
+from archlab.nn.positions.rerope import relative_positions
 from tests.infer.conftest import tiny
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0)

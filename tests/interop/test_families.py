@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from archlab import from_hf, save_hf
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
+from archlab.nn.parallel import fusing
 from tests.interop.family_cases import CASES, VOCAB, Case
 
 NEW_TOKENS = 32
@@ -91,7 +92,7 @@ def test_fused_parallel_training_forward_matches_transformers(built: tuple[Case,
     if ours.config.block != "parallel":
         pytest.skip("a serial block has nothing to fuse")
     layer = ours.layers[0]
-    assert layer._fuse() and (layer.fuse_in or layer.fuse_out)
+    assert fusing(layer.attn, layer.mlp) and (layer.fuse_in or layer.fuse_out)
     with torch.no_grad():
         want = fresh_hf(folder)(ids).logits
     got = ours(ids)  # grad enabled: the fused path

@@ -108,9 +108,9 @@ def test_inert_local_rope_fields_do_not_block_export() -> None:
 
 
 def _example(kind: str) -> RopeScaling:
-    """A RopeScaling of `kind` with its required fields filled (nn/rope_scaling.py RopeKind.required); L0 =
+    """A RopeScaling of `kind` with its required fields filled (nn/positions/scaling.py RopeKind.required); L0 =
     max_seq_len, which dynamic NTK needs to export exactly (transformers reads its M from max_position_embeddings)."""
-    from archlab.nn.rope_scaling import ROPE_KINDS
+    from archlab.nn.positions.scaling import ROPE_KINDS
 
     values = {"original_max_seq_len": 64, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "window": 8}
     entry = ROPE_KINDS[kind]
@@ -121,7 +121,7 @@ def test_every_rope_kind_has_a_mapping_or_a_named_refusal() -> None:
     """Each kind of ROPE_KINDS is spelled in HF_ROPE_TYPE or refused in HF_ROPE_REFUSED, never both and never
     neither (a new kind without an HF decision fails here, not with a KeyError at export)."""
     from archlab.interop.hf_rope import HF_ROPE_KEYS, HF_ROPE_REFUSED, HF_ROPE_TYPE
-    from archlab.nn.rope_scaling import ROPE_KINDS
+    from archlab.nn.positions.scaling import ROPE_KINDS
 
     for kind in ROPE_KINDS:
         assert (kind in HF_ROPE_TYPE) != (kind in HF_ROPE_REFUSED), kind
@@ -136,8 +136,8 @@ def test_each_rope_kind_exports_with_its_frequencies_or_is_refused_in_one_line(k
     them; ntk comes back as the stretched base); a refused kind stops save_hf before any file is written, with
     the kind and the reason."""
     from archlab.interop.hf_rope import HF_ROPE_REFUSED
-    from archlab.nn.rope import RotaryEmbedding
-    from archlab.nn.rope_scaling import ROPE_KINDS
+    from archlab.nn.positions.rope import RotaryEmbedding
+    from archlab.nn.positions.scaling import ROPE_KINDS
 
     scaling = _example(kind)
     config = ModelConfig(vocab_size=96, d_model=64, n_heads=4, max_seq_len=64,

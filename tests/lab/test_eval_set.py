@@ -18,9 +18,10 @@ from archlab import ModelConfig, TransformerLM
 from archlab.data.tokenizer import bytes_to_unicode
 from archlab.data.tokens import TokenData, prepare_data
 from archlab.lab import eval_set
-from archlab.nn import attention
-from archlab.nn.attention_kernels import ATTENTION_KERNELS, KernelCall, repeat_kv
-from archlab.nn.gau import GAU
+from archlab.nn.attention import attention
+from archlab.nn.attention.gau import GatedAttentionUnit
+from archlab.nn.attention.kernels import KernelCall, repeat_kv
+from archlab.nn.variants import ATTENTION_KERNELS
 
 BLOCK = 16
 FILES = ("json/decoder.py", "json/encoder.py", "json/scanner.py", "json/__init__.py", "textwrap.py", "string.py",
@@ -98,7 +99,7 @@ def test_max_attention_logit_equals_the_eager_paths_scores(
         return eager(q, k, v, call)
 
     for m in model.modules():
-        if isinstance(m, (attention.Attention, GAU)):
+        if isinstance(m, (attention.Attention, GatedAttentionUnit)):
             monkeypatch.setattr(m, "kernel", spy)  # every layer's attention through the eager reference
     with torch.no_grad():
         for x, _ in eval_set._batches(data, starts, BLOCK):

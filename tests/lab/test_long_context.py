@@ -59,7 +59,7 @@ def test_each_method_reaches_its_config_and_only_it() -> None:
     assert logn.attn_logn and logn.attn_logn_clip and logn.replace(attn_logn=False, attn_logn_clip=False) == config
     trained = config.replace(attn_logn=True)
     assert long_context.inference_config(trained, "logn", 128) is trained
-    cosine = config.replace(cosine_attention=True, cosine_scale="dynamic")
+    cosine = config.replace(cosine_attention=True, cosine={"scale": "dynamic"})
     assert long_context.inference_config(cosine, "logn", 128) is None
     assert long_context.inference_config(config.replace(position="none"), "rerope", 128) is None
     run = Run(tiny(position="none"), np.random.default_rng(0).integers(0, 64, 600))
@@ -78,6 +78,6 @@ def test_a_method_changes_the_8x_accuracy_through_the_rebuilt_model() -> None:
 
 def test_every_measure_is_registered_higher_is_better() -> None:
     names = long_context.measure_names()
-    assert len(names) == 4 + 2 * len(long_context.METHODS)
+    assert len(names) == 4 + 2 * len(long_context.methods())
     assert all(name in MEASURES and MEASURES[name].better == "higher" for name in names)
     assert names["acc_8x_repeated_leaky"] == (8, "repeated", "leaky_rerope")

@@ -180,9 +180,10 @@ def test_train_step_builds_the_config_at_the_batch_and_steps_the_optimizer() -> 
 def test_norm_op_times_the_configs_norm_at_width_d(monkeypatch: pytest.MonkeyPatch, norm: str, bias: bool) -> None:
     config = build_preset("llama", "tiny", norm=norm, norm_bias=bias)
     used: list[tuple[int, ...]] = []
-    formula = timing.NORM_FORMULAS[norm]
-    monkeypatch.setitem(timing.NORM_FORMULAS, norm, lambda x, w, b, eps: used.append((*x.shape, b is not None))
-                        or formula(x, w, b, eps))
+    cls = timing.NORMS[norm]
+    formula = cls.formula
+    monkeypatch.setattr(cls, "formula", staticmethod(lambda x, w, b, eps: used.append((*x.shape, b is not None))
+                                                     or formula(x, w, b, eps)))
     op = NormOp(config, d=512, rows=10)
     y = op()
     assert used == [(10, 512, bias)]  # the composite formula of this norm, at (rows, d), with its bias

@@ -79,7 +79,7 @@ def test_positions(fields: dict) -> None:
     dict(sliding_window=4, attn_softcap=5.0, position="relative"),
     dict(block="parallel"), dict(block="parallel", parallel_norms=2, norm="layernorm"),
     dict(norm_position="post"), dict(norm_position="double", sliding_window=6, attn_impl="eager"),
-    dict(query_norm=True), dict(cosine_attention=True), dict(cosine_attention=True, cosine_scale="dynamic",
+    dict(query_norm=True), dict(cosine_attention=True), dict(cosine_attention=True, cosine={"scale": "dynamic"},
                                                              sliding_window=4), dict(norm_position="deepnorm"),
     dict(block="gau", n_heads=1, head_dim=16, norm_position="deepnorm", sliding_window=4, window_pattern="SF"),
 ], ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))

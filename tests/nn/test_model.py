@@ -65,7 +65,7 @@ def test_embed_scale_and_absolute_positions_enter_the_first_layer():
     model.layers[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
     ids = torch.randint(0, 256, (1, 5))
     model(ids)
-    from archlab.nn.positions import sinusoidal_embedding
+    from archlab.nn.positions.absolute import sinusoidal_embedding
 
     expected = model.embed_tokens(ids) * math.sqrt(32) + sinusoidal_embedding(torch.arange(5)[None], 32)
     torch.testing.assert_close(seen["x"], expected)

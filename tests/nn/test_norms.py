@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from archlab.nn.norms import NORMS, LayerNorm, RMSNorm, build_norm
+from archlab.nn.norms import LayerNorm, RMSNorm, build_norm
+from archlab.nn.variants import NORMS
 
 
 def rms_ref(x, w, eps, b=None):
@@ -89,13 +90,11 @@ def test_rmsnorm_with_a_bias_adds_it_after_the_gain():
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_composite_formulas_equal_the_float64_references_and_the_modules(kind, with_bias):
-    """NORM_FORMULAS (what the norm_op timing builds alike) compute the norms: values and gradients."""
-    from archlab.nn.norms import NORM_FORMULAS
-
+    """Each norm's `formula` (what the norm_op timing builds alike) computes the norm: values and gradients."""
     torch.manual_seed(0)
     x = torch.randn(6, 48, dtype=torch.float64, requires_grad=True)
     w, b = torch.randn(48, dtype=torch.float64), torch.randn(48, dtype=torch.float64) if with_bias else None
-    y = NORM_FORMULAS[kind](x, w, b, 1e-5)
+    y = NORMS[kind].formula(x, w, b, 1e-5)
     ref = rms_ref(x, w, 1e-5, b) if kind == "rmsnorm" else ln_ref(x, w, b, 1e-5)
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     module = NORMS[kind](48, eps=1e-5, bias=with_bias)  # normalises in float32 (its own fast paths)

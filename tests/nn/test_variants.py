@@ -1,63 +1,39 @@
-"""nn/variants.py and nn/rope_scaling.py describe the registries of nn/ without torch; each list must hold exactly
-the keys of its registry, in the same order (the config's error messages list them in that order), so a variant
-added to one and not the other fails here."""
+"""nn/variants.py's data: which norms each placement owns (read by Block and costs.py) and the d_ff rule, against
+the placements' formulas and the widths written out."""
 
 from __future__ import annotations
-
-import dataclasses
-import importlib
-import inspect
 
 import pytest
 
 from archlab.nn import variants
-from archlab.nn.rope_scaling import ROPE_KINDS, RopeScaling
-
-# name list of nn/variants.py -> (module, registry) it describes
-REGISTRIES = {
-    "NORM_NAMES": ("archlab.nn.norms", "NORMS"),
-    "ACTIVATION_NAMES": ("archlab.nn.activations", "ACTIVATIONS"),
-    "FFN_NAMES": ("archlab.nn.ffn", "FFNS"),
-    "ABSOLUTE_POSITION_NAMES": ("archlab.nn.positions", "ABSOLUTE_POSITIONS"),
-    "ATTENTION_BIAS_NAMES": ("archlab.nn.positions", "ATTENTION_BIASES"),
-    "ATTENTION_KERNEL_NAMES": ("archlab.nn.attention_kernels", "ATTENTION_KERNELS"),
-    "LINEAR_KERNEL_NAMES": ("archlab.nn.linear_kernels", "LINEAR_KERNELS"),
-    "FAVOR_FEATURE_NAMES": ("archlab.nn.favor", "FAVOR_FEATURES"),
-}
+from archlab.nn.variants import default_d_ff, placement_norms
 
 
-@pytest.mark.parametrize("names", sorted(REGISTRIES))
-def test_each_name_list_holds_its_registrys_keys_in_order(names: str) -> None:
-    module, registry = REGISTRIES[names]
-    keys = tuple(getattr(importlib.import_module(module), registry))
-    assert getattr(variants, names) == keys, f"nn/variants.py {names} != {module}.{registry} keys {keys}"
+@pytest.mark.parametrize(("position", "parallel", "norms", "single", "want"), [
+    ("pre", False, 1, False, ["attn_norm", "mlp_norm"]),
+    ("pre", True, 1, False, ["attn_norm"]),  # GPT-J, PaLM: one shared input norm
+    ("pre", True, 2, False, ["attn_norm", "mlp_norm"]),  # NeoX: one per branch
+    ("post", True, 2, False, ["attn_norm"]),  # N(x + A + M): one norm after the sum
+    ("double", False, 1, False, ["attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm"]),  # Gemma 2
+    ("nonresidual_post", False, 1, False, ["attn_out_norm", "mlp_out_norm"]),  # OLMo 2
+    ("deepnorm", False, 1, False, ["attn_norm", "mlp_norm"]),
+    ("double", False, 1, True, ["attn_norm", "attn_out_norm"]),  # a GAU: one sublayer
+])
+def test_each_placement_owns_its_norms(position: str, parallel: bool, norms: int, single: bool,
+                                       want: list[str]) -> None:
+    assert placement_norms(position, parallel, norms, single) == want
 
 
-def test_every_name_list_is_checked_against_a_registry() -> None:
-    """A new *_NAMES list in nn/variants.py needs its row in REGISTRIES above (else nothing keeps it true)."""
-    lists = {name for name in vars(variants) if name.endswith("_NAMES")}
-    assert lists == set(REGISTRIES)
-
-
-def test_rope_kinds_describe_exactly_the_frequency_functions() -> None:
-    """ROPE_KINDS (torch-free) and nn/rope.py's ROPE_SCALINGS (the functions) hold the same kinds in one order;
-    a kind whose function takes the current length is the one marked length_dependent."""
-    from archlab.nn.rope import ROPE_SCALINGS
-
-    assert tuple(ROPE_KINDS) == tuple(ROPE_SCALINGS)
-    for kind, fn in ROPE_SCALINGS.items():
-        takes_length = "seq_len" in inspect.signature(fn).parameters
-        assert takes_length == ROPE_KINDS[kind].length_dependent, kind
-
-
-def test_rope_kinds_name_real_fields() -> None:
-    """Every field a kind requires or reads is a field of RopeScaling (a typo would make the kind unusable)."""
-    known = {f.name for f in dataclasses.fields(RopeScaling)} - {"kind", "factor"}
-    for kind, entry in ROPE_KINDS.items():
-        assert set(entry.required + entry.optional) <= known, kind
+@pytest.mark.parametrize(("kind", "d_model", "multiple", "want"), [
+    ("mlp", 64, 64, 256), ("glu", 64, 64, 192),  # 8/3 * 64 = 170.7 -> 192
+    ("glu", 4096, 256, 11008), ("mlp", 100, 64, 448),  # Llama 2 7B's 11008; 400 -> 448
+])
+def test_the_d_ff_rule(kind: str, d_model: int, multiple: int, want: int) -> None:
+    assert default_d_ff(kind, d_model, multiple) == want
 
 
 def test_the_d_ff_rule_covers_every_ffn_and_shorthand() -> None:
-    assert set(variants.FFN_WIDTH_FACTOR) == set(variants.FFN_NAMES)
-    assert {kind for kind, _ in variants.GLU_SHORTHANDS.values()} <= set(variants.FFN_NAMES)
-    assert {act for _, act in variants.GLU_SHORTHANDS.values()} <= set(variants.ACTIVATION_NAMES)
+    assert set(variants.FFN_WIDTH_FACTOR) == set(variants.FFNS)
+    assert {kind for kind, _ in variants.GLU_SHORTHANDS.values()} <= set(variants.FFNS)
+    assert {act for _, act in variants.GLU_SHORTHANDS.values()} <= set(variants.ACTIVATIONS)
+    assert set(variants.NORM_PLACEMENTS) == {"pre", "post", "double", "nonresidual_post", "deepnorm"}

@@ -170,7 +170,7 @@ def test_a_favor_run_with_redraws_resumes_bitwise(prepared: Path, tmp_path: Path
     """FAVOR+ redraws its projection every 2 training forwards; the count travels in state.pt, so a run stopped at
     step 3 (between redraws) and resumed ends with the uninterrupted run's weights, losses and projection."""
     flags = {"schedule.horizon": "7", "schedule.warmup_steps": "1", "model.attn_kernel": "favor",
-             "model.favor_redraw": "2"}
+             "model.favor.redraw": "2"}
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert run_cli(*cli_flags(prepared, straight, steps="7", **flags)) == 0
     assert run_cli(*cli_flags(prepared, resumed, steps="3", **flags)) == 0

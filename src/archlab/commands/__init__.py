@@ -1,1 +1,1 @@
-"""The `archlab` sub-commands, one module each: parse flags, build the config, call one library function."""
+"""The `archlab` sub-commands, one module each: parse flags, build the config, call the library."""

@@ -1,18 +1,20 @@
-"""`archlab ablate SUITE`: run an ablation suite (equal-budget arms, several seeds) and write its report.
+"""`archlab ablate SUITE`: run an ablation suite (equal-budget arms, several seeds), report it.
 
-    archlab ablate --list                              the built-in suites, one line each
-    archlab ablate heads --budget tiny --plan          seeds each claim needs for 80% power, and the wall time
-    archlab ablate norm-type --budget tiny --jobs 2    run (or continue) a suite; report in --out
-    archlab ablate ffn --sequential pocock             look at n seeds, add n more only for undecided claims
-    archlab ablate ffn --executor slurm --slurm-partition gpu --slurm-gpus 1   one Slurm job per run (an array)
-    archlab ablate ffn --print-commands --out DIR      one `archlab train` line per run, for any scheduler
-    archlab ablate ffn --collect DIR                   the report from runs made elsewhere
-    archlab ablate original-vs-modern-screening --plan   a screening design: its runs, aliases, effect SEs
-    archlab ablate original-vs-modern-screening --fold-over   add the mirrored half fraction
-    archlab ablate --verify docs/results/ffn           recompute a page's verdicts from its files; exit 1 if any differ
+    archlab ablate --list                            the built-in suites, one line each
+    archlab ablate heads --budget tiny --plan        seeds each claim needs for 80% power, wall time
+    archlab ablate norm-type --budget tiny --jobs 2  run (or continue) a suite; report in --out
+    archlab ablate ffn --sequential pocock           n seeds, n more only for undecided claims
+    archlab ablate ffn --executor slurm --slurm-partition gpu --slurm-gpus 1
+                                                     one Slurm job per run (an array)
+    archlab ablate ffn --print-commands --out DIR    one `archlab train` line per run
+    archlab ablate ffn --collect DIR                 the report from runs made elsewhere
+    archlab ablate original-vs-modern-screening --plan       a screening design: runs, aliases, SEs
+    archlab ablate original-vs-modern-screening --fold-over  add the mirrored half fraction
+    archlab ablate --verify docs/results/ffn         recompute a page's verdicts; 1 if any differ
 
-Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default runs/ablate/store),
-named by a hash of the run's resolved config, so an arm two suites share trains once.
+Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default
+runs/ablate/store), named by a hash of the run's resolved config, so an arm two suites share trains
+once.
 """
 
 from __future__ import annotations
@@ -32,52 +34,117 @@ if TYPE_CHECKING:
     from archlab.lab.experiment import Experiment
     from archlab.lab.runner import Progress
 
-# the runner, executor, planning, verdicts and report import torch (the measures read checkpoints) and scipy: they are
-# imported in the functions that plan, train and judge, so `--help` answers without them
+# the runner, executor, planning, verdicts and report import torch (the measures read checkpoints)
+# and scipy: they are imported in the functions that plan, train and judge, so `--help` answers
+# without them
 DEFAULT_BUDGET = "small"  # lab/experiment.py's default too
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("ablate", help="run an ablation suite and compute its verdicts",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", nargs="?", help="a built-in suite name (see --list) or a suite .yaml file")
+    parser = subparsers.add_parser(
+        "ablate",
+        help="run an ablation suite and compute its verdicts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "suite", nargs="?", help="a built-in suite name (see --list) or a suite .yaml file"
+    )
     parser.add_argument("--list", action="store_true", help="list the built-in suites and exit")
-    parser.add_argument("--verify", metavar="DIR", default=None,
-                        help="recompute every verdict of a suite folder or published page from its files "
-                        "(results.csv, items.csv, timings.csv, suite.yaml, provenance.json) and compare with its "
-                        "claims.json: exit 0 when all agree, 1 (listing them) when any differ")
-    parser.add_argument("--budget", choices=list(BUDGETS), default=None,
-                        help=f"compute per run (default {DEFAULT_BUDGET}; --collect reads the plan's)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the budget's; >= 2)")
-    parser.add_argument("--out", default=None, help="suite folder (default runs/ablate/SUITE-BUDGET)")
+    parser.add_argument(
+        "--verify",
+        metavar="DIR",
+        default=None,
+        help="recompute every verdict of a suite folder or published page from its files "
+        "(results.csv, items.csv, timings.csv, suite.yaml, provenance.json) and compare with its "
+        "claims.json: exit 0 when all agree, 1 (listing them) when any differ",
+    )
+    parser.add_argument(
+        "--budget",
+        choices=list(BUDGETS),
+        default=None,
+        help=f"compute per run (default {DEFAULT_BUDGET}; --collect reads the plan's)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per arm (default: the budget's; >= 2)"
+    )
+    parser.add_argument(
+        "--out", default=None, help="suite folder (default runs/ablate/SUITE-BUDGET)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, one thread each")
-    parser.add_argument("--print-commands", action="store_true",
-                        help="print the data and train commands instead of running them")
-    parser.add_argument("--collect", metavar="DIR", default=None,
-                        help="build the report from the finished run folders under DIR")
-    parser.add_argument("--store", default=None, help="folder of the run folders, shared by suites (default: "
-                        "store/ beside --out; --collect reads the plan's)")
-    parser.add_argument("--plan", action="store_true", help="print the seeds each claim needs for 80%% power and "
-                        "the wall time that costs, then exit (trains nothing)")
-    parser.add_argument("--sequential", choices=SEQUENTIAL_KINDS, default=None,
-                        help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
-                        "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)")
-    parser.add_argument("--fold-over", action="store_true", help="a screening suite: add the mirrored half fraction "
-                        "(every factor's level swapped), freeing main effects from two-factor interactions")
-    parser.add_argument("--max-seeds", type=int, default=None, metavar="CAP",
-                        help="with --sequential: the second look's seeds per arm for undecided claims (default 2x the "
-                        "first look's); a claim still undecided there is 'inconclusive at n = CAP'")
-    parser.add_argument("--executor", choices=EXECUTORS, default="local",
-                        help="local: runs here, --jobs at a time (default); slurm: one job per run through "
-                        "submitit (a job array), then --collect")
-    slurm = parser.add_argument_group("Slurm (with --executor slurm; each run is one task of a job array)")
+    parser.add_argument(
+        "--print-commands",
+        action="store_true",
+        help="print the data and train commands instead of running them",
+    )
+    parser.add_argument(
+        "--collect",
+        metavar="DIR",
+        default=None,
+        help="build the report from the finished run folders under DIR",
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="folder of the run folders, shared by suites (default: "
+        "store/ beside --out; --collect reads the plan's)",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the seeds each claim needs for 80%% power and "
+        "the wall time that costs, then exit (trains nothing)",
+    )
+    parser.add_argument(
+        "--sequential",
+        choices=SEQUENTIAL_KINDS,
+        default=None,
+        help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
+        "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)",
+    )
+    parser.add_argument(
+        "--fold-over",
+        action="store_true",
+        help="a screening suite: add the mirrored half fraction "
+        "(every factor's level swapped), freeing main effects from two-factor interactions",
+    )
+    parser.add_argument(
+        "--max-seeds",
+        type=int,
+        default=None,
+        metavar="CAP",
+        help="with --sequential: the second look's seeds per arm for undecided claims (default 2x "
+        "the first look's); a claim still undecided there is 'inconclusive at n = CAP'",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="local: runs here, --jobs at a time (default); slurm: one job per run through "
+        "submitit (a job array), then --collect",
+    )
+    slurm = parser.add_argument_group(
+        "Slurm (with --executor slurm; each run is one task of a job array)"
+    )
     slurm.add_argument("--slurm-partition", default=None, help="partition (default: the cluster's)")
-    slurm.add_argument("--slurm-time", type=int, default=60, metavar="MIN", help="time limit per run, minutes "
-                       "(default 60)")
+    slurm.add_argument(
+        "--slurm-time",
+        type=int,
+        default=60,
+        metavar="MIN",
+        help="time limit per run, minutes (default 60)",
+    )
     slurm.add_argument("--slurm-gpus", type=int, default=0, help="GPUs per run (default 0)")
-    slurm.add_argument("--slurm-cpus", type=int, default=2, help="CPU cores per run, its torch threads (default 2)")
-    slurm.add_argument("--slurm-array-parallelism", type=int, default=64, metavar="N",
-                       help="runs of the array at once (default 64)")
+    slurm.add_argument(
+        "--slurm-cpus", type=int, default=2, help="CPU cores per run, its torch threads (default 2)"
+    )
+    slurm.add_argument(
+        "--slurm-array-parallelism",
+        type=int,
+        default=64,
+        metavar="N",
+        help="runs of the array at once (default 64)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -88,23 +155,39 @@ def _list() -> int:
 
 
 def _experiment(args: argparse.Namespace) -> Experiment:
-    """The suite planned from the flags, after every flag is checked (one line each, before any work)."""
+    """The suite planned from the flags, after every flag is checked (one line each, before any
+    work)."""
     from archlab.lab.experiment import Experiment
 
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs} is not allowed: at least 1")
     if args.max_seeds is not None and not args.sequential:
-        raise ValueError(f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)")
-    exp = Experiment.create(args.suite, args.budget, args.out, args.seeds, args.store, args.collect,
-                            log=lambda line: print(line, file=sys.stderr), fold_over=args.fold_over or None)
+        raise ValueError(
+            f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)"
+        )
+    exp = Experiment.create(
+        args.suite,
+        args.budget,
+        args.out,
+        args.seeds,
+        args.store,
+        args.collect,
+        log=lambda line: print(line, file=sys.stderr),
+        fold_over=args.fold_over or None,
+    )
     if args.max_seeds is not None and args.max_seeds <= exp.plan.seeds:
-        raise ValueError(f"--max-seeds {args.max_seeds} is not allowed: more than the first look's {exp.plan.seeds} "
-                         "seeds per arm")
+        raise ValueError(
+            f"--max-seeds {args.max_seeds} is not allowed: more than the first look's "
+            f"{exp.plan.seeds} "
+            "seeds per arm"
+        )
     return exp
 
 
 def _show_progress(p: Progress) -> None:
-    current = ", ".join(f"{arm}/seed{seed} step {step}/{steps}" for arm, seed, step, steps in p.running)
+    current = ", ".join(
+        f"{arm}/seed{seed} step {step}/{steps}" for arm, seed, step, steps in p.running
+    )
     eta = f", ETA {p.eta_s / 60:.1f} min" if p.eta_s is not None else ""
     line = f"[{p.done}/{p.total} runs done{eta}] {current}"
     if sys.stderr.isatty():
@@ -115,7 +198,8 @@ def _show_progress(p: Progress) -> None:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM (a scheduler's stop) is handled like Ctrl-C: runs checkpoint, then exit
+    # SIGTERM (a scheduler's stop) is handled like Ctrl-C: runs checkpoint, then exit
+    raise KeyboardInterrupt
 
 
 def _verify(folder: str) -> int:
@@ -124,7 +208,11 @@ def _verify(folder: str) -> int:
     differences = verify(folder)
     for line in differences:
         print(f"differs: {line}")
-    verdict = f"{len(differences)} differences" if differences else "every verdict recomputed from its files agrees"
+    verdict = (
+        f"{len(differences)} differences"
+        if differences
+        else "every verdict recomputed from its files agrees"
+    )
     print(f"{folder}: {verdict}")
     return 1 if differences else 0
 
@@ -134,7 +222,9 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if args.verify:
         if args.suite:
-            raise ValueError(f"--verify {args.verify} takes a folder, not a suite: drop {args.suite!r}")
+            raise ValueError(
+                f"--verify {args.verify} takes a folder, not a suite: drop {args.suite!r}"
+            )
         return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
@@ -142,18 +232,37 @@ def run(args: argparse.Namespace) -> int:
     from archlab.lab.report import needed as report_needed
     from archlab.lab.runner import LabError
 
-    slurm = SlurmOptions(args.slurm_partition, args.slurm_time, args.slurm_gpus, args.slurm_cpus,
-                         args.slurm_array_parallelism)
+    slurm = SlurmOptions(
+        args.slurm_partition,
+        args.slurm_time,
+        args.slurm_gpus,
+        args.slurm_cpus,
+        args.slurm_array_parallelism,
+    )
     exp = _experiment(args)
     plan = exp.plan
     base = plan.suite.base_arm.params
     for arm in plan.suite.arms:
-        print(f"{arm.name:24s} {arm.params:>12,} parameters  {param_note(plan.suite, arm, arm.params, base)}")
-    command = shlex.join(["archlab", "ablate", args.suite, "--budget", plan.budget.name, "--seeds",
-                          str(plan.seeds), "--out", str(plan.out)]
-                         + (["--sequential", args.sequential] if args.sequential else [])
-                         + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else [])
-                         + (["--fold-over"] if plan.suite.screening.get("fold_over") else []))
+        print(
+            f"{arm.name:24s} {arm.params:>12,} parameters  "
+            f"{param_note(plan.suite, arm, arm.params, base)}"
+        )
+    command = shlex.join(
+        [
+            "archlab",
+            "ablate",
+            args.suite,
+            "--budget",
+            plan.budget.name,
+            "--seeds",
+            str(plan.seeds),
+            "--out",
+            str(plan.out),
+        ]
+        + (["--sequential", args.sequential] if args.sequential else [])
+        + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else [])
+        + (["--fold-over"] if plan.suite.screening.get("fold_over") else [])
+    )
     if args.plan:
         print("\n".join(exp.power_text(max(args.jobs, 2))))
         return 0
@@ -164,8 +273,11 @@ def run(args: argparse.Namespace) -> int:
     if args.executor == "slurm" and not args.collect:
         jobs = exp.submit(slurm)
         array = jobs[0].job_id.split("_")[0] if jobs else ""  # submitit names each task ARRAY_TASK
-        print(f"submitted {len(jobs)} runs" + (f" as job array {array}" if jobs else " (all were done)")
-              + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}")
+        print(
+            f"submitted {len(jobs)} runs"
+            + (f" as job array {array}" if jobs else " (all were done)")
+            + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}"
+        )
         return 0
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -173,22 +285,33 @@ def run(args: argparse.Namespace) -> int:
             _train(exp, args.jobs)
         results = None
         if args.sequential:
-            results = exp.sequential(args.sequential, args.max_seeds, args.jobs, train=not args.collect,
-                                     on_progress=_show_progress)
+            results = exp.sequential(
+                args.sequential,
+                args.max_seeds,
+                args.jobs,
+                train=not args.collect,
+                on_progress=_show_progress,
+            )
         results = exp.report(command, results, args.jobs)
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run `{command}` again to "
-              "continue where it stopped.", file=sys.stderr)
+        print(
+            "\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run "
+            f"`{command}` again to "
+            "continue where it stopped.",
+            file=sys.stderr,
+        )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
     for result in results:
         needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
         print(f"{result.outcome:26s} {result.claim.text}{needed}")
-    print(f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}")
+    print(
+        f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}"
+    )
     return 0
 
 

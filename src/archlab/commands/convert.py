@@ -1,15 +1,16 @@
 """`archlab convert`: Hugging Face model folders <-> archlab checkpoints.
 
-    archlab convert --from-hf DIR --out RUN [--dtype bf16]      # RUN/checkpoints/step_0000000, loads anywhere
-    archlab convert --to-hf CKPT --out DIR [--family llama]     # a folder transformers' from_pretrained reads
+    archlab convert --from-hf DIR --out RUN [--dtype bf16]   # RUN/checkpoints/step_0000000
+    archlab convert --to-hf CKPT --out DIR [--family llama]  # for transformers' from_pretrained
 
-The HF folder's tokenizer.json (and its chat template) travels both ways (archlab checkpoints always carry a
-tokenizer). Export picks the first family that carries every switch of the model, or `--family`; a model no
-family expresses is refused with the switches named (see docs/interop.md).
+The HF folder's tokenizer.json (and its chat template) travels both ways (archlab checkpoints always
+carry a tokenizer). Export picks the first family that carries every switch of the model, or
+`--family`; a model no family expresses is refused with the switches named (see docs/interop.md).
 
-Nothing is overwritten silently: `--from-hf` into a run folder that already holds checkpoints, or `--to-hf` into
-a non-empty folder, is refused unless `--force`. With `--force`, `--from-hf` adds the model as the run's next
-step (the earlier checkpoints stay) and says so; `--to-hf` replaces the folder's config and weight files.
+Nothing is overwritten silently: `--from-hf` into a run folder that already holds checkpoints, or
+`--to-hf` into a non-empty folder, is refused unless `--force`. With `--force`, `--from-hf` adds the
+model as the run's next step (the earlier checkpoints stay) and says so; `--to-hf` replaces the
+folder's config and weight files.
 """
 
 from __future__ import annotations
@@ -28,23 +29,42 @@ from archlab.train.resume import checkpoint_step
 if TYPE_CHECKING:
     import torch
 
-# checkpoints, weights and from_hf / save_hf import torch: they are imported in the functions that convert, so
-# `--help` (the family tables, plain data) answers without it
+# checkpoints, weights and from_hf / save_hf import torch: they are imported in the functions that
+# convert, so `--help` (the family tables, plain data) answers without it
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # --dtype -> the torch dtype's name
+# --dtype -> the torch dtype's name
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("convert", help="Hugging Face folder <-> archlab checkpoint", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "convert",
+        help="Hugging Face folder <-> archlab checkpoint",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-hf", metavar="DIR", help="a Hugging Face folder (config.json + safetensors)")
+    source.add_argument(
+        "--from-hf", metavar="DIR", help="a Hugging Face folder (config.json + safetensors)"
+    )
     source.add_argument("--to-hf", metavar="CKPT", help="an archlab checkpoint or run folder")
-    p.add_argument("--out", required=True, help="run folder (--from-hf) or Hugging Face folder (--to-hf)")
-    p.add_argument("--dtype", default=None, help=f"--from-hf: cast weights to {', '.join(DTYPES)} (default: as stored)")
-    p.add_argument("--family", default=None, help=f"--to-hf: the model_type to write ({', '.join(FAMILIES)})")
-    p.add_argument("--force", action="store_true", help="write into a folder that is not empty: --from-hf adds a "
-                   "new step to the run, --to-hf replaces the folder's config and weights")
+    p.add_argument(
+        "--out", required=True, help="run folder (--from-hf) or Hugging Face folder (--to-hf)"
+    )
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help=f"--from-hf: cast weights to {', '.join(DTYPES)} (default: as stored)",
+    )
+    p.add_argument(
+        "--family", default=None, help=f"--to-hf: the model_type to write ({', '.join(FAMILIES)})"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a folder that is not empty: --from-hf adds a "
+        "new step to the run, --to-hf replaces the folder's config and weights",
+    )
     p.set_defaults(func=run)
 
 
@@ -70,37 +90,58 @@ def run(args: argparse.Namespace) -> int:
             raise
         finally:
             lock.release()
-        kept = f" (a new step: the run's earlier checkpoints stay, up to step {step - 1})" if step else ""
+        kept = (
+            f" (a new step: the run's earlier checkpoints stay, up to step {step - 1})"
+            if step
+            else ""
+        )
         print(f"wrote {path}{kept}")
     else:
         out = Path(args.out)
         stale = check_hf_target(out, args.force)
         model, tokenizer = load_model(args.to_hf)
-        chat_template = read_checkpoint_config(resolve_checkpoint(args.to_hf)).get("tokenizer", {}).get("chat_template")
-        for file in stale:  # --force: weights of an earlier export would be read beside the new ones
+        chat_template = (
+            read_checkpoint_config(resolve_checkpoint(args.to_hf))
+            .get("tokenizer", {})
+            .get("chat_template")
+        )
+        # --force: weights of an earlier export would be read beside the new ones
+        for file in stale:
             file.unlink()
         save_hf(model, out, tokenizer, family=args.family)
         if chat_template:
             write_chat_template(out, chat_template)
-        print(f"wrote {out}" + (f" (replaced {len(stale)} earlier weight file(s))" if stale else ""))
+        print(
+            f"wrote {out}" + (f" (replaced {len(stale)} earlier weight file(s))" if stale else "")
+        )
     return 0
 
 
 def check_hf_source(folder: Path) -> None:
-    """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do instead)."""
+    """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do
+    instead)."""
     from archlab.checkpoint import latest_checkpoint
     from archlab.interop.hf_config import is_hf_folder, read_hf_config
 
     if not folder.is_dir():
-        raise FileNotFoundError(f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
-                                "safetensors weights, tokenizer.json)")
-    if not is_hf_folder(folder) and (latest_checkpoint(folder) or (folder / "manifest.json").is_file()):
-        raise ValueError(f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
-                         "`convert --to-hf` exports it, and train / generate / eval read it as it is")
+        raise FileNotFoundError(
+            f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
+            "safetensors weights, tokenizer.json)"
+        )
+    if not is_hf_folder(folder) and (
+        latest_checkpoint(folder) or (folder / "manifest.json").is_file()
+    ):
+        raise ValueError(
+            f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
+            "`convert --to-hf` exports it, and train / generate / eval read it as it is"
+        )
     if not (folder / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{folder / 'tokenizer.json'} is missing: the converted checkpoint needs the model's "
-                                "tokenizer (an archlab checkpoint always carries one)")
-    read_hf_config(folder)  # a config no family reads is refused here, before the run folder is touched
+        raise FileNotFoundError(
+            f"{folder / 'tokenizer.json'} is missing: the converted checkpoint needs the model's "
+            "tokenizer (an archlab checkpoint always carries one)"
+        )
+    # a config no family reads is refused here, before the run folder is touched
+    read_hf_config(folder)
 
 
 def next_step(out: Path, force: bool) -> int:
@@ -108,23 +149,37 @@ def next_step(out: Path, force: bool) -> int:
     from archlab.checkpoint import CHECKPOINTS, latest_checkpoint
 
     latest = latest_checkpoint(out)
-    others = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, CHECKPOINTS)) if out.is_dir() else []
+    others = (
+        sorted(p.name for p in out.iterdir() if p.name not in (LOCK_FILE, CHECKPOINTS))
+        if out.is_dir()
+        else []
+    )
     if (latest is not None or others) and not force:
-        what = f"checkpoints up to {latest.name}" if latest is not None else f"other files ({', '.join(others[:3])})"
-        raise ValueError(f"--out {out} already holds {what}: choose another --out, or pass --force to add this "
-                         "model as a new step")
+        what = (
+            f"checkpoints up to {latest.name}"
+            if latest is not None
+            else f"other files ({', '.join(others[:3])})"
+        )
+        raise ValueError(
+            f"--out {out} already holds {what}: choose another --out, or pass --force to add this "
+            "model as a new step"
+        )
     return 0 if latest is None else checkpoint_step(latest) + 1
 
 
 def check_hf_target(out: Path, force: bool) -> list[Path]:
-    """Refuse a non-empty --to-hf folder without --force; with it, the weight files an export would leave stale."""
+    """Refuse a non-empty --to-hf folder without --force; with it, the weight files an export would
+    leave stale."""
     entries = sorted(out.iterdir()) if out.is_dir() else []
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file: give a folder for the Hugging Face model")
     if entries and not force:
         names = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
-        raise ValueError(f"--out {out} is not empty ({names}): choose another folder, or pass --force to replace "
-                         "its config and weights")
+        raise ValueError(
+            f"--out {out} is not empty ({names}): choose another folder, or pass --force to "
+            "replace "
+            "its config and weights"
+        )
     return [p for p in entries if p.name.endswith((".safetensors", ".safetensors.index.json"))]
 
 
@@ -137,25 +192,31 @@ def write_chat_template(folder: Path, template: str) -> None:
 
 
 def read_chat_template(folder: Path) -> str | None:
-    """An HF folder's chat template: chat_template.jinja (transformers >= 4.43 writes it) or tokenizer_config.json."""
+    """An HF folder's chat template: chat_template.jinja (transformers >= 4.43 writes it) or
+    tokenizer_config.json."""
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")
     file = folder / "tokenizer_config.json"
-    template = json.loads(file.read_text(encoding="utf-8")).get("chat_template") if file.is_file() else None
+    template = (
+        json.loads(file.read_text(encoding="utf-8")).get("chat_template")
+        if file.is_file()
+        else None
+    )
     return template if isinstance(template, str) else None
 
 
 def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int = 0) -> Path:
-    """An HF folder as checkpoint `step` of run `out`: weights, config, tokenizer (and chat template); no
-    optimizer state."""
+    """An HF folder as checkpoint `step` of run `out`: weights, config, tokenizer (and chat
+    template); no optimizer state."""
     from archlab.checkpoint import save_checkpoint
     from archlab.interop import from_hf, load_hf_tokenizer
 
     tokenizer = load_hf_tokenizer(folder)
     model = from_hf(folder, dtype=dtype)
     config = {"model": model.config.to_dict(), "source": {"hf_folder": str(folder)}}
-    # the folder's EOS and stop ids (tokenizer_config.json, generation_config.json): tokenizer.json alone lacks them
+    # the folder's EOS and stop ids (tokenizer_config.json, generation_config.json): tokenizer.json
+    # alone lacks them
     config["tokenizer"] = {"eos_id": tokenizer.eos_id, "stop_ids": sorted(tokenizer.stop_ids)}
     chat_template = read_chat_template(folder)
     if chat_template:
@@ -163,4 +224,6 @@ def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int
     aliases = {"lm_head.weight": "embed_tokens.weight"} if model.config.tie_embeddings else {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_file = tokenizer.save(tmp)
-        return save_checkpoint(out, step, model.state_dict(), {}, {"step": step}, config, tokenizer_file, aliases)
+        return save_checkpoint(
+            out, step, model.state_dict(), {}, {"step": step}, config, tokenizer_file, aliases
+        )

@@ -1,11 +1,13 @@
-"""`archlab generate`: sample text from a checkpoint, streaming it to the terminal (see `archlab.infer.generate`).
+"""`archlab generate`: sample text from a checkpoint, streamed to the terminal (infer/generate.py).
 
-Prompts come from --prompt (repeatable), --prompt-file (one prompt per line; '-' = stdin), or stdin lines
-when it is piped; --interactive reads one prompt per line until EOF or /quit. --report-memory prints, on
-stderr, the KV-cache bytes per token and for the whole context for MHA / GQA / MQA at this model's width,
-the context length at which the cache outweighs the weights, and the measured peak memory.
+Prompts come from --prompt (repeatable), --prompt-file (one prompt per line; '-' = stdin), or stdin
+lines when it is piped; --interactive reads one prompt per line until EOF or /quit. --report-memory
+prints, on stderr, the KV-cache bytes per token and for the whole context for MHA / GQA / MQA at
+this model's width, the context length at which the cache outweighs the weights, and the measured
+peak memory.
 
-The library (torch) is imported in the functions that run, so `archlab generate --help` answers without it.
+The library (torch) is imported in the functions that run, so `archlab generate --help` answers
+without it.
 """
 
 from __future__ import annotations
@@ -26,56 +28,104 @@ if TYPE_CHECKING:
     from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
-DEFAULT_NEW_TOKENS = 128  # without --max-new-tokens: this many, or fewer where the context ends sooner
+# without --max-new-tokens: this many, or fewer where the context ends sooner
+DEFAULT_NEW_TOKENS = 128
 
 
-def fit_default(sampling: SamplingConfig, config: ModelConfig, prompt_len: int, given: bool) -> SamplingConfig:
-    """The default max_new_tokens clipped to the context left after the prompt (with a note on stderr); a
-    value the user gave is kept, so check_context refuses it in one line if it does not fit."""
+def fit_default(
+    sampling: SamplingConfig, config: ModelConfig, prompt_len: int, given: bool
+) -> SamplingConfig:
+    """The default max_new_tokens clipped to the context left after the prompt (with a note on
+    stderr); a value the user gave is kept, so check_context refuses it in one line if it does not
+    fit."""
     from archlab.infer.generate import context_limit
 
     limit = context_limit(config)
     room = None if limit is None or sampling.allow_extrapolation else limit - prompt_len
     if given or room is None or room >= sampling.max_new_tokens or room < 1:
         return sampling
-    sys.stderr.write(f"archlab generate: --max-new-tokens {room} (the default {DEFAULT_NEW_TOKENS} clipped to the "
-                     f"model's {limit}-token context after a {prompt_len}-token prompt)\n")
+    sys.stderr.write(
+        f"archlab generate: --max-new-tokens {room} (the default {DEFAULT_NEW_TOKENS} clipped to "
+        "the "
+        f"model's {limit}-token context after a {prompt_len}-token prompt)\n"
+    )
     return dataclasses.replace(sampling, max_new_tokens=room)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("generate", help="generate text from a checkpoint (streams to the terminal)")
-    p.add_argument("--checkpoint", required=True, help="archlab checkpoint or run folder, or a Hugging Face folder")
+    p = subparsers.add_parser(
+        "generate", help="generate text from a checkpoint (streams to the terminal)"
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="archlab checkpoint or run folder, or a Hugging Face folder",
+    )
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", help="one prompt per line; '-' reads stdin")
-    p.add_argument("--interactive", action="store_true", help="a REPL: one prompt per line, /quit or EOF ends")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit the model's context)")
+    p.add_argument(
+        "--interactive", action="store_true", help="a REPL: one prompt per line, /quit or EOF ends"
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit the model's "
+        "context)",
+    )
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None, help="same seed, same text")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
-    p.add_argument("--token-healing", type=int, nargs="?", const=1, default=0, metavar="N",
-                   help="back the prompt off by N tokens (1 if no N) and let the first new tokens re-spell them, "
-                        "so a prompt ending mid-token continues as in training (kexue.fm/archives/9762)")
-    p.add_argument("--special-tokens", action="store_true", help="show special tokens (<|im_start|>, ...) in the "
-                   "text; by default they are left out, and generation stops at the EOS and end-of-turn tokens")
-    p.add_argument("--allow-extrapolation", action="store_true", help="run past the model's context length")
-    p.add_argument("--logn", action="store_true", help="the log-n query scale max(1, log n / log max_seq_len) at "
-                   "inference only, for a model trained without it (Su, kexue.fm/archives/9708)")
-    p.add_argument("--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the decode step where it measures faster than eager on this machine "
-                        "(a one-off compile of seconds)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="prompts generated together (left-padded)"
+    )
+    p.add_argument(
+        "--token-healing",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        metavar="N",
+        help="back the prompt off by N tokens (1 if no N) and let the first new tokens re-spell "
+        "them, so a prompt ending mid-token continues as in training (kexue.fm/archives/9762)",
+    )
+    p.add_argument(
+        "--special-tokens",
+        action="store_true",
+        help="show special tokens (<|im_start|>, ...) in the "
+        "text; by default they are left out, and generation stops at the EOS and end-of-turn "
+        "tokens",
+    )
+    p.add_argument(
+        "--allow-extrapolation", action="store_true", help="run past the model's context length"
+    )
+    p.add_argument(
+        "--logn",
+        action="store_true",
+        help="the log-n query scale max(1, log n / log max_seq_len) at "
+        "inference only, for a model trained without it (Su, kexue.fm/archives/9708)",
+    )
+    p.add_argument(
+        "--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory"
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step where it measures faster than eager on this machine "
+        "(a one-off compile of seconds)",
+    )
+    p.add_argument(
+        "--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ..."
+    )
     p.set_defaults(func=run_generate)
 
 
 def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
-    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model), or from a
-    Hugging Face model folder (archlab.interop.from_hf, with the folder's tokenizer.json)."""
+    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model),
+    or from a Hugging Face model folder (archlab.interop.from_hf, with the folder's
+    tokenizer.json)."""
     from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
 
     folder = Path(path)
@@ -83,8 +133,10 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
         raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
     if is_hf_folder(folder):
         if not (folder / "tokenizer.json").is_file():
-            raise FileNotFoundError(f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json to encode "
-                                    "prompts with")
+            raise FileNotFoundError(
+                f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json to encode "
+                "prompts with"
+            )
         return from_hf(folder), load_hf_tokenizer(folder)
     from archlab.checkpoint import load_model
 
@@ -92,19 +144,26 @@ def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
-    """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are skipped."""
+    """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are
+    skipped."""
     prompts = list(args.prompt)
     if args.prompt_file:
         if args.prompt_file != "-" and not Path(args.prompt_file).is_file():
-            raise FileNotFoundError(f"--prompt-file {args.prompt_file}: no such file (one prompt per line; "
-                                    "'-' reads stdin)")
-        source = sys.stdin if args.prompt_file == "-" else Path(args.prompt_file).open(encoding="utf-8")
+            raise FileNotFoundError(
+                f"--prompt-file {args.prompt_file}: no such file (one prompt per line; "
+                "'-' reads stdin)"
+            )
+        source = (
+            sys.stdin if args.prompt_file == "-" else Path(args.prompt_file).open(encoding="utf-8")
+        )
         with source:
             prompts += _lines(source)
     elif not prompts and not sys.stdin.isatty():
         prompts = _lines(sys.stdin)
     if not prompts:
-        raise ValueError("no prompt: give --prompt, --prompt-file, pipe prompts on stdin, or use --interactive")
+        raise ValueError(
+            "no prompt: give --prompt, --prompt-file, pipe prompts on stdin, or use --interactive"
+        )
     return prompts
 
 
@@ -123,13 +182,22 @@ def run_generate(args: argparse.Namespace) -> int:
     from archlab.train.hardware import resolve_device
 
     given = args.max_new_tokens is not None
-    sampling = SamplingConfig(max_new_tokens=args.max_new_tokens if given else DEFAULT_NEW_TOKENS,
-                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                              stop=tuple(args.stop), allow_extrapolation=args.allow_extrapolation)
+    sampling = SamplingConfig(
+        max_new_tokens=args.max_new_tokens if given else DEFAULT_NEW_TOKENS,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=tuple(args.stop),
+        allow_extrapolation=args.allow_extrapolation,
+    )
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
     if args.token_healing < 0:
-        raise ValueError(f"--token-healing={args.token_healing} is not allowed: an integer >= 0 (tokens to back off)")
+        raise ValueError(
+            f"--token-healing={args.token_healing} is not allowed: an integer >= 0 (tokens to back "
+            "off)"
+        )
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
     device = resolve_device(args.device)
     if args.compile:
@@ -139,39 +207,72 @@ def run_generate(args: argparse.Namespace) -> int:
         model = with_inference_logn(model)
     model.to(device).eval()
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)  # the report's peak is generation's, not loading's
-    # one decoder for every prompt: the decode layout once, the compiled step and its measurement once; the
-    # command owns the model, so the row-major weights need not be kept for restoring (restore=False)
+        # the report's peak is generation's, not loading's
+        torch.cuda.reset_peak_memory_stats(device)
+    # one decoder for every prompt: the decode layout once, the compiled step and its measurement
+    # once; the command owns the model, so the row-major weights need not be kept for restoring
+    # (restore=False)
     with Decoder(model, args.compile, restore=False) as decoder:
         results = _run(args, decoder, tokenizer, prompts, sampling, given)
     if args.report_memory and results:
-        sys.stderr.write(memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n")
+        sys.stderr.write(
+            memory_report(model, max(results, key=lambda g: g.cache_bytes), device) + "\n"
+        )
     return 0
 
 
-def _run(args: argparse.Namespace, decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str],
-         sampling: SamplingConfig, given: bool) -> list[Generation]:
+def _run(
+    args: argparse.Namespace,
+    decoder: Decoder,
+    tokenizer: TokenizerLike,
+    prompts: list[str],
+    sampling: SamplingConfig,
+    given: bool,
+) -> list[Generation]:
     from archlab.infer.generate import check_context
 
     if args.interactive:
         if args.compile:
-            sys.stderr.write("archlab generate: the decode step compiles (torch.compile) during the first prompt\n")
-        return _interactive(decoder, tokenizer, sampling, given, args.token_healing, args.special_tokens)
+            sys.stderr.write(
+                "archlab generate: the decode step compiles (torch.compile) during the first "
+                "prompt\n"
+            )
+        return _interactive(
+            decoder, tokenizer, sampling, given, args.token_healing, args.special_tokens
+        )
     longest = max(len(tokenizer.encode(prompt)) for prompt in prompts)
     sampling = fit_default(sampling, decoder.model.config, longest, given)
     for prompt in prompts:  # every prompt fits, or nothing is printed at all
-        check_context(decoder.model.config, len(tokenizer.encode(prompt)), sampling.max_new_tokens,
-                      sampling.allow_extrapolation)
-    if args.compile:  # the first batch waits for torch.compile and the measurement: say so, then say what won
-        sys.stderr.write("archlab generate: compiling the decode step (torch.compile, once) and timing it "
-                         "against eager...\n")
+        check_context(
+            decoder.model.config,
+            len(tokenizer.encode(prompt)),
+            sampling.max_new_tokens,
+            sampling.allow_extrapolation,
+        )
+    # the first batch waits for torch.compile and the measurement: say so, then say what won
+    if args.compile:
+        sys.stderr.write(
+            "archlab generate: compiling the decode step (torch.compile, once) and timing it "
+            "against eager...\n"
+        )
     results = []
     for i in range(0, len(prompts), args.batch_size):
-        results.append(_run_batch(decoder, tokenizer, prompts[i : i + args.batch_size], sampling, args.token_healing,
-                                  args.special_tokens))
+        results.append(
+            _run_batch(
+                decoder,
+                tokenizer,
+                prompts[i : i + args.batch_size],
+                sampling,
+                args.token_healing,
+                args.special_tokens,
+            )
+        )
         if args.compile and i == 0:
-            sys.stderr.write(f"archlab generate: decoding {decoder.mode} (measured faster here); the first batch "
-                             f"decoded in {results[0].decode_seconds:.1f} s, compilation included\n")
+            sys.stderr.write(
+                f"archlab generate: decoding {decoder.mode} (measured faster here); the first "
+                "batch "
+                f"decoded in {results[0].decode_seconds:.1f} s, compilation included\n"
+            )
     return results
 
 
@@ -181,25 +282,50 @@ def _stream(row: int, piece: str) -> None:
     sys.stdout.flush()
 
 
-def _run_batch(decoder: Decoder, tokenizer: TokenizerLike, prompts: list[str], sampling: SamplingConfig,
-               token_healing: int = 0, special_tokens: bool = False) -> Generation:
+def _run_batch(
+    decoder: Decoder,
+    tokenizer: TokenizerLike,
+    prompts: list[str],
+    sampling: SamplingConfig,
+    token_healing: int = 0,
+    special_tokens: bool = False,
+) -> Generation:
     from archlab.infer.generate import text_generation
 
     if len(prompts) == 1:  # one prompt: echo it and stream the continuation
         sys.stdout.write(prompts[0])
-        result = text_generation(decoder, tokenizer, prompts, sampling, on_text=_stream, token_healing=token_healing,
-                                 special_tokens=special_tokens)
+        result = text_generation(
+            decoder,
+            tokenizer,
+            prompts,
+            sampling,
+            on_text=_stream,
+            token_healing=token_healing,
+            special_tokens=special_tokens,
+        )
         sys.stdout.write("\n")
         return result
-    result = text_generation(decoder, tokenizer, prompts, sampling, token_healing=token_healing,
-                             special_tokens=special_tokens)
+    result = text_generation(
+        decoder,
+        tokenizer,
+        prompts,
+        sampling,
+        token_healing=token_healing,
+        special_tokens=special_tokens,
+    )
     for prompt, text in zip(prompts, result.texts):
         sys.stdout.write(f"{prompt}{text}\n\n")
     return result
 
 
-def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingConfig, given: bool,
-                 token_healing: int = 0, special_tokens: bool = False) -> list[Generation]:
+def _interactive(
+    decoder: Decoder,
+    tokenizer: TokenizerLike,
+    sampling: SamplingConfig,
+    given: bool,
+    token_healing: int = 0,
+    special_tokens: bool = False,
+) -> list[Generation]:
     from archlab.infer.generate import check_context
 
     results = []
@@ -213,11 +339,19 @@ def _interactive(decoder: Decoder, tokenizer: TokenizerLike, sampling: SamplingC
             return results
         if line.strip():
             prompt = line.rstrip("\r\n")
-            fitted = fit_default(sampling, decoder.model.config, len(tokenizer.encode(prompt)), given)
+            fitted = fit_default(
+                sampling, decoder.model.config, len(tokenizer.encode(prompt)), given
+            )
             try:  # a prompt too long for the context is reported, and the session goes on
-                check_context(decoder.model.config, len(tokenizer.encode(prompt)), fitted.max_new_tokens,
-                              fitted.allow_extrapolation)
+                check_context(
+                    decoder.model.config,
+                    len(tokenizer.encode(prompt)),
+                    fitted.max_new_tokens,
+                    fitted.allow_extrapolation,
+                )
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")
                 continue
-            results.append(_run_batch(decoder, tokenizer, [prompt], fitted, token_healing, special_tokens))
+            results.append(
+                _run_batch(decoder, tokenizer, [prompt], fitted, token_healing, special_tokens)
+            )

@@ -1,8 +1,9 @@
 """`archlab train`: resolve the run config (defaults < preset < --config YAML < flags) and train.
 
-The common case stays short: `archlab train --preset llama --size tiny --data FILE --steps 200 --out RUN`.
-Every other knob is a `--section.field value` flag generated from `TrainConfig` (`--optimizer.lr 3e-4`,
-`--model.n_layers 4`); the few named flags below are aliases for the most used keys.
+The common case stays short: `archlab train --preset llama --size tiny --data FILE --steps 200 --out
+RUN`. Every other knob is a `--section.field value` flag generated from `TrainConfig`
+(`--optimizer.lr 3e-4`, `--model.n_layers 4`); the few named flags below are aliases for the most
+used keys.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from archlab.train.lock import check_folder
 if TYPE_CHECKING:
     from archlab.nn.model import TransformerLM
 
-# the flags and --help come from the config dataclasses alone (torch-free); the trainer, checkpoints and interop
-# import torch, so they are imported where a run starts, not when the parser is built
+# the flags and --help come from the config dataclasses alone (torch-free); the trainer, checkpoints
+# and interop import torch, so they are imported where a run starts, not when the parser is built
 
 # named flag (argparse dest) -> the config key it sets
 ALIASES = {
@@ -47,45 +48,79 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # so --data.batch_size is never mistaken for --data
     )
-    parser.add_argument("--config", help="YAML run config, e.g. configs/tiny-llama.yaml (flags override it)")
+    parser.add_argument(
+        "--config", help="YAML run config, e.g. configs/tiny-llama.yaml (flags override it)"
+    )
     for dest, key in ALIASES.items():  # generated from the config's fields: no help written by hand
         parser.add_argument(f"--{dest.replace('_', '-')}", dest=dest, help=alias_help(key))
-    parser.add_argument("--resume", action="store_true", help="continue --out from its latest checkpoint")
-    parser.add_argument("--extend", action="store_true",
-                        help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)")
-    parser.add_argument("--init-from", help="start from the weights of a Hugging Face folder or an archlab "
-                        "checkpoint (recorded as init_from in the run's config; validated at step 0); --model.FIELD "
-                        "changes switches where a principled mapping exists (fewer KV heads, RoPE scaling, "
-                        "max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue --out from its latest checkpoint"
+    )
+    parser.add_argument(
+        "--extend",
+        action="store_true",
+        help="with --resume: stretch the lr schedule to a larger --steps (docs/training.md)",
+    )
+    parser.add_argument(
+        "--init-from",
+        help="start from the weights of a Hugging Face folder or an archlab "
+        "checkpoint (recorded as init_from in the run's config; validated at step 0); "
+        "--model.FIELD "
+        "changes switches where a principled mapping exists (fewer KV heads, RoPE scaling, "
+        "max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)",
+    )
     parser.set_defaults(func=run, accepts_overrides=True)
 
 
 def run(args: argparse.Namespace) -> int:
     flags = parse_flags(list(args.overrides or []))
-    flags.update({key: getattr(args, dest) for dest, key in ALIASES.items() if getattr(args, dest) is not None})
+    flags.update(
+        {
+            key: getattr(args, dest)
+            for dest, key in ALIASES.items()
+            if getattr(args, dest) is not None
+        }
+    )
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
-    if any("init_from" in layer for layer in layers):  # a config key alone would record weights never loaded
-        raise ValueError("init_from is set by --init-from PATH, which also loads the weights; not as a config key")
+    # a config key alone would record weights never loaded
+    if any("init_from" in layer for layer in layers):
+        raise ValueError(
+            "init_from is set by --init-from PATH, which also loads the weights; not as a config "
+            "key"
+        )
     if args.extend and not args.resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
     out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
     if out is not None:  # a file as the run folder: one line, not mkdir's traceback
         check_folder(Path(str(out)))
-    if not args.resume:  # a missing corpus in one line, before a model is loaded (a resumed run reads its own data)
-        check_source(str(next((layer["data.source"] for layer in reversed(layers) if "data.source" in layer),
-                              DataConfig().source)))
+    # a missing corpus in one line, before a model is loaded (a resumed run reads its own data)
+    if not args.resume:
+        check_source(
+            str(
+                next(
+                    (layer["data.source"] for layer in reversed(layers) if "data.source" in layer),
+                    DataConfig().source,
+                )
+            )
+        )
     init = None
     if args.init_from:
         if args.resume:
-            raise ValueError("--init-from starts a new run and --resume continues one: give one of them")
+            raise ValueError(
+                "--init-from starts a new run and --resume continues one: give one of them"
+            )
         train_cfg, model_cfg, init = init_from(args.init_from, layers)
     elif not args.resume:
         train_cfg, model_cfg = resolve_config(layers)
     else:  # every refusal comes before any data, model or folder is touched
         train_cfg, model_cfg, step = resumed_config(layers, args.extend)
-        if step == train_cfg.steps:  # nothing left: a finished run resumes to itself (the README's order)
-            print(f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to resume; to train "
-                  f"longer: --resume --steps N --extend (N > {step})")
+        # nothing left: a finished run resumes to itself (the README's order)
+        if step == train_cfg.steps:
+            print(
+                f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to "
+                "resume; to train "
+                f"longer: --resume --steps N --extend (N > {step})"
+            )
             return 0
         init = lora_base(train_cfg, model_cfg)
     from archlab.train.trainer import TrainingDiverged, train  # torch: imported once a run starts
@@ -99,26 +134,31 @@ def run(args: argparse.Namespace) -> int:
         val = f"{result.val_loss:.4f}" if result.val_loss is not None else "-"
         loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "-"
         stopped = f" (stopped by {result.interrupted})" if result.interrupted else ""
-        print(f"step {result.step}{stopped}: train loss {loss}, val loss {val}, "
-              f"{result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}")
+        print(
+            f"step {result.step}{stopped}: train loss {loss}, val loss {val}, "
+            f"{result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}"
+        )
     return 0
 
 
 def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, TransformerLM]:
-    """The run config with the source model's config under the user's layers (so `--model.FIELD` changes it
-    and data.tokenizer defaults to the source's tokenizer.json), and the source weights adapted to it."""
+    """The run config with the source model's config under the user's layers (so `--model.FIELD`
+    changes it and data.tokenizer defaults to the source's tokenizer.json), and the source weights
+    adapted to it."""
     from archlab.interop.surgery import adapt, load_source
 
     source, tokenizer_file = load_source(path)
-    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {"data.tokenizer": str(tokenizer_file),
-                                                                           "init_from": str(path)}
+    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {
+        "data.tokenizer": str(tokenizer_file),
+        "init_from": str(path),
+    }
     train_cfg, model_cfg = resolve_config([base, *layers])
     return train_cfg, model_cfg, adapt(source, model_cfg)
 
 
 def resumed_config(layers: list[dict], extend: bool) -> tuple[TrainConfig, ModelConfig, int]:
-    """The config a `--resume` continues with (the latest checkpoint's, the user's layers on top), checked, and the
-    step it resumes from."""
+    """The config a `--resume` continues with (the latest checkpoint's, the user's layers on top),
+    checked, and the step it resumes from."""
     from archlab.checkpoint import latest_checkpoint, read_run_config
     from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
 
@@ -133,18 +173,23 @@ def resumed_config(layers: list[dict], extend: bool) -> tuple[TrainConfig, Model
 
 
 def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM | None:
-    """The frozen base a resumed LoRA run from `init_from` continues on, rebuilt from that source as the run began
-    (the trainer then checks its sha256 against the checkpoint's); None for every other run."""
+    """The frozen base a resumed LoRA run from `init_from` continues on, rebuilt from that source as
+    the run began (the trainer then checks its sha256 against the checkpoint's); None for every
+    other run."""
     source = train_cfg.init_from
     if not (train_cfg.lora_rank and source):
         return None
     from archlab.interop.surgery import adapt, load_source
 
     if not os.path.exists(source):
-        raise FileNotFoundError(f"--resume: LoRA run {train_cfg.out} was started from {source}, which is missing; "
-                                "its checkpoints hold the adapters, not the base: restore the source at that path, "
-                                f"or start a new run with --init-from {train_cfg.out}")
+        raise FileNotFoundError(
+            f"--resume: LoRA run {train_cfg.out} was started from {source}, which is missing; "
+            "its checkpoints hold the adapters, not the base: restore the source at that path, "
+            f"or start a new run with --init-from {train_cfg.out}"
+        )
     try:
         return adapt(load_source(source)[0], model_cfg)
     except (OSError, ValueError) as err:
-        raise ValueError(f"--resume: the base of LoRA run {train_cfg.out}, {source}, cannot be loaded: {err}") from err
+        raise ValueError(
+            f"--resume: the base of LoRA run {train_cfg.out}, {source}, cannot be loaded: {err}"
+        ) from err

@@ -1,9 +1,11 @@
 """Corpora: where training text comes from, as an ordered stream of documents.
 
-- a text file, or a folder read recursively in sorted relative-path order (hidden entries, `__pycache__`
-  and binary files -- a NUL byte in the first 8 KiB, git's rule -- are skipped); one file is one document;
+- a text file, or a folder read recursively in sorted relative-path order (hidden entries,
+  `__pycache__` and binary files -- a NUL byte in the first 8 KiB, git's rule -- are skipped); one
+  file is one document;
 - JSONL (`*.jsonl`, alone or inside a folder): one document per line, from the field `text_field`;
-- `stdlib`: the running Python's standard library `.py` files (no site-packages, no test folders), offline;
+- `stdlib`: the running Python's standard library `.py` files (no site-packages, no test folders),
+  offline;
 - `hf:NAME` or `hf:NAME:CONFIG`: the `train` split of a Hugging Face hub dataset (needs `datasets`);
 - `passkey`: synthetic passkey-retrieval documents of 256 characters (data/passkey.py).
 Non-UTF-8 bytes decode to U+FFFD and are counted. `data.py` turns a corpus into token memmaps.
@@ -28,7 +30,8 @@ STDLIB = "stdlib"
 HF_PREFIX = "hf:"
 BINARY_SNIFF = 8192  # bytes searched for NUL to call a file binary (git's heuristic)
 SKIPPED_DIRS = {"__pycache__", "site-packages", "dist-packages"}
-STDLIB_TEST_DIRS = {"test", "tests", "idle_test"}  # skipped: some hold deliberately broken encodings
+# skipped: some hold deliberately broken encodings
+STDLIB_TEST_DIRS = {"test", "tests", "idle_test"}
 
 Document = tuple[str, int]  # (text, bytes of source it came from, for the progress bar)
 
@@ -63,7 +66,8 @@ class FileCorpus:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             text = raw.decode("utf-8", errors="replace")
-            # U+FFFD already present in the source is valid UTF-8 (EF BF BD) and is not a replacement.
+            # U+FFFD already present in the source is valid UTF-8 (EF BF BD) and is not a
+            # replacement.
             self.replaced += text.count("\ufffd") - raw.count(b"\xef\xbf\xbd")
             return text
 
@@ -106,7 +110,9 @@ class HubCorpus:
 
     def fingerprint(self) -> str:
         fingerprint = getattr(self.dataset, "_fingerprint", "")  # datasets' own content hash
-        return hashlib.sha256(f"hf\0{self.spec}\0{self.text_field}\0{fingerprint}".encode()).hexdigest()
+        return hashlib.sha256(
+            f"hf\0{self.spec}\0{self.text_field}\0{fingerprint}".encode()
+        ).hexdigest()
 
     def documents(self) -> Iterator[Document]:
         for rows in self.dataset.iter(batch_size=1000):
@@ -129,11 +135,16 @@ def _is_binary(file: Path) -> bool:
 
 
 def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) -> list[Path]:
-    """Files under `folder` in sorted relative-path order, skipping hidden, cache and binary files."""
+    """Files under `folder` in sorted relative-path order, skipping hidden, cache and binary
+    files."""
     files, binary = [], 0
     for parent, dirs, names in os.walk(folder):
         # Prune in place so os.walk never descends into site-packages and friends.
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS and d not in skip_dirs]
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".") and d not in SKIPPED_DIRS and d not in skip_dirs
+        ]
         for name in names:
             path = Path(parent) / name
             if name.startswith(".") or not name.endswith(suffix) or not path.is_file():
@@ -144,37 +155,48 @@ def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) 
             files.append(path)
     if binary:
         logger.info(
-            "skipped %d binary files under %s (NUL byte in the first %d bytes)", binary, folder, BINARY_SNIFF
+            "skipped %d binary files under %s (NUL byte in the first %d bytes)",
+            binary,
+            folder,
+            BINARY_SNIFF,
         )
     return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
 
 
 def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
-    """The running Python's standard library `.py` files (root, sorted files): a corpus on any machine."""
+    """The running Python's standard library `.py` files (root, sorted files): a corpus on any
+    machine."""
     root = Path(sysconfig.get_paths()["stdlib"])
     return root, list_files(root, ".py", () if include_tests else STDLIB_TEST_DIRS)
 
 
 def check_source(data: str) -> None:
-    """Refuse, in one line and before anything is read or logged, a corpus that cannot be: a path that does not
-    exist, an empty file, a folder with no non-empty text file, or `hf:NAME` without the `datasets` package (the
-    name itself is the hub's to answer). Cheap: a folder is walked only up to its first usable file."""
+    """Refuse, in one line and before anything is read or logged, a corpus that cannot be: a path
+    that does not exist, an empty file, a folder with no non-empty text file, or `hf:NAME` without
+    the `datasets` package (the name itself is the hub's to answer). Cheap: a folder is walked only
+    up to its first usable file."""
     if data in (PASSKEY, STDLIB):
         return
     if data.startswith(HF_PREFIX):
         if importlib.util.find_spec("datasets") is None:
-            raise ValueError(f"--data {data} needs the optional package 'datasets' (pip install datasets)")
+            raise ValueError(
+                f"--data {data} needs the optional package 'datasets' (pip install datasets)"
+            )
         return
     path = Path(data).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"corpus path {data} does not exist (expected a text/JSONL file, a folder, a "
-                                f"prepared data folder, '{STDLIB}', '{PASSKEY}' or 'hf:NAME')")
+        raise FileNotFoundError(
+            f"corpus path {data} does not exist (expected a text/JSONL file, a folder, a "
+            f"prepared data folder, '{STDLIB}', '{PASSKEY}' or 'hf:NAME')"
+        )
     if (path / "meta.json").is_file():  # a prepared folder: its own checks (data/tokens.py) apply
         return
     if path.is_file() and path.stat().st_size == 0:
         raise ValueError(f"corpus {data} is empty (0 bytes): give a file with text in it")
     if path.is_dir() and _first_text_file(path) is None:
-        raise ValueError(f"corpus {data} holds no readable text files (every file is empty, hidden or binary)")
+        raise ValueError(
+            f"corpus {data} holds no readable text files (every file is empty, hidden or binary)"
+        )
 
 
 def _first_text_file(folder: Path) -> Path | None:
@@ -183,7 +205,12 @@ def _first_text_file(folder: Path) -> Path | None:
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS]
         for name in names:
             path = Path(parent) / name
-            if not name.startswith(".") and path.is_file() and path.stat().st_size and not _is_binary(path):
+            if (
+                not name.startswith(".")
+                and path.is_file()
+                and path.stat().st_size
+                and not _is_binary(path)
+            ):
                 return path
     return None
 

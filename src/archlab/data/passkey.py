@@ -2,9 +2,9 @@
 
 The format of Mohtashami and Jaggi ("Landmark Attention", arXiv 2305.16300, appendix), which later
 context-extension papers (Position Interpolation, YaRN) use: repeated filler sentences, the needle
-"The pass key is N. Remember it. N is the pass key." at a chosen depth, and the question "What is the pass
-key? The pass key is" whose continuation must be N. Lengths are in characters, which are tokens under the
-byte tokenizer.
+"The pass key is N. Remember it. N is the pass key." at a chosen depth, and the question "What is
+the pass key? The pass key is" whose continuation must be N. Lengths are in characters, which are
+tokens under the byte tokenizer.
 
 `PasskeyCorpus` (`--data passkey`) is a synthetic training corpus of such documents, seeded and so
 reproducible, for teaching a small model the task at a short length and measuring it far beyond
@@ -18,7 +18,9 @@ import random
 from collections.abc import Iterator
 
 PASSKEY = "passkey"  # the corpus spec
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+FILLER = (
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+)
 QUESTION = "What is the pass key? The pass key is "
 KEY_DIGITS = 5
 
@@ -28,16 +30,19 @@ def needle(key: str) -> str:
 
 
 def min_length() -> int:
-    """The shortest passkey prompt in characters: the needle of a KEY_DIGITS-digit key and the question."""
+    """The shortest passkey prompt in characters: the needle of a KEY_DIGITS-digit key and the
+    question."""
     return len(needle("0" * KEY_DIGITS)) + len(QUESTION)
 
 
 def passkey_prompt(length: int, depth: float, key: str) -> str:
-    """A prompt of exactly `length` characters ending with QUESTION, the needle starting at fraction `depth`
-    (0 = first, 1 = last) of the filler."""
+    """A prompt of exactly `length` characters ending with QUESTION, the needle starting at fraction
+    `depth` (0 = first, 1 = last) of the filler."""
     room = length - len(needle(key)) - len(QUESTION)
     if room < 0:
-        raise ValueError(f"passkey length {length} is too short: at least {len(needle(key)) + len(QUESTION)}")
+        raise ValueError(
+            f"passkey length {length} is too short: at least {len(needle(key)) + len(QUESTION)}"
+        )
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"passkey depth {depth} is not allowed: a fraction in [0, 1]")
     filler = FILLER * (room // len(FILLER) + 1)
@@ -50,7 +55,8 @@ def random_key(rng: random.Random) -> str:
 
 
 class PasskeyCorpus:
-    """`documents` passkey documents of `length` characters (prompt + key + "."), random depths and keys."""
+    """`documents` passkey documents of `length` characters (prompt + key + "."), random depths and
+    keys."""
 
     def __init__(self, documents: int = 20000, length: int = 256, seed: int = 0) -> None:
         self.spec, self.n_docs, self.length, self.seed = PASSKEY, documents, length, seed
@@ -58,7 +64,9 @@ class PasskeyCorpus:
         self.replaced = 0
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(f"passkey\0{self.n_docs}\0{self.length}\0{self.seed}\0{FILLER}".encode()).hexdigest()
+        return hashlib.sha256(
+            f"passkey\0{self.n_docs}\0{self.length}\0{self.seed}\0{FILLER}".encode()
+        ).hexdigest()
 
     def documents(self) -> Iterator[tuple[str, int]]:
         rng = random.Random(self.seed)

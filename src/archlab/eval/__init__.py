@@ -1,1 +1,1 @@
-"""Evaluations of trained models: loss against context length per RoPE extension method (`length`)."""
+"""Evaluations of trained models: loss against context length per RoPE method (`length`)."""

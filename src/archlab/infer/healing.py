@@ -1,20 +1,22 @@
-"""Token healing: continue a prompt that ends mid-token as the training text would have continued it.
+"""Token healing: continue a prompt that ends mid-token as the training text would have.
 
-A large vocabulary merges frequent strings ("import numpy as np" may be one token), so the greedy tokenisation
-of a prompt cut mid-word is one the model never saw followed by the rest of the word (Su, "a problem of
-large-vocabulary LMs in continuation", https://kexue.fm/archives/9762; Lundberg & Ribeiro's "prompt
-boundary" and guidance's token healing; llama.cpp's simple-token-healing rolls back N tokens). The remedy:
-back the prompt off by N tokens and let the first generated tokens re-spell the removed bytes R.
+A large vocabulary merges frequent strings ("import numpy as np" may be one token), so the greedy
+tokenisation of a prompt cut mid-word is one the model never saw followed by the rest of the word
+(Su, "a problem of large-vocabulary LMs in continuation", https://kexue.fm/archives/9762; Lundberg &
+Ribeiro's "prompt boundary" and guidance's token healing; llama.cpp's simple-token-healing rolls
+back N tokens). The remedy: back the prompt off by N tokens and let the first generated tokens
+re-spell the removed bytes R.
 
 Which tokens a constrained step allows, with R' the removed bytes not yet re-spelled (`allowed`):
 - every token whose bytes start with R' (it completes R' and may run past it: the healed merge), and
-- every token whose bytes are a proper prefix of R' ending on one of the prompt's own token boundaries (the
-  removed tokens themselves, or merges of whole removed tokens), after which R' shrinks.
-So N = 1 allows exactly the tokens extending the last one (Su's and guidance's rule, the token itself
-included), and a prompt ending on a clean boundary with nothing longer in the vocabulary is unchanged. The
-allowed sets come from a byte-level trie over the vocabulary (`ByteTrie`), keyed by raw bytes: a ByteLevel
-tokenizer's characters are mapped back to bytes (data/tokenizer.py `Tokenizer.token_bytes`). Special tokens
-have no bytes and are never allowed while healing.
+- every token whose bytes are a proper prefix of R' ending on one of the prompt's own token
+  boundaries (the removed tokens themselves, or merges of whole removed tokens), after which R'
+  shrinks.
+So N = 1 allows exactly the tokens extending the last one (Su's and guidance's rule, the token
+itself included), and a prompt ending on a clean boundary with nothing longer in the vocabulary is
+unchanged. The allowed sets come from a byte-level trie over the vocabulary (`ByteTrie`), keyed by
+raw bytes: a ByteLevel tokenizer's characters are mapped back to bytes (data/tokenizer.py
+`Tokenizer.token_bytes`). Special tokens have no bytes and are never allowed while healing.
 
 Shapes: B batch, V vocabulary.
 """
@@ -35,13 +37,15 @@ class _Node:
 
 
 class ByteTrie:
-    """The vocabulary's byte strings in a trie: which tokens extend a byte string, which are its prefixes."""
+    """The vocabulary's byte strings in a trie: which tokens extend a byte string, which are its
+    prefixes."""
 
     def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
         self.vocab_size = len(token_bytes)
         self.root = _Node()
         for token, data in enumerate(token_bytes):
-            if not data:  # special tokens (None) and empty strings are never part of a healed spelling
+            # special tokens (None) and empty strings are never part of a healed spelling
+            if not data:
                 continue
             node = self.root
             for byte in data:
@@ -59,8 +63,9 @@ class ByteTrie:
         return node.below
 
     def allowed(self, rest: bytes, cuts: Sequence[int]) -> tuple[list[int], dict[int, int]]:
-        """(the tokens a step may take, {token: bytes it consumes}) for the remaining bytes `rest`; `cuts` are
-        the lengths into `rest` where the prompt had a token boundary (proper prefixes may end only there)."""
+        """(the tokens a step may take, {token: bytes it consumes}) for the remaining bytes `rest`;
+        `cuts` are the lengths into `rest` where the prompt had a token boundary (proper prefixes
+        may end only there)."""
         consumed, node = {}, self.root
         cut_set = set(cuts)
         for depth, byte in enumerate(rest):
@@ -81,9 +86,12 @@ class _Row:
 
 
 class Healing:
-    """Per-row healing state through the first decode steps: masks the logits, then advances on the sample."""
+    """Per-row healing state through the first decode steps: masks the logits, then advances on the
+    sample."""
 
-    def __init__(self, trie: ByteTrie, removed: Sequence[bytes], cuts: Sequence[Sequence[int]]) -> None:
+    def __init__(
+        self, trie: ByteTrie, removed: Sequence[bytes], cuts: Sequence[Sequence[int]]
+    ) -> None:
         self.trie = trie
         self.rows = [_Row(r, list(c)) for r, c in zip(removed, cuts)]
         self._consumed: list[dict[int, int] | None] = []
@@ -93,7 +101,8 @@ class Healing:
         return any(row.rest for row in self.rows)
 
     def mask(self) -> torch.Tensor:
-        """(B, V) True where a token is allowed this step (every token for rows that are healed already)."""
+        """(B, V) True where a token is allowed this step (every token for rows that are healed
+        already)."""
         mask = torch.ones(len(self.rows), self.trie.vocab_size, dtype=torch.bool)
         self._consumed = []
         for b, row in enumerate(self.rows):
@@ -107,11 +116,13 @@ class Healing:
         return mask
 
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits (B, V) with the disallowed tokens at -inf: sampling renormalises over the allowed ones."""
+        """logits (B, V) with the disallowed tokens at -inf: sampling renormalises over the allowed
+        ones."""
         return logits.masked_fill(~self.mask().to(logits.device), float("-inf"))  # (B, V)
 
     def advance(self, tokens: list[int]) -> None:
-        """Record each row's sampled token: it consumes a prefix of the removed bytes, or all of them."""
+        """Record each row's sampled token: it consumes a prefix of the removed bytes, or all of
+        them."""
         for row, consumed, token in zip(self.rows, self._consumed, tokens):
             if consumed is None:
                 continue
@@ -120,10 +131,13 @@ class Healing:
             row.cuts = [c - used for c in row.cuts if c > used]
 
 
-def back_off(prompt: list[int], n: int, token_bytes: Sequence[bytes | None]) -> tuple[int, bytes, list[int]]:
-    """How many tokens to remove from `prompt` (at most n, always leaving one), the removed bytes R, and the
-    token boundaries inside R. Special tokens are never removed; the back-off stops short of splitting a UTF-8
-    character between what stays and R, so R is whole characters of the prompt text."""
+def back_off(
+    prompt: list[int], n: int, token_bytes: Sequence[bytes | None]
+) -> tuple[int, bytes, list[int]]:
+    """How many tokens to remove from `prompt` (at most n, always leaving one), the removed bytes R,
+    and the token boundaries inside R. Special tokens are never removed; the back-off stops short of
+    splitting a UTF-8 character between what stays and R, so R is whole characters of the prompt
+    text."""
     k = 0
     while k < min(n, len(prompt) - 1) and token_bytes[prompt[-k - 1]]:
         k += 1

@@ -1,5 +1,6 @@
-"""Streaming detokenization: tokens in, confirmed text out, never half a UTF-8 character and never text
-that may still turn out to start a stop string (stop strings are matched in O(1) Python work per token).
+"""Streaming detokenization: tokens in, confirmed text out, never half a UTF-8 character and never
+text that may still turn out to start a stop string (stop strings are matched in O(1) Python work
+per token).
 """
 
 from __future__ import annotations
@@ -7,21 +8,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-MAX_PENDING_TOKENS = 8  # a UTF-8 character spans <= 4 byte tokens; longer unfinished tails are invalid bytes
+# a UTF-8 character spans <= 4 byte tokens; longer unfinished tails are invalid bytes
+MAX_PENDING_TOKENS = 8
 
 
 class TextStream:
     """Turns one row's tokens into text as they come (the incremental detokenizer of vLLM).
 
-    Each push decodes only the few tokens since the last confirmed text, together with the token before
-    them (tokenizers such as SentencePiece drop a leading space at the start of a decode), so the work per
-    token does not grow with the text. Text is held back while it ends in an unfinished UTF-8 character or
-    might be the beginning of a stop string.
+    Each push decodes only the few tokens since the last confirmed text, together with the token
+    before them (tokenizers such as SentencePiece drop a leading space at the start of a decode), so
+    the work per token does not grow with the text. Text is held back while it ends in an unfinished
+    UTF-8 character or might be the beginning of a stop string.
     """
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = (), skip: int = 0) -> None:
+    def __init__(
+        self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = (), skip: int = 0
+    ) -> None:
         self.decode, self.stop = decode, stop
-        self.skip = skip  # leading characters that are not new text (token healing re-spells the prompt's tail)
+        # leading characters that are not new text (token healing re-spells the prompt's tail)
+        self.skip = skip
         self.hold = max((len(s) for s in stop), default=1) - 1  # chars that may start a stop string
         self.ids: list[int] = []
         self.prefix_offset = self.read_offset = 0
@@ -36,14 +41,17 @@ class TextStream:
         self.ids.append(token)
         prefix = self.decode(self.ids[self.prefix_offset : self.read_offset])
         text = self.decode(self.ids[self.prefix_offset :])
-        unfinished = text.endswith("\ufffd") and len(self.ids) - self.read_offset < MAX_PENDING_TOKENS
+        unfinished = (
+            text.endswith("\ufffd") and len(self.ids) - self.read_offset < MAX_PENDING_TOKENS
+        )
         if len(text) <= len(prefix) or unfinished:
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         return self._emit(self.held + self._skipped(text[len(prefix) :]))
 
     def _skipped(self, piece: str) -> str:
-        """`piece` without what is left of the `skip` leading characters (before stop strings are matched)."""
+        """`piece` without what is left of the `skip` leading characters (before stop strings are
+        matched)."""
         cut = min(self.skip, len(piece))
         self.skip -= cut
         return piece[cut:]
@@ -62,7 +70,8 @@ class TextStream:
         return text
 
     def finish(self) -> str:
-        """The row has ended: flush held-back text and any unfinished tail (as replacement characters)."""
+        """The row has ended: flush held-back text and any unfinished tail (as replacement
+        characters)."""
         if self.stopped:
             return ""
         tail = ""

@@ -1,9 +1,9 @@
-"""Hugging Face `config.json` <-> `ModelConfig`: one engine driven by the per-family tables in `families/`.
+"""Hugging Face `config.json` <-> `ModelConfig`: one engine driven by the tables of `families/`.
 
-`config_from_hf` reads a family's keys, RoPE (hf_rope.py: both config dialects, per-layer-type and NoPE
-layers) and sliding-window layout, and refuses any value the table cannot map exactly. `config_to_hf` writes
-the same keys back; `config_diff` reads that output again and compares the two configs field by field, so
-export names every switch a family cannot carry.
+`config_from_hf` reads a family's keys, RoPE (hf_rope.py: both config dialects, per-layer-type and
+NoPE layers) and sliding-window layout, and refuses any value the table cannot map exactly.
+`config_to_hf` writes the same keys back; `config_diff` reads that output again and compares the two
+configs field by field, so export names every switch a family cannot carry.
 """
 
 from __future__ import annotations
@@ -29,27 +29,54 @@ from archlab.interop.family import (
 from archlab.interop.hf_rope import canonical_rope, read_rope, rope_refusal, write_rope
 from archlab.nn.config import ModelConfig
 
-# ------------------------------------------------------------------------------ config.json <-> ModelConfig
-# config.json keys that change the function when set; a family that does not read one refuses a non-neutral
-# value instead of ignoring it (value -> neutral values). `layer_types` is neutral when every layer is full.
+# ------------------------------------------------------------------------------ config.json <->
+# ModelConfig config.json keys that change the function when set; a family that does not read one
+# refuses a non-neutral value instead of ignoring it (value -> neutral values). `layer_types` is
+# neutral when every layer is full.
 FEATURE_KEYS: dict[str, tuple[Any, ...]] = {
-    "attention_bias": (False,), "mlp_bias": (False,), "use_bias": (False,), "use_qkv_bias": (False,),
-    "qk_layernorm": (False,), "use_qk_norm": (False,), "use_parallel_residual": (False,), "clip_qkv": (None,),
-    "sliding_window": (None,), "use_sliding_window": (False,), "attn_logit_softcapping": (None,),
-    "final_logit_softcapping": (None,), "query_pre_attn_scalar": (None,), "partial_rotary_factor": (None, 1.0),
-    "rotary_pct": (None, 1.0), "rotary_dim": (None,), "scale_attn_by_inverse_layer_idx": (False,),
-    "logit_scale": (None, 1.0), "alibi": (False,), "use_bidirectional_attention": (None, False),
-    "embedding_multiplier": (None, 1.0), "residual_multiplier": (None, 1.0), "attention_multiplier": (None,),
-    "logits_scaling": (None, 1.0), "rope_scaling": (None, {}),
+    "attention_bias": (False,),
+    "mlp_bias": (False,),
+    "use_bias": (False,),
+    "use_qkv_bias": (False,),
+    "qk_layernorm": (False,),
+    "use_qk_norm": (False,),
+    "use_parallel_residual": (False,),
+    "clip_qkv": (None,),
+    "sliding_window": (None,),
+    "use_sliding_window": (False,),
+    "attn_logit_softcapping": (None,),
+    "final_logit_softcapping": (None,),
+    "query_pre_attn_scalar": (None,),
+    "partial_rotary_factor": (None, 1.0),
+    "rotary_pct": (None, 1.0),
+    "rotary_dim": (None,),
+    "scale_attn_by_inverse_layer_idx": (False,),
+    "logit_scale": (None, 1.0),
+    "alibi": (False,),
+    "use_bidirectional_attention": (None, False),
+    "embedding_multiplier": (None, 1.0),
+    "residual_multiplier": (None, 1.0),
+    "attention_multiplier": (None,),
+    "logits_scaling": (None, 1.0),
+    "rope_scaling": (None, {}),
 }
-# Fields that do not change a trained model's function: carried where a family has a key, never a reason to
-# refuse an export. `bias` is resolved into attn_bias / mlp_bias, which are compared.
-TRAINING_ONLY = ("dropout", "attn_dropout", "init", "attn_impl", "d_ff_multiple_of", "bias", "parallel_fused",
-                 "tied_embed_init")
+# Fields that do not change a trained model's function: carried where a family has a key, never a
+# reason to refuse an export. `bias` is resolved into attn_bias / mlp_bias, which are compared.
+TRAINING_ONLY = (
+    "dropout",
+    "attn_dropout",
+    "init",
+    "attn_impl",
+    "d_ff_multiple_of",
+    "bias",
+    "parallel_fused",
+    "tied_embed_init",
+)
 
 
 def config_from_hf(hf: dict[str, Any], family: Family) -> ModelConfig:
-    """The ModelConfig of a family's config.json; any value the table cannot map exactly is refused by name."""
+    """The ModelConfig of a family's config.json; any value the table cannot map exactly is refused
+    by name."""
     hf = text_part(hf, family)
     fields: dict[str, Any] = dict(family.fixed)
     for key, spec in family.keys.items():
@@ -61,8 +88,15 @@ def config_from_hf(hf: dict[str, Any], family: Family) -> ModelConfig:
     consumed = set(family.keys)
     if family.rope is not None:
         fields |= read_rope(hf, family, fields)
-        consumed |= {"rope_scaling", "partial_rotary_factor", family.rope.fraction_key, family.rope.rotary_dim_key,
-                     family.rope.local_theta_key, family.rope.nope_layers_key, family.rope.nope_interval_key}
+        consumed |= {
+            "rope_scaling",
+            "partial_rotary_factor",
+            family.rope.fraction_key,
+            family.rope.rotary_dim_key,
+            family.rope.local_theta_key,
+            family.rope.nope_layers_key,
+            family.rope.nope_interval_key,
+        }
     if family.window != "none":
         fields |= _read_window(hf, family, fields["n_layers"])
         consumed |= {"sliding_window", "layer_types", "use_sliding_window", "max_window_layers"}
@@ -70,21 +104,34 @@ def config_from_hf(hf: dict[str, Any], family: Family) -> ModelConfig:
         value = hf.get(key)
         if key not in hf or key in consumed or value in neutral:
             continue
-        raise unsupported(family, key, value, f"the {family.model_type} table does not map it (it reads "
-                           f"{', '.join(sorted(family.keys))})")
+        raise unsupported(
+            family,
+            key,
+            value,
+            f"the {family.model_type} table does not map it (it reads "
+            f"{', '.join(sorted(family.keys))})",
+        )
     if set(hf.get("layer_types") or [FULL]) != {FULL} and "layer_types" not in consumed:
-        raise unsupported(family, "layer_types", hf["layer_types"], "this family has no sliding-window layers")
+        raise unsupported(
+            family, "layer_types", hf["layer_types"], "this family has no sliding-window layers"
+        )
     try:
         return ModelConfig(**fields)
     except ValueError as err:
-        raise InteropError(f"config.json of model_type {family.model_type!r} maps to an invalid config: {err}") from err
+        raise InteropError(
+            f"config.json of model_type {family.model_type!r} maps to an invalid config: {err}"
+        ) from err
 
 
-def _read_key(hf: dict[str, Any], key: str, spec: Key, family: Family, fields: dict[str, Any]) -> None:
+def _read_key(
+    hf: dict[str, Any], key: str, spec: Key, family: Family, fields: dict[str, Any]
+) -> None:
     if key in hf:
         value = hf[key]
     elif spec.default is MISSING:
-        raise InteropError(f"config.json has no {key!r}, which model_type {family.model_type!r} needs")
+        raise InteropError(
+            f"config.json has no {key!r}, which model_type {family.model_type!r} needs"
+        )
     else:
         value = spec.default(fields) if callable(spec.default) else spec.default
     if spec.values is not None:
@@ -94,20 +141,29 @@ def _read_key(hf: dict[str, Any], key: str, spec: Key, family: Family, fields: d
     if spec.load is not None:
         value = spec.load(value, fields)
     if spec.field in fields and fields[spec.field] != value:
-        raise InteropError(f"config.json {key}={hf.get(key)!r} disagrees with another key that sets "
-                           f"{spec.field}={fields[spec.field]!r}; archlab has one {spec.field}")
+        raise InteropError(
+            f"config.json {key}={hf.get(key)!r} disagrees with another key that sets "
+            f"{spec.field}={fields[spec.field]!r}; archlab has one {spec.field}"
+        )
     fields[spec.field] = value
 
 
 def _read_window(hf: dict[str, Any], family: Family, n_layers: int) -> dict[str, Any]:
-    """sliding_window and window_pattern: one window on every layer (`all`), or per `layer_types`."""
+    """sliding_window and window_pattern: one window on every layer (`all`), or per
+    `layer_types`."""
     window = hf.get("sliding_window", family.window_default)
     if family.window == "qwen" and not hf.get("use_sliding_window", False):
-        window = None  # Qwen2/3 configs keep a sliding_window value that applies only with use_sliding_window
+        # Qwen2/3 configs keep a sliding_window value that applies only with use_sliding_window
+        window = None
     if family.window == "all":
         types = hf.get("layer_types")
         if types is not None and set(types) != {SLIDING if window is not None else FULL}:
-            raise unsupported(family, "layer_types", types, "this family's sliding_window covers every layer or none")
+            raise unsupported(
+                family,
+                "layer_types",
+                types,
+                "this family's sliding_window covers every layer or none",
+            )
         return {"sliding_window": window, "window_pattern": "S"}
     types = hf.get("layer_types")
     if types is None and family.window == "qwen":
@@ -116,25 +172,46 @@ def _read_window(hf: dict[str, Any], family: Family, n_layers: int) -> dict[str,
     elif types is None:
         types = family.default_layer_types(hf, n_layers)
     if not isinstance(types, list) or len(types) != n_layers or set(types) - {SLIDING, FULL}:
-        raise unsupported(family, "layer_types", types, f"{n_layers} entries of {SLIDING!r} / {FULL!r}")
+        raise unsupported(
+            family, "layer_types", types, f"{n_layers} entries of {SLIDING!r} / {FULL!r}"
+        )
     switch = family.window_switch
     if switch is not None and window is not None and SLIDING in types and not hf.get(switch, False):
         # transformers' eager and SDPA paths window these layers, its flash-attention path does not
-        raise unsupported(family, switch, hf.get(switch), f"true when layer_types has {SLIDING!r} layers")
-    if window is None and SLIDING in types and family.rope is not None and family.rope.local_theta_key is not None:
-        # Gemma 3's window layers rotate with their own base: without a window they are neither kind of ours
-        raise unsupported(family, "sliding_window", window, f"a window size, since layer_types has {SLIDING!r} layers")
+        raise unsupported(
+            family, switch, hf.get(switch), f"true when layer_types has {SLIDING!r} layers"
+        )
+    if (
+        window is None
+        and SLIDING in types
+        and family.rope is not None
+        and family.rope.local_theta_key is not None
+    ):
+        # Gemma 3's window layers rotate with their own base: without a window they are neither kind
+        # of ours
+        raise unsupported(
+            family,
+            "sliding_window",
+            window,
+            f"a window size, since layer_types has {SLIDING!r} layers",
+        )
     if window is None or SLIDING not in types:
         return {"sliding_window": None, "window_pattern": "S"}
-    return {"sliding_window": window, "window_pattern": shortest_period("".join(
-        "S" if t == SLIDING else "F" for t in types))}
+    return {
+        "sliding_window": window,
+        "window_pattern": shortest_period("".join("S" if t == SLIDING else "F" for t in types)),
+    }
 
 
 def config_to_hf(config: ModelConfig, family: Family) -> tuple[dict[str, Any], list[str]]:
-    """A family's config.json for `config`, and the switches it could not write (empty when it could)."""
+    """A family's config.json for `config`, and the switches it could not write (empty when it
+    could)."""
     c, problems = config, []
-    hf: dict[str, Any] = {"architectures": [family.architecture], "model_type": family.model_type,
-                          **family.export_keys}
+    hf: dict[str, Any] = {
+        "architectures": [family.architecture],
+        "model_type": family.model_type,
+        **family.export_keys,
+    }
     for key, spec in family.keys.items():
         if isinstance(spec, Fixed):
             hf[key] = spec.value
@@ -147,7 +224,10 @@ def config_to_hf(config: ModelConfig, family: Family) -> tuple[dict[str, Any], l
         elif spec.values is not None:
             spelled = [k for k, v in spec.values.items() if v == value]
             if not spelled:
-                problems.append(f"{spec.field}={value!r} (config.json {key} takes {', '.join(map(str, spec.values))})")
+                problems.append(
+                    f"{spec.field}={value!r} (config.json {key} takes "
+                    f"{', '.join(map(str, spec.values))})"
+                )
                 continue
             value = spelled[0]
         hf[key] = value
@@ -166,7 +246,10 @@ def _write_window(c: ModelConfig, family: Family) -> dict[str, Any]:
     window = c.sliding_window if any(sliding) else None
     if family.window == "all":
         return {"sliding_window": window}
-    out: dict[str, Any] = {"sliding_window": window, "layer_types": [SLIDING if s else FULL for s in sliding]}
+    out: dict[str, Any] = {
+        "sliding_window": window,
+        "layer_types": [SLIDING if s else FULL for s in sliding],
+    }
     if family.window_switch is not None:
         out[family.window_switch] = window is not None
     if family.window == "qwen":
@@ -176,21 +259,35 @@ def _write_window(c: ModelConfig, family: Family) -> dict[str, Any]:
 
 
 def canonical(c: ModelConfig) -> dict[str, Any]:
-    """The fields that decide a model's function, in one spelling each (ntk as its stretched base, the window
-    pattern as one flag per layer, the attention scale resolved), so two configs compare equal iff they
-    compute the same thing."""
+    """The fields that decide a model's function, in one spelling each (ntk as its stretched base,
+    the window pattern as one flag per layer, the attention scale resolved), so two configs compare
+    equal iff they compute the same thing."""
     d = {k: v for k, v in c.to_dict().items() if k not in TRAINING_ONLY}
     sliding = tuple(c.layer_is_sliding(i) for i in range(c.n_layers))
-    d["window_pattern"], d["sliding_window"] = (sliding, c.sliding_window) if any(sliding) else ((), None)
-    del d["full_layers"]  # which layers are full is in the flags above, however the config placed them
-    d["attn_scale"] = round(c.resolved_attn_scale, 12)  # query_pre_attn_scalar round-trips through s^-2
-    rope = canonical_rope(c)  # per layer: NoPE, or its base and scaling as transformers computes them
+    d["window_pattern"], d["sliding_window"] = (
+        (sliding, c.sliding_window) if any(sliding) else ((), None)
+    )
+    # which layers are full is in the flags above, however the config placed them
+    del d["full_layers"]
+    # query_pre_attn_scalar round-trips through s^-2
+    d["attn_scale"] = round(c.resolved_attn_scale, 12)
+    # per layer: NoPE, or its base and scaling as transformers computes them
+    rope = canonical_rope(c)
     del d["rope_theta_local"], d["rope_scaling_local"]
-    d |= rope | {"rope_scaling": None if rope["rope_scaling"] is None else dataclasses.asdict(rope["rope_scaling"])}
-    d["rope_fraction"] = c.rope_dim  # the rotated dims, which is what int(head_dim * fraction) decides
-    inert = {"relative_buckets": c.position != "relative", "relative_max_distance": c.position != "relative",
-             "swish_beta": c.activation != "swish", "parallel_norms": c.block != "parallel",
-             "qk_norm_scope": c.qk_norm == "none"}
+    d |= rope | {
+        "rope_scaling": None
+        if rope["rope_scaling"] is None
+        else dataclasses.asdict(rope["rope_scaling"])
+    }
+    # the rotated dims, which is what int(head_dim * fraction) decides
+    d["rope_fraction"] = c.rope_dim
+    inert = {
+        "relative_buckets": c.position != "relative",
+        "relative_max_distance": c.position != "relative",
+        "swish_beta": c.activation != "swish",
+        "parallel_norms": c.block != "parallel",
+        "qk_norm_scope": c.qk_norm == "none",
+    }
     return {k: v for k, v in d.items() if not inert.get(k, False)}
 
 
@@ -204,11 +301,16 @@ def config_diff(config: ModelConfig, family: Family) -> list[str]:
     except InteropError as err:
         return [str(err)]
     ours, theirs = canonical(config), canonical(back)
-    return [f"{k}={ours[k]!r} ({family.model_type} gives {theirs.get(k)!r})" for k in ours if ours[k] != theirs.get(k)]
+    return [
+        f"{k}={ours[k]!r} ({family.model_type} gives {theirs.get(k)!r})"
+        for k in ours
+        if ours[k] != theirs.get(k)
+    ]
 
 
 def is_hf_folder(path: str | Path) -> bool:
-    """Whether `path` is a Hugging Face model folder (a config.json with a model_type), not an archlab run."""
+    """Whether `path` is a Hugging Face model folder (a config.json with a model_type), not an
+    archlab run."""
     file = Path(path) / "config.json"
     if not file.is_file():
         return False
@@ -225,7 +327,10 @@ def family_of(hf_config: dict) -> Family:
     if model_type in READ_ONLY:
         return READ_ONLY[model_type]
     if model_type not in FAMILIES:
-        raise InteropError(f"model_type {model_type!r} is not supported: one of {', '.join([*FAMILIES, *READ_ONLY])}")
+        raise InteropError(
+            f"model_type {model_type!r} is not supported: one of "
+            f"{', '.join([*FAMILIES, *READ_ONLY])}"
+        )
     return FAMILIES[model_type]
 
 

@@ -1,39 +1,60 @@
-"""RoPE in a Hugging Face `config.json` <-> the RoPE fields of `ModelConfig`, for every family table.
+"""RoPE in a Hugging Face `config.json` <-> the RoPE fields of `ModelConfig`, for every family.
 
 Three shapes of it exist:
-- one `rope_parameters` dict (transformers 5, `rope_theta` inside) or the older top-level `rope_theta` +
-  `rope_scaling` (which wins, as in transformers): rope_theta, rope_fraction, rope_scaling;
-- Gemma 3: `rope_parameters` keyed by layer type, {"full_attention": {...}, "sliding_attention": {...}}, or the
-  legacy `rope_theta` (full layers), `rope_local_base_freq` (window layers) and a `rope_scaling` that applies to
-  the full layers only: rope_theta_local and rope_scaling_local (window layers unscaled, or scaled alike);
+- one `rope_parameters` dict (transformers 5, `rope_theta` inside) or the older top-level
+  `rope_theta` + `rope_scaling` (which wins, as in transformers): rope_theta, rope_fraction,
+  rope_scaling;
+- Gemma 3: `rope_parameters` keyed by layer type, {"full_attention": {...}, "sliding_attention":
+  {...}}, or the legacy `rope_theta` (full layers), `rope_local_base_freq` (window layers) and a
+  `rope_scaling` that applies to the full layers only: rope_theta_local and rope_scaling_local
+  (window layers unscaled, or scaled alike);
 - SmolLM3: `no_rope_layers`, one 0 (NoPE) or 1 (RoPE) per layer, else a NoPE layer every
   `no_rope_layer_interval`: position_pattern.
 
-Mapping of `RopeScaling.kind` to transformers' `rope_type` (modeling_rope_utils.py, ROPE_INIT_FUNCTIONS):
+Mapping of `RopeScaling.kind` to transformers' `rope_type` (modeling_rope_utils.py,
+ROPE_INIT_FUNCTIONS):
     none -> default, linear -> linear, dynamic -> dynamic, yarn -> yarn, llama3 -> llama3,
     ntk_by_parts -> llama3 (the same by-parts formula with alpha/beta as low/high_freq_factor),
-    ntk -> default with the stretched base theta * s^(d/(d-2)) (transformers has no static NTK type).
+    ntk -> default with the stretched base theta * s^(d/(d-2)) (transformers has no static NTK).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from archlab.interop.family import FIXED_THETA, FULL, SLIDING, Family, InteropError, shortest_period, unsupported
+from archlab.interop.family import (
+    FIXED_THETA,
+    FULL,
+    SLIDING,
+    Family,
+    InteropError,
+    shortest_period,
+    unsupported,
+)
 from archlab.nn.config import ModelConfig
-from archlab.nn.rope_scaling import RopeScaling, ntk_theta
+from archlab.nn.positions.scaling import RopeScaling, ntk_theta
 
-# kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default` with the
-# stretched base, see rope_to_hf); every kind of nn/rope_scaling.py ROPE_KINDS is here or in HF_ROPE_REFUSED
-HF_ROPE_TYPE = {"none": "default", "linear": "linear", "ntk": "default", "ntk_by_parts": "llama3",
-                "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
-READ_AS_OTHER = ("none", "ntk", "ntk_by_parts")  # kinds whose HF spelling reads back as another kind (or none)
-# kind -> why transformers cannot express it; export refuses such a model in one line naming the kind
+# kind -> HF rope_type, and HF rope_parameters key -> RopeScaling field (ntk exports as `default`
+# with the stretched base, see rope_to_hf); every kind of nn/positions/scaling.py ROPE_KINDS is here
+# or in HF_ROPE_REFUSED
+HF_ROPE_TYPE = {
+    "none": "default",
+    "linear": "linear",
+    "ntk": "default",
+    "ntk_by_parts": "llama3",
+    "dynamic": "dynamic",
+    "yarn": "yarn",
+    "llama3": "llama3",
+}
+# kinds whose HF spelling reads back as another kind (or none)
+READ_AS_OTHER = ("none", "ntk", "ntk_by_parts")
+# kind -> why transformers cannot express it; export refuses such a model in one line naming the
+# kind
 HF_ROPE_REFUSED = {
     "rerope": "transformers has no ReRoPE (relative positions clipped per query and key)",
-    "leaky_rerope": "transformers has no Leaky ReRoPE (relative positions remapped per query and key)",
-    "inv_leaky_rerope": "transformers has no inverse Leaky ReRoPE (relative positions remapped per query and key "
-                        "in training)",
+    "leaky_rerope": "transformers has no Leaky ReRoPE (relative positions remapped per query, key)",
+    "inv_leaky_rerope": "transformers has no inverse Leaky ReRoPE (relative positions remapped per "
+    "query and key in training)",
     "ntk_mixed": "transformers has no NTK-RoPE-mixed (a different stretch per frequency pair)",
 }
 HF_ROPE_KEYS: dict[str, dict[str, str]] = {
@@ -41,13 +62,28 @@ HF_ROPE_KEYS: dict[str, dict[str, str]] = {
     "ntk": {},
     "linear": {"factor": "factor"},
     "dynamic": {"factor": "factor"},
-    "ntk_by_parts": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
-                     "low_freq_factor": "beta_slow", "high_freq_factor": "beta_fast"},
-    "yarn": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
-             "beta_fast": "beta_fast", "beta_slow": "beta_slow", "attention_factor": "attention_factor",
-             "mscale": "mscale", "mscale_all_dim": "mscale_all_dim", "truncate": "truncate"},
-    "llama3": {"factor": "factor", "original_max_position_embeddings": "original_max_seq_len",
-               "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor"},
+    "ntk_by_parts": {
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_seq_len",
+        "low_freq_factor": "beta_slow",
+        "high_freq_factor": "beta_fast",
+    },
+    "yarn": {
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_seq_len",
+        "beta_fast": "beta_fast",
+        "beta_slow": "beta_slow",
+        "attention_factor": "attention_factor",
+        "mscale": "mscale",
+        "mscale_all_dim": "mscale_all_dim",
+        "truncate": "truncate",
+    },
+    "llama3": {
+        "factor": "factor",
+        "original_max_position_embeddings": "original_max_seq_len",
+        "low_freq_factor": "low_freq_factor",
+        "high_freq_factor": "high_freq_factor",
+    },
 }
 
 
@@ -70,19 +106,22 @@ def rope_to_hf(scaling: RopeScaling, theta: float, d_rot: int) -> dict[str, Any]
 
 
 def rope_refusal(scaling: RopeScaling | None) -> str | None:
-    """Why a Hugging Face config.json cannot carry `scaling` (a kind in HF_ROPE_REFUSED), or None."""
+    """Why a Hugging Face config.json cannot carry `scaling` (a kind in HF_ROPE_REFUSED), or
+    None."""
     if scaling is None or scaling.kind not in HF_ROPE_REFUSED:
         return None
     return f"rope_scaling.kind={scaling.kind!r} ({HF_ROPE_REFUSED[scaling.kind]})"
 
 
 def hf_max_position_embeddings(scaling: RopeScaling, max_seq_len: int) -> int:
-    """The `max_position_embeddings` to export: dynamic NTK reads its M from there; others keep ours."""
+    """The `max_position_embeddings` to export: dynamic NTK reads its M from there; others keep
+    ours."""
     return scaling.original_max_seq_len if scaling.kind == "dynamic" else max_seq_len
 
 
 def rope_from_hf(params: dict[str, Any] | None, max_position_embeddings: int) -> RopeScaling:
-    """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers 5 fills them)."""
+    """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers 5 fills
+    them)."""
     params = dict(params or {})
     hf_type = params.get("rope_type", params.get("type", "default"))
     kinds = {"default": "none", **{v: k for k, v in HF_ROPE_TYPE.items() if k not in READ_AS_OTHER}}
@@ -94,15 +133,19 @@ def rope_from_hf(params: dict[str, Any] | None, max_position_embeddings: int) ->
     if kind == "yarn":
         if params.get("factor") is None:
             params["factor"] = max_position_embeddings / params["original_max_position_embeddings"]
-        params["beta_fast"] = params.get("beta_fast") or 32.0  # HF reads these with `or`: 0/None -> default
+        # HF reads these with `or`: 0/None -> default
+        params["beta_fast"] = params.get("beta_fast") or 32.0
         params["beta_slow"] = params.get("beta_slow") or 1.0
-    values = {name: params[key] for key, name in HF_ROPE_KEYS[kind].items() if params.get(key) is not None}
+    values = {
+        name: params[key] for key, name in HF_ROPE_KEYS[kind].items() if params.get(key) is not None
+    }
     if kind == "dynamic":  # transformers' M is max_position_embeddings
         values["original_max_seq_len"] = max_position_embeddings
     return RopeScaling(kind=kind, **values)
 
 
-# ------------------------------------------------------------------------------ config.json -> ModelConfig
+# ------------------------------------------------------------------------------ config.json ->
+# ModelConfig
 def read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> dict[str, Any]:
     """The RoPE fields of a family's config.json (see the module docstring for the dialects)."""
     rope = family.rope
@@ -110,13 +153,21 @@ def read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> dic
     if rope.theta_key is None:  # a fixed base: refuse a config that asks for another
         theta = params.pop("rope_theta", hf.get("rope_theta", FIXED_THETA))
         if theta != FIXED_THETA:
-            raise unsupported(family, "rope_theta", theta, f"this family's base is fixed at {FIXED_THETA:g}")
+            raise unsupported(
+                family, "rope_theta", theta, f"this family's base is fixed at {FIXED_THETA:g}"
+            )
     else:
-        theta = params.pop("rope_theta", hf.get(rope.theta_key, hf.get("rope_theta", rope.theta_default)))
+        theta = params.pop(
+            "rope_theta", hf.get(rope.theta_key, hf.get("rope_theta", rope.theta_default))
+        )
     fraction = _read_fraction(hf, family, fields, params.pop("partial_rotary_factor", None))
     scaling = _scaling(params, family, fields["max_seq_len"])
-    out = {"rope_theta": float(theta), "rope_fraction": fraction, "rope_layout": rope.layout,
-           "rope_scaling": None if scaling.kind == "none" else scaling}
+    out = {
+        "rope_theta": float(theta),
+        "rope_fraction": fraction,
+        "rope_layout": rope.layout,
+        "rope_scaling": None if scaling.kind == "none" else scaling,
+    }
     if local is not None:
         out |= _read_local(local, float(theta), scaling, family, fields["max_seq_len"])
     if rope.nope_layers_key is not None:
@@ -124,15 +175,21 @@ def read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> dic
     return out
 
 
-def _rope_params(hf: dict[str, Any], family: Family) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The full layers' RoPE parameters and, for a family with per-layer-type RoPE, the window layers'."""
+def _rope_params(
+    hf: dict[str, Any], family: Family
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The full layers' RoPE parameters and, for a family with per-layer-type RoPE, the window
+    layers'."""
     rope = family.rope
     if rope.local_theta_key is None:
         return dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {}), None
     nested = hf.get("rope_parameters") or {}
     if not isinstance(nested, dict) or set(nested) - {FULL, SLIDING}:
-        raise unsupported(family, "rope_parameters", nested, f"a dict keyed by layer type ({FULL!r}, {SLIDING!r})")
-    # as transformers' Gemma3TextConfig: a legacy rope_scaling updates the full layers; top-level bases fill in
+        raise unsupported(
+            family, "rope_parameters", nested, f"a dict keyed by layer type ({FULL!r}, {SLIDING!r})"
+        )
+    # as transformers' Gemma3TextConfig: a legacy rope_scaling updates the full layers; top-level
+    # bases fill in
     full = dict(nested.get(FULL) or {}) | dict(hf.get("rope_scaling") or {})
     full.setdefault("rope_theta", hf.get(rope.theta_key, rope.theta_default))
     local = dict(nested.get(SLIDING) or {})
@@ -140,30 +197,40 @@ def _rope_params(hf: dict[str, Any], family: Family) -> tuple[dict[str, Any], di
     return full, local
 
 
-def _read_fraction(hf: dict[str, Any], family: Family, fields: dict[str, Any], fraction: float | None) -> float:
-    """The rotary share of each head: from rope_parameters, the family's legacy key, or GPT-J's rotary_dim."""
+def _read_fraction(
+    hf: dict[str, Any], family: Family, fields: dict[str, Any], fraction: float | None
+) -> float:
+    """The rotary share of each head: from rope_parameters, the family's legacy key, or GPT-J's
+    rotary_dim."""
     rope = family.rope
     if fraction is None and rope.fraction_key is not None:
         fraction = hf.get(rope.fraction_key)
-    if fraction is None:  # transformers moves a top-level partial_rotary_factor into rope_parameters
+    # transformers moves a top-level partial_rotary_factor into rope_parameters
+    if fraction is None:
         fraction = hf.get("partial_rotary_factor")
     head_dim = fields.get("head_dim") or fields["d_model"] // fields["n_heads"]
     if rope.rotary_dim_key is not None:
         rotary_dim = hf.get(rope.rotary_dim_key, 64)
         if not isinstance(rotary_dim, int) or not 0 < rotary_dim <= head_dim:
-            raise unsupported(family, rope.rotary_dim_key, rotary_dim, f"an int in 1..head_dim={head_dim}")
+            raise unsupported(
+                family, rope.rotary_dim_key, rotary_dim, f"an int in 1..head_dim={head_dim}"
+            )
         fraction = rotary_dim / head_dim
     if fraction is None:
         fraction = rope.fraction_default
     if fraction != 1.0 and rope.fraction_key is None and rope.rotary_dim_key is None:
-        raise unsupported(family, "partial_rotary_factor", fraction, "this family rotates whole heads (1.0)")
+        raise unsupported(
+            family, "partial_rotary_factor", fraction, "this family rotates whole heads (1.0)"
+        )
     return fraction
 
 
 def _scaling(params: dict[str, Any], family: Family, max_seq_len: int) -> RopeScaling:
     hf_type = params.get("rope_type", params.get("type", "default"))
     if not family.rope.scaling and hf_type != "default":
-        raise unsupported(family, "rope_type", hf_type, "this family has no RoPE scaling (default only)")
+        raise unsupported(
+            family, "rope_type", hf_type, "this family has no RoPE scaling (default only)"
+        )
     try:
         return rope_from_hf(params, max_seq_len)
     except ValueError as err:
@@ -173,17 +240,26 @@ def _scaling(params: dict[str, Any], family: Family, max_seq_len: int) -> RopeSc
 def _read_local(
     local: dict[str, Any], theta: float, scaling: RopeScaling, family: Family, max_seq_len: int
 ) -> dict[str, Any]:
-    """rope_theta_local and rope_scaling_local from the window layers' parameters: their base, and a scaling
-    that is none (Gemma 3) or the full layers' own; anything else archlab's window layers cannot hold."""
+    """rope_theta_local and rope_scaling_local from the window layers' parameters: their base, and a
+    scaling that is none (Gemma 3) or the full layers' own; anything else archlab's window layers
+    cannot hold."""
     local_theta = float(local.pop("rope_theta"))
     if local.pop("partial_rotary_factor", 1.0) not in (None, 1.0):
-        raise unsupported(family, f"rope_parameters.{SLIDING}.partial_rotary_factor", local, "1.0 (whole heads)")
+        raise unsupported(
+            family, f"rope_parameters.{SLIDING}.partial_rotary_factor", local, "1.0 (whole heads)"
+        )
     local_scaling = _scaling(local, family, max_seq_len)
     if local_scaling.kind != "none" and local_scaling != scaling:
-        raise unsupported(family, f"rope_parameters.{SLIDING}", local, "window layers take no RoPE scaling or the "
-                          "full layers' one")
-    return {"rope_theta_local": None if local_theta == theta else local_theta,
-            "rope_scaling_local": scaling.kind == "none" or local_scaling.kind != "none"}
+        raise unsupported(
+            family,
+            f"rope_parameters.{SLIDING}",
+            local,
+            "window layers take no RoPE scaling or the full layers' one",
+        )
+    return {
+        "rope_theta_local": None if local_theta == theta else local_theta,
+        "rope_scaling_local": scaling.kind == "none" or local_scaling.kind != "none",
+    }
 
 
 def _read_nope(hf: dict[str, Any], family: Family, n_layers: int) -> str:
@@ -195,13 +271,22 @@ def _read_nope(hf: dict[str, Any], family: Family, n_layers: int) -> str:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise unsupported(family, rope.nope_interval_key, every, "a positive integer")
         layers = [int((i + 1) % every != 0) for i in range(n_layers)]
-    if not isinstance(layers, list) or len(layers) < n_layers or any(x not in (0, 1) for x in layers[:n_layers]):
-        raise unsupported(family, rope.nope_layers_key, layers, f"a list of at least {n_layers} entries, each 1 "
-                          "(RoPE) or 0 (NoPE)")
+    if (
+        not isinstance(layers, list)
+        or len(layers) < n_layers
+        or any(x not in (0, 1) for x in layers[:n_layers])
+    ):
+        raise unsupported(
+            family,
+            rope.nope_layers_key,
+            layers,
+            f"a list of at least {n_layers} entries, each 1 (RoPE) or 0 (NoPE)",
+        )
     return shortest_period("".join("R" if x else "N" for x in layers[:n_layers]))
 
 
-# ------------------------------------------------------------------------------ ModelConfig -> config.json
+# ------------------------------------------------------------------------------ ModelConfig ->
+# config.json
 def write_rope(c: ModelConfig, family: Family) -> dict[str, Any]:
     """The RoPE keys of a family's config.json for `c` (a RoPE model)."""
     rope = family.rope
@@ -210,7 +295,9 @@ def write_rope(c: ModelConfig, family: Family) -> dict[str, Any]:
     out: dict[str, Any] = {"rope_parameters": params} if rope.theta_key is not None else {}
     if rope.local_theta_key is not None:
         local_theta = c.rope_theta if c.rope_theta_local is None else c.rope_theta_local
-        local = rope_to_hf(scaling if c.rope_scaling_local else RopeScaling(), local_theta, c.rope_dim)
+        local = rope_to_hf(
+            scaling if c.rope_scaling_local else RopeScaling(), local_theta, c.rope_dim
+        )
         out["rope_parameters"] = {FULL: params, SLIDING: local}
     if scaling.kind == "dynamic":
         out["max_position_embeddings"] = hf_max_position_embeddings(scaling, c.max_seq_len)
@@ -224,26 +311,39 @@ def write_rope(c: ModelConfig, family: Family) -> dict[str, Any]:
 
 
 def canonical_rope(c: ModelConfig) -> dict[str, Any]:
-    """The RoPE of each layer in one spelling: its base and scaling as transformers would compute them (ntk as a
-    stretched base, ntk_by_parts as llama3), or "N" for a NoPE layer, so that two configs compare equal iff every
-    layer rotates alike; plus rope_theta and rope_scaling of the full layers."""
+    """The RoPE of each layer in one spelling: its base and scaling as transformers would compute
+    them (ntk as a stretched base, ntk_by_parts as llama3), or "N" for a NoPE layer, so that two
+    configs compare equal iff every layer rotates alike; plus rope_theta and rope_scaling of the
+    full layers."""
     full = _canonical(c.rope_theta, c.rope_scaling, c.rope_dim)
     local_theta = c.rope_theta if c.rope_theta_local is None else c.rope_theta_local
     local = _canonical(local_theta, c.rope_scaling if c.rope_scaling_local else None, c.rope_dim)
     kinds = {None: "N", "global": _spell(*full), "local": _spell(*local)}
-    # without RoPE the rope fields keep their defaults, spelled as a RoPE model's, so that `position` alone differs
+    # without RoPE the rope fields keep their defaults, spelled as a RoPE model's, so that
+    # `position` alone differs
     layers = [c.layer_rope(i) if c.position == "rope" else "global" for i in range(c.n_layers)]
-    return {"rope_theta": full[0], "rope_scaling": full[1], "position_pattern": tuple(kinds[k] for k in layers)}
+    return {
+        "rope_theta": full[0],
+        "rope_scaling": full[1],
+        "position_pattern": tuple(kinds[k] for k in layers),
+    }
 
 
-def _canonical(theta: float, scaling: RopeScaling | None, d_rot: int) -> tuple[float, RopeScaling | None]:
+def _canonical(
+    theta: float, scaling: RopeScaling | None, d_rot: int
+) -> tuple[float, RopeScaling | None]:
     if scaling is None or scaling.kind == "none":
         return theta, None
     if scaling.kind == "ntk":  # transformers spells static NTK as a stretched base
         return ntk_theta(theta, d_rot, scaling.factor), None
     if scaling.kind == "ntk_by_parts":  # the llama3 formula, renamed
-        return theta, RopeScaling("llama3", scaling.factor, scaling.original_max_seq_len,
-                                  low_freq_factor=scaling.beta_slow, high_freq_factor=scaling.beta_fast)
+        return theta, RopeScaling(
+            "llama3",
+            scaling.factor,
+            scaling.original_max_seq_len,
+            low_freq_factor=scaling.beta_slow,
+            high_freq_factor=scaling.beta_fast,
+        )
     return theta, scaling
 
 

@@ -1,14 +1,16 @@
-"""Model surgery: start from existing weights with changed switches, where a principled mapping exists.
+"""Model surgery: start from existing weights with changed switches, where a mapping exists.
 
 `adapt(model, config)` returns a new model of `config` carrying `model`'s weights. What may change:
-- `n_kv_heads` down to a divisor of the current count: each group's K and V heads (weights and biases) are
-  mean-pooled into one, the GQA conversion of Ainslie et al. 2023 (arXiv 2305.13245, section 2.2);
+- `n_kv_heads` down to a divisor of the current count: each group's K and V heads (weights and
+  biases) are mean-pooled into one, the GQA conversion of Ainslie et al. 2023 (arXiv 2305.13245,
+  section 2.2);
 - `rope_scaling` and `max_seq_len` (RoPE or no absolute positions): same weights, longer context;
 - `qk_norm` added (from none): new gains 1 (0 when stored as 1 + w), biases 0;
 - `attn_softcap`, `final_softcap`: no parameters, the caps act on the same weights;
 - training-only fields: dropout, attn_dropout, init, attn_impl, d_ff_multiple_of.
-Anything else (widths, norms, positions, activations, ...) has no principled weight mapping and is refused
-by name. `load_source` reads the weights to start from: a Hugging Face folder or an archlab checkpoint.
+Anything else (widths, norms, positions, activations, ...) has no principled weight mapping and is
+refused by name. `load_source` reads the weights to start from: a Hugging Face folder or an archlab
+checkpoint.
 """
 
 from __future__ import annotations
@@ -25,13 +27,24 @@ from archlab.interop.hf_config import is_hf_folder
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 
-FREE = ("dropout", "attn_dropout", "init", "attn_impl", "d_ff_multiple_of", "bias", "attn_softcap", "final_softcap",
-        "rope_scaling", "max_seq_len")
+FREE = (
+    "dropout",
+    "attn_dropout",
+    "init",
+    "attn_impl",
+    "d_ff_multiple_of",
+    "bias",
+    "attn_softcap",
+    "final_softcap",
+    "rope_scaling",
+    "max_seq_len",
+)
 MAPPED = ("n_kv_heads", "qk_norm", "qk_norm_scope")
 
 
 def load_source(path: str | Path) -> tuple[TransformerLM, Path]:
-    """The model to start from and its tokenizer.json: a Hugging Face folder or an archlab checkpoint/run."""
+    """The model to start from and its tokenizer.json: a Hugging Face folder or an archlab
+    checkpoint/run."""
     if is_hf_folder(path):
         return from_hf(path), Path(path) / "tokenizer.json"
     model, _ = load_model(path)
@@ -39,47 +52,74 @@ def load_source(path: str | Path) -> tuple[TransformerLM, Path]:
 
 
 def check_changes(old: ModelConfig, new: ModelConfig) -> list[str]:
-    """The changed fields, after refusing those without a principled weight mapping (one line, by name)."""
+    """The changed fields, after refusing those without a principled weight mapping (one line, by
+    name)."""
     changed = [f.name for f in fields(ModelConfig) if getattr(old, f.name) != getattr(new, f.name)]
     for name in changed:
         before, after = getattr(old, name), getattr(new, name)
-        if name == "n_kv_heads" and (old.n_kv_heads % after or (old.qk_norm != "none" and old.qk_norm_scope == "proj")):
-            why = (f"mean-pooling needs a divisor of {old.n_kv_heads}" if old.n_kv_heads % after
-                   else "the K norm spans the whole projection")
+        if name == "n_kv_heads" and (
+            old.n_kv_heads % after or (old.qk_norm != "none" and old.qk_norm_scope == "proj")
+        ):
+            why = (
+                f"mean-pooling needs a divisor of {old.n_kv_heads}"
+                if old.n_kv_heads % after
+                else "the K norm spans the whole projection"
+            )
             raise InteropError(f"cannot change n_kv_heads {before} -> {after}: {why}")
         if name == "qk_norm" and before != "none":
-            raise InteropError(f"cannot change qk_norm {before!r} -> {after!r}: only adding one (from 'none') maps")
+            raise InteropError(
+                f"cannot change qk_norm {before!r} -> {after!r}: only adding one (from 'none') maps"
+            )
         if name == "qk_norm_scope" and old.qk_norm != "none":
-            raise InteropError(f"cannot change qk_norm_scope {before!r} -> {after!r} of an existing QK-norm")
+            raise InteropError(
+                f"cannot change qk_norm_scope {before!r} -> {after!r} of an existing QK-norm"
+            )
         if name == "max_seq_len" and old.position == "learned":
-            raise InteropError(f"cannot change max_seq_len {before} -> {after}: learned positions have one row "
-                               "per position and no principled extension")
+            raise InteropError(
+                f"cannot change max_seq_len {before} -> {after}: learned positions have one row "
+                "per position and no principled extension"
+            )
         if name in ("attn_bias", "mlp_bias") and "bias" in changed:
-            raise InteropError(f"cannot change {name} {before} -> {after}: new biases have no weights to start from")
+            raise InteropError(
+                f"cannot change {name} {before} -> {after}: new biases have no weights to start "
+                "from"
+            )
         if name not in FREE + MAPPED:
-            raise InteropError(f"cannot change {name} {before!r} -> {after!r}: no principled weight mapping; "
-                               f"--init-from can change {', '.join(FREE + MAPPED)}")
+            raise InteropError(
+                f"cannot change {name} {before!r} -> {after!r}: no principled weight mapping; "
+                f"--init-from can change {', '.join(FREE + MAPPED)}"
+            )
     return changed
 
 
 def pool_kv(qkv: torch.Tensor, old: ModelConfig, n_kv: int) -> torch.Tensor:
-    """Fused [q | k | v] rows (weight or bias) with each group of K and V heads mean-pooled into one."""
-    q, k, v = qkv.split([old.n_heads * old.head_dim, old.n_kv_heads * old.head_dim, old.n_kv_heads * old.head_dim])
+    """Fused [q | k | v] rows (weight or bias) with each group of K and V heads mean-pooled into
+    one."""
+    q, k, v = qkv.split(
+        [old.n_heads * old.head_dim, old.n_kv_heads * old.head_dim, old.n_kv_heads * old.head_dim]
+    )
     group = old.n_kv_heads // n_kv
 
-    def pool(x: torch.Tensor) -> torch.Tensor:  # (K*Dh, ...) -> (K/group*Dh, ...), heads g*group.. averaged
-        return x.view(n_kv, group, old.head_dim, *x.shape[1:]).mean(dim=1).reshape(n_kv * old.head_dim, *x.shape[1:])
+    # (K*Dh, ...) -> (K/group*Dh, ...), heads g*group.. averaged
+    def pool(x: torch.Tensor) -> torch.Tensor:
+        return (
+            x.view(n_kv, group, old.head_dim, *x.shape[1:])
+            .mean(dim=1)
+            .reshape(n_kv * old.head_dim, *x.shape[1:])
+        )
 
     return torch.cat([q, pool(k), pool(v)])
 
 
 def adapt(model: TransformerLM, config: ModelConfig) -> TransformerLM:
-    """A model of `config` started from `model`'s weights (see the module docstring for what may change).
+    """A model of `config` started from `model`'s weights (see the module docstring for what may
+    change).
 
-    The weights it does not change are `model`'s own tensors, not copies (clone `model` first to train one and keep
-    the other): at SmolLM2-135M's shapes a copy of the state plus a randomly initialised model to load it into held
-    the weights three times and set the peak memory of a LoRA fine-tune (docs/training.md). The new model is built
-    on the meta device; only a parameter the source lacks (an added QK-norm's gains) is made and initialised."""
+    The weights it does not change are `model`'s own tensors, not copies (clone `model` first to
+    train one and keep the other): at SmolLM2-135M's shapes a copy of the state plus a randomly
+    initialised model to load it into held the weights three times and set the peak memory of a LoRA
+    fine-tune (docs/training.md). The new model is built on the meta device; only a parameter the
+    source lacks (an added QK-norm's gains) is made and initialised."""
     old = model.config
     changed = check_changes(old, config)
     state = {k: v.detach() for k, v in model.state_dict().items()}
@@ -91,12 +131,20 @@ def adapt(model: TransformerLM, config: ModelConfig) -> TransformerLM:
         new = TransformerLM(config)
     expected = new.state_dict()
     missing = [k for k in expected if k not in state]
-    fresh = [k for k in missing if not k.endswith(("q_norm.weight", "k_norm.weight", "q_norm.bias", "k_norm.bias"))]
+    fresh = [
+        k
+        for k in missing
+        if not k.endswith(("q_norm.weight", "k_norm.weight", "q_norm.bias", "k_norm.bias"))
+    ]
     unexpected = [k for k in state if k not in expected]
-    if fresh or unexpected:  # check_changes should make this unreachable; never train half-loaded weights
-        raise InteropError(f"weights do not fit the adapted config: missing {fresh}, unexpected {unexpected}")
+    # check_changes should make this unreachable; never train half-loaded weights
+    if fresh or unexpected:
+        raise InteropError(
+            f"weights do not fit the adapted config: missing {fresh}, unexpected {unexpected}"
+        )
     new.load_state_dict({k: state[k] for k in expected if k in state}, strict=False, assign=True)
-    for owner in dict.fromkeys(k.rpartition(".")[0] for k in missing):  # an added QK-norm: gain 1, bias 0
+    # an added QK-norm: gain 1, bias 0
+    for owner in dict.fromkeys(k.rpartition(".")[0] for k in missing):
         norm = new.get_submodule(owner).to_empty(device=weight.device)
         norm.reset_parameters()
         norm.to(weight.dtype)

@@ -37,9 +37,8 @@ import torch
 
 from archlab.data.tokenizer import DOC_SEPARATOR, Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.nn.attention import Attention
-from archlab.nn.attention_kernels import repeat_kv
-from archlab.nn.gau import GAU
+from archlab.nn.attention.attention import Attention
+from archlab.nn.attention.gau import GatedAttentionUnit
 from archlab.nn.model import TransformerLM
 
 EVAL_TOKENS = 65_536  # target tokens of the fixed evaluation set (or the whole validation split when smaller)
@@ -90,17 +89,11 @@ def score_windows(model: TransformerLM, data: TokenData, starts: np.ndarray, blo
     return Scores(ce_sum / n, abs_z_sum / n, n)
 
 
-def _layer_max_logit(module: Attention | GAU, q: torch.Tensor, k: torch.Tensor, inp: object) -> float:
+def _layer_max_logit(module: Attention | GatedAttentionUnit, q: torch.Tensor, k: torch.Tensor, inp: object) -> float:
     """max |q . k| * scale over the pairs a layer lets a query see, from the projected q (B, H, T, Dh) and k
-    (B, K, T, Dh) its `core` receives, with the query scaling and late key rotation `core` applies."""
-    if inp.query_scale is not None:
-        q = q * inp.query_scale.to(q.dtype)
-    if inp.rope is not None and inp.rope.rotates_cached_keys:
-        k = inp.rope.rotate_cached_keys(k)
-    if inp.rope is not None and inp.rope.computes_scores:  # a plan that computes its own scores (ReRoPE)
-        scores = inp.rope.scores(q, k) * module.scale  # (B, H, T, S)
-    else:
-        scores = q @ repeat_kv(k, q.shape[1] // k.shape[1]).transpose(-2, -1) * module.scale
+    (B, K, T, Dh) its `core` receives: the layer's own scores (`AttentionCore.scores`, the eager kernel's path, with
+    the query scaling and late key rotation `core` applies; a ReRoPE plan's own scores)."""
+    scores = module.scores(q, k, inp)  # (B, H, T, S)
     t = scores.shape[-1]
     visible = inp.mask if inp.mask is not None else torch.ones(t, t, dtype=torch.bool).tril()  # True = seen
     return float(scores.abs().masked_fill(~visible, 0.0).amax())
@@ -112,9 +105,9 @@ def max_attention_logit(model: TransformerLM, data: TokenData, starts: np.ndarra
     every block hands attention its projected q and k (`Attention.core`: a parallel block calls it directly)."""
     model.eval()
     found = [0.0]
-    layers = [m for m in model.modules() if isinstance(m, (Attention, GAU))]  # a GAU's core is Attention's
+    layers = [m for m in model.modules() if isinstance(m, (Attention, GatedAttentionUnit))]  # a GAU: Attention.core
 
-    def spy(module: Attention | GAU) -> Callable[..., torch.Tensor]:
+    def spy(module: Attention | GatedAttentionUnit) -> Callable[..., torch.Tensor]:
         core = module.core
 
         def read(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inp: object, cache: object) -> torch.Tensor:

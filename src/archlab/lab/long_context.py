@@ -7,6 +7,8 @@ inference-time method.
     acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule (eval/length.py:
                                               the largest position any query sees <= N / 2, k >= 16)
     acc_8x_{plain,repeated}_ntk_mixed         RoPE -> NTK-RoPE-mixed, factor 8 (kexue.fm/archives/9706)
+    acc_8x_{plain,repeated}_<kind>            RoPE -> any other kind with an inference-time form, at 8x
+                                              (`RopeKind.at`: linear, ntk, ntk_by_parts, dynamic, yarn, llama3)
     acc_8x_{plain,repeated}_logn              "log n-dagger": max(1, log n / log N) per query at inference only
                                               (ModelConfig.with_inference_logn; kexue.fm/archives/8823, 9708);
                                               the model as trained when it trained with log n
@@ -29,10 +31,10 @@ from archlab.data.tokens import TokenData
 from archlab.eval.length import SAMPLES, method_configs, sample_windows
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
-from archlab.nn.rope_scaling import RopeScaling
+from archlab.nn.positions.scaling import inference_kinds
 
 FACTORS = (1, 8)  # test lengths in training contexts: Su's 512 (train) and 4096 (8x) columns
-METHODS = {"rerope": "rerope", "leaky": "leaky_rerope", "ntk_mixed": "ntk_mixed", "logn": "logn"}  # suffix -> method
+SUFFIXES = {"leaky_rerope": "leaky"}  # a kind's measure suffix where it is not the kind's name (stored measures)
 
 
 class RunLike(Protocol):
@@ -54,13 +56,11 @@ def inference_config(config: ModelConfig, method: str, length: int) -> ModelConf
     if method == "none":
         return config
     if method == "logn":
-        if config.cosine_attention and config.cosine_scale == "dynamic":
+        if config.dynamic_cosine:
             return None  # its lambda is already 4 log n per query: the config refuses a second log-n
         return config if config.attn_logn else config.with_inference_logn()
     if config.position != "rope":
         return None
-    if method == "ntk_mixed":
-        return config.replace(rope_scaling=RopeScaling("ntk_mixed", max(1.0, length / config.max_seq_len)))
     return method_configs(config, [method], [length], None, allow_extrapolation=True)[method, length]
 
 
@@ -90,8 +90,15 @@ def window_accuracies(run: RunLike, factor: int, samples: str, method: str = "no
     return _window_hits(scored, batch)
 
 
+def methods() -> dict[str, str]:
+    """measure suffix -> inference-time method: every RoPE kind with an inference-time form but `none` (read when
+    called, so a kind registered in ROPE_KINDS appears), in ROPE_KINDS order, then log n."""
+    kinds = [kind for kind in inference_kinds() if kind != "none"]
+    return {**{SUFFIXES.get(kind, kind): kind for kind in kinds}, "logn": "logn"}
+
+
 def measure_names() -> dict[str, tuple[int, str, str]]:
     """Every measure of this module: name -> (factor, samples, method)."""
     out = {f"acc_{f}x_{s}": (f, s, "none") for f in FACTORS for s in SAMPLES}
-    out.update({f"acc_8x_{s}_{suffix}": (8, s, method) for suffix, method in METHODS.items() for s in SAMPLES})
+    out.update({f"acc_8x_{s}_{suffix}": (8, s, method) for suffix, method in methods().items() for s in SAMPLES})
     return out

@@ -39,7 +39,7 @@ from archlab.infer.speed import column_major_linears
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
-from archlab.nn.norms import NORM_FORMULAS, NORMS
+from archlab.nn.variants import NORMS
 from archlab.train.config import OptimizerConfig
 from archlab.train.optim import build_optimizer
 
@@ -183,8 +183,9 @@ class TrainStep:
 class NormOp:
     """Forward + backward of the config's norm (`config.norm`, its eps and bias) alone on x (rows, d).
 
-    build: `composite` = NORM_FORMULAS under autograd, `compiled` = those under torch.compile (Inductor fuses
-    both into generated kernels), `module` = the model's own norm modules (what a training step runs)."""
+    build: `composite` = the norm classes' `formula` under autograd, `compiled` = those under torch.compile
+    (Inductor fuses both into generated kernels), `module` = the model's own norm modules (what a training step
+    runs)."""
 
     def __init__(self, config: ModelConfig, *, d: int | None = None, rows: int = DEFAULT_ROWS,
                  build: str = "composite", seed: int = 0, device: str = "cpu") -> None:
@@ -200,7 +201,7 @@ class NormOp:
         else:
             weight = torch.ones(d, device=device, requires_grad=True)
             bias = torch.zeros(d, device=device, requires_grad=True) if config.norm_bias else None
-            formula, eps = NORM_FORMULAS[config.norm], config.norm_eps
+            formula, eps = NORMS[config.norm].formula, config.norm_eps
             fn = lambda x: formula(x, weight, bias, eps)  # noqa: E731
             self.fn = torch.compile(fn, dynamic=False) if build == "compiled" else fn
             self.params = [p for p in (weight, bias) if p is not None]

@@ -1,9 +1,9 @@
 """Activation functions by name, for the MLP and the gate branch of the GLU family.
 
-- relu: max(0, x) (Vaswani et al. 2017); gelu: x * Phi(x), exact erf (Hendrycks & Gimpel, arXiv 1606.08415);
-  gelu_tanh: the tanh approximation used by GPT-2/Gemma ("gelu_new", "gelu_pytorch_tanh" in HF);
-  silu: x * sigmoid(x) (= swish with beta 1, Ramachandran et al. arXiv 1710.05941);
-  swish: x * sigmoid(beta * x); sigmoid, tanh, leaky_relu (slope 0.01).
+- relu: max(0, x) (Vaswani et al. 2017); gelu: x * Phi(x), exact erf (Hendrycks & Gimpel, arXiv
+  1606.08415); gelu_tanh: the tanh approximation used by GPT-2/Gemma ("gelu_new",
+  "gelu_pytorch_tanh" in HF); silu: x * sigmoid(x) (= swish with beta 1, Ramachandran et al. arXiv
+  1710.05941); swish: x * sigmoid(beta * x); sigmoid, tanh, leaky_relu (slope 0.01).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from archlab.nn.variants import ACTIVATIONS
+
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -22,17 +24,9 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     return x * torch.sigmoid(beta * x)
 
 
-# name -> function; nn/variants.py ACTIVATION_NAMES lists the same names for the config (tests/nn/test_variants.py)
-ACTIVATIONS: dict[str, Activation] = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),
-    "silu": F.silu,
-    "swish": swish,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-    "leaky_relu": F.leaky_relu,
-}
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU with the tanh approximation (GPT-2, Gemma)."""
+    return F.gelu(x, approximate="tanh")
 
 
 def get_activation(name: str, swish_beta: float = 1.0) -> Activation:

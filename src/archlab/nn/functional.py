@@ -1,8 +1,8 @@
 """Reference math shared by `nn/`, the trainer and the tests.
 
-Everything here is a pure function of tensors: numerically stable softmax and cross entropy (with the
-optional PaLM z-loss), tanh softcapping, the causal / window / padding mask, and a readable eager attention that
-the fast SDPA path is tested against.
+Everything here is a pure function of tensors: numerically stable softmax and cross entropy (with
+the optional PaLM z-loss), tanh softcapping, the causal / window / padding mask, and a readable
+eager attention that the fast SDPA path is tested against.
 
 Shapes: B batch, H query heads, T queries, S keys, Dh head dim, V vocabulary.
 """
@@ -19,7 +19,8 @@ Z_LOSS_COEF = 1e-4  # PaLM (arXiv 2204.02311, sec. 5): 1e-4 * log(Z)^2 keeps log
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax with the max subtracted first, so exp never overflows; rows of all -inf give zeros."""
+    """Softmax with the max subtracted first, so exp never overflows; rows of all -inf give
+    zeros."""
     m = x.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(x - m)
@@ -33,7 +34,9 @@ def softcap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
     return cap * torch.tanh(x / cap)
 
 
-def z_loss(logits: torch.Tensor, coef: float = Z_LOSS_COEF, ignore: torch.Tensor | None = None) -> torch.Tensor:
+def z_loss(
+    logits: torch.Tensor, coef: float = Z_LOSS_COEF, ignore: torch.Tensor | None = None
+) -> torch.Tensor:
     """Mean over rows of coef * logsumexp(logits)^2; `ignore` (bool, same rows) drops rows."""
     lse = torch.logsumexp(logits.float(), dim=-1)
     sq = lse.square()
@@ -51,8 +54,9 @@ def cross_entropy(
 ) -> torch.Tensor:
     """Mean token cross entropy from logits (..., V) and targets (...), plus z_loss_coef * log(Z)^2.
 
-    Computed in float32 via log-softmax (stable for any logit size); targets equal to `ignore_index` count in
-    neither term. (`nn.fused_ops.cross_entropy` is the same value with a backward that reuses the forward's buffer.)
+    Computed in float32 via log-softmax (stable for any logit size); targets equal to `ignore_index`
+    count in neither term. (`nn.fast.ops.cross_entropy` is the same value with a backward that
+    reuses the forward's buffer.)
     """
     logits = logits.reshape(-1, logits.size(-1)).float()  # (N, V)
     targets = targets.reshape(-1)  # (N,)
@@ -75,11 +79,13 @@ def eager_attention(
 ) -> torch.Tensor:
     """Attention written out step by step: scores -> softcap -> + bias -> mask -> softmax -> @ v.
 
-    q (B, H, T, Dh), k/v (B, H, S, Dh) (K/V heads already repeated); bias broadcastable to (B, H, T, S);
-    mask bool broadcastable to (B, H, T, S), True where a key is visible. Returns (B, H, T, Dh).
+    q (B, H, T, Dh), k/v (B, H, S, Dh) (K/V heads already repeated); bias broadcastable to (B, H, T,
+    S); mask bool broadcastable to (B, H, T, S), True where a key is visible. Returns (B, H, T, Dh).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    return attention_from_scores((q @ k.transpose(-2, -1)) * scale, v, bias, mask, cap, dropout_p, training)
+    return attention_from_scores(
+        (q @ k.transpose(-2, -1)) * scale, v, bias, mask, cap, dropout_p, training
+    )
 
 
 def attention_from_scores(
@@ -91,7 +97,8 @@ def attention_from_scores(
     dropout_p: float = 0.0,
     training: bool = False,
 ) -> torch.Tensor:
-    """The rest of `eager_attention` once the scaled scores (B, H, T, S) are known (ReRoPE builds its own)."""
+    """The rest of `eager_attention` once the scaled scores (B, H, T, S) are known (ReRoPE builds
+    its own)."""
     scores = softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
@@ -106,9 +113,10 @@ def attention_from_scores(
 def causal_mask(
     q_slots: torch.Tensor, k_slots: torch.Tensor, window: int | None, key_mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """bool (B|1, 1, T, S): the query in token slot q_slots[i] sees the key in token slot k_slots[j] iff
-    k <= q, within `window` (q - k < window), and k holds a real token (key_mask (B, L) by token slot); a
-    query always sees itself, so padded rows stay finite. Key slots in any order (a window's ring) work."""
+    """bool (B|1, 1, T, S): the query in token slot q_slots[i] sees the key in token slot k_slots[j]
+    iff k <= q, within `window` (q - k < window), and k holds a real token (key_mask (B, L) by token
+    slot); a query always sees itself, so padded rows stay finite. Key slots in any order (a
+    window's ring) work."""
     q_slot, k_slot = q_slots[:, None], k_slots[None, :]  # (T, 1), (1, S)
     visible = k_slot <= q_slot
     if window is not None:
@@ -120,8 +128,9 @@ def causal_mask(
 
 
 def swap_halves(x: torch.Tensor) -> torch.Tensor:
-    """(..., D) -> the last dim's halves swapped, [x[D/2:], x[:D/2]]: a permutation and an involution. After the
-    final norm of a tied model it makes the self-logit S(w_i) . w_i ~ 0 at init instead of ~ d sigma (Su,
-    kexue.fm/archives/9698), like splitting the table into two untied halves."""
+    """(..., D) -> the last dim's halves swapped, [x[D/2:], x[:D/2]]: a permutation and an
+    involution. After the final norm of a tied model it makes the self-logit S(w_i) . w_i ~ 0 at
+    init instead of ~ d sigma (Su, kexue.fm/archives/9698), like splitting the table into two untied
+    halves."""
     half = x.shape[-1] // 2
     return torch.cat([x[..., half:], x[..., :half]], dim=-1)  # (..., D)

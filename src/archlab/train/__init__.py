@@ -1,1 +1,1 @@
-"""Training: data, tokenizers, optimizers, schedules, checkpoints, the loop, distributed wrapping."""
+"""Training: data, optimizers, schedules, checkpoints, the loop, distributed wrapping."""

@@ -1,7 +1,7 @@
-"""`archlab train --help`, generated: every config key with its default and the comment on its field's line.
+"""`archlab train --help`, generated: every config key with its default and its field's comment.
 
-Nothing is written by hand: a field added to `TrainConfig` (or `ModelConfig`) with its one-line comment
-shows up in the help, as torchtitan's `test_no_new_cli_options.py` keeps its CLI generated.
+Nothing is written by hand: a field added to `TrainConfig` (or `ModelConfig`) with its one-line
+comment shows up in the help, as torchtitan's `test_no_new_cli_options.py` keeps its CLI generated.
 """
 
 from __future__ import annotations
@@ -12,21 +12,31 @@ import inspect
 import re
 from dataclasses import fields
 
+from archlab.nn.attention.options import GROUPS
 from archlab.nn.config import ModelConfig
 from archlab.nn.presets import build_preset
 from archlab.train.config import TrainConfig
 
 FIELD_LINE = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+)$")  # `name: type = default  # comment`
+BARE_FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*$")  # a field whose comment is on the lines above it
 
 
-@functools.cache  # `train --help` asks once per named flag: inspect.getsource parses the class's module each time
+# `train --help` asks once per named flag: inspect.getsource parses the class's module each time
+@functools.cache
 def field_comments(cls: type) -> dict[str, str]:
-    """{field: the comment on its line} for a dataclass defined in a source file (do not modify the result: it is
-    cached)."""
-    comments = {}
+    """{field: the comment on its line, or on the comment lines right above it where its line has
+    none} for a dataclass defined in a source file (do not modify the result: it is cached)."""
+    names = {f.name for f in fields(cls)}
+    comments: dict[str, str] = {}
+    above: list[str] = []
     for line in inspect.getsource(cls).splitlines():
-        if (m := FIELD_LINE.match(line)) and m.group(1) in {f.name for f in fields(cls)}:
+        if (m := FIELD_LINE.match(line)) and m.group(1) in names:
             comments[m.group(1)] = m.group(2).strip()
+        elif (m := BARE_FIELD.match(line)) and m.group(1) in names and above:
+            comments[m.group(1)] = " ".join(above)
+        stripped = line.strip()
+        is_comment = stripped.startswith("#") and not stripped.startswith("# ---")
+        above = [*above, stripped.lstrip("#").strip()] if is_comment else []
     return comments
 
 
@@ -35,8 +45,8 @@ def _default(f: dataclasses.Field) -> object:
 
 
 def key_docs() -> list[tuple[str, object, str]]:
-    """(key, default, description) for every TrainConfig leaf and every ModelConfig field (`model.*`, whose
-    defaults are those of the default preset and size)."""
+    """(key, default, description) for every TrainConfig leaf and every ModelConfig field
+    (`model.*`, whose defaults are those of the default preset and size)."""
     rows: list[tuple[str, object, str]] = []
 
     def walk(cls: type, prefix: str) -> None:
@@ -52,7 +62,15 @@ def key_docs() -> list[tuple[str, object, str]]:
     train = TrainConfig()
     model = build_preset(train.preset, train.size)
     comments = field_comments(ModelConfig)
-    rows += [(f"model.{f.name}", getattr(model, f.name), comments.get(f.name, "")) for f in fields(ModelConfig)]
+    for f in fields(ModelConfig):
+        rows.append((f"model.{f.name}", getattr(model, f.name), comments.get(f.name, "")))
+        if f.name in GROUPS:  # an option group: its fields one key each (`--model.favor.features`)
+            group, switch, on = GROUPS[f.name]
+            sub = field_comments(group)
+            rows += [
+                (f"model.{f.name}.{g.name}", g.default, f"{switch}={on!r}: {sub.get(g.name, '')}")
+                for g in fields(group)
+            ]
     return rows
 
 
@@ -69,8 +87,10 @@ def help_text() -> str:
     rows = [(f"--{key} {_shown(default)}", doc) for key, default, doc in key_docs()]
     width = min(48, max(len(flag) for flag, _ in rows))
     train = TrainConfig()
-    head = (f"every config key, with its default (set with --KEY VALUE; model.* defaults are those of --preset "
-            f"{train.preset} --size {train.size}):")
+    head = (
+        "every config key, with its default (set with --KEY VALUE; model.* defaults are those of "
+        f"--preset {train.preset} --size {train.size}):"
+    )
     return "\n".join([head, *(f"  {flag:<{width}}  {doc}" for flag, doc in rows)])
 
 

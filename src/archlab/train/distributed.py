@@ -1,13 +1,13 @@
 """Scale-out through PyTorch's own tools: torchrun sets the environment, this file wraps the model.
 
 The model is single-device code; `parallelize` wraps it from outside in a fixed order (torchtitan's
-`parallelize_llama`): torch.compile first, then FSDP2 (`fully_shard` on every block, then the root) or
-DDP. Process groups use NCCL on GPUs and gloo on CPUs. Checkpoints always hold full, unsharded state
-dicts keyed by parameter name (`torch.distributed.checkpoint.state_dict`), so a run saved under FSDP on
-8 GPUs resumes on one CPU and vice versa.
+`parallelize_llama`): torch.compile first, then FSDP2 (`fully_shard` on every block, then the root)
+or DDP. Process groups use NCCL on GPUs and gloo on CPUs. Checkpoints always hold full, unsharded
+state dicts keyed by parameter name (`torch.distributed.checkpoint.state_dict`), so a run saved
+under FSDP on 8 GPUs resumes on one CPU and vice versa.
 
-Multi-node: launch the same command on every node with torchrun's rendezvous flags, e.g.
-`torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m archlab train ...`
+Multi-node: launch the same command on every node with torchrun's rendezvous flags, e.g. `torchrun
+--nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m archlab train ...`
 (docs/training.md).
 """
 
@@ -42,7 +42,8 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on r
 
 @dataclass(frozen=True)
 class DistContext:
-    """Where this process sits: its rank among `world_size` processes and the device it computes on."""
+    """Where this process sits: its rank among `world_size` processes and the device it computes
+    on."""
 
     mode: str  # none | ddp | fsdp
     rank: int
@@ -61,12 +62,17 @@ def setup(mode: str, device: str = "auto") -> DistContext:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if mode == "none":
         if world > 1:
-            raise ValueError(f"launched with {world} processes but distributed='none'; pass --distributed ddp or fsdp")
+            raise ValueError(
+                f"launched with {world} processes but distributed='none'; pass --distributed ddp "
+                "or fsdp"
+            )
         return DistContext("none", 0, 1, 0, resolve_device(device, flag="precision.device"))
     if "RANK" not in os.environ:
-        raise ValueError(f"--distributed {mode} needs torchrun (RANK/WORLD_SIZE are not set): "
-                         f"torchrun --nproc-per-node N -m archlab train ... --distributed {mode}; "
-                         "or pass --distributed none for one process")
+        raise ValueError(
+            f"--distributed {mode} needs torchrun (RANK/WORLD_SIZE are not set): "
+            f"torchrun --nproc-per-node N -m archlab train ... --distributed {mode}; "
+            "or pass --distributed none for one process"
+        )
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     dev = resolve_device(device, local_rank, "precision.device")
     if dev.type == "cuda":
@@ -98,7 +104,9 @@ def parallelize(model: nn.Module, ctx: DistContext, compile: bool = False) -> nn
     if compile:
         model.compile()  # in place: parameter names (and checkpoints) stay unchanged
     if ctx.mode == "ddp":
-        return DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        return DistributedDataParallel(
+            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None
+        )
     return model
 
 
@@ -146,15 +154,20 @@ def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tupl
 
     Every rank must call this (FSDP gathers the shards); only rank 0 receives the tensors.
     """
-    return get_model_state_dict(model, options=FULL), get_optimizer_state_dict(model, optimizer, options=FULL)
+    return get_model_state_dict(model, options=FULL), get_optimizer_state_dict(
+        model, optimizer, options=FULL
+    )
 
 
-def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict) -> None:
+def load_full_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict
+) -> None:
     """Load full state dicts (as `full_state_dicts` returns them) into a plain or sharded model."""
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, model_state, options=options)
     set_optimizer_state_dict(model, optimizer, optim_state, options=options)
-    # the round trip turns tuple hyperparameters (AdamW's betas) into lists; put back the saved types
+    # the round trip turns tuple hyperparameters (AdamW's betas) into lists; put back the saved
+    # types
     for group, saved in zip(optimizer.param_groups, optim_state.get("param_groups", [])):
         for key, value in saved.items():
             if isinstance(value, tuple) and isinstance(group.get(key), list):

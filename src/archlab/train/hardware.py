@@ -1,18 +1,18 @@
 """What the machine offers a run: bf16 units, and how many CPU threads a training step should use.
 
-bf16 autocast pays off where the hardware multiplies bf16 natively: CUDA GPUs from Ampere on, and CPUs
-with AVX512-BF16 or AMX-BF16 (Intel Cooper Lake / Sapphire Rapids, AMD Zen 4 on). Elsewhere PyTorch
-emulates it with conversions around fp32 kernels, several times slower than fp32, so `check_precision`
-refuses bf16 there (one line; `precision.allow_slow_bf16 true` overrides) and recommends it where it helps.
+bf16 autocast pays off where the hardware multiplies bf16 natively: CUDA GPUs from Ampere on, and
+CPUs with AVX512-BF16 or AMX-BF16 (Intel Cooper Lake / Sapphire Rapids, AMD Zen 4 on). Elsewhere
+PyTorch emulates it with conversions around fp32 kernels, several times slower than fp32, so
+`check_precision` refuses bf16 there (one line; `precision.allow_slow_bf16 true` overrides) and
+recommends it where it helps.
 
 Threads (`pick_threads`): an OpenMP thread pool only helps a step when every thread gets a core. Two
-rules, measured on 2-core machines quiet and shared (docs/performance.md): below `SMALL_STEP_FLOPS` of
-matmul work per step, one thread (the per-op fork/join costs more than it saves); otherwise the physical
-cores not already busy, sampled from /proc/stat at the start (a busy core makes the other threads spin-wait
-on it).
-`precision.threads N` overrides both, and so does an `OMP_NUM_THREADS` the caller set (the lab's `--jobs N` starts
-each run with 1): without it, two runs started together each saw an idle machine and took both cores, four
-threads on two cores at half the speed of one each.
+rules, measured on 2-core machines quiet and shared (docs/performance.md): below `SMALL_STEP_FLOPS`
+of matmul work per step, one thread (the per-op fork/join costs more than it saves); otherwise the
+physical cores not already busy, sampled from /proc/stat at the start (a busy core makes the other
+threads spin-wait on it). `precision.threads N` overrides both, and so does an `OMP_NUM_THREADS` the
+caller set (the lab's `--jobs N` starts each run with 1): without it, two runs started together each
+saw an idle machine and took both cores, four threads on two cores at half the speed of one each.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import torch
 logger = logging.getLogger(__name__)
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 dot products
-# matmul FLOPs per step below which one thread wins on an idle machine: 2 threads lost 4% at 0.009 GFLOP and
-# won 11% at 0.21, 52% at 1.9 GFLOP (docs/performance.md, "Threads")
+# matmul FLOPs per step below which one thread wins on an idle machine: 2 threads lost 4% at 0.009
+# GFLOP and won 11% at 0.21, 52% at 1.9 GFLOP (docs/performance.md, "Threads")
 SMALL_STEP_FLOPS = 1e8
-# matmul FLOPs per step from which bf16 autocast beats fp32 on a CPU with bf16 units: measured 0.97x at
-# 1.9 GFLOP, 1.25x at 5.3 and 1.60x at 12 with AMX, 1.22x / 1.29x / 1.48x with avx512_bf16 alone (Zen 4)
-# (2 threads, T <= 512; docs/performance.md, "bf16")
+# matmul FLOPs per step from which bf16 autocast beats fp32 on a CPU with bf16 units: measured 0.97x
+# at 1.9 GFLOP, 1.25x at 5.3 and 1.60x at 12 with AMX, 1.22x / 1.29x / 1.48x with avx512_bf16 alone
+# (Zen 4) (2 threads, T <= 512; docs/performance.md, "bf16")
 BF16_STEP_FLOPS = 5e9
 
 
@@ -50,18 +50,20 @@ def cpu_flags() -> set[str]:
 
 
 def bf16_units(device: torch.device) -> str | None:
-    """What multiplies bf16 natively on `device` (a CPU flag or 'cuda'), or None when it is emulated."""
+    """What multiplies bf16 natively on `device` (a CPU flag or 'cuda'), or None when it is
+    emulated."""
     if device.type == "cuda":
         return "cuda" if torch.cuda.is_bf16_supported(including_emulation=False) else None
     flags = cpu_flags()
     return next((f for f in BF16_CPU_FLAGS if f in flags), None)
 
 
-def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool,
-                    step_flops: float | None = None) -> None:
-    """Refuse bf16 where it would be emulated (unless allowed). Where a CPU has the units, recommend bf16 to an
-    fp32 run whose step (`step_flops` of matmul work, when known) is large enough to gain from it, and warn a
-    bf16 run whose step is too small to."""
+def check_precision(
+    dtype: str, device: torch.device, allow_slow_bf16: bool, step_flops: float | None = None
+) -> None:
+    """Refuse bf16 where it would be emulated (unless allowed). Where a CPU has the units, recommend
+    bf16 to an fp32 run whose step (`step_flops` of matmul work, when known) is large enough to gain
+    from it, and warn a bf16 run whose step is too small to."""
     refuse_emulated_bf16(dtype, device, allow_slow_bf16)
     units = bf16_units(device)
     if units is None or device.type != "cpu":
@@ -70,39 +72,55 @@ def check_precision(dtype: str, device: torch.device, allow_slow_bf16: bool,
     if dtype == "fp32" and not small:
         logger.info("this CPU has %s: --precision.dtype bf16 should train faster", units)
     elif dtype == "bf16" and small:
-        logger.warning("bf16 on this CPU (%s) is likely slower than fp32 for a step of %.1f GFLOP: the casts "
-                       "around each op cost more than the faster matmuls save below ~%.0f GFLOP per step",
-                       units, step_flops / 1e9, BF16_STEP_FLOPS / 1e9)
+        logger.warning(
+            "bf16 on this CPU (%s) is likely slower than fp32 for a step of %.1f GFLOP: the casts "
+            "around each op cost more than the faster matmuls save below ~%.0f GFLOP per step",
+            units,
+            step_flops / 1e9,
+            BF16_STEP_FLOPS / 1e9,
+        )
 
 
 def refuse_emulated_bf16(dtype: str, device: torch.device, allow_slow_bf16: bool) -> None:
-    """The refusal half of `check_precision`, which logs nothing: a run checks it with its other inputs, before its
-    data is prepared, and takes the advice once every input passed."""
+    """The refusal half of `check_precision`, which logs nothing: a run checks it with its other
+    inputs, before its data is prepared, and takes the advice once every input passed."""
     if dtype == "bf16" and bf16_units(device) is None and not allow_slow_bf16:
-        raise ValueError(f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
-                         f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than fp32; "
-                         "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway")
+        raise ValueError(
+            f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
+            f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than "
+            "fp32; "
+            "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway"
+        )
 
 
 def physical_cores() -> int:
     """Cores (not SMT siblings) among the CPUs this process may run on."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cpus = (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(os.cpu_count() or 1))
+    )
     cores = set()
     for cpu in cpus:
         topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
-            cores.add((topo.joinpath("physical_package_id").read_text().strip(),
-                       topo.joinpath("core_id").read_text().strip()))
+            cores.add(
+                (
+                    topo.joinpath("physical_package_id").read_text().strip(),
+                    topo.joinpath("core_id").read_text().strip(),
+                )
+            )
         except OSError:
             cores.add(("cpu", str(cpu)))
     return max(1, len(cores))
 
 
 def busy_cores(interval: float = 0.3) -> float:
-    """CPUs that other processes keep busy right now: the non-idle share of each CPU this process may run on,
-    over `interval` seconds of /proc/stat while this process sleeps. Where /proc/stat is missing, the 1-minute
-    load average, which lags: it still counts a run that ended seconds ago (two threads measured 1.9x faster
-    than the one such a stale load picked); 0 where neither exists."""
+    """CPUs that other processes keep busy right now: the non-idle share of each CPU this process
+    may run on, over `interval` seconds of /proc/stat while this process sleeps. Where /proc/stat is
+    missing, the 1-minute load average, which lags: it still counts a run that ended seconds ago
+    (two threads measured 1.9x faster than the one such a stale load picked); 0 where neither
+    exists."""
     before = cpu_times()
     if before:
         time.sleep(interval)
@@ -114,8 +132,9 @@ def busy_cores(interval: float = 0.3) -> float:
 
 
 def cpu_times(stat: str | None = None) -> dict[int, tuple[int, int]]:
-    """CPU -> (busy, total) jiffies from /proc/stat's per-CPU lines (user nice system idle iowait irq softirq
-    steal; guest time is already inside user), for the CPUs this process may run on; {} where unreadable."""
+    """CPU -> (busy, total) jiffies from /proc/stat's per-CPU lines (user nice system idle iowait
+    irq softirq steal; guest time is already inside user), for the CPUs this process may run on; {}
+    where unreadable."""
     if stat is None:
         try:
             stat = Path("/proc/stat").read_text()
@@ -131,7 +150,8 @@ def cpu_times(stat: str | None = None) -> dict[int, tuple[int, int]]:
         if allowed is None or cpu in allowed:
             ticks = [int(f) for f in fields[:8]]
             total = sum(ticks)
-            times[cpu] = (total - ticks[3] - ticks[4], total)  # idle and iowait are not busy; steal is
+            # idle and iowait are not busy; steal is
+            times[cpu] = (total - ticks[3] - ticks[4], total)
     return times
 
 
@@ -146,11 +166,13 @@ def busy_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int,
 
 
 def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
-    """CPU threads for a training step doing `step_flops` of matmul work, and the reason, for the log."""
+    """CPU threads for a training step doing `step_flops` of matmul work, and the reason, for the
+    log."""
     if requested > 0:
         return requested, "precision.threads"
     omp = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if omp.isdigit() and int(omp) > 0:  # the caller's cap (lab --jobs): the load seen at start does not know it
+    # the caller's cap (lab --jobs): the load seen at start does not know it
+    if omp.isdigit() and int(omp) > 0:
         return int(omp), "OMP_NUM_THREADS"
     if step_flops < SMALL_STEP_FLOPS:
         return 1, f"small step ({step_flops / 1e9:.3f} GFLOP < {SMALL_STEP_FLOPS / 1e9:.1f})"
@@ -160,9 +182,12 @@ def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
 
 
 def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo, or the platform's processor string where that is missing."""
+    """The CPU's marketing name from /proc/cpuinfo, or the platform's processor string where that is
+    missing."""
     try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in (
+            Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+        ):
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
@@ -171,36 +196,46 @@ def cpu_model() -> str:
 
 
 def describe_machine() -> str:
-    """One line for reports: CPU, cores, the vector and bf16 flags that decide speed, torch and Python."""
+    """One line for reports: CPU, cores, the vector and bf16 flags that decide speed, torch and
+    Python."""
     flags = cpu_flags()
     vector = [f for f in ("avx2", "fma", "avx512f", *BF16_CPU_FLAGS) if f in flags]
     missing = [f for f in ("avx512f", *BF16_CPU_FLAGS) if f not in flags]
     gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
-    return (f"{cpu_model()}, {physical_cores()} physical cores ({os.cpu_count()} logical); flags: "
-            f"{' '.join(vector) or 'none of avx2/avx512'}" + (f"; no {' / '.join(missing)}" if missing else "")
-            + f"{gpu}; torch {torch.__version__}, Python {platform.python_version()}")
+    return (
+        f"{cpu_model()}, {physical_cores()} physical cores ({os.cpu_count()} logical); flags: "
+        f"{' '.join(vector) or 'none of avx2/avx512'}"
+        + (f"; no {' / '.join(missing)}" if missing else "")
+        + f"{gpu}; torch {torch.__version__}, Python {platform.python_version()}"
+    )
 
 
 def resolve_device(name: str, local_rank: int = 0, flag: str = "--device") -> torch.device:
-    """`name` (auto, cpu, cuda, cuda:N, mps) as a device this machine has, or one line naming `flag`, the value
-    and what the machine lacks. `auto` picks CUDA when present; a bare `cuda` under torchrun is the GPU of the
-    process's `local_rank`."""
+    """`name` (auto, cpu, cuda, cuda:N, mps) as a device this machine has, or one line naming
+    `flag`, the value and what the machine lacks. `auto` picks CUDA when present; a bare `cuda`
+    under torchrun is the GPU of the process's `local_rank`."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"{flag} {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps") from None
+        raise ValueError(
+            f"{flag} {name!r} is not allowed: auto, cpu, cuda, cuda:N or mps"
+        ) from None
     if device.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"{flag} {name!r} is not allowed: archlab runs on cpu, cuda or mps")
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ValueError(f"{flag} {name}: this machine has no CUDA device (torch sees none); use cpu")
+            raise ValueError(
+                f"{flag} {name}: this machine has no CUDA device (torch sees none); use cpu"
+            )
         if device.index is None:
             return torch.device("cuda", local_rank % count)
         if device.index >= count:
-            raise ValueError(f"{flag} {name}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+            raise ValueError(
+                f"{flag} {name}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+            )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"{flag} {name}: MPS is not available on this machine; use cpu")
     return device

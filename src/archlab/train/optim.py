@@ -1,28 +1,33 @@
 """Optimizers and their parameter groups: AdamW, Lion and Tiger, with weight decay on matrices only.
 
-Weight decay pulls weights towards zero; it helps the linear maps of attention and the MLP, but on norm
-gains, biases and (usually) embedding rows it only fights the model (GPT-3, LLaMA and PaLM all decay with
-0.1 and skip those). `param_groups` splits a model's parameters by what they are, counting a tied
-embedding / head matrix once, and `build_optimizer` turns the groups into one of the `OPTIMIZERS`.
+Weight decay pulls weights towards zero; it helps the linear maps of attention and the MLP, but on
+norm gains, biases and (usually) embedding rows it only fights the model (GPT-3, LLaMA and PaLM all
+decay with 0.1 and skip those). `param_groups` splits a model's parameters by what they are,
+counting a tied embedding / head matrix once, and `build_optimizer` turns the groups into one of the
+`OPTIMIZERS` (train/variants.py).
 
-- AdamW: `torch.optim.AdamW` (Loshchilov & Hutter, arXiv 1711.05101), fused on CPU and CUDA, foreach elsewhere.
+- AdamW: `torch.optim.AdamW` (Loshchilov & Hutter, arXiv 1711.05101), fused on CPU and CUDA, foreach
+  elsewhere.
 - Lion: sign of an interpolated momentum (Chen et al., arXiv 2302.06675, Algorithm 2). Because every
   coordinate moves by exactly lr, use a 3-10x smaller lr and a 3-10x larger weight decay than AdamW.
-- Tiger: Lion with beta1 == beta2, so a single momentum both decides the sign and is stored (Su Jianlin,
-  https://kexue.fm/archives/9512), as specified there: beta 0.965, lr scaled by each parameter's RMS (rows for
-  embedding tables; half the rate and no decay for gains and biases), the NaN guard (train/sign_optim.py).
-- Embedding remedies for the sign optimizers (kexue.fm/archives/9736): `lazy_embeddings` (rows with an exactly
-  zero gradient are left alone) and `embedding_optimizer="adamw"` (tables stepped by AdamW in the same optimizer).
+- Tiger: Lion with beta1 == beta2, so a single momentum both decides the sign and is stored (Su
+  Jianlin, https://kexue.fm/archives/9512), as specified there: beta 0.965, lr scaled by each
+  parameter's RMS (rows for embedding tables; half the rate and no decay for gains and biases), the
+  NaN guard (train/sign_optim.py).
+- Embedding remedies for the sign optimizers (kexue.fm/archives/9736): `lazy_embeddings` (rows with
+  an exactly zero gradient are left alone) and `embedding_optimizer="adamw"` (tables stepped by
+  AdamW in the same optimizer).
 
-Parameters fall in four groups by what they are (`GROUP_KINDS`): matrices of linear maps (decayed), tables
-(embeddings, learned positions, relative-position bias; decayed only with `decay_embeddings`), norm gains and
-biases (never decayed). Each group carries its `kind`, which Tiger's per-parameter rate reads.
+Parameters fall in four groups by what they are (`GROUP_KINDS`): matrices of linear maps (decayed),
+tables (embeddings, learned positions, relative-position bias; decayed only with
+`decay_embeddings`), norm gains and biases (never decayed). Each group carries its `kind`, which
+Tiger's per-parameter rate reads.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -31,16 +36,24 @@ from torch.distributed.tensor import DTensor
 
 from archlab.nn.norms import RMSNorm
 from archlab.train.sign_optim import GROUP_KINDS, Lion, Tiger, _use_foreach
-from archlab.train.variants import DEFAULT_BETAS, EMBEDDING_LR_RATIO, EMBEDDING_OPTIMIZERS, NAN_SHRINK, SIGN_OPTIMIZERS
+from archlab.train.variants import (
+    DEFAULT_BETAS,
+    EMBEDDING_LR_RATIO,
+    EMBEDDING_OPTIMIZERS,
+    NAN_SHRINK,
+    OPTIMIZERS,
+    SIGN_OPTIMIZERS,
+)
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch.optim.AdamW(fused=True) has kernels
-# default betas, the embedding remedies' names and ratio, Tiger's NaN shrink: train/variants.py (torch-free, read
-# by train/config.py too)
+# default betas, the embedding remedies' names and ratio, Tiger's NaN shrink: train/variants.py
+# (torch-free, read by train/config.py too)
 
 
 @dataclass(frozen=True)
 class ParamGroupNames:
-    """Which parameter names go to which group; each Parameter appears once (tied weights deduplicated)."""
+    """Which parameter names go to which group; each Parameter appears once (tied weights
+    deduplicated)."""
 
     decay: list[str]
     no_decay: list[str]
@@ -49,8 +62,8 @@ class ParamGroupNames:
 def _classify(module: nn.Module, name: str, param: nn.Parameter, decay_embeddings: bool) -> bool:
     """True when weight decay applies: weight matrices of linear maps (and embeddings if asked).
 
-    Any other matrix is a lookup table (token embedding, learned positions, relative-position bias) and
-    counts as an embedding; vectors (norm gains, biases) are never decayed.
+    Any other matrix is a lookup table (token embedding, learned positions, relative-position bias)
+    and counts as an embedding; vectors (norm gains, biases) are never decayed.
     """
     if isinstance(module, nn.Linear) and name == "weight":
         return True
@@ -77,8 +90,9 @@ def split_param_names(model: nn.Module, decay_embeddings: bool = False) -> Param
 
 
 def param_kind(module: nn.Module, name: str, param: nn.Parameter) -> str:
-    """One of `GROUP_KINDS`: matrices (linear weights), tables (any other matrix), gains (norm weights stored as
-    the gain itself) or biases (every other vector, zero-centred gains included)."""
+    """One of `GROUP_KINDS`: matrices (linear weights), tables (any other matrix), gains (norm
+    weights stored as the gain itself) or biases (every other vector, zero-centred gains
+    included)."""
     if isinstance(module, nn.Linear) and name == "weight":
         return "matrices"
     if param.dim() >= 2:
@@ -88,14 +102,22 @@ def param_kind(module: nn.Module, name: str, param: nn.Parameter) -> str:
     return "biases"
 
 
-def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = False,
-                 embedding_weight_decay: float | None = None) -> list[dict]:
-    """Up to four optimizer groups `{"params", "weight_decay", "kind"}` in `GROUP_KINDS` order (matrices
-    first); an empty group is dropped. A tied head's matrix is counted once, as the embedding table. The tables
-    are decayed only with `decay_embeddings`, by `embedding_weight_decay` when given, else by `weight_decay`."""
+def param_groups(
+    model: nn.Module,
+    weight_decay: float,
+    decay_embeddings: bool = False,
+    embedding_weight_decay: float | None = None,
+) -> list[dict]:
+    """Up to four optimizer groups `{"params", "weight_decay", "kind"}` in `GROUP_KINDS` order
+    (matrices first); an empty group is dropped. A tied head's matrix is counted once, as the
+    embedding table. The tables are decayed only with `decay_embeddings`, by
+    `embedding_weight_decay` when given, else by `weight_decay`."""
     if embedding_weight_decay is not None and not decay_embeddings:
-        raise ValueError(f"optimizer.embedding_weight_decay={embedding_weight_decay!r} is not allowed: only with "
-                         "optimizer.decay_embeddings true (the tables are not decayed)")
+        raise ValueError(
+            f"optimizer.embedding_weight_decay={embedding_weight_decay!r} is not allowed: only "
+            "with "
+            "optimizer.decay_embeddings true (the tables are not decayed)"
+        )
     by_kind: dict[str, list[nn.Parameter]] = {kind: [] for kind in GROUP_KINDS}
     seen: set[int] = set()
     for _, module in model.named_modules():
@@ -105,69 +127,107 @@ def param_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
                 by_kind[param_kind(module, p_name, param)].append(param)
     table_decay = weight_decay if embedding_weight_decay is None else embedding_weight_decay
     decays = {"matrices": weight_decay, "tables": table_decay if decay_embeddings else 0.0}
-    return [{"params": params, "weight_decay": decays.get(kind, 0.0), "kind": kind}
-            for kind, params in by_kind.items() if params]
+    return [
+        {"params": params, "weight_decay": decays.get(kind, 0.0), "kind": kind}
+        for kind, params in by_kind.items()
+        if params
+    ]
 
 
-def _adamw(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **_: object) -> torch.optim.Optimizer:
+def adamw(
+    groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **_: object
+) -> torch.optim.Optimizer:
     params = [p for g in groups for p in g["params"]]
     plain = _use_foreach(params)
     fused = plain and params[0].device.type in FUSED_ADAMW_DEVICES
-    # fused: one pass over each tensor (p, grad, m, v) instead of ~7 elementwise kernels; on CPU torch's
-    # foreach AdamW is a per-tensor loop of those kernels, measured 3-10x slower (docs/performance.md)
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None,
-                             foreach=(plain and not fused) or None)
+    # fused: one pass over each tensor (p, grad, m, v) instead of ~7 elementwise kernels; on CPU
+    # torch's foreach AdamW is a per-tensor loop of those kernels, measured 3-10x slower
+    # (docs/performance.md)
+    return torch.optim.AdamW(
+        groups,
+        lr=lr,
+        betas=betas,
+        eps=eps,
+        fused=fused or None,
+        foreach=(plain and not fused) or None,
+    )
 
 
-def _lion(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **options: object
-          ) -> torch.optim.Optimizer:
+def lion(
+    groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, **options: object
+) -> torch.optim.Optimizer:
     if len(betas) != 2:
         raise ValueError(f"optimizer.betas: lion takes two betas (beta1, beta2), got {list(betas)}")
     return Lion(groups, lr=lr, betas=(betas[0], betas[1]))
 
 
-def _tiger(groups: list[dict], lr: float, betas: tuple[float, ...], eps: float, *, rms_lr: bool = True,
-           nan_shrink: float = NAN_SHRINK, **_: object) -> torch.optim.Optimizer:
+def tiger(
+    groups: list[dict],
+    lr: float,
+    betas: tuple[float, ...],
+    eps: float,
+    *,
+    rms_lr: bool = True,
+    nan_shrink: float = NAN_SHRINK,
+    **_: object,
+) -> torch.optim.Optimizer:
     if len(betas) != 1:
         raise ValueError(f"optimizer.betas: tiger takes one beta, got {list(betas)}")
     return Tiger(groups, lr=lr, beta=betas[0], rms_lr=rms_lr, nan_shrink=nan_shrink)
 
 
-# name -> builder(groups, lr, betas, eps, **options); config.py validates `optimizer.name` against these names, as
-# listed in train/variants.py OPTIMIZER_NAMES (tests/train/test_variants.py keeps the two equal).
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "adamw": _adamw,
-    "lion": _lion,
-    "tiger": _tiger,
-}
-
-
-def _embedding_groups(groups: list[dict], name: str, lazy: bool, embedding_optimizer: str, eps: float,
-                      embedding_lr_ratio: float) -> list[dict]:
-    """Mark the tables group for the embedding remedies; refuse them where they mean nothing, in one line."""
+def _embedding_groups(
+    groups: list[dict],
+    name: str,
+    lazy: bool,
+    embedding_optimizer: str,
+    eps: float,
+    embedding_lr_ratio: float,
+) -> list[dict]:
+    """Mark the tables group for the embedding remedies; refuse them where they mean nothing, in one
+    line."""
     if (lazy or embedding_optimizer != "same") and name not in SIGN_OPTIMIZERS:
-        raise ValueError(f"optimizer.lazy_embeddings / embedding_optimizer={embedding_optimizer!r}: only with "
-                         f"{' or '.join(SIGN_OPTIMIZERS)} (optimizer.name is {name!r})")
+        raise ValueError(
+            f"optimizer.lazy_embeddings / embedding_optimizer={embedding_optimizer!r}: only with "
+            f"{' or '.join(SIGN_OPTIMIZERS)} (optimizer.name is {name!r})"
+        )
     if embedding_optimizer not in EMBEDDING_OPTIMIZERS:
-        raise ValueError(f"optimizer.embedding_optimizer={embedding_optimizer!r} is not allowed: one of "
-                         + ", ".join(EMBEDDING_OPTIMIZERS))
+        raise ValueError(
+            f"optimizer.embedding_optimizer={embedding_optimizer!r} is not allowed: one of "
+            + ", ".join(EMBEDDING_OPTIMIZERS)
+        )
     for group in groups:
         if group["kind"] == "tables":
             group["lazy"] = lazy
             if embedding_optimizer == "adamw":
-                group.update(rule="adamw", lr_ratio=embedding_lr_ratio, adam_betas=DEFAULT_BETAS["adamw"], eps=eps)
+                group.update(
+                    rule="adamw",
+                    lr_ratio=embedding_lr_ratio,
+                    adam_betas=DEFAULT_BETAS["adamw"],
+                    eps=eps,
+                )
     return groups
 
 
 def _check_rms_rate(model: nn.Module, groups: list[dict]) -> None:
-    """Refuse a matrix that is exactly zero under Tiger's rate lr x RMS(theta): it would never move (LoRA's B
-    starts at 0). Sharded tensors are left unchecked: reading them would gather every shard."""
+    """Refuse a matrix that is exactly zero under Tiger's rate lr x RMS(theta): it would never move
+    (LoRA's B starts at 0). Sharded tensors are left unchecked: reading them would gather every
+    shard."""
     matrices = {id(p) for g in groups if g["kind"] == "matrices" for p in g["params"]}
     for param_name, p in model.named_parameters():
-        if id(p) in matrices and type(p.data) is torch.Tensor and not p.is_meta and not bool(p.detach().any()):
-            raise ValueError(f"optimizer.tiger_rms_lr=True is not allowed here: {param_name} is all zeros, and Tiger's "
-                             "per-parameter rate lr x RMS(theta) = 0 would never move it (LoRA's B starts at 0); set "
-                             "optimizer.tiger_rms_lr false (rms_lr=False)")
+        if (
+            id(p) in matrices
+            and type(p.data) is torch.Tensor
+            and not p.is_meta
+            and not bool(p.detach().any())
+        ):
+            raise ValueError(
+                f"optimizer.tiger_rms_lr=True is not allowed here: {param_name} is all zeros, and "
+                "Tiger's "
+                "per-parameter rate lr x RMS(theta) = 0 would never move it (LoRA's B starts at "
+                "0); set "
+                "optimizer.tiger_rms_lr false (rms_lr=False)"
+            )
 
 
 def build_optimizer(
@@ -188,33 +248,45 @@ def build_optimizer(
 ) -> torch.optim.Optimizer:
     """The named optimizer over `param_groups(model, ...)`; betas None means `DEFAULT_BETAS[name]`.
 
-    lazy_embeddings / embedding_optimizer (lion, tiger) act on the tables group and embedding_weight_decay (any
-    optimizer, with decay_embeddings) sets its decay; rms_lr / nan_shrink are Tiger's. Each group's lr is the
-    schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables).
+    lazy_embeddings / embedding_optimizer (lion, tiger) act on the tables group and
+    embedding_weight_decay (any optimizer, with decay_embeddings) sets its decay; rms_lr /
+    nan_shrink are Tiger's. Each group's lr is the schedule's lr times its `lr_ratio` (1 except a
+    mixed optimizer's tables).
     """
     if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer.name: unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
+        raise ValueError(
+            f"optimizer.name: unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}"
+        )
     if lr < 0:
         raise ValueError(f"optimizer.lr must be >= 0, got {lr}")
-    groups = _embedding_groups(param_groups(model, weight_decay, decay_embeddings, embedding_weight_decay),
-                               name, lazy_embeddings,
-                               embedding_optimizer, eps, embedding_lr_ratio)
+    groups = _embedding_groups(
+        param_groups(model, weight_decay, decay_embeddings, embedding_weight_decay),
+        name,
+        lazy_embeddings,
+        embedding_optimizer,
+        eps,
+        embedding_lr_ratio,
+    )
     if name == "tiger" and rms_lr:
         _check_rms_rate(model, groups)
     betas = tuple(betas) if betas is not None else DEFAULT_BETAS[name]
-    optimizer = OPTIMIZERS[name](groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink)
+    optimizer = OPTIMIZERS[name].build_function()(
+        groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink
+    )
     set_lr(optimizer, lr)
     return optimizer
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Give every group the schedule's lr times its `lr_ratio` (the trainer calls this each step)."""
+    """Give every group the schedule's lr times its `lr_ratio` (the trainer calls this each
+    step)."""
     for group in optimizer.param_groups:
         group["lr"] = lr * group.get("lr_ratio", 1.0)
 
 
 def clip_gradients(parameters: Iterable[torch.Tensor], max_norm: float) -> float:
-    """Scale all gradients together so their global L2 norm is at most `max_norm`; return the norm before.
+    """Scale all gradients together so their global L2 norm is at most `max_norm`; return the norm
+    before.
 
     max_norm 0 turns clipping off but still measures the norm (for the logs). Under FSDP the norm is
     reduced over the shards, so every rank gets the same number.

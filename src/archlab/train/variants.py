@@ -1,21 +1,50 @@
-"""The optimizers of train/ by name, and the defaults `TrainConfig` shows, without torch (as nn/variants.py is for nn/).
+"""The optimizers of train/ by name and the defaults `TrainConfig` shows, without torch.
 
-`OPTIMIZERS` (train/optim.py) maps a name to a builder over torch parameters; importing it imports torch, which
-`archlab train --help` and a config check do not need. train/config.py validates against the names here;
-`tests/train/test_variants.py` fails when they and the registry differ. (The schedules of train/schedule.py are
-plain Python: the config reads that registry itself.)
+An optimizer is one `OptimizerKind` entry of `OPTIMIZERS`: its builder (torch, named lazily as
+"module:function" and resolved when a run builds it), its default betas and whether it is a sign
+optimizer. train/config.py validates `optimizer.name` against the keys without importing torch;
+train/optim.py builds the entry's optimizer. (The schedules of train/schedule.py are plain Python:
+the config reads that registry itself.)
 """
 
 from __future__ import annotations
 
-OPTIMIZER_NAMES = ("adamw", "lion", "tiger")  # train/optim.py OPTIMIZERS, in its order
-# name -> default betas; the builders in train/optim.py read them when the config leaves betas unset.
-DEFAULT_BETAS: dict[str, tuple[float, ...]] = {
-    "adamw": (0.9, 0.95),  # beta2 0.95 instead of 0.999: faster reaction to loss spikes (GPT-3, LLaMA)
-    "lion": (0.9, 0.99),  # the paper's defaults for language modelling
-    "tiger": (0.965,),  # kexue.fm/archives/9512 and bojone/tiger for language models (0.945 is the vision value)
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from archlab.nn.registry import resolve
+
+
+@dataclass(frozen=True)
+class OptimizerKind:
+    """What archlab knows about one optimizer."""
+
+    builder: str  # "module:function", (groups, lr, betas, eps, **options) -> torch.optim.Optimizer
+    # the default betas (as many as it takes), used where the config leaves betas unset
+    betas: tuple[float, ...]
+    # it steps each coordinate by a sign: the embedding remedies apply (kexue.fm/archives/9736)
+    sign: bool = False
+
+    def build_function(self) -> Callable[..., Any]:
+        return resolve(self.builder)
+
+
+OPTIMIZERS: dict[str, OptimizerKind] = {
+    # beta2 0.95 instead of 0.999: faster reaction to loss spikes (GPT-3, LLaMA)
+    "adamw": OptimizerKind("archlab.train.optim:adamw", (0.9, 0.95)),
+    # the paper's language-model betas
+    "lion": OptimizerKind("archlab.train.optim:lion", (0.9, 0.99), sign=True),
+    # kexue.fm/archives/9512 and bojone/tiger for language models (0.945 is the vision value)
+    "tiger": OptimizerKind("archlab.train.optim:tiger", (0.965,), sign=True),
 }
-SIGN_OPTIMIZERS = ("lion", "tiger")  # the optimizers the embedding remedies apply to
-EMBEDDING_OPTIMIZERS = ("same", "adamw")  # how tables are stepped: like everything else, or by AdamW (mixed)
+DEFAULT_BETAS: dict[str, tuple[float, ...]] = {
+    name: kind.betas for name, kind in OPTIMIZERS.items()
+}
+# the embedding remedies' optimizers
+SIGN_OPTIMIZERS = tuple(name for name, kind in OPTIMIZERS.items() if kind.sign)
+# how tables are stepped: like everything else, or by AdamW (mixed)
+EMBEDDING_OPTIMIZERS = ("same", "adamw")
 EMBEDDING_LR_RATIO = 3.0  # mixed optimizer: the tables' AdamW lr = this x the sign optimizer's lr
-NAN_SHRINK = 0.99  # Tiger's NaN guard: theta <- 0.99 theta (gains: 1 + 0.99 (theta - 1)) (bojone/tiger)
+# Tiger's NaN guard: theta <- 0.99 theta (gains: 1 + 0.99 (theta - 1)) (bojone/tiger)
+NAN_SHRINK = 0.99

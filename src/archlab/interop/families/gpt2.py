@@ -1,7 +1,8 @@
-"""GPT-2 (`GPT2LMHeadModel`): pre-norm LayerNorm, tanh-GELU MLP, biases everywhere, learned absolute positions,
-a tied head, and Conv1D weights stored [in, out] (transposed into nn.Linear's [out, in]; `c_attn` columns
-are [q | k | v], so after the transpose it is our fused qkv_proj). `scale_attn_weights=False` is an attention
-scale of 1; the per-layer `scale_attn_by_inverse_layer_idx` has no archlab equivalent and is refused.
+"""GPT-2 (`GPT2LMHeadModel`): pre-norm LayerNorm, tanh-GELU MLP, biases everywhere, learned absolute
+positions, a tied head, and Conv1D weights stored [in, out] (transposed into nn.Linear's [out, in];
+`c_attn` columns are [q | k | v], so after the transpose it is our fused qkv_proj).
+`scale_attn_weights=False` is an attention scale of 1; the per-layer
+`scale_attn_by_inverse_layer_idx` has no archlab equivalent and is refused.
 `reorder_and_upcast_attn` only changes the precision of the eager softmax, so it is read as is.
 Reference: transformers `models/gpt2/modeling_gpt2.py`; Radford et al. 2019."""
 
@@ -19,16 +20,28 @@ def four_times_width(value: int | None, fields: dict) -> int:
 
 
 def scale_flag(scale: float | None, c: ModelConfig) -> bool:
-    """attn_scale -> scale_attn_weights: None (1/sqrt(head_dim)) is True, 1 is False (others do not re-read)."""
+    """attn_scale -> scale_attn_weights: None (1/sqrt(head_dim)) is True, 1 is False (others do not
+    re-read)."""
     return scale != 1.0
 
 
 GPT2 = Family(
     model_type="gpt2",
     architecture="GPT2LMHeadModel",
-    fixed=dict(norm="layernorm", norm_bias=True, norm_position="pre", block="serial", ffn="mlp", position="learned",
-               attn_bias=True, mlp_bias=True, lm_head_bias=False, qk_norm="none", embed_scale="none",
-               norm_unit_offset=False),
+    fixed=dict(
+        norm="layernorm",
+        norm_bias=True,
+        norm_position="pre",
+        block="serial",
+        ffn="mlp",
+        position="learned",
+        attn_bias=True,
+        mlp_bias=True,
+        lm_head_bias=False,
+        qk_norm="none",
+        embed_scale="none",
+        norm_unit_offset=False,
+    ),
     keys={
         "vocab_size": Key("vocab_size", 50257),
         "n_embd": Key("d_model", 768),
@@ -39,7 +52,9 @@ GPT2 = Family(
         "layer_norm_epsilon": Key("norm_eps", 1e-5),
         **activation_key("activation_function", "gelu_new", "gelu_new"),
         "tie_word_embeddings": Key("tie_embeddings", True),
-        "scale_attn_weights": Key("attn_scale", True, load=lambda v, f: None if v else 1.0, save=scale_flag),
+        "scale_attn_weights": Key(
+            "attn_scale", True, load=lambda v, f: None if v else 1.0, save=scale_flag
+        ),
         "scale_attn_by_inverse_layer_idx": Fixed(False),
         "add_cross_attention": Fixed(False),
         "resid_pdrop": Key("dropout", 0.1),

@@ -1,8 +1,9 @@
-"""GPT-NeoX / Pythia (`GPTNeoXForCausalLM`): LayerNorm with bias, a parallel block with two input norms
-(`use_parallel_residual`, else serial pre-norm), GELU MLP with biases, 25% rotary (`rotary_pct`, base
-`rotary_emb_base`), MHA only. Its fused `query_key_value` rows are per head [q_h | k_h | v_h]: regrouped
-into our [q | k | v] (`neox_qkv`). Saved files name the head `embed_out.weight`.
-Reference: transformers `models/gpt_neox/modeling_gpt_neox.py`; Black et al. 2022, arXiv 2204.06745."""
+"""GPT-NeoX / Pythia (`GPTNeoXForCausalLM`): LayerNorm with bias, a parallel block with two input
+norms (`use_parallel_residual`, else serial pre-norm), GELU MLP with biases, 25% rotary
+(`rotary_pct`, base `rotary_emb_base`), MHA only. Its fused `query_key_value` rows are per head [q_h
+| k_h | v_h]: regrouped into our [q | k | v] (`neox_qkv`). Saved files name the head
+`embed_out.weight`. Reference: transformers `models/gpt_neox/modeling_gpt_neox.py`; Black et al.
+2022, arXiv 2204.06745."""
 
 from __future__ import annotations
 
@@ -13,8 +14,19 @@ BLOCK = "gpt_neox.layers.{i}."
 GPT_NEOX = Family(
     model_type="gpt_neox",
     architecture="GPTNeoXForCausalLM",
-    fixed=dict(norm="layernorm", norm_bias=True, norm_position="pre", parallel_norms=2, ffn="mlp", mlp_bias=True,
-               lm_head_bias=False, position="rope", qk_norm="none", embed_scale="none", norm_unit_offset=False),
+    fixed=dict(
+        norm="layernorm",
+        norm_bias=True,
+        norm_position="pre",
+        parallel_norms=2,
+        ffn="mlp",
+        mlp_bias=True,
+        lm_head_bias=False,
+        position="rope",
+        qk_norm="none",
+        embed_scale="none",
+        norm_unit_offset=False,
+    ),
     keys={
         "vocab_size": Key("vocab_size", 50432),
         "hidden_size": Key("d_model", 6144),

@@ -12,9 +12,21 @@ BLOCK = "transformer.h.{i}."
 GPTJ = Family(
     model_type="gptj",
     architecture="GPTJForCausalLM",
-    fixed=dict(norm="layernorm", norm_bias=True, norm_position="pre", block="parallel", parallel_norms=1, ffn="mlp",
-               attn_bias=False, mlp_bias=True, lm_head_bias=True, position="rope", qk_norm="none",
-               embed_scale="none", norm_unit_offset=False),
+    fixed=dict(
+        norm="layernorm",
+        norm_bias=True,
+        norm_position="pre",
+        block="parallel",
+        parallel_norms=1,
+        ffn="mlp",
+        attn_bias=False,
+        mlp_bias=True,
+        lm_head_bias=True,
+        position="rope",
+        qk_norm="none",
+        embed_scale="none",
+        norm_unit_offset=False,
+    ),
     keys={
         "vocab_size": Key("vocab_size", 50400),
         "n_embd": Key("d_model", 4096),
@@ -32,7 +44,9 @@ GPTJ = Family(
     weights={
         "embed_tokens.weight": copy("transformer.wte.weight"),
         **linear("layers.{i}.attn_norm", BLOCK + "ln_1"),
-        "layers.{i}.attn.qkv_proj.weight": fuse_qkv(*(f"{BLOCK}attn.{p}_proj.weight" for p in "qkv")),
+        "layers.{i}.attn.qkv_proj.weight": fuse_qkv(
+            *(f"{BLOCK}attn.{p}_proj.weight" for p in "qkv")
+        ),
         "layers.{i}.attn.o_proj.weight": copy(BLOCK + "attn.out_proj.weight"),
         **linear("layers.{i}.mlp.up_proj", BLOCK + "mlp.fc_in"),
         **linear("layers.{i}.mlp.down_proj", BLOCK + "mlp.fc_out"),

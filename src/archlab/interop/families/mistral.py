@@ -1,5 +1,6 @@
-"""Mistral (`MistralForCausalLM`): Llama without bias switches, plus one sliding window on every layer
-(`sliding_window`, null = off). Reference: transformers `models/mistral/modeling_mistral.py`."""
+"""Mistral (`MistralForCausalLM`): Llama without bias switches, plus one sliding window on every
+layer (`sliding_window`, null = off). Reference: transformers
+`models/mistral/modeling_mistral.py`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,17 @@ MISTRAL = Family(
     model_type="mistral",
     architecture="MistralForCausalLM",
     fixed=LLAMA_FIXED | dict(attn_bias=False, mlp_bias=False),
-    keys=llama_keys(dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                         num_attention_heads=32, max_position_embeddings=131072), kv_heads=8),
+    keys=llama_keys(
+        dict(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            max_position_embeddings=131072,
+        ),
+        kv_heads=8,
+    ),
     weights=llama_weights(),
     window="all",
     window_default=4096,

@@ -1,7 +1,8 @@
-"""Phi 1 / 1.5 / 2 (`PhiForCausalLM`): a parallel block with one LayerNorm, tanh-GELU MLP (`fc1`, `fc2`),
-biases on every linear including lm_head, partial rotary (`partial_rotary_factor`, default 0.5), and a
-final LayerNorm. Its optional `qk_layernorm` is a LayerNorm WITH bias over each head, which archlab's
-QK-norm (no bias) cannot hold: refused. Reference: transformers `models/phi/modeling_phi.py`."""
+"""Phi 1 / 1.5 / 2 (`PhiForCausalLM`): a parallel block with one LayerNorm, tanh-GELU MLP (`fc1`,
+`fc2`), biases on every linear including lm_head, partial rotary (`partial_rotary_factor`, default
+0.5), and a final LayerNorm. Its optional `qk_layernorm` is a LayerNorm WITH bias over each head,
+which archlab's QK-norm (no bias) cannot hold: refused. Reference: transformers
+`models/phi/modeling_phi.py`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,21 @@ BLOCK = "model.layers.{i}."
 PHI = Family(
     model_type="phi",
     architecture="PhiForCausalLM",
-    fixed=dict(norm="layernorm", norm_bias=True, norm_position="pre", block="parallel", parallel_norms=1, ffn="mlp",
-               attn_bias=True, mlp_bias=True, lm_head_bias=True, position="rope", qk_norm="none",
-               embed_scale="none", norm_unit_offset=False),
+    fixed=dict(
+        norm="layernorm",
+        norm_bias=True,
+        norm_position="pre",
+        block="parallel",
+        parallel_norms=1,
+        ffn="mlp",
+        attn_bias=True,
+        mlp_bias=True,
+        lm_head_bias=True,
+        position="rope",
+        qk_norm="none",
+        embed_scale="none",
+        norm_unit_offset=False,
+    ),
     keys={
         "vocab_size": Key("vocab_size", 51200),
         "hidden_size": Key("d_model", 2048),
@@ -35,7 +48,11 @@ PHI = Family(
     weights={
         "embed_tokens.weight": copy("model.embed_tokens.weight"),
         **linear("layers.{i}.attn_norm", BLOCK + "input_layernorm"),
-        **linear("layers.{i}.attn.qkv_proj", tuple(f"{BLOCK}self_attn.{p}_proj" for p in "qkv"), "fuse_qkv"),
+        **linear(
+            "layers.{i}.attn.qkv_proj",
+            tuple(f"{BLOCK}self_attn.{p}_proj" for p in "qkv"),
+            "fuse_qkv",
+        ),
         **linear("layers.{i}.attn.o_proj", BLOCK + "self_attn.dense"),
         **linear("layers.{i}.mlp.up_proj", BLOCK + "mlp.fc1"),
         **linear("layers.{i}.mlp.down_proj", BLOCK + "mlp.fc2"),

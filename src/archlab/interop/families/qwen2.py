@@ -1,8 +1,9 @@
-"""Qwen2 (`Qwen2ForCausalLM`): Llama with unconditional q/k/v biases and no o_proj bias, and optional
-sliding windows on the layers from `max_window_layers` on (`use_sliding_window`, stored as `layer_types`).
+"""Qwen2 (`Qwen2ForCausalLM`): Llama with unconditional q/k/v biases and no o_proj bias, and
+optional sliding windows on the layers from `max_window_layers` on (`use_sliding_window`, stored as
+`layer_types`).
 
-archlab's `attn_bias` covers q, k, v and o together, so a Qwen2 model loads with attn_bias=True and a zero
-o_proj bias (the same function); export refuses a non-zero one. Reference: transformers
+archlab's `attn_bias` covers q, k, v and o together, so a Qwen2 model loads with attn_bias=True and
+a zero o_proj bias (the same function); export refuses a non-zero one. Reference: transformers
 `models/qwen2/modeling_qwen2.py`, `configuration_qwen2.py`.
 """
 
@@ -11,8 +12,14 @@ from __future__ import annotations
 from archlab.interop.families.llama import LLAMA_FIXED, llama_keys, llama_weights
 from archlab.interop.family import ZERO, Family
 
-QWEN_SIZES = dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
-                  num_attention_heads=32, max_position_embeddings=32768)
+QWEN_SIZES = dict(
+    vocab_size=151936,
+    hidden_size=4096,
+    intermediate_size=22016,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    max_position_embeddings=32768,
+)
 
 QWEN2 = Family(
     model_type="qwen2",

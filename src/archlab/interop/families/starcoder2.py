@@ -1,6 +1,7 @@
-"""StarCoder2 (`Starcoder2ForCausalLM`): Llama's attention names with LayerNorm (with bias), a plain tanh-GELU
-MLP (`c_fc`, `c_proj`), one `use_bias` switch for every attention and MLP linear, a tied head by default,
-and one sliding window on every layer. Reference: transformers `models/starcoder2/modeling_starcoder2.py`."""
+"""StarCoder2 (`Starcoder2ForCausalLM`): Llama's attention names with LayerNorm (with bias), a plain
+tanh-GELU MLP (`c_fc`, `c_proj`), one `use_bias` switch for every attention and MLP linear, a tied
+head by default, and one sliding window on every layer. Reference: transformers
+`models/starcoder2/modeling_starcoder2.py`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,20 @@ BLOCK = "model.layers.{i}."
 STARCODER2 = Family(
     model_type="starcoder2",
     architecture="Starcoder2ForCausalLM",
-    fixed=dict(norm="layernorm", norm_bias=True, norm_position="pre", block="serial", ffn="mlp", lm_head_bias=False,
-               position="rope", qk_norm="none", embed_scale="none", norm_unit_offset=False, attn_bias=None,
-               mlp_bias=None),
+    fixed=dict(
+        norm="layernorm",
+        norm_bias=True,
+        norm_position="pre",
+        block="serial",
+        ffn="mlp",
+        lm_head_bias=False,
+        position="rope",
+        qk_norm="none",
+        embed_scale="none",
+        norm_unit_offset=False,
+        attn_bias=None,
+        mlp_bias=None,
+    ),
     keys={
         "vocab_size": Key("vocab_size", 49152),
         "hidden_size": Key("d_model", 3072),
@@ -35,7 +47,11 @@ STARCODER2 = Family(
         "embed_tokens.weight": copy("model.embed_tokens.weight"),
         **linear("layers.{i}.attn_norm", BLOCK + "input_layernorm"),
         **linear("layers.{i}.mlp_norm", BLOCK + "post_attention_layernorm"),
-        **linear("layers.{i}.attn.qkv_proj", tuple(f"{BLOCK}self_attn.{p}_proj" for p in "qkv"), "fuse_qkv"),
+        **linear(
+            "layers.{i}.attn.qkv_proj",
+            tuple(f"{BLOCK}self_attn.{p}_proj" for p in "qkv"),
+            "fuse_qkv",
+        ),
         **linear("layers.{i}.attn.o_proj", BLOCK + "self_attn.o_proj"),
         **linear("layers.{i}.mlp.up_proj", BLOCK + "mlp.c_fc"),
         **linear("layers.{i}.mlp.down_proj", BLOCK + "mlp.c_proj"),

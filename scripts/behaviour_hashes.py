@@ -1,0 +1,164 @@
+"""Fingerprints of what archlab computes, to prove a refactoring changed nothing, bit for bit.
+
+Every preset at size tiny, plus configs of the kernel- and block-specific switches (FAVOR+, Transformer-VQ, GAU,
+cosine attention, HWFA2 with two full layers, RoPE scalings), trains a few steps on CPU with a fixed seed and one
+thread; for each the script prints sha256 prefixes of
+
+- the training losses of every step (metrics.jsonl, as float64 bytes),
+- the final checkpoint's tensors: the weights (model.safetensors) and the optimizer state (optimizer.pt), by name,
+- greedy decoding through the KV cache from the checkpoint (8 new tokens for 2 prompts) and the eval-mode logits of
+  one fixed batch of 100 tokens (past the training length 64, the windows and ReRoPE's window).
+
+CPU kernels differ between processors, so compare tables made on one machine.
+
+The configs are given as flat dotted keys of today's CLI (`model.favor_features`), which must keep working.
+
+    python scripts/behaviour_hashes.py                        # print the table
+    python scripts/behaviour_hashes.py --check FILE           # compare with a recorded table; exit 1 on a change
+    python scripts/behaviour_hashes.py --keep DIR --only vq   # keep the run folders (and the prepared corpus)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from archlab.checkpoint import latest_checkpoint, load_model
+from archlab.data.tokens import prepare_data
+from archlab.infer.generate import generate
+from archlab.infer.sampling import SamplingConfig
+from archlab.nn.presets import PRESETS
+from archlab.train.config import resolve_config
+from archlab.train.trainer import train
+
+STEPS = 3
+COMMON = {
+    "size": "tiny", "seed": "7", "steps": str(STEPS), "data.batch_size": "4", "data.block_size": "64",
+    "precision.threads": "1", "optimizer.lr": "3e-3", "schedule.warmup_steps": "1",
+    "logging.progress": "false", "logging.tensorboard": "false", "logging.samples": "0", "logging.eval_every": "0",
+    "logging.log_every": "1", "checkpoint.save_every": "0",
+}
+# name -> dotted keys over COMMON: every preset, then the switches that live outside the presets
+CASES: dict[str, dict[str, str]] = {preset: {"preset": preset} for preset in PRESETS}
+CASES.update({
+    "favor": {"preset": "llama", "model.attn_kernel": "favor", "model.favor_features": "24"},
+    "favor-hyperbolic-redraw": {"preset": "llama", "model.attn_kernel": "favor", "model.favor_feature": "hyperbolic",
+                                "model.favor_orthogonal": "false", "model.favor_redraw": "2"},
+    "vq": {"preset": "llama", "model.attn_kernel": "vq", "model.vq_codes": "16", "model.vq_block": "16"},
+    "vq-soft-alibi": {"preset": "llama", "model.attn_kernel": "vq", "model.vq_codes": "16", "model.vq_block": "16",
+                      "model.vq_assign": "soft", "model.vq_tau": "0.5", "model.vq_ema": "0.9",
+                      "model.vq_commit": "0.01", "model.vq_cache_grad": "true", "model.position": "alibi"},
+    "gau": {"preset": "llama", "model.block": "gau", "model.n_heads": "1"},
+    "gau-relu2": {"preset": "llama", "model.block": "gau", "model.n_heads": "1", "model.gau_attention": "relu2"},
+    "cosine-dynamic": {"preset": "llama", "model.cosine_attention": "true", "model.cosine_scale": "dynamic"},
+    "hwfa2-two-full": {"preset": "hwfa2", "model.full_layers": "2", "model.n_layers": "3"},
+    "yarn": {"preset": "llama", "model.rope_scaling.kind": "yarn", "model.rope_scaling.factor": "2",
+             "model.rope_scaling.original_max_seq_len": "64"},
+    "ntk-mixed": {"preset": "llama", "model.rope_scaling.kind": "ntk_mixed", "model.rope_scaling.factor": "4"},
+    "inv-leaky-rerope": {"preset": "llama", "model.rope_scaling.kind": "inv_leaky_rerope",
+                         "model.rope_scaling.window": "32", "model.rope_scaling.factor": "2"},
+    "dynamic-ntk": {"preset": "llama", "model.rope_scaling.kind": "dynamic", "model.rope_scaling.factor": "2",
+                    "model.rope_scaling.original_max_seq_len": "16"},
+    "tied-proj-logn": {"preset": "llama", "model.tie_embeddings": "true", "model.tied_head": "proj",
+                       "model.attn_logn": "true", "model.key_norm": "true"},
+})
+
+
+def corpus(root: Path) -> Path:
+    """A prepared byte-level corpus, the same on every machine (words drawn by a seeded generator)."""
+    words = "def class return import self if else for while in not and or None True print lambda yield".split()
+    gen = torch.Generator().manual_seed(0)
+    lines = [" ".join(words[i] for i in torch.randint(0, len(words), (8,), generator=gen).tolist())
+             for _ in range(2000)]
+    (root / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+    return prepare_data(str(root / "corpus.txt"), root / "data")
+
+
+def digest(parts: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()[:16]
+
+
+def tensor_bytes(name: str, t: torch.Tensor) -> bytes:
+    shape = tuple(t.shape)
+    t = t.detach().cpu().contiguous().reshape(-1)
+    head = f"{name}|{t.dtype}|{shape}|".encode()
+    return head + (t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
+def walk(prefix: str, obj: object) -> list[bytes]:
+    """Every tensor and plain value of a nested state (dicts sorted by key), with its path."""
+    if isinstance(obj, torch.Tensor):
+        return [tensor_bytes(prefix, obj)]
+    if isinstance(obj, dict):
+        return [b for k in sorted(obj, key=str) for b in walk(f"{prefix}.{k}", obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [b for i, v in enumerate(obj) for b in walk(f"{prefix}[{i}]", v)]
+    return [f"{prefix}={obj!r}".encode()]
+
+
+def fingerprint(name: str, keys: dict[str, str], root: Path) -> dict[str, str]:
+    run = root / name
+    train_config, model_config = resolve_config([{**COMMON, **keys, "data.source": str(root / "data"),
+                                                  "out": str(run)}])
+    train(train_config, model_config)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    losses = [r["loss"] for r in rows if r.get("kind", "train") == "train" and "loss" in r]
+    assert len(losses) == STEPS, f"{name}: {len(losses)} losses in metrics.jsonl, want {STEPS}"
+    ckpt = latest_checkpoint(run)
+    weights = load_file(ckpt / "model.safetensors")
+    optimizer = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False)
+    model, _ = load_model(ckpt)
+    out = generate(model, [[5, 6, 7, 8], [9, 10]], SamplingConfig(max_new_tokens=8, temperature=0.0))
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, model_config.vocab_size, (2, 100), generator=gen)  # past every window
+    with torch.no_grad():
+        logits = model.eval()(ids)
+    return {
+        "losses": digest([struct.pack("<d", float(x)) for x in losses]),
+        "weights": digest(walk("w", weights)),
+        "optimizer": digest(walk("o", optimizer)),
+        "decode": digest([json.dumps(out.tokens).encode(), tensor_bytes("logits", logits)]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", type=Path, help="a table this script printed: exit 1 if any line differs")
+    parser.add_argument("--keep", type=Path, help="write the runs here and keep them (default: a temp folder)")
+    parser.add_argument("--only", nargs="*", help="these cases only")
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(1)
+    names = args.only or list(CASES)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        corpus(root)
+        lines = []
+        for name in names:
+            f = fingerprint(name, CASES[name], root)
+            lines.append(f"{name:24s} " + " ".join(f"{k}={v}" for k, v in f.items()))
+            print(lines[-1], flush=True)
+    if args.check is None:
+        return 0
+    want = {line.split()[0]: line for line in args.check.read_text(encoding="utf-8").splitlines() if line.strip()}
+    changed = [line.split()[0] for line in lines if want.get(line.split()[0]) != line]
+    print("unchanged" if not changed else f"CHANGED: {', '.join(changed)}")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""The CPU training fast paths: hand-written kernels (`ops.py`) and `install(model)` (`install.py`),
+which puts them into a built model from outside. No readable module of nn/ imports this package."""
