@@ -61,7 +61,7 @@ def run_hash(keys: dict[str, str], budget: Budget, store: Path | None = None, ve
     if version >= 2 and store is not None and source.parent == Path(store) / "data":
         train_dict["data"] = {**train_dict["data"], "source": f"STORE/data/{source.name}"}
     record = {"train": _non_default(train_dict, TrainConfig().to_dict()),
-              "model": _non_default(model.to_dict(), ModelConfig().to_dict()),
+              "model": _non_default(model.to_flat_dict(), ModelConfig().to_flat_dict()),
               "measure_windows": budget.measure_windows, "store_version": version}
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
