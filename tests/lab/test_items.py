@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from archlab.lab import stats
-from archlab.lab.items import fit_items
+from archlab.lab.items import fit_items, items_for, seeds_for
 
 MC_SIGMAS = 3.0
 
@@ -126,3 +126,82 @@ def test_the_item_test_has_power_against_a_real_effect():
     seed_only, item_aware = _rates(d)
     # se ~ 0.05 / sqrt(200) = 0.0035, so 0.02 is ~5.6 se: nearly always confirmed
     assert item_aware > 0.95
+
+
+def _item_power(components: tuple[float, float, float], seeds: int, items: int, effect: float, trials: int,
+                rng: np.random.Generator) -> float:
+    """The simulated rate at which the seed x item test confirms a true gain `effect` (one-sided, alpha 0.05)."""
+    sd_s, sd_i, sd_e = (math.sqrt(c) for c in components)
+    d = (effect + rng.normal(0, sd_s, (trials, seeds, 1)) + rng.normal(0, sd_i, (trials, 1, items))
+         + rng.normal(0, sd_e, (trials, seeds, items)))
+    zeros = np.zeros((seeds, items))
+    return float(np.mean([stats.test_claim(t.mean(axis=1), np.zeros(seeds), expect="better", better="higher",
+                                           items=(t, zeros)).outcome == stats.CONFIRMED for t in d]))
+
+
+def test_the_seed_plan_at_fixed_items_has_its_power_by_simulation():
+    # seeds dominate (sd 0.02 per seed against 0.03 / sqrt(32) from the items): more seeds decide it
+    components, items, effect = (0.02 ** 2, 0.03 ** 2, 0.05 ** 2), 32, 0.03
+    n = seeds_for(components, items, effect, alpha=0.05)
+    assert n is not None and 3 < n < 30
+    rng = np.random.default_rng(21)
+    trials = 1500
+    at_plan = _item_power(components, n, items, effect, trials, rng)
+    one_fewer = _item_power(components, n - 1, items, effect, trials, rng)
+    # the plan's (t + t) * se rule is the usual approximation of the noncentral t: within a few points of 80%
+    assert 0.8 - 0.05 - _tolerance(0.8, trials) <= at_plan <= 0.8 + 0.08, (n, at_plan)  # measured 6 seeds: 0.85
+    assert one_fewer < at_plan  # 5 seeds: 0.76
+
+
+def test_no_number_of_seeds_beats_the_items_own_variance():
+    # only items vary: V = sigma_i^2 / I with I - 1 df, whatever the seeds; the items needed by explicit search
+    from scipy import special
+
+    components, effect, alpha = (0.0, 0.1 ** 2, 0.0), 0.02, 0.05
+    assert seeds_for(components, 32, effect, alpha=alpha) is None
+    m = items_for(components, 3, effect, alpha=alpha)
+
+    def enough(i: int) -> bool:
+        return (special.stdtrit(i - 1, 1 - alpha) + special.stdtrit(i - 1, 0.8)) * 0.1 / math.sqrt(i) <= effect
+
+    assert m is not None and enough(m) and not enough(m - 1)
+    assert 150 < m < 170  # ~ ((1.645 + 0.842) * 0.1 / 0.02)^2 = 155 at large df
+
+
+def test_an_inconclusive_item_claim_carries_its_plan():
+    rng = np.random.default_rng(22)
+    seeds, items = 3, 32
+    d = 0.01 + rng.normal(0, 0.02, (seeds, 1)) + rng.normal(0, 0.03, (1, items)) + rng.normal(0, 0.05,
+                                                                                              (seeds, items))
+    zeros = np.zeros((seeds, items))
+    result = stats.test_claim(d.mean(axis=1), np.zeros(seeds), expect="better", better="higher",
+                              smallest_effect=0.03, items=(d, zeros))
+    assert result.outcome == stats.INCONCLUSIVE
+    fit = fit_items(d)
+    assert result.components == pytest.approx(fit.components)
+    assert result.seeds_needed == seeds_for(fit.components, items, 0.03, alpha=0.05)
+    assert result.items_needed is None
+    # the items' term alone too large at the stated effect: the plan is items, not seeds
+    wide = d + rng.normal(0, 0.5, (1, items))
+    result = stats.test_claim(wide.mean(axis=1), np.zeros(seeds), expect="better", better="higher",
+                              smallest_effect=0.03, items=(wide, zeros))
+    assert result.outcome == stats.INCONCLUSIVE and result.seeds_needed is None
+    assert result.items_needed == items_for(fit_items(wide).components, seeds, 0.03, alpha=0.05) > items
+
+
+def test_a_claim_neither_seeds_nor_items_decide_alone_plans_both():
+    # seeds and items both vary a lot at 3 seeds x 8 items: 3 seeds leave the seeds' term, 8 items the items'
+    rng = np.random.default_rng(24)
+    seeds, items = 3, 8
+    d = rng.normal(0, 0.08, (seeds, 1)) + rng.normal(0, 0.08, (1, items)) + rng.normal(0, 0.01, (seeds, items))
+    zeros = np.zeros((seeds, items))
+    result = stats.test_claim(d.mean(axis=1), np.zeros(seeds), expect="better", better="higher",
+                              smallest_effect=0.03, items=(d, zeros))
+    components = fit_items(d).components
+    assert result.outcome == stats.INCONCLUSIVE
+    assert seeds_for(components, items, 0.03, alpha=0.05) is None
+    assert items_for(components, seeds, 0.03, alpha=0.05) is None
+    assert result.items_needed in (2 * items, 4 * items, 8 * items, 16 * items, 32 * items)
+    assert result.seeds_needed == seeds_for(components, result.items_needed, 0.03, alpha=0.05)
+    smaller = result.items_needed // 2
+    assert smaller == items or seeds_for(components, smaller, 0.03, alpha=0.05) is None  # the fewest multiple

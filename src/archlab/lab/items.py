@@ -20,6 +20,12 @@ possible by chance) that floor is used, with (S - 1)(I - 1) df. A seed-only test
 estimates sigma_s^2 + sigma_e^2 / I and misses sigma_i^2 / I: with items that favour an arm by chance, the same on
 every seed, it confirms false claims far more often than alpha; this test does not (tests/lab/test_items.py
 simulates both).
+
+Planning (`seeds_for`, `items_for`): with the components estimated from the mean squares (sigma_s^2 = (MS_seed -
+MS_resid) / I, sigma_i^2 = (MS_item - MS_resid) / S, sigma_e^2 = MS_resid, each floored at 0), a design of S' seeds
+and I' items has V' = sigma_s^2 / S' + sigma_i^2 / I' + sigma_e^2 / (S' I') and the Satterthwaite df of the expected
+mean squares; it detects an effect delta with the requested power when (t_{1-alpha} + t_{power}) sqrt(V') <= delta.
+More seeds cannot push V' below sigma_i^2 / I': when that term alone is too large, only more items help.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from archlab.lab.power import mde_from_se
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,12 @@ class ItemFit:
     ms_item: float
     ms_resid: float
     floored: bool  # V was raised to MS_resid / (S I)
+
+    @property
+    def components(self) -> tuple[float, float, float]:
+        """(sigma_s^2, sigma_i^2, sigma_e^2) at the ANOVA estimates, each floored at 0 (the module doc)."""
+        return (max(self.ms_seed - self.ms_resid, 0.0) / self.items,
+                max(self.ms_item - self.ms_resid, 0.0) / self.seeds, max(self.ms_resid, 0.0))
 
     @property
     def item_share(self) -> float:
@@ -84,3 +98,48 @@ def fit_items(d: np.ndarray) -> ItemFit:
         return ItemFit(grand, math.sqrt(combined / (s * i)), df, s, i, ms_seed, ms_item, ms_resid, False)
     return ItemFit(grand, math.sqrt(max(ms_resid, 0.0) / (s * i)), float(df_resid), s, i, ms_seed, ms_item, ms_resid,
                    True)
+
+
+_MOST = 1_000_000  # a plan beyond this many seeds or items is reported as out of reach
+
+
+def detects(components: tuple[float, float, float], seeds: int, items: int, effect: float, *, alpha: float,
+            power: float = 0.8) -> bool:
+    """Whether `seeds` x `items` detect a true `effect` with `power` at one-sided `alpha` (the module doc)."""
+    var_s, var_i, var_e = components
+    ms_seed, ms_item, ms_resid = var_e + items * var_s, var_e + seeds * var_i, var_e
+    combined = ms_seed + ms_item - ms_resid  # = seeds * items * V'
+    if combined <= 0:
+        return True
+    df_resid = (seeds - 1) * (items - 1)
+    denominator = ms_seed ** 2 / (seeds - 1) + ms_item ** 2 / (items - 1) + ms_resid ** 2 / df_resid
+    df = combined * combined / denominator if denominator > 0 else math.inf
+    return mde_from_se(math.sqrt(combined / (seeds * items)), df, alpha=alpha, power=power) <= effect
+
+
+def _fewest(reaches, start: int) -> int | None:
+    """The smallest n >= start with reaches(n) (monotone in n), or None below _MOST."""
+    if reaches(start):
+        return start
+    low, high = start, start * 2
+    while not reaches(high):
+        if high >= _MOST:
+            return None
+        low, high = high, min(high * 2, _MOST)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if reaches(mid) else (mid, high)
+    return high
+
+
+def seeds_for(components: tuple[float, float, float], items: int, effect: float, *, alpha: float,
+              power: float = 0.8) -> int | None:
+    """The fewest seeds (>= 2) that detect `effect` with these `items`, or None when the items' term alone is too
+    large (then only more items help: `items_for`)."""
+    return _fewest(lambda n: detects(components, n, items, effect, alpha=alpha, power=power), 2)
+
+
+def items_for(components: tuple[float, float, float], seeds: int, effect: float, *, alpha: float,
+              power: float = 0.8) -> int | None:
+    """The fewest items (>= 2) that detect `effect` at `seeds` seeds, or None out of reach."""
+    return _fewest(lambda i: detects(components, seeds, i, effect, alpha=alpha, power=power), 2)

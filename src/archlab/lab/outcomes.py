@@ -35,7 +35,9 @@ class ClaimTest:
     claim is planned for; a "same" / "equivalent" claim is planned at a true difference 0 against its margin);
     `mde` the minimum detectable effect at this n and level (80% power: for "better" the smallest true gain the test
     confirms 80% of the time, for "same" / "equivalent" how far inside the margin the truth must lie to be
-    confirmed 80% of the time); `items` the number of items of a seed x item test (0 for seed-level tests).
+    confirmed 80% of the time); `items` the number of items of a seed x item test (0 for seed-level tests),
+    `components` its variance components (sigma_s^2, sigma_i^2, sigma_e^2; archlab.lab.items) and `items_needed`
+    the items an inconclusive one would need at its seeds when no number of seeds suffices at its items.
     """
 
     outcome: str
@@ -62,6 +64,8 @@ class ClaimTest:
     smallest_effect: float = 0.0
     mde: float = math.nan
     items: int = 0
+    components: tuple[float, float, float] | None = None
+    items_needed: int | None = None
 
     @property
     def decided(self) -> bool:

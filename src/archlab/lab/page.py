@@ -73,21 +73,30 @@ def _bound(r: ClaimResult) -> str:
 
 
 def needed(result: ClaimResult) -> str:
-    """What an inconclusive claim would need at its stated effect: seeds per arm, or timed pairs for a timing."""
+    """What an inconclusive claim would need at its stated effect: seeds per arm (and items, for a claim scored on
+    a fixed item set), or timed pairs for a timing."""
     if result.outcome != stats.INCONCLUSIVE or result.test is None:
         return "-"
+    test = result.test
     if not result.seeds_needed:
-        if result.test.against_the_data:
+        if test.against_the_data:
             return "none: the data point the other way (the interval excludes 0 against the claim)"
-        if result.test.test == "seed x item t":
-            return "more items (the items' variance does not shrink with seeds)"
-        return "none planned: no smallest effect stated" if result.test.test in stats.T_TESTS else "-"
+        if test.items_needed:
+            return (f"{test.items_needed} items at {len(result.a)} seeds per arm (no number of seeds decides it at "
+                    f"{test.items} items: the items' own variance does not shrink with seeds)")
+        if test.test == stats.ITEM_TEST and stats.planning_effect(test) is not None:
+            return f"out of reach: more than 32 times the {test.items} items and a million seeds"
+        return "none planned: no smallest effect stated" if test.test in stats.T_TESTS else "-"
     unit = "pairs" if "interleaved pairs" in result.note else "seeds per arm"
+    if test.test == stats.ITEM_TEST:
+        unit = f"seeds per arm at {test.items_needed or test.items} items" + (
+            f" (more seeds alone cannot decide it at {test.items} items, nor more items at {len(result.a)} seeds)"
+            if test.items_needed else "")
     had = f" (it had {len(result.a)}: the estimate, not the n, leaves it open)" \
-        if result.seeds_needed <= len(result.a) else ""
+        if result.seeds_needed <= len(result.a) and not test.items_needed else ""
     at = " at a true difference of 0" if result.claim.expect != "better" else \
-        f" at a true gain of {fmt(result.test.smallest_effect)}"
-    if result.test.test not in stats.T_TESTS:  # an exact test on events plans at the observed rates
+        f" at a true gain of {fmt(test.smallest_effect)}"
+    if test.test not in (*stats.T_TESTS, stats.ITEM_TEST):  # an exact test on events plans at the observed rates
         at = " at the observed rates"
     return f"{result.seeds_needed} {unit}{at}{had}"
 

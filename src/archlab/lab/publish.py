@@ -255,6 +255,14 @@ INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --j
          "the families and the counts; the compute ladder's claims calibrate the lab and are not the lecture's.")
 
 
+def _needs(row: dict) -> str:
+    """The summary's 'needs' cell: seeds per arm, or items where no number of seeds decides a seed x item claim."""
+    more = (row["test"] or {}).get("items_needed")
+    if row["seeds_needed"]:
+        return f"{row['seeds_needed']} at {more} items" if more else str(row["seeds_needed"])
+    return f"{more} items" if more else "-"
+
+
 def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]]) -> str:
     """docs/results/README.md: every published comparison once, its verdict, and each page's reading."""
     first: dict[str, dict] = {}
@@ -281,7 +289,7 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
         qv = q.get(id(r))
         lines.append(f"| [{r['suite']}]({r['suite']}.md){kind} | {r['claim']}{also} | {r['metric']} | {r['arms']} | "
                      f"{page.fmt(r['estimate'])} | {_fmt_ci(r['ci'])} | {size} | {page.fmt(r['p_holm'])} | "
-                     f"{r['outcome']} | {r['statement']} | {page.fmt(r['mde'])} | {r['seeds_needed'] or '-'} | "
+                     f"{r['outcome']} | {r['statement']} | {page.fmt(r['mde'])} | {_needs(r)} | "
                      f"{r['narang']} | {page.fmt(qv)} |")
     lecture = [r for r in unique if not r["calibration"]]
     tested = [r["outcome"] for r in lecture if r["test"] is not None and r["outcome"] not in (

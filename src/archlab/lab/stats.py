@@ -58,7 +58,7 @@ import numpy as np
 from scipy import special
 
 from archlab.lab.discrete import paired_binary_test, paired_count_test, rank_test
-from archlab.lab.items import as_table, fit_items
+from archlab.lab.items import as_table, fit_items, items_for, seeds_for
 from archlab.lab.multiplicity import benjamini_hochberg, dunnett, holm
 from archlab.lab.outcomes import (
     BETTERS,
@@ -135,6 +135,7 @@ class _Fit:
     outcome: str = ""  # set (with a note) when no test is possible
     note: str = ""
     items: int = 0
+    components: tuple[float, float, float] | None = None
 
 
 def _is_tie(sd: float, a: np.ndarray, b: np.ndarray) -> bool:
@@ -197,7 +198,7 @@ def _fit_items(a: np.ndarray, b: np.ndarray, items: tuple[object, object], poole
     if _is_tie(fit.se, ta, tb):
         return replace(result, outcome=UNTESTABLE, note="the per-item differences tie exactly (zero spread): no "
                        "error estimate")
-    return replace(result, items=n_items)
+    return replace(result, items=n_items, components=fit.components)
 
 
 def _fit_welch(a: np.ndarray, b: np.ndarray) -> _Fit:
@@ -240,13 +241,40 @@ def planning_effect(test: ClaimTest) -> float | None:
 
 def _plan(test: ClaimTest, level: float) -> int | None:
     """Seeds per arm for PLAN_POWER at `level` at the stated effect (the module doc); None without one."""
+    if test.test == ITEM_TEST and test.components is not None:
+        effect = planning_effect(test)
+        if effect is None or test.against_the_data:
+            return None
+        return seeds_for(tuple(test.components), test.items, effect, alpha=level, power=_each(test))
     if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
         return test.seeds_needed if test.test not in (ITEM_TEST, OLS_TEST) else None  # exact tests plan themselves
     effect = planning_effect(test)
     if effect is None or test.against_the_data:
         return None
-    each = 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
-    return seeds_needed(effect, test.sigma_d, alpha=level, power=each, arms=test.arms)
+    return seeds_needed(effect, test.sigma_d, alpha=level, power=_each(test), arms=test.arms)
+
+
+def _each(test: ClaimTest) -> float:
+    """The power each one-sided test is planned for (both sides of an equivalence must hold)."""
+    return 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
+
+
+def _plan_items(test: ClaimTest, level: float) -> tuple[int | None, int | None]:
+    """(seeds per arm, items) for PLAN_POWER of a seed x item claim no number of seeds decides at its items: more
+    items at its seeds if that suffices, else the fewest seeds at 2, 4, ... 32 times its items; (None, None) if
+    neither reaches the stated effect."""
+    effect = planning_effect(test)
+    if test.test != ITEM_TEST or test.components is None or effect is None or test.against_the_data:
+        return None, None
+    components = tuple(test.components)
+    more = items_for(components, test.n, effect, alpha=level, power=_each(test))
+    if more is not None:
+        return None, more
+    for times in (2, 4, 8, 16, 32):
+        seeds = seeds_for(components, times * test.items, effect, alpha=level, power=_each(test))
+        if seeds is not None:
+            return seeds, times * test.items
+    return None, None
 
 
 def _mde(test: ClaimTest, level: float) -> float:
@@ -267,7 +295,11 @@ def _judge(test: ClaimTest, p: float, p_contra: float, plan_level: float, **fiel
     reaches = test.expect != "better" or -w >= test.min_effect
     outcome = decide(p, p_contra, test.alpha, reaches)
     seeds = _plan(test, plan_level) if outcome == INCONCLUSIVE else None
-    return replace(test, outcome=outcome, seeds_needed=seeds, mde=_mde(test, plan_level), **fields)
+    more_items = None
+    if outcome == INCONCLUSIVE and seeds is None:
+        seeds, more_items = _plan_items(test, plan_level)
+    return replace(test, outcome=outcome, seeds_needed=seeds, items_needed=more_items, mde=_mde(test, plan_level),
+                   **fields)
 
 
 def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: str, margin: float = 0.0,
@@ -300,7 +332,8 @@ def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: s
     test = ClaimTest(outcome=fit.outcome, p=p, ci=ci, estimate=fit.estimate, df=fit.df, seeds_needed=None,
                      expect=expect, better=better, test=fit.test, n=fit.n, se=fit.se, sigma_d=fit.sigma_d,
                      arms=fit.arms, p_contra=p_contra, margin=margin, min_effect=min_effect, alpha=alpha,
-                     level=alpha, note=fit.note, smallest_effect=smallest_effect, items=fit.items)
+                     level=alpha, note=fit.note, smallest_effect=smallest_effect, items=fit.items,
+                     components=fit.components)
     return test if fit.outcome else _judge(test, p, p_contra, alpha)
 
 
