@@ -520,7 +520,7 @@ def resolve_config(
 
 
 def context_tokens(model: ModelConfig) -> int | None:
-    """Tokens the model handles (infer/engine.py's context_limit, without torch): max_seq_len, or
+    """Tokens the model handles (infer/prompts.py's context_limit, without torch): max_seq_len, or
     its RoPE scaling kind's limit (None: ReRoPE has none)."""
     s = model.rope_scaling
     if model.position != "rope" or s is None:
