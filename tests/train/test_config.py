@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 from archlab.train.config import TrainConfig, resolve_config
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(TrainConfig)

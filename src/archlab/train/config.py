@@ -473,7 +473,7 @@ def resolve_config(
     train = build(TrainConfig, tree)
     asked = any("data.tokenizer" in layer for layer in layers)
     if asked and (Path(train.data.source) / "meta.json").is_file():
-        from archlab.data.tokens import (
+        from archlab.data.prepare import (
             check_prepared_tokenizer,  # numpy and tokenizers only when needed
         )
 
@@ -483,7 +483,7 @@ def resolve_config(
     # trains with its own tokenizer and tokens
     prepared = (Path(train.data.source) / "meta.json").is_file()
     if any("data.bpe_dropout" in layer for layer in layers) and prepared:
-        from archlab.data.tokens import check_prepared_dropout
+        from archlab.data.prepare import check_prepared_dropout
 
         check_prepared_dropout(Path(train.data.source), train.data.bpe_dropout)
     _check(
