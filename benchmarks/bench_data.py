@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 
 TARGET_SECONDS = 60.0  # issue 3: stdlib + byte tokenizer must prepare in under a minute on 2 cores
 

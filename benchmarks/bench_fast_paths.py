@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM, build_preset
+from archlab.nn.fast import attention as fused_attention
 from archlab.nn.fast import install as fused
-from archlab.nn.fast import ops as fused_ops
 from archlab.nn.functional import cross_entropy
 
 LLAMA = dict(vocab_size=8192, d_model=512, n_layers=8, n_heads=8, d_ff=1408)
@@ -146,16 +146,16 @@ def case_bf16_attention(args: argparse.Namespace) -> dict:
     model = TransformerLM(build_preset("llama", "tiny", max_seq_len=block, **fields))
     fused.install(model)
     x, y = (torch.randint(0, fields["vocab_size"], (args.batch, block)) for _ in range(2))
-    shipped = fused_ops.CAUSAL_ATTENTION_MAX_LEN
+    shipped = fused_attention.CAUSAL_ATTENTION_MAX_LEN
 
     def run(max_len: int) -> Callable[[], None]:
         def step() -> None:
-            fused_ops.CAUSAL_ATTENTION_MAX_LEN = max_len
+            fused_attention.CAUSAL_ATTENTION_MAX_LEN = max_len
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 model_step(model, x, y)()
         return step
     result = alternate(run(0), run(shipped), args.alternations, args.reps)
-    fused_ops.CAUSAL_ATTENTION_MAX_LEN = shipped
+    fused_attention.CAUSAL_ATTENTION_MAX_LEN = shipped
     return result
 
 

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from archlab import ModelConfig
 from archlab.costs import kv_cache_bytes
+from archlab.nn.attention.linear.codebook import hard_assign
 from archlab.nn.attention.linear.favor import (
     FavorState,
     draw_projection,
@@ -51,7 +52,7 @@ from archlab.nn.attention.linear.favor import (
     positive_features,
     trigonometric_features,
 )
-from archlab.nn.attention.linear.vq import VQState, hard_assign, vq_attention
+from archlab.nn.attention.linear.vq import VQState, vq_attention
 
 RESULTS = Path(__file__).resolve().parent / "results"
 H, DH = 4, 64

@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM
-from archlab.data.tokens import TokenData, prepare_data
+from archlab.data.prepare import prepare_data
+from archlab.data.tokens import TokenData
 from archlab.nn.config import ModelConfig
 from archlab.nn.fast import install as fused
 from archlab.nn.functional import cross_entropy

@@ -26,16 +26,16 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))  # after PYTHO
 PHASES = [
     ("archlab.interop.surgery", "load_source", "load the source (from_hf / load_model)"),
     ("archlab.interop.surgery", "adapt", "adapt it to the run's config"),
-    ("archlab.train.trainer", "Trainer._prepare_data", "prepare data"),
-    ("archlab.train.trainer", "Trainer._build_model", "build the training model from it"),
-    ("archlab.train.trainer", "base_digest", "sha256 of the frozen base"),
-    ("archlab.train.trainer", "select_trainable", "freeze / add LoRA adapters"),
-    ("archlab.train.trainer", "build_optimizer", "build the optimizer"),
+    ("archlab.train.preflight", "open_run_data", "prepare data"),
+    ("archlab.train.state", "RunState._build_model", "build the training model from it"),
+    ("archlab.train.state", "base_digest", "sha256 of the frozen base"),
+    ("archlab.train.state", "select_trainable", "freeze / add LoRA adapters"),
+    ("archlab.train.state", "build_optimizer", "build the optimizer"),
     ("archlab.train.trainer", "Trainer.evaluate", "evaluate"),
     ("archlab.train.trainer", "Trainer.train_step", "train step"),
-    ("archlab.train.trainer", "dist_utils.full_state_dicts", "save: gather state dicts"),
-    ("archlab.train.trainer", "merged_state", "save: merge W + BA"),
-    ("archlab.train.trainer", "save_checkpoint", "save: write the files"),
+    ("archlab.train.state", "dist_utils.full_state_dicts", "save: gather state dicts"),
+    ("archlab.train.state", "merged_state", "save: merge W + BA"),
+    ("archlab.train.state", "save_checkpoint", "save: write the files"),
 ]
 KB = 1024
 

@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file
 
 from archlab.checkpoint import latest_checkpoint, load_model
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.presets import PRESETS

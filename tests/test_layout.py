@@ -99,7 +99,8 @@ def test_no_import_cycles() -> None:
 LEAVES = ("norms", "activations", "ffn", "kv_cache", "functional", "variants", "registry",
           "positions/absolute", "positions/biases", "positions/rope", "positions/frequencies", "positions/scaling",
           "positions/rerope", "attention/kernels", "attention/options", "attention/linear/prefix_sums",
-          "attention/linear/favor", "attention/linear/vq", "fast/ops")
+          "attention/linear/favor", "attention/linear/codebook", "attention/linear/vq",
+          "fast/ops", "fast/losses", "fast/attention")
 FAST_PATHS = "archlab.nn.fast"  # installed from outside (fast.install); the formulas never call them
 PRINTING = ("archlab.commands", "archlab.cli", "archlab.__main__")  # the only modules that write to the terminal
 

@@ -15,7 +15,8 @@ from archlab.cli import main
 from archlab.nn.config import ConfigError, ModelConfig, RopeScaling
 from archlab.nn.presets import build_preset
 from archlab.overrides import coerce, defaults, flatten, load_yaml, parse_flags, set_dotted, typed_overrides
-from archlab.train.config import OptimizerConfig, TrainConfig, resolve_config
+from archlab.train.config import TrainConfig, resolve_config
+from archlab.train.sections import OptimizerConfig
 
 
 # ------------------------------------------------------------------------------------------ flags

@@ -2,7 +2,7 @@
 
     RUN_DIR/checkpoints/step_0000200/  manifest.json, config.json, model.safetensors, ...
 
-checkpoint.py writes, verifies and loads checkpoints and re-exports these names; this module only
+checkpoint/ writes, verifies and loads checkpoints and re-exports these names; this module only
 lists them, resolves a run folder to its latest one and reads a checkpoint's config.json, so that
 `archlab inspect --checkpoint` and the CLI's early refusals answer without importing torch.
 """

@@ -207,7 +207,7 @@ OTHER = [  # (full argv, expected text)
      "val_fraction must be in (0, 1)"),
 ]
 # the one refusal found after a line is logged: a corpus too short for one window is known once it is tokenized,
-# after data/tokens.py logs what it prepared (every other row is refused before any line)
+# after data/prepare.py logs what it prepared (every other row is refused before any line)
 LATE = (f"{R}/short.txt",)
 BASE = [*(x for key, value in TINY.items() for x in (f"--{key}", value)), "--data.source", "{prepared}",
         "--out", "{root}/new", "--steps", "3"]

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from archlab.cli import main
+from archlab.data.prepare import prepare_data
 from archlab.data.tokenizer import Tokenizer, build_tokenizer, train_bpe
-from archlab.data.tokens import TokenData, prepare_data
+from archlab.data.tokens import TokenData
 from archlab.train.config import resolve_config
 from archlab.train.resume import check_resume
 

@@ -1,5 +1,5 @@
 """Held-out data of the evaluations (eval/held_out.py, eval/source.py): every `--data` `train` takes, each giving the
-tokens data preparation would hold out (checked against data/tokens.py's own val split), a prepared folder of
+tokens data preparation would hold out (checked against data/encode.py's own val split), a prepared folder of
 another tokenizer refused, and a Hugging Face folder without `--data` refused before its weights are read."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from archlab.cli import main
+from archlab.data.prepare import prepare_data
 from archlab.data.tokenizer import build_tokenizer
-from archlab.data.tokens import TokenData, prepare_data
+from archlab.data.tokens import TokenData
 from archlab.eval.held_out import held_out_text, held_out_tokens
 from archlab.eval.source import eval_source
 
@@ -28,7 +29,7 @@ def _val(folder: Path) -> list[int]:
 def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("corpora")
     (root / "files").mkdir()
-    for i in range(45):  # 45 documents: val holds the 20th and the 40th (data/tokens.py's rule at 0.05)
+    for i in range(45):  # 45 documents: val holds the 20th and the 40th (data/encode.py's rule at 0.05)
         (root / "files" / f"{i:02d}.txt").write_text(f"document {i}: " + "words of text " * (i % 5 + 1))
     (root / "docs.jsonl").write_text("\n".join(json.dumps({"text": f"line {i} " * (i % 7 + 2)}) for i in range(60)))
     (root / "few").mkdir()

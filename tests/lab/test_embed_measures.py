@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from archlab.data.tokens import TokenData, prepare_data
+from archlab.data.prepare import prepare_data
+from archlab.data.tokens import TokenData
 from archlab.lab import embed_measures
 from archlab.lab.measure import MEASURES
 from archlab.nn.config import ModelConfig

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from archlab import ModelConfig, TransformerLM
+from archlab.data.prepare import prepare_data
 from archlab.data.tokenizer import bytes_to_unicode
-from archlab.data.tokens import TokenData, prepare_data
+from archlab.data.tokens import TokenData
 from archlab.lab import eval_set
 from archlab.nn.attention import attention
 from archlab.nn.attention.gau import GatedAttentionUnit

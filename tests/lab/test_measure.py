@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 from archlab.checkpoint import latest_checkpoint, list_checkpoints, load_initial_weights, load_model, load_weights
 from archlab.costs import flops_per_token
-from archlab.data.tokens import TokenData, prepare_data
+from archlab.data.prepare import prepare_data
+from archlab.data.tokens import TokenData
 from archlab.lab import drift, measure
 from archlab.nn.model import TransformerLM
 from archlab.nn.presets import build_preset

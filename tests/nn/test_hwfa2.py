@@ -16,7 +16,7 @@ import yaml
 from archlab import KVCache, ModelConfig, RopeScaling, TransformerLM
 from archlab.checkpoint import load_model, read_run_config
 from archlab.cli import main
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 from archlab.nn.config import ConfigError
 from archlab.nn.presets import build_preset
 from archlab.train.config import resolve_config

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 
 
 @pytest.fixture(autouse=True)

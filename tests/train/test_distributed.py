@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from archlab.checkpoint import load_model
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 from archlab.train.distributed import setup
 from archlab.train.metrics import read_metrics
 

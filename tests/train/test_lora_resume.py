@@ -1,4 +1,4 @@
-"""LoRA runs resume exactly (train/trainable.py, train/trainer.py): a run stopped at step k and resumed ends
+"""LoRA runs resume exactly (train/trainable.py, train/state.py): a run stopped at step k and resumed ends
 bitwise where the uninterrupted run ends; a missing or changed base (sha256 in the manifest) and another rank,
 alpha or target list are refused in one line with the run untouched; the checkpoints stay plain merged models
 that load without peft and equal W + (alpha / r) B A of the base and the saved adapters."""

@@ -1,4 +1,4 @@
-"""`archlab data prepare`: tokenize a corpus into a prepared folder (see `archlab.data.tokens`)."""
+"""`archlab data prepare`: tokenize a corpus into a prepared folder (see `archlab.data.prepare`)."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def run_prepare(args: argparse.Namespace) -> int:
     # the corpus and the folder in one line each, before anything is read or imported
     check_source(args.data)
     check_folder(out)
-    from archlab.data.tokens import (
-        prepare_data,  # torch (token memmaps): imported when it runs, not for --help
+    from archlab.data.prepare import (
+        prepare_data,  # numpy, tokenizers: imported when it runs, not for --help
     )
 
     started = time.time()

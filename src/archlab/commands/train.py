@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 from archlab.data.corpus import check_source
 from archlab.nn.config import ModelConfig
 from archlab.overrides import load_yaml, parse_flags
-from archlab.train.config import DataConfig, TrainConfig, resolve_config
+from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
 from archlab.train.lock import check_folder
+from archlab.train.sections import DataConfig
 
 if TYPE_CHECKING:
     from archlab.nn.model import TransformerLM

@@ -189,7 +189,7 @@ def check_source(data: str) -> None:
             f"corpus path {data} does not exist (expected a text/JSONL file, a folder, a "
             f"prepared data folder, '{STDLIB}', '{PASSKEY}' or 'hf:NAME')"
         )
-    if (path / "meta.json").is_file():  # a prepared folder: its own checks (data/tokens.py) apply
+    if (path / "meta.json").is_file():  # a prepared folder: its own checks (data/prepare.py) apply
         return
     if path.is_file() and path.stat().st_size == 0:
         raise ValueError(f"corpus {data} is empty (0 bytes): give a file with text in it")

@@ -4,7 +4,7 @@ it was prepared with another tokenizer than the model's), or a corpus's validati
 with the model's tokenizer.
 
 A corpus is read document by document in its own order, each validation document (every
-1/val_fraction-th, the rule of data/tokens.py) encoded with its separator as preparation would,
+1/val_fraction-th, the rule of data/encode.py) encoded with its separator as preparation would,
 until `need` tokens are in hand. A corpus with fewer documents than 1/val_fraction has none: its
 stream's last val_fraction of tokens is held out, as preparation does.
 """
@@ -17,11 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from archlab.data.corpus import open_corpus
+from archlab.data.encode import is_val  # the split rule itself: eval holds out what training did
 from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.data.tokens import (
-    _is_val as is_val,  # the split rule itself, so eval holds out what training did
-)
 
 VAL_FRACTION = 0.05  # data.val_fraction's default: the documents `train --data CORPUS` holds out
 

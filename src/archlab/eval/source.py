@@ -4,7 +4,7 @@ the grammar `train` and `data prepare` use, and the folder its results go to.
 
 Held-out data (`--data`): a text file (scored as it is), or any other corpus `train --data` takes --
 `stdlib`, a folder, a JSONL file, `passkey`, `hf:NAME[:CONFIG]` -- read through its validation
-documents (the split rule of data/tokens.py, so text a model trained on the same corpus never saw),
+documents (the split rule of data/encode.py, so text a model trained on the same corpus never saw),
 or a prepared data folder (its val split). Without `--data`, an archlab run's own prepared data; a
 Hugging Face folder has none and must be given one.
 

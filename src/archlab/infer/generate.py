@@ -35,17 +35,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from archlab.infer.engine import (
-    PAD_ID,
-    Decoder,
-    Generation,
-    OnStep,
-    StopIds,
-    check_context,
-    context_limit,
-    left_pad,
-)
+from archlab.infer.engine import Decoder, Generation, OnStep, StopIds
 from archlab.infer.healing import ByteTrie, Healing, back_off
+from archlab.infer.prompts import PAD_ID, check_context, context_limit, left_pad
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.model import TransformerLM

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.checkpoint import latest_checkpoint
-from archlab.data.tokens import prepare_data
+from archlab.data.prepare import prepare_data
 from archlab.lab import measure as lab_measure  # the workers' entry point, by its module's name
 from archlab.lab.arms import arm_keys, flag_value, match_parameters, resolve_arm
 from archlab.lab.budgets import Budget

@@ -40,8 +40,8 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
 from archlab.nn.variants import NORMS
-from archlab.train.config import OptimizerConfig
 from archlab.train.optim import build_optimizer
+from archlab.train.sections import OptimizerConfig
 
 NORM_BUILDS = ("composite", "compiled", "module")
 NORM_DIMS = (128, 512, 2048)  # the widths the norm-type suite times (lab-method section 8, item 3)

@@ -55,7 +55,7 @@ def cross_entropy(
     """Mean token cross entropy from logits (..., V) and targets (...), plus z_loss_coef * log(Z)^2.
 
     Computed in float32 via log-softmax (stable for any logit size); targets equal to `ignore_index`
-    count in neither term. (`nn.fast.ops.cross_entropy` is the same value with a backward that
+    count in neither term. (`nn.fast.losses.cross_entropy` is the same value with a backward that
     reuses the forward's buffer.)
     """
     logits = logits.reshape(-1, logits.size(-1)).float()  # (N, V)

@@ -15,9 +15,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from archlab.data.prepare import prepare_data
 from archlab.data.tokenizer import Tokenizer
-from archlab.data.tokens import TokenData, prepare_data
-from archlab.infer.engine import context_limit
+from archlab.data.tokens import TokenData
+from archlab.infer.prompts import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.train import distributed as dist_utils
 from archlab.train.config import TrainConfig

@@ -1,16 +1,16 @@
-"""The hand-written backward passes of nn/fast/ops.py against autograd through the plain formulas (float64,
-so any wrong term shows far above rounding), and the modules `fused.install` puts them into against the plain
-modules (fused equals unfused), only where installed, only on the measured devices."""
+"""The hand-written backward passes of nn/fast/ (ops, losses, attention) against autograd through the plain
+formulas (float64, so any wrong term shows far above rounding), and the modules `fused.install` puts them into
+against the plain modules (fused equals unfused), only where installed, only on the measured devices."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from archlab.nn.fast import attention as fused_attention
 from archlab.nn.fast import install as fused
-from archlab.nn.fast import ops as fused_ops
 from archlab.nn.fast.install import FusedGatedMLP, FusedRMSNorm
-from archlab.nn.fast.ops import cross_entropy as fused_cross_entropy
+from archlab.nn.fast.losses import cross_entropy as fused_cross_entropy
 from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import cross_entropy
 from archlab.nn.norms import RMSNorm
@@ -281,9 +281,9 @@ def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() 
         error = float((a - b).norm() / b.norm())
         assert error < 5e-2, (name, error)
     q = torch.randn(1, 2, 8, 4, dtype=torch.bfloat16, requires_grad=True)
-    assert fused_ops.use_causal_attention(q, q)
+    assert fused_attention.use_causal_attention(q, q)
     with torch.no_grad():
-        assert not fused_ops.use_causal_attention(q, q)  # inference keeps SDPA
+        assert not fused_attention.use_causal_attention(q, q)  # inference keeps SDPA
     alibi = installed(TransformerLM(build_preset("llama", "tiny", d_model=64, n_layers=1, n_heads=4, vocab_size=96,
                                                  position="alibi")))
     with torch.autocast("cpu", dtype=torch.bfloat16):

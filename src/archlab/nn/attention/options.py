@@ -34,7 +34,7 @@ FAVOR_FEATURES = Registry(
         "hyperbolic": "archlab.nn.attention.linear.favor:hyperbolic_features",
     },
 )
-# nn/attention/linear/vq.py: nearest code + straight-through | softmax over codes (Su, 9862)
+# nn/attention/linear/codebook.py: nearest code + straight-through | softmax over codes (Su, 9862)
 VQ_ASSIGNS = ("hard", "soft")
 # a GAU's A: softmax (Su, kexue.fm/archives/8934) | relu(s)^2 / n (Hua et al.)
 GAU_ATTENTIONS = ("softmax", "relu2")

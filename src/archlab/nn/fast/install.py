@@ -1,4 +1,5 @@
-"""`install(model)`: the CPU training fast paths of nn/fast/ops.py, put into a built model.
+"""`install(model)`: the CPU training fast paths of nn/fast/ (ops, losses, attention), put into a
+built model.
 
 The readable modules (norms.py, ffn.py, attention.py, model.py) run only the formulas; a notebook's
 `TransformerLM(config)` is the plain math. The trainer calls `install` beside `parallelize`
@@ -16,7 +17,7 @@ parameters, state dicts, init and interop are untouched:
 |                   |                    | buffer for q, k, v); its sdpa kernel wrapped: bf16    |
 |                   |                    | causal attention <= 512 tokens runs `causal_attention`|
 | TransformerLM     | FusedTransformerLM | the loss: `linear_cross_entropy` (chunked head + loss)|
-|                   |                    | for float32 weights, else `ops.cross_entropy`         |
+|                   |                    | for float32 weights, else `losses.cross_entropy`      |
 Every override falls back to the formula outside those conditions (`use_fused`), so an installed
 model also evaluates and generates exactly as a plain one; tests/nn/fast/test_install.py checks
 fused equals unfused.
@@ -35,17 +36,9 @@ import torch.nn as nn
 from archlab.nn.attention.attention import Attention
 from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.attention.kernels import Kernel, KernelCall, merge_heads
-from archlab.nn.fast.ops import (
-    FUSED_DEVICES,
-    causal_attention,
-    cross_entropy,
-    linear_cross_entropy,
-    rms_norm,
-    rope_qkv,
-    silu_mul,
-    use_causal_attention,
-    use_fused,
-)
+from archlab.nn.fast.attention import causal_attention, use_causal_attention
+from archlab.nn.fast.losses import cross_entropy, linear_cross_entropy
+from archlab.nn.fast.ops import FUSED_DEVICES, rms_norm, rope_qkv, silu_mul, use_fused
 from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import IGNORE_INDEX, softcap, z_loss
 from archlab.nn.model import LossOutput, TransformerLM
@@ -94,7 +87,7 @@ class FusedAttention(Attention):
 
 
 class CausalAttentionKernel:
-    """An attention kernel that runs `ops.causal_attention` for bf16 CPU training of causal
+    """An attention kernel that runs `attention.causal_attention` for bf16 CPU training of causal
     self-attention (no mask tensor, bias, softcap, dropout or plan scores; as many K/V heads as
     query heads, up to CAUSAL_ATTENTION_MAX_LEN tokens), and the wrapped kernel otherwise."""
 

@@ -14,8 +14,9 @@ from archlab import KVCache, ModelConfig, TransformerLM
 from archlab.checkpoint import load_model
 from archlab.cli import main
 from archlab.infer.generate import left_pad
+from archlab.nn.attention.linear.codebook import hard_assign
 from archlab.nn.attention.linear.favor import FavorKernel
-from archlab.nn.attention.linear.vq import VQKernel, hard_assign
+from archlab.nn.attention.linear.vq import VQKernel
 from archlab.nn.attention.options import LINEAR_KERNELS, VQ, Favor
 from archlab.nn.config import ConfigError
 from archlab.nn.config_rules import ATTN_KERNELS

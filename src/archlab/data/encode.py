@@ -1,0 +1,162 @@
+"""Corpus -> token ids on disk: the memmap dtype, the train / val split of documents, the encoding.
+
+Split: document i (in corpus order) goes to val when floor((i+1)*f) > floor(i*f), i.e. every 1/f-th
+document. Fallback: when that gives no val document (a single file, or fewer than 1/f documents),
+the last ceil(f * tokens) tokens of the stream become val. Documents are separated by the
+tokenizer's EOS id, or by "\\n\\n" when it has none (the byte tokenizer). BPE-dropout (`bpe_dropout`
+p > 0, Provilkov et al., arXiv 1910.13267) segments the train split stochastically and leaves val as
+the plain tokenizer has it, under either split rule. The token files are raw uint16/uint32 ids
+(`dtype_for_vocab`), written here and read back by tokens.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from archlab.data.corpus import FileCorpus, HubCorpus
+from archlab.data.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "val")
+# encode ~8M characters at a time: enough for encode_batch's threads, bounded memory
+BATCH_CHARS = 8 << 20
+UINT16_VOCAB = 2**16
+UINT32_VOCAB = 2**32
+
+
+def dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (vocab <= 65536), else uint32; larger vocabularies are refused."""
+    if vocab_size <= UINT16_VOCAB:
+        return np.dtype(np.uint16)
+    if vocab_size <= UINT32_VOCAB:
+        return np.dtype(np.uint32)
+    raise ValueError(
+        f"tokenizer vocab_size {vocab_size} does not fit a uint32 token memmap (at most "
+        f"{UINT32_VOCAB})"
+    )
+
+
+def to_token_array(ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast ids to the memmap dtype, refusing any id that would wrap around."""
+    limit = np.iinfo(dtype).max
+    if ids.size and (ids.max() > limit or ids.min() < 0):
+        bad = int(ids.max()) if ids.max() > limit else int(ids.min())
+        raise ValueError(
+            f"token id {bad} does not fit the memmap dtype {dtype} (ids must be in 0..{limit})"
+        )
+    return ids.astype(dtype)
+
+
+def is_val(index: int, val_fraction: float) -> bool:
+    """Every 1/f-th document goes to val, spread evenly and fixed by the document's position."""
+    return math.floor((index + 1) * val_fraction) > math.floor(index * val_fraction)
+
+
+def encode_splits(
+    corpus: FileCorpus | HubCorpus,
+    tok: Tokenizer,
+    val_fraction: float,
+    out: Path,
+    train_tok: Tokenizer | None = None,
+) -> dict:
+    """Stream the corpus through the tokenizer (the train split through `train_tok` if given:
+    BPE-dropout) into out/{train,val}.bin; return counts for meta.json."""
+    dtype = dtype_for_vocab(tok.vocab_size)
+    by_split = {"train": train_tok or tok, "val": tok}
+    tokens, docs, chars = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0), 0
+    sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
+    # with BPE-dropout the train text is also kept plain: if the corpus has too few documents for a
+    # document split, val is cut from the plain stream's tail, never from the dropout one (val stays
+    # plain at any p)
+    plain_train = (out / PLAIN_TRAIN).open("wb") if train_tok is not None else None
+    bar = tqdm(
+        total=corpus.total_bytes,
+        unit="B",
+        unit_scale=True,
+        desc=f"tokenizing {corpus.spec}",
+        disable=None,
+    )
+
+    def flush(batch: dict[str, list[str]]) -> None:
+        for split, texts in batch.items():
+            ids = to_token_array(by_split[split].encode_documents(texts), dtype)
+            ids.tofile(sinks[split])
+            tokens[split] += len(ids)
+            if split == "train" and plain_train is not None:
+                to_token_array(tok.encode_documents(texts), dtype).tofile(plain_train)
+            texts.clear()
+
+    try:
+        batch: dict[str, list[str]] = {split: [] for split in SPLITS}
+        pending = 0
+        for index, (text, nbytes) in enumerate(corpus.documents()):
+            split = "val" if is_val(index, val_fraction) else "train"
+            batch[split].append(text)
+            docs[split] += 1
+            pending += len(text)
+            chars += len(text)
+            bar.update(nbytes)
+            if pending >= BATCH_CHARS:
+                flush(batch)
+                pending = 0
+        flush(batch)
+    finally:
+        bar.close()
+        for sink in [*sinks.values(), *([plain_train] if plain_train is not None else [])]:
+            sink.close()
+    try:
+        if chars == 0:
+            raise ValueError(
+                f"corpus {corpus.spec} is empty (no text in {sum(docs.values())} documents)"
+            )
+        rule = (
+            "documents"
+            if docs["val"]
+            else _split_tail(out, dtype, tokens, val_fraction, tok, train_tok)
+        )
+    finally:
+        (out / PLAIN_TRAIN).unlink(missing_ok=True)
+    return {"dtype": dtype.name, "tokens": tokens, "documents": docs, "split_rule": rule}
+
+
+# the train text's plain stream while a BPE-dropout folder is being prepared
+PLAIN_TRAIN = "train.plain.bin"
+
+
+def _split_tail(
+    out: Path,
+    dtype: np.dtype,
+    tokens: dict[str, int],
+    val_fraction: float,
+    tok: Tokenizer,
+    train_tok: Tokenizer | None = None,
+) -> str:
+    """Fallback split for corpora with too few documents: the plain stream's last tokens become val.
+    With BPE-dropout (`train_tok`), the split is made on the plain stream, exactly as without it,
+    and the text before the cut is encoded again with dropout: val.bin is then byte for byte the p =
+    0 folder's."""
+    plain = out / (PLAIN_TRAIN if train_tok is not None else "train.bin")
+    total = os.path.getsize(plain) // dtype.itemsize
+    n_val = math.ceil(val_fraction * total)
+    n_train = total - n_val
+    np.fromfile(plain, dtype=dtype, offset=n_train * dtype.itemsize).tofile(out / "val.bin")
+    if train_tok is None:
+        os.truncate(out / "train.bin", n_train * dtype.itemsize)
+    else:
+        # special tokens kept
+        head = tok.decode(np.fromfile(plain, dtype=dtype, count=n_train).tolist())
+        ids = to_token_array(np.asarray(train_tok.encode(head), dtype=np.int64), dtype)
+        ids.tofile(out / "train.bin")
+        n_train = len(ids)
+    tokens.update(train=n_train, val=n_val)
+    logger.info(
+        "fewer documents than 1/val_fraction: val is the last %d tokens of the plain stream", n_val
+    )
+    return "tail"

@@ -1,0 +1,320 @@
+"""A training run's state: everything it holds, built from its two configs, saved and restored.
+
+`RunState` builds the model (drawn once on the meta device, or `init_from`'s weights), the trainable
+selection (LoRA), the fast paths and the parallel wrapping, the optimizer, the lr schedule, the RNG
+streams and the batch generator, the counters and the metrics; it writes the run's config, saves a
+checkpoint of all of it and restores one, so a resumed run continues bit for bit. `Trainer`
+(trainer.py) trains it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from archlab.checkpoint import (
+    Checkpoint,
+    build_model,
+    capture_rng_state,
+    check_weights_fit,
+    load_checkpoint,
+    module_training_state,
+    prune_checkpoints,
+    read_manifest,
+    restore_rng_state,
+    save_checkpoint,
+    save_initial_weights,
+    tied_aliases,
+)
+from archlab.nn.config import ModelConfig
+from archlab.nn.fast import install as fast_paths
+from archlab.nn.model import TransformerLM
+from archlab.train import distributed as dist_utils
+from archlab.train.config import TrainConfig
+from archlab.train.lock import RunLock
+from archlab.train.metrics import EmbeddingWatch, MetricsLogger
+from archlab.train.optim import build_optimizer
+from archlab.train.preflight import check_setup
+from archlab.train.run_data import RunData, open_run_data
+from archlab.train.schedule import build_schedule
+from archlab.train.trainable import (
+    adapter_state,
+    base_digest,
+    check_merged,
+    merged_state,
+    select_trainable,
+    unmerged_state,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainStats:
+    """Counters that travel with checkpoints (state.pt), so a resumed run keeps them."""
+
+    tokens_seen: int = 0
+    bad_steps: int = 0  # consecutive skipped steps
+    skipped: int = 0  # skipped steps in the whole run
+    best_val_loss: float | None = None
+    best_step: int | None = None
+
+
+class RunState:
+    """Everything a run holds, built from its two configs; saved to a checkpoint and restored from
+    one. `Trainer` (trainer.py) adds the loop."""
+
+    def __init__(
+        self,
+        train: TrainConfig,
+        model_config: ModelConfig,
+        ctx: dist_utils.DistContext,
+        resume: bool = False,
+        init_from: TransformerLM | None = None,
+        lock: RunLock | None = None,
+        run_data: RunData | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
+        """`run_data` and `checkpoint` (the one a resume starts from), when `train()` opened them
+        already; else they are opened here."""
+        self.cfg, self.model_config, self.ctx = train, model_config, ctx
+        self.run_dir = Path(train.out)
+        # one writer per folder: refused here, before anything is written, while another process
+        # holds it
+        self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
+        try:
+            self._setup(resume, init_from, run_data, checkpoint)
+        # a failed start leaves no run folder behind (one that held anything stays)
+        except BaseException:
+            if self.lock is not None:
+                self.lock.discard()
+            raise
+
+    def _setup(
+        self,
+        resume: bool,
+        init_from: TransformerLM | None,
+        run_data: RunData | None,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        train, ctx = self.cfg, self.ctx
+        resume_from = check_setup(train, ctx.world_size, resume)
+        run_data = run_data or open_run_data(train, self.model_config, ctx, resume)
+        self.data, self.tokenizer = run_data.tokens, run_data.tokenizer
+        self.tokenizer_file = run_data.folder / "tokenizer.json"
+        self.sample_prompt, self.sample_tokens = run_data.sample_prompt, run_data.sample_tokens
+        self.raw = self._build_model(init_from, fresh=resume_from is None)
+        # the frozen base LoRA trains on
+        self.base_sha256 = base_digest(self.raw) if train.lora_rank else None
+        if resume_from is not None and train.lora_rank:
+            self._check_lora_base(resume_from, init_from is not None)
+        # LoRA's A is drawn from the run's seed, not the global stream
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(train.seed)
+            note = select_trainable(
+                self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets
+            )
+        if note and ctx.is_main:
+            logger.info(note)
+        # the CPU training fast paths, on the devices they were measured on (nn/fast/)
+        fast_paths.install(self.raw)
+        self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
+        o = train.optimizer
+        self.optimizer = build_optimizer(
+            self.raw,
+            o.name,
+            o.lr,
+            o.betas,
+            o.weight_decay,
+            o.eps,
+            o.decay_embeddings,
+            lazy_embeddings=o.lazy_embeddings,
+            embedding_optimizer=o.embedding_optimizer,
+            embedding_lr_ratio=o.embedding_lr_ratio,
+            embedding_weight_decay=o.embedding_weight_decay,
+            rms_lr=o.tiger_rms_lr,
+            nan_shrink=o.tiger_nan_shrink,
+        )
+        # the outlier signature
+        self.embed_watch = EmbeddingWatch(self.model_config.vocab_size, ctx.device)
+        s = train.schedule
+        self.lr_at = build_schedule(
+            s.name,
+            o.lr,
+            s.horizon,
+            s.warmup_steps,
+            o.lr * s.min_lr_ratio,
+            s.decay_fraction,
+            s.decay_shape,
+            s.extension_pairs(),
+        )
+        torch.manual_seed(train.seed + ctx.rank)  # per-rank dropout streams
+        # the batch order: same on every rank
+        self.generator = torch.Generator().manual_seed(train.seed)
+        self.stats, self.step = TrainStats(), 0
+        self.micro_batch = train.data.batch_size // (ctx.world_size * o.grad_accum)
+        if resume_from is not None:
+            self._restore(checkpoint if checkpoint is not None else load_checkpoint(resume_from))
+        self.metrics = MetricsLogger(
+            self.run_dir, self.step, train.logging.tensorboard, ctx.is_main
+        )
+        if resume_from is not None:  # `archlab plot run` marks where the run was resumed
+            self.metrics.log(
+                self.step,
+                "resume",
+                {"checkpoint": resume_from.name, "steps": train.steps, "schedule_end": s.end()},
+            )
+        self._signal: str | None = None  # set by the handler, on this rank only
+        self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
+        # whether the last forward returned a kernel loss (set by _micro_steps)
+        self.has_aux = False
+        self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
+        self._write_config()
+
+    def _build_model(self, init_from: TransformerLM | None, fresh: bool) -> TransformerLM:
+        """The model on this rank's device: built on the meta device, then drawn once by
+        `init_weights(seed)`, each parameter from its own generator (the same on every rank, so FSDP
+        needs no broadcast, and an arm that reshapes one tensor keeps the others' init); or
+        `init_from`'s weights. With `checkpoint.keep_initial` a fresh run saves its step-0 weights
+        beside it (drift measures read them)."""
+        # existing weights (archlab train --init-from), never randomly initialised first
+        if init_from is not None:
+            raw = build_model(self.model_config, init_from.state_dict(), self.ctx.device)
+        else:
+            with torch.device("meta"):
+                raw = TransformerLM(self.model_config)
+            raw.to_empty(device=self.ctx.device)
+            raw.init_weights(seed=self.cfg.seed)
+        if self.cfg.checkpoint.keep_initial and self.ctx.is_main and fresh:
+            save_initial_weights(self.run_dir, raw.state_dict(), tied_aliases(raw))
+        return raw
+
+    def _check_lora_base(self, resume_from: Path, given: bool) -> None:
+        """Refuse (one line) to resume a LoRA run on a base other than the one its adapters were
+        trained on."""
+        source = self.cfg.init_from
+        if source and not given:
+            raise ValueError(
+                f"--resume of LoRA run {self.run_dir} needs its base {source}: pass it as "
+                "init_from "
+                "(archlab train --resume loads it from the run's init_from)"
+            )
+        old = read_manifest(resume_from).get("provenance", {}).get("base_sha256")
+        if old is None:
+            raise ValueError(
+                f"--resume: checkpoint {resume_from} of LoRA run {self.run_dir} has no adapter "
+                "tensors "
+                "(written before LoRA runs resumed); continue with a new run: --init-from "
+                f"{resume_from} "
+                f"--lora_rank {self.cfg.lora_rank}"
+            )
+        if self.base_sha256 != old:
+            base = source or f"the seed-{self.cfg.seed} initialisation"
+            raise ValueError(
+                f"--resume: the base weights from {base} have sha256 {self.base_sha256[:16]}..., "
+                "but LoRA "
+                f"run {self.run_dir} was trained on {old[:16]}... (checkpoint {resume_from.name}): "
+                "its "
+                f"adapters fit that base only; restore {base} as it was, or start a new run with "
+                f"--init-from {resume_from}"
+            )
+
+    def _restore(self, ckpt: Checkpoint) -> None:
+        state = ckpt.state
+        # a LoRA checkpoint's weights are merged: the base is already in place (digest checked), the
+        # adapters come unmerged from state.pt
+        weights = (
+            unmerged_state(self.raw, state["lora"]["adapters"])
+            if self.cfg.lora_rank
+            else ckpt.model
+        )
+        check_weights_fit(self.raw, weights, ckpt.path)
+        if self.cfg.lora_rank:
+            check_merged(weights, ckpt.model, self.cfg.lora_rank, self.cfg.lora_alpha, ckpt.path)
+        dist_utils.load_full_state(self.raw, self.optimizer, weights, ckpt.optimizer)
+        rng = state["rng"]
+        if len(rng) != self.ctx.world_size:
+            logger.warning(
+                "checkpoint saved by %d ranks, resuming on %d: dropout streams restart from rank "
+                "0's",
+                len(rng),
+                self.ctx.world_size,
+            )
+        restore_rng_state(rng[self.ctx.rank] if self.ctx.rank < len(rng) else rng[0])
+        self.generator.set_state(state["generator"])
+        self.stats = TrainStats(**state["stats"])
+        if "embed_watch" in state:  # checkpoints written before the outlier signature have none
+            self.embed_watch.load_state_dict(state["embed_watch"])
+        for name, module_state in state.get("modules", {}).items():  # FAVOR's redraw count
+            self.raw.get_submodule(name).load_training_state(module_state)
+        self.step = int(state["step"])
+        if self.ctx.is_main:
+            logger.info("resumed %s at step %d", ckpt.path, self.step)
+
+    def _write_config(self) -> None:
+        if not self.ctx.is_main:
+            return
+        config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
+        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        (self.run_dir / "config.yaml").write_text(
+            yaml.safe_dump(config, sort_keys=False), encoding="utf-8"
+        )
+        c, d = self.cfg, self.cfg.data
+        # a fine-tune names its source
+        label = f"from {c.init_from}" if c.init_from else f"{c.preset}/{c.size}"
+        logger.info(
+            "%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
+            label,
+            f"{self.raw.num_parameters():,}",
+            c.steps,
+            d.batch_size,
+            d.block_size,
+            f"{self.data.num_tokens('train'):,}",
+            d.source,
+            self.run_dir / "config.yaml",
+        )
+
+    def save(self, val_loss: float | None = None) -> Path | None:
+        """Checkpoint the current step (all ranks gather; rank 0 writes and prunes)."""
+        model_state, optim_state = dist_utils.full_state_dicts(self.raw, self.optimizer)
+        lora = None
+        # the plain model's weights (loads without peft); the adapters unmerged, to resume
+        if self.cfg.lora_rank:
+            lora = {"adapters": adapter_state(model_state), "base_sha256": self.base_sha256}
+            model_state = merged_state(model_state, self.cfg.lora_rank, self.cfg.lora_alpha)
+        rng = dist_utils.all_gather_objects(capture_rng_state(), self.ctx)
+        path = None
+        if self.ctx.is_main:
+            state = {
+                "step": self.step,
+                "rng": rng,
+                "generator": self.generator.get_state(),
+                "embed_watch": self.embed_watch.state_dict(),
+                "stats": asdict(self.stats),
+                "modules": module_training_state(self.raw),
+                **({"lora": lora} if lora else {}),
+            }
+            config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
+            provenance = ({"init_from": self.cfg.init_from} if self.cfg.init_from else {}) | (
+                {"base_sha256": self.base_sha256} if lora else {}
+            )
+            path = save_checkpoint(
+                self.run_dir,
+                self.step,
+                model_state,
+                optim_state,
+                state,
+                config,
+                self.tokenizer_file,
+                tied_aliases(self.raw),
+                val_loss,
+                provenance or None,
+            )
+            prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
+        dist_utils.barrier(self.ctx)
+        return path

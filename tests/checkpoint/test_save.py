@@ -1,0 +1,107 @@
+"""Writing checkpoints (checkpoint/save.py): every file and a round trip, atomic writes (a crash's temp folder,
+a full disk), an existing step kept, one file mode, pruning, and the step-0 weights a run may keep."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from archlab.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_initial_weights,
+    prune_checkpoints,
+    read_run_config,
+    save_initial_weights,
+    tied_aliases,
+    verify_checkpoint,
+)
+from tests.checkpoint.conftest import save, tiny_model
+
+
+def test_checkpoint_holds_every_file_and_round_trips(tmp_path: Path, tokenizer_file: Path) -> None:
+    model = tiny_model("llama")
+    path = save(tmp_path / "run", 7, model, tokenizer_file, val_loss=1.5)
+    assert sorted(p.name for p in path.iterdir()) == [
+        "config.json", "manifest.json", "model.safetensors", "optimizer.pt", "state.pt", "tokenizer.json"]
+    ckpt = load_checkpoint(path)
+    assert ckpt.step == 7 and ckpt.state["step"] == 7
+    assert all(torch.equal(ckpt.model[k], v) for k, v in model.state_dict().items())
+    assert json.loads((path / "manifest.json").read_text())["val_loss"] == 1.5
+    assert read_run_config(tmp_path / "run")["model"] == model.config.to_dict()
+
+
+def test_a_temp_folder_left_by_a_crash_is_ignored_then_removed(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    save(run, 1, tiny_model(), tokenizer_file)
+    crashed = run / "checkpoints" / ".tmp-step_0000002-abc"
+    crashed.mkdir()
+    (crashed / "model.safetensors").write_bytes(b"half")
+    assert latest_checkpoint(run).name == "step_0000001"
+    save(run, 3, tiny_model(), tokenizer_file)
+    assert not crashed.exists()
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000001", "step_0000003"]
+
+
+def test_saving_an_existing_step_keeps_it(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    first = save(run, 2, tiny_model(), tokenizer_file)
+    stamp = (first / "manifest.json").stat().st_mtime_ns
+    assert save(run, 2, tiny_model(), tokenizer_file) == first
+    assert (first / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_prune_keeps_the_last_n_and_the_best(tmp_path: Path, tokenizer_file: Path) -> None:
+    run = tmp_path / "run"
+    model = tiny_model()
+    for step, val in [(1, 3.0), (2, 1.0), (3, 2.0), (4, 2.5), (5, None)]:
+        save(run, step, model, tokenizer_file, val)
+    removed = prune_checkpoints(run, keep_last=2)
+    assert [p.name for p in removed] == ["step_0000001", "step_0000003"]
+    assert [p.name for p in list_checkpoints(run)] == ["step_0000002", "step_0000004", "step_0000005"]
+
+
+def test_disk_full_names_the_folder_and_keeps_the_previous_checkpoint(
+    tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tiny_model()
+    first = save(tmp_path / "run", 1, model, tokenizer_file)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("archlab.checkpoint.weights.save_file", full)
+    with pytest.raises(CheckpointError) as caught:
+        save(tmp_path / "run", 2, model, tokenizer_file)
+    assert str(caught.value) == (f"no space left on device at {tmp_path / 'run' / 'checkpoints'}: checkpoint step 2 "
+                                 f"was not written; the previous one ({first}) is still valid")
+    assert list_checkpoints(tmp_path / "run") == [first] and verify_checkpoint(first)
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == [first.name]  # no temp folder left
+
+
+def test_checkpoint_files_share_one_mode(tmp_path: Path, tokenizer_file: Path) -> None:
+    path = save(tmp_path / "run", 1, tiny_model(), tokenizer_file)
+    assert {(p.stat().st_mode & 0o777) for p in path.iterdir()} == {0o644}
+
+
+def test_initial_weights_round_trip_are_kept_and_never_a_checkpoint(tmp_path: Path) -> None:
+    model = tiny_model("gpt2")  # tied: the alias comes back
+    run = tmp_path / "run"
+    assert load_initial_weights(run) is None  # a run that kept none
+    path = save_initial_weights(run, model.state_dict(), tied_aliases(model))
+    weights = load_initial_weights(run)
+    assert weights.keys() == model.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        model.embed_tokens.weight.add_(1.0)
+    assert save_initial_weights(run, model.state_dict(), tied_aliases(model)) == path  # the first is kept
+    assert not torch.equal(load_initial_weights(run)["embed_tokens.weight"], model.embed_tokens.weight)
+    assert list_checkpoints(run) == [] and latest_checkpoint(run) is None
+    assert [p.name for p in run.iterdir()] == ["initial"]  # no temp folder left behind
+
