@@ -27,6 +27,12 @@ def test_parameters_count_a_tied_head_once(run_dir: Path) -> None:
     assert measure.MEASURES["parameters"].fn(run) == sum(distinct.values())
 
 
+def test_best_follows_each_measures_direction() -> None:
+    assert measure.MEASURES["step_ms"].best(3.0, 2.0) == 2.0 and measure.MEASURES["decode_tok_s"].best(3.0, 2.0) == 3.0
+    assert measure.MEASURES["step_ms"].best(None, 2.0) is None  # n/a for the run (no checkpoint) stays n/a
+    assert {n for n, m in measure.MEASURES.items() if m.timing} == {"step_ms", "decode_tok_s"}
+
+
 def test_a_run_without_checkpoint_has_no_checkpoint_measures(tmp_path: Path) -> None:
     _write(tmp_path / "diverged", [5.0, 9.0], [])  # stopped before its first checkpoint
     got = measure.measure_run(tmp_path / "diverged", ["val_loss", "step_ms", "spikes"], windows=1)

@@ -11,7 +11,7 @@ import torch
 
 from archlab.lab.arms import PARAM_TOLERANCE, arm_keys, match_parameters, param_note, resolve_arm
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.runner import plan_suite, write_plan
+from archlab.lab.plan import plan_suite, write_plan
 from archlab.lab.suite import Arm, SuiteError, list_suites, load_suite
 from archlab.nn.model import TransformerLM
 
