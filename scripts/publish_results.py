@@ -43,7 +43,8 @@ from archlab.lab.record import (
     stamp,
 )
 from archlab.lab.store import run_hash
-from archlab.lab.suite import at_budget, load_suite
+from archlab.lab.suite import at_budget
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Table
 from archlab.train.config import resolve_config
 

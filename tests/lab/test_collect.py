@@ -15,7 +15,7 @@ from archlab.lab.budgets import BUDGETS
 from archlab.lab.collect import measure_plan
 from archlab.lab.measure import MEASURED, TIMING_ROUNDS, write_measured
 from archlab.lab.plan import plan_suite
-from archlab.lab.suite import load_suite
+from archlab.lab.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
 
 TIMED_SUITE = """

@@ -18,7 +18,8 @@ from archlab.lab.collect import measure_plan
 from archlab.lab.ladder import fit_ladder
 from archlab.lab.plan import plan_suite, write_plan
 from archlab.lab.report import write_report
-from archlab.lab.suite import SuiteError, load_suite
+from archlab.lab.suite import SuiteError
+from archlab.lab.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
 
 SCALES = (0.8, 1.0, 1.25, 1.5)

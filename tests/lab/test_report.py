@@ -24,7 +24,8 @@ from archlab.lab.collect import TIMED, measure_plan, table_of
 from archlab.lab.measure import write_measured
 from archlab.lab.plan import Plan, plan_suite, write_plan
 from archlab.lab.report import claim_table, write_report
-from archlab.lab.suite import Claim, load_suite
+from archlab.lab.suite import Claim
+from archlab.lab.suite_file import load_suite
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
 from archlab.train.config import resolve_config
 

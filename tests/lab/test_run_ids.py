@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from archlab.lab import store
+from archlab.lab.budgets import BUDGETS
 from archlab.lab.plan import plan_suite
-from archlab.lab.suite import BUDGETS, list_suites
+from archlab.lab.suite_file import list_suites
 
 RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "run_ids_small.json"
 RECORDED = json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.is_file() else {}

@@ -21,7 +21,7 @@ from archlab.lab.budgets import BUDGETS
 from archlab.lab.measure import STATUS
 from archlab.lab.plan import read_plan
 from archlab.lab.runner import is_done
-from archlab.lab.suite import load_suite
+from archlab.lab.suite_file import load_suite
 
 SUITE = """
 name: slurm-two

@@ -10,7 +10,7 @@ import pytest
 
 from archlab.lab.budgets import BUDGETS
 from archlab.lab.plan import plan_suite
-from archlab.lab.suite import load_suite
+from archlab.lab.suite_file import load_suite
 
 
 def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path) -> None:

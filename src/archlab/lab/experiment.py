@@ -26,7 +26,8 @@ from archlab.lab.executor import SlurmOptions, submit_plan
 from archlab.lab.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
 from archlab.lab.report import record_suite_time, write_report
 from archlab.lab.runner import Progress, run_plan
-from archlab.lab.suite import Suite, SuiteError, load_suite
+from archlab.lab.suite import Suite, SuiteError
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Table
 from archlab.lab.verdicts import ClaimResult, judge
 
