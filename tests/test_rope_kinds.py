@@ -16,7 +16,8 @@ import torch
 
 from archlab import ModelConfig, TransformerLM
 from archlab.cli import main
-from archlab.eval.length import evaluate_lengths, method_scaling
+from archlab.eval.length import evaluate_lengths
+from archlab.eval.rope_methods import method_scaling
 from archlab.lab import long_context
 from archlab.nn.positions.frequencies import base_inv_freq
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds

@@ -246,16 +246,9 @@ def run_length(args: argparse.Namespace) -> int:
     """Every flag, the model's config, the data and the output folder are checked before the model
     is loaded."""
     from archlab.eval.held_out import held_out_tokens
-    from archlab.eval.length import (
-        applicable_methods,
-        check_choices,
-        default_lengths,
-        describe_targets,
-        evaluate_lengths,
-        markdown_table,
-        method_configs,
-        write_csv,
-    )
+    from archlab.eval.length import check_choices, evaluate_lengths, markdown_table, write_csv
+    from archlab.eval.rope_methods import applicable_methods, default_lengths, method_configs
+    from archlab.eval.samples import describe_targets
     from archlab.plots import plot_length
 
     lengths = _int_list(args.lengths, "--lengths") if args.lengths is not None else None
@@ -399,8 +392,8 @@ def _depths(text: str) -> list[float]:
 
 def run_passkey(args: argparse.Namespace) -> int:
     from archlab.data.passkey import min_length
-    from archlab.eval.length import method_configs
     from archlab.eval.passkey import default_passkey_lengths, evaluate_passkey, passkey_table
+    from archlab.eval.rope_methods import method_configs
     from archlab.plots import plot_passkey
 
     lengths = _int_list(args.lengths, "--lengths") if args.lengths is not None else None
