@@ -32,7 +32,8 @@ def largest_position(length: int, scaling: RopeScaling) -> float:
 
 @pytest.mark.parametrize("train_len,window", [(256, None), (256, 64), (256, 100), (16, None), (64, 8)])
 def test_leaky_slope_by_su_rule_keeps_every_position_within_half_the_training_length(
-    train_len: int, window: int | None,
+    train_len: int,
+    window: int | None,
 ) -> None:
     """Su (kexue.fm/archives/9708): W + (L - 1 - W) / k <= N / 2 at every test length, and k never below 16."""
     for length in (train_len, 2 * train_len, 3 * train_len + 5, 8 * train_len, 16 * train_len):
@@ -46,11 +47,14 @@ def test_leaky_slope_by_su_rule_keeps_every_position_within_half_the_training_le
     assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k=8).factor == 8.0  # k given
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(window=128), r"^window=128 is not allowed with leaky_k='half': below max_seq_len / 2 = 128"),
-    (dict(window=64, leaky_k=0.5), r"^leaky_k=0.5 is not allowed"),
-    (dict(window=64, leaky_k="half2"), r"^leaky_k='half2' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(window=128), r"^window=128 is not allowed with leaky_k='half': below max_seq_len / 2 = 128"),
+        (dict(window=64, leaky_k=0.5), r"^leaky_k=0.5 is not allowed"),
+        (dict(window=64, leaky_k="half2"), r"^leaky_k='half2' is not allowed"),
+    ],
+)
 def test_leaky_slope_bad_inputs_fail_in_one_line(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:
         method_scaling("leaky_rerope", 2048, 256, **kwargs)

@@ -25,14 +25,31 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("measure")
     text = root / "corpus.txt"
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    text.write_text("".join((stdlib / name).read_text() for name in ("json/decoder.py", "json/encoder.py",
-                                                                      "textwrap.py", "string.py")))
+    text.write_text(
+        "".join(
+            (stdlib / name).read_text() for name in ("json/decoder.py", "json/encoder.py", "textwrap.py", "string.py")
+        )
+    )
     data = prepare_data(str(text), root / "data", "byte", val_fraction=0.3)
-    keys = {"preset": "llama", "size": "tiny", "steps": "4", "data.source": str(data), "data.batch_size": "4",
-            "data.block_size": str(BLOCK), "logging.eval_every": "2", "logging.eval_batches": "2",
-            "logging.samples": "0", "logging.tensorboard": "false", "logging.progress": "false",
-            "checkpoint.save_every": "2", "checkpoint.keep_last": "10", "out": str(root / "run"), "seed": "3",
-            "optimizer.grad_accum": "2", "checkpoint.keep_initial": "true"}
+    keys = {
+        "preset": "llama",
+        "size": "tiny",
+        "steps": "4",
+        "data.source": str(data),
+        "data.batch_size": "4",
+        "data.block_size": str(BLOCK),
+        "logging.eval_every": "2",
+        "logging.eval_batches": "2",
+        "logging.samples": "0",
+        "logging.tensorboard": "false",
+        "logging.progress": "false",
+        "checkpoint.save_every": "2",
+        "checkpoint.keep_last": "10",
+        "out": str(root / "run"),
+        "seed": "3",
+        "optimizer.grad_accum": "2",
+        "checkpoint.keep_initial": "true",
+    }
     counts = np.zeros(256, dtype=np.int64)
     get_batch = TokenData.get_batch
 

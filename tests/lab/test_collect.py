@@ -85,10 +85,12 @@ def test_jobs_measure_runs_in_other_processes_with_the_same_values(
 def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `timings:` entry reaches time_pairs with both arms' models (and the timing's own model keys), the
     budget's batch and context for a train step, and is kept: a second report times nothing."""
-    (tmp_path / "t.yaml").write_text(TIMED_SUITE.replace("measure: [val_loss, step_ms]", "measure: [val_loss]")
-                                     + "timings:\n  - {metric: decode_s, kind: decode, arms: [c, a], pairs: 3, "
-                                       "options: {cache_len: 200}, keys: {model.max_seq_len: 256}}\n"
-                                       "  - {metric: step_s, kind: train_step, arms: [b, a], pairs: 2}\n")
+    (tmp_path / "t.yaml").write_text(
+        TIMED_SUITE.replace("measure: [val_loss, step_ms]", "measure: [val_loss]")
+        + "timings:\n  - {metric: decode_s, kind: decode, arms: [c, a], pairs: 3, "
+        "options: {cache_len: 200}, keys: {model.max_seq_len: 256}}\n"
+        "  - {metric: step_s, kind: train_step, arms: [b, a], pairs: 2}\n"
+    )
     plan = plan_suite(load_suite(tmp_path / "t.yaml"), BUDGETS["tiny"], tmp_path / "out")
     calls = []
 
@@ -100,11 +102,27 @@ def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeyp
     timings = collect.measure_timings(plan)
     (a_decode, b_decode, kind, pairs, options), (a_step, b_step, kind2, pairs2, options2) = calls
     assert (a_decode.block, b_decode.block, a_decode.max_seq_len, kind, pairs, options) == (
-        "parallel", "serial", 256, "decode", 3, {"cache_len": 200})
-    assert (a_step.norm, b_step.norm, a_step.max_seq_len, kind2, pairs2) == ("layernorm", "rmsnorm", 128,
-                                                                            "train_step", 2)
+        "parallel",
+        "serial",
+        256,
+        "decode",
+        3,
+        {"cache_len": 200},
+    )
+    assert (a_step.norm, b_step.norm, a_step.max_seq_len, kind2, pairs2) == (
+        "layernorm",
+        "rmsnorm",
+        128,
+        "train_step",
+        2,
+    )
     assert options2 == {"batch": 8, "block": 64}  # the tiny budget's batch and context
-    assert timings["decode_s"] == {"arms": ["c", "a"], "kind": "decode", "options": {"cache_len": 200},
-                                   "a": [1.0] * 3, "b": [2.0] * 3}
+    assert timings["decode_s"] == {
+        "arms": ["c", "a"],
+        "kind": "decode",
+        "options": {"cache_len": 200},
+        "a": [1.0] * 3,
+        "b": [2.0] * 3,
+    }
     calls.clear()
     assert collect.measure_timings(plan) == timings and calls == []

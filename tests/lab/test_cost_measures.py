@@ -31,8 +31,9 @@ def test_timed_measures_are_sane(run_dir: Path, capfd: pytest.CaptureFixture[str
     assert cost_measures.step_ms(run) > 0 and cost_measures.decode_tok_s(run) > 0
 
 
-def test_profiler_chatter_is_held_back_and_other_lines_are_logged(capfd: pytest.CaptureFixture[str],
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_profiler_chatter_is_held_back_and_other_lines_are_logged(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     with cost_measures.without_profiler_chatter():
         os.write(2, b"USDT:2026 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"ERROR: a real problem\n")
@@ -51,6 +52,7 @@ def test_timings_keep_the_fastest_timed_try(run_dir: Path, monkeypatch: pytest.M
         def step(*args: object) -> object:
             now[0] += next(seconds)
             return SimpleNamespace(tokens=[[0] * cost_measures.DECODE_TOKENS])
+
         return step
 
     passes = [0.01] * cost_measures.WARMUP_STEPS + [0.5, 0.2, 0.9] + [0.3] * (cost_measures.TIMED_STEPS - 3)

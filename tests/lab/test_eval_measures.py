@@ -25,7 +25,7 @@ def _strided(data: TokenData, n: int) -> torch.Tensor:
     """n windows of BLOCK + 1 tokens, evenly spread from the first token to the last full window (by hand)."""
     val = np.asarray(data.splits["val"]).astype(np.int64)
     last = len(val) - BLOCK - 1
-    return torch.from_numpy(np.stack([val[round(i * last / (n - 1)):][:BLOCK + 1] for i in range(n)]))
+    return torch.from_numpy(np.stack([val[round(i * last / (n - 1)) :][: BLOCK + 1] for i in range(n)]))
 
 
 def _mean_ce(model: TransformerLM, windows: torch.Tensor) -> float:

@@ -34,10 +34,16 @@ def test_a_bpe_dropout_arm_gets_its_own_data_folder_and_the_plain_ones_keep_thei
 def test_identical_runs_share_one_folder_across_suites(tmp_path: Path) -> None:
     """A run's folder is a hash of its resolved config: an arm that two suites both run trains once."""
     store = tmp_path / "store"
-    one = plan_suite(_suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n"),
-                     BUDGETS["tiny"], tmp_path / "one", store=store)
-    explicit = ("arms: {rms: {model.norm: rmsnorm}, qk: {model.qk_norm: rmsnorm}}\nmeasure: [val_loss]\n"
-                "claims:\n  - {text: x, metric: val_loss, arm: qk, versus: rms}\n")
+    one = plan_suite(
+        _suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n"),
+        BUDGETS["tiny"],
+        tmp_path / "one",
+        store=store,
+    )
+    explicit = (
+        "arms: {rms: {model.norm: rmsnorm}, qk: {model.qk_norm: rmsnorm}}\nmeasure: [val_loss]\n"
+        "claims:\n  - {text: x, metric: val_loss, arm: qk, versus: rms}\n"
+    )
     (tmp_path / "2").mkdir()
     two = plan_suite(_suite(tmp_path / "2", explicit), BUDGETS["tiny"], tmp_path / "two", store=store)
     # llama's default norm is rmsnorm: arm `rms` (explicit) resolves to the same run as arm `a` (the default)
@@ -60,10 +66,14 @@ def test_each_tokenizer_gets_its_own_data_folder(tmp_path: Path) -> None:
     # Four tokenizers, and the BPE-dropout arm's training split is tokenized apart from bpe32k's plain one.
     plan = plan_suite(load_suite("vocab"), BUDGETS["tiny"], tmp_path)
     assert len({d.out for d in plan.data}) == 5
-    folder = {(d.tokenizer, d.vocab_size if d.tokenizer == "bpe" else None, d.bpe_dropout): str(d.out)
-              for d in plan.data}
+    folder = {
+        (d.tokenizer, d.vocab_size if d.tokenizer == "bpe" else None, d.bpe_dropout): str(d.out) for d in plan.data
+    }
     for run in plan.runs:
         arm = plan.suite.arm(run.arm).overrides
-        key = (arm["data.tokenizer"], arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None,
-               arm.get("data.bpe_dropout", 0.0))
+        key = (
+            arm["data.tokenizer"],
+            arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None,
+            arm.get("data.bpe_dropout", 0.0),
+        )
         assert run.keys["data.source"] == folder[key]

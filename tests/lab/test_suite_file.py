@@ -37,22 +37,38 @@ def test_claims_name_arms_and_measures(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="no such suite"):
         load_suite("no-such-suite")
     with pytest.raises(SuiteError, match="regimes name arms that do not exist: \\['z'\\]"):
-        _suite(tmp_path, ARMS + "regimes: {hot: [a, z]}\nclaims:\n  - {text: x, metric: val_loss, arm: a, "
-               "versus: b}\n")
+        _suite(tmp_path, ARMS + "regimes: {hot: [a, z]}\nclaims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n")
     with pytest.raises(SuiteError, match="kind=.gpu.; one of train_step"):
-        _suite(tmp_path, ARMS + "timings: [{metric: step_ms, kind: gpu, arms: [a, b]}]\nclaims:\n"
-               "  - {text: x, metric: step_ms, arm: a, versus: b}\n")
-    timed = _suite(tmp_path, ARMS + "timings: [{metric: step_ms, kind: train_step, arms: [a, b], pairs: 20}]\n"
-                   "claims:\n  - {text: x, metric: step_ms, arm: b, versus: a}\n")
+        _suite(
+            tmp_path,
+            ARMS + "timings: [{metric: step_ms, kind: gpu, arms: [a, b]}]\nclaims:\n"
+            "  - {text: x, metric: step_ms, arm: a, versus: b}\n",
+        )
+    timed = _suite(
+        tmp_path,
+        ARMS + "timings: [{metric: step_ms, kind: train_step, arms: [a, b], pairs: 20}]\n"
+        "claims:\n  - {text: x, metric: step_ms, arm: b, versus: a}\n",
+    )
     assert timed.timing(timed.claims[0]).pairs == 20 and timed.claims[0].better == "lower"
 
 
 def test_factors_make_every_combination_an_arm(tmp_path: Path) -> None:
     suite = _suite(tmp_path, FACTORIAL)
-    assert [a.name for a in suite.arms] == ["pre-on-normal", "pre-on-high", "pre-off-normal", "pre-off-high",
-                                           "post-on-normal", "post-on-high", "post-off-normal", "post-off-high"]
-    assert suite.arm("post-off-high").overrides == {"model.norm_position": "post", "schedule.warmup_steps": 0,
-                                                    "optimizer.lr": 0.02}
+    assert [a.name for a in suite.arms] == [
+        "pre-on-normal",
+        "pre-on-high",
+        "pre-off-normal",
+        "pre-off-high",
+        "post-on-normal",
+        "post-on-high",
+        "post-off-normal",
+        "post-off-high",
+    ]
+    assert suite.arm("post-off-high").overrides == {
+        "model.norm_position": "post",
+        "schedule.warmup_steps": 0,
+        "optimizer.lr": 0.02,
+    }
     assert suite.arm("pre-on-normal").overrides == {} and suite.base_arm.name == "pre-on-normal"
     warmup, norm = suite.claims
     assert suite.cells(warmup, "on") == ["post-on-normal", "post-on-high"]

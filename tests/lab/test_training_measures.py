@@ -36,8 +36,11 @@ def test_spike_and_divergence_rules(tmp_path: Path) -> None:
     assert training_measures.diverged(run) == 1.0
 
 
-@pytest.mark.parametrize(("last", "spike"), [(1.5, False), (1.5000001, True), (1.4999999, False)],
-                         ids=["at-threshold", "just-above", "just-below"])
+@pytest.mark.parametrize(
+    ("last", "spike"),
+    [(1.5, False), (1.5000001, True), (1.4999999, False)],
+    ids=["at-threshold", "just-above", "just-below"],
+)
 def test_spike_threshold_both_sides(tmp_path: Path, last: float, spike: bool) -> None:
     # the 5 losses before `last` have median exactly 1.0 (binary-exact values): the threshold is 1.0 + 0.5
     assert training_measures.SPIKE_WINDOW == 5 and training_measures.SPIKE_NATS == 0.5
