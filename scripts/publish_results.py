@@ -31,6 +31,7 @@ from archlab.lab import publish
 from archlab.lab.budgets import BUDGETS
 from archlab.lab.experiment import Experiment
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
+from archlab.lab.plan import plan_suite, prepare
 from archlab.lab.record import (
     CLAIMS,
     PROVENANCE,
@@ -41,8 +42,9 @@ from archlab.lab.record import (
     scale,
     stamp,
 )
-from archlab.lab.runner import plan_suite, prepare, run_hash
-from archlab.lab.suite import at_budget, load_suite
+from archlab.lab.store import run_hash
+from archlab.lab.suite import at_budget
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Table
 from archlab.train.config import resolve_config
 

@@ -1,5 +1,5 @@
 """A RoPE scaling kind is one entry of ROPE_KINDS (nn/positions/scaling.py), and the three places that evaluate kinds
-take every entry from there: `archlab eval length` (eval/length.py), the lab's long-context measures
+take every entry from there: `archlab eval length` (eval/rope_methods.py), the lab's long-context measures
 (lab/long_context.py) and `archlab plot rope` (plots.py). Every kind goes through all three, and so does a toy kind
 registered at test time, without any of those modules changing: its scaling at a length is `RopeKind.at`, its
 frequencies the function its entry names."""
@@ -16,7 +16,8 @@ import torch
 
 from archlab import ModelConfig, TransformerLM
 from archlab.cli import main
-from archlab.eval.length import evaluate_lengths, method_scaling
+from archlab.eval.length import evaluate_lengths
+from archlab.eval.rope_methods import method_scaling
 from archlab.lab import long_context
 from archlab.nn.positions.frequencies import base_inv_freq
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds

@@ -64,7 +64,8 @@ def test_a_favor_model_trained_with_redraws_reloads_with_the_projection_it_reach
     import numpy as np
 
     from archlab import ModelConfig
-    from archlab.eval.length import evaluate_lengths, window_loss, windows
+    from archlab.eval.length import evaluate_lengths, window_loss
+    from archlab.eval.samples import windows
     from archlab.nn.config import Favor
 
     cfg = ModelConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=256, max_seq_len=32, attn_kernel="favor",

@@ -19,8 +19,9 @@ from archlab.checkpoint import load_model
 from archlab.cli import main
 from archlab.data.tokens import TokenData
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.runner import RunSpec, final_step, plan_suite, prepare, run_plan, run_wall_s
-from archlab.lab.suite import load_suite
+from archlab.lab.plan import RunSpec, plan_suite, prepare
+from archlab.lab.runner import final_step, run_plan, run_wall_s
+from archlab.lab.suite_file import load_suite
 from archlab.train.config import resolve_config
 from archlab.train.hardware import cpu_model
 

@@ -1,7 +1,7 @@
-"""`archlab eval length` (archlab.eval.length): each method's scaling at each length, the last-tokens scoring
-against a direct slice of the full logits, next-token accuracy against a count from the full logits, Su's
-repeated samples against the text they repeat, errors before any compute, and the command end to end on a tiny
-checkpoint and on a Hugging Face folder of the project's own export (table, CSV, PNG)."""
+"""`archlab eval length` (archlab.eval.length): the last-tokens scoring against a direct slice of the full logits,
+next-token accuracy against a count from the full logits, the same weights under each method, errors before any
+compute, and the command end to end on a tiny checkpoint and on a Hugging Face folder of the project's own export
+(table, CSV, PNG). Each method's scaling: test_rope_methods.py; the windows: test_samples.py."""
 
 from __future__ import annotations
 
@@ -18,20 +18,11 @@ from archlab.checkpoint import build_model, save_checkpoint, tied_aliases
 from archlab.cli import main
 from archlab.data.tokenizer import build_tokenizer
 from archlab.data.tokens import TokenData
-from archlab.eval.length import (
-    evaluate_lengths,
-    method_configs,
-    method_scaling,
-    paired_windows,
-    repeated_windows,
-    sample_windows,
-    window_loss,
-    window_scores,
-    windows,
-)
+from archlab.eval.length import evaluate_lengths, window_loss, window_scores
+from archlab.eval.rope_methods import method_configs
+from archlab.eval.samples import paired_windows, repeated_windows, windows
 from archlab.interop import save_hf
 from archlab.nn.functional import cross_entropy
-from archlab.nn.positions.rerope import relative_positions
 from archlab.nn.positions.scaling import RopeScaling, inference_kinds
 from tests.conftest import randomize_, snapshot
 
@@ -41,19 +32,6 @@ SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=256)
 def tiny(**fields: object) -> TransformerLM:
     torch.manual_seed(0)
     return TransformerLM(ModelConfig(**{**SMALL, **fields})).eval()
-
-
-def test_each_method_scales_to_the_target_length() -> None:
-    assert method_scaling("none", 64, 16) is None
-    assert method_scaling("linear", 64, 16) == RopeScaling("linear", 4.0)
-    assert method_scaling("yarn", 64, 16) == RopeScaling("yarn", 4.0, 16)
-    assert method_scaling("ntk", 8, 16) == RopeScaling("ntk", 1.0)  # never below 1
-    assert method_scaling("rerope", 64, 16) == RopeScaling("rerope", window=8)
-    leaky = method_scaling("leaky_rerope", 64, 16, window=6, leaky_k="train")  # the older mapping, kept
-    longest = relative_positions(torch.tensor([[63]]), torch.tensor([[0]]), 6, leaky.factor)
-    assert float(longest) == pytest.approx(15)  # the longest distance lands on the longest one trained
-    with pytest.raises(ValueError, match="scaling 'rope2' is not allowed"):
-        method_scaling("rope2", 64, 16)
 
 
 def test_windows_are_scored_on_their_last_tokens() -> None:
@@ -156,23 +134,6 @@ def test_accuracy_is_the_share_of_scored_targets_the_argmax_predicts() -> None:
     with torch.no_grad():
         expected = float((model(constant[:1, :-1]).argmax(-1) == 7).double().mean())
     assert window_scores(model, constant, None)[1] == pytest.approx(expected)
-
-
-def test_repeated_samples_are_the_text_concatenated_with_itself() -> None:
-    tokens = np.arange(1000) * 7 % 251
-    length, count = 32, 3
-    plain, repeated = windows(tokens, length, count), repeated_windows(tokens, length, count)
-    assert repeated.shape == plain.shape == (count, length + 1)
-    p = length // 2
-    starts = np.linspace(0, len(tokens) - p, count).astype(np.int64)
-    for row, start in zip(repeated.tolist(), starts):
-        assert row == [int(tokens[start + i % p]) for i in range(length + 1)]  # base[i mod p]
-    scored = range(length + 1 - length // 2, length + 1)  # the default score_last (half the length) ...
-    assert all(j >= p and repeated[0, j] == repeated[0, j - p] for j in scored)  # ... lies in the second copy
-    assert torch.equal(sample_windows(tokens, length, count, "plain"), plain)
-    assert torch.equal(repeated_windows(tokens, 12, 1, period=5)[0], torch.tensor(tokens[:5])[torch.arange(13) % 5])
-    with pytest.raises(ValueError, match="samples 'twice' is not allowed: one of plain, repeated"):
-        sample_windows(tokens, length, count, "twice")
 
 
 def test_a_model_that_uses_its_context_scores_higher_on_repeated_samples() -> None:
@@ -306,39 +267,6 @@ def test_bad_metric_or_samples_is_one_line_before_loading(tmp_path: Path, capsys
     assert len(err) == 1 and message in err[0]
 
 
-def largest_position(length: int, scaling: RopeScaling) -> float:
-    """The largest relative position any query of a `length`-token window sees, from every (m, n) pair."""
-    pos = torch.arange(length)[None]
-    return float(relative_positions(pos, pos, scaling.window, scaling.factor)[0].tril().max())
-
-
-@pytest.mark.parametrize("train_len,window", [(256, None), (256, 64), (256, 100), (16, None), (64, 8)])
-def test_leaky_slope_by_su_rule_keeps_every_position_within_half_the_training_length(
-    train_len: int, window: int | None,
-) -> None:
-    """Su (kexue.fm/archives/9708): W + (L - 1 - W) / k <= N / 2 at every test length, and k never below 16."""
-    for length in (train_len, 2 * train_len, 3 * train_len + 5, 8 * train_len, 16 * train_len):
-        scaling = method_scaling("leaky_rerope", length, train_len, window)
-        assert scaling.window == (train_len // 4 if window is None else window)
-        assert largest_position(length, scaling) <= train_len / 2 + 1e-9, (length, scaling)
-        assert scaling.factor >= 16
-    at_8x = method_scaling("leaky_rerope", 2048, 256, 64)
-    assert at_8x.factor == pytest.approx((2047 - 64) / (128 - 64))  # about 31, against the older mapping's ~10
-    assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k="train").factor == pytest.approx(1983 / 191)
-    assert method_scaling("leaky_rerope", 2048, 256, 64, leaky_k=8).factor == 8.0  # k given
-
-
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(window=128), r"^window=128 is not allowed with leaky_k='half': below max_seq_len / 2 = 128"),
-    (dict(window=64, leaky_k=0.5), r"^leaky_k=0.5 is not allowed"),
-    (dict(window=64, leaky_k="half2"), r"^leaky_k='half2' is not allowed"),
-])
-def test_leaky_slope_bad_inputs_fail_in_one_line(kwargs: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message) as err:
-        method_scaling("leaky_rerope", 2048, 256, **kwargs)
-    assert "\n" not in str(err.value)
-
-
 def test_logn_at_inference_changes_nothing_within_the_training_length() -> None:
     """--logn (ModelConfig.with_inference_logn) scales queries past max_seq_len only; a log-n model is refused."""
     model = tiny()
@@ -388,21 +316,6 @@ def test_an_inverse_leaky_checkpoint_evaluates_as_plain_rope_to_its_trained_dist
 
 
 # ------------------------------------------------------------------------------------ paired by target
-def test_paired_windows_hold_the_scored_targets_fixed_and_grow_the_context() -> None:
-    tokens = np.arange(1000, dtype=np.int64) * 7 % 1009  # every id distinct: a slice is known by its ids
-    lengths = [16, 64, 256]
-    got = paired_windows(tokens, lengths, 5)
-    ends = np.linspace(256, 999, 5).astype(np.int64)  # the first end has 256 tokens before it, the last is the end
-    for n, batch in got.items():
-        assert batch.shape == (5, n + 1)
-        assert batch.tolist() == [tokens[e - n : e + 1].tolist() for e in ends]
-    for k in (1, 8, 16):  # the scored targets: the same ids at every length
-        assert got[16][:, -k:].tolist() == got[64][:, -k:].tolist() == got[256][:, -k:].tolist()
-    assert got[64][:, -17:].tolist() == got[16].tolist()  # a longer window only adds context before
-    with pytest.raises(ValueError, match="held-out text has 100 tokens: too few for length 256"):
-        paired_windows(tokens[:100], lengths, 5)
-
-
 def test_evaluate_lengths_scores_the_same_targets_at_every_length(monkeypatch: pytest.MonkeyPatch) -> None:
     """What each length's forward is asked to score: the same target ids, behind contexts of the length."""
     import archlab.eval.length as length

@@ -1,20 +1,28 @@
-"""The embedding / vocabulary suites' measures: read from metrics.jsonl as the trainer wrote it, and the
-continuation pair on a run's validation text (healing gains nothing with bytes, by construction)."""
+"""The embedding / vocabulary suites' measures: read from metrics.jsonl as the trainer wrote it, the
+continuation pair on a run's validation text (healing gains nothing with bytes, by construction), and on the shared
+tiny run (tests/lab/conftest.py) the drift measures against the batches the run was seen to draw and the row norms
+over its checkpoints."""
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 
+from archlab.checkpoint import latest_checkpoint, list_checkpoints, load_initial_weights, load_model, load_weights
 from archlab.data.prepare import prepare_data
 from archlab.data.tokens import TokenData
-from archlab.lab import embed_measures
-from archlab.lab.measure import MEASURES
+from archlab.lab import drift, embed_measures
+from archlab.lab.measure import MEASURES, RunView
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
+from tests.lab.conftest import BLOCK, SEEN
 
 
 def write_rows(run: Path, rows: list[dict]) -> None:
@@ -69,3 +77,45 @@ def test_continuation_pair_on_the_validation_text(tmp_path: Path) -> None:
     assert len(MEASURES["continuation_acc"].fn(bpe_run)) == len(hits)
     offsets = [embed_measures._continuation(r)[0].offsets for r in (run, bpe_run)]
     assert offsets[0] == offsets[1]
+
+
+def test_initial_weights_are_the_seeded_init_and_drift_bins_the_replayed_counts(run_dir: Path) -> None:
+    """RUN/initial holds init_weights(seed=3) of the run's config; the replay of the batch stream equals the
+    counts recorded while it trained; the drift measures are the binned row displacements, by hand."""
+    initial = load_initial_weights(run_dir)
+    model, _ = load_model(run_dir)
+    fresh = TransformerLM(model.config)
+    fresh.init_weights(seed=3)
+    assert initial.keys() >= fresh.state_dict().keys()
+    assert all(torch.equal(initial[k], v) for k, v in fresh.state_dict().items())
+    run = RunView(run_dir, windows=1)
+    replay = drift.seen_counts(run.data(), 3, 4, 4, BLOCK, 2, 256)
+    assert (replay == SEEN["counts"]).all() and replay.sum() == 4 * 4 * BLOCK
+    assert not (drift.seen_counts(run.data(), 4, 4, 4, BLOCK, 2, 256) == SEEN["counts"]).all()  # the seed's stream
+    moved = (load_weights(latest_checkpoint(run_dir))["embed_tokens.weight"].double()
+             - initial["embed_tokens.weight"].double()).norm(dim=1).numpy()
+    counts = SEEN["counts"]
+    rare = (counts >= 1) & (counts <= 10)
+    seen = np.flatnonzero(counts)
+    top = seen[np.argsort(-counts[seen], kind="stable")][:math.ceil(0.1 * len(seen))]
+    assert rare.sum() >= 3 and len(top) >= 3 and counts[top].min() > 10
+    assert MEASURES["embed_drift_rare"].fn(run) == pytest.approx(moved[rare].mean(), rel=1e-12)
+    assert embed_measures.embed_drift_ratio(run) == pytest.approx(moved[rare].mean() / moved[top].mean(), rel=1e-12)
+
+
+def test_drift_needs_the_step0_weights(run_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(run_dir, tmp_path / "run", ignore=shutil.ignore_patterns("initial"))
+    with pytest.raises(ValueError, match="no step-0 weights .* --checkpoint.keep_initial true"):
+        embed_measures.embed_drift_ratio(RunView(tmp_path / "run", windows=1))
+
+
+def test_embedding_row_norm_over_checkpoints(run_dir: Path) -> None:
+    series = embed_measures.max_embed_row_norm_series(run_dir)
+    assert [s for s, _ in series] == [2, 4]
+    for (step, value), path in zip(series, list_checkpoints(run_dir)):
+        weight = load_model(path)[0].embed_tokens.weight.detach()
+        assert value == pytest.approx(float(torch.linalg.vector_norm(weight, dim=1).max()), rel=1e-6)
+    first, last = (torch.linalg.vector_norm(load_model(p)[0].embed_tokens.weight.detach(), dim=1)
+                   for p in list_checkpoints(run_dir))
+    growth = embed_measures.max_embed_row_growth(RunView(run_dir, windows=1))
+    assert growth == pytest.approx(float((last - first).max()), rel=1e-6)

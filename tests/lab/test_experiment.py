@@ -28,7 +28,7 @@ def test_an_experiment_plans_from_arguments_then_from_its_folder(tmp_path: Path)
 
 
 def test_planning_returns_the_matched_suite_and_leaves_the_loaded_one_alone(tmp_path: Path) -> None:
-    from archlab.lab.suite import load_suite
+    from archlab.lab.suite_file import load_suite
 
     loaded = load_suite("heads")
     overrides = [dict(a.overrides) for a in loaded.arms]

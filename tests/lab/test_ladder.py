@@ -14,10 +14,12 @@ import statsmodels.formula.api as smf
 from archlab.lab import ladder
 from archlab.lab.arms import arm_keys
 from archlab.lab.budgets import BUDGETS
+from archlab.lab.collect import measure_plan
 from archlab.lab.ladder import fit_ladder
+from archlab.lab.plan import plan_suite, write_plan
 from archlab.lab.report import write_report
-from archlab.lab.runner import measure_plan, plan_suite, write_plan
-from archlab.lab.suite import SuiteError, load_suite
+from archlab.lab.suite import SuiteError
+from archlab.lab.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
 
 SCALES = (0.8, 1.0, 1.25, 1.5)
@@ -118,8 +120,8 @@ def test_pages_price_the_margin_from_the_stored_ladder(tmp_path: Path) -> None:
     heads = plan_suite(load_suite("heads"), tiny, tmp_path / "heads", store=store)
     before = ladder.stored_ladder(tmp_path / "empty", tiny)
     assert before is None
+    from archlab.lab.collect import table_of
     from archlab.lab.report import margin_pricing
-    from archlab.lab.runner import table_of
 
     text = margin_pricing(heads, table_of(heads, {}))
     assert f"worth {fit.multiplier(tiny.margin):.2f}x the base's compute" in text

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from archlab import ModelConfig, TransformerLM
-from archlab.eval.length import sample_windows
+from archlab.eval.samples import sample_windows
 from archlab.lab import long_context
 from archlab.lab.measure import MEASURES
 

@@ -17,7 +17,7 @@ PAGES = publish.pages(DOCS)
 
 
 def test_every_page_is_a_built_in_suite_and_the_summary_names_the_unpublished() -> None:
-    from archlab.lab.suite import list_suites
+    from archlab.lab.suite_file import list_suites
 
     suites = {s.name for s in list_suites()}
     assert {p.name for p in PAGES} <= suites and len(PAGES) >= 18

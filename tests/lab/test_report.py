@@ -20,10 +20,12 @@ from scipy import stats as sp
 
 from archlab.lab import publish, stats
 from archlab.lab.budgets import BUDGETS
+from archlab.lab.collect import TIMED, measure_plan, table_of
 from archlab.lab.measure import write_measured
+from archlab.lab.plan import Plan, plan_suite, write_plan
 from archlab.lab.report import claim_table, write_report
-from archlab.lab.runner import TIMED, Plan, measure_plan, plan_suite, table_of, write_plan
-from archlab.lab.suite import Claim, load_suite
+from archlab.lab.suite import Claim
+from archlab.lab.suite_file import load_suite
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
 from archlab.train.config import resolve_config
 

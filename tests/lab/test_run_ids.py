@@ -1,5 +1,5 @@
 """The lab's stored runs keep their keys: every built-in suite at budget small plans the same run folders
-(`runner.run_hash` of each arm and seed) as the code before issue 35 did, recorded in
+(`store.run_hash` of each arm and seed) as the code before issue 35 did, recorded in
 tests/fixtures/run_ids_small.json (`python -m tests.lab.test_run_ids` rewrites it). A suite resumed after a change
 that passes this retrains nothing.
 
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab import runner
-from archlab.lab.runner import plan_suite
-from archlab.lab.suite import BUDGETS, list_suites
+from archlab.lab import store
+from archlab.lab.budgets import BUDGETS
+from archlab.lab.plan import plan_suite
+from archlab.lab.suite_file import list_suites
 
 RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "run_ids_small.json"
 RECORDED = json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.is_file() else {}
@@ -41,7 +42,7 @@ def test_every_suite_plans_the_run_folders_it_planned_before(suite: str, as_is: 
 
 
 def test_the_hash_reads_the_flat_spelling() -> None:
-    source = inspect.getsource(runner.run_hash)
+    source = inspect.getsource(store.run_hash)
     assert "to_flat_dict" in source and "model.to_dict()" not in source
 
 

@@ -1,5 +1,6 @@
-"""The runner's bookkeeping: how a run's end is recorded, when a run counts as done, how timings are taken; the
-Slurm path through submitit's real local executor; the power plan against a hand-computed noncentral t."""
+"""The runner's bookkeeping: how a run's end is recorded, when a run counts as done, each run's wall time, the
+thread caps of `--jobs`; the Slurm path through submitit's real local executor; the power plan against a
+hand-computed noncentral t."""
 
 from __future__ import annotations
 
@@ -10,24 +11,15 @@ import os
 import statistics
 from pathlib import Path
 from statistics import NormalDist
-from types import SimpleNamespace
 
 import pytest
 
 from archlab.lab import runner, stats
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.measure import MEASURED, MEASURES, STATUS, TIMING_ROUNDS, write_measured
-from archlab.lab.runner import LabError, RunSpec, _finish, is_done, measure_plan, plan_suite, run_wall_s
-from archlab.lab.suite import load_suite
-from tests.lab.test_report import _fake_runs
-
-TIMED_SUITE = """
-base: {preset: llama}
-design: timings by rounds
-arms: {a: {}, b: {model.norm: layernorm}, c: {model.block: parallel}}
-measure: [val_loss, step_ms]
-claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
-"""
+from archlab.lab.measure import STATUS
+from archlab.lab.plan import RunSpec, plan_suite, prepare
+from archlab.lab.runner import LabError, _finish, is_done, run_wall_s
+from archlab.lab.suite_file import load_suite
 
 
 def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
@@ -69,95 +61,6 @@ def test_run_wall_time_is_recorded_or_read_from_file_times(tmp_path: Path) -> No
     (run_dir / "train.log").write_text("done\n")
     _finish(run, 0)  # a run the runner did not start: no start time to count from
     assert json.loads((run_dir / STATUS).read_text())["wall_s"] < 1.0
-
-
-def test_timings_are_taken_in_rounds_over_all_runs_keeping_each_runs_best(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "synthetic.yaml").write_text(TIMED_SUITE)
-    plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out")
-    _fake_runs(plan)
-    for run in plan.runs:  # val_loss cached, step_ms not: it is timed
-        write_measured(run.run_dir, {"val_loss": 1.0})
-    order = sorted(plan.runs, key=lambda r: r.seed)
-    calls: list[tuple[Path, list[str]]] = []
-    slow_by_round = [5.0, 0.0, 9.0]  # round 1 is every run's fastest
-
-    def fake_measure_run(run_dir: Path, names: list[str], windows: int) -> dict[str, float]:
-        calls.append((run_dir, names))
-        i, round_ = [r.run_dir for r in order].index(run_dir), (len(calls) - 1) // len(order)
-        return {"step_ms": 100.0 + 10 * i + slow_by_round[round_]}
-
-    monkeypatch.setattr(runner, "measure_run", fake_measure_run)
-    measured = measure_plan(plan)
-    assert TIMING_ROUNDS == 3
-    assert calls == [(r.run_dir, ["step_ms"]) for r in order] * TIMING_ROUNDS  # rounds over all runs, in turn
-    for i, run in enumerate(order):
-        assert measured[run] == {"val_loss": 1.0, "step_ms": 100.0 + 10 * i}  # val_loss came from the cache
-        assert json.loads((run.run_dir / MEASURED).read_text())["step_ms"] == 100.0 + 10 * i
-    calls.clear()
-    measure_plan(plan)
-    assert calls == []  # kept: a second report times nothing again
-
-
-def test_jobs_measure_runs_in_other_processes_with_the_same_values(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """--jobs 2 takes the untimed measures in a pool of fresh processes: none in this one (its measure_run is
-    replaced by one that fails), each run's own values, cached as one process would have cached them."""
-    (tmp_path / "synthetic.yaml").write_text(TIMED_SUITE.replace("[val_loss, step_ms]", "[val_loss, train_loss]"))
-    plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
-    _fake_runs(plan)
-    for i, run in enumerate(plan.runs):  # each run its own last three losses: mean 2 + i
-        rows = [{"step": s, "kind": "train", "loss": 2.0 + i + d} for s, d in ((2, -1.0), (4, 0.0), (6, 1.0))]
-        (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-    def in_this_process(*args: object) -> dict:
-        raise AssertionError("measured in the parent process")
-
-    monkeypatch.setattr(runner, "measure_run", in_this_process)
-    measured = measure_plan(plan, jobs=2)
-    for i, run in enumerate(plan.runs):
-        assert measured[run]["train_loss"] == pytest.approx(2.0 + i)
-        assert json.loads((run.run_dir / MEASURED).read_text())["train_loss"] == pytest.approx(2.0 + i)
-    for run in plan.runs:
-        (run.run_dir / MEASURED).unlink()
-    with pytest.raises(AssertionError, match="parent process"):  # one job: measured here, as before
-        measure_plan(plan, jobs=1)
-
-
-def test_best_follows_each_measures_direction() -> None:
-    assert MEASURES["step_ms"].best(3.0, 2.0) == 2.0 and MEASURES["decode_tok_s"].best(3.0, 2.0) == 3.0
-    assert MEASURES["step_ms"].best(None, 2.0) is None  # n/a for the run (no checkpoint) stays n/a
-    assert {n for n, m in MEASURES.items() if m.timing} == {"step_ms", "decode_tok_s"}
-
-
-def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A `timings:` entry reaches time_pairs with both arms' models (and the timing's own model keys), the
-    budget's batch and context for a train step, and is kept: a second report times nothing."""
-    (tmp_path / "t.yaml").write_text(TIMED_SUITE.replace("measure: [val_loss, step_ms]", "measure: [val_loss]")
-                                     + "timings:\n  - {metric: decode_s, kind: decode, arms: [c, a], pairs: 3, "
-                                       "options: {cache_len: 200}, keys: {model.max_seq_len: 256}}\n"
-                                       "  - {metric: step_s, kind: train_step, arms: [b, a], pairs: 2}\n")
-    plan = plan_suite(load_suite(tmp_path / "t.yaml"), BUDGETS["tiny"], tmp_path / "out")
-    calls = []
-
-    def fake(config_a, config_b, *, kind, pairs, **options):  # noqa: ANN001, ANN003, ANN202
-        calls.append((config_a, config_b, kind, pairs, options))
-        return SimpleNamespace(a=[1.0] * pairs, b=[2.0] * pairs)
-
-    monkeypatch.setattr(runner, "time_pairs", fake)
-    timings = runner.measure_timings(plan)
-    (a_decode, b_decode, kind, pairs, options), (a_step, b_step, kind2, pairs2, options2) = calls
-    assert (a_decode.block, b_decode.block, a_decode.max_seq_len, kind, pairs, options) == (
-        "parallel", "serial", 256, "decode", 3, {"cache_len": 200})
-    assert (a_step.norm, b_step.norm, a_step.max_seq_len, kind2, pairs2) == ("layernorm", "rmsnorm", 128,
-                                                                            "train_step", 2)
-    assert options2 == {"batch": 8, "block": 64}  # the tiny budget's batch and context
-    assert timings["decode_s"] == {"arms": ["c", "a"], "kind": "decode", "options": {"cache_len": 200},
-                                   "a": [1.0] * 3, "b": [2.0] * 3}
-    calls.clear()
-    assert runner.measure_timings(plan) == timings and calls == []
 
 
 def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None:
@@ -243,22 +146,6 @@ def test_submitit_local_executor_trains_one_job_per_run(tmp_path: Path) -> None:
         SlurmOptions(cpus=0)
 
 
-def test_a_bpe_dropout_arm_gets_its_own_data_folder_and_the_plain_ones_keep_theirs(tmp_path: Path) -> None:
-    """The vocab suite's bpe32k-dropout arm once shared bpe32k's prepared folder (its request omitted the dropout)
-    and every run of it was refused by the trainer; folders prepared before keep their names."""
-    import hashlib
-
-    plan = plan_suite(load_suite("vocab"), BUDGETS["tiny"], tmp_path / "out", store=tmp_path / "store")
-    by_arm = {r.arm: Path(r.keys["data.source"]) for r in plan.runs}
-    assert by_arm["bpe32k-dropout"] != by_arm["bpe32k"] and by_arm["bpe32k"] != by_arm["bpe8k"]
-    plain = json.dumps(["stdlib", "bpe", 32768, 0.05, BUDGETS["tiny"].max_files])  # the request before the change
-    assert by_arm["bpe32k"].name == f"bpe32768-{hashlib.sha1(plain.encode()).hexdigest()[:8]}"
-    spec = next(d for d in plan.data if d.out == by_arm["bpe32k-dropout"])
-    assert spec.bpe_dropout == 0.1 and spec.command()[-4:] == ["--bpe-dropout", "0.1", "--out", str(spec.out)]
-    assert "--bpe-dropout" not in next(d for d in plan.data if d.out == by_arm["bpe32k"]).command()
-    assert {r.keys["data.bpe_dropout"] for r in plan.runs if r.arm == "bpe32k-dropout"} == {"0.1"}
-
-
 def test_plan_reads_a_published_pages_spread_and_run_time_when_nothing_is_stored(tmp_path: Path) -> None:
     from archlab.lab.planning import format_plan, power_plan
 
@@ -298,7 +185,7 @@ def test_jobs_cap_every_spawned_run_at_one_thread_and_one_job_leaves_torch_its_c
         plan = plan_suite(load_suite(tmp_path / "two.yaml"), BUDGETS["tiny"], tmp_path / f"out{jobs}",
                           store=tmp_path / f"store{jobs}")
         plan.runs = [plan.runs_of("a")[0], plan.runs_of("b")[0]]
-        runner.prepare(plan)
+        prepare(plan)
         envs.clear()
         runner.run_plan(plan, jobs=jobs, poll_s=0.1)
         assert len(envs) == 2

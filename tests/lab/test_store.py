@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.runner import plan_suite
-from archlab.lab.suite import load_suite
+from archlab.lab.plan import plan_suite
+from archlab.lab.suite_file import load_suite
 
 
 def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path
 
 
 def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Path) -> None:
-    from archlab.lab import runner, store
+    from archlab.lab import collect, runner, store
     from archlab.train.config import resolve_config
 
     plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
@@ -57,7 +57,7 @@ def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Pa
         (other.run_dir / "checkpoints" / f"step_{other.steps:07d}").mkdir(parents=True, exist_ok=True)
         (other.run_dir / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(runner.LabError, match=r"not reused: mha/seed0 \(model.d_ff is"):
-        runner.measure_plan(plan)
+        collect.measure_plan(plan)
     removed = {**config, "model": {**config["model"], "a_field_since_removed": 1}}
     (run.run_dir / "config.json").write_text(json.dumps(removed))
     assert store.stale_reason(run).startswith("its config.json no longer resolves")

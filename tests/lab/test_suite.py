@@ -1,5 +1,6 @@
 """Every built-in suite loads, every arm resolves and builds (meta device), parameters follow the 2% rule; the
-plumbing's boundaries (d_ff matching, checkpoint keys, margins, factors, shared run folders) against hand counts."""
+plumbing's boundaries (d_ff matching, checkpoint keys, margins) against hand counts. Reading a suite file:
+test_suite_file.py; its plan: test_plan.py."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import torch
 
 from archlab.lab.arms import PARAM_TOLERANCE, arm_keys, match_parameters, param_note, resolve_arm
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.runner import plan_suite, write_plan
-from archlab.lab.suite import Arm, SuiteError, list_suites, load_suite
+from archlab.lab.plan import plan_suite
+from archlab.lab.suite import Arm, SuiteError
+from archlab.lab.suite_file import list_suites, load_suite
 from archlab.nn.model import TransformerLM
+from tests.lab.test_suite_file import ARMS, _suite
 
 # the suites are the YAML files of the package folder, read from the source tree (not through list_suites)
 SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "src/archlab/lab/suites").glob("*.yaml"))
@@ -152,15 +155,6 @@ def test_checkpoint_keys_keep_every_evenly_spaced_checkpoint(budget: str, checkp
         assert checkpoints <= saves <= keep
 
 
-# ------------------------------------------------------------------------------------- claims and keys
-def _suite(tmp_path: Path, text: str):
-    (tmp_path / "s.yaml").write_text(text)
-    return load_suite(tmp_path / "s.yaml")
-
-
-ARMS = "arms: {a: {}, b: {model.norm: layernorm}}\nmeasure: [val_loss, spikes]\n"
-
-
 def test_margins_come_from_the_claim_the_suite_or_the_budget(tmp_path: Path) -> None:
     same = "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b, expect: same%s}\n"
     bare = _suite(tmp_path, ARMS + same % "")
@@ -187,95 +181,8 @@ def test_margins_come_from_the_claim_the_suite_or_the_budget(tmp_path: Path) -> 
     assert higher.claims[0].better == "higher"
 
 
-def test_claims_name_arms_and_measures(tmp_path: Path) -> None:
-    with pytest.raises(SuiteError, match="versus='c' is not an arm"):
-        _suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: c}\n")
-    with pytest.raises(SuiteError, match="no such suite"):
-        load_suite("no-such-suite")
-    with pytest.raises(SuiteError, match="regimes name arms that do not exist: \\['z'\\]"):
-        _suite(tmp_path, ARMS + "regimes: {hot: [a, z]}\nclaims:\n  - {text: x, metric: val_loss, arm: a, "
-               "versus: b}\n")
-    with pytest.raises(SuiteError, match="kind=.gpu.; one of train_step"):
-        _suite(tmp_path, ARMS + "timings: [{metric: step_ms, kind: gpu, arms: [a, b]}]\nclaims:\n"
-               "  - {text: x, metric: step_ms, arm: a, versus: b}\n")
-    timed = _suite(tmp_path, ARMS + "timings: [{metric: step_ms, kind: train_step, arms: [a, b], pairs: 20}]\n"
-                   "claims:\n  - {text: x, metric: step_ms, arm: b, versus: a}\n")
-    assert timed.timing(timed.claims[0]).pairs == 20 and timed.claims[0].better == "lower"
-
-
-FACTORIAL = """
-measure: [val_loss]
-factors:
-  norm: {pre: {}, post: {model.norm_position: post}}
-  warmup: {"on": {}, "off": {schedule.warmup_steps: 0}}
-  lr: {normal: {}, high: {optimizer.lr: 0.02}}
-claims:
-  - {text: post needs warmup, metric: val_loss, factor: warmup, arm: "on", versus: "off", within: {norm: post}}
-  - {text: pre beats post, metric: val_loss, factor: norm, arm: pre, versus: post}
-"""
-
-
-def test_factors_make_every_combination_an_arm(tmp_path: Path) -> None:
-    suite = _suite(tmp_path, FACTORIAL)
-    assert [a.name for a in suite.arms] == ["pre-on-normal", "pre-on-high", "pre-off-normal", "pre-off-high",
-                                           "post-on-normal", "post-on-high", "post-off-normal", "post-off-high"]
-    assert suite.arm("post-off-high").overrides == {"model.norm_position": "post", "schedule.warmup_steps": 0,
-                                                    "optimizer.lr": 0.02}
-    assert suite.arm("pre-on-normal").overrides == {} and suite.base_arm.name == "pre-on-normal"
-    warmup, norm = suite.claims
-    assert suite.cells(warmup, "on") == ["post-on-normal", "post-on-high"]
-    assert suite.cells(warmup, "off") == ["post-off-normal", "post-off-high"]
-    assert suite.cells(norm, "post") == [a.name for a in suite.arms[4:]]
-    with pytest.raises(SuiteError, match="arm='mid' is not a level of lr"):
-        _suite(tmp_path, FACTORIAL + "  - {text: x, metric: val_loss, factor: lr, arm: mid, versus: high}\n")
-
-
-def test_identical_runs_share_one_folder_across_suites(tmp_path: Path) -> None:
-    """A run's folder is a hash of its resolved config: an arm that two suites both run trains once."""
-    store = tmp_path / "store"
-    one = plan_suite(_suite(tmp_path, ARMS + "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n"),
-                     BUDGETS["tiny"], tmp_path / "one", store=store)
-    explicit = ("arms: {rms: {model.norm: rmsnorm}, qk: {model.qk_norm: rmsnorm}}\nmeasure: [val_loss]\n"
-                "claims:\n  - {text: x, metric: val_loss, arm: qk, versus: rms}\n")
-    (tmp_path / "2").mkdir()
-    two = plan_suite(_suite(tmp_path / "2", explicit), BUDGETS["tiny"], tmp_path / "two", store=store)
-    # llama's default norm is rmsnorm: arm `rms` (explicit) resolves to the same run as arm `a` (the default)
-    assert [r.run_dir for r in one.runs_of("a")] == [r.run_dir for r in two.runs_of("rms")]
-    assert len({r.run_dir for r in one.runs + two.runs}) == 6  # a=rms, b, qk at 2 seeds
-    assert all(r.run_dir.parent == store for r in one.runs)
-    other = plan_suite(one.suite, BUDGETS["small"], tmp_path / "three", store=store)
-    assert not {r.run_dir for r in other.runs} & {r.run_dir for r in one.runs}  # another budget, other runs
-    write_plan(one)
-    link = tmp_path / "one" / "runs" / "a" / "seed1"
-    assert link.is_symlink() and link.resolve() == one.runs_of("a")[1].run_dir.resolve()
-
-
 def test_bad_arm_fails_with_the_trainers_error(tmp_path: Path) -> None:
     bad = _suite(tmp_path, "arms: {a: {}, b: {model.norm: batchnorm}}\nclaims:\n"
                  "  - {text: x, metric: val_loss, arm: a, versus: b}\n")
     with pytest.raises(SuiteError, match=r"arm b: .*norm='batchnorm' is not allowed: one of rmsnorm, layernorm"):
         plan_suite(bad, BUDGETS["tiny"], tmp_path)
-
-
-def test_one_seed_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SuiteError, match="at least 2 seeds"):
-        plan_suite(load_suite("block"), BUDGETS["tiny"], tmp_path, seeds=1)
-
-
-def test_each_tokenizer_gets_its_own_data_folder(tmp_path: Path) -> None:
-    # Four tokenizers, and the BPE-dropout arm's training split is tokenized apart from bpe32k's plain one.
-    plan = plan_suite(load_suite("vocab"), BUDGETS["tiny"], tmp_path)
-    assert len({d.out for d in plan.data}) == 5
-    folder = {(d.tokenizer, d.vocab_size if d.tokenizer == "bpe" else None, d.bpe_dropout): str(d.out)
-              for d in plan.data}
-    for run in plan.runs:
-        arm = plan.suite.arm(run.arm).overrides
-        key = (arm["data.tokenizer"], arm.get("data.vocab_size") if arm["data.tokenizer"] == "bpe" else None,
-               arm.get("data.bpe_dropout", 0.0))
-        assert run.keys["data.source"] == folder[key]
-
-
-def test_the_torch_free_index_lists_what_load_suite_loads() -> None:
-    from archlab.lab.suite import suite_index
-
-    assert suite_index() == [(s.name, len(s.arms), s.title) for s in list_suites()]

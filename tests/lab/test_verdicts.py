@@ -13,7 +13,8 @@ from scipy import stats as sp
 
 from archlab.lab import stats
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.suite import at_budget, load_suite
+from archlab.lab.suite import at_budget
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Run, Table
 from archlab.lab.verdicts import best_of_grid, judge
 

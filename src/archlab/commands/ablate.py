@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from archlab.lab.arms import param_note
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.suite import suite_index
+from archlab.lab.suite_file import suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:

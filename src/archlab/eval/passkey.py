@@ -2,8 +2,8 @@
 
 Each cell holds `trials` prompts of one length (data/passkey.py: filler, the needle at the given
 depth, the question); the model continues each greedily and is right when its next KEY_DIGITS tokens
-spell the key. A RoPE scaling method of archlab.eval.length may be applied at each length, as in
-`eval length`.
+spell the key. A RoPE scaling method of archlab.eval.rope_methods may be applied at each length,
+as in `eval length`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from archlab.checkpoint import build_model, module_training_state
 from archlab.data.passkey import KEY_DIGITS, min_length, passkey_prompt, random_key
-from archlab.eval.length import method_configs
+from archlab.eval.rope_methods import method_configs
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.stream import TokenizerLike
@@ -93,7 +93,7 @@ def evaluate_passkey(
     progress: bool = True,
 ) -> list[PasskeyResult]:
     """Accuracy per (length, depth) of `model`'s weights under RoPE method `method`
-    (archlab.eval.length)."""
+    (archlab.eval.rope_methods)."""
     from tqdm import tqdm
 
     if trials < 1:

@@ -1,12 +1,12 @@
 """The choices of the length evaluation by name, without torch (as nn/variants.py is for the model).
 
 eval/length.py (torch) computes them; `archlab eval --help` lists them, so they live here, where the
-command can read them without importing torch. The module docstring of eval/length.py says what each
-one is. The RoPE extension methods are the kinds of ROPE_KINDS with an inference-time form
-(`nn.rope_scaling.inference_kinds`).
+command can read them without importing torch. The module docstrings of eval/length.py (METRICS) and
+eval/samples.py (SAMPLES) say what each one is. The RoPE extension methods are the kinds of
+ROPE_KINDS with an inference-time form (`nn.rope_scaling.inference_kinds`).
 """
 
 from __future__ import annotations
 
 METRICS = ("loss", "accuracy")  # what a table shows; both are always computed (one forward)
-SAMPLES = ("plain", "repeated")  # how a window's tokens are drawn (eval/length.py docstring)
+SAMPLES = ("plain", "repeated")  # how a window's tokens are drawn (eval/samples.py docstring)

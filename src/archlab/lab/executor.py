@@ -16,7 +16,8 @@ from pathlib import Path
 
 import submitit
 
-from archlab.lab.runner import LabError, Plan, RunSpec, _finish, _start, is_done, prepare
+from archlab.lab.plan import Plan, RunSpec, prepare
+from archlab.lab.runner import LabError, _finish, _start, is_done
 
 logger = logging.getLogger(__name__)
 

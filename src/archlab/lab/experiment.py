@@ -21,22 +21,13 @@ from pathlib import Path
 
 from archlab.lab import planning, stats
 from archlab.lab.budgets import BUDGETS
+from archlab.lab.collect import measure_plan, measure_timings, table_of
 from archlab.lab.executor import SlurmOptions, submit_plan
+from archlab.lab.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
 from archlab.lab.report import record_suite_time, write_report
-from archlab.lab.runner import (
-    Plan,
-    Progress,
-    RunSpec,
-    measure_plan,
-    measure_timings,
-    plan_suite,
-    prepare,
-    read_plan,
-    run_plan,
-    table_of,
-    write_plan,
-)
-from archlab.lab.suite import Suite, SuiteError, load_suite
+from archlab.lab.runner import Progress, run_plan
+from archlab.lab.suite import Suite, SuiteError
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Table
 from archlab.lab.verdicts import ClaimResult, judge
 

@@ -28,9 +28,11 @@ import numpy as np
 from scipy import stats as sps
 
 from archlab.lab.budgets import Budget
+from archlab.lab.collect import table_of
 from archlab.lab.measure import read_measured
-from archlab.lab.runner import is_done, plan_suite, table_of
-from archlab.lab.suite import load_suite
+from archlab.lab.plan import plan_suite
+from archlab.lab.runner import is_done
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Table
 
 LADDER_SUITE = "compute-ladder"

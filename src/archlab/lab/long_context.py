@@ -1,10 +1,10 @@
 """Su's long-context protocol as lab measures (the `long-context` suite): next-token accuracy at 1x and 8x the
-training length N, on plain and repeated samples (eval/length.py), with the run's weights as trained or under an
+training length N, on plain and repeated samples (eval/samples.py), with the run's weights as trained or under an
 inference-time method.
 
     acc_{1x,8x}_{plain,repeated}              the model as trained (inv_leaky_rerope is plain RoPE in eval)
     acc_8x_{plain,repeated}_rerope            RoPE -> ReRoPE, window N / 2 (Su's w256 at N 512; 9708)
-    acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule (eval/length.py:
+    acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule (eval/rope_methods.py:
                                               the largest position any query sees <= N / 2, k >= 16)
     acc_8x_{plain,repeated}_ntk_mixed         RoPE -> NTK-RoPE-mixed, factor 8 (kexue.fm/archives/9706)
     acc_8x_{plain,repeated}_<kind>            RoPE -> any other kind with an inference-time form, at 8x
@@ -28,7 +28,9 @@ import torch
 
 from archlab.checkpoint import build_model, module_training_state
 from archlab.data.tokens import TokenData
-from archlab.eval.length import SAMPLES, method_configs, sample_windows
+from archlab.eval.rope_methods import method_configs
+from archlab.eval.samples import sample_windows
+from archlab.eval.variants import SAMPLES
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.nn.positions.scaling import inference_kinds

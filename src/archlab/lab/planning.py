@@ -30,8 +30,10 @@ from pathlib import Path
 
 from archlab.lab import stats
 from archlab.lab.budgets import MARGIN_METRICS
+from archlab.lab.collect import table_of
 from archlab.lab.measure import read_measured
-from archlab.lab.runner import Plan, is_done, read_plan, run_wall_s, table_of
+from archlab.lab.plan import Plan, read_plan
+from archlab.lab.runner import is_done, run_wall_s
 from archlab.lab.suite import Claim, is_exact
 from archlab.lab.table import Table
 from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, claim_arms

@@ -305,7 +305,7 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
               + (f" Calibration (not tallied): {len(calibration)} claims, "
                  + ", ".join(f"{calibration.count(v)} {v}" for v in dict.fromkeys(calibration)) + "."
                  if calibration else ""), ""]
-    from archlab.lab.suite import list_suites
+    from archlab.lab.suite_file import list_suites
 
     missing = sorted({s.name for s in list_suites()} - set(books))
     if missing:

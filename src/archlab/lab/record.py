@@ -34,7 +34,8 @@ from pathlib import Path
 import yaml
 
 from archlab.lab.budgets import BUDGETS, Budget
-from archlab.lab.suite import Suite, at_budget, load_suite
+from archlab.lab.suite import Suite, at_budget
+from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Run, Table
 from archlab.lab.verdicts import ClaimResult, judge
 

@@ -13,11 +13,14 @@ from pathlib import Path
 
 from archlab.costs import parameter_counts
 from archlab.lab import page
+from archlab.lab.collect import measure_timings, run_config, table_of
+from archlab.lab.embed_measures import max_embed_row_norm_series
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values, stored_ladder
-from archlab.lab.measure import MEASURES, max_embed_row_norm_series
+from archlab.lab.measure import MEASURES
+from archlab.lab.plan import Plan, RunSpec
 from archlab.lab.record import Record, config_hash, data_hash, portable_config, scale, source_state, stamp, versions
 from archlab.lab.record import write_record as write_files
-from archlab.lab.runner import Plan, RunSpec, measure_timings, run_config, run_wall_s, table_of
+from archlab.lab.runner import run_wall_s
 from archlab.lab.table import Table
 from archlab.lab.verdicts import ClaimResult, judge
 from archlab.nn.config import ModelConfig

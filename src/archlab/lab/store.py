@@ -24,7 +24,7 @@ from archlab.train.config import TrainConfig, resolve_config
 
 
 class StoredRun(Protocol):
-    """What the store reads of a planned run (lab/runner.py RunSpec)."""
+    """What the store reads of a planned run (lab/plan.py RunSpec)."""
 
     run_dir: Path
     keys: dict[str, str]

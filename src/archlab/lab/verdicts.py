@@ -211,7 +211,7 @@ def _judge_one(table: Table, claim: Claim, alpha: float, fits: dict | None = Non
     if is_exact(claim.metric):
         return ClaimResult(claim, None, stats.BY_CONSTRUCTION, estimate, note="arithmetic (a formula)", **done)
     if claim.expect != "better" and claim.margin is None:
-        raise ValueError(f"claim {claim.text!r} has no margin: plan the suite at a budget (runner.plan_suite)")
+        raise ValueError(f"claim {claim.text!r} has no margin: plan the suite at a budget (plan.plan_suite)")
     kw = {"expect": claim.expect, "better": claim.better, "margin": claim.margin or 0.0,
           "min_effect": claim.min_effect, "alpha": alpha}
     kind = COUNT_METRICS.get(claim.metric)
