@@ -143,3 +143,20 @@ def items_for(components: tuple[float, float, float], seeds: int, effect: float,
               power: float = 0.8) -> int | None:
     """The fewest items (>= 2) that detect `effect` at `seeds` seeds, or None out of reach."""
     return _fewest(lambda i: detects(components, seeds, i, effect, alpha=alpha, power=power), 2)
+
+
+def plan_design(components: tuple[float, float, float], seeds: int, items: int, effect: float, *, alpha: float,
+                power: float = 0.8) -> tuple[int | None, int | None]:
+    """(seeds per arm, items) that detect `effect`: (n, None) when n seeds suffice at these items; (None, m) when
+    only more items do, m at these seeds; else (n, k * items) at the fewest k in 2, 4, ... 32; (None, None) beyond."""
+    enough = seeds_for(components, items, effect, alpha=alpha, power=power)
+    if enough is not None:
+        return enough, None
+    more = items_for(components, seeds, effect, alpha=alpha, power=power)
+    if more is not None:
+        return None, more
+    for times in (2, 4, 8, 16, 32):
+        enough = seeds_for(components, times * items, effect, alpha=alpha, power=power)
+        if enough is not None:
+            return enough, times * items
+    return None, None

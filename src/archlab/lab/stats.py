@@ -32,14 +32,12 @@ simulated error rates.
   smallest_effect does not exceed min_effect, or is not stated); for "same", a true difference of 0 against
   the margin (the non-inferiority bound at 0 has the power of the superiority test at effect margin); for
   "equivalent", the same with 90% power for each one-sided test, which gives the TOST at least 80%. A seed x item
-  test gets no seed plan (more seeds do not shrink the items' share of the variance): its page shows the mde.
-  No plan either where the data contradict the planned scenario (`ClaimTest.against_the_data`: the 1 - 2 alpha
-  interval excludes 0 on the side against the claim, i.e. the arm is significantly worse before adjustment): more
-  seeds would then most likely decide it the other way, and a count "to decide it" would read as one to confirm.
+  test is planned on its variance components (`items.seeds_for` / `items_for`): seeds at its items, else more items.
+  No plan where the data contradict the planned scenario (`ClaimTest.against_the_data`: the 1 - 2 alpha interval
+  excludes 0 against the claim): more seeds would most likely decide it the other way.
 - Degenerate inputs: NaN or infinite values raise ValueError (diverged runs go to `rank_test`); fewer than 2 pairs
-  without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties:
-  the sd is within float rounding of 0) give "untestable by this design" with p NaN, never p = 0: a stochastic
-  measure that ties exactly has no error estimate, and an exact measure is "by construction" (the report's call).
+  without a pooled residual give "inconclusive" with no p and no plan; differences with zero spread (exact ties)
+  give "untestable by this design" with p NaN, never p = 0 (an exact measure is "by construction").
 
 Multiplicity: `holm` (Holm 1979) within a suite, or `dunnett` (Dunnett 1955) for every arm against one base on a
 pooled residual; `benjamini_hochberg` (Benjamini & Hochberg 1995) across the published summary; `adjust`
@@ -58,7 +56,7 @@ import numpy as np
 from scipy import special
 
 from archlab.lab.discrete import paired_binary_test, paired_count_test, rank_test
-from archlab.lab.items import as_table, fit_items, items_for, seeds_for
+from archlab.lab.items import as_table, fit_items, plan_design
 from archlab.lab.multiplicity import benjamini_hochberg, dunnett, holm
 from archlab.lab.outcomes import (
     BETTERS,
@@ -239,42 +237,20 @@ def planning_effect(test: ClaimTest) -> float | None:
     return test.margin
 
 
-def _plan(test: ClaimTest, level: float) -> int | None:
-    """Seeds per arm for PLAN_POWER at `level` at the stated effect (the module doc); None without one."""
+def _plan(test: ClaimTest, level: float) -> tuple[int | None, int | None]:
+    """(seeds per arm, items) for PLAN_POWER at `level` at the stated effect (the module doc); items is None but
+    for a seed x item claim that more seeds alone cannot decide; (None, None) without a plan."""
+    effect = planning_effect(test)
+    each = 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
     if test.test == ITEM_TEST and test.components is not None:
-        effect = planning_effect(test)
         if effect is None or test.against_the_data:
-            return None
-        return seeds_for(tuple(test.components), test.items, effect, alpha=level, power=_each(test))
+            return None, None
+        return plan_design(tuple(test.components), test.n, test.items, effect, alpha=level, power=each)
     if test.test not in T_TESTS or not (math.isfinite(test.sigma_d) and test.sigma_d > 0):
-        return test.seeds_needed if test.test not in (ITEM_TEST, OLS_TEST) else None  # exact tests plan themselves
-    effect = planning_effect(test)
+        return (test.seeds_needed if test.test not in (ITEM_TEST, OLS_TEST) else None), None  # exact tests
     if effect is None or test.against_the_data:
-        return None
-    return seeds_needed(effect, test.sigma_d, alpha=level, power=_each(test), arms=test.arms)
-
-
-def _each(test: ClaimTest) -> float:
-    """The power each one-sided test is planned for (both sides of an equivalence must hold)."""
-    return 1.0 - (1.0 - PLAN_POWER) / 2.0 if test.expect == "equivalent" else PLAN_POWER
-
-
-def _plan_items(test: ClaimTest, level: float) -> tuple[int | None, int | None]:
-    """(seeds per arm, items) for PLAN_POWER of a seed x item claim no number of seeds decides at its items: more
-    items at its seeds if that suffices, else the fewest seeds at 2, 4, ... 32 times its items; (None, None) if
-    neither reaches the stated effect."""
-    effect = planning_effect(test)
-    if test.test != ITEM_TEST or test.components is None or effect is None or test.against_the_data:
         return None, None
-    components = tuple(test.components)
-    more = items_for(components, test.n, effect, alpha=level, power=_each(test))
-    if more is not None:
-        return None, more
-    for times in (2, 4, 8, 16, 32):
-        seeds = seeds_for(components, times * test.items, effect, alpha=level, power=_each(test))
-        if seeds is not None:
-            return seeds, times * test.items
-    return None, None
+    return seeds_needed(effect, test.sigma_d, alpha=level, power=each, arms=test.arms), None
 
 
 def _mde(test: ClaimTest, level: float) -> float:
@@ -294,10 +270,7 @@ def _judge(test: ClaimTest, p: float, p_contra: float, plan_level: float, **fiel
     w = test.estimate if test.better == "lower" else -test.estimate
     reaches = test.expect != "better" or -w >= test.min_effect
     outcome = decide(p, p_contra, test.alpha, reaches)
-    seeds = _plan(test, plan_level) if outcome == INCONCLUSIVE else None
-    more_items = None
-    if outcome == INCONCLUSIVE and seeds is None:
-        seeds, more_items = _plan_items(test, plan_level)
+    seeds, more_items = _plan(test, plan_level) if outcome == INCONCLUSIVE else (None, None)
     return replace(test, outcome=outcome, seeds_needed=seeds, items_needed=more_items, mde=_mde(test, plan_level),
                    **fields)
 
