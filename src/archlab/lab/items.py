@@ -103,18 +103,23 @@ def fit_items(d: np.ndarray) -> ItemFit:
 _MOST = 1_000_000  # a plan beyond this many seeds or items is reported as out of reach
 
 
-def detects(components: tuple[float, float, float], seeds: int, items: int, effect: float, *, alpha: float,
-            power: float = 0.8) -> bool:
-    """Whether `seeds` x `items` detect a true `effect` with `power` at one-sided `alpha` (the module doc)."""
+def expected_se(components: tuple[float, float, float], seeds: int, items: int) -> tuple[float, float]:
+    """(SE, Satterthwaite df) of a `seeds` x `items` design at these components (the module doc)."""
     var_s, var_i, var_e = components
     ms_seed, ms_item, ms_resid = var_e + items * var_s, var_e + seeds * var_i, var_e
     combined = ms_seed + ms_item - ms_resid  # = seeds * items * V'
     if combined <= 0:
-        return True
+        return 0.0, math.inf
     df_resid = (seeds - 1) * (items - 1)
     denominator = ms_seed ** 2 / (seeds - 1) + ms_item ** 2 / (items - 1) + ms_resid ** 2 / df_resid
-    df = combined * combined / denominator if denominator > 0 else math.inf
-    return mde_from_se(math.sqrt(combined / (seeds * items)), df, alpha=alpha, power=power) <= effect
+    return math.sqrt(combined / (seeds * items)), (combined * combined / denominator if denominator > 0 else math.inf)
+
+
+def detects(components: tuple[float, float, float], seeds: int, items: int, effect: float, *, alpha: float,
+            power: float = 0.8) -> bool:
+    """Whether `seeds` x `items` detect a true `effect` with `power` at one-sided `alpha` (the module doc)."""
+    se, df = expected_se(components, seeds, items)
+    return se == 0 or mde_from_se(se, df, alpha=alpha, power=power) <= effect
 
 
 def _fewest(reaches, start: int) -> int | None:

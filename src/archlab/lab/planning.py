@@ -10,7 +10,9 @@ Never the estimate of an earlier run: the winner's curse inflates it, and its si
 The spread is the pair's own sd of the paired differences in an earlier run of the suite in the same folder (the
 verdicts' default error model), else on the suite's published page in the checkout (docs/results/SUITE, the same
 budget), else the budget's planning figure (sigma_eps * sqrt(2) of the first published
-`small` runs), with its source printed; a claim on a factorial contrast of k cells per side has 1/k of it. Each
+`small` runs), with its source printed; a claim on a factorial contrast of k cells per side has 1/k of it. A claim
+scored on a fixed item set is planned on the seed x item variance components of that run's per-item outcomes
+(lab/items.py `plan_design`: seeds at its items, else more items), as its page plans it. Each
 line also prints the minimum detectable effect at the default seeds. Seeds are turned into wall time with the
 budget's measured seconds per run.
 
@@ -28,15 +30,18 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from archlab.lab import stats
 from archlab.lab.budgets import MARGIN_METRICS
 from archlab.lab.collect import table_of
+from archlab.lab.items import expected_se, fit_items, plan_design
 from archlab.lab.measure import read_measured
 from archlab.lab.plan import Plan, read_plan
 from archlab.lab.runner import is_done, run_wall_s
 from archlab.lab.suite import Claim, is_exact
 from archlab.lab.table import Table
-from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, claim_arms
+from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, claim_arms, item_tables
 
 POWER = 0.8
 SEQUENTIAL = "sequential.json"  # in the suite's folder: the design's levels and each claim's outcome per look
@@ -50,6 +55,7 @@ class PlanRow:
     sigma: float | None  # the sd of one paired difference used
     why: str  # where sigma and the effect come from, or why there is no plan
     mde: float | None = None  # the minimum detectable effect at the plan's default seeds
+    items: int | None = None  # a claim scored on items: the items the plan assumes (more than scored: needs more)
 
 
 def _stored(plan: Plan) -> Table | None:
@@ -138,6 +144,9 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None, where: st
                                                 f"min_effect {claim.min_effect:g}): state smallest_effect: in the "
                                                 "suite to plan it")
     sigma_d = source = None
+    power = 0.9 if claim.expect == "equivalent" else POWER
+    if stored is not None and (row := _item_row(plan, claim, alpha, stored, where, effect, power)) is not None:
+        return row
     if stored is not None:
         a_arms, b_arms, _ = claim_arms(stored, claim)
         a = [statistics.fmean(v) for v in zip(*(stored.values(x, claim.metric) for x in a_arms))]
@@ -155,12 +164,34 @@ def _row(plan: Plan, claim: Claim, alpha: float, stored: Table | None, where: st
     if sigma_d is None:
         return PlanRow(claim, None, effect, None, f"no planning spread for {claim.metric}: run the suite once "
                                                   "(a pilot at the budget's seeds), then --plan again")
-    power = 0.9 if claim.expect == "equivalent" else POWER
     n = stats.seeds_needed(effect, sigma_d, alpha=alpha, power=power)
     what = {"better": "smallest effect" + (f" beyond min_effect {claim.min_effect:g}" if claim.min_effect else ""),
             "same": "margin, at a true difference of 0", "equivalent": "margin, 90% per side"}[claim.expect]
     mde = stats.mde(sigma_d, plan.seeds, alpha=alpha, power=power)
     return PlanRow(claim, n, effect, sigma_d, f"effect {effect:g} ({what}); {source}", mde)
+
+
+def _item_row(plan: Plan, claim: Claim, alpha: float, stored: Table, where: str, effect: float,
+              power: float) -> PlanRow | None:
+    """A claim scored on a fixed item set, planned on the stored run's seed x item variance components (the
+    verdicts' error model, lab/items.py): seeds at its items, else more items; None without per-item outcomes."""
+    a_arms, b_arms, _ = claim_arms(stored, claim)
+    n = min(len(stored.values(x, m)) for x, m in [(a, claim.metric) for a in a_arms]
+            + [(b, claim.versus_metric or claim.metric) for b in b_arms])
+    pair = item_tables(stored, claim, a_arms, b_arms, n) if n > 1 else None
+    if pair is None or len(pair[0][0]) < 2:
+        return None
+    fit = fit_items(np.asarray(pair[0], dtype=np.float64) - np.asarray(pair[1], dtype=np.float64))
+    seeds, items = plan_design(fit.components, fit.seeds, fit.items, effect, alpha=alpha, power=power)
+    se, df = expected_se(fit.components, plan.seeds, fit.items)
+    mde = stats.mde_from_se(se, df, alpha=alpha, power=power) if se > 0 else 0.0
+    what = {"better": "smallest effect" + (f" beyond min_effect {claim.min_effect:g}" if claim.min_effect else ""),
+            "same": "margin, at a true difference of 0", "equivalent": "margin, 90% per side"}[claim.expect]
+    at = (f"{seeds} seeds at {items} items" if seeds and items else f"{items} items at {fit.seeds} seeds" if items
+          else f"{seeds} seeds at its {fit.items} items" if seeds else "out of reach at 32x the items")
+    return PlanRow(claim, seeds, effect, None, f"effect {effect:g} ({what}); seeds and items both random: the seed x "
+                   f"item components of the paired differences {where} ({fit.seeds} seeds x {fit.items} items): "
+                   f"{at}", mde, items)
 
 
 def _screening_row(plan: Plan, claim: Claim, alpha: float) -> PlanRow:
@@ -192,7 +223,7 @@ def format_plan(plan: Plan, rows: list[PlanRow], jobs: int, docs: Path = PUBLISH
              f"one-sided alpha {stats.ALPHA}/{family_size(plan)} (Holm's first step over the suite's tested "
              "claims) per claim."]
     for r in rows:
-        seeds = f"{r.seeds:3d} seeds" if r.seeds is not None else "    -    "
+        seeds = f"{r.seeds:3d} seeds" if r.seeds is not None else f"{r.items:3d} items" if r.items else "    -    "
         mde = f"; mde at {plan.seeds} seeds {r.mde:.3g}" if r.mde is not None else ""
         lines.append(f"  {seeds}  {r.claim.text}  [{r.why}{mde}]")
     planned = [r.seeds for r in rows if r.seeds is not None]
@@ -208,9 +239,10 @@ def format_plan(plan: Plan, rows: list[PlanRow], jobs: int, docs: Path = PUBLISH
     else:
         run_s, source = plan.budget.run_s, f"budget {plan.budget.name}'s figure"
     runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
+    more = "; a claim planned at more items also scores more of them" if any(r.items for r in rows) else ""
     lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "
                  f"{_duration(runs * run_s / max(1, jobs))} wall with --jobs {jobs} ({run_s:.0f} s per run, "
-                 f"{source}; an estimate). The default, {plan.seeds} seeds: {default} runs, about "
+                 f"{source}; an estimate{more}). The default, {plan.seeds} seeds: {default} runs, about "
                  f"{_duration(default * run_s / max(1, jobs))}.")
     return lines
 

@@ -225,7 +225,7 @@ def _judge_one(table: Table, claim: Claim, alpha: float, fits: dict | None = Non
         return ClaimResult(claim, None, stats.UNTESTABLE, estimate, note="the measure is n/a for some runs", **done)
     else:
         kw["smallest_effect"] = claim.smallest_effect or 0.0
-        items = _items(table, claim, a_arms, b_arms, len(a))
+        items = item_tables(table, claim, a_arms, b_arms, len(a))
         if items is not None:
             test = stats.test_claim(a, b, items=items, **kw)
             note = f"seeds and items both random ({len(items[0][0])} items)"
@@ -251,7 +251,7 @@ def _judge_screening(table: Table, claim: Claim, alpha: float, fits: dict) -> Cl
     return ClaimResult(claim, test, test.outcome, test.estimate, note=note, **done)
 
 
-def _items(table: Table, claim: Claim, a_arms: list[str], b_arms: list[str], n: int
+def item_tables(table: Table, claim: Claim, a_arms: list[str], b_arms: list[str], n: int
            ) -> tuple[list[list[float]], list[list[float]]] | None:
     """Both sides' per-item outcomes (cell means, seeds x items) when the claim's measures have them, else None."""
     ia = _mean_items(table, a_arms, claim.metric, n)
