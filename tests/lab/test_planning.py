@@ -51,7 +51,7 @@ def test_an_item_claim_is_planned_on_its_seed_x_item_components(tmp_path: Path) 
     seeds, items = plan_design(_components(d), d.shape[0], d.shape[1], row.claim.smallest_effect, alpha=alpha)
     assert (row.seeds, row.items) == (seeds, items) and seeds is not None
     assert "seed x item components" in row.why and f"({d.shape[0]} seeds x {d.shape[1]} items)" in row.why
-    # the seed-only plan on the per-seed means promises fewer: it misses the items' variance (5 against 12)
+    # the seed-only plan on the per-seed means promises fewer: it misses the items' variance (5 against 15)
     means = d.mean(axis=1)
     seed_only = stats.seeds_needed(row.claim.smallest_effect, float(np.std(means, ddof=1)), alpha=alpha)
     assert seed_only < seeds
