@@ -12,13 +12,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 import torch
 
 from archlab.costs import flops_per_token, kv_cache_bytes
 from archlab.infer.engine import Decoder
 from archlab.infer.sampling import SamplingConfig
+from archlab.lab.run_like import RunLike
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.nn.norms import LayerNorm, RMSNorm
@@ -30,16 +30,6 @@ DECODE_TOKENS, DECODE_PROMPT, DECODE_TRIES = 64, 16, 2  # per round: greedy gene
 # FLOPs per normalized element, forward: RMSNorm x*x, mean, * rsqrt, * gain; LayerNorm adds the mean, the
 # subtraction and (with a bias) the shift. Backward costs about twice the forward, as for matmuls.
 NORM_FLOPS = {"rmsnorm": 4, "layernorm": 6}
-
-
-class RunLike(Protocol):
-    """What these measures read of a run (lab/measure.py `RunView`)."""
-
-    @property
-    def config(self) -> dict: ...
-
-    @property
-    def model(self) -> TransformerLM: ...
 
 
 def _batch(run: RunLike) -> torch.Tensor:

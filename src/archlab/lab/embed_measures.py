@@ -17,39 +17,17 @@ vocab):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from archlab.checkpoint import latest_checkpoint, list_checkpoints, load_initial_weights, load_weights
-from archlab.data.tokens import TokenData
 from archlab.eval.continuation import continuation_table
 from archlab.lab import drift
 from archlab.lab.eval_set import byte_span
-from archlab.nn.model import TransformerLM
+from archlab.lab.run_like import RunLike
 from archlab.train.metrics import read_metrics
 
 CONTINUATION_BYTES = 20_000  # bytes of validation text the cuts are drawn from (every tokenizer alike)
 CONTINUATION = {"cuts": 200, "context": 64, "k": 8}  # cuts, prompt bytes, bytes that must match
-
-
-class RunLike(Protocol):
-    """What these measures read of a run (lab/measure.py `RunView`)."""
-
-    run_dir: Path
-
-    @property
-    def config(self) -> dict: ...
-
-    @property
-    def model(self) -> TransformerLM: ...
-
-    @property
-    def block_size(self) -> int: ...
-
-    def data(self) -> TokenData: ...
-
-    def memo(self, key: str, compute: Callable[[], object]) -> object: ...
 
 
 def last_eval(run: RunLike, key: str) -> float | None:

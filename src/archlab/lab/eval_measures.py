@@ -10,39 +10,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
 
-from archlab.data.tokens import TokenData
 from archlab.lab import eval_set
+from archlab.lab.run_like import RunLike
 from archlab.nn.functional import cross_entropy
-from archlab.nn.model import TransformerLM
 
 LONGEST = 4  # the longest context measured, in training contexts (loss_at_4x)
-
-
-class RunLike(Protocol):
-    """What these measures read of a run (lab/measure.py `RunView`)."""
-
-    run_dir: Path
-    windows: int  # loss_at reads this many windows of LONGEST x the training context
-
-    @property
-    def config(self) -> dict: ...
-
-    @property
-    def model(self) -> TransformerLM: ...
-
-    @property
-    def block_size(self) -> int: ...
-
-    def data(self) -> TokenData: ...
-
-    def memo(self, key: str, compute: Callable[[], object]) -> object: ...
 
 
 def _val_windows(run: RunLike, length: int) -> np.ndarray:

@@ -21,36 +21,20 @@ n/a (None), never a number.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 import torch
 
 from archlab.checkpoint import build_model, module_training_state
-from archlab.data.tokens import TokenData
 from archlab.eval.rope_methods import method_configs
 from archlab.eval.samples import sample_windows
 from archlab.eval.variants import SAMPLES
+from archlab.lab.run_like import RunLike
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.nn.positions.scaling import inference_kinds
 
 FACTORS = (1, 8)  # test lengths in training contexts: Su's 512 (train) and 4096 (8x) columns
 SUFFIXES = {"leaky_rerope": "leaky"}  # a kind's measure suffix where it is not the kind's name (stored measures)
-
-
-class RunLike(Protocol):
-    """What these measures read of a run (lab/measure.py `RunView`)."""
-
-    windows: int
-
-    @property
-    def model(self) -> TransformerLM: ...
-
-    @property
-    def block_size(self) -> int: ...
-
-    def data(self) -> TokenData: ...
 
 
 def inference_config(config: ModelConfig, method: str, length: int) -> ModelConfig | None:

@@ -11,20 +11,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
-from typing import Protocol
 
+from archlab.lab.run_like import RunLike
 from archlab.train.metrics import read_metrics
 
 SPIKE_WINDOW, SPIKE_NATS = 5, 0.5
-
-
-class RunLike(Protocol):
-    """What these measures read of a run (lab/measure.py `RunView`)."""
-
-    run_dir: Path
-
-    def status(self) -> dict: ...
 
 
 def _losses(run: RunLike) -> list[float]:
