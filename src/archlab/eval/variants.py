@@ -3,7 +3,7 @@
 eval/length.py (torch) computes them; `archlab eval --help` lists them, so they live here, where the
 command can read them without importing torch. The module docstrings of eval/length.py (METRICS) and
 eval/samples.py (SAMPLES) say what each one is. The RoPE extension methods are the kinds of
-ROPE_KINDS with an inference-time form (`nn.rope_scaling.inference_kinds`).
+ROPE_KINDS with an inference-time form (`nn.positions.scaling.inference_kinds`).
 """
 
 from __future__ import annotations
