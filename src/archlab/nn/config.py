@@ -211,6 +211,13 @@ class ModelConfig(ConfigChecks):
             return COSINE_LAMBDA * math.log(self.max_seq_len / 2)
         return 1.0 if self.key_norm or self.query_norm else 1.0 / math.sqrt(self.head_dim)
 
+    @property
+    def resolved_attn_impl(self) -> str:
+        """The score kernel `auto` stands for: SDPA, or eager where a softcap needs the scores."""
+        if self.attn_impl != "auto":
+            return self.attn_impl
+        return "sdpa" if self.attn_softcap is None else "eager"
+
     def layer_is_sliding(self, layer_idx: int) -> bool:
         """Whether layer `layer_idx` uses the sliding window: every layer but the `full_layers`
         middle ones, or window_pattern cycled over the layers."""

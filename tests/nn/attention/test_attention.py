@@ -227,3 +227,22 @@ def test_scores_are_exactly_what_the_kernel_scores(fields: dict, monkeypatch: py
         layer.core(q, k, v, inp, None)
         assert len(seen) == 1 and torch.equal(layer.scores(q, k, inp), seen[0])  # the kernel scored through it
     assert seen[0].shape == (1, layer.n_heads if hasattr(layer, "n_heads") else 1, 9, 9)
+
+
+@pytest.mark.parametrize(("fields", "impl"), [
+    (dict(), "sdpa"),  # auto, no softcap
+    (dict(attn_softcap=30.0), "eager"),  # auto: the softcap must see the scores
+    (dict(attn_impl="eager"), "eager"),
+    (dict(attn_impl="sdpa"), "sdpa"),
+    (dict(block="gau", n_heads=1, attn_softcap=30.0), "eager"),
+    (dict(block="gau", n_heads=1), "sdpa"),
+])
+def test_the_score_kernel_auto_picks_reaches_attention_and_gau(fields: dict, impl: str) -> None:
+    from archlab.nn.attention.kernels import eager, sdpa
+
+    fields = {"n_heads": 4, **fields}
+    cfg = ModelConfig(d_model=32, n_layers=1, vocab_size=64, max_seq_len=16,
+                      **fields)
+    assert cfg.resolved_attn_impl == impl
+    layer = TransformerLM(cfg).layers[0]
+    assert layer.attn.kernel is {"sdpa": sdpa, "eager": eager}[impl]

@@ -153,12 +153,7 @@ class Attention(AttentionCore, nn.Module):
         self.plain_qk = self.q_norm is None and not self.key_norm and not self.query_norm
         self.scale = c.resolved_attn_scale
         self.softcap = c.attn_softcap
-        impl = (
-            c.attn_impl
-            if c.attn_impl != "auto"
-            else ("sdpa" if c.attn_softcap is None else "eager")
-        )
-        self.kernel = ATTENTION_KERNELS[impl]
+        self.kernel = ATTENTION_KERNELS[c.resolved_attn_impl]
         self.dropout = c.attn_dropout
         self.linear = LinearAttention(c, layer_idx) if c.linear_kernel is not None else None
 

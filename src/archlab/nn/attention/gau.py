@@ -67,12 +67,7 @@ class GatedAttentionUnit(AttentionCore, nn.Module):
         self.act = get_activation(c.activation, c.swish_beta)
         self.scale = c.resolved_attn_scale
         self.softcap = c.attn_softcap
-        impl = (
-            c.attn_impl
-            if c.attn_impl != "auto"
-            else ("sdpa" if c.attn_softcap is None else "eager")
-        )
-        self.kernel = ATTENTION_KERNELS[impl]
+        self.kernel = ATTENTION_KERNELS[c.resolved_attn_impl]
         if c.gau.attention == "relu2":  # every call, a plan's own scores (ReRoPE) included
             self.kernel = self.scoring_kernel = relu2_attention
         self.dropout = c.attn_dropout
