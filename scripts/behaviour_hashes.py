@@ -9,12 +9,18 @@ thread; for each the script prints sha256 prefixes of
 - greedy decoding through the KV cache from the checkpoint (8 new tokens for 2 prompts) and the eval-mode logits of
   one fixed batch of 100 tokens (past the training length 64, the windows and ReRoPE's window).
 
-CPU kernels differ between processors, so compare tables made on one machine.
+PyTorch, oneDNN and MKL pick kernels per instruction set, so the last bits differ between CPU classes (the vendor
+and the instruction set the kernels use, `archlab.train.hardware.cpu_class`: 'GenuineIntel AVX512',
+'AuthenticAMD AVX2', ...). A table file holds one table per class, each under a `# cpu: CLASS` line; `--check`
+compares with the table of this machine's class only. Where the file has none, it says so and exits 2: record one
+at the base commit on this machine (`--record FILE`), then check the change against it.
 
 The configs are given as flat dotted keys of today's CLI (`model.favor_features`), which must keep working.
 
     python scripts/behaviour_hashes.py                        # print the table
-    python scripts/behaviour_hashes.py --check FILE           # compare with a recorded table; exit 1 on a change
+    python scripts/behaviour_hashes.py --record FILE          # add (or replace) this CPU class's table in FILE
+    python scripts/behaviour_hashes.py --check FILE           # compare with FILE's table of this CPU class:
+                                                              # exit 1 on a change, 2 where FILE has no such table
     python scripts/behaviour_hashes.py --keep DIR --only vq   # keep the run folders (and the prepared corpus)
 """
 
@@ -38,6 +44,7 @@ from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.presets import PRESETS
 from archlab.train.config import resolve_config
+from archlab.train.hardware import cpu_class
 from archlab.train.trainer import train
 
 STEPS = 3
@@ -134,12 +141,57 @@ def fingerprint(name: str, keys: dict[str, str], root: Path) -> dict[str, str]:
     }
 
 
+CLASS_LINE = "# cpu: "
+
+
+def read_tables(text: str) -> dict[str, dict[str, str]]:
+    """A table file's tables: CPU class -> case name -> its line. Lines before any `# cpu:` line
+    belong to no class and are never compared."""
+    tables: dict[str, dict[str, str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(CLASS_LINE):
+            current = tables.setdefault(line[len(CLASS_LINE):].strip(), {})
+        elif line.strip() and not line.startswith("#") and current is not None:
+            current[line.split()[0]] = line
+    return tables
+
+
+def record_table(text: str, cls: str, lines: list[str]) -> str:
+    """`text` (a table file) with class `cls`'s table replaced by `lines`, or added at the end; every
+    other line (other classes' tables, comments) kept."""
+    kept, skipping = [], False
+    for line in text.splitlines():
+        if line.startswith(CLASS_LINE):
+            skipping = line[len(CLASS_LINE):].strip() == cls
+        elif line.startswith("#"):
+            skipping = False  # a comment opens the next section
+        if not skipping:
+            kept.append(line)
+    return "".join(f"{line}\n" for line in [*kept, f"{CLASS_LINE}{cls}", *lines])
+
+
+def compare(lines: list[str], tables: dict[str, dict[str, str]], cls: str, source: str) -> tuple[int, str]:
+    """(exit code, message): 0 when every line equals the recorded table of class `cls`, 1 when one
+    differs or is missing, 2 when `source` has no table of that class."""
+    if cls not in tables:
+        have = ", ".join(tables) or "none"
+        return 2, (f"{source} has no table for this CPU class ({cls}; it has: {have}): bitwise fingerprints "
+                   f"compare within one class only; record one at the base commit with --record {source}")
+    want = tables[cls]
+    changed = [line.split()[0] for line in lines if want.get(line.split()[0]) != line]
+    return (1, f"CHANGED on {cls}: {', '.join(changed)}") if changed else (0, f"unchanged on {cls}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", type=Path, help="a table this script printed: exit 1 if any line differs")
+    parser.add_argument("--check", type=Path, help="a table file: exit 1 if a line of this CPU class's table differs")
+    parser.add_argument("--record", type=Path, help="add or replace this CPU class's table in this file")
     parser.add_argument("--keep", type=Path, help="write the runs here and keep them (default: a temp folder)")
     parser.add_argument("--only", nargs="*", help="these cases only")
     args = parser.parse_args(argv)
+    if args.check is not None and not args.check.is_file():
+        parser.error(f"--check {args.check}: no such file (make one with --record)")
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
     names = args.only or list(CASES)
@@ -152,12 +204,17 @@ def main(argv: list[str] | None = None) -> int:
             f = fingerprint(name, CASES[name], root)
             lines.append(f"{name:24s} " + " ".join(f"{k}={v}" for k, v in f.items()))
             print(lines[-1], flush=True)
+    cls = cpu_class()
+    if args.record is not None:
+        old = args.record.read_text(encoding="utf-8") if args.record.is_file() else ""
+        merged = {**read_tables(old).get(cls, {}), **{line.split()[0]: line for line in lines}}  # --only: the rest kept
+        args.record.write_text(record_table(old, cls, list(merged.values())), encoding="utf-8")
+        print(f"recorded the table of {cls} in {args.record}")
     if args.check is None:
         return 0
-    want = {line.split()[0]: line for line in args.check.read_text(encoding="utf-8").splitlines() if line.strip()}
-    changed = [line.split()[0] for line in lines if want.get(line.split()[0]) != line]
-    print("unchanged" if not changed else f"CHANGED: {', '.join(changed)}")
-    return 1 if changed else 0
+    code, message = compare(lines, read_tables(args.check.read_text(encoding="utf-8")), cls, str(args.check))
+    print(message)
+    return code
 
 
 if __name__ == "__main__":

@@ -123,3 +123,30 @@ def test_machine_line_names_the_flags_that_decide_speed(monkeypatch: pytest.Monk
     assert "flags: avx2 fma avx512f avx512_bf16; no amx_bf16" in line and f"torch {torch.__version__}" in line
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"sse2"})
     assert "flags: none of avx2/avx512; no avx512f / amx_bf16 / avx512_bf16" in hardware.describe_machine()
+
+
+def test_cpu_class_is_the_vendor_the_aten_kernels_and_the_isa_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo on this system")
+    vendor = next(line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("vendor_id"))
+    for name in hardware.ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    assert hardware.cpu_class() == f"{vendor} {torch.backends.cpu.get_cpu_capability()}"
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert hardware.cpu_class() == f"{vendor} {torch.backends.cpu.get_cpu_capability()} (MKL_ENABLE_INSTRUCTIONS=AVX2)"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert hardware.cpu_class().endswith("(ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2)")
+
+
+@pytest.mark.slow
+def test_cpu_class_follows_atens_cap_in_a_fresh_interpreter() -> None:
+    """ATEN_CPU_CAPABILITY is read by torch at import: a capped interpreter runs (and names) its DEFAULT kernels."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    out = subprocess.run([sys.executable, "-c", "from archlab.train.hardware import cpu_class; print(cpu_class())"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[1] == "DEFAULT"

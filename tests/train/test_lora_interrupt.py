@@ -18,6 +18,8 @@ from archlab.cli import main
 from archlab.train.metrics import read_metrics
 from tests.train.test_trainer import TINY, cli_flags, finish, launch, train_rows, wait_for
 
+pytestmark = pytest.mark.kernels  # bitwise claims: rerun under AVX2 caps on AVX-512 CPUs
+
 LORA = {"lora_rank": "4", "lora_alpha": "8", "lora_targets": "qkv_proj,down_proj", "optimizer.lr": "1e-2"}
 
 

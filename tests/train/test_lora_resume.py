@@ -21,6 +21,8 @@ from archlab.train.trainable import check_merged, merged_state
 from tests.conftest import snapshot
 from tests.train.test_trainer import cli_flags, finish, launch, wait_for
 
+pytestmark = pytest.mark.kernels  # bitwise claims: rerun under AVX2 caps on AVX-512 CPUs
+
 RANK, ALPHA = 4, 8.0
 LORA = {"lora_rank": str(RANK), "lora_alpha": str(ALPHA), "optimizer.lr": "1e-2", "schedule.warmup_steps": "1",
         "schedule.horizon": "8", "model.dropout": "0.1", "checkpoint.save_every": "3"}

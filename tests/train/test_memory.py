@@ -66,6 +66,7 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_before_anything_is_allocat
         check_fits(parts, torch.device("cpu"), available=23)
 
 
+@pytest.mark.kernels
 def test_trainable_patterns_freeze_the_rest_bitwise(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="3", trainable="layers.0.attn.*,norm.*",
                            **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"})

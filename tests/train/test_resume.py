@@ -21,6 +21,8 @@ from archlab.train.trainer import Trainer
 from tests.conftest import snapshot
 from tests.train.test_trainer import TINY, NanForward, cli_flags
 
+pytestmark = pytest.mark.kernels  # bitwise claims: rerun under AVX2 caps on AVX-512 CPUs
+
 MAX, MIN = 1e-3, 1e-4  # optimizer.lr and its min_lr_ratio 0.1 (defaults)
 
 

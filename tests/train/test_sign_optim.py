@@ -286,6 +286,7 @@ TRAIN = {
 }
 
 
+@pytest.mark.kernels
 def test_trainer_resume_restores_the_mixed_lazy_state_exactly(prepared: Path, tmp_path: Path) -> None:
     def run(out: Path, resume: bool = False) -> None:
         train, model = resolve_config([{**TRAIN, "data.source": str(prepared), "out": str(out)}])

@@ -170,6 +170,7 @@ def train_rows(run: Path) -> list[tuple]:
     return [(r["step"], r["loss"], r["grad_norm"], r["lr"]) for r in read_metrics(run, "train")]
 
 
+@pytest.mark.kernels
 def test_resume_after_sigkill_is_bitwise_identical(prepared: Path, tmp_path: Path) -> None:
     # Evaluating (100 val batches) and sampling every step make steps slow enough for the kill to land
     # between checkpoint 5 and the end; neither may touch the training RNG streams, so both runs use them.

@@ -181,18 +181,46 @@ def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
     return free, f"{cores} physical cores, {load:.1f} busy with other work"
 
 
+def cpuinfo_field(key: str) -> str | None:
+    """The first value of `key` in /proc/cpuinfo ('model name', 'vendor_id'), or None."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.split(":", 1)[0].strip() == key:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo, or the platform's processor string where that is
     missing."""
-    try:
-        for line in (
-            Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
-        ):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    found = cpuinfo_field("model name") or platform.processor() or platform.machine()
+    return found or "unknown CPU"
+
+
+# environment variables that cap the instruction set of oneDNN and MKL (ATen's own cap,
+# ATEN_CPU_CAPABILITY, shows in torch.backends.cpu.get_cpu_capability())
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id (GenuineIntel, AuthenticAMD), or the platform's machine name."""
+    return cpuinfo_field("vendor_id") or platform.machine() or "unknown"
+
+
+def cpu_class() -> str:
+    """The class of CPU kernels a float result comes from: the vendor, the instruction set ATen's
+    kernels use (AVX512, AVX2, DEFAULT, ...) and any cap on oneDNN's and MKL's, e.g.
+    'AuthenticAMD AVX2', or under CI's AVX2 pass on an Intel CPU
+    'GenuineIntel AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2)'.
+    PyTorch, oneDNN and MKL pick kernels per instruction set, so the last bits of a float computed
+    on one class can differ on another: bitwise fingerprints are compared within a class only."""
+    caps = [f"{name}={os.environ[name]}" for name in ISA_CAPS if os.environ.get(name)]
+    return f"{cpu_vendor()} {torch.backends.cpu.get_cpu_capability()}" + (
+        f" ({', '.join(caps)})" if caps else ""
+    )
 
 
 def describe_machine() -> str:
