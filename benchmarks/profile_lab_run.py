@@ -102,6 +102,21 @@ def child(args: list[str], report: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the parent
+def matmul_ceiling(m: int, k: int, n: int, repeats: int = 9) -> float:
+    """Best fp32 GFLOP/s of (m, k) @ (k, n) in this process: the step's FFN projection shape."""
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        best = min(best, (time.perf_counter() - start) / 10)
+    return 2 * m * k * n / best / 1e9
+
+
 def best_of(cmd: list[str], n: int = 3) -> float:
     times = []
     for _ in range(n):
@@ -112,6 +127,10 @@ def best_of(cmd: list[str], n: int = 3) -> float:
 
 
 def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> dict:
+    import torch
+
+    from archlab.costs import flops_per_token
+    from archlab.lab.arms import resolve_arm
     from archlab.lab.budgets import BUDGETS
     from archlab.lab.collect import measure_timings
     from archlab.lab.measure import MEASURES, measure_run
@@ -163,12 +182,19 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
     start = time.perf_counter()
     measure_timings(plan)
     pairs = time.perf_counter() - start
+    train, model = resolve_arm(plan.suite, plan.suite.arm(run.arm), plan.budget)
+    tokens = train.data.batch_size * train.data.block_size
+    step_flops = flops_per_token(model, train.data.block_size)["training"] * tokens
+    torch.set_num_threads(1)
+    ceiling = {"fp32": matmul_ceiling(tokens, model.d_model, model.d_ff, repeats=9)}
     unique_runs = len({r.run_dir for r in plan.runs})
     per_suite["timing pairs (once per suite)"] = pairs
     return {"suite": suite_name, "budget": budget_name, "arm": run.arm, "machine": describe_machine(),
             "threads": child_["threads"], "steps": len(steps), "step_median_s": sorted(steps)[len(steps) // 2],
             "process_wall_s": process_wall, "rows": rows, "measures": measures, "per_suite": per_suite,
-            "runs_in_suite_at_2_seeds": unique_runs, "tokens_per_step": None}
+            "runs_in_suite_at_2_seeds": unique_runs, "tokens_per_step": tokens, "step_gflop": step_flops / 1e9,
+            "gemm_ceiling_gflops_1_thread": ceiling,
+            "step_gflops_median": step_flops / 1e9 / sorted(steps)[len(steps) // 2]}
 
 
 def table(result: dict) -> str:
@@ -178,7 +204,12 @@ def table(result: dict) -> str:
     total = total_run + measures + sum(suite_share.values())
     lines = [f"Suite {result['suite']}, budget {result['budget']}, arm {result['arm']}: {result['steps']} steps at "
              f"{result['threads']} thread(s), median step {result['step_median_s'] * 1e3:.0f} ms. "
-             f"{result['machine']}.", "",
+             f"{result['machine']}.",
+             f"The step does {result['step_gflop']:.2f} GFLOP ({result['tokens_per_step']} tokens): "
+             f"{result['step_gflops_median']:.1f} GFLOP/s at the median step, "
+             f"{100 * result['step_gflops_median'] / result['gemm_ceiling_gflops_1_thread']['fp32']:.0f}% of the "
+             f"fp32 GEMM ceiling at the FFN shape on one thread "
+             f"({result['gemm_ceiling_gflops_1_thread']['fp32']:.1f} GFLOP/s).", "",
              "| where the time goes | seconds | share |", "|---|---:|---:|"]
     for k, v in result["rows"].items():
         lines.append(f"| {k} | {v:.2f} | {100 * v / total:.1f}% |")
