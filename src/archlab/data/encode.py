@@ -82,15 +82,18 @@ def encode_splits(
         unit_scale=True,
         desc=f"tokenizing {corpus.spec}",
         disable=None,
+        leave=False,  # on a terminal: gone when done, so a refusal after it is the only line
     )
 
     def flush(batch: dict[str, list[str]]) -> None:
         for split, texts in batch.items():
             ids = to_token_array(by_split[split].encode_documents(texts), dtype)
-            ids.tofile(sinks[split])
+            # file.write, not ndarray.tofile: a full disk then raises with its errno (tofile
+            # reports only "N requested and M written")
+            sinks[split].write(memoryview(ids))
             tokens[split] += len(ids)
             if split == "train" and plain_train is not None:
-                to_token_array(tok.encode_documents(texts), dtype).tofile(plain_train)
+                plain_train.write(memoryview(to_token_array(tok.encode_documents(texts), dtype)))
             texts.clear()
 
     try:
