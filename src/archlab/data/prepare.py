@@ -158,6 +158,11 @@ def _build(
     logger.info(
         "prepared %s -> %s: %s tokens (%s)", corpus.spec, out, meta["tokens"], meta["dtype"]
     )
+    if meta.get("split_rule") == "tail":
+        logger.info(
+            "fewer documents than 1/val_fraction: val is the last %d tokens of the plain stream",
+            meta["tokens"]["val"],
+        )
     return meta
 
 
