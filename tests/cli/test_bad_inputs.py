@@ -103,6 +103,7 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--data.val_fraction", "1.5"], "data.val_fraction=1.5 is not allowed"),
     (["--config", "{root}/missing.yaml"], "config file {root}/missing.yaml does not exist"),
     (["--config", "{root}/list.yaml"], "must hold a mapping of keys to values"),
+    (["--config", "{root}/emptydir"], "config file {root}/emptydir is a folder, not a YAML file"),
     (["--distributed", "ddp"], "--distributed ddp needs torchrun"),
     (["--distributed", "mpi"], "distributed='mpi' is not allowed"),
     (["--logging.eval_every", "-1"], "logging.eval_every=-1 is not allowed"),
