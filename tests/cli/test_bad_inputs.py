@@ -74,6 +74,7 @@ def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "onlyempty" / "a.txt").write_text("")
     (root / "onlyempty" / ".hidden.txt").write_text("hidden text")
     (root / "short.txt").write_text("abc")
+    (root / "binary.bin").write_bytes(bytes(range(256)))  # a binary file given as prompts
     (root / "other.txt").write_text("another corpus entirely\n" * 300)
     (root / "list.yaml").write_text("- 1\n- 2\n")
     (root / "emptydir").mkdir()
@@ -166,6 +167,8 @@ GENERATE = [  # (generate flags, expected text)
     ([*GOOD, "--prompt", "a", "--stop", ""], "SamplingConfig.stop=('',) is not allowed"),
     ([*GOOD, "--prompt", "a", "--batch-size", "0"], "--batch-size=0 is not allowed"),
     ([*GOOD, "--prompt-file", "/no/such/prompts.txt"], "/no/such/prompts.txt"),
+    ([*GOOD, "--prompt-file", "{root}/binary.bin"],
+     "--prompt-file {root}/binary.bin is not UTF-8 text: line 2 has byte 0x80 at column 118"),
     ([*GOOD, "--prompt", LONG, "--max-new-tokens", "10"], "exceeds the model's context of 32 tokens"),
     (["--checkpoint", "{root}/run", "--prompt", "a", "--device", "tpu"], "--device 'tpu' is not allowed"),
     (["--checkpoint", "{root}/run", "--prompt", "a", "--device", "cuda:7"], "--device cuda:7"),
