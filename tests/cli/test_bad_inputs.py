@@ -289,3 +289,21 @@ def test_the_issue_s_memory_refusal_is_the_only_line_in_a_fresh_process(tmp_path
     assert done.stdout.count("\n") == 1 and done.stdout.startswith("archlab train: error: this run needs about "), \
         done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_init_from_refuses_what_the_settings_decide_before_loading_its_source(
+    world: Path, terminal: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--init-from and a resumed LoRA run load a model before `train()`: the memory estimate is checked on the
+    source's config.json first, so the refusal is the only line and the source's weights are never read."""
+    from archlab.interop import surgery
+
+    loaded = []
+    monkeypatch.setattr(surgery, "load_source", lambda path: loaded.append(path) or pytest.fail("source loaded"))
+    argv = ["train", "--init-from", str(world / "run"), "--out", str(world / "new"), "--data", str(world / "other.txt"),
+            "--data.block_size", "32", "--data.batch_size", "4000000", "--steps", "2"]
+    assert main(argv) == 2
+    shown = terminal.readouterr()
+    assert shown.out == "" and shown.err.count("\n") == 1, shown
+    assert shown.err.startswith("archlab train: error: this run needs about ")
+    assert loaded == [] and not (world / "new").exists()
