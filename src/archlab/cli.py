@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from archlab.storage import StorageError
+from archlab.storage import StorageError, fault_line
 
 # sub-command name -> (module exposing `register(subparsers)`, one-line help for `archlab --help`)
 COMMANDS = {
@@ -109,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
+    except Exception as err:  # a full disk where no writer said so itself: still one line
+        line = fault_line(err)
+        if line is None:
+            raise
+        print(f"archlab {args.command}: error: {line}", file=sys.stderr)
+        return EXIT_STORAGE
 
 
 if __name__ == "__main__":

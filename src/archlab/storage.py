@@ -62,6 +62,18 @@ def storage_fault(err: BaseException) -> int | None:
     return None
 
 
+def fault_line(err: BaseException) -> str | None:
+    """One line for a filesystem fault no writer turned into a `StorageError` (the CLI's last net):
+    the file the OSError names, if any, and what happened; None for any other error."""
+    code = storage_fault(err)
+    if code is None:
+        return None
+    while err is not None and not (isinstance(err, OSError) and err.filename):
+        err = err.__cause__ or err.__context__
+    where = f"cannot write {err.filename}" if err is not None else "a write failed"
+    return f"{where}: {describe(code)}"
+
+
 def describe(code: int) -> str:
     return FAULTS.get(code, os.strerror(code))
 
