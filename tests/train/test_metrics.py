@@ -1,6 +1,6 @@
 """The embedding outlier signature (kexue.fm/archives/9736) against hand-computed values, and its wiring in
 the trainer: a token that vanishes from the batches drifts under Tiger and stands still with lazy rows; metrics.jsonl
-read back row for row, a row cut off mid-write left out, a damaged line named."""
+read back row for row, a row cut off mid-write left out, a damaged line named; a full disk mid-row is one line."""
 
 from __future__ import annotations
 
