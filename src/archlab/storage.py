@@ -68,10 +68,16 @@ def fault_line(err: BaseException) -> str | None:
     code = storage_fault(err)
     if code is None:
         return None
-    while err is not None and not (isinstance(err, OSError) and err.filename):
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen and not (
+        isinstance(err, OSError) and err.filename
+    ):
+        seen.add(id(err))
         err = err.__cause__ or err.__context__
-    where = f"cannot write {err.filename}" if err is not None else "a write failed"
-    return f"{where}: {describe(code)}"
+    verb = "cannot open" if code == errno.EACCES else "cannot write"  # EACCES: a read, too
+    if isinstance(err, OSError) and err.filename:
+        return f"{verb} {err.filename}: {describe(code)}"
+    return f"a write failed: {describe(code)}"
 
 
 def describe(code: int) -> str:

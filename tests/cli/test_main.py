@@ -165,6 +165,8 @@ def test_a_full_disk_no_writer_named_is_still_one_line(monkeypatch: pytest.Monke
     behind.__context__ = OSError(errno.EROFS, "Read-only file system")
     assert fails_with(behind) == 1
     assert capsys.readouterr().err == "archlab inspect: error: a write failed: read-only file system\n"
+    assert fails_with(PermissionError(errno.EACCES, "Permission denied", "/etc/run.yaml")) == 1  # a read, too
+    assert capsys.readouterr().err == "archlab inspect: error: cannot open /etc/run.yaml: permission denied\n"
     with pytest.raises(RuntimeError, match="a bug"):
         fails_with(RuntimeError("a bug"))
     with pytest.raises(OSError, match="Input/output error"):

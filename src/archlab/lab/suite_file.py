@@ -243,8 +243,9 @@ def _arms(tree: dict, where: str, screening: dict | None = None) -> tuple[dict[s
             overrides.update(flatten(level_overrides or {}))
         levels = [str(n) for n, _ in combo]
         name = "-".join(levels)
-        _require(name not in made, where, f"the levels {made.get(name)} and {levels} both make arm {name!r} (an arm "
-                 "is named level-level-...); rename a level")
+        # a screening design may repeat a row (the same levels, the same arm); other levels may not share its name
+        _require(made.get(name, levels) == levels, where, f"the levels {made.get(name)} and {levels} both make arm "
+                 f"{name!r} (an arm is named level-level-...); rename a level")
         made[name] = levels
         arms.append(Arm(name, overrides, levels={f: str(n) for f, (n, _) in zip(factors, combo)}))
     return factors, arms
