@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,63 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+class SmallFilesystem:
+    """A size-capped tmpfs mounted for one test: a disk that really fills up, or is really read-only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fillers = 0
+
+    def free_bytes(self) -> int:
+        stat = os.statvfs(self.path)
+        return stat.f_bavail * stat.f_frsize
+
+    def fill(self, leave: int = 0) -> Path:
+        """Take all but about `leave` bytes (to the filesystem's 4 KiB pages) with a filler file."""
+        self._fillers += 1
+        filler = self.path / f"filler-{self._fillers}"
+        with filler.open("wb") as handle:
+            handle.write(b"\0" * max(0, self.free_bytes() - leave))
+        return filler
+
+    def free(self) -> None:
+        """Remove the fillers: the space a user frees before going on."""
+        for filler in self.path.glob("filler-*"):
+            filler.unlink()
+
+    def remount(self, mode: str) -> None:
+        """`ro` or `rw`: root ignores a folder's permissions, never a read-only mount."""
+        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Callable[[int], SmallFilesystem]]:
+    """`small_filesystem(kib)` mounts a tmpfs of that size under tmp_path (root only: CI runs as root; elsewhere
+    the test skips saying why). Every mount is unmounted when the test ends, passed or failed (lazily if a file
+    on it is still open)."""
+    mounted: list[Path] = []
+
+    def mount(kib: int) -> SmallFilesystem:
+        if os.geteuid() != 0:
+            pytest.skip("a full disk and a read-only folder are tested on a size-capped tmpfs, which only root "
+                        "can mount (CI runs as root)")
+        point = tmp_path / f"fs{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k,mode=0755", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode})")
+        mounted.append(point)
+        return SmallFilesystem(point)
+
+    try:
+        yield mount
+    finally:
+        for point in reversed(mounted):
+            if subprocess.run(["umount", str(point)], capture_output=True).returncode:
+                subprocess.run(["umount", "-l", str(point)], capture_output=True)
 
 
 def randomize_(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:

@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "archlab"
 # top-level name under archlab/ -> layer (higher may import lower, never the reverse)
 LAYERS = {
     "nn": 0,
-    "data": 1, "checkpoint": 1, "run_folder": 1, "costs": 1, "overrides": 1,
+    "data": 1, "checkpoint": 1, "run_folder": 1, "storage": 1, "yaml_file": 1, "costs": 1, "overrides": 1,
     "train": 2, "infer": 2, "interop": 2, "plots": 2,
     "eval": 3, "lab": 3,
     "commands": 4, "cli": 4, "__main__": 4,

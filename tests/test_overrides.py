@@ -179,13 +179,34 @@ def test_yaml_flattens_to_the_same_keys_as_flags(tmp_path: Path) -> None:
     ("a: 1\n  b: 2\n", r"config file .*run.yaml is not valid YAML \(line 2, column 4\): mapping values"),
     ("- 1\n- 2\n", r"config file .*run.yaml must hold a mapping of keys to values, got list"),
     (b"steps: 10\n# caf\xe9\n", r"config file .*run.yaml is not UTF-8 text \(byte 15: 0xe9\); save it as UTF-8"),
+    ("a: [1, 2\n", r".*'<stream end>' \(while parsing a flow sequence that starts at line 1, column 4\)$"),
+    ("steps: 3\noptimizer:\n  lr: 0.1\n  lr: 0.2\n",
+     r"config file .*run.yaml gives key 'optimizer.lr' twice \(lines 3 and 4\); YAML keeps only the last"),
+    ("base: &b {steps: 3}\nrun:\n  <<: *b\n  steps: 4\n", None),  # a merge key may repeat what it merges in
 ])
-def test_bad_yaml_is_one_line(tmp_path: Path, text: str | bytes, message: str) -> None:
+def test_bad_yaml_is_one_line(tmp_path: Path, text: str | bytes, message: str | None) -> None:
     path = tmp_path / "run.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    if message is None:
+        assert load_yaml(path) == {"base.steps": 3, "run.steps": 4}
+        return
     with pytest.raises(ConfigError) as err:
         load_yaml(path)
     assert "\n" not in str(err.value) and re.match(message, str(err.value)), str(err.value)
+
+
+def test_a_folder_given_for_a_config_file_is_named_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_yaml(tmp_path)
+    assert str(err.value) == f"config file {tmp_path} is a folder, not a YAML file"
+    for name in ("b.yaml", "a.yaml", "c.yml", "d.yaml", "notes.txt"):
+        (tmp_path / name).write_text("steps: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(tmp_path)
+    assert str(err.value) == (f"config file {tmp_path} is a folder, not a YAML file (it holds a.yaml, b.yaml, c.yml, "
+                              "...)")
+    with pytest.raises(FileNotFoundError, match=f"^config file {tmp_path / 'x.yaml'} does not exist$"):
+        load_yaml(tmp_path / "x.yaml")
 
 
 # ------------------------------------------------------------------------------------------ inspect == train

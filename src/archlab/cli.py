@@ -1,9 +1,10 @@
 """The `archlab` command line: one sub-command per module in `archlab.commands`.
 
 Each command module owns its flags and calls one library function; this file only dispatches, and
-turns what users cause into one line on stderr: bad input (exit 2), Ctrl-C (exit 130), a closed pipe
-such as `archlab inspect ... | head` (quiet exit, like other Unix tools). Only the named command's
-module is imported, so `archlab --help` answers without importing torch.
+turns what users cause into one line on stderr: bad input (exit 2), a write the filesystem refused
+(a full disk, a read-only folder: `archlab.storage.StorageError`, exit 1), Ctrl-C (exit 130), a
+closed pipe such as `archlab inspect ... | head` (quiet exit, like other Unix tools). Only the named
+command's module is imported, so `archlab --help` answers without importing torch.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import signal
 import sys
 from typing import NoReturn
+
+from archlab.storage import StorageError, fault_line
 
 # sub-command name -> (module exposing `register(subparsers)`, one-line help for `archlab --help`)
 COMMANDS = {
@@ -38,6 +41,7 @@ COMMANDS = {
 }
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a process ended by Ctrl-C
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+EXIT_STORAGE = 1  # the input was fine; the machine refused a write (the message says what to free)
 
 
 class UsageError(Exception):
@@ -93,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = extra
     try:
         return int(args.func(args) or 0)
+    except StorageError as err:  # a full disk, a read-only folder: one line naming the path
+        print(f"archlab {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_STORAGE
     except (ValueError, FileNotFoundError) as err:  # user errors: one line, no traceback
         print(f"archlab {args.command}: error: {err}", file=sys.stderr)
         return 2
@@ -102,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
+    except Exception as err:  # a full disk where no writer said so itself: still one line
+        line = fault_line(err)
+        if line is None:
+            raise
+        print(f"archlab {args.command}: error: {line}", file=sys.stderr)
+        return EXIT_STORAGE
 
 
 if __name__ == "__main__":

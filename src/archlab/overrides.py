@@ -43,9 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
-import yaml
-
 from archlab.nn.config import LEGACY_KEYS, ConfigError, ModelConfig
+from archlab.yaml_file import read_yaml
 
 # what a flag, a YAML file or a saved config holds
 Value = str | int | float | bool | None | tuple | list | dict
@@ -106,24 +105,9 @@ def flatten(tree: Mapping[str, Value], prefix: str = "") -> dict[str, Value]:
 
 
 def load_yaml(path: str | Path) -> dict[str, Value]:
-    """A YAML config file as flat dotted keys."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"config file {path} is not UTF-8 text (byte {err.start}: "
-            f"{err.object[err.start]:#04x}); "
-            f"save it as UTF-8"
-        ) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(
-            f"config file {path} is not valid YAML{where}: {getattr(err, 'problem', err)}"
-        ) from None
+    """A YAML config file as flat dotted keys (read by yaml_file.py: one line for a folder, a
+    missing file, bad bytes, a syntax error or a key given twice)."""
+    tree = read_yaml(path, "config file") or {}
     if not isinstance(tree, dict):
         raise ConfigError(
             f"config file {path} must hold a mapping of keys to values, got {type(tree).__name__}"

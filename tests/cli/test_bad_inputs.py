@@ -1,19 +1,28 @@
 """Bad command lines, as a table: each exits 2 with one line on stderr (`archlab CMD: error: ...`), no
-traceback, nothing changed under the test folder and no run folder created. In-process through
-`archlab.cli.main`; config, data, checkpoints, prompts, sampling and devices."""
+traceback, and that line is the only one printed (stdout, stderr and the log, routed to stderr as `archlab`
+routes it, together): every refusal comes before any work, so nothing changed under the test folder, no run
+folder was created, no data was prepared and no model was built. In-process through `archlab.cli.main`; config,
+data, checkpoints, prompts, sampling and devices; and the issue's command in a fresh process."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 from archlab.cli import main
-from tests.conftest import snapshot
+from archlab.data import prepare
+from archlab.train.lock import RunLock
+from archlab.train.state import RunState
+from tests.conftest import SRC, snapshot
 from tests.train.test_trainer import TINY, cli_flags
 
 
@@ -65,6 +74,7 @@ def world(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "onlyempty" / "a.txt").write_text("")
     (root / "onlyempty" / ".hidden.txt").write_text("hidden text")
     (root / "short.txt").write_text("abc")
+    (root / "binary.bin").write_bytes(bytes(range(256)))  # a binary file given as prompts
     (root / "other.txt").write_text("another corpus entirely\n" * 300)
     (root / "list.yaml").write_text("- 1\n- 2\n")
     (root / "emptydir").mkdir()
@@ -94,6 +104,7 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--data.val_fraction", "1.5"], "data.val_fraction=1.5 is not allowed"),
     (["--config", "{root}/missing.yaml"], "config file {root}/missing.yaml does not exist"),
     (["--config", "{root}/list.yaml"], "must hold a mapping of keys to values"),
+    (["--config", "{root}/emptydir"], "config file {root}/emptydir is a folder, not a YAML file"),
     (["--distributed", "ddp"], "--distributed ddp needs torchrun"),
     (["--distributed", "mpi"], "distributed='mpi' is not allowed"),
     (["--logging.eval_every", "-1"], "logging.eval_every=-1 is not allowed"),
@@ -114,6 +125,9 @@ TRAIN = [  # (extra train flags on a fresh run R/new, expected text)
     (["--data", "{root}/onlyempty"], "corpus {root}/onlyempty holds no readable text files"),
     (["--data", "{root}/short.txt"], "split has"),
     (["--data", "{root}/other.txt", "--data.tokenizer", "/no/such/tokenizer.json"], "/no/such/tokenizer.json"),
+    # a raw corpus, so the data would be prepared first if the memory estimate waited for it (it needs the vocabulary
+    # size, which the config holds, not the tokens)
+    (["--data", "{root}/other.txt", "--model.d_model", "1000000"], "this run needs about"),
 ]
 RESUME = [  # (flags after `train --out R/RUN`, expected text)
     (["--out", "{root}/afile.txt"], "--out {root}/afile.txt is not a folder: {root}/afile.txt is a file"),
@@ -153,6 +167,8 @@ GENERATE = [  # (generate flags, expected text)
     ([*GOOD, "--prompt", "a", "--stop", ""], "SamplingConfig.stop=('',) is not allowed"),
     ([*GOOD, "--prompt", "a", "--batch-size", "0"], "--batch-size=0 is not allowed"),
     ([*GOOD, "--prompt-file", "/no/such/prompts.txt"], "/no/such/prompts.txt"),
+    ([*GOOD, "--prompt-file", "{root}/binary.bin"],
+     "--prompt-file {root}/binary.bin is not UTF-8 text: line 2 has byte 0x80 at column 118"),
     ([*GOOD, "--prompt", LONG, "--max-new-tokens", "10"], "exceeds the model's context of 32 tokens"),
     (["--checkpoint", "{root}/run", "--prompt", "a", "--device", "tpu"], "--device 'tpu' is not allowed"),
     (["--checkpoint", "{root}/run", "--prompt", "a", "--device", "cuda:7"], "--device cuda:7"),
@@ -206,9 +222,9 @@ OTHER = [  # (full argv, expected text)
     (["data", "prepare", "--data", "{root}/other.txt", "--val-fraction", "2", "--out", "{root}/newdata"],
      "val_fraction must be in (0, 1)"),
 ]
-# the one refusal found after a line is logged: a corpus too short for one window is known once it is tokenized,
-# after data/prepare.py logs what it prepared (every other row is refused before any line)
-LATE = (f"{R}/short.txt",)
+# the one refusal the data decide: a corpus too short for one window is known once it is tokenized; it is tokenized
+# into a temp folder that is removed, before anything is published or logged (every other row prepares nothing)
+DATA_DECIDED = (f"{R}/short.txt",)
 BASE = [*(x for key, value in TINY.items() for x in (f"--{key}", value)), "--data.source", "{prepared}",
         "--out", "{root}/new", "--steps", "3"]
 CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]
@@ -219,25 +235,75 @@ CASES = ([(["train", *BASE, *a], m, "train " + " ".join(a)) for a, m in TRAIN]
 
 @pytest.mark.parametrize(("argv", "message"), [c[:2] for c in CASES], ids=[c[2] for c in CASES])
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(
-    argv: list[str], message: str, world: Path, prepared: Path, capsys: pytest.CaptureFixture,
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    argv: list[str], message: str, world: Path, prepared: Path, terminal: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if "cuda:7" in argv and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
     argv = [a.replace(R, str(world)).replace("{prepared}", str(prepared)) for a in argv]
     monkeypatch.setattr("sys.stdin", open("/dev/null"))  # no prompt piped in
     monkeypatch.chdir(world)  # a default output folder (eval-length/...) would show in the snapshot
+    built, prepared_into, made = [], [], []  # a model built for training; a corpus tokenized; a run folder made
+    build_model, build_data, acquire = RunState._build_model, prepare._build, RunLock.acquire
+    monkeypatch.setattr(RunState, "_build_model", lambda self, *a, **k: built.append(1) or build_model(self, *a, **k))
+    monkeypatch.setattr(prepare, "_build", lambda out, *a, **k: prepared_into.append(out) or build_data(out, *a, **k))
+
+    def acquire_spy(lock: RunLock) -> RunLock:
+        acquire(lock)
+        if lock.created_folder:
+            made.append(lock.path.parent)
+        return lock
+
+    monkeypatch.setattr(RunLock, "acquire", acquire_spy)
     before = snapshot(world)
-    with caplog.at_level("INFO"):
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
         assert main(argv) == 2
-    logged = [r.getMessage() for r in caplog.records if r.levelname != "ERROR"]
-    out = capsys.readouterr()
-    err = out.err.strip()
-    assert "Traceback" not in out.err and "\n" not in err, out.err
-    # refused before the memory estimate or any other line
-    if not any(late.replace(R, str(world)) in " ".join(argv) for late in LATE):
-        assert logged == [], logged
-    assert err.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in err, err
+    out = terminal.readouterr()
+    shown = out.out + out.err
+    # the refusal is the only line shown: nothing logged, warned or printed before it (a warning would print too)
+    assert shown.count("\n") == 1 and shown.endswith("\n") and "Traceback" not in shown, shown
+    assert [str(w.message) for w in warned] == []
+    assert shown.startswith(f"archlab {argv[0]}: error: ") and message.replace(R, str(world)) in shown, shown
+    # before any work: no model built, no corpus tokenized (but the one decided by its tokens), nothing written
+    assert built == []
+    decided_by_data = any(late.replace(R, str(world)) in argv for late in DATA_DECIDED)
+    assert bool(prepared_into) == decided_by_data, prepared_into
+    # ... and no run folder made, even for a moment (the corpus's tokens go into the run folder: made, then removed)
+    assert bool(made) == decided_by_data, made
     assert snapshot(world) == before and not (world / "new").exists() and not (world / "newdata").exists()
     assert not any(world.glob("eval-*"))  # nothing left behind, not even an empty folder
+    assert not any(world.glob("**/.*.tmp-*")), list(world.glob("**/.*.tmp-*"))  # nor a temp folder
     assert len(CASES) >= 40
+
+
+def test_the_issue_s_memory_refusal_is_the_only_line_in_a_fresh_process(tmp_path: Path) -> None:
+    """`archlab train --model.d_model 1000000 --data stdlib --out X`, as a user types it: the memory refusal is the
+    only line on the terminal (stdout and stderr together), and X is not made: no stdlib tokens were prepared."""
+    env = {k: v for k, v in os.environ.items() if k != "ARCHLAB_SKIP_MEMORY_CHECK"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    done = subprocess.run([sys.executable, "-m", "archlab", "train", "--model.d_model", "1000000", "--data", "stdlib",
+                           "--out", str(tmp_path / "X")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout
+    assert done.stdout.count("\n") == 1 and done.stdout.startswith("archlab train: error: this run needs about "), \
+        done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_from_refuses_what_the_settings_decide_before_loading_its_source(
+    world: Path, terminal: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--init-from and a resumed LoRA run load a model before `train()`: the memory estimate is checked on the
+    source's config.json first, so the refusal is the only line and the source's weights are never read."""
+    from archlab.interop import surgery
+
+    loaded = []
+    monkeypatch.setattr(surgery, "load_source", lambda path: loaded.append(path) or pytest.fail("source loaded"))
+    argv = ["train", "--init-from", str(world / "run"), "--out", str(world / "new"), "--data", str(world / "other.txt"),
+            "--data.block_size", "32", "--data.batch_size", "4000000", "--steps", "2"]
+    assert main(argv) == 2
+    shown = terminal.readouterr()
+    assert shown.out == "" and shown.err.count("\n") == 1, shown
+    assert shown.err.startswith("archlab train: error: this run needs about ")
+    assert loaded == [] and not (world / "new").exists()

@@ -1,4 +1,5 @@
-"""`archlab.cli.main`: what users cause ends in one line (Ctrl-C: exit 130; a closed pipe: a quiet exit), and
+"""`archlab.cli.main`: what users cause ends in one line (Ctrl-C: exit 130; a closed pipe: a quiet exit; a full
+disk: exit 1), and
 `archlab --help`, every command's `--help` and `inspect` of a preset or YAML config do not import torch."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,36 @@ def test_inspect_reads_a_run_config_as_train_resolves_it(capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert report["config"] == want.to_dict() and want.d_model == 256 and want.n_layers == 3
     assert report["params"]["total"] == parameter_counts(want)["total"]
+
+
+def _raising(err: BaseException) -> Callable[[object], int]:
+    def run(args: object) -> int:
+        raise err
+    return run
+
+
+def test_a_full_disk_no_writer_named_is_still_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """The CLI's last net: a filesystem fault from a write no library code wrapped (its OSError names the file, or
+    sits behind torch's RuntimeError) is one line, exit 1; any other error keeps its traceback."""
+    import errno
+
+    from archlab.commands import inspect
+
+    def fails_with(err: BaseException) -> int:
+        monkeypatch.setattr(inspect, "run", _raising(err))
+        return main(["inspect"])
+
+    assert fails_with(OSError(errno.ENOSPC, "No space left on device", "/data/out/length.md")) == 1
+    assert capsys.readouterr().err == "archlab inspect: error: cannot write /data/out/length.md: no space left on " \
+                                      "device\n"
+    behind = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    behind.__context__ = OSError(errno.EROFS, "Read-only file system")
+    assert fails_with(behind) == 1
+    assert capsys.readouterr().err == "archlab inspect: error: a write failed: read-only file system\n"
+    assert fails_with(PermissionError(errno.EACCES, "Permission denied", "/etc/run.yaml")) == 1  # a read, too
+    assert capsys.readouterr().err == "archlab inspect: error: cannot open /etc/run.yaml: permission denied\n"
+    with pytest.raises(RuntimeError, match="a bug"):
+        fails_with(RuntimeError("a bug"))
+    with pytest.raises(OSError, match="Input/output error"):
+        fails_with(OSError(errno.EIO, "Input/output error"))

@@ -362,3 +362,22 @@ def test_cli_missing_prompt_file_is_one_line(fake_checkpoint, capsys, tmp_path: 
     err = capsys.readouterr().err
     assert err == (f"archlab generate: error: --prompt-file {tmp_path / 'nope.txt'}: no such file (one prompt per "
                    "line; '-' reads stdin)\n")
+
+
+def test_cli_a_binary_prompt_file_is_one_line_naming_it(fake_checkpoint, capsys, tmp_path: Path, monkeypatch) -> None:
+    """A binary file given by mistake: the file, the line and the byte that is not UTF-8 (not a bare codec error);
+    stdin is named as stdin."""
+    (tmp_path / "prompts.bin").write_bytes(b"def f():\r\n  re\xe9turn\n")
+    assert main(["generate", "--checkpoint", "c", "--prompt-file", str(tmp_path / "prompts.bin")]) == 2
+    assert capsys.readouterr().err == (f"archlab generate: error: --prompt-file {tmp_path / 'prompts.bin'} is not "
+                                       "UTF-8 text: line 2 has byte 0xe9 at column 5; give a text file, one prompt "
+                                       "per line\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xff\xfe\n"), encoding="utf-8"))
+    assert main(["generate", "--checkpoint", "c", "--prompt-file", "-"]) == 2
+    assert capsys.readouterr().err == ("archlab generate: error: --prompt-file - (stdin) is not UTF-8 text (byte "
+                                       "0xff); pipe text, one prompt per line\n")
+    (tmp_path / "prompts.txt").write_bytes("caf\u00e9\r\n\r\nna\u00efve\rlast".encode())  # \r\n and \r end lines too
+    assert main(["generate", "--checkpoint", "c", "--prompt-file", str(tmp_path / "prompts.txt"),
+                 "--max-new-tokens", "2", "--temperature", "0"]) == 0
+    out = capsys.readouterr().out  # three prompts, each its own continuation after a blank line
+    assert out.startswith("caf\u00e9") and "\n\nna\u00efve" in out and "\n\nlast" in out, out

@@ -46,3 +46,30 @@ def test_full_layers_export_as_the_layer_types_they_place() -> None:
     assert hf["layer_types"] == ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 2
     assert canonical(config) == canonical(config.replace(full_layers=None, window_pattern="SSSFSS"))
     assert canonical(config) != canonical(config.replace(full_layers=2))
+
+
+def test_a_model_no_family_expresses_is_refused_for_its_own_switches() -> None:
+    """The `original` preset (post-norm, sinusoidal positions, no RoPE): every family names the switches it lacks,
+    never a RoPE key the model does not have (gptj used to read its own default rotary_dim back and blame it)."""
+    from archlab.interop.family import InteropError
+    from archlab.interop.hf import pick_family
+    from archlab.interop.hf_config import fixed_diff
+    from archlab.nn.presets import HF_FAMILIES
+
+    config = build_preset("original", "tiny")
+    diffs = {mt: config_diff(config, family) for mt, family in FAMILIES.items()}
+    named = {d.split("=")[0] for ds in diffs.values() for d in ds}  # the switches the refusals name
+    assert not named & {"rope_theta", "rope_fraction", "rope_scaling", "position_pattern"}, diffs
+    assert not any("rotary" in d for ds in diffs.values() for d in ds), diffs
+    assert "position='sinusoidal' (gptj gives 'rope')" in diffs["gptj"]
+    assert "norm_position='post' (gptj gives 'pre')" in diffs["gptj"]
+    assert diffs["gpt2"] == ["norm_position='post' (gpt2 gives 'pre')", "final_norm=False (gpt2 gives True)",
+                             "position='sinusoidal' (gpt2 gives 'learned')", "embed_scale='sqrt_d' (gpt2 gives 'none')"]
+    with pytest.raises(InteropError) as caught:
+        pick_family(config)
+    assert "position='sinusoidal'" in str(caught.value) and "norm_position='post'" in str(caught.value)
+    assert "rotary_dim" not in str(caught.value)
+    # the other side: each preset a family reads has none of the switches that family fixes otherwise
+    assert all(fixed_diff(build_preset(p, "tiny"), FAMILIES[mt]) == [] for p, mt in HF_FAMILIES.items())
+    with pytest.raises(InteropError, match="model_type 'gptj' cannot express this model: norm_position='post'"):
+        pick_family(config, "gptj")

@@ -126,8 +126,7 @@ def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(prepared: 
 
 @pytest.mark.parametrize(("rank", "targets"), [(4, ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
                                                (2, ("qkv_proj",)), (8, ("down_proj", "lm_head"))])
-def test_the_lora_estimate_counts_the_adapters_peft_adds(rank: int, targets: tuple[str, ...],
-                                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_lora_estimate_counts_the_adapters_peft_adds(rank: int, targets: tuple[str, ...], tmp_path: Path) -> None:
     """The memory estimate of a LoRA run: weights are the base plus the adapters, gradients and AdamW's two states
     the adapters only, as many as peft's injection really adds (counted on the built model)."""
     from archlab.train import memory
@@ -141,10 +140,8 @@ def test_the_lora_estimate_counts_the_adapters_peft_adds(rank: int, targets: tup
     add_lora(model, rank, 16.0, targets)
     adapters = sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)
     assert adapters > 0 and lora_parameter_count(TransformerLM(config), rank, targets) == adapters
-    seen = []
-    monkeypatch.setattr(memory, "check_fits", lambda parts, device: seen.append(parts))
     train, model_config = resolve_config([{"model.n_layers": "3", "lora_rank": str(rank), "lora_targets":
                                            ",".join(targets), "out": str(tmp_path / "run")}])
-    memory.check_memory(train, model_config, setup("none", "cpu"))
-    assert seen[0]["weights"] == 4 * (base + adapters)
-    assert (seen[0]["gradients"], seen[0]["optimizer"]) == (4 * adapters, 2 * 4 * adapters)
+    parts = memory.memory_estimate(train, model_config, setup("none", "cpu"))
+    assert parts["weights"] == 4 * (base + adapters)
+    assert (parts["gradients"], parts["optimizer"]) == (4 * adapters, 2 * 4 * adapters)

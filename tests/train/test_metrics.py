@@ -1,6 +1,6 @@
 """The embedding outlier signature (kexue.fm/archives/9736) against hand-computed values, and its wiring in
 the trainer: a token that vanishes from the batches drifts under Tiger and stands still with lazy rows; metrics.jsonl
-read back row for row, a row cut off mid-write left out, a damaged line named."""
+read back row for row, a row cut off mid-write left out, a damaged line named; a full disk mid-row is one line."""
 
 from __future__ import annotations
 
@@ -11,10 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
+from archlab.storage import StorageError
 from archlab.train.config import resolve_config
 from archlab.train.distributed import setup
-from archlab.train.metrics import EmbeddingWatch, _truncate, embedding_signature, parse_metrics, read_metrics
+from archlab.train.metrics import (
+    EmbeddingWatch,
+    MetricsLogger,
+    _truncate,
+    embedding_signature,
+    parse_metrics,
+    read_metrics,
+)
 from archlab.train.trainer import Trainer
+from tests.conftest import SmallFilesystem
 
 
 def test_signature_by_hand() -> None:
@@ -140,3 +149,28 @@ def test_a_damaged_metrics_file_is_named_with_its_line(damage: Callable[[bytes],
         with pytest.raises(ValueError) as err:
             read()
         assert str(err.value).startswith(f"{path} is corrupt: line {line} {what}"), str(err.value)
+
+
+def test_a_full_disk_mid_row_is_one_line_and_keeps_every_full_row(
+    small_filesystem: Callable[[int], SmallFilesystem]
+) -> None:
+    """On a tmpfs that really fills up: the row that does not fit raises one StorageError naming metrics.jsonl;
+    the rows before it parse (a cut-off last row is left out), closing raises nothing more, and a resumed logger
+    drops the cut-off row and appends after the full ones."""
+    fs = small_filesystem(64)
+    logger = MetricsLogger(fs.path, tensorboard=False)
+    for step in (1, 2):
+        logger.log(step, "train", {"loss": 3.0 - step})
+    fs.fill(leave=0)
+    with pytest.raises(StorageError) as caught:
+        logger.log(3, "sample", {"text": "x" * 20000})  # past the slack of the file's last 4 KiB page
+    assert str(caught.value) == f"cannot write the step-3 sample row to {fs.path / 'metrics.jsonl'}: no space left " \
+                                "on device"
+    logger.close()
+    assert [(r["step"], r["loss"]) for r in parse_metrics(fs.path / "metrics.jsonl")] == [(1, 2.0), (2, 1.0)]
+    fs.free()
+    resumed = MetricsLogger(fs.path, start_step=2, tensorboard=False)
+    resumed.log(3, "train", {"loss": 0.5})
+    resumed.close()
+    lines = (fs.path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]

@@ -7,7 +7,6 @@ leftover temp folders are ignored and removed by the next save. Also a run's ste
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -21,11 +20,11 @@ from archlab.checkpoint.weights import save_weights
 from archlab.run_folder import (
     CHECKPOINTS,
     MANIFEST,
-    CheckpointError,
     checkpoint_name,
     latest_checkpoint,
     list_checkpoints,
 )
+from archlab.storage import StorageError, describe, fix, storage_fault, writing
 
 # RUN_DIR/initial/model.safetensors: step-0 weights (train key checkpoint.keep_initial)
 INITIAL = "initial"
@@ -56,8 +55,11 @@ def _write_files(
     tokenizer_file: Path,
 ) -> None:
     save_weights(tmp / "model.safetensors", model_state, aliases)
-    torch.save(optimizer_state, tmp / "optimizer.pt")
-    torch.save(state, tmp / "state.pt")
+    # through a Python file object: a full disk then raises with its errno (given a path, torch
+    # writes in C++ and reports only "[enforce fail at inline_container.cc] ... unexpected pos")
+    for name, obj in (("optimizer.pt", optimizer_state), ("state.pt", state)):
+        with (tmp / name).open("wb") as handle:
+            torch.save(obj, handle)
     (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
 
@@ -81,36 +83,42 @@ def save_checkpoint(
     final = root / checkpoint_name(step)
     if final.exists():  # same step, same state (e.g. a signal right after a periodic save)
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    # left by a crash mid-save; never a finished checkpoint
-    for stale in root.glob(f"{TMP_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is as readable as its run folder
     try:
-        _write_all(
-            tmp,
-            final,
-            root,
-            step,
-            val_loss,
-            model_state,
-            aliases or {},
-            optimizer_state,
-            state,
-            config,
-            Path(tokenizer_file),
-            provenance,
-        )
-    except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # the previous checkpoints are untouched
-            raise CheckpointError(
-                f"no space left on device at {root}: checkpoint step {step} was not written; "
-                f"the previous one ({latest_checkpoint(run_dir) or 'none'}) is still valid"
-            ) from err
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
+        root.mkdir(parents=True, exist_ok=True)
+        # left by a crash mid-save; never a finished checkpoint
+        for stale in root.glob(f"{TMP_PREFIX}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}-", dir=root))
+        try:
+            # a checkpoint is as readable as its run folder (mkdtemp makes it private)
+            os.chmod(tmp, 0o755)
+            _write_all(
+                tmp,
+                final,
+                root,
+                step,
+                val_loss,
+                model_state,
+                aliases or {},
+                optimizer_state,
+                state,
+                config,
+                Path(tokenizer_file),
+                provenance,
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
+    except Exception as err:
+        code = storage_fault(err)
+        if code is None:
+            raise
+        # the previous checkpoints are untouched: nothing is renamed until every file is written
+        raise StorageError(
+            code,
+            f"{describe(code)} at {root}: checkpoint step {step} was not written; the previous "
+            f"one ({latest_checkpoint(run_dir) or 'none'}) is still valid; {fix(code)}, then "
+            "continue with --resume",
+        ) from err
     return final
 
 
@@ -160,17 +168,18 @@ def save_initial_weights(
     final = Path(run_dir) / INITIAL
     if final.exists():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{INITIAL}-", dir=final.parent))
-    try:
-        save_weights(tmp / "model.safetensors", model_state, aliases or {})
-        os.chmod(tmp / "model.safetensors", FILE_MODE)
-        _fsync_file(tmp / "model.safetensors")
-        _fsync_dir(tmp)
-        os.chmod(tmp, 0o755)
-        os.rename(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
+    with writing(final, "the step-0 weights"):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{INITIAL}-", dir=final.parent))
+        try:
+            save_weights(tmp / "model.safetensors", model_state, aliases or {})
+            os.chmod(tmp / "model.safetensors", FILE_MODE)
+            _fsync_file(tmp / "model.safetensors")
+            _fsync_dir(tmp)
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # only still there if something failed
     return final
 
 

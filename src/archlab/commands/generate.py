@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -153,11 +154,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
                 f"--prompt-file {args.prompt_file}: no such file (one prompt per line; "
                 "'-' reads stdin)"
             )
-        source = (
-            sys.stdin if args.prompt_file == "-" else Path(args.prompt_file).open(encoding="utf-8")
-        )
-        with source:
-            prompts += _lines(source)
+        prompts += _prompt_file(args.prompt_file)
     elif not prompts and not sys.stdin.isatty():
         prompts = _lines(sys.stdin)
     if not prompts:
@@ -165,6 +162,30 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
             "no prompt: give --prompt, --prompt-file, pipe prompts on stdin, or use --interactive"
         )
     return prompts
+
+
+def _prompt_file(name: str) -> list[str]:
+    """The prompts of --prompt-file NAME ('-': stdin), one per line; one that is not UTF-8 text (a
+    binary file given by mistake) is refused naming it and, for a file, the line and the byte."""
+    if name == "-":
+        try:
+            return _lines(sys.stdin)
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"--prompt-file - (stdin) is not UTF-8 text (byte {err.object[err.start]:#04x}); "
+                "pipe text, one prompt per line"
+            ) from None
+    raw = Path(name).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(
+            f"--prompt-file {name} is not UTF-8 text: line {line} has byte "
+            f"{raw[err.start]:#04x} at column {column}; give a text file, one prompt per line"
+        ) from None
+    return _lines(io.StringIO(text, newline=None))  # the lines open() would give: \n, \r\n or \r
 
 
 def _lines(source: Iterable[str]) -> list[str]:

@@ -146,15 +146,33 @@ def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, 
     """The run config with the source model's config under the user's layers (so `--model.FIELD`
     changes it and data.tokenizer defaults to the source's tokenizer.json), and the source weights
     adapted to it."""
-    from archlab.interop.surgery import adapt, load_source
+    from archlab.interop.surgery import adapt, load_source, source_config
 
+    def resolved(config: ModelConfig, tokenizer_file: Path) -> tuple[TrainConfig, ModelConfig]:
+        base = {f"model.{k}": v for k, v in config.to_dict().items()} | {
+            "data.tokenizer": str(tokenizer_file),
+            "init_from": str(path),
+        }
+        return resolve_config([base, *layers])
+
+    # what the settings decide alone, from the source's config.json, before its weights are loaded
+    check_settings_early(*resolved(*source_config(path)))
     source, tokenizer_file = load_source(path)
-    base = {f"model.{k}": v for k, v in source.config.to_dict().items()} | {
-        "data.tokenizer": str(tokenizer_file),
-        "init_from": str(path),
-    }
-    train_cfg, model_cfg = resolve_config([base, *layers])
+    train_cfg, model_cfg = resolved(source.config, tokenizer_file)
     return train_cfg, model_cfg, adapt(source, model_cfg)
+
+
+def check_settings_early(
+    train_cfg: TrainConfig, model_cfg: ModelConfig, resume: bool = False
+) -> None:
+    """`train/preflight.py`'s `check_settings`, for the runs that load a model before `train()`
+    (an `--init-from` source, a resumed LoRA run's base): the memory estimate and the other
+    refusals the settings decide come before those weights are read."""
+    from archlab.train.distributed import planned_context
+    from archlab.train.preflight import check_settings
+
+    ctx = planned_context(train_cfg.distributed, train_cfg.precision.device)
+    check_settings(train_cfg, model_cfg, ctx, resume)
 
 
 def resumed_config(layers: list[dict], extend: bool) -> tuple[TrainConfig, ModelConfig, int]:
@@ -181,6 +199,8 @@ def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM |
     if not (train_cfg.lora_rank and source):
         return None
     from archlab.interop.surgery import adapt, load_source
+
+    check_settings_early(train_cfg, model_cfg, resume=True)
 
     if not os.path.exists(source):
         raise FileNotFoundError(

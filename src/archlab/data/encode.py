@@ -11,7 +11,6 @@ the plain tokenizer has it, under either split rule. The token files are raw uin
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from pathlib import Path
@@ -21,8 +20,6 @@ from tqdm import tqdm
 
 from archlab.data.corpus import FileCorpus, HubCorpus
 from archlab.data.tokenizer import Tokenizer
-
-logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "val")
 # encode ~8M characters at a time: enough for encode_batch's threads, bounded memory
@@ -82,15 +79,18 @@ def encode_splits(
         unit_scale=True,
         desc=f"tokenizing {corpus.spec}",
         disable=None,
+        leave=False,  # on a terminal: gone when done, so a refusal after it is the only line
     )
 
     def flush(batch: dict[str, list[str]]) -> None:
         for split, texts in batch.items():
             ids = to_token_array(by_split[split].encode_documents(texts), dtype)
-            ids.tofile(sinks[split])
+            # file.write, not ndarray.tofile: a full disk then raises with its errno (tofile
+            # reports only "N requested and M written")
+            sinks[split].write(memoryview(ids))
             tokens[split] += len(ids)
             if split == "train" and plain_train is not None:
-                to_token_array(tok.encode_documents(texts), dtype).tofile(plain_train)
+                plain_train.write(memoryview(to_token_array(tok.encode_documents(texts), dtype)))
             texts.clear()
 
     try:
@@ -155,8 +155,5 @@ def _split_tail(
         ids = to_token_array(np.asarray(train_tok.encode(head), dtype=np.int64), dtype)
         ids.tofile(out / "train.bin")
         n_train = len(ids)
-    tokens.update(train=n_train, val=n_val)
-    logger.info(
-        "fewer documents than 1/val_fraction: val is the last %d tokens of the plain stream", n_val
-    )
+    tokens.update(train=n_train, val=n_val)  # data/prepare.py says so once the folder is published
     return "tail"

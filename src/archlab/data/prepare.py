@@ -24,6 +24,7 @@ import numpy as np
 from archlab.data.corpus import FileCorpus, HubCorpus, open_corpus
 from archlab.data.encode import SPLITS, encode_splits, is_val
 from archlab.data.tokenizer import build_tokenizer
+from archlab.storage import writing
 
 logger = logging.getLogger(__name__)
 
@@ -137,42 +138,69 @@ def _publish(tmp: Path, out: Path) -> None:
 
 
 def _build(
-    out: Path, corpus: FileCorpus | HubCorpus, request: dict, tokenizer: str, vocab_size: int
+    out: Path,
+    corpus: FileCorpus | HubCorpus,
+    request: dict,
+    tokenizer: str,
+    vocab_size: int,
+    min_tokens: int = 0,
 ) -> dict:
-    """Prepare into a temp folder beside `out`, then publish it; return its meta."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the published folder should read like any other
-    try:
-        start = time.perf_counter()
-        meta = {
-            "request": request,
-            **_prepare_into(
-                tmp,
-                corpus,
-                tokenizer,
-                vocab_size,
-                request["val_fraction"],
-                request.get("bpe_dropout", 0.0),
-            ),
-        }
-        meta["seconds"] = round(time.perf_counter() - start, 3)
-        # val.bin is the plain encoding under every split rule (see _leaked)
-        meta["val_plain"] = True
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    """Prepare into a temp folder beside `out`, then publish it; return its meta. A corpus too short
+    for `min_tokens` per split, or a write the disk refuses, publishes nothing and logs nothing: the
+    temp folder goes, and a folder already at `out` stays as it was."""
+    with writing(out, "the prepared data", "; nothing was kept"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         try:
-            _publish(tmp, out)
-        except OSError:
-            # Another process (e.g. a second rank) published the same folder first: use theirs.
-            theirs = read_meta(out)
-            if theirs is None or theirs.get("request") != request:
-                raise
-            meta = theirs
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            meta = _build_into(tmp, out, corpus, request, tokenizer, vocab_size, min_tokens)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     logger.info(
         "prepared %s -> %s: %s tokens (%s)", corpus.spec, out, meta["tokens"], meta["dtype"]
     )
+    if meta.get("split_rule") == "tail":
+        logger.info(
+            "fewer documents than 1/val_fraction: val is the last %d tokens of the plain stream",
+            meta["tokens"]["val"],
+        )
+    return meta
+
+
+def _build_into(
+    tmp: Path,
+    out: Path,
+    corpus: FileCorpus | HubCorpus,
+    request: dict,
+    tokenizer: str,
+    vocab_size: int,
+    min_tokens: int,
+) -> dict:
+    tmp.chmod(0o755)  # mkdtemp makes it private; the published folder should read like any other
+    start = time.perf_counter()
+    meta = {
+        "request": request,
+        **_prepare_into(
+            tmp,
+            corpus,
+            tokenizer,
+            vocab_size,
+            request["val_fraction"],
+            request.get("bpe_dropout", 0.0),
+        ),
+    }
+    _check_sizes(corpus.spec, meta, min_tokens)  # before anything is published
+    meta["seconds"] = round(time.perf_counter() - start, 3)
+    # val.bin is the plain encoding under every split rule (see _leaked)
+    meta["val_plain"] = True
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    try:
+        _publish(tmp, out)
+    except OSError:
+        # Another process (e.g. a second rank) published the same folder first: use theirs.
+        theirs = read_meta(out)
+        if theirs is None or theirs.get("request") != request:
+            raise
+        meta = theirs
     return meta
 
 
@@ -260,6 +288,6 @@ def prepare_data(
     elif meta is not None and reuse_only:
         raise ValueError(_refusal(out, meta, data, request))
     else:
-        meta = _build(out, corpus, request, tokenizer, vocab_size)
+        meta = _build(out, corpus, request, tokenizer, vocab_size, min_tokens)
     _check_sizes(data, meta, min_tokens)
     return out

@@ -281,7 +281,12 @@ def canonical(c: ModelConfig) -> dict[str, Any]:
     }
     # the rotated dims, which is what int(head_dim * fraction) decides
     d["rope_fraction"] = c.rope_dim
+    no_rope = c.position != "rope"  # then no RoPE field changes what the model computes
     inert = {
+        "rope_theta": no_rope,
+        "rope_scaling": no_rope,
+        "position_pattern": no_rope,
+        "rope_fraction": no_rope,
         "relative_buckets": c.position != "relative",
         "relative_max_distance": c.position != "relative",
         "swish_beta": c.activation != "swish",
@@ -289,6 +294,17 @@ def canonical(c: ModelConfig) -> dict[str, Any]:
         "qk_norm_scope": c.qk_norm == "none",
     }
     return {k: v for k, v in d.items() if not inert.get(k, False)}
+
+
+def fixed_diff(config: ModelConfig, family: Family) -> list[str]:
+    """The switches of `config` that differ from those every model of `family` has (its `fixed`
+    fields), skipping those that do nothing in `config` (canonical's inert fields)."""
+    ours, live = config.to_dict(), canonical(config)
+    return [
+        f"{k}={ours[k]!r} ({family.model_type} gives {v!r})"
+        for k, v in family.fixed.items()
+        if k in live and ours[k] != v
+    ]
 
 
 def config_diff(config: ModelConfig, family: Family) -> list[str]:
@@ -299,7 +315,10 @@ def config_diff(config: ModelConfig, family: Family) -> list[str]:
     try:
         back = config_from_hf(json.loads(json.dumps(hf)), family)
     except InteropError as err:
-        return [str(err)]
+        # a model whose switches the family fixes otherwise may not read back at all, and then fails
+        # on a key that is only a symptom (gptj's rotary_dim default, for a model without RoPE): the
+        # switches are the reason
+        return fixed_diff(config, family) or [str(err)]
     ours, theirs = canonical(config), canonical(back)
     return [
         f"{k}={ours[k]!r} ({family.model_type} gives {theirs.get(k)!r})"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from archlab.checkpoint import load_model, resolve_checkpoint
+from archlab.checkpoint import load_model, read_checkpoint_config, resolve_checkpoint
 from archlab.interop.family import InteropError
 from archlab.interop.hf import from_hf
-from archlab.interop.hf_config import is_hf_folder
+from archlab.interop.hf_config import is_hf_folder, read_hf_config
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 
@@ -40,6 +40,16 @@ FREE = (
     "max_seq_len",
 )
 MAPPED = ("n_kv_heads", "qk_norm", "qk_norm_scope")
+
+
+def source_config(path: str | Path) -> tuple[ModelConfig, Path]:
+    """What `load_source(path)` returns, without reading the weights: the model's config and the
+    tokenizer.json."""
+    if is_hf_folder(path):
+        return read_hf_config(path), Path(path) / "tokenizer.json"
+    checkpoint = resolve_checkpoint(path)
+    config = read_checkpoint_config(checkpoint, ("model",))["model"]
+    return ModelConfig.from_dict(config), checkpoint / "tokenizer.json"
 
 
 def load_source(path: str | Path) -> tuple[TransformerLM, Path]:

@@ -7,6 +7,7 @@ Every budget uses the byte tokenizer on the Python standard library sources, Ada
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 TIMING_SMALLEST_EFFECT = 0.0488  # log time ratio: a 5% speed difference (ln 1.05), the smallest a timing plans for
@@ -65,4 +66,24 @@ BUDGETS: dict[str, Budget] = {
         seeds=3, max_files=None, measure_windows=64, run_s=4 * 3600.0, sigma=0.015, margin=0.02,
         margin_source="not measured: the first lab's figure; `archlab ablate compute-ladder --budget medium` measures "
                       "what 25% more compute buys at this budget"),
+}
+
+# A margin must be smaller than the effects a suite can see, or "as good as" holds whatever the runs show
+# (`margin: 3` meant as 3% would call any two models alike). Per unit of measure (Measure.scale in lab/measure.py):
+# - a loss in nats: below what doubling the base's compute buys, at the budget where it buys most. A budget's margin
+#   is what 7% more buys (b ln 1.07 for b nats per e-fold), so doubling buys margin x ln 2 / ln 1.07: 0.37 nats at
+#   tiny, 0.31 at small; the lab's effects are 0.03-0.07 nats (docs/lab.md);
+# - a share from 0 to 1 (an accuracy, a rate, a time share): below half its range;
+# - a timing's log time ratio: below ln 2, a 2x speed difference (the smallest effect planned for is ln 1.05).
+_WIDEST = max(BUDGETS.values(), key=lambda b: b.margin)
+MARGIN_LIMITS = {
+    "nats": _WIDEST.margin * math.log(2) / math.log(MARGIN_COMPUTE),
+    "share": 0.5,
+    "log time ratio": math.log(2),
+}
+MARGIN_LIMIT_WHY = {
+    "nats": f"what doubling the base's compute buys at the {_WIDEST.name} budget; the budgets' own margins are "
+            f"{min(b.margin for b in BUDGETS.values())} to {_WIDEST.margin}",
+    "share": "half the share's range",
+    "log time ratio": "ln 2, a 2x speed difference; 5% is 0.049",
 }

@@ -112,6 +112,7 @@ class Measure:
     censored: bool = False  # a diverged run's value is no measurement of the arm: rank or exclude it
     version: int = 1  # raised when the definition changes, so cached values are computed again
     items: bool = False  # fn returns per-item outcomes on a fixed item set; the value is their mean
+    scale: str | None = None  # nats | share (0 to 1): the unit whose margins lab/budgets.py MARGIN_LIMITS bounds
 
     def best(self, a: float | None, b: float | None) -> float | None:
         """The better of two tries of this measure (None, n/a for the run, stays None)."""
@@ -123,27 +124,29 @@ class Measure:
 MEASURES: dict[str, Measure] = {
     "val_loss": Measure(val_loss, "lower", f"validation loss on the fixed evaluation set ({eval_set.EVAL_TOKENS:,} "
                         "tokens in evenly strided windows, or the whole split; nats/token)", censored=True,
-                        version=2),
-    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps", False, censored=True),
+                        version=2, scale="nats"),
+    "train_loss": Measure(train_loss, "lower", "train loss, mean of the last 3 logged steps", False, censored=True,
+                          scale="nats"),
     "spikes": Measure(spikes, "lower", f"loss spikes (> median of the {SPIKE_WINDOW} logged losses before + "
                       f"{SPIKE_NATS} nats) and skipped steps", False, version=2),
-    "diverged": Measure(diverged, "lower", "diverged (1) or not (0)", False),
+    "diverged": Measure(diverged, "lower", "diverged (1) or not (0)", False, scale="share"),
     "max_grad_norm": Measure(max_grad_norm, "lower", "largest gradient norm before clipping", False),
     "step_ms": Measure(step_ms, "lower", f"forward + backward time, ms, fastest of {TIMING_ROUNDS} x {TIMED_STEPS} "
                        "(1 thread)", timing=True),
-    "norm_time_share": Measure(norm_time_share, "lower", "share of step time in norms (torch.profiler)"),
-    "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms", exact=True),
+    "norm_time_share": Measure(norm_time_share, "lower", "share of step time in norms (torch.profiler)",
+                               scale="share"),
+    "norm_flop_share": Measure(norm_flop_share, "lower", "share of step FLOPs in norms", exact=True, scale="share"),
     "kv_bytes_per_token": Measure(kv_bytes_per_token, "lower", "KV-cache bytes per token (bf16)", exact=True),
     "parameters": Measure(lambda r: float(r.model.num_parameters()), "lower", "parameters (a tied head once)",
                           exact=True),
     "decode_tok_s": Measure(decode_tok_s, "higher", f"greedy decode tokens/s, batch 1, fastest of {TIMING_ROUNDS} x "
                             f"{DECODE_TRIES} (1 thread)", timing=True),
     "loss_at_1x": Measure(lambda r: loss_at(r, 1), "lower", "validation loss at the training length",
-                          censored=True),
+                          censored=True, scale="nats"),
     "loss_at_2x": Measure(lambda r: loss_at(r, 2), "lower", "validation loss at 2x the training length",
-                          censored=True),
+                          censored=True, scale="nats"),
     "loss_at_4x": Measure(lambda r: loss_at(r, 4), "lower", "validation loss at 4x the training length",
-                          censored=True),
+                          censored=True, scale="nats"),
     "bits_per_byte": Measure(bits_per_byte, "lower", f"bits per byte on the first {eval_set.SPAN_BYTES:,} bytes of "
                              "validation text (the same bytes for every tokenizer)", censored=True, version=2),
     "log_z_drift": Measure(log_z_drift, "lower", "mean |log Z| of the head's logits on the fixed evaluation set",
@@ -159,24 +162,25 @@ MEASURES: dict[str, Measure] = {
     "max_embed_row_growth": Measure(embed.max_embed_row_growth, "lower",
                                     "largest growth of an embedding row norm, first to last kept checkpoint"),
     "embed_near_fixed_point": Measure(lambda r: embed.last_eval(r, "embed_near_fixed_point"), "lower",
-                                      "share of embedding entries within 1% of 1/lambda (last evaluation)", False),
+                                      "share of embedding entries within 1% of 1/lambda (last evaluation)", False,
+                                      scale="share"),
     "embed_max_abs": Measure(lambda r: embed.last_eval(r, "embed_max_abs"), "lower",
                              "largest |embedding entry| (last evaluation)", False),
     "first_train_loss": Measure(embed.first_train_loss, "lower", "loss of the step-0 model on its first batch",
-                                False),
+                                False, scale="nats"),
     "continuation_acc": Measure(embed.continuation_hits, "higher", f"next 8 bytes right after a random byte cut "
                                 f"of the first {embed.CONTINUATION_BYTES:,} bytes of validation text, the same for "
                                 "every tokenizer (greedy; eval/continuation.py); items: the cuts", version=2,
-                                items=True),
+                                items=True, scale="share"),
     "continuation_healing_gain": Measure(embed.continuation_healing_gains, "higher",
                                          "continuation_acc with token healing minus without, same cuts; items: the "
-                                         "cuts", version=2, items=True),
+                                         "cuts", version=2, items=True, scale="share"),
 }
 for _name, (_f, _s, _m) in long_context.measure_names().items():  # Su's protocol (lab/long_context.py)
     MEASURES[_name] = Measure(lambda r, f=_f, s=_s, m=_m: long_context.window_accuracies(r, f, s, m), "higher",
                               f"next-token accuracy at {_f}x the training length, {_s} samples"
                               + ("" if _m == "none" else f", {_m} at inference") + "; items: the windows",
-                              censored=True, items=True,
+                              censored=True, items=True, scale="share",
                               version=3 if _m in ("leaky_rerope", "logn") else 2)  # +1: per-window items kept
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-from archlab.lab.budgets import BUDGETS, MARGIN_METRICS
+from archlab.lab.budgets import BUDGETS, MARGIN_LIMIT_WHY, MARGIN_LIMITS, MARGIN_METRICS
 from archlab.lab.suite import (
     EXPECTS,
     MATCH_MODES,
@@ -55,7 +55,9 @@ from archlab.lab.suite import (
     is_exact,
     screening_design,
 )
+from archlab.nn.config import ConfigError
 from archlab.overrides import flatten
+from archlab.yaml_file import DuplicateKey, read_yaml
 
 # MEASURES (lab/measure.py), TIMINGS (lab/timing.py) and the designs (lab/design.py) are imported where a suite's
 # measures, timings and design are checked, so `archlab ablate --list` (suite_index) reads the files without torch
@@ -82,6 +84,26 @@ def suite_index() -> list[tuple[str, int, str]]:
     return index
 
 
+def _read(path: Path) -> object:
+    """The suite file's tree; one line for a folder, a missing file, bad bytes, a syntax error (line and column) or
+    a key given twice (an arm, a factor or a level named twice: YAML would keep the last of them, silently)."""
+    try:
+        return read_yaml(path, "suite file")
+    except DuplicateKey as err:
+        first, second = err.lines
+        if err.path == ("arms",):
+            what = f"arm {err.key!r} is named twice (lines {first} and {second}): the second would replace the first"
+        elif err.path == ("factors",):
+            what = f"factor {err.key!r} is named twice (lines {first} and {second})"
+        elif len(err.path) == 2 and err.path[0] == "factors":
+            what = f"factor {err.path[1]} names level {err.key!r} twice (lines {first} and {second})"
+        else:
+            raise SuiteError(str(err)) from None
+        raise SuiteError(f"{path}: {what}; give each its own name") from None
+    except (ConfigError, FileNotFoundError) as err:
+        raise SuiteError(str(err)) from None
+
+
 def _require(ok: bool, where: str, message: str) -> None:
     if not ok:
         raise SuiteError(f"{where}: {message}")
@@ -102,9 +124,8 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
         path = suites_dir() / f"{spec}.yaml"
         known = ", ".join(p.stem for p in sorted(suites_dir().glob("*.yaml")))
         _require(path.is_file(), f"suite {spec!r}", f"no such suite; built-in suites: {known} (or a .yaml path)")
-    _require(path.is_file(), f"suite {spec}", "file does not exist")
-    tree = yaml.safe_load(path.read_text(encoding="utf-8"))
     where = str(path)
+    tree = _read(path)
     _require(isinstance(tree, dict), where, "must hold a mapping")
     _require(not set(tree) - _KEYS, where, f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}")
     screening = _screening(tree, where, fold_over)
@@ -118,8 +139,9 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
     _require(match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}")
     names = [a.name for a in arms]
     timings = [_timing(t, where, names) for t in tree.get("timings") or []]
-    margins = {str(k): float(v) for k, v in (tree.get("margins") or {}).items()}
-    _require(all(v > 0 for v in margins.values()), where, f"margins {margins}: each must be > 0")
+    timed = {t.metric for t in timings}
+    margins = {str(k): _margin(v, str(k), timed, where, f"margins.{k}")
+               for k, v in (tree.get("margins") or {}).items()}
     suite = Suite(name=str(tree.get("name") or path.stem), title=str(tree.get("title", "")),
                   source=str(tree.get("source", "")), narang=str(tree.get("narang", "") or ""),
                   base=flatten(tree.get("base") or {}), measures=measures, match_params=match, arms=arms, claims=[],
@@ -212,15 +234,20 @@ def _arms(tree: dict, where: str, screening: dict | None = None) -> tuple[dict[s
         combos = [tuple(levels_of[j][int(v > 0)] for j, v in enumerate(row)) for row in rows]
     else:
         combos = list(itertools.product(*levels_of))
-    arms = []
+    arms, made = [], {}
     for combo in combos:
         overrides: dict[str, object] = {}
         for _, level_overrides in combo:
             clash = set(overrides) & set(flatten(level_overrides or {}))
             _require(not clash, where, f"factor levels {[str(n) for n, _ in combo]} both set {sorted(clash)}")
             overrides.update(flatten(level_overrides or {}))
-        arms.append(Arm("-".join(str(n) for n, _ in combo), overrides,
-                        levels={f: str(n) for f, (n, _) in zip(factors, combo)}))
+        levels = [str(n) for n, _ in combo]
+        name = "-".join(levels)
+        # a screening design may repeat a row (the same levels, the same arm); other levels may not share its name
+        _require(made.get(name, levels) == levels, where, f"the levels {made.get(name)} and {levels} both make arm "
+                 f"{name!r} (an arm is named level-level-...); rename a level")
+        made[name] = levels
+        arms.append(Arm(name, overrides, levels={f: str(n) for f, (n, _) in zip(factors, combo)}))
     return factors, arms
 
 
@@ -289,10 +316,27 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
                      f"much worse still counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take the "
                      "budget's default")
             return claim
-        _require(isinstance(margin, (int, float)) and margin > 0 and math.isfinite(margin), where,
-                 f"{what}: margin={margin!r}; a number > 0 ({claim.metric} units)")
-        claim = dataclasses.replace(claim, margin=float(margin))
+        claim = dataclasses.replace(claim, margin=_margin(margin, claim.metric, timed, where, f"{what}: margin"))
     return claim
+
+
+def _margin(value: object, metric: str, timed: set[str], where: str, name: str) -> float:
+    """A margin (`name`: the claim's or the suite's key) in `metric`'s units, > 0, and below the limit of its unit
+    where the lab knows it (lab/budgets.py MARGIN_LIMITS: a margin as large as the effects a suite can see calls
+    anything "as good as")."""
+    from archlab.lab.measure import MEASURES
+
+    scale = "log time ratio" if metric in timed else getattr(MEASURES.get(metric), "scale", None)
+    units = {"nats": "nats per token", "share": "a share from 0 to 1", None: f"{metric} units"}.get(scale, scale)
+    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+             where, f"{name}={value!r}; a number > 0 ({units})")
+    limit = MARGIN_LIMITS.get(scale)
+    if limit is not None and value >= limit:
+        unit = " nats" if scale == "nats" else ""
+        raise SuiteError(f"{where}: {name}={value!r} is not allowed: {metric} is in {units}, not percent, and a "
+                         f"margin must be below {limit:.2f}{unit} ({MARGIN_LIMIT_WHY[scale]}), or any two arms "
+                         "would count as alike")
+    return float(value)
 
 
 def _check_sides(claim: Claim, where: str, suite: Suite) -> None:

@@ -57,6 +57,15 @@ class DistContext:
         return self.rank == 0
 
 
+def planned_context(mode: str, device: str = "auto") -> DistContext:
+    """The context `setup` will give this process (rank, world size, device), without joining the
+    process group: what the settings checks need before a source model is loaded."""
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1")) if mode != "none" else 1
+    dev = resolve_device(device, local_rank, "precision.device")
+    return DistContext(mode, rank, world, local_rank, dev)
+
+
 def setup(mode: str, device: str = "auto") -> DistContext:
     """Join the process group torchrun described in the environment (or stay a single process)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))

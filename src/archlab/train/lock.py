@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from archlab.storage import check_writable, writing
+
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
@@ -64,7 +66,8 @@ def _command() -> str:
 
 def check_folder(folder: Path, flag: str = "--out") -> None:
     """Refuse, in one line, a folder path that names a file, or lies under one (mkdir would raise
-    FileExistsError / NotADirectoryError with a traceback); a missing folder is fine (it will be
+    FileExistsError / NotADirectoryError with a traceback), and one that cannot be written (a
+    read-only file system, no permission: `StorageError`); a missing folder is fine (it will be
     created)."""
     for path in (folder, *folder.parents):
         if path.exists():
@@ -73,7 +76,8 @@ def check_folder(folder: Path, flag: str = "--out") -> None:
                 raise ValueError(
                     f"{flag} {folder} is not a folder: {path} is a file{under}; give a folder path"
                 )
-            return
+            break
+    check_writable(folder, flag)
 
 
 class RunLock:
@@ -98,6 +102,16 @@ class RunLock:
             return self
         check_folder(self.path.parent)
         self.created_folder = not self.path.parent.exists()
+        try:
+            with writing(self.path.parent, "the run folder's lock"):
+                self._lock()
+        except BaseException:
+            if self.created_folder:  # a full disk after mkdir: no empty folder is left behind
+                shutil.rmtree(self.path.parent, ignore_errors=True)
+            raise
+        return self
+
+    def _lock(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -129,12 +143,15 @@ class RunLock:
             "started": time.time(),
             "command": _command(),
         }
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(me).encode("utf-8"))
-        os.fsync(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(me).encode("utf-8"))
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            raise
         self._fd = fd
-        return self
 
     def release(self) -> None:
         """Remove the lock file and let go (idempotent). The unlink comes first, while the lock is

@@ -1,5 +1,5 @@
-"""Training memory: an estimate from the config, printed before a run starts, and the check that
-refuses a run that cannot fit before anything is allocated.
+"""Training memory: an estimate from the config, logged before a run starts, and the check that
+refuses a run that cannot fit before anything is allocated (train/preflight.py calls both).
 
     weights      4 bytes x parameters                     (fp32 master weights, also under bf16)
     gradients    4 bytes x trainable parameters
@@ -17,7 +17,6 @@ exceeds what the device has available.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
@@ -28,8 +27,6 @@ from archlab.nn.model import TransformerLM
 from archlab.train.config import TrainConfig
 from archlab.train.distributed import DistContext
 from archlab.train.trainable import lora_parameter_count, trainable_names
-
-logger = logging.getLogger(__name__)
 
 OPTIMIZER_STATES = {"adamw": 2, "lion": 1, "tiger": 1}  # fp32 state tensors per trainable parameter
 GB = 1e9
@@ -102,8 +99,11 @@ def check_fits(parts: dict[str, int], device: torch.device, available: int | Non
     )
 
 
-def check_memory(train_config: TrainConfig, model_config: ModelConfig, ctx: DistContext) -> None:
-    """Log the memory estimate (train/memory.py) and refuse, in one line, a run that cannot fit."""
+def memory_estimate(
+    train_config: TrainConfig, model_config: ModelConfig, ctx: DistContext
+) -> dict[str, int]:
+    """The estimate above for one process of this run, by part (`training_bytes`): from the configs
+    alone (the parameters counted on the meta device), so it is known before any data or model."""
     with torch.device("meta"):  # names and sizes only: nothing is allocated
         meta = TransformerLM(model_config)
     sizes = {name: p.numel() for name, p in meta.named_parameters()}
@@ -116,7 +116,7 @@ def check_memory(train_config: TrainConfig, model_config: ModelConfig, ctx: Dist
     shards = ctx.world_size if train_config.distributed == "fsdp" else 1
     # adapters add weights
     parameters = sum(sizes.values()) + (trainable if train_config.lora_rank else 0)
-    parts = training_bytes(
+    return training_bytes(
         model_config,
         parameters // shards,
         trainable // shards,
@@ -125,6 +125,3 @@ def check_memory(train_config: TrainConfig, model_config: ModelConfig, ctx: Dist
         o.name,
         train_config.precision.dtype,
     )
-    check_fits(parts, ctx.device)  # a refusal is one line, the estimate in it
-    if ctx.is_main:
-        logger.info("memory estimate per process: %s", describe(parts))

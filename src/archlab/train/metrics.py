@@ -9,6 +9,7 @@ checkpoint, so the file reads as if the run never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import torch
 from torch.distributed.tensor import DTensor
+
+from archlab.storage import StorageError, replace_text, writing
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +79,11 @@ def parse_metrics(path: Path) -> list[Row]:
 
 def _truncate(path: Path, last_step: int) -> None:
     """Keep only rows up to `last_step` (a crashed run may have logged steps its checkpoint
-    lacks)."""
+    lacks); the file is replaced whole, so a full disk leaves it as it was."""
     if not path.is_file():
         return
     keep = [json.dumps(row) for row in parse_metrics(path) if row["step"] <= last_step]
-    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    replace_text(path, "".join(line + "\n" for line in keep))
 
 
 class MetricsLogger:
@@ -98,10 +101,11 @@ class MetricsLogger:
         if not enabled:
             return
         run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / METRICS
-        _truncate(self.path, start_step)
-        self.file = self.path.open("a", encoding="utf-8")
+        with writing(self.path, "the metrics"):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _truncate(self.path, start_step)
+            self.file = self.path.open("a", encoding="utf-8")
         if tensorboard:
             from torch.utils.tensorboard import (
                 SummaryWriter,  # imports tensorboard: only when asked for
@@ -113,8 +117,16 @@ class MetricsLogger:
     def log(self, step: int, kind: str, values: Row) -> None:
         if not self.enabled:
             return
-        self.file.write(json.dumps({"step": step, "kind": kind, **values}) + "\n")
-        self.file.flush()
+        try:
+            with writing(self.path, f"the step-{step} {kind} row"):
+                self.file.write(json.dumps({"step": step, "kind": kind, **values}) + "\n")
+                self.file.flush()
+        except StorageError:
+            # a row cut short is the unterminated last line parse_metrics leaves out; closing
+            # drops what the buffer still holds, so close() raises nothing more
+            with contextlib.suppress(OSError):
+                self.file.close()
+            raise
         if self.writer is not None:
             for key, value in values.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -1,13 +1,17 @@
 """The checks a run passes before its first line is logged and before anything is allocated.
 
-The cheap refusals first (a resume without checkpoints, a restart over checkpoints, steps past the
-schedule's end, a batch that does not split), then an emulated bf16, a resumed run's checkpoint and
-metrics.jsonl, the data (prepared here), the precision's advice and the memory estimate: each is one
-line naming what is wrong.
+`check_settings` first, before the run folder is made or locked: what the settings decide alone
+(steps past the schedule's end, a batch that does not split, an emulated bf16, a run the memory
+estimate does not fit: it needs the vocabulary size, which the config holds, never the tokens). Then
+`check_run` on the locked folder: a resume without checkpoints or a restart over checkpoints, a
+resumed run's checkpoint and metrics.jsonl, the data (prepared here: a corpus too short for one
+window is refused before anything is published or logged), the precision's advice and the memory
+estimate's line. Each refusal is one line naming what is wrong.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -24,16 +28,47 @@ from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
 from archlab.train import hardware
 from archlab.train.config import TrainConfig
-from archlab.train.memory import check_memory
+from archlab.train.memory import check_fits, describe, memory_estimate
 from archlab.train.metrics import METRICS, parse_metrics
 from archlab.train.resume import check_resume, checkpoint_step
 from archlab.train.run_data import RunData, open_run_data
 
+logger = logging.getLogger(__name__)
+
+
+def check_settings(
+    train: TrainConfig, model: ModelConfig, ctx: dist_utils.DistContext, resume: bool
+) -> None:
+    """Refuse what the settings decide alone, before any folder is made, data prepared or model
+    built: steps past the schedule's end (a resume checks its own against the saved schedule), a
+    batch that does not split over the ranks, an emulated bf16, and a run whose memory estimate
+    exceeds the device's (one line each; nothing is logged)."""
+    check_steps_and_batch(train, ctx.world_size, resume)
+    p = train.precision
+    hardware.refuse_emulated_bf16(p.dtype, ctx.device, p.allow_slow_bf16)
+    check_fits(memory_estimate(train, model, ctx), ctx.device)
+
+
+def check_steps_and_batch(train: TrainConfig, world_size: int, resume: bool) -> None:
+    """Refuse steps past the schedule's end (a resume checks its own against the saved schedule)
+    and a batch that does not split over the ranks and accumulation steps."""
+    if not resume and train.steps > train.schedule.end():
+        raise ValueError(
+            f"steps={train.steps} is not allowed: past the end of the lr schedule "
+            f"(schedule.horizon={train.schedule.horizon})"
+        )
+    d = train.data
+    if d.batch_size % (world_size * train.optimizer.grad_accum):
+        raise ValueError(
+            f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
+            f"{world_size} ranks x {train.optimizer.grad_accum} accumulation steps"
+        )
+
 
 def check_setup(train: TrainConfig, world_size: int, resume: bool) -> Path | None:
-    """Refuse a resume without checkpoints, a restart over checkpoints, steps past the schedule's
-    end and a batch that does not split (one line each, before anything is logged or allocated); the
-    checkpoint a resume starts from."""
+    """Refuse a resume without checkpoints, a restart over checkpoints, a resume past or short of
+    its schedule, and (again, for a `Trainer` built without `train()`) `check_steps_and_batch` (one
+    line each, before anything is logged or allocated); the checkpoint a resume starts from."""
     run_dir = Path(train.out)
     latest = latest_checkpoint(run_dir)
     if resume and latest is None:
@@ -46,17 +81,7 @@ def check_setup(train: TrainConfig, world_size: int, resume: bool) -> Path | Non
     if resume:
         saved = read_checkpoint_config(latest, ("model", "train"))["train"]
         check_resume(train, saved, checkpoint_step(latest))
-    elif train.steps > train.schedule.end():
-        raise ValueError(
-            f"steps={train.steps} is not allowed: past the end of the lr schedule "
-            f"(schedule.horizon={train.schedule.horizon})"
-        )
-    d = train.data
-    if d.batch_size % (world_size * train.optimizer.grad_accum):
-        raise ValueError(
-            f"data.batch_size={d.batch_size} is not allowed: must divide evenly over "
-            f"{world_size} ranks x {train.optimizer.grad_accum} accumulation steps"
-        )
+    check_steps_and_batch(train, world_size, resume)
     return latest if resume else None
 
 
@@ -82,14 +107,14 @@ def check_run(
     resume: bool,
     step_flops: float,
 ) -> tuple[Checkpoint | None, RunData]:
-    """Every check of `train()` before its first line, in order; the checkpoint a resume starts from
-    (read and checked) and the run's data."""
+    """The checks of `train()` on the locked run folder, in order, after `check_settings`; the
+    checkpoint a resume starts from (read and checked) and the run's data."""
     p = train.precision
-    latest = check_setup(train, ctx.world_size, resume)  # the cheap refusals first
-    hardware.refuse_emulated_bf16(p.dtype, ctx.device, p.allow_slow_bf16)
+    latest = check_setup(train, ctx.world_size, resume)
     checkpoint = check_resumed_run(train, model, latest) if latest is not None else None
     # the data: prepared, then checked
     run_data = open_run_data(train, model, ctx, resume)
     hardware.check_precision(p.dtype, ctx.device, p.allow_slow_bf16, step_flops / ctx.world_size)
-    check_memory(train, model, ctx)  # before any model or batch is allocated
+    if ctx.is_main:  # the estimate check_settings checked, now that every input passed
+        logger.info("memory estimate per process: %s", describe(memory_estimate(train, model, ctx)))
     return checkpoint, run_data

@@ -34,6 +34,7 @@ from archlab.checkpoint import (
 from archlab.nn.config import ModelConfig
 from archlab.nn.fast import install as fast_paths
 from archlab.nn.model import TransformerLM
+from archlab.storage import replace_text, writing
 from archlab.train import distributed as dist_utils
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
@@ -260,10 +261,13 @@ class RunState:
         if not self.ctx.is_main:
             return
         config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
-        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        (self.run_dir / "config.yaml").write_text(
-            yaml.safe_dump(config, sort_keys=False), encoding="utf-8"
-        )
+        # each replaced whole: a full disk leaves a resumed run's files as they were
+        for name, text in (
+            ("config.json", json.dumps(config, indent=2)),
+            ("config.yaml", yaml.safe_dump(config, sort_keys=False)),
+        ):
+            with writing(self.run_dir / name, "the run's config"):
+                replace_text(self.run_dir / name, text)
         c, d = self.cfg, self.cfg.data
         # a fine-tune names its source
         label = f"from {c.init_from}" if c.init_from else f"{c.preset}/{c.size}"

@@ -37,7 +37,7 @@ from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.metrics import grouped_norms
 from archlab.train.optim import clip_gradients, set_lr
-from archlab.train.preflight import check_run
+from archlab.train.preflight import check_run, check_settings
 from archlab.train.state import RunState
 
 logger = logging.getLogger(__name__)
@@ -353,13 +353,17 @@ def train(
 ) -> TrainResult:
     """Join the process group (if any), check every input, pick CPU threads, train (from
     `init_from`'s weights if given), and leave it again. Inputs are checked before the first line is
-    logged (preflight.py): the run folder and its checkpoints, an emulated bf16, a resumed run's
-    checkpoint, metrics file and weights' shapes, the data (prepared here), then the precision's
-    advice and the memory estimate."""
+    logged (preflight.py): first what the settings decide alone (the schedule's end, the batch's
+    split, an emulated bf16, the memory estimate), then the run folder and its checkpoints, a
+    resumed run's checkpoint, metrics file and weights' shapes, the data (prepared here), and the
+    precision's advice."""
     ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
     threads = torch.get_num_threads()
-    lock = RunLock(train_config.out) if ctx.is_main else None
+    lock = None
     try:
+        # what the settings decide alone, before the run folder is made (preflight.py)
+        check_settings(train_config, model_config, ctx, resume)
+        lock = RunLock(train_config.out) if ctx.is_main else None
         # before any line is logged: a refused second writer prints one line only
         if lock is not None:
             lock.acquire()
