@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -61,9 +60,8 @@ def publish_folder(suite_dir: Path, docs: Path) -> Path:
     spec = Path(plan["suite"])
     builtin = {s.stem for s in (ROOT / "src/archlab/lab/suites").glob("*.yaml")}
     spec = spec.stem if spec.parent.name == "suites" and spec.stem in builtin else str(spec)
-    exp = Experiment.create(str(spec), collect=suite_dir)
-    exp.report(shlex.join(["archlab", "ablate", str(spec), "--budget", exp.plan.budget.name, "--seeds",
-                           str(exp.plan.seeds), "--out", str(exp.plan.out)]))
+    exp = Experiment.collect(suite_dir, str(spec))
+    exp.publish(command=exp.command())
     return publish.import_folder(suite_dir, docs)
 
 

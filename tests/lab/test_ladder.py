@@ -14,10 +14,9 @@ import statsmodels.formula.api as smf
 from archlab.lab import ladder
 from archlab.lab.arms import arm_keys
 from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import measure_plan
+from archlab.lab.experiment import Experiment
 from archlab.lab.ladder import fit_ladder
 from archlab.lab.plan import plan_suite, write_plan
-from archlab.lab.report import write_report
 from archlab.lab.suite import SuiteError
 from archlab.lab.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
@@ -110,7 +109,7 @@ def test_pages_price_the_margin_from_the_stored_ladder(tmp_path: Path) -> None:
               "steps-1.25x": [1.99, 1.93, 1.96], "steps-1.5x": [1.96, 1.91, 1.93]}
     _fake_runs(plan, values)
     write_plan(plan)
-    write_report(plan, measure_plan(plan), "archlab ablate compute-ladder --budget tiny")
+    Experiment.collect(plan.out).report("archlab ablate compute-ladder --budget tiny")
     page = (plan.out / "results.md").read_text()
     fit = fit_ladder({a.steps_scale: values[a.name] for a in plan.suite.arms})
     assert "Compute ladder" in page and f"{fit.slope:.4f} nats per e-fold" in page

@@ -21,9 +21,10 @@ from scipy import stats as sp
 from archlab.lab import publish, stats
 from archlab.lab.budgets import BUDGETS
 from archlab.lab.collect import TIMED, measure_plan, table_of
+from archlab.lab.experiment import Experiment
 from archlab.lab.measure import write_measured
 from archlab.lab.plan import Plan, plan_suite, write_plan
-from archlab.lab.report import claim_table, write_report
+from archlab.lab.report import claim_table
 from archlab.lab.suite import Claim
 from archlab.lab.suite_file import load_suite
 from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
@@ -84,7 +85,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Plan, list]:
     _fake_runs(plan)
     write_plan(plan)
     (plan.out / TIMED).write_text(json.dumps({"step_s": {"arms": ["b", "a"], "a": STEP_S["b"], "b": STEP_S["a"]}}))
-    results = write_report(plan, measure_plan(plan), "archlab ablate synthetic --budget tiny --seeds 3")
+    results = Experiment.collect(plan.out).report("archlab ablate synthetic --budget tiny --seeds 3")
     return plan, results
 
 

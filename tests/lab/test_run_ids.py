@@ -42,7 +42,7 @@ def test_every_suite_plans_the_run_folders_it_planned_before(suite: str, as_is: 
 
 
 def test_the_hash_reads_the_flat_spelling() -> None:
-    source = inspect.getsource(store.run_hash)
+    source = inspect.getsource(store.run_key)
     assert "to_flat_dict" in source and "model.to_dict()" not in source
 
 

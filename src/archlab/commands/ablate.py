@@ -20,7 +20,6 @@ once.
 from __future__ import annotations
 
 import argparse
-import shlex
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -31,6 +30,7 @@ from archlab.lab.suite_file import suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
+    from archlab.lab.executor import SlurmOptions
     from archlab.lab.experiment import Experiment
     from archlab.lab.runner import Progress
 
@@ -154,31 +154,28 @@ def _list() -> int:
     return 0
 
 
-def _experiment(args: argparse.Namespace) -> Experiment:
+def _experiment(args: argparse.Namespace, slurm: SlurmOptions) -> Experiment:
     """The suite planned from the flags, after every flag is checked (one line each, before any
     work)."""
     from archlab.lab.experiment import Experiment
 
-    if args.jobs < 1:
-        raise ValueError(f"--jobs {args.jobs} is not allowed: at least 1")
     if args.max_seeds is not None and not args.sequential:
         raise ValueError(
             f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)"
         )
-    exp = Experiment.create(
-        args.suite,
-        args.budget,
-        args.out,
-        args.seeds,
-        args.store,
-        args.collect,
-        log=lambda line: print(line, file=sys.stderr),
-        fold_over=args.fold_over or None,
-    )
-    if args.max_seeds is not None and args.max_seeds <= exp.plan.seeds:
+    settings = dict(jobs=args.jobs, executor=args.executor, slurm=slurm,
+                    log=lambda line: print(line, file=sys.stderr))
+    if args.collect:  # the budget, seeds and store of the folder's plan.json, unless given
+        exp = Experiment.collect(args.collect, args.suite, budget=args.budget, seeds=args.seeds,
+                                 store=args.store, fold_over=args.fold_over or None, **settings)
+    else:
+        exp = Experiment(args.suite, args.budget, args.seeds, args.store, out=args.out,
+                         fold_over=args.fold_over, **settings)
+    exp.plan()
+    if args.max_seeds is not None and args.max_seeds <= exp.plan().seeds:
         raise ValueError(
             f"--max-seeds {args.max_seeds} is not allowed: more than the first look's "
-            f"{exp.plan.seeds} "
+            f"{exp.plan().seeds} "
             "seeds per arm"
         )
     return exp
@@ -239,67 +236,46 @@ def run(args: argparse.Namespace) -> int:
         args.slurm_cpus,
         args.slurm_array_parallelism,
     )
-    exp = _experiment(args)
-    plan = exp.plan
+    exp = _experiment(args, slurm)
+    plan = exp.plan()
     base = plan.suite.base_arm.params
     for arm in plan.suite.arms:
         print(
             f"{arm.name:24s} {arm.params:>12,} parameters  "
             f"{param_note(plan.suite, arm, arm.params, base)}"
         )
-    command = shlex.join(
-        [
-            "archlab",
-            "ablate",
-            args.suite,
-            "--budget",
-            plan.budget.name,
-            "--seeds",
-            str(plan.seeds),
-            "--out",
-            str(plan.out),
-        ]
-        + (["--sequential", args.sequential] if args.sequential else [])
-        + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else [])
-        + (["--fold-over"] if plan.suite.screening.get("fold_over") else [])
-    )
+    command = exp.command(args.sequential, args.max_seeds)
     if args.plan:
-        print("\n".join(exp.power_text(max(args.jobs, 2))))
+        print("\n".join(exp.power_text()))
         return 0
     if args.print_commands:
         print("\n".join(exp.commands()))
         print(f"# then: archlab ablate {args.suite} --collect {plan.out}")
         return 0
     if args.executor == "slurm" and not args.collect:
-        jobs = exp.submit(slurm)
-        array = jobs[0].job_id.split("_")[0] if jobs else ""  # submitit names each task ARRAY_TASK
-        print(
-            f"submitted {len(jobs)} runs"
-            + (f" as job array {array}" if jobs else " (all were done)")
-            + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}"
-        )
+        exp.run()
+        print(f"when they finished: archlab ablate {args.suite} --collect {plan.out}")
         return 0
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if not args.collect:
-            _train(exp, args.jobs)
+            _train(exp)
         results = None
         if args.sequential:
             results = exp.sequential(
                 args.sequential,
                 args.max_seeds,
-                args.jobs,
                 train=not args.collect,
                 on_progress=_show_progress,
             )
-        results = exp.report(command, results, args.jobs)
+        results = exp.report(command, results)
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(
             "\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run "
-            f"`{command}` again to "
+            f"`{exp.command(args.sequential, args.max_seeds, execution=True)}` again to "
             "continue where it stopped.",
             file=sys.stderr,
         )
@@ -315,6 +291,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(exp: Experiment, jobs: int) -> None:
-    wall = exp.train(jobs, _show_progress)
+def _train(exp: Experiment) -> None:
+    wall = exp.run(_show_progress)
     print(f"\ntrained in {wall:.0f} s (all sessions)", file=sys.stderr)

@@ -1,22 +1,29 @@
-"""The lab's front door: one suite at one budget in one folder, from its plan to its report.
+"""The lab's front door: one suite at one budget, from its plan to its published pages, each step computed once.
 
-    exp = Experiment.create("ffn", budget="small", out="runs/ablate/ffn-small")
+    from archlab.lab import Experiment
+
+    exp = Experiment("ffn", budget="small", seeds=3, store="runs/ablate/store", jobs=2)
+    exp.plan()                       # every arm x seed resolved once: configs, store folder, command
     exp.power()                      # each claim's seeds for 80% power and its mde (--plan)
-    exp.train(jobs=2)                # prepare the data, train what is unfinished (stopped runs resume)
-    exp.report(command)              # measure, time, judge, write the record and the pages; the results
+    exp.run()                        # prepare the data, train what is unfinished (stopped runs resume)
+    exp.measure()                    # each run's measures (kept beside the run) and the suite's timing pairs
+    exp.judge()                      # the verdicts
+    exp.publish("runs/ablate/ffn-small")   # the record, the pages and the plots: writing only
 
-    Experiment.create("ffn", collect="runs/ablate/ffn-small").report(command)   # from runs made elsewhere
+    Experiment.collect("runs/ablate/ffn-small").publish()   # from runs made elsewhere (--executor slurm)
 
-`archlab ablate` (commands/ablate.py) parses flags, calls these and prints; `scripts/publish_results.py` collects
-through them. Planning returns new values (a Plan holding the parameter-matched suite); nothing mutates the
-suite it was given.
+Each step is cached on the experiment and computed from the step before it; `run()` and a plan that grows
+(`sequential`) drop what follows them. `archlab ablate` (commands/ablate.py) parses flags, calls these and prints;
+`scripts/publish_results.py` collects through them. Planning returns new values (a Plan holding the
+parameter-matched suite); nothing mutates the suite it was given.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 from archlab.lab import planning, stats
@@ -24,113 +31,205 @@ from archlab.lab.budgets import BUDGETS
 from archlab.lab.collect import measure_plan, measure_timings, table_of
 from archlab.lab.executor import SlurmOptions, submit_plan
 from archlab.lab.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
-from archlab.lab.report import record_suite_time, write_report
+from archlab.lab.record import Record
+from archlab.lab.report import record_of, record_suite_time, write_report
 from archlab.lab.runner import Progress, run_plan
 from archlab.lab.suite import Suite, SuiteError
 from archlab.lab.suite_file import load_suite
 from archlab.lab.table import Table
+from archlab.lab.variants import EXECUTORS
 from archlab.lab.verdicts import ClaimResult, judge
 
 DEFAULT_BUDGET = "small"
 
 
-@dataclass
 class Experiment:
-    """A planned suite (`plan`: the parameter-matched suite, the budget, seeds, folders and runs)."""
+    """A suite at a budget: its settings, and each step's result once computed (module doc)."""
 
-    plan: Plan
-    spec: str  # what the suite was named by: a built-in name or a YAML path
-    log: Callable[[str], None] = field(default=lambda line: None)  # progress lines (the command prints them)
+    def __init__(self, suite: str | Path, budget: str | None = None, seeds: int | None = None,
+                 store: str | Path | None = None, jobs: int = 1, executor: str = "local", *,
+                 out: str | Path | None = None, fold_over: bool = False, extra: dict[str, int] | None = None,
+                 slurm: SlurmOptions | None = None, log: Callable[[str], None] | None = None) -> None:
+        """`suite`: a built-in suite's name or a YAML file; `budget`: tiny, small or medium (default small);
+        `seeds`: per arm (default the suite's or the budget's); `store`: the run folders, shared by suites
+        (default store/ beside `out`); `jobs`: runs at once here, one thread each; `executor`: local, or slurm
+        (`run` submits a job array, `collect` later); `out`: the suite's folder (default
+        runs/ablate/SUITE-BUDGET); `fold_over`: a screening suite's mirrored half fraction too."""
+        if jobs < 1:
+            raise ValueError(f"--jobs {jobs} is not allowed: at least 1")
+        if executor not in EXECUTORS:
+            raise ValueError(f"--executor {executor!r} is not allowed: {', '.join(EXECUTORS)}")
+        if budget is not None and budget not in BUDGETS:
+            raise ValueError(f"--budget {budget!r} is not allowed: {', '.join(BUDGETS)}")
+        self.spec, self.budget = str(suite), BUDGETS[budget or DEFAULT_BUDGET]
+        self.seeds, self.store, self.jobs, self.executor = seeds, store, jobs, executor
+        self.out, self.fold_over, self.extra = out, fold_over, dict(extra or {})
+        self.slurm, self.log = slurm or SlurmOptions(), log or (lambda line: None)
+        self._plan: Plan | None = None
+        self._drop()
 
     @classmethod
-    def create(cls, spec: str, budget: str | None = None, out: str | Path | None = None, seeds: int | None = None,
-               store: str | Path | None = None, collect: str | Path | None = None,
-               log: Callable[[str], None] | None = None, fold_over: bool | None = None) -> Experiment:
-        """Plan `spec` (a built-in suite or a YAML file): the budget, seeds, store (and a screening suite's
-        fold-over) of `collect`'s plan.json when collecting, else the arguments, else the defaults (budget small,
-        its seeds, store/ beside the folder)."""
-        recorded = read_plan(collect) if collect else {}
-        if collect and not recorded:
-            raise SuiteError(f"--collect {collect}: no plan.json there (made by `archlab ablate SUITE --out DIR`)")
-        name = budget or recorded.get("budget") or DEFAULT_BUDGET
-        seeds = seeds if seeds is not None else recorded.get("seeds")  # --seeds 0 is refused, not the default
-        fold_over = fold_over or recorded.get("fold_over") or None
-        suite = load_suite(spec, fold_over=fold_over)
-        folder = collect or out or f"runs/ablate/{suite.name}-{name}"
-        plan = plan_suite(suite, BUDGETS[name], folder, seeds, store=store or recorded.get("store"),
-                          extra=recorded.get("extra"))
-        return cls(plan, spec, log or (lambda line: None))
+    def collect(cls, folder: str | Path, suite: str | Path | None = None, **settings: object) -> Experiment:
+        """The experiment a suite folder's plan.json records (its suite, budget, seeds, store, fold-over and extra
+        seeds); `settings` (jobs, log, ...) on top."""
+        recorded = read_plan(folder)
+        if not recorded:
+            raise SuiteError(f"--collect {folder}: no plan.json there (made by `archlab ablate SUITE --out DIR`)")
+        kept = {"budget": recorded.get("budget"), "seeds": recorded.get("seeds"), "store": recorded.get("store"),
+                "fold_over": bool(recorded.get("fold_over")), "extra": recorded.get("extra")}
+        return cls(suite or recorded["suite"], out=folder, **{**kept, **{k: v for k, v in settings.items()
+                                                                           if v is not None}})
+
+    def _drop(self, after: str = "plan") -> None:
+        """Forget every step after `after` (a plan that changed, runs that trained)."""
+        if after == "plan":
+            self._power = None
+        self._measured: dict[RunSpec, dict] | None = None
+        self._timings: dict[str, dict] | None = None
+        self._record: Record | None = None
+        self._results: list[ClaimResult] | None = None
+
+    # ------------------------------------------------------------------------------------- before compute
+    def plan(self) -> Plan:
+        """Every arm at every seed, resolved once into its run (configs, store folder, command)."""
+        if self._plan is None:
+            suite = load_suite(self.spec, fold_over=self.fold_over or None)
+            out = self.out or f"runs/ablate/{suite.name}-{self.budget.name}"
+            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=self.store, extra=self.extra)
+        return self._plan
 
     @property
     def suite(self) -> Suite:
-        return self.plan.suite
+        return self.plan().suite
 
-    # ------------------------------------------------------------------------------------- before compute
     def power(self) -> list[planning.PlanRow]:
-        return planning.power_plan(self.plan)
+        if self._power is None:
+            self._power = planning.power_plan(self.plan())
+        return self._power
 
-    def power_text(self, jobs: int) -> list[str]:
-        return planning.screening_lines(self.plan) + planning.format_plan(self.plan, self.power(), jobs)
+    def power_text(self) -> list[str]:
+        return planning.screening_lines(self.plan()) + planning.format_plan(self.plan(), self.power(),
+                                                                            max(self.jobs, 2))
+
+    def command(self, sequential: str | None = None, max_seeds: int | None = None, execution: bool = False) -> str:
+        """The `archlab ablate` line of this experiment: every setting that changes what it trains or where (the
+        store and the folder) and how it is judged, which the record keeps; with `execution` also how it runs
+        here (--jobs, --executor): the line that continues it where it stopped."""
+        plan = self.plan()
+        spec = Path(self.spec).stem if Path(self.spec).parent.name == "suites" else self.spec
+        parts = ["archlab", "ablate", spec, "--budget", plan.budget.name, "--seeds", str(plan.seeds),
+                 "--out", str(plan.out), "--store", str(plan.store)]
+        parts += ["--jobs", str(self.jobs)] if execution and self.jobs != 1 else []
+        parts += ["--executor", self.executor] if execution and self.executor != "local" else []
+        parts += ["--sequential", sequential] if sequential else []
+        parts += ["--max-seeds", str(max_seeds)] if max_seeds is not None else []
+        parts += ["--fold-over"] if plan.suite.screening.get("fold_over") else []
+        return shlex.join(parts)
 
     def commands(self) -> list[str]:
         """The data and train command lines (the plan is written first, so --collect finds the runs)."""
-        write_plan(self.plan)
-        return self.plan.commands()
-
-    def submit(self, options: SlurmOptions) -> list:
-        """Every unfinished run as one task of a Slurm job array (submitit); --collect later."""
-        write_plan(self.plan)
-        return submit_plan(self.plan, "slurm", options)
+        write_plan(self.plan())
+        return self.plan().commands()
 
     # ------------------------------------------------------------------------------------- compute
-    def train(self, jobs: int = 1, on_progress: Callable[[Progress], None] | None = None) -> float:
-        """Prepare the data and train every unfinished run; returns the suite's training wall time so far."""
-        write_plan(self.plan)
-        prepare(self.plan)
+    def run(self, on_progress: Callable[[Progress], None] | None = None) -> float:
+        """Prepare the data and train every unfinished run (`jobs` at a time), or with the slurm executor submit
+        them as one job array (`collect` the folder once they finished); returns the suite's training wall time
+        over all sessions (0 when submitted)."""
+        plan = self.plan()
+        write_plan(plan)
+        self._drop("runs")
+        if self.executor == "slurm":
+            jobs = submit_plan(plan, "slurm", self.slurm)
+            self.log(f"submitted {len(jobs)} runs" + (f" as job array {jobs[0].job_id.split('_')[0]}" if jobs
+                                                         else " (all were done)"))
+            return 0.0
+        prepare(plan)
         start = time.perf_counter()
         try:
-            run_plan(self.plan, jobs, on_progress)
+            run_plan(plan, self.jobs, on_progress)
         finally:
-            wall = record_suite_time(self.plan, time.perf_counter() - start, jobs)
+            wall = record_suite_time(plan, time.perf_counter() - start, self.jobs)
         return wall
 
-    def measure(self, jobs: int = 1) -> dict[RunSpec, dict]:
-        return measure_plan(self.plan, lambda r: self.log(f"measuring {r.arm}/seed{r.seed}"), jobs)
+    def measure(self) -> dict[RunSpec, dict]:
+        """Each run's measures (cached beside it) and the suite's timing pairs (cached in its folder)."""
+        if self._measured is None:
+            self._measured = measure_plan(self.plan(), lambda r: self.log(f"measuring {r.arm}/seed{r.seed}"),
+                                          self.jobs)
+        if self._timings is None:
+            self._timings = measure_timings(self.plan())
+        return self._measured
 
-    def table(self, jobs: int = 1) -> Table:
-        return table_of(self.plan, self.measure(jobs), measure_timings(self.plan))
+    def table(self) -> Table:
+        measured = self.measure()
+        return table_of(self.plan(), measured, self._timings)
 
-    def judge(self, alpha: float = stats.ALPHA, jobs: int = 1) -> list[ClaimResult]:
-        return judge(self.table(jobs), alpha=alpha)
+    def record(self, command: str | None = None) -> Record:
+        """The table with each arm's parameters and config hash, the configs and the provenance."""
+        if self._record is None or (command is not None and self._record.provenance.get("command") != command):
+            measured = self.measure()
+            self._record = record_of(self.plan(), measured, self._timings, command or self.command())
+        return self._record
 
-    def report(self, command: str, results: list[ClaimResult] | None = None, jobs: int = 1) -> list[ClaimResult]:
-        """Measure (cached), time, judge (unless `results`), and write the record and the pages."""
-        return write_report(self.plan, self.measure(jobs), command, results=results)
+    def judge(self, alpha: float = stats.ALPHA) -> list[ClaimResult]:
+        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/verdicts.py)."""
+        if alpha != stats.ALPHA:
+            return judge(self.record().table, alpha=alpha)
+        if self._results is None:
+            self._results = judge(self.record().table)
+        return self._results
 
-    def sequential(self, kind: str, cap: int | None = None, jobs: int = 1, train: bool = True,
+    def publish(self, out: str | Path | None = None, command: str | None = None) -> list[ClaimResult]:
+        """Write the record's files, results.md, report.html and the plots into `out` (default the suite's
+        folder); returns the verdicts they show."""
+        record = self.record(command)
+        results = self.judge()
+        if out is not None and Path(out) != record.folder:
+            record = replace(record, folder=Path(out))
+        write_report(self.plan(), record, results)
+        return results
+
+    def report(self, command: str | None = None, results: list[ClaimResult] | None = None) -> list[ClaimResult]:
+        """`publish` into the suite's folder; `results` (a sequential run's looks) stand for `judge()`'s."""
+        if results is not None:
+            self.record(command)
+            self._results = results
+        return self.publish(command=command)
+
+    def sequential(self, kind: str, cap: int | None = None, train: bool = True,
                    on_progress: Callable[[Progress], None] | None = None) -> list[ClaimResult]:
         """Two looks: judge at the plan's n seeds at the first look's level; the arms of undecided claims get seeds
         up to `cap` (default 2n), trained unless `train` is False (runs made elsewhere), and their claims are
         judged again at the second look's level. The experiment's plan becomes the extended one."""
-        n = self.plan.seeds
+        n = self.plan().seeds
         cap = cap if cap is not None else 2 * n
         levels = planning.look_levels(kind, seeds=(n, cap))
-        first_plan = plan_suite(self.plan.suite, self.plan.budget, self.plan.out, n, store=self.plan.store)
-        timings = measure_timings(first_plan)
-        first = judge(table_of(first_plan, measure_plan(first_plan, jobs=jobs), timings), alpha=levels[0])
-        planning.record_look(self.plan.out, kind, levels, 1, first)
-        extra = planning.extra_seeds(first_plan, first, cap)
+        if self.extra:  # the first look reads the plan's n seeds only
+            self._replan({})
+        first = self.judge(alpha=levels[0])
+        planning.record_look(self.plan().out, kind, levels, 1, first)
+        extra = planning.extra_seeds(self.plan(), first, cap)
         self.log(f"sequential ({kind}, one-sided levels {levels[0]:.4g} then {levels[1]:.4g}): first look at {n} "
                  f"seeds; {len(extra)} arms of undecided claims get seeds up to {cap}")
         if not extra:
-            self.plan = first_plan
+            self._results = first
             return first
-        self.plan = plan_suite(self.plan.suite, self.plan.budget, self.plan.out, n, store=self.plan.store,
-                               extra=extra)
+        self._replan(extra)
         if train:
-            self.train(jobs, on_progress)
+            self.run(on_progress)
         undecided = [r.claim for r in first if r.outcome == stats.INCONCLUSIVE and r.test is not None]
-        second = judge(table_of(self.plan, measure_plan(self.plan, jobs=jobs), timings), alpha=levels[1],
-                       claims=undecided)
-        planning.record_look(self.plan.out, kind, levels, 2, second)
-        return planning.sequential_results(first, second, levels)
+        second = judge(self.record().table, alpha=levels[1], claims=undecided)
+        planning.record_look(self.plan().out, kind, levels, 2, second)
+        self._results = planning.sequential_results(first, second, levels)
+        return self._results
+
+    def _replan(self, extra: dict[str, int]) -> None:
+        """The same suite with `extra` seeds per arm; what was measured of the common runs stays cached beside
+        them, the rest is dropped."""
+        plan = self.plan()
+        self.extra = dict(extra)
+        timings = self._timings
+        self._plan = plan_suite(plan.suite, plan.budget, plan.out, plan.seeds, store=plan.store, extra=self.extra)
+        self._drop("runs")
+        self._timings = timings  # timing pairs time fresh models, not runs

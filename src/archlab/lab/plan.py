@@ -10,6 +10,7 @@ suite's folder links to it (SUITE/runs/ARM/seedN). lab/runner.py runs the plan, 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,8 +21,10 @@ from pathlib import Path
 from archlab.data.prepare import prepare_data
 from archlab.lab.arms import arm_keys, match_parameters, resolve_arm
 from archlab.lab.budgets import Budget
-from archlab.lab.store import link_legacy, run_hash
-from archlab.lab.suite import Arm, Suite, SuiteError, at_budget
+from archlab.lab.store import link_legacy, run_key
+from archlab.lab.suite import Suite, SuiteError, at_budget
+from archlab.nn.config import ModelConfig
+from archlab.train.config import TrainConfig, resolve_config
 
 PLAN = "plan.json"  # written in the suite's folder: which suite, budget, seeds and run folders it holds
 
@@ -48,13 +51,25 @@ class DataSpec:
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: a plan holds each run once
 class RunSpec:
-    """One arm at one seed: its flags, folder and length."""
+    """One arm at one seed, resolved once: its flags, its configs as `archlab train` resolves them, its folder in
+    the store (named by the configs' key) and its length. The store, the runner, the measures and the report read
+    these; nothing resolves the run's keys again."""
 
     arm: str
     seed: int
     run_dir: Path
     keys: dict[str, str]  # every dotted key the run sets, as flag text
     steps: int
+    train: TrainConfig | None = None  # the resolved configs (None: resolved from `keys` when first asked)
+    model: ModelConfig | None = None
+
+    def configs(self) -> tuple[TrainConfig, ModelConfig]:
+        """The run's resolved configs (its folder aside: `out` is where the store put it)."""
+        if self.train is None or self.model is None:
+            train, model = resolve_config([{k: v for k, v in self.keys.items() if k != "out"}])
+            object.__setattr__(self, "train", train)
+            object.__setattr__(self, "model", model)
+        return self.train, self.model
 
     def command(self, resume: bool = False) -> list[str]:
         flags = [part for key, value in self.keys.items() for part in (f"--{key}", value)]
@@ -86,9 +101,10 @@ class Plan:
         return data + [shlex.join(r.command()) for r in unique]
 
 
-def _data_spec(suite: Suite, arm: Arm, budget: Budget, out: Path) -> DataSpec:
-    """The data folder an arm trains on: STORE/data/<tokenizer>-<hash of the request>, or a prepared source."""
-    d = resolve_arm(suite, arm, budget)[0].data
+def _data_spec(arm_train: TrainConfig, budget: Budget, out: Path) -> DataSpec:
+    """The data folder an arm (its resolved train config) trains on: STORE/data/<tokenizer>-<hash of the request>,
+    or a prepared source."""
+    d = arm_train.data
     if (Path(d.source) / "meta.json").is_file():
         return DataSpec(d.source, d.tokenizer, d.vocab_size, d.val_fraction, None, Path(d.source), prepared=True)
     tok = {"byte": "byte", "bpe": f"bpe{d.vocab_size}"}.get(d.tokenizer, "file")
@@ -111,15 +127,19 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
     plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
                 extra=dict(extra or {}))
     for arm in suite.arms:
-        data = _data_spec(suite, arm, budget, plan.store)
+        data = _data_spec(resolve_arm(suite, arm, budget)[0], budget, plan.store)
         if data not in plan.data:
             plan.data.append(data)
-        train = resolve_arm(suite, arm, budget)[0]
         for seed in range(plan.seeds_of(arm.name)):
             keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed)}
-            run_dir = plan.store / run_hash(keys, budget, plan.store)
+            try:
+                train, model = resolve_config([keys])
+            except ValueError as err:
+                raise SuiteError(f"suite {suite.name} arm {arm.name} seed {seed}: {err}") from None
+            run_dir = plan.store / run_key(train, model, budget, plan.store)
             link_legacy(run_dir, keys, budget)
-            plan.runs.append(RunSpec(arm.name, seed, run_dir, {**keys, "out": str(run_dir)}, train.steps))
+            train = dataclasses.replace(train, out=str(run_dir))
+            plan.runs.append(RunSpec(arm.name, seed, run_dir, {**keys, "out": str(run_dir)}, train.steps, train, model))
     return plan
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from archlab.costs import parameter_counts
 from archlab.lab import page
-from archlab.lab.collect import measure_timings, run_config, table_of
+from archlab.lab.collect import run_config, table_of
 from archlab.lab.embed_measures import max_embed_row_norm_series
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values, stored_ladder
 from archlab.lab.measure import MEASURES
@@ -22,7 +22,7 @@ from archlab.lab.record import Record, config_hash, data_hash, portable_config, 
 from archlab.lab.record import write_record as write_files
 from archlab.lab.runner import run_wall_s
 from archlab.lab.table import Table
-from archlab.lab.verdicts import ClaimResult, judge
+from archlab.lab.verdicts import ClaimResult
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
@@ -115,8 +115,10 @@ def _curve(run: RunSpec, kind: str, key: str) -> tuple[list[int], list[float]]:
     return [int(r["step"]) for r in rows], [float(r[key]) for r in rows]
 
 
-def plot_suite(plan: Plan) -> list[Path]:
-    """Validation loss and gradient norm over steps for every arm (and the embedding row norm if measured)."""
+def plot_suite(plan: Plan, folder: Path | None = None) -> list[Path]:
+    """Validation loss and gradient norm over steps for every arm (and the embedding row norm if measured), as PNGs
+    in `folder` (default the suite's)."""
+    folder = plan.out if folder is None else Path(folder)
     arms = [a.name for a in plan.suite.arms]
     figures = [
         ({a: [_curve(r, "eval", "loss") for r in plan.runs_of(a)] for a in arms},
@@ -128,27 +130,22 @@ def plot_suite(plan: Plan) -> list[Path]:
         series = {a: [tuple(map(list, zip(*max_embed_row_norm_series(r.run_dir)))) for r in plan.runs_of(a)]
                   for a in arms}
         figures.append((series, "largest embedding row norm", "L2 norm", "embed_row_norm.png", False))
-    return [plot_arms(curves, f"{plan.suite.name}: {title}", ylabel, plan.out / name, log_y)
+    folder.mkdir(parents=True, exist_ok=True)
+    return [plot_arms(curves, f"{plan.suite.name}: {title}", ylabel, folder / name, log_y)
             for curves, title, ylabel, name, log_y in figures]
 
 
-def write_report(plan: Plan, measured: dict[RunSpec, dict], command: str, timings: dict[str, dict] | None = None,
-                 results: list[ClaimResult] | None = None) -> list[ClaimResult]:
-    """The record's files, results.md, the PNG plots and report.html in the suite's folder; returns the claims'
-    results (judged here unless given: --sequential judges its looks itself). `timings` defaults to the suite's
-    timings, measured now where not yet kept."""
-    timings = measure_timings(plan) if timings is None else timings
-    record = record_of(plan, measured, timings, command)
-    results = judge(record.table) if results is None else results
-    images = plot_suite(plan)
+def write_report(plan: Plan, record: Record, results: list[ClaimResult]) -> list[Path]:
+    """Write the record's files, results.md, the PNG plots and report.html into `record.folder`: writing only (the
+    measures, the record and the verdicts come from lab/experiment.py); returns the images."""
+    images = plot_suite(plan, record.folder)
     if plan.suite.screening:
         from archlab.lab import screening
 
         metric = "val_loss" if "val_loss" in plan.suite.measures else plan.suite.measures[0]
         if (fitted := screening.fit(record.table, metric)) is not None:
-            images += screening.plot(fitted, record.table, plan.out)
+            images += screening.plot(fitted, record.table, record.folder)
     write_files(record, results)
     page.write_markdown(record, results, [p.name for p in sorted(images)])
     page.write_html(record, results, images)
-    return results
-
+    return images

@@ -1,4 +1,8 @@
-"""Running a plan (lab/plan.py): one `archlab train` subprocess per run, `jobs` at a time, progress, resume.
+"""Running a plan (lab/plan.py): each run's `archlab train` command, `jobs` at a time, progress, resume.
+
+Locally the runs train in `jobs` worker processes that keep torch imported (lab/worker.py), one run after another,
+each run exactly as its own `archlab train` process would train it; a Slurm task (lab/executor.py) runs one
+`archlab train` subprocess.
 
 A run is done when its folder holds the checkpoint of its last step and metrics.jsonl (or a recorded divergence);
 a stopped run is continued with `--resume`; how a run ended is recorded beside it (measure.STATUS).
@@ -20,6 +24,7 @@ from archlab.checkpoint import latest_checkpoint
 from archlab.lab.measure import STATUS
 from archlab.lab.plan import Plan, RunSpec
 from archlab.lab.store import set_aside, stale_reason
+from archlab.lab.worker import Worker
 from archlab.train.metrics import METRICS
 
 logger = logging.getLogger(__name__)
@@ -83,15 +88,21 @@ def run_wall_s(run_dir: Path) -> float:
     return max(0.0, status.stat().st_mtime - config.stat().st_mtime) if config.is_file() else 0.0
 
 
-def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
-    """Start (or resume) one run's `archlab train` process; `threads` caps its intra-op threads (None: torch's)."""
+def _begin(run: RunSpec) -> list[str]:
+    """Get a run's folder ready to (re)start and note when it started; its `archlab` arguments (resumed from its
+    last checkpoint if it has one)."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     _started[run] = (time.time(), run_wall_s(run.run_dir))  # a resumed run adds to its earlier sessions' time
     (run.run_dir / STATUS).unlink(missing_ok=True)
+    return run.command(resume=final_step(run.run_dir) > 0)[1:]
+
+
+def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
+    """Start (or resume) one run's `archlab train` process; `threads` caps its intra-op threads (None: torch's)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if threads is not None:  # --jobs N: one thread per process, N processes on N cores, not N x cores fighting
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, "-m", "archlab", *run.command(resume=final_step(run.run_dir) > 0)[1:]]
+    cmd = [sys.executable, "-m", "archlab", *_begin(run)]
     with (run.run_dir / "train.log").open("a", encoding="utf-8") as log:  # the child keeps its own handle
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -111,9 +122,10 @@ def _finish(run: RunSpec, returncode: int) -> None:
 
 def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] | None = None,
              poll_s: float = 0.5) -> None:
-    """Run every unfinished run, `jobs` at a time; finished runs are skipped, stopped ones resumed.
+    """Run every unfinished run, `jobs` at a time in as many worker processes; finished runs are skipped, stopped
+    ones resumed.
 
-    On Ctrl-C the runs under way receive it too, checkpoint and exit; the next call continues them.
+    On Ctrl-C (or SIGTERM) the runs under way checkpoint and stop; the next call continues them.
     """
     unique = list({r.run_dir: r for r in reversed(plan.runs)}.values())[::-1]  # one run per folder (arms may agree)
     for run in unique:  # a finished run is reused only as the config it trained (a stopped one: --resume checks)
@@ -122,29 +134,40 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
                            run.seed, run.run_dir.name, why, set_aside(run))
     todo = [r for r in unique if not is_done(r)]
     total, done = len(unique), len(unique) - len(todo)
-    running: dict[RunSpec, subprocess.Popen] = {}
     start, steps_before = time.perf_counter(), {r: current_step(r) for r in todo}
+    # --jobs N: one thread per worker, N workers on N cores, not N x cores fighting; one job keeps torch's choice
+    workers = [Worker.start(1 if jobs > 1 else None) for _ in range(min(jobs, len(todo)))]
     try:
-        while todo or running:
-            while todo and len(running) < jobs:
-                run = todo.pop(0)
-                running[run] = _start(run, 1 if jobs > 1 else None)
-            for run, proc in list(running.items()):
-                if proc.poll() is not None:
-                    del running[run]
-                    _finish(run, proc.returncode)
-                    if not is_done(run):  # stopped by a signal: leave it for the next call
-                        raise KeyboardInterrupt
-                    done += 1
+        while todo or any(w.busy for w in workers):
+            for worker in workers:
+                if worker.busy is None and todo:
+                    run = todo.pop(0)
+                    worker.submit(run, _begin(run), run.run_dir / "train.log")
+            for worker in (w for w in workers if w.busy is not None):
+                code = worker.result()
+                if code is None:
+                    continue
+                run, worker.busy = worker.busy, None
+                _finish(run, code)
+                if not is_done(run):  # stopped by a signal: leave it for the next call
+                    raise KeyboardInterrupt
+                done += 1
+            running = {w.busy: w for w in workers if w.busy is not None}
             if on_progress is not None:
                 on_progress(_progress(plan, todo, running, done, total, start, steps_before))
-            time.sleep(poll_s if running else 0)
+            if running:
+                time.sleep(poll_s)
     except BaseException:
-        for proc in running.values():
-            proc.terminate()  # SIGTERM: each run checkpoints its current step and exits
-        for proc in running.values():
-            proc.wait()
+        for worker in workers:
+            if worker.busy is not None:
+                worker.interrupt()  # SIGTERM: each run checkpoints its current step and returns
+        for worker in workers:
+            if worker.busy is not None:
+                worker.result(timeout=None)
         raise
+    finally:
+        for worker in workers:
+            worker.stop()
 
 
 def _progress(plan: Plan, todo: list[RunSpec], running: dict, done: int, total: int, start: float,

@@ -29,6 +29,8 @@ class StoredRun(Protocol):
     run_dir: Path
     keys: dict[str, str]
 
+    def configs(self) -> tuple[TrainConfig, ModelConfig]: ...
+
 
 STORE_VERSION = 2  # 2: the data folder enters by its name in the store, not its absolute path (a store can move)
 STALE = "stale"  # STORE/stale/: runs whose resolved config differs under today's code, moved aside, never deleted
@@ -48,6 +50,13 @@ def _non_default(values: dict, defaults: dict) -> dict:
 
 
 def run_hash(keys: dict[str, str], budget: Budget, store: Path | None = None, version: int | None = None) -> str:
+    """`run_key` of the configs `keys` (a run's dotted keys, its folder aside) resolve to."""
+    train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
+    return run_key(train, model, budget, store, version)
+
+
+def run_key(train: TrainConfig, model: ModelConfig, budget: Budget, store: Path | None = None,
+            version: int | None = None) -> str:
     """A content hash of a run's resolved config (train and model, without its folder) and the budget's
     measurement settings: two suites that ask for the same run get the same folder. Only fields that differ
     from the config classes' defaults enter it, so a new field (default: off) keeps every stored run; a data
@@ -55,7 +64,6 @@ def run_hash(keys: dict[str, str], budget: Budget, store: Path | None = None, ve
     is caught when the run is reused (`stale_reason`). `version=1` is the key of stores written before (the
     data folder's absolute path), which `plan_suite` links to."""
     version = STORE_VERSION if version is None else version
-    train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
     train_dict = {k: v for k, v in train.to_dict().items() if k != "out"}
     source = Path(str(train.data.source))
     if version >= 2 and store is not None and source.parent == Path(store) / "data":
@@ -90,7 +98,7 @@ def stale_reason(run: StoredRun) -> str | None:
         old = _comparable(*resolve_config([{}], saved=stored))
     except (ValueError, KeyError, TypeError) as err:
         return f"its config.json no longer resolves ({err})"
-    new = _comparable(*resolve_config([{k: v for k, v in run.keys.items() if k != "out"}]))
+    new = _comparable(*run.configs())
     for part in ("train", "model"):
         for key in sorted(set(old[part]) | set(new[part])):
             if old[part].get(key) != new[part].get(key):

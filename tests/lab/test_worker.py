@@ -1,0 +1,77 @@
+"""The lab's worker processes (lab/worker.py) train a run exactly as `archlab train` alone does: a run trained
+after another one in the same worker ends, bit for bit, where the same command ends in a fresh process; a failing
+run is reported by its exit code and the worker goes on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from archlab.checkpoint import latest_checkpoint
+from archlab.lab import runner
+from archlab.lab.budgets import BUDGETS
+from archlab.lab.plan import plan_suite, prepare
+from archlab.lab.suite_file import load_suite
+from archlab.lab.worker import Worker
+from archlab.train.metrics import read_metrics
+
+SUITE = """
+name: two
+design: the worker's equality with archlab train
+base: {preset: llama, steps: 6, logging.eval_every: 3, logging.log_every: 1, schedule.warmup_steps: 1,
+       model.dropout: 0.1}
+arms: {a: {}, b: {model.norm: layernorm, model.position: alibi}}
+measure: [val_loss]
+claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
+"""
+
+
+def rows(run: Path) -> list[tuple]:
+    return [(r["kind"] if "kind" in r else "train", r["step"], r.get("loss"), r.get("grad_norm"), r.get("lr"))
+            for r in read_metrics(run) if r.get("kind", "train") in ("train", "eval")]
+
+
+@pytest.mark.kernels
+@pytest.mark.slow
+def test_a_run_trained_after_another_in_one_worker_equals_archlab_train_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the worker and the lone process alike
+    (tmp_path / "two.yaml").write_text(SUITE)
+    plan = plan_suite(load_suite(tmp_path / "two.yaml"), BUDGETS["tiny"], tmp_path / "out", store=tmp_path / "store")
+    plan.runs = [plan.runs_of("a")[0], plan.runs_of("b")[0], plan.runs_of("a")[1]]  # b and a/1 follow a/0
+    prepare(plan)
+    runner.run_plan(plan, jobs=1, poll_s=0.05)
+    for run in plan.runs[1:]:
+        alone = tmp_path / f"alone-{run.arm}{run.seed}"
+        flags = [part for k, v in run.keys.items() if k != "out" for part in (f"--{k}", v)]
+        subprocess.run([sys.executable, "-m", "archlab", "train", *flags, "--out", str(alone)], check=True,
+                       capture_output=True, env={**os.environ})
+        assert rows(run.run_dir) == rows(alone) and len(rows(alone)) == 8
+        mine, theirs = (load_file(latest_checkpoint(d) / "model.safetensors") for d in (run.run_dir, alone))
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+        opt = [torch.load(latest_checkpoint(d) / "optimizer.pt", weights_only=True) for d in (run.run_dir, alone)]
+        assert all(torch.equal(a, b) for a, b in zip(*(
+            [t for s in o["state"].values() for t in s.values() if isinstance(t, torch.Tensor)] for o in opt)))
+
+
+@pytest.mark.slow
+def test_a_failing_run_is_its_exit_code_in_its_log_and_the_worker_goes_on(tmp_path: Path) -> None:
+    worker = Worker.start(threads=1)
+    try:
+        log = tmp_path / "train.log"
+        worker.submit("bad", ["train", "--preset", "llama", "--model.d_model", "7", "--out", str(tmp_path / "r")],
+                      log)
+        assert worker.result(timeout=120) == 2  # a refused config: the CLI's one line, exit 2
+        assert "archlab train: error:" in log.read_text() and "d_model" in log.read_text()
+        worker.submit("help", ["--version"], tmp_path / "second.log")
+        code = worker.result(timeout=120)
+        assert code is not None and worker.process.is_alive()  # the same process serves the next job
+    finally:
+        worker.stop()
+    assert not worker.process.is_alive()
