@@ -61,17 +61,21 @@ def test_a_run_trained_after_another_in_one_worker_equals_archlab_train_alone(
 
 
 @pytest.mark.slow
-def test_a_failing_run_is_its_exit_code_in_its_log_and_the_worker_goes_on(tmp_path: Path) -> None:
+def test_a_refused_run_is_its_exit_code_and_its_line_in_its_log_and_the_worker_goes_on(tmp_path: Path) -> None:
     worker = Worker.start(threads=1)
     try:
-        log = tmp_path / "train.log"
-        worker.submit("bad", ["train", "--preset", "llama", "--model.d_model", "7", "--out", str(tmp_path / "r")],
-                      log)
-        assert worker.result(timeout=120) == 2  # a refused config: the CLI's one line, exit 2
-        assert "archlab train: error:" in log.read_text() and "d_model" in log.read_text()
-        worker.submit("help", ["--version"], tmp_path / "second.log")
-        code = worker.result(timeout=120)
-        assert code is not None and worker.process.is_alive()  # the same process serves the next job
+        (tmp_path / "corpus.txt").write_text("def f(x):\n    return x\n" * 50)
+        keys = {"preset": "llama", "model.d_model": "7", "data.source": str(tmp_path / "corpus.txt"),
+                "out": str(tmp_path / "r")}
+        worker.submit("bad", keys, False, tmp_path / "train.log")
+        assert worker.result(timeout=120) == 2  # a refused config: archlab train's one line and exit code
+        lines = (tmp_path / "train.log").read_text().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("archlab train: error:") and "d_model" in lines[0]
+        assert not (tmp_path / "r").exists()
+        worker.submit("missing", {**keys, "model.d_model": "16", "data.source": str(tmp_path / "none")}, False,
+                      tmp_path / "second.log")
+        assert worker.result(timeout=120) == 2 and worker.process.is_alive()  # the same process serves the next
+        assert str(tmp_path / "none") in (tmp_path / "second.log").read_text()
     finally:
         worker.stop()
     assert not worker.process.is_alive()

@@ -14,13 +14,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archlab.data.corpus import check_source
 from archlab.nn.config import ModelConfig
 from archlab.overrides import load_yaml, parse_flags
 from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
-from archlab.train.lock import check_folder
-from archlab.train.sections import DataConfig
+from archlab.train.launch import check_request, run_configs
 
 if TYPE_CHECKING:
     from archlab.nn.model import TransformerLM
@@ -83,47 +81,22 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
-    # a config key alone would record weights never loaded
-    if any("init_from" in layer for layer in layers):
-        raise ValueError(
-            "init_from is set by --init-from PATH, which also loads the weights; not as a config "
-            "key"
-        )
-    if args.extend and not args.resume:
-        raise ValueError("--extend lengthens a resumed run: use it with --resume")
-    out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
-    if out is not None:  # a file as the run folder: one line, not mkdir's traceback
-        check_folder(Path(str(out)))
-    # a missing corpus in one line, before a model is loaded (a resumed run reads its own data)
-    if not args.resume:
-        check_source(
-            str(
-                next(
-                    (layer["data.source"] for layer in reversed(layers) if "data.source" in layer),
-                    DataConfig().source,
-                )
-            )
-        )
+    check_request(layers, args.resume, args.extend, init_from=bool(args.init_from))
     init = None
     if args.init_from:
-        if args.resume:
-            raise ValueError(
-                "--init-from starts a new run and --resume continues one: give one of them"
-            )
         train_cfg, model_cfg, init = init_from(args.init_from, layers)
-    elif not args.resume:
-        train_cfg, model_cfg = resolve_config(layers)
     else:  # every refusal comes before any data, model or folder is touched
-        train_cfg, model_cfg, step = resumed_config(layers, args.extend)
+        train_cfg, model_cfg, step = run_configs(layers, args.resume, args.extend)
         # nothing left: a finished run resumes to itself (the README's order)
-        if step == train_cfg.steps:
+        if args.resume and step == train_cfg.steps:
             print(
                 f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to "
                 "resume; to train "
                 f"longer: --resume --steps N --extend (N > {step})"
             )
             return 0
-        init = lora_base(train_cfg, model_cfg)
+        if args.resume:
+            init = lora_base(train_cfg, model_cfg)
     from archlab.train.trainer import TrainingDiverged, train  # torch: imported once a run starts
 
     try:
@@ -173,22 +146,6 @@ def check_settings_early(
 
     ctx = planned_context(train_cfg.distributed, train_cfg.precision.device)
     check_settings(train_cfg, model_cfg, ctx, resume)
-
-
-def resumed_config(layers: list[dict], extend: bool) -> tuple[TrainConfig, ModelConfig, int]:
-    """The config a `--resume` continues with (the latest checkpoint's, the user's layers on top),
-    checked, and the step it resumes from."""
-    from archlab.checkpoint import latest_checkpoint, read_run_config
-    from archlab.train.resume import check_resume, checkpoint_step, extend_schedule
-
-    out = next((layer["out"] for layer in reversed(layers) if layer.get("out")), None)
-    saved = read_run_config(out or resolve_config(layers)[0].out)
-    train_cfg, model_cfg = resolve_config(layers, saved)
-    step = checkpoint_step(latest_checkpoint(train_cfg.out))
-    if extend:
-        extend_schedule(train_cfg, saved["train"], step)
-    check_resume(train_cfg, saved["train"], step)
-    return train_cfg, model_cfg, step
 
 
 def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM | None:

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from archlab.lab import planning, stats
+import archlab.lab.planning as planning
+import archlab.lab.stats as stats
 from archlab.lab.budgets import BUDGETS
 from archlab.lab.collect import measure_plan, measure_timings, table_of
 from archlab.lab.executor import SlurmOptions, submit_plan

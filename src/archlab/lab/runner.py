@@ -88,13 +88,13 @@ def run_wall_s(run_dir: Path) -> float:
     return max(0.0, status.stat().st_mtime - config.stat().st_mtime) if config.is_file() else 0.0
 
 
-def _begin(run: RunSpec) -> list[str]:
-    """Get a run's folder ready to (re)start and note when it started; its `archlab` arguments (resumed from its
-    last checkpoint if it has one)."""
+def _begin(run: RunSpec) -> bool:
+    """Get a run's folder ready to (re)start and note when it started; whether it resumes (from its last
+    checkpoint)."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     _started[run] = (time.time(), run_wall_s(run.run_dir))  # a resumed run adds to its earlier sessions' time
     (run.run_dir / STATUS).unlink(missing_ok=True)
-    return run.command(resume=final_step(run.run_dir) > 0)[1:]
+    return final_step(run.run_dir) > 0
 
 
 def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
@@ -102,7 +102,7 @@ def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if threads is not None:  # --jobs N: one thread per process, N processes on N cores, not N x cores fighting
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, "-m", "archlab", *_begin(run)]
+    cmd = [sys.executable, "-m", "archlab", *run.command(resume=_begin(run))[1:]]
     with (run.run_dir / "train.log").open("a", encoding="utf-8") as log:  # the child keeps its own handle
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -142,7 +142,7 @@ def run_plan(plan: Plan, jobs: int = 1, on_progress: Callable[[Progress], None] 
             for worker in workers:
                 if worker.busy is None and todo:
                     run = todo.pop(0)
-                    worker.submit(run, _begin(run), run.run_dir / "train.log")
+                    worker.submit(run, run.keys, _begin(run), run.run_dir / "train.log")
             for worker in (w for w in workers if w.busy is not None):
                 code = worker.result()
                 if code is None:

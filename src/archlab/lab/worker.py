@@ -1,45 +1,84 @@
 """A worker process that keeps torch imported and trains the lab's runs one after another.
 
-Each run is the `archlab train` command line of its plan (`RunSpec.command`), run through the same entry point
-(`archlab.cli.main`) with the process's stdout and stderr pointed at the run's `train.log`, exactly as the run's
-own `archlab train` process would run it: the trainer seeds every stream from the run's config, so a run's values
-do not depend on the runs the worker trained before it (tests/lab/test_worker.py compares with `archlab train`
-alone, bit for bit). What the worker saves is what a fresh process pays per run: the interpreter, importing torch
-and archlab (and torch's meta-device machinery the memory check builds a model with), and the exit.
+Each run is what its `archlab train` command line asks (`RunSpec.keys`, the layer of dotted keys the command's
+flags make), started as the command starts it: the request checked and its configs resolved by
+`archlab.train.launch` (a stopped run resumed from its checkpoint), then `train()`, with the process's stdout and
+stderr (the trainer's log) appended to the run's `train.log`, and the command's exit codes: 0, 1 for a run that
+diverged or a full disk, 2 for a refused input. The trainer seeds every stream from the run's config, so a run's
+values do not depend on the runs the worker trained before it (tests/lab/test_worker.py compares with
+`archlab train` alone, bit for bit). What the worker saves is what a fresh process pays per run: the interpreter,
+importing torch and archlab, torch's meta-device machinery the memory check builds a model with, and the exit.
 
-The worker starts with `threads` intra-op threads (OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is
-imported, as the runner sets them for a subprocess) and ignores SIGINT between runs; during a run the trainer's
-own handlers checkpoint on SIGINT / SIGTERM. This module imports no torch: the worker imports it after its
-environment is set.
+The worker starts with `threads` intra-op threads (OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is imported,
+as the runner sets them for a subprocess) and ignores SIGINT between runs; during a run the trainer's own handlers
+checkpoint on SIGINT / SIGTERM. This module imports no torch: the worker imports it after its environment is set.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
 import sys
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+logger = logging.getLogger(__name__)
+EXIT_FAILED, EXIT_REFUSED = 1, 2  # archlab train's exit codes: diverged or a fault; a refused input
+
 
 def _serve(conn: Connection, threads: int | None) -> None:
-    """The worker's loop: receive (argv, log path), run `archlab ARGV` with its output in the log, send back the
-    exit code; None stops it."""
+    """The worker's loop: receive (keys, resume, log path), train the run with its output in the log, send back
+    its exit code; None stops it."""
     if threads is not None:
         os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; a run's trainer handles its own
-    from archlab.cli import main  # torch and archlab, once
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # as `archlab train` logs
+    import archlab.train.trainer  # noqa: F401 - torch and archlab, once
 
     while (job := conn.recv()) is not None:
-        argv, log = job
-        conn.send(_run(main, argv, Path(log)))
+        keys, resume, log = job
+        conn.send(_logged(Path(log), lambda: train_run(keys, resume)))
 
 
-def _run(main, argv: list[str], log: Path) -> int:
-    """`main(argv)` with fds 1 and 2 appended to `log` (as a subprocess's would be); its exit code."""
+def train_run(keys: dict[str, str], resume: bool) -> int:
+    """One run as `archlab train` runs it (module doc); its exit code."""
+    from archlab.storage import StorageError
+    from archlab.train.launch import check_request, run_configs
+    from archlab.train.trainer import TrainingDiverged, train
+
+    try:
+        layers = [dict(keys)]
+        check_request(layers, resume)
+        train_cfg, model_cfg, step = run_configs(layers, resume)
+        if resume and step == train_cfg.steps:
+            logger.info("%s is already at step %d of %d: nothing to resume", train_cfg.out, step, train_cfg.steps)
+            return 0
+        if train_cfg.init_from:
+            raise ValueError(f"{train_cfg.out} starts from --init-from {train_cfg.init_from}: train it with "
+                             "`archlab train`, not in the lab's workers")
+        result = train(train_cfg, model_cfg, resume=resume)
+    except TrainingDiverged as err:
+        logger.error("archlab train: %s", err)
+        return EXIT_FAILED
+    except StorageError as err:
+        logger.error("archlab train: error: %s", err)
+        return EXIT_FAILED
+    except (ValueError, FileNotFoundError) as err:
+        logger.error("archlab train: error: %s", err)
+        return EXIT_REFUSED
+    stopped = f" (stopped by {result.interrupted})" if result.interrupted else ""
+    losses = [f"{x:.4f}" if x is not None else "-" for x in (result.train_loss, result.val_loss)]
+    logger.info("step %d%s: train loss %s, val loss %s, %s tokens/s; checkpoint %s", result.step, stopped, *losses,
+                f"{result.tokens_per_s:,.0f}", result.checkpoint)
+    return 0
+
+
+def _logged(log: Path, run) -> int:  # noqa: ANN001 - a function of no arguments returning an exit code
+    """`run()` with fds 1 and 2 appended to `log` (as a subprocess's would be); its exit code, 1 on an error it
+    did not expect (the traceback in the log)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -47,10 +86,10 @@ def _run(main, argv: list[str], log: Path) -> int:
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
         try:
-            return main(argv)
-        except BaseException:  # noqa: BLE001 - the run fails, the worker goes on; the log has the traceback
-            traceback.print_exc()
-            return 1
+            return run()
+        except Exception:  # the run fails, the worker goes on
+            logger.exception("the run failed")
+            return EXIT_FAILED
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -77,9 +116,10 @@ class Worker:
         child.close()
         return cls(process, parent)
 
-    def submit(self, run: object, argv: list[str], log: Path) -> None:
+    def submit(self, run: object, keys: dict[str, str], resume: bool, log: Path) -> None:
+        """Train `run` (its dotted keys, resumed or not) next; its output goes to `log`."""
         self.busy = run
-        self.conn.send((argv, str(log)))
+        self.conn.send((dict(keys), resume, str(log)))
 
     def result(self, timeout: float = 0.0) -> int | None:
         """The exit code of the run under way once it ended (None while it trains). A worker that died reports
