@@ -153,13 +153,14 @@ claims:
 K, N = 8, 4  # 8 alike arms x 4 seeds: the pair's own 3 df against the group's 7 x 3 = 21
 
 
-def _f_gate_p(y: np.ndarray) -> tuple[float, float]:
-    """(F, two-sided p) of the pair's variance against the group's: var(b - a) over 2 sigma_eps^2, with sigma_eps^2
-    the arm + seed residual (Montgomery ch. 4), on F(n - 1, (K - 1)(n - 1)) from scipy.stats.f."""
+def _f_gate_p(y: np.ndarray) -> tuple[float, float, float]:
+    """(F, two-sided p, sigma_eps) of the pair's variance against the group's: var(b - a) over 2 sigma_eps^2, with
+    sigma_eps^2 the arm + seed residual (Montgomery ch. 4), on F(n - 1, (K - 1)(n - 1)) from scipy.stats.f."""
     e = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
     df = (K - 1) * (N - 1)
-    f = np.var(y[1] - y[0], ddof=1) / (2 * (e ** 2).sum() / df)
-    return float(f), float(2 * min(sp.f.cdf(f, N - 1, df), sp.f.sf(f, N - 1, df)))
+    sigma2 = (e ** 2).sum() / df
+    f = np.var(y[1] - y[0], ddof=1) / (2 * sigma2)
+    return float(f), float(2 * min(sp.f.cdf(f, N - 1, df), sp.f.sf(f, N - 1, df))), math.sqrt(sigma2)
 
 
 def _pair_at(p: float, side: str) -> np.ndarray:
@@ -192,14 +193,13 @@ def test_the_f_gate_pools_an_alike_pair_at_f_p_006_and_not_at_004(tmp_path: Path
     arms = [a.name for a in suite.arms]
     for p, pooled in ((0.06, True), (0.04, False)):
         y = _pair_at(p, side)
-        fit = stats.rcbd(dict(zip(arms, y)))
-        assert not fit.heteroscedastic  # Bartlett's test does not decide it: the F gate does
+        assert not stats.rcbd(dict(zip(arms, y))).heteroscedastic  # Bartlett's test does not decide it: the F gate
         (result,) = judge(_table(suite, {arm: list(row) for arm, row in zip(arms, y)}))
         d = y[1] - y[0]
         if pooled:
             assert result.note == f"pooled residual of alike arms {', '.join(arms)} (21 df)", (side, p)
             assert result.test.df == 21
-            assert result.test.se == pytest.approx(fit.pooled.sigma * math.sqrt(2 / N), rel=1e-12)
+            assert result.test.se == pytest.approx(_f_gate_p(y)[2] * math.sqrt(2 / N), rel=1e-12)
         else:
             f = _f_gate_p(y)[0]
             assert result.note == ("the pair's own paired differences (its variance differs from the alike group's "
