@@ -167,3 +167,34 @@ def test_reuse_only_never_replaces_a_prepared_folder(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert prepare_data(str(corpus), out, reuse_only=True) == out  # the same request is reused as before
 
+
+
+def test_bpe_is_trained_on_the_train_documents_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Documents 3 and 7 of 8 are validation (val_fraction 0.25); a word only they hold, repeated, must never
+    become a token: the BPE trainer sees the six train documents, and the tokenizer equals one trained on them."""
+    import archlab.data.prepare as prepare
+    from archlab.data.tokenizer import train_bpe
+
+    docs = [("quixotic zephyrs vex jumbo kwartz. " * 40) if i in (3, 7) else f"story {i}: the cat sat on the mat. " * 40
+            for i in range(8)]
+    file = write(tmp_path / "docs.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in docs))
+    train_docs = [d for i, d in enumerate(docs) if i not in (3, 7)]
+    seen: list[list[str]] = []
+    real = prepare.build_tokenizer
+
+    def spy(kind: str, vocab_size: int, texts):  # noqa: ANN001, ANN202
+        texts = list(texts) if texts is not None else None
+        seen.append(texts)
+        return real(kind, vocab_size, texts)
+
+    monkeypatch.setattr(prepare, "build_tokenizer", spy)
+    out = prepare_data(str(file), tmp_path / "out", tokenizer="bpe", vocab_size=320, val_fraction=0.25)
+    assert seen == [train_docs]
+    tok = Tokenizer.load(out)
+    assert tok.describe()["hash"] == train_bpe(train_docs, 320).describe()["hash"]
+    learned = [t for t in tok.token_bytes() if t is not None and len(t) > 1]
+    assert any(b"mat" in t for t in learned)  # the train text's words are merged ...
+    assert not any(c in t for t in learned for c in (b"zeph", b"quix", b"kwar"))  # ... the validation's never
+    everything = [t for t in train_bpe(docs, 320).token_bytes() if t is not None]
+    assert any(b"zeph" in t for t in everything)  # trained on every document, the word would be a token
+    assert tokens(out, "val") == stream(tok, [docs[3], docs[7]])

@@ -438,3 +438,41 @@ def test_results_are_never_replaced_without_force(action: str, checkpoint: Path,
     assert main([*argv, "--out", str(folders[0]), "--force"]) == 0
     assert main([*argv, "--out", str(text)]) == 2
     assert f"--out {text} is not a folder" in capsys.readouterr().err
+
+
+def test_score_last_past_the_shortest_length_is_refused_before_any_model_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window of L tokens has L predictions: score_last above the shortest length is refused in one line naming
+    the value and the maximum, before a model is built or run; at the shortest length itself it is scored."""
+    import archlab.eval.length as length
+
+    tokens = np.random.default_rng(0).integers(0, 256, 200)
+    model = tiny()
+    built, real = [], length.build_model
+    monkeypatch.setattr(length, "build_model", lambda *a, **k: built.append(1) or real(*a, **k))
+    for bad in (9, 0):
+        with pytest.raises(ValueError) as err:
+            evaluate_lengths(model, tokens, [16, 8], ["none"], bad, n_windows=2, progress=False)
+        assert str(err.value) == f"score_last={bad} is not allowed: between 1 and the shortest length 8"
+    assert built == []
+    results = evaluate_lengths(model, tokens, [16, 8], ["none"], 8, n_windows=2, progress=False)
+    assert [r.length for r in results] == [16, 8] and len(built) == 2
+    assert results[1].loss == pytest.approx(window_loss(model, paired_windows(tokens, [16, 8], 2)[8], 8), rel=1e-6)
+
+
+def test_cli_score_last_past_the_shortest_length_is_one_line_before_loading(checkpoint: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys) -> None:
+    """Given --lengths, the check needs no checkpoint (a missing one is never reached); with the default lengths
+    (4, 8, 16 for this model) it comes after the model's config and before its weights are loaded."""
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    assert main(["eval", "length", "--checkpoint", str(tmp_path / "missing"), "--lengths", "8,16",
+                 "--score-last", "9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["archlab eval: error: --score-last 9 is not allowed: at most the shortest length 8 (or 'all')"]
+    monkeypatch.setattr("archlab.commands.eval.length.load_for_eval", lambda *a: pytest.fail("the model was loaded"))
+    assert main(["eval", "length", "--checkpoint", str(checkpoint), "--data", str(text), "--scalings", "none,yarn",
+                 "--score-last", "5", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["archlab eval: error: --score-last 5 is not allowed: at most the shortest length 4 (or 'all')"]
+    assert not (tmp_path / "out").exists()

@@ -89,3 +89,46 @@ def test_fold_over_frees_main_effects_and_the_public_tuple() -> None:
     assert full.shape == (8, 3) and gens == ["a", "b", "c"]
     with pytest.raises(ValueError, match=re.escape("resolution 'VI+' is not allowed")):
         design(5, "VI+")
+
+
+# Montgomery, *Design and Analysis of Experiments* (8th ed.), ch. 8: the alias structure of the 2^(4-1)_IV design
+# with I = ABCD (example 8.1) and of the 2^(5-2)_III design with D = AB, E = AC, I = ABD = ACE = BCDE (example 8.7),
+# cut at three-factor interactions. The defining relation's words of at most three letters are aliased with the
+# mean: they form one chain of their own.
+ALIASES_3 = {
+    (4, "D=ABC"): ["A = BCD", "B = ACD", "C = ABD", "D = ABC", "AB = CD", "AC = BD", "AD = BC"],
+    (5, "D=AB E=AC"): ["A = BD = CE", "B = AD = CDE", "C = AE = BDE", "D = AB = BCE", "E = AC = BCD",
+                       "BC = DE = ACD = ABE", "BE = CD = ABC = ADE", "ABD = ACE"],
+}
+
+
+@pytest.mark.parametrize(("k", "generators"), sorted(ALIASES_3))
+def test_alias_chains_at_order_3_are_the_textbooks(k: int, generators: str) -> None:
+    from archlab.lab.design import Design
+
+    words = _textbook_words(k, generators)
+    d = Design(np.zeros((2 ** (k - len(generators.split())), k)), tuple(), tuple(words), min(map(len, words)))
+    got = {frozenset(chain) for chain in d.chains(3)}
+    want = {frozenset(e.strip().lower() for e in line.split("=")) for line in ALIASES_3[k, generators]}
+    assert got == want
+
+
+@pytest.mark.parametrize(("k", "resolution"), sorted(TEXTBOOK))
+def test_alias_chains_at_order_3_share_one_column_and_no_other(k: int, resolution: str) -> None:
+    """Read off the design's own matrix: the effects of one chain have one column (up to its sign), effects of two
+    chains orthogonal columns, and every effect of at most three factors sits in exactly one chain."""
+    d = design(k, resolution)
+    x = d.matrix
+
+    def column(effect: str) -> np.ndarray:
+        return np.prod(x[:, [LETTERS.index(c) for c in effect]], axis=1)
+
+    chains = d.chains(3)
+    members = [e for chain in chains for e in chain]
+    effects = ["".join(c) for r in (1, 2, 3) for c in itertools.combinations(LETTERS[:k], r)]
+    assert sorted(members) == sorted(effects)
+    for chain in chains:
+        for e in chain[1:]:
+            assert abs(column(chain[0]) @ column(e)) == d.runs, (chain, e)
+    for one, other in itertools.combinations(chains, 2):
+        assert column(one[0]) @ column(other[0]) == 0, (one, other)

@@ -57,8 +57,11 @@ def test_test_claim_with_items_checks_its_inputs():
     result = stats.test_claim(a, b, expect="better", better="higher", items=(items_a, items_b))
     assert result.test == "seed x item t" and result.items == 3 and result.n == 2 and result.seeds_needed is None
     assert result.estimate == pytest.approx(float((items_a - items_b).mean()))
-    with pytest.raises(ValueError, match="per-seed means of its items"):
+    with pytest.raises(ValueError, match="^a must be the per-seed means of its items"):
         stats.test_claim(a + 0.1, b, expect="better", better="higher", items=(items_a, items_b))
+    # b's table is checked against b's values too: off by 0.1 on one seed, it names b
+    with pytest.raises(ValueError, match=r"^b must be the per-seed means of its items: \[0\.3333"):
+        stats.test_claim(a, b + np.array([0.0, 0.1]), expect="better", better="higher", items=(items_a, items_b))
     with pytest.raises(ValueError, match="one shape"):
         stats.test_claim(a, b, expect="better", better="higher", items=(items_a, items_b[:, :2]))
     with pytest.raises(ValueError, match="pair"):

@@ -197,6 +197,19 @@ def test_the_needs_column_says_what_a_stated_effect_needs_and_when_no_plan_is_ma
     against = stats.adjust([alone, planned, unstated])[0]
     row = claim_table([ClaimResult(claim, against, against.outcome, against.estimate)])[1][0]
     assert against.outcome == stats.INCONCLUSIVE and row[13].startswith("none: the data point the other way")
+    # "not worse than" and "as good as within +-m" are planned at a true difference of 0, never at a gain; the
+    # equivalence plan is the TOST's (90% power for each one-sided test: seeds_needed at 0.9, by scipy's nct)
+    a, b = [3.03, 2.96, 3.05, 2.97], [3.0] * 4  # d: mean 0.0025, sd 0.043; the 90% bounds reach +-0.053
+    sigma_d = float(np.std(np.subtract(a, b), ddof=1))
+    for expect, power, words in (("same", 0.8, "at a true difference of 0"), ("equivalent", 0.9,
+                                 "for equivalence within +-0.05 at a true difference of 0 (90% power per side)")):
+        test = stats.test_claim(a, b, expect=expect, better="lower", margin=0.05)
+        claim = Claim("a as good as b", "val_loss", "a", "b", expect=expect, margin=0.05)
+        seeds = next(n for n in range(2, 100) if sp.nct.sf(sp.t.ppf(0.95, n - 1), n - 1,
+                                                           0.05 * math.sqrt(n) / sigma_d) >= power)
+        assert test.outcome == stats.INCONCLUSIVE and test.seeds_needed == seeds, expect
+        row = claim_table([ClaimResult(claim, test, test.outcome, test.estimate, a)])[1][0]
+        assert row[13] == f"{seeds} seeds per arm {words}", expect
 
 
 def test_narang_agreement_needs_a_decision() -> None:

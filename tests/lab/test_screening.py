@@ -124,3 +124,36 @@ def test_the_standard_error_against_one_switch_at_a_time_at_equal_runs(tmp_path:
     result = fit(_table(suite, np.random.default_rng(2), seeds=2, sigma=0.01), "val_loss")
     one_at_a_time = math.sqrt(2) * result.sigma / math.sqrt(32 / 7)
     assert result.effect("ffn").se / one_at_a_time == pytest.approx(math.sqrt(2 / 7), rel=1e-9)
+
+
+def test_effect_p_values_are_two_sided_as_the_page_labels_them(tmp_path: Path) -> None:
+    """Each effect's p is the two-sided t test of effect = 0 at the fit's residual df: against scipy, on the hand
+    contrast and a residual from numpy's least squares over every main effect and every two-factor product (the
+    space the fit's chains span); the page's effects table calls it two-sided and shows it."""
+    from archlab.lab.page import fmt, screening_section
+    from archlab.lab.record import Record
+
+    suite = _suite(tmp_path)
+    table = _table(suite, np.random.default_rng(4), seeds=3, sigma=0.02)
+    result = fit(table, "val_loss")
+    x = np.array([coded(suite, a.name) for a in suite.arms for _ in range(3)], dtype=np.float64)
+    y = np.array([v for a in suite.arms for v in table.values(a.name, "val_loss")])
+    seed = np.array([s for _ in suite.arms for s in range(3)])
+    products = [x[:, i] * x[:, j] for i in range(6) for j in range(i + 1, 6)]
+    m = np.column_stack([np.ones(48), seed == 1, seed == 2, x, *products]).astype(np.float64)
+    coef, _, rank, _ = np.linalg.lstsq(m, y, rcond=None)
+    df = 48 - rank
+    sigma = math.sqrt(float(np.sum((y - m @ coef) ** 2)) / df)
+    assert df == result.df == 32
+    ps = []
+    for j, factor in enumerate(suite.factors):
+        effect = y[x[:, j] == 1].mean() - y[x[:, j] == -1].mean()
+        p = 2 * sp.t.sf(abs(effect) / (2 * sigma / math.sqrt(48)), df)
+        assert result.effect(factor).p == pytest.approx(p, rel=1e-9), factor
+        ps.append(p)
+    assert min(ps) < 0.01 and max(ps) > 0.5  # a large effect (pos) and a null one (norm): both tails of p
+    record = Record(table, BUDGETS["small"], tmp_path, {}, {})
+    (head, rows), _ = screening_section(record)
+    assert head[-1] == "p (two-sided)"
+    shown = {row[0]: row[-1] for row in rows}
+    assert all(shown[f] == fmt(result.effect(f).p) for f in suite.factors)

@@ -152,6 +152,23 @@ def test_mde_is_the_effect_with_80_percent_power_against_scipys_noncentral_t():
     assert scipy_stats.nct.sf(crit9, 9, pooled.mde * 2 / (0.01 * math.sqrt(2))) == pytest.approx(0.8, abs=1e-9)
 
 
+def test_an_equivalence_mde_has_90_percent_power_per_side_so_the_tost_has_80():
+    from scipy import stats as scipy_stats
+
+    result = stats.test_claim(A, B, expect="equivalent", better="lower", margin=0.05)  # n 4, 3 df
+    sigma_d, n = result.sigma_d, result.n
+    crit = scipy_stats.t.ppf(0.95, n - 1)
+    # each one-sided test of the TOST has 90% power at a true difference of 0 against a margin of mde
+    assert scipy_stats.nct.sf(crit, n - 1, result.mde * math.sqrt(n) / sigma_d) == pytest.approx(0.9, abs=1e-9)
+    # simulated truth: differences of sd sigma_d around 0; the TOST at margin = mde (both 90% bounds inside
+    # +-mde, written out here) confirms at least 80% of the time
+    trials = 20000
+    d = np.random.default_rng(7).normal(0.0, sigma_d, (trials, n))
+    mean, se = d.mean(axis=1), d.std(axis=1, ddof=1) / math.sqrt(n)
+    confirmed = float(np.mean((mean + crit * se < result.mde) & (mean - crit * se > -result.mde)))
+    assert confirmed >= 0.8 - _mc_tolerance(0.8, trials), confirmed  # measured 0.809 (0.641 at the 80%-per-side mde)
+
+
 def test_below_min_effect_more_seeds_confirm_less_often():
     # why the plan tests gain - min_effect: at a true effect of 0.8 min_effect, the share confirmed
     # falls as the seeds grow (the estimate concentrates below min_effect), so no n reaches 80%

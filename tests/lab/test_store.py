@@ -91,3 +91,66 @@ def test_a_new_default_off_field_keeps_every_stored_run(tmp_path: Path, monkeypa
     monkeypatch.setattr(store, "STORE_VERSION", store.STORE_VERSION + 1)  # a changed default moves every run
     moved = [r.run_dir for r in plan_suite(suite, BUDGETS["tiny"], tmp_path / "c").runs]
     assert not set(moved) & set(before)
+
+
+def test_a_run_of_a_moved_store_is_not_stale_but_another_data_folder_is(tmp_path: Path) -> None:
+    """A store copied elsewhere holds runs whose config.json names the data folder (and the run folder) where they
+    trained: reuse compares the data folder by its name, so the moved runs are reused; a data folder of another
+    name is another corpus, and stale."""
+    from archlab.lab import store
+    from archlab.train.config import resolve_config
+
+    plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", store=tmp_path / "moved" / "store")
+    run = plan.runs[0]
+    train, model = resolve_config([run.keys])
+    data = Path(train.data.source)
+    assert data.parent == tmp_path / "moved" / "store" / "data"  # the plan's data folder sits in its store
+    config = {"train": train.to_dict(), "model": model.to_dict()}
+    before = tmp_path / "before" / "store"
+    config["train"]["out"] = str(before / run.run_dir.name)  # where it trained, before the store moved
+    config["train"]["data"]["source"] = str(before / "data" / data.name)
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "config.json").write_text(json.dumps(config))
+    assert store.stale_reason(run) is None
+    config["train"]["data"]["source"] = str(before / "data" / f"{data.name}-other")
+    (run.run_dir / "config.json").write_text(json.dumps(config))
+    why = store.stale_reason(run)
+    assert why is not None and why.startswith("train.data is ") and f"'{data.name}-other'" in why
+
+
+def test_setting_aside_a_linked_run_leaves_no_link_so_the_run_trains_there_again(tmp_path: Path) -> None:
+    """A version-1 run linked under today's key, then found stale: the folder it links to moves to STORE/stale/
+    and the link goes too, so the run's folder can be made anew (a dangling link would refuse mkdir)."""
+    from archlab.lab import store
+
+    suite = load_suite("heads")
+    run = plan_suite(suite, BUDGETS["tiny"], tmp_path / "a", store=tmp_path / "store").runs[0]
+    legacy = tmp_path / "store" / store.run_hash(run.keys, BUDGETS["tiny"], version=1)
+    legacy.mkdir(parents=True)
+    (legacy / "metrics.jsonl").write_text("{}\n")
+    linked = plan_suite(suite, BUDGETS["tiny"], tmp_path / "b", store=tmp_path / "store").runs[0]
+    assert linked.run_dir == run.run_dir and linked.run_dir.is_symlink()
+    moved = store.set_aside(linked)
+    assert moved.parent == tmp_path / "store" / "stale" and (moved / "metrics.jsonl").read_text() == "{}\n"
+    assert not moved.is_symlink() and not legacy.exists()  # the folder itself moved, not the link
+    assert not linked.run_dir.is_symlink() and not linked.run_dir.exists()
+    linked.run_dir.mkdir()  # the run trains in its own folder again
+    again = plan_suite(suite, BUDGETS["tiny"], tmp_path / "c", store=tmp_path / "store").runs[0]
+    assert again.run_dir == linked.run_dir and not again.run_dir.is_symlink()
+
+
+def test_the_version_1_key_is_the_same_with_or_without_a_store(tmp_path: Path) -> None:
+    """Version-1 stores keyed the data folder by its absolute path, whatever store held it: the key `link_legacy`
+    looks for must not change when a store is passed (version 2 names the data folder within its store)."""
+    from archlab.lab import store
+
+    for where in (tmp_path / "store", tmp_path / "elsewhere"):
+        run = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", store=where).runs[0]
+        v1 = store.run_hash(run.keys, BUDGETS["tiny"], version=1)
+        assert store.run_hash(run.keys, BUDGETS["tiny"], where, version=1) == v1
+        assert store.run_hash(run.keys, BUDGETS["tiny"], where) == run.run_dir.name != v1
+    here, there = (plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", store=w).runs[0]
+                   for w in (tmp_path / "store", tmp_path / "elsewhere"))
+    assert here.run_dir.name == there.run_dir.name  # version 2: one key for the moved store
+    assert store.run_hash(here.keys, BUDGETS["tiny"], version=1) != store.run_hash(there.keys, BUDGETS["tiny"],
+                                                                                      version=1)

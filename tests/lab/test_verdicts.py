@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import optimize
 from scipy import stats as sp
 
 from archlab.lab import stats
@@ -137,3 +138,71 @@ def test_a_measure_with_items_is_judged_with_seeds_and_items_random(tmp_path: Pa
     # without items the identical seeds would tie exactly: untestable, never a p of 1e-7 from others' residual
     (seeds_only,) = judge(_table(suite, values))
     assert seeds_only.outcome == stats.UNTESTABLE
+
+
+ALIKE = """
+name: alike
+base: {preset: llama}
+arms: {a: {}, b: {model.norm: layernorm}, c: {optimizer.lr: 0.002}, d: {optimizer.lr: 0.004},
+       e: {optimizer.lr: 0.006}, f: {optimizer.lr: 0.008}, g: {optimizer.lr: 0.01}, h: {optimizer.lr: 0.012}}
+alike: [a, b, c, d, e, f, g, h]
+measure: [val_loss]
+claims:
+  - {text: b beats a, metric: val_loss, arm: b, versus: a}
+"""
+K, N = 8, 4  # 8 alike arms x 4 seeds: the pair's own 3 df against the group's 7 x 3 = 21
+
+
+def _f_gate_p(y: np.ndarray) -> tuple[float, float, float]:
+    """(F, two-sided p, sigma_eps) of the pair's variance against the group's: var(b - a) over 2 sigma_eps^2, with
+    sigma_eps^2 the arm + seed residual (Montgomery ch. 4), on F(n - 1, (K - 1)(n - 1)) from scipy.stats.f."""
+    e = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    df = (K - 1) * (N - 1)
+    sigma2 = (e ** 2).sum() / df
+    f = np.var(y[1] - y[0], ddof=1) / (2 * sigma2)
+    return float(f), float(2 * min(sp.f.cdf(f, N - 1, df), sp.f.sf(f, N - 1, df))), math.sqrt(sigma2)
+
+
+def _pair_at(p: float, side: str) -> np.ndarray:
+    """Arms x seeds whose pair (a, b) has the two-sided F p `p` against the group, its variance above the group's
+    ("high": a and b drift apart along one seed pattern) or below it ("low": b follows a closely)."""
+    rng = np.random.default_rng(3)
+    seed, noise, w = rng.normal(0, 0.03, N), rng.normal(0, 0.01, (K, N)), rng.normal(0, 0.01, N)
+
+    def table(t: float) -> np.ndarray:
+        y = 3 + seed + noise
+        if side == "high":
+            y[0], y[1] = y[0] - t * w, y[1] - 0.01 + t * w
+        else:
+            y[1] = y[0] - 0.01 + t * w
+        return y
+
+    df = (K - 1) * (N - 1)
+    target = sp.f.isf(p / 2, N - 1, df) if side == "high" else sp.f.ppf(p / 2, N - 1, df)
+    t = optimize.brentq(lambda t: _f_gate_p(table(t))[0] - target, 0.0, 50.0, xtol=1e-14)
+    y = table(t)
+    assert _f_gate_p(y)[1] == pytest.approx(p, rel=1e-9)
+    return y
+
+
+@pytest.mark.parametrize("side", ["high", "low"])
+def test_the_f_gate_pools_an_alike_pair_at_f_p_006_and_not_at_004(tmp_path: Path, side: str) -> None:
+    """Alike arms pool their group's residual unless a two-sided 5% F test of var(b - a) against 2 sigma_eps^2 on
+    (n - 1, (K - 1)(n - 1)) df separates the pair: on both tails, p 0.06 pools and p 0.04 does not."""
+    suite = _suite(tmp_path, ALIKE)
+    arms = [a.name for a in suite.arms]
+    for p, pooled in ((0.06, True), (0.04, False)):
+        y = _pair_at(p, side)
+        assert not stats.rcbd(dict(zip(arms, y))).heteroscedastic  # Bartlett's test does not decide it: the F gate
+        (result,) = judge(_table(suite, {arm: list(row) for arm, row in zip(arms, y)}))
+        d = y[1] - y[0]
+        if pooled:
+            assert result.note == f"pooled residual of alike arms {', '.join(arms)} (21 df)", (side, p)
+            assert result.test.df == 21
+            assert result.test.se == pytest.approx(_f_gate_p(y)[2] * math.sqrt(2 / N), rel=1e-12)
+        else:
+            f = _f_gate_p(y)[0]
+            assert result.note == ("the pair's own paired differences (its variance differs from the alike group's "
+                                   f"pooled residual: F = {f:.3g})"), (side, p)
+            assert result.test.df == N - 1
+            assert result.test.se == pytest.approx(np.std(d, ddof=1) / math.sqrt(N), rel=1e-12)

@@ -5,6 +5,7 @@ that load without peft and equal W + (alpha / r) B A of the base and the saved a
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
@@ -176,3 +177,45 @@ def test_the_merge_check_allows_rounding_and_refuses_another_base() -> None:
     other = {**state, "l.base_layer.weight": state["l.base_layer.weight"] + 1e-3}
     with pytest.raises(ValueError, match=r"^--resume: checkpoint ckpt: its merged weights differ .* at l\.weight"):
         check_merged(other, merged, 2, 4.0, "ckpt")
+
+
+def test_a_seeded_base_that_changed_is_refused_by_its_digest_in_one_line(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --init-from the base is rebuilt from the run's seed on resume; if the initialisation changed since
+    (here: it draws seed 1's weights for seed 0), or --seed asks for another, the digest in the checkpoint's
+    manifest refuses it, in one line naming both digests and the seed, before anything is written."""
+    from archlab.checkpoint.manifest import read_manifest
+    from archlab.nn.config import ModelConfig
+    from archlab.nn.model import TransformerLM
+    from archlab.train.trainable import base_digest
+
+    run = tmp_path / "run"
+    assert main(["train", *cli_flags(prepared, run, steps="3", **LORA)]) == 0
+    capsys.readouterr()
+    before = snapshot(run)
+    old = read_manifest(last(run))["provenance"]["base_sha256"]
+    config = ModelConfig.from_dict(json.loads((run / "config.json").read_text())["model"])
+
+    def digest(seed: int) -> str:  # the base a seed draws, recomputed here
+        model = TransformerLM(config)
+        model.init_weights(seed=seed)
+        return base_digest(model)
+
+    assert digest(0) == old and len({old, digest(1), digest(5)}) == 3
+    assert main(["train", "--out", str(run), "--resume", "--steps", "6", "--seed", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"archlab train: error: --resume: LoRA run {run} was trained on the seed-0 initialisation with "
+                   f"sha256 {old[:16]}... (checkpoint step_0000003), but --seed 5 builds a base with sha256 "
+                   f"{digest(5)[:16]}...; its adapters fit that base only: resume without --seed (the run's seed "
+                   "is 0)")
+    assert snapshot(run) == before
+    new, real = digest(1), TransformerLM.init_weights
+    monkeypatch.setattr(TransformerLM, "init_weights", lambda self, seed=None: real(self, seed=1))
+    assert main(["train", "--out", str(run), "--resume", "--steps", "6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"archlab train: error: --resume: LoRA run {run} was trained on the seed-0 initialisation with "
+                   f"sha256 {old[:16]}... (checkpoint step_0000003), but this archlab rebuilds it as {new[:16]}... "
+                   "(the model's initialisation changed since); its adapters fit that base only: resume with the "
+                   f"archlab that started the run, or start a new run with --init-from {last(run)}")
+    assert snapshot(run) == before

@@ -94,8 +94,10 @@ def needed(result: ClaimResult) -> str:
             if test.items_needed else "")
     had = f" (it had {len(result.a)}: the estimate, not the n, leaves it open)" \
         if result.seeds_needed <= len(result.a) and not test.items_needed else ""
-    at = " at a true difference of 0" if result.claim.expect != "better" else \
-        f" at a true gain of {fmt(test.smallest_effect)}"
+    at = {"better": f" at a true gain of {fmt(test.smallest_effect)}",  # what _plan in lab/stats.py plans for
+          "same": " at a true difference of 0",
+          "equivalent": f" for equivalence within +-{fmt(test.margin)} at a true difference of 0 (90% power per "
+                        "side)"}[test.expect]
     if test.test not in (*stats.T_TESTS, stats.ITEM_TEST):  # an exact test on events plans at the observed rates
         at = " at the observed rates"
     return f"{result.seeds_needed} {unit}{at}{had}"

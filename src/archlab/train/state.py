@@ -214,16 +214,41 @@ class RunState:
                 f"{resume_from} "
                 f"--lora_rank {self.cfg.lora_rank}"
             )
-        if self.base_sha256 != old:
-            base = source or f"the seed-{self.cfg.seed} initialisation"
+        if self.base_sha256 == old:
+            return
+        if source:
             raise ValueError(
-                f"--resume: the base weights from {base} have sha256 {self.base_sha256[:16]}..., "
-                "but LoRA "
-                f"run {self.run_dir} was trained on {old[:16]}... (checkpoint {resume_from.name}): "
-                "its "
-                f"adapters fit that base only; restore {base} as it was, or start a new run with "
-                f"--init-from {resume_from}"
+                f"--resume: the base weights from {source} have sha256 "
+                f"{self.base_sha256[:16]}..., but LoRA run {self.run_dir} was trained on "
+                f"{old[:16]}... (checkpoint {resume_from.name}): its adapters fit that base only; "
+                f"restore {source} as it was, or start a new run with --init-from {resume_from}"
             )
+        raise ValueError(self._seeded_base_refusal(resume_from, old))
+
+    def _seeded_base_refusal(self, resume_from: Path, old: str) -> str:
+        """Why a LoRA run's seeded base (no init_from: rebuilt from the seed on resume) is not the
+        one its adapters trained on: another --seed, or an initialisation changed since."""
+        try:
+            saved = json.loads((resume_from / "config.json").read_text(encoding="utf-8"))
+            seed = int(saved["train"]["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            seed = self.cfg.seed
+        trained = (
+            f"LoRA run {self.run_dir} was trained on the seed-{seed} initialisation with sha256 "
+            f"{old[:16]}... (checkpoint {resume_from.name})"
+        )
+        if seed != self.cfg.seed:
+            return (
+                f"--resume: {trained}, but --seed {self.cfg.seed} builds a base with sha256 "
+                f"{self.base_sha256[:16]}...; its adapters fit that base only: resume without "
+                f"--seed (the run's seed is {seed})"
+            )
+        return (
+            f"--resume: {trained}, but this archlab rebuilds it as {self.base_sha256[:16]}... "
+            "(the model's initialisation changed since); its adapters fit that base only: resume "
+            "with the archlab that started the run, or start a new run with --init-from "
+            f"{resume_from}"
+        )
 
     def _restore(self, ckpt: Checkpoint) -> None:
         state = ckpt.state
