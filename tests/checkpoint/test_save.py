@@ -76,7 +76,7 @@ def test_disk_full_names_the_folder_and_keeps_the_previous_checkpoint(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("archlab.checkpoint.weights.save_file", full)
+    monkeypatch.setattr("archlab.checkpoint.safetensors_file.save_file", full)
     with pytest.raises(CheckpointError) as caught:
         save(tmp_path / "run", 2, model, tokenizer_file)
     assert str(caught.value) == (f"no space left on device at {tmp_path / 'run' / 'checkpoints'}: checkpoint step 2 "
