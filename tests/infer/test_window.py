@@ -125,6 +125,12 @@ def test_cli_slides_past_the_context_and_refuses_two_answers(short_checkpoint, t
     want = generate(tiny(max_seq_len=16), [tokenizer.encode("Hello there")],
                     SamplingConfig(max_new_tokens=12, temperature=0, past_context="slide")).tokens[0]
     assert capsys.readouterr().out == "Hello there" + tokenizer.decode(want) + "\n"
+    # the default 128 new tokens are not clipped to the context when the window slides past it
+    short = ["generate", "--checkpoint", "c", "--prompt", "Hi", "--temperature", "0"]
+    assert main([*short, "--past-context", "slide"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(short) == 0
+    assert "--max-new-tokens 14 (the default 128 clipped" in capsys.readouterr().err
     assert main([*argv, "--allow-extrapolation", "--past-context", "slide"]) == 2
     err = capsys.readouterr().err.strip()
     assert "argument --past-context: not allowed with argument --allow-extrapolation" in err and "\n" not in err
