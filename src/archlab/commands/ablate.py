@@ -32,6 +32,7 @@ from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
     from archlab.lab.experiment import Experiment
+    from archlab.lab.plan import Plan
     from archlab.lab.runner import Progress
 
 # the runner, executor, planning, verdicts and report import torch (the measures read checkpoints)
@@ -148,6 +149,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def rerun_argv(args: argparse.Namespace, plan: Plan) -> list[str]:
+    """The command that reruns this experiment as it was asked for: the resume hint after Ctrl-C and
+    the report's recorded command. Every flag that decides what is trained, where, or how it is
+    timed and judged is written out, resolved (budget, seeds, folder, store, jobs, executor, the
+    sequential design, a fold-over, --collect, the Slurm options); the modes of one invocation
+    (--list, --verify, --plan, --print-commands) are not. Run as printed it reads and writes the
+    same plan.json and store (a hint without --store once rewrote plan.json for the default
+    store)."""
+    argv = ["archlab", "ablate", args.suite, "--budget", plan.budget.name]
+    argv += ["--seeds", str(plan.seeds), "--out", str(plan.out), "--store", str(plan.store)]
+    argv += ["--jobs", str(args.jobs), "--executor", args.executor]
+    if args.collect:
+        argv += ["--collect", str(args.collect)]
+    if args.sequential:
+        argv += ["--sequential", args.sequential]
+    if args.max_seeds is not None:
+        argv += ["--max-seeds", str(args.max_seeds)]
+    if plan.suite.screening.get("fold_over"):
+        argv.append("--fold-over")
+    if args.executor == "slurm":
+        if args.slurm_partition is not None:
+            argv += ["--slurm-partition", args.slurm_partition]
+        argv += ["--slurm-time", str(args.slurm_time), "--slurm-gpus", str(args.slurm_gpus)]
+        argv += ["--slurm-cpus", str(args.slurm_cpus)]
+        argv += ["--slurm-array-parallelism", str(args.slurm_array_parallelism)]
+    return argv
+
+
 def _list() -> int:
     for name, arms, title in suite_index():
         print(f"{name:20s} {arms:2d} arms  {title}")
@@ -247,22 +276,7 @@ def run(args: argparse.Namespace) -> int:
             f"{arm.name:24s} {arm.params:>12,} parameters  "
             f"{param_note(plan.suite, arm, arm.params, base)}"
         )
-    command = shlex.join(
-        [
-            "archlab",
-            "ablate",
-            args.suite,
-            "--budget",
-            plan.budget.name,
-            "--seeds",
-            str(plan.seeds),
-            "--out",
-            str(plan.out),
-        ]
-        + (["--sequential", args.sequential] if args.sequential else [])
-        + (["--max-seeds", str(args.max_seeds)] if args.max_seeds is not None else [])
-        + (["--fold-over"] if plan.suite.screening.get("fold_over") else [])
-    )
+    command = shlex.join(rerun_argv(args, plan))
     if args.plan:
         print("\n".join(exp.power_text(max(args.jobs, 2))))
         return 0
