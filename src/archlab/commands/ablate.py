@@ -26,7 +26,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from archlab.lab.arms import param_note
-from archlab.lab.budgets import BUDGETS
+from archlab.lab.budgets import BUDGETS, evidence_caveat, evidence_note
 from archlab.lab.suite_file import suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
@@ -149,25 +149,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def rerun_argv(args: argparse.Namespace, plan: Plan) -> list[str]:
-    """The command that reruns this experiment as it was asked for: the resume hint after Ctrl-C and
-    the report's recorded command. Every flag that decides what is trained, where, or how it is
-    timed and judged is written out, resolved (budget, seeds, folder, store, jobs, executor, the
-    sequential design, a fold-over, --collect, the Slurm options); the modes of one invocation
-    (--list, --verify, --plan, --print-commands) are not. Run as printed it reads and writes the
-    same plan.json and store (a hint without --store once rewrote plan.json for the default
-    store)."""
+def rerun_argv(args: argparse.Namespace, plan: Plan, how: bool = True) -> list[str]:
+    """The command that reruns this experiment as it was asked for: the resume hint after Ctrl-C.
+    Every flag that decides what is trained and judged is written out, resolved (budget, seeds,
+    folder, store, the sequential design, a fold-over), and with `how` those that decide how this
+    invocation ran it (jobs, which also set each run's threads and so its timings, the executor,
+    --collect, the Slurm options); the modes of one invocation (--list, --verify, --plan,
+    --print-commands) never. Without `how` it is the report's recorded command, the same whether
+    the report came from training or from --collect. Run as printed it reads and writes the same
+    plan.json and store (a hint without --store once rewrote plan.json for the default store)."""
     argv = ["archlab", "ablate", args.suite, "--budget", plan.budget.name]
     argv += ["--seeds", str(plan.seeds), "--out", str(plan.out), "--store", str(plan.store)]
-    argv += ["--jobs", str(args.jobs), "--executor", args.executor]
-    if args.collect:
-        argv += ["--collect", str(args.collect)]
     if args.sequential:
         argv += ["--sequential", args.sequential]
     if args.max_seeds is not None:
         argv += ["--max-seeds", str(args.max_seeds)]
     if plan.suite.screening.get("fold_over"):
         argv.append("--fold-over")
+    if not how:
+        return argv
+    argv += ["--jobs", str(args.jobs), "--executor", args.executor]
+    if args.collect:
+        argv += ["--collect", str(args.collect)]
     if args.executor == "slurm":
         if args.slurm_partition is not None:
             argv += ["--slurm-partition", args.slurm_partition]
@@ -260,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     from archlab.lab.executor import SlurmOptions
     from archlab.lab.report import needed as report_needed
     from archlab.lab.runner import LabError
+    from archlab.lab.stats import BY_CONSTRUCTION
 
     slurm = SlurmOptions(
         args.slurm_partition,
@@ -276,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
             f"{arm.name:24s} {arm.params:>12,} parameters  "
             f"{param_note(plan.suite, arm, arm.params, base)}"
         )
-    command = shlex.join(rerun_argv(args, plan))
+    command = shlex.join(rerun_argv(args, plan, how=False))  # what the report records
+    resume = shlex.join(rerun_argv(args, plan))  # the Ctrl-C hint: how it ran, too
     if args.plan:
         print("\n".join(exp.power_text(max(args.jobs, 2))))
         return 0
@@ -313,16 +318,20 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(
             "\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run "
-            f"`{command}` again to "
+            f"`{resume}` again to "
             "continue where it stopped.",
             file=sys.stderr,
         )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+    caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
     for result in results:
         needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
-        print(f"{result.outcome:26s} {result.claim.text}{needed}")
+        smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
+        print(f"{result.outcome:26s} {result.claim.text}{needed}{smoke}")
+    if note := evidence_note(plan.budget.name, plan.seeds, plan.suite.seeds):
+        print(note)
     print(
         f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}"
     )
