@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from archlab.lab.experiment import Experiment
     from archlab.lab.plan import Plan
     from archlab.lab.runner import Progress
+    from archlab.lab.verdicts import ClaimResult
 
 # the runner, executor, planning, verdicts and report import torch (the measures read checkpoints)
 # and scipy: they are imported in the functions that plan, train and judge, so `--help` answers
@@ -261,9 +262,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
     from archlab.lab.executor import SlurmOptions
-    from archlab.lab.report import needed as report_needed
     from archlab.lab.runner import LabError
-    from archlab.lab.stats import BY_CONSTRUCTION
 
     slurm = SlurmOptions(
         args.slurm_partition,
@@ -325,17 +324,35 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
-    for result in results:
-        needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
-        smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
-        print(f"{result.outcome:26s} {result.claim.text}{needed}{smoke}")
-    if note := evidence_note(plan.budget.name, plan.seeds, plan.suite.seeds):
-        print(note)
+    _print_verdicts(plan, results)
     print(
         f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}"
     )
     return 0
+
+
+def _print_verdicts(plan: Plan, results: list[ClaimResult]) -> None:
+    """One line per claim: its outcome, what an inconclusive one needs, a timing's load, and the
+    caveat of runs below the budget and seeds the suite is judged at; then why the caveat, and a
+    warning per timing run on a loaded machine (lab/timing_load.py), as the page words them."""
+    from archlab.lab.collect import read_timings
+    from archlab.lab.report import needed as report_needed
+    from archlab.lab.stats import BY_CONSTRUCTION
+    from archlab.lab.timing_load import load_note, load_warning
+
+    caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
+    timings = read_timings(plan)
+    for result in results:
+        needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
+        smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
+        timed = timings.get(result.claim.metric) if plan.suite.timing(result.claim) else None
+        load = f" [{note}]" if timed and (note := load_note(timed)) else ""
+        print(f"{result.outcome:26s} {result.claim.text}{needed}{load}{smoke}")
+    if note := evidence_note(plan.budget.name, plan.seeds, plan.suite.seeds):
+        print(note)
+    for metric, timed in timings.items():
+        if warning := load_warning(metric, timed):
+            print(warning)
 
 
 def _train(exp: Experiment, jobs: int) -> None:

@@ -24,6 +24,7 @@ from archlab.lab.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.measure import MEASURES
 from archlab.lab.record import Record
 from archlab.lab.suite import Claim
+from archlab.lab.timing_load import load_warning, peak_load
 from archlab.lab.verdicts import ClaimResult, factorial_anova, suite_spreads
 
 RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (paired), on the pair's own paired "
@@ -163,13 +164,21 @@ def timing_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
     for t in record.suite.timings:
         timed = record.table.timings.get(t.metric)
         if timed is None:
-            rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a"])
+            rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a", "n/a"])
             continue
         ratios = sorted(a / b for a, b in zip(timed["a"], timed["b"]))
+        peak = peak_load(timed)
+        load = "not recorded" if peak is None else f"{peak:.1f} on {timed.get('cpus') or '?'} CPUs"
         rows.append([t.metric, t.kind, " vs ".join(timed["arms"]), str(len(ratios)),
                      f"{1e3 * statistics.median(timed['a']):.4g} / {1e3 * statistics.median(timed['b']):.4g}",
-                     fmt(statistics.median(ratios)), json.dumps(t.options) if t.options else "-"])
-    return ["timing", "kind", "arms (a vs b)", "pairs", "median ms (a / b)", "median ratio a/b", "options"], rows
+                     fmt(statistics.median(ratios)), load, json.dumps(t.options) if t.options else "-"])
+    return ["timing", "kind", "arms (a vs b)", "pairs", "median ms (a / b)", "median ratio a/b",
+            "load (1-min, highest)", "options"], rows
+
+
+def timing_warnings(record: Record) -> list[str]:
+    """One line per timing run while the machine's load exceeded its CPUs (lab/timing_load.py)."""
+    return [w for metric, timed in record.table.timings.items() if (w := load_warning(metric, timed))]
 
 
 def param_note(record: Record, arm: str, params: int | None, base: int | None) -> str:
@@ -323,7 +332,7 @@ def sections(record: Record, results: list[ClaimResult]) -> list[tuple[str, str,
     if (table := anova_table(record)) is not None:
         out.append(("Factorial analysis (val_loss ~ factors and interactions + seed)", "anova", table, []))
     if (table := timing_table(record)) is not None:
-        out.append(("Timings (fresh models, interleaved pairs)", "timings", table, []))
+        out.append(("Timings (fresh models, interleaved pairs)", "timings", table, timing_warnings(record)))
     out.append(("Arms (mean ± standard deviation over seeds)", "arms", arm_table(record),
                 [f"Parameters (of the models the runs built): an arm more than {PARAM_TOLERANCE:.0%} off the base is "
                  "flagged in the note column.",
