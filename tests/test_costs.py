@@ -104,7 +104,7 @@ def test_inspect_allocated_and_reported_kv_bytes_agree_for_a_windowed_model(caps
     inspected = json.loads(capsys.readouterr().out)["kv_cache_bytes"]["context"]
     torch.manual_seed(0)
     model = TransformerLM(cfg).eval()
-    sampling = SamplingConfig(max_new_tokens=context - 8, temperature=0.0, allow_extrapolation=True)
+    sampling = SamplingConfig(max_new_tokens=context - 8, temperature=0.0, past_context="extrapolate")
     result = generate(model, [list(range(1, 9))], sampling)
     assert result.context_len == context
     assert inspected == result.cache_bytes == (context + cfg.sliding_window) * 2 * cfg.n_kv_heads * cfg.head_dim * 4

@@ -81,7 +81,7 @@ def test_disk_full_names_the_folder_and_keeps_the_previous_checkpoint(
     def full(*args: object, **kwargs: object) -> None:
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
-    monkeypatch.setattr("archlab.checkpoint.weights.save_file", full)
+    monkeypatch.setattr("archlab.checkpoint.safetensors_file.save_file", full)
     with pytest.raises(StorageError) as caught:
         save(tmp_path / "run", 2, model, tokenizer_file)
     assert str(caught.value) == (f"no space left on device at {tmp_path / 'run' / 'checkpoints'}: checkpoint step 2 "

@@ -80,7 +80,12 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     steps = [json.loads(line)["step"] for line in (stopped.run_dir / "metrics.jsonl").read_text().splitlines()
              if json.loads(line)["kind"] == "train"]
     assert steps == list(range(2, 25, 2)) and final_step(stopped.run_dir) == 24  # resumed at 12, not restarted
-    assert printed.splitlines()[-3].startswith("by construction") and "GQA cuts the KV cache" in printed
+    # tiny, 2 seeds: each tested verdict carries the caveat on its line, a formula's does not; one line says why
+    lines = printed.splitlines()
+    smoke = "(2 seeds, budget tiny: a smoke test, not evidence)"
+    assert lines[-4].startswith("by construction") and "GQA cuts the KV cache" in lines[-4] and smoke not in lines[-4]
+    assert "GQA is as good as MHA" in lines[-3] and lines[-3].endswith(smoke)
+    assert lines[-2].startswith("A smoke test, not evidence: 2 seeds at budget tiny, below the budget small")
     assert run_wall_s(stopped.run_dir) > first_session  # the resumed session's time is added to the first's
     recorded = json.loads((out / "lab-time.json").read_text())
     assert recorded["jobs"] == 2 and recorded["train_wall_s"] > 0 and cpu_model() in recorded["machine"]
@@ -96,6 +101,10 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     md = (out / "results.md").read_text()
     assert "| GQA cuts the KV cache | kv_bytes_per_token (lower is better) | gqa vs mha | 2 | -256 |" in md
     assert "| by construction |" in md
+    # the page words it as the terminal does: the same sentence in its header, the same caveat after each outcome
+    assert lines[-2] in md and f" {smoke} | " in md
+    report = (out / "report.html").read_text()
+    assert lines[-2].replace("'", "&#x27;") in report and report.count(smoke) == 2  # verdict line and table row
     walls = sorted(run_wall_s(r.run_dir) for r in plan_suite(load_suite(spec), BUDGETS["tiny"], out).runs)
     assert f"Machine: {recorded['machine']}." in md and f"median {walls[2]:.0f} s per run" in md
     assert f"{sum(walls) / 60:.1f} run-minutes in all" in md

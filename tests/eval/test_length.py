@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -193,7 +194,8 @@ def test_cli_prints_accuracy_on_repeated_samples_for_a_checkpoint_and_its_hf_exp
     assert tables["hf"].strip().split("\n\n")[1:] == [table, scored]  # the same numbers, whichever way it is read
     assert scored.startswith("Scored: plain: ") is False and "repeated: a text of L/2 tokens twice" in scored
     lines = table.splitlines()
-    assert lines[0] == "| method | 16 | 128 |" and lines[2].startswith("| none | ") and lines[2].endswith("% |")
+    assert lines[0] == "| method | 16 | 128 |"
+    assert re.fullmatch(r"\| none \| (\d+\.\d\d% \[\d+\.\d\d, \d+\.\d\d\] \| ){2}", lines[2] + " "), lines[2]
     rows = list(csv.DictReader((tmp_path / "run" / "length.csv").open()))
     assert {r["samples"] for r in rows} == {"repeated"} and all(0 <= float(r["accuracy"]) <= 1 for r in rows)
     assert main(["eval", "length", "--checkpoint", str(hf), "--lengths", "16", "--data", str(text), "--samples",
@@ -321,12 +323,13 @@ def test_evaluate_lengths_scores_the_same_targets_at_every_length(monkeypatch: p
     import archlab.eval.length as length
 
     seen = {}
+    original = length.per_window_scores
 
     def spy(model, batch, score_last):  # noqa: ANN001, ANN202
         seen[batch.shape[1] - 1] = batch
-        return window_scores(model, batch, score_last)
+        return original(model, batch, score_last)
 
-    monkeypatch.setattr(length, "window_scores", spy)
+    monkeypatch.setattr(length, "per_window_scores", spy)
     tokens = np.random.default_rng(3).integers(0, 256, 600)
     evaluate_lengths(tiny(), tokens, [8, 16, 64], ["none"], 8, n_windows=3, allow_extrapolation=True,
                      progress=False)
@@ -476,3 +479,61 @@ def test_cli_score_last_past_the_shortest_length_is_one_line_before_loading(chec
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["archlab eval: error: --score-last 5 is not allowed: at most the shortest length 4 (or 'all')"]
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------ intervals and defaults
+def test_each_figure_carries_a_t_interval_over_its_windows(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    """Each window's mean loss and accuracy are the observations; the interval is mean +- t(0.975, n - 1) s / sqrt(n),
+    computed here from windows scored one at a time; one window gives no interval, in the table or the CSV."""
+    from scipy import stats
+
+    model = tiny()
+    tokens = np.random.default_rng(5).integers(0, 256, 500)
+    (result,) = evaluate_lengths(model, tokens, [16], ["none"], 8, n_windows=3, progress=False)
+    batch = paired_windows(tokens, [16], 3)[16]
+    alone = [window_scores(model, batch[i : i + 1], 8) for i in range(3)]
+    assert result.window_losses == pytest.approx([a[0] for a in alone], rel=1e-12)
+    assert result.window_accuracies == pytest.approx([a[1] for a in alone], rel=1e-12)
+    for values, interval in ((result.window_losses, result.loss_interval),
+                             (result.window_accuracies, result.accuracy_interval)):
+        x = np.asarray(values, dtype=np.float64)
+        half = stats.t.ppf(0.975, 2) * x.std(ddof=1) / math.sqrt(3)
+        assert interval == pytest.approx((x.mean() - half, x.mean() + half), rel=1e-9, abs=1e-12)
+    low, high = result.loss_interval
+    assert low < result.loss < high
+    (single,) = evaluate_lengths(model, tokens, [16], ["none"], 8, n_windows=1, progress=False)
+    assert all(math.isnan(v) for v in single.loss_interval)
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    base = ["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "8,16", "--data", str(text),
+            "--scalings", "none", "--no-progress"]
+    for windows_, out in (("3", "three"), ("1", "one")):
+        assert main([*base, "--windows", windows_, "--out", str(tmp_path / out)]) == 0
+    printed = capsys.readouterr().out
+    rows = {name: list(csv.DictReader((tmp_path / name / "length.csv").open())) for name in ("three", "one")}
+    r = rows["three"][1]
+    assert r["windows"] == "3" and float(r["loss_low"]) < float(r["loss"]) < float(r["loss_high"])
+    assert f"| none | {float(rows['three'][0]['loss']):.3f} [{float(rows['three'][0]['loss_low']):.3f}, " in printed
+    assert rows["one"][0]["loss_low"] == "nan" and "| none | " + f"{float(rows['one'][0]['loss']):.3f} (" in printed
+    assert "In brackets: the 95% t interval over the 3 windows" in printed and "One window: no interval" in printed
+
+
+def test_default_scalings_leave_out_those_that_give_the_same_positions_and_the_cost_comes_first(
+    checkpoint: Path, tmp_path: Path, capsys
+) -> None:
+    """Trained at 16, evaluated at 8 and 16: every factor is 1 (the model itself) while ReRoPE (W = 8) and Leaky ReRoPE
+    (W = 4) change distances past their windows; one line says which were left out and why, the next what the run
+    costs (its forwards are the CSV's rows times the windows), both before any figure."""
+    text = tmp_path / "held_out.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    assert main(["eval", "length", "--checkpoint", str(checkpoint), "--lengths", "8,16", "--data", str(text),
+                 "--windows", "2", "--out", str(tmp_path / "eval"), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("scalings: none, rerope, leaky_rerope (linear, ntk, ntk_by_parts, dynamic, yarn, llama3, "
+                        "ntk_mixed give the same positions as none at every length asked (compared by their attention "
+                        "scores), so they are left out: --scalings to run them)")
+    rows = list(csv.DictReader((tmp_path / "eval" / "length.csv").open()))
+    assert [r["method"] for r in rows[::2]] == ["none", "rerope", "leaky_rerope"]
+    assert re.fullmatch(r"cost: 3 scalings x 2 lengths x 2 windows = 12 forwards, 144 tokens, \S+ FLOPs; about \d+ s "
+                        r"here \(a 8-token window took \S+ s and a 16-token window took \S+ s\)", lines[1]), lines[1]
+    assert len(rows) * 2 == 12 and sum(int(r["length"]) for r in rows) * 2 == 144  # the CSV's cells, 2 windows each

@@ -110,25 +110,25 @@ def test_context_limit_fails_up_front() -> None:
                                          r"context of 16 tokens"):
         generate(model, [[1] * 10], SamplingConfig(max_new_tokens=7))
     assert len(generate(model, [[1] * 10], SamplingConfig(max_new_tokens=7, temperature=0,
-                                                          allow_extrapolation=True)).tokens[0]) == 7
+                                                          past_context="extrapolate")).tokens[0]) == 7
     learned = tiny(position="learned", max_seq_len=16)
     with pytest.raises(ValueError, match="learned positions cannot extrapolate"):
-        check_context(learned.config, 10, 7, allow_extrapolation=True)
+        check_context(learned.config, 10, 7, past_context="extrapolate")
     stretched = tiny(max_seq_len=16, rope_scaling=RopeScaling("yarn", 4.0, 16))
-    check_context(stretched.config, 10, 54, allow_extrapolation=False)  # 4 x 16 tokens
+    check_context(stretched.config, 10, 54, past_context="stop")  # 4 x 16 tokens
     with pytest.raises(ValueError, match="context of 64 tokens"):
-        check_context(stretched.config, 10, 55, allow_extrapolation=False)
+        check_context(stretched.config, 10, 55, past_context="stop")
 
 
 def test_rerope_has_no_context_limit_and_leaky_rerope_the_length_its_slope_maps_into_training() -> None:
     rerope = tiny(max_seq_len=16, rope_scaling=RopeScaling("rerope", window=4)).config
     assert context_limit(rerope) is None
-    check_context(rerope, 1000, 1000, allow_extrapolation=False)
+    check_context(rerope, 1000, 1000, past_context="stop")
     leaky = tiny(max_seq_len=16, rope_scaling=RopeScaling("leaky_rerope", 2.0, window=4)).config
     limit = context_limit(leaky)  # largest relative position 4 + (L - 1 - 4) / 2 <= 15: L <= 27
     assert limit == 27 and relative_positions(torch.tensor([[limit - 1]]), torch.tensor([[0]]), 4, 2.0) == 15
     with pytest.raises(ValueError, match="context of 27 tokens"):
-        check_context(leaky, 20, 8, allow_extrapolation=False)
+        check_context(leaky, 20, 8, past_context="stop")
 
 
 def test_bad_sampling_settings_fail_with_one_line() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +15,7 @@ from archlab.lab.collect import measure_plan
 from archlab.lab.measure import MEASURED, TIMING_ROUNDS, write_measured
 from archlab.lab.plan import plan_suite
 from archlab.lab.suite_file import load_suite
+from archlab.lab.timing import PairedTimes
 from tests.lab.test_report import _fake_runs
 
 TIMED_SUITE = """
@@ -96,7 +96,7 @@ def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeyp
 
     def fake(config_a, config_b, *, kind, pairs, **options):  # noqa: ANN001, ANN003, ANN202
         calls.append((config_a, config_b, kind, pairs, options))
-        return SimpleNamespace(a=[1.0] * pairs, b=[2.0] * pairs)
+        return PairedTimes([1.0] * pairs, [2.0] * pairs, ["ab"] * pairs, [4.7] * pairs, 2, 2, 1)
 
     monkeypatch.setattr(collect, "time_pairs", fake)
     timings = collect.measure_timings(plan)
@@ -123,6 +123,10 @@ def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeyp
         "options": {"cache_len": 200},
         "a": [1.0] * 3,
         "b": [2.0] * 3,
+        "load": [4.7] * 3,  # the machine's load after each pair, beside its CPUs, cores and threads
+        "cpus": 2,
+        "cores": 2,
+        "threads": 1,
     }
     calls.clear()
     assert collect.measure_timings(plan) == timings and calls == []

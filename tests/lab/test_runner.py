@@ -158,8 +158,8 @@ def test_plan_reads_a_published_pages_spread_and_run_time_when_nothing_is_stored
     d = [val["rmsnorm", s] - val["layernorm", s] for s in ("0", "1", "2")]
     assert same.sigma == pytest.approx(statistics.stdev(d)) and "on the published page" in same.why
     median = json.loads((docs / "norm-type" / "provenance.json").read_text())["training"]["median_run_s"]
-    assert f"({median:.0f} s per run, the median run of the published page" in "\n".join(
-        format_plan(plan, list(rows.values()), jobs=2, docs=docs))
+    assert f"({median:.0f} s per run, the published page {docs / 'norm-type'}: {median:.0f} s per run at budget " \
+           "small, as measured" in "\n".join(format_plan(plan, list(rows.values()), jobs=2, docs=docs))
     elsewhere = {r.claim.text: r for r in power_plan(plan, tmp_path / "no-docs")}  # no page: the budget's figure
     assert "planning sd" in elsewhere["RMSNorm is as good as LayerNorm"].why
 

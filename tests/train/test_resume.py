@@ -183,3 +183,16 @@ def test_a_favor_run_with_redraws_resumes_bitwise(prepared: Path, tmp_path: Path
     assert a == b == {"layers.0.attn.linear.kernel": {"calls": 7}}
     wa, wb = (load_model(run)[0].state_dict() for run in (straight, resumed))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_resumed_run_writes_the_same_weights_file_as_an_uninterrupted_one(prepared: Path, tmp_path: Path) -> None:
+    """2 steps then a resume to 4 and 4 straight steps: model.safetensors hashes the same, byte for byte (the header's
+    metadata is written sorted; safetensors alone orders it afresh for each save). Both runs on this machine."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    horizon = {"schedule.horizon": "4", "schedule.warmup_steps": "1"}
+    assert run_cli(*cli_flags(prepared, straight, steps="4", **horizon)) == 0
+    assert run_cli(*cli_flags(prepared, resumed, steps="2", **horizon)) == 0
+    assert run_cli("--out", str(resumed), "--resume", "--steps", "4") == 0
+    files = [run / "checkpoints" / "step_0000004" / "model.safetensors" for run in (straight, resumed)]
+    assert files[0].read_bytes() == files[1].read_bytes()
+    assert [r["step"] for r in read_metrics(resumed, "resume")] == [2]

@@ -17,7 +17,8 @@ re-hashes every file, so truncation or bit rot is reported with the checkpoint a
 The package by concept: save.py (atomic writes, pruning, the step-0 weights), manifest.py (the
 files' sizes and sha256, verification), load.py (a checkpoint, a run's config, a trained model and
 its tokenizer), weights.py (model.safetensors with its tied aliases; a model built around weights
-on the meta device) and rng.py (every random stream a step draws from). Import from here:
+on the meta device), safetensors_file.py (the file's header written in one order: same state, same
+bytes) and rng.py (every random stream a step draws from). Import from here:
 `from archlab.checkpoint import load_model`. Where checkpoints live is run_folder.py (torch-free),
 re-exported here.
 """

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
+from archlab.checkpoint.safetensors_file import save_file_sorted
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from archlab.run_folder import CheckpointError
@@ -31,10 +32,12 @@ def tied_aliases(module: nn.Module) -> dict[str, str]:
 
 
 def save_weights(file: Path, model_state: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    """model.safetensors without the aliases' copies; its bytes depend on the state alone (sorted
+    header), so a resumed run's file hashes like the uninterrupted run's."""
     weights = {
         k: v.detach().to("cpu").contiguous() for k, v in model_state.items() if k not in aliases
     }
-    save_file(weights, file, metadata={"tied": json.dumps(aliases), "format": "pt"})
+    save_file_sorted(weights, file, {"tied": json.dumps(aliases, sort_keys=True), "format": "pt"})
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:

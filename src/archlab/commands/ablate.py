@@ -20,19 +20,21 @@ once.
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 from typing import TYPE_CHECKING
 
 from archlab.lab.arms import param_note
-from archlab.lab.budgets import BUDGETS
+from archlab.lab.budgets import BUDGETS, evidence_caveat, evidence_note
 from archlab.lab.suite_file import suite_index
 from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
-    from archlab.lab.executor import SlurmOptions
     from archlab.lab.experiment import Experiment
+    from archlab.lab.plan import Plan
     from archlab.lab.runner import Progress
+    from archlab.lab.verdicts import ClaimResult
 
 # the runner, executor, planning, verdicts and report import torch (the measures read checkpoints)
 # and scipy: they are imported in the functions that plan, train and judge, so `--help` answers
@@ -148,17 +150,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def rerun_argv(args: argparse.Namespace, exp: Experiment, how: bool = True) -> list[str]:
+    """The command that reruns this experiment as it was asked for: the resume hint after Ctrl-C.
+    Every flag that decides what is trained and judged is written out, resolved (budget, seeds,
+    folder, store, the sequential design, a fold-over: `Experiment.command`), and with `how` those
+    that decide how this invocation ran it (jobs, which also set each run's threads and so its
+    timings, the executor, --collect, the Slurm options); the modes of one invocation (--list,
+    --verify, --plan, --print-commands) never. Without `how` it is the report's recorded command,
+    the same whether the report came from training or from --collect. Run as printed it reads and
+    writes the same plan.json and store (a hint without --store once rewrote plan.json for the
+    default store)."""
+    argv = shlex.split(exp.command(args.sequential, args.max_seeds, execution=how))
+    if not how:
+        return argv
+    if args.collect:
+        argv += ["--collect", str(args.collect)]
+    if args.executor == "slurm":
+        if args.slurm_partition is not None:
+            argv += ["--slurm-partition", args.slurm_partition]
+        argv += ["--slurm-time", str(args.slurm_time), "--slurm-gpus", str(args.slurm_gpus)]
+        argv += ["--slurm-cpus", str(args.slurm_cpus)]
+        argv += ["--slurm-array-parallelism", str(args.slurm_array_parallelism)]
+    return argv
+
+
 def _list() -> int:
     for name, arms, title in suite_index():
         print(f"{name:20s} {arms:2d} arms  {title}")
     return 0
 
 
-def _experiment(args: argparse.Namespace, slurm: SlurmOptions) -> Experiment:
+def _experiment(args: argparse.Namespace) -> Experiment:
     """The suite planned from the flags, after every flag is checked (one line each, before any
     work)."""
+    from archlab.lab.executor import SlurmOptions
     from archlab.lab.experiment import Experiment
 
+    slurm = SlurmOptions(
+        args.slurm_partition,
+        args.slurm_time,
+        args.slurm_gpus,
+        args.slurm_cpus,
+        args.slurm_array_parallelism,
+    )
     if args.max_seeds is not None and not args.sequential:
         raise ValueError(
             f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)"
@@ -225,18 +259,9 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
-    from archlab.lab.executor import SlurmOptions
-    from archlab.lab.report import needed as report_needed
     from archlab.lab.runner import LabError
 
-    slurm = SlurmOptions(
-        args.slurm_partition,
-        args.slurm_time,
-        args.slurm_gpus,
-        args.slurm_cpus,
-        args.slurm_array_parallelism,
-    )
-    exp = _experiment(args, slurm)
+    exp = _experiment(args)
     plan = exp.plan()
     base = plan.suite.base_arm.params
     for arm in plan.suite.arms:
@@ -244,7 +269,8 @@ def run(args: argparse.Namespace) -> int:
             f"{arm.name:24s} {arm.params:>12,} parameters  "
             f"{param_note(plan.suite, arm, arm.params, base)}"
         )
-    command = exp.command(args.sequential, args.max_seeds)
+    command = shlex.join(rerun_argv(args, exp, how=False))  # what the report records
+    resume = shlex.join(rerun_argv(args, exp))  # the Ctrl-C hint: how it ran, too
     if args.plan:
         print("\n".join(exp.power_text()))
         return 0
@@ -275,20 +301,42 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(
             "\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run "
-            f"`{exp.command(args.sequential, args.max_seeds, execution=True)}` again to "
+            f"`{resume}` again to "
             "continue where it stopped.",
             file=sys.stderr,
         )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    for result in results:
-        needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
-        print(f"{result.outcome:26s} {result.claim.text}{needed}")
+    _print_verdicts(plan, results)
     print(
         f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}"
     )
     return 0
+
+
+def _print_verdicts(plan: Plan, results: list[ClaimResult]) -> None:
+    """One line per claim: its outcome, what an inconclusive one needs, a timing's load, and the
+    caveat of runs below the budget and seeds the suite is judged at; then why the caveat, and a
+    warning per timing run on a loaded machine (lab/timing_load.py), as the page words them."""
+    from archlab.lab.collect import read_timings
+    from archlab.lab.report import needed as report_needed
+    from archlab.lab.stats import BY_CONSTRUCTION
+    from archlab.lab.timing_load import load_note, load_warning
+
+    caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
+    timings = read_timings(plan)
+    for result in results:
+        needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
+        smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
+        timed = timings.get(result.claim.metric) if plan.suite.timing(result.claim) else None
+        load = f" [{note}]" if timed and (note := load_note(timed)) else ""
+        print(f"{result.outcome:26s} {result.claim.text}{needed}{load}{smoke}")
+    if note := evidence_note(plan.budget.name, plan.seeds, plan.suite.seeds):
+        print(note)
+    for metric, timed in timings.items():
+        if warning := load_warning(metric, timed):
+            print(warning)
 
 
 def _train(exp: Experiment) -> None:

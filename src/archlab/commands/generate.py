@@ -29,6 +29,13 @@ if TYPE_CHECKING:
     from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
+# --past-context: infer/sampling.py's PAST_CONTEXT, in the words of a flag (repeated: that module
+# imports torch, and `--help` answers without it; tests/infer/test_window.py checks the keys agree)
+PAST_CONTEXT = {
+    "stop": "fail before any compute",
+    "extrapolate": "run on at positions never trained on (not with learned positions)",
+    "slide": "predict each token past it from the last context-limit tokens, as nanoGPT crops",
+}
 # without --max-new-tokens: this many, or fewer where the context ends sooner
 DEFAULT_NEW_TOKENS = 128
 
@@ -42,7 +49,7 @@ def fit_default(
     from archlab.infer.generate import context_limit
 
     limit = context_limit(config)
-    room = None if limit is None or sampling.allow_extrapolation else limit - prompt_len
+    room = None if limit is None or sampling.past_context != "stop" else limit - prompt_len
     if given or room is None or room >= sampling.max_new_tokens or room < 1:
         return sampling
     sys.stderr.write(
@@ -99,8 +106,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "text; by default they are left out, and generation stops at the EOS and end-of-turn "
         "tokens",
     )
-    p.add_argument(
-        "--allow-extrapolation", action="store_true", help="run past the model's context length"
+    past = p.add_mutually_exclusive_group()
+    past.add_argument(
+        "--past-context",
+        choices=list(PAST_CONTEXT),
+        default="stop",
+        help="when prompt + new tokens pass the model's context: "
+        + "; ".join(f"{k}: {v}" for k, v in PAST_CONTEXT.items())
+        + " (default stop)",
+    )
+    past.add_argument(
+        "--allow-extrapolation",
+        dest="past_context",
+        action="store_const",
+        const="extrapolate",
+        help="the same as --past-context extrapolate",
     )
     p.add_argument(
         "--logn",
@@ -210,7 +230,7 @@ def run_generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         stop=tuple(args.stop),
-        allow_extrapolation=args.allow_extrapolation,
+        past_context=args.past_context,
     )
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
@@ -268,7 +288,7 @@ def _run(
             decoder.model.config,
             len(tokenizer.encode(prompt)),
             sampling.max_new_tokens,
-            sampling.allow_extrapolation,
+            sampling.past_context,
         )
     # the first batch waits for torch.compile and the measurement: say so, then say what won
     if args.compile:
@@ -368,7 +388,7 @@ def _interactive(
                     decoder.model.config,
                     len(tokenizer.encode(prompt)),
                     fitted.max_new_tokens,
-                    fitted.allow_extrapolation,
+                    fitted.past_context,
                 )
             except ValueError as err:
                 sys.stderr.write(f"error: {err}\n")

@@ -12,7 +12,9 @@ longer one scores more text.
 Both metrics come from the same forward over the scored targets y_t with logits z_t:
     loss      = mean_t ( logsumexp(z_t) - z_t[y_t] )            nats/token
     accuracy  = mean_t [ argmax_v z_t[v] == y_t ]               next-token accuracy (Su's metric)
-averaged over the windows' scored tokens (every window scores as many).
+averaged over the windows' scored tokens (every window scores as many). Each figure comes with a
+95% t interval over its windows (`LengthResult.loss_interval`): a window's mean is one observation,
+since the tokens of one window are not independent of each other; with one window there is none.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy import stats
 
 from archlab.checkpoint import build_model, module_training_state
 from archlab.eval.rope_methods import method_configs
@@ -36,6 +39,20 @@ from archlab.nn.model import TransformerLM
 
 logger = logging.getLogger(__name__)
 
+CONFIDENCE = 0.95  # the level of the interval printed beside every figure
+
+
+def t_interval(values: tuple[float, ...] | list[float]) -> tuple[float, float]:
+    """The CONFIDENCE t interval of the mean of `values` (scipy.stats.t, n - 1 degrees of freedom);
+    (nan, nan) below two values; the mean twice when they do not vary."""
+    if len(values) < 2:
+        return math.nan, math.nan
+    mean, sem = float(np.mean(values)), float(stats.sem(values))
+    if sem == 0:
+        return mean, mean
+    low, high = stats.t.interval(CONFIDENCE, len(values) - 1, loc=mean, scale=sem)
+    return float(low), float(high)
+
 
 @dataclass(frozen=True)
 class LengthResult:
@@ -44,18 +61,28 @@ class LengthResult:
     loss: float  # mean cross entropy (nats/token) over the scored tokens of every window
     accuracy: float = math.nan  # share of scored tokens whose argmax logit is the target
     samples: str = "plain"  # SAMPLES: plain windows or repeated texts
+    window_losses: tuple[float, ...] = ()  # each window's mean loss: the interval's observations
+    window_accuracies: tuple[float, ...] = ()  # each window's accuracy
 
     @property
     def perplexity(self) -> float:
         return math.exp(self.loss)
 
+    @property
+    def loss_interval(self) -> tuple[float, float]:
+        return t_interval(self.window_losses)
+
+    @property
+    def accuracy_interval(self) -> tuple[float, float]:
+        return t_interval(self.window_accuracies)
+
 
 @torch.no_grad()
-def window_scores(
+def per_window_scores(
     model: TransformerLM, batch: torch.Tensor, score_last: int | None
-) -> tuple[float, float]:
-    """(mean loss, next-token accuracy) of the last `score_last` predictions of each window (count,
-    L + 1), or of every prediction with None; one window at a time."""
+) -> tuple[list[float], list[float]]:
+    """Each window's (mean loss, next-token accuracy) over its last `score_last` predictions (batch:
+    count, L + 1), or over every prediction with None; one window at a time."""
     losses, hits = [], []
     for row in batch:
         keep = row.numel() - 1 if score_last is None else score_last
@@ -63,6 +90,14 @@ def window_scores(
         logits = model(x, logits_to_keep=keep)
         losses.append(float(cross_entropy(logits, y)))
         hits.append(float((logits.argmax(-1) == y).double().mean()))
+    return losses, hits
+
+
+def window_scores(
+    model: TransformerLM, batch: torch.Tensor, score_last: int | None
+) -> tuple[float, float]:
+    """(mean loss, next-token accuracy) over the windows of `per_window_scores`."""
+    losses, hits = per_window_scores(model, batch, score_last)
     return sum(losses) / len(losses), sum(hits) / len(hits)
 
 
@@ -131,8 +166,11 @@ def evaluate_lengths(
         # no random init of weights about to be replaced; a FAVOR+ layer keeps the projection its
         # training reached
         scaled = build_model(configs[method, length], state, training_state=trained).eval()
-        loss, accuracy = window_scores(scaled, batches[kind, length], score_last)
-        results.append(LengthResult(method, length, loss, accuracy, kind))
+        losses, hits = per_window_scores(scaled, batches[kind, length], score_last)
+        loss, accuracy = sum(losses) / len(losses), sum(hits) / len(hits)
+        results.append(
+            LengthResult(method, length, loss, accuracy, kind, tuple(losses), tuple(hits))
+        )
         if lines:
             logger.info(
                 "eval length %d/%d: %s at %d tokens, loss %.3f, accuracy %.4f (%s samples)",
@@ -147,17 +185,24 @@ def evaluate_lengths(
     return results
 
 
+def cell(r: LengthResult, metric: str = "loss") -> str:
+    """One figure with its interval: `loss [low, high] (perplexity)` or `accuracy% [low, high]`
+    (no interval from a single window)."""
+    if metric == "loss":
+        low, high = r.loss_interval
+        ci = "" if math.isnan(low) else f" [{low:.3f}, {high:.3f}]"
+        return f"{r.loss:.3f}{ci} ({r.perplexity:.1f})"
+    low, high = r.accuracy_interval
+    ci = "" if math.isnan(low) else f" [{100 * low:.2f}, {100 * high:.2f}]"
+    return f"{100 * r.accuracy:.2f}%{ci}"
+
+
 def markdown_table(results: list[LengthResult], metric: str = "loss") -> str:
     """Rows = methods (and sample kinds, when more than one), columns = lengths; cells = loss
-    (perplexity), or accuracy in percent."""
+    [interval] (perplexity), or accuracy in percent [interval] (`cell`)."""
     lengths = sorted({r.length for r in results})
     kinds = list(dict.fromkeys(r.samples for r in results))
-    cells = {
-        (r.samples, r.method, r.length): f"{r.loss:.3f} ({r.perplexity:.1f})"
-        if metric == "loss"
-        else f"{100 * r.accuracy:.2f}%"
-        for r in results
-    }
+    cells = {(r.samples, r.method, r.length): cell(r, metric) for r in results}
     head = "| method | samples | " if len(kinds) > 1 else "| method | "
     lines = [
         head + " | ".join(str(n) for n in lengths) + " |",
@@ -173,7 +218,10 @@ def markdown_table(results: list[LengthResult], metric: str = "loss") -> str:
 def write_csv(results: list[LengthResult], path: Path) -> Path:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["method", "length", "loss", "perplexity", "accuracy", "samples"])
+        writer.writerow(
+            ["method", "length", "loss", "perplexity", "accuracy", "samples", "windows"]
+            + ["loss_low", "loss_high", "accuracy_low", "accuracy_high"]
+        )
         for r in results:
             writer.writerow(
                 [
@@ -183,6 +231,8 @@ def write_csv(results: list[LengthResult], path: Path) -> Path:
                     f"{r.perplexity:.4f}",
                     f"{r.accuracy:.6f}",
                     r.samples,
+                    len(r.window_losses),
+                    *(f"{v:.6f}" for v in (*r.loss_interval, *r.accuracy_interval)),
                 ]
             )
     return path

@@ -75,7 +75,9 @@ def passkey_accuracy(
     rng = random.Random(f"{seed}-{length}-{depth}")
     keys = [random_key(rng) for _ in range(trials)]
     prompts = [tokenizer.encode(passkey_prompt(length, depth, key)) for key in keys]
-    sampling = SamplingConfig(max_new_tokens=KEY_DIGITS, temperature=0.0, allow_extrapolation=True)
+    sampling = SamplingConfig(
+        max_new_tokens=KEY_DIGITS, temperature=0.0, past_context="extrapolate"
+    )
     out = generate(model, prompts, sampling)
     answers = [tokenizer.decode(tokens) for tokens in out.tokens]
     return sum(answer.startswith(key) for answer, key in zip(answers, keys)) / trials

@@ -42,7 +42,7 @@ import torch
 import torch.nn as nn
 
 from archlab.infer.healing import Healing
-from archlab.infer.prompts import check_prompts, left_pad
+from archlab.infer.prompts import check_prompts, left_pad, prefill
 from archlab.infer.sampling import SamplingConfig, sample_next
 from archlab.infer.speed import (
     check_compile_decode,
@@ -51,6 +51,7 @@ from archlab.infer.speed import (
     reduction_gemvs_win,
     row_major_cpu_linears,
 )
+from archlab.infer.window import SlidingWindow, slide_window
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
 
@@ -79,14 +80,17 @@ class Generation:
     texts: list[str] = field(default_factory=list)
     # bytes the KV cache allocated (window layers: their window), = costs.kv_cache_bytes
     cache_bytes: int = 0
-    context_len: int = 0  # tokens per row the cache holds: longest prompt + max_new_tokens
+    # tokens per row the cache holds: longest prompt + max_new_tokens, or the sliding window
+    context_len: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     decode_steps: int = 0  # forwards after the prefill (one token per row each)
     mode: str = "eager"  # how the steps ran: eager, compiled, compiled reductions (`Decoder.mode`)
-    # token healing: prompt tokens removed per row, whose
+    # past_context="slide": steps predicted from a fresh forward of the last context-limit tokens
+    slid: int = 0
+    # token healing: prompt tokens removed per row, whose bytes the first new tokens re-spell
+    # (empty without healing)
     backed_off: list[int] = field(default_factory=list)
-    # bytes the first new tokens re-spell (empty without healing)
 
 
 def _sync(device: torch.device) -> None:
@@ -280,35 +284,38 @@ class Decoder:
         heal: Healing | None = None,
     ) -> Generation:
         """Prefill, then the decode loop, timed apart (inputs already checked)."""
-        n_new, longest = sampling.max_new_tokens, max(len(p) for p in prompts)
-        device = self.device
+        longest, device = max(len(p) for p in prompts), self.device
         generator = (
             torch.Generator(device=device).manual_seed(sampling.seed)
             if sampling.seed is not None
             else None
         )
-        ids, mask = left_pad(prompts, device)
-        cache = KVCache.for_model(self.model, len(prompts), longest + n_new)
-        if mask is not None:
-            cache.set_padding(mask)
+        window = slide_window(self.model.config, sampling, longest)
+        if window is not None:  # a prompt longer than the window keeps its last `window` tokens
+            prompts = [p[-window:] for p in prompts]
+        capacity = window or longest + sampling.max_new_tokens
         start = time.perf_counter()
-        logits = self.model(ids, cache=cache, logits_to_keep=1)[:, -1]  # (B, V)
+        logits, cache = prefill(self.model, prompts, capacity, device)  # (B, V)
         _sync(device)
-        prefill = time.perf_counter() - start
-        out, ends, steps = _decode(
-            self._step(self.mode), cache, logits, sampling, generator, stops, on_step, heal
+        prefill_s = time.perf_counter() - start
+        step = self._step(self.mode)
+        forward = (
+            SlidingWindow(self.model, step, cache, prompts, window)
+            if window is not None
+            else lambda token: step(token[:, None], cache=cache)[:, -1]  # (B, V)
         )
+        out, ends, steps = _decode(forward, logits, sampling, generator, stops, on_step, heal)
         _sync(device)
-        decode = time.perf_counter() - start - prefill
+        decode = time.perf_counter() - start - prefill_s
         tokens = [row[:end] for row, end in zip(out[:, :steps].tolist(), ends)]
+        slid = forward.slid if isinstance(forward, SlidingWindow) else 0
         return Generation(
-            tokens, [], cache.nbytes(), cache.max_len, prefill, decode, steps - 1, self.mode
+            tokens, [], cache.nbytes(), cache.max_len, prefill_s, decode, steps - 1, self.mode, slid
         )
 
 
 def _decode(
-    model: Callable[..., torch.Tensor],
-    cache: KVCache,
+    forward: Callable[[torch.Tensor], torch.Tensor],
     logits: torch.Tensor,
     sampling: SamplingConfig,
     generator: torch.Generator | None,
@@ -316,8 +323,9 @@ def _decode(
     on_step: OnStep | None,
     heal: Healing | None = None,
 ) -> tuple[torch.Tensor, list[int], int]:
-    """The decode loop: sample (the first steps constrained while healing), record, feed back.
-    Returns tokens (B, N), each row's length, steps taken."""
+    """The decode loop: sample (the first steps constrained while healing), record, feed back
+    (`forward`: the new tokens (B,) -> the next logits (B, V)). Returns tokens (B, N), each row's
+    length, steps taken."""
     n_new, batch = sampling.max_new_tokens, logits.shape[0]
     out = torch.empty(batch, n_new, dtype=torch.long, device=logits.device)
     # a row's tokens end before its EOS / after the token that completed a stop string
@@ -335,7 +343,7 @@ def _decode(
             if all(end <= step + 1 for end in ends):
                 return out, ends, step + 1
         if step + 1 < n_new:
-            logits = model(token[:, None], cache=cache)[:, -1]  # (B, V)
+            logits = forward(token)  # (B, V)
     return out, ends, n_new
 
 

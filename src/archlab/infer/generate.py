@@ -18,7 +18,8 @@ back as they were.
   tokens re-spell the removed bytes under a byte-trie constraint (infer/healing.py), so a prompt cut
   mid-token continues as the training text did (Su, kexue.fm/archives/9762).
 - Context limit: prompt + max_new_tokens past the model's context fails before any compute
-  (`context_limit`), unless extrapolation is asked for explicitly.
+  (`context_limit`), unless `SamplingConfig.past_context` asks to extrapolate or to slide a window
+  of the last context-limit tokens (infer/window.py).
 - Speed: the decoder reads float32 Linear weights column-major on the CPU, and `compile_decode=True`
   runs the one-token steps through torch.compile where that measures faster (docs/inference.md,
   "Decode speed").

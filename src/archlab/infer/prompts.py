@@ -2,9 +2,10 @@
 
 `context_limit` is the longest sequence a model handles (max_seq_len, or its RoPE scaling kind's
 limit); `check_context` and `check_prompts` refuse, in one line and before any compute, prompts
-that do not fit it or are not token ids of the vocabulary; `left_pad` makes one batch of prompts of
-different lengths (the cache masks the padding and positions count real tokens only, so a row
-decodes exactly as it would alone).
+that do not fit it (unless `SamplingConfig.past_context` says what to do past it) or are not token
+ids of the vocabulary; `left_pad` makes one batch of prompts of different lengths (the cache masks
+the padding and positions count real tokens only, so a row decodes exactly as it would alone), and
+`prefill` runs it into a fresh cache.
 
 Shapes: B batch, T prompt length (padded).
 """
@@ -17,6 +18,7 @@ import torch
 
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.config import ModelConfig
+from archlab.nn.kv_cache import KVCache
 from archlab.nn.positions.scaling import ROPE_KINDS
 
 PAD_ID = 0  # any valid id: padded slots are masked out and never attended to
@@ -34,16 +36,21 @@ def context_limit(config: ModelConfig) -> int | None:
 
 
 def check_context(
-    config: ModelConfig, prompt_len: int, max_new_tokens: int, allow_extrapolation: bool
+    config: ModelConfig, prompt_len: int, max_new_tokens: int, past_context: str = "stop"
 ) -> None:
-    """Fail before any compute if prompt + new tokens do not fit the model's context."""
+    """Fail before any compute if prompt + new tokens do not fit the model's context and
+    `past_context` (`SamplingConfig.past_context`) does not say what to do past it."""
     total, limit = prompt_len + max_new_tokens, context_limit(config)
-    if limit is None or total <= limit or (allow_extrapolation and config.position != "learned"):
+    if limit is None or total <= limit or past_context == "slide":
+        return
+    if past_context == "extrapolate" and config.position != "learned":
         return
     how = (
-        "learned positions cannot extrapolate"
+        "learned positions cannot extrapolate; past_context='slide' (--past-context slide) keeps "
+        f"the last {limit} tokens"
         if config.position == "learned"
-        else "pass allow_extrapolation (--allow-extrapolation) to run past it anyway"
+        else "pass past_context='extrapolate' (--past-context extrapolate) to run past it anyway, "
+        f"or 'slide' to predict from the last {limit} tokens"
     )
     raise ValueError(
         f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds the "
@@ -57,7 +64,7 @@ def check_prompts(config: ModelConfig, prompts: list[list[int]], sampling: Sampl
     if not prompts or not all(prompts):
         raise ValueError("generate needs at least one prompt, and every prompt at least one token")
     check_context(
-        config, max(len(p) for p in prompts), sampling.max_new_tokens, sampling.allow_extrapolation
+        config, max(len(p) for p in prompts), sampling.max_new_tokens, sampling.past_context
     )
     wrong = next(
         (
@@ -93,3 +100,15 @@ def left_pad(
         ids[row, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
         mask[row, longest - len(p) :] = True
     return ids.to(device), (None if bool(mask.all()) else mask.to(device))
+
+
+def prefill(
+    model: torch.nn.Module, prompts: list[list[int]], capacity: int, device: torch.device
+) -> tuple[torch.Tensor, KVCache]:
+    """The prompts, left-padded, through `model` into a new cache of `capacity` token slots: the
+    logits of each row's next token (B, V) (the last position's only) and the cache."""
+    ids, mask = left_pad(prompts, device)
+    cache = KVCache.for_model(model, len(prompts), capacity)
+    if mask is not None:
+        cache.set_padding(mask)
+    return model(ids, cache=cache, logits_to_keep=1)[:, -1], cache  # (B, V)

@@ -12,6 +12,15 @@ from dataclasses import dataclass
 
 import torch
 
+# SamplingConfig.past_context: what generation does when a row outgrows the model's context
+# (`prompts.context_limit`: max_seq_len, or its RoPE scaling's limit)
+PAST_CONTEXT = {
+    "stop": "refuse before any compute (one line naming the lengths)",
+    "extrapolate": "run on past it at positions never trained on (not with learned positions)",
+    # nanoGPT's generate crops to the last block_size tokens (karpathy/nanoGPT model.py)
+    "slide": "each token past it predicted from a fresh forward of the last context-limit tokens",
+}
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -25,8 +34,8 @@ class SamplingConfig:
     # seeds the sampler's own generator (same seed, same text); None = torch's RNG
     seed: int | None = None
     stop: tuple[str, ...] = ()  # stop strings: the text ends before the first one generated
-    # run past the model's context (never possible for learned positions)
-    allow_extrapolation: bool = False
+    # what happens when prompt + new tokens pass the model's context: one of PAST_CONTEXT
+    past_context: str = "stop"
 
     def __post_init__(self) -> None:
         # frozen: normalise a list given by a caller
@@ -50,6 +59,9 @@ class SamplingConfig:
             ),
             "seed": (self.seed is None or _is_int(self.seed), "None or an integer"),
             "stop": (all(isinstance(s, str) and s for s in self.stop), "non-empty strings"),
+            "past_context": (
+                isinstance(self.past_context, str) and self.past_context in PAST_CONTEXT,
+                f"one of {', '.join(PAST_CONTEXT)}"),
         }
         for name, (ok, allowed) in checks.items():
             if not ok:

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
+from archlab.checkpoint.safetensors_file import save_file_sorted
 from archlab.interop.family import InteropError
 
 SINGLE = "model.safetensors"
@@ -147,7 +147,7 @@ def write_folder(path: Path, config: dict[str, Any], tensors: dict[str, torch.Te
     # written beside, then renamed: a process still mapping the old file (from_hf's reads) keeps its
     # pages
     tmp = path / f".{SINGLE}.tmp"
-    save_file(
+    save_file_sorted(
         {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
         tmp,
         metadata={"format": "pt"},

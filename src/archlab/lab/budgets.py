@@ -87,3 +87,32 @@ MARGIN_LIMIT_WHY = {
     "share": "half the share's range",
     "log time ratio": "ln 2, a 2x speed difference; 5% is 0.049",
 }
+
+# The budget the lab judges and publishes its suites at (docs/results; `archlab ablate`'s default): below it, or with
+# fewer seeds than a suite is judged at there, a suite's runs are a smoke test of the suite (that it runs, what the
+# tables look like), not evidence for or against its claims. `tiny`'s 24 steps are "for tests and a first look"
+# (docs/lab.md), yet its verdicts print like any other's.
+EVIDENCE_BUDGET = "small"
+
+
+def evidence_caveat(budget: str, seeds: int, suite_seeds: int | None = None) -> str:
+    """'' for runs at EVIDENCE_BUDGET or above with the seeds the suite is judged at there (its `seeds:`, else that
+    budget's); otherwise the caveat every verdict from them carries on its line, in the terminal and on the page."""
+    wanted = suite_seeds or BUDGETS[EVIDENCE_BUDGET].seeds
+    order = list(BUDGETS)
+    if order.index(budget) < order.index(EVIDENCE_BUDGET):
+        return f"({seeds} seeds, budget {budget}: a smoke test, not evidence)"
+    if seeds < wanted:
+        return f"({seeds} seeds, below the {wanted} the suite is judged at: a first look, not evidence)"
+    return ""
+
+
+def evidence_note(budget: str, seeds: int, suite_seeds: int | None = None) -> str:
+    """'' or one sentence that says why the verdicts carry `evidence_caveat`."""
+    if not evidence_caveat(budget, seeds, suite_seeds):
+        return ""
+    wanted = suite_seeds or BUDGETS[EVIDENCE_BUDGET].seeds
+    what = "A smoke test" if list(BUDGETS).index(budget) < list(BUDGETS).index(EVIDENCE_BUDGET) else "A first look"
+    return (f"{what}, not evidence: {seeds} seeds at budget {budget}, below the budget {EVIDENCE_BUDGET} (or above) "
+            f"at {wanted} seeds that this suite's claims are judged and published at; read these verdicts as a check "
+            "that the suite runs, not as outcomes of its claims.")

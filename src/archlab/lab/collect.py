@@ -80,11 +80,17 @@ def _measured(plan: Plan, runs: list[RunSpec], wanted: dict[RunSpec, list[str]],
 TIMED = "lab-timings.json"  # in the suite's folder: every timing's paired times, so a re-report does not redo them
 
 
+def read_timings(plan: Plan) -> dict[str, dict]:
+    """SUITE/lab-timings.json as `measure_timings` kept it ({} before any timing)."""
+    path = plan.out / TIMED
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def measure_timings(plan: Plan, on_timing: Callable[[Timing], None] | None = None) -> dict[str, dict]:
     """Every `timings:` entry of the suite: interleaved A/B pairs on freshly initialised models (no training
-    seed: weights do not change speed), kept in SUITE/lab-timings.json as {metric: {"arms", "a", "b"}}."""
-    path = plan.out / TIMED
-    cached = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    seed: weights do not change speed), kept in SUITE/lab-timings.json as {metric: {"arms", "a", "b", "load",
+    "cpus", "cores", "threads"}} (the load after each pair: lab/timing_load.py)."""
+    path, cached = plan.out / TIMED, read_timings(plan)
     for timing in plan.suite.timings:
         if timing.metric in cached and cached[timing.metric].get("arms") == list(timing.arms):
             continue
@@ -97,7 +103,8 @@ def measure_timings(plan: Plan, on_timing: Callable[[Timing], None] | None = Non
             options = {"batch": train.data.batch_size, "block": train.data.block_size, **options}
         times = time_pairs(configs[0], configs[1], kind=timing.kind, pairs=timing.pairs, **options)
         cached[timing.metric] = {"arms": list(timing.arms), "kind": timing.kind, "options": timing.options,
-                                 "a": list(times.a), "b": list(times.b)}
+                                 "a": list(times.a), "b": list(times.b), "load": list(times.load),
+                                 "cpus": times.cpus, "cores": times.cores, "threads": times.threads}
         plan.out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(cached, indent=1), encoding="utf-8")
     return cached

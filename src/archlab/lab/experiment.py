@@ -120,8 +120,7 @@ class Experiment:
         spec = Path(self.spec).stem if Path(self.spec).parent.name == "suites" else self.spec
         parts = ["archlab", "ablate", spec, "--budget", plan.budget.name, "--seeds", str(plan.seeds),
                  "--out", str(plan.out), "--store", str(plan.store)]
-        parts += ["--jobs", str(self.jobs)] if execution and self.jobs != 1 else []
-        parts += ["--executor", self.executor] if execution and self.executor != "local" else []
+        parts += ["--jobs", str(self.jobs), "--executor", self.executor] if execution else []
         parts += ["--sequential", sequential] if sequential else []
         parts += ["--max-seeds", str(max_seeds)] if max_seeds is not None else []
         parts += ["--fold-over"] if plan.suite.screening.get("fold_over") else []

@@ -19,10 +19,12 @@ from scipy import special
 
 from archlab.lab import stats
 from archlab.lab.arms import PARAM_TOLERANCE
+from archlab.lab.budgets import evidence_caveat, evidence_note
 from archlab.lab.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.measure import MEASURES
 from archlab.lab.record import Record
 from archlab.lab.suite import Claim
+from archlab.lab.timing_load import load_warning, peak_load
 from archlab.lab.verdicts import ClaimResult, factorial_anova, suite_spreads
 
 RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (paired), on the pair's own paired "
@@ -103,7 +105,8 @@ def needed(result: ClaimResult) -> str:
     return f"{result.seeds_needed} {unit}{at}{had}"
 
 
-def claim_table(results: list[ClaimResult]) -> tuple[list[str], list[list[str]]]:
+def claim_table(results: list[ClaimResult], caveat: str = "") -> tuple[list[str], list[list[str]]]:
+    """The claims, one row each; `caveat` (budgets.evidence_caveat) follows each tested outcome."""
     head = ["claim", "metric", "arm vs", "n", "estimate (arm - vs)", "90% CI", "margin / smallest effect", "test",
             "p (one-sided)", "p (Holm)", "outcome", "what the test showed", "mde", "needs", "Narang"]
     rows = []
@@ -115,8 +118,9 @@ def claim_table(results: list[ClaimResult]) -> tuple[list[str], list[list[str]]]
             size += f"; min {fmt(c.min_effect)}"
         test = r.note if r.test is None else f"{r.test.test}; {r.note}"
         n = r.test.n if r.test is not None and r.test.test == stats.OLS_TEST else len(r.a)  # a design: its runs
+        outcome = f"{r.outcome} {caveat}" if caveat and r.outcome != stats.BY_CONSTRUCTION else r.outcome
         rows.append([c.text, _metrics(c), f"{r.arms[0]} vs {r.arms[1]}", str(n), fmt(r.estimate), _bound(r),
-                     size, test, fmt(r.p), fmt(r.p_adjusted), r.outcome, r.statement, fmt(r.mde), needed(r),
+                     size, test, fmt(r.p), fmt(r.p_adjusted), outcome, r.statement, fmt(r.mde), needed(r),
                      r.narang])
     return head, rows
 
@@ -162,13 +166,21 @@ def timing_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
     for t in record.suite.timings:
         timed = record.table.timings.get(t.metric)
         if timed is None:
-            rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a"])
+            rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a", "n/a"])
             continue
         ratios = sorted(a / b for a, b in zip(timed["a"], timed["b"]))
+        peak = peak_load(timed)
+        load = "not recorded" if peak is None else f"{peak:.1f} on {timed.get('cpus') or '?'} CPUs"
         rows.append([t.metric, t.kind, " vs ".join(timed["arms"]), str(len(ratios)),
                      f"{1e3 * statistics.median(timed['a']):.4g} / {1e3 * statistics.median(timed['b']):.4g}",
-                     fmt(statistics.median(ratios)), json.dumps(t.options) if t.options else "-"])
-    return ["timing", "kind", "arms (a vs b)", "pairs", "median ms (a / b)", "median ratio a/b", "options"], rows
+                     fmt(statistics.median(ratios)), load, json.dumps(t.options) if t.options else "-"])
+    return ["timing", "kind", "arms (a vs b)", "pairs", "median ms (a / b)", "median ratio a/b",
+            "load (1-min, highest)", "options"], rows
+
+
+def timing_warnings(record: Record) -> list[str]:
+    """One line per timing run while the machine's load exceeded its CPUs (lab/timing_load.py)."""
+    return [w for metric, timed in record.table.timings.items() if (w := load_warning(metric, timed))]
 
 
 def param_note(record: Record, arm: str, params: int | None, base: int | None) -> str:
@@ -249,6 +261,8 @@ def header_lines(record: Record) -> list[str]:
     if p.get("scale", {}).get("text"):
         lines.append(f"Scale: {p['scale']['text']}.")
     lines.append(cost_line(p))
+    if note := evidence_note(record.budget.name, record.table.seeds, record.suite.seeds):
+        lines.insert(0, note)
     return lines
 
 
@@ -310,7 +324,8 @@ def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
 def sections(record: Record, results: list[ClaimResult]) -> list[tuple[str, str, tuple | None, list[str]]]:
     """The page's sections as (title, cls, table or None, paragraphs), shared by results.md and report.html."""
     s = record.suite
-    out = [("Claims", "claims", claim_table(results), [tally(results), margin_text(record)])]
+    caveat = evidence_caveat(record.budget.name, record.table.seeds, s.seeds)
+    out = [("Claims", "claims", claim_table(results, caveat), [tally(results), margin_text(record)])]
     if (screen := screening_section(record)) is not None:
         out.append(("Screening design and effects", "effects", *screen))
     out.append(("How noisy this suite was", "spread", None, spread_lines(record)))
@@ -319,7 +334,7 @@ def sections(record: Record, results: list[ClaimResult]) -> list[tuple[str, str,
     if (table := anova_table(record)) is not None:
         out.append(("Factorial analysis (val_loss ~ factors and interactions + seed)", "anova", table, []))
     if (table := timing_table(record)) is not None:
-        out.append(("Timings (fresh models, interleaved pairs)", "timings", table, []))
+        out.append(("Timings (fresh models, interleaved pairs)", "timings", table, timing_warnings(record)))
     out.append(("Arms (mean ± standard deviation over seeds)", "arms", arm_table(record),
                 [f"Parameters (of the models the runs built): an arm more than {PARAM_TOLERANCE:.0%} off the base is "
                  "flagged in the note column.",
@@ -359,11 +374,20 @@ margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-si
 img{max-width:100%;margin:0.5em 0}pre{background:#f7f7f7;padding:0.8em;overflow:auto;font-size:12px}"""
 
 
+def verdict_caveat(record: Record, result: ClaimResult) -> str:
+    """The caveat a verdict carries on its line (`budgets.evidence_caveat`): none for a formula, which holds at any
+    budget."""
+    if result.outcome == stats.BY_CONSTRUCTION:
+        return ""
+    return evidence_caveat(record.budget.name, record.table.seeds, record.suite.seeds)
+
+
 def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -> Path:
     s = record.suite
     verdicts = "".join(
         f'<li class="{_CLASSES.get(r.outcome, "inconclusive")}"><b class="verdict">{html.escape(r.outcome)}</b>: '
-        f"{html.escape(r.claim.text)}: {html.escape(r.statement)} ({html.escape(r.narang)})</li>" for r in results)
+        f"{html.escape(r.claim.text)}: {html.escape(r.statement)} ({html.escape(r.narang)})"
+        + (f" {html.escape(c)}" if (c := verdict_caveat(record, r)) else "") + "</li>" for r in results)
     body = "".join(
         f"<h2>{html.escape(title)}</h2>" + (_html_table(*table, cls) if table else "")
         + "".join(f"<p>{html.escape(p.removeprefix('- '))}</p>" for p in paragraphs if p)

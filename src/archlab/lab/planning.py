@@ -13,8 +13,9 @@ budget), else the budget's planning figure (sigma_eps * sqrt(2) of the first pub
 `small` runs), with its source printed; a claim on a factorial contrast of k cells per side has 1/k of it. A claim
 scored on a fixed item set is planned on the seed x item variance components of that run's per-item outcomes
 (lab/items.py `plan_design`: seeds at its items, else more items), as its page plans it. Each
-line also prints the minimum detectable effect at the default seeds. Seeds are turned into wall time with the
-budget's measured seconds per run.
+line also prints the minimum detectable effect at the default seeds. Seeds are turned into wall time with a run's
+seconds measured at the plan's budget, or scaled to it by training FLOPs from a measurement at another budget
+(lab/run_cost.py), and the printout says which.
 
 Sequential seeds: look at the budget's n, then, for the claims still inconclusive, add n more seeds to their
 arms and look again at 2n, at the nominal levels of a two-look group-sequential design (Pocock 1977 or
@@ -38,7 +39,8 @@ from archlab.lab.collect import table_of
 from archlab.lab.items import expected_se, fit_items, plan_design
 from archlab.lab.measure import read_measured
 from archlab.lab.plan import Plan, read_plan
-from archlab.lab.runner import is_done, run_wall_s
+from archlab.lab.run_cost import run_cost
+from archlab.lab.runner import is_done
 from archlab.lab.suite import Claim, is_exact
 from archlab.lab.table import Table
 from archlab.lab.verdicts import COUNT_METRICS, ClaimResult, claim_arms, item_tables
@@ -228,16 +230,8 @@ def format_plan(plan: Plan, rows: list[PlanRow], jobs: int, docs: Path = PUBLISH
         lines.append(f"  {seeds}  {r.claim.text}  [{r.why}{mde}]")
     planned = [r.seeds for r in rows if r.seeds is not None]
     n = max(planned) if planned else plan.seeds
-    walls = sorted(w for r in plan.runs if (w := run_wall_s(r.run_dir)) > 0)
-    published = docs / plan.suite.name / "provenance.json"
-    median = json.loads(published.read_text(encoding="utf-8")).get("training", {}).get("median_run_s") \
-        if published.is_file() else None
-    if walls:
-        run_s, source = walls[len(walls) // 2], f"the median of this suite's {len(walls)} stored runs"
-    elif median:
-        run_s, source = float(median), f"the median run of the published page {published.parent}"
-    else:
-        run_s, source = plan.budget.run_s, f"budget {plan.budget.name}'s figure"
+    cost = run_cost(plan, docs)
+    run_s, source = cost.seconds, cost.source
     runs, default = len(plan.suite.arms) * n, len(plan.suite.arms) * plan.seeds
     more = "; a claim planned at more items also scores more of them" if any(r.items for r in rows) else ""
     lines.append(f"Every claim at its n: {n} seeds x {len(plan.suite.arms)} arms = {runs} runs, about "

@@ -8,7 +8,9 @@ verdict of a page without its run folders.
 - items.csv: per-item outcomes of the measures scored on a fixed item set (the vocab suite's continuation cuts, the
   long-context accuracy windows): arm, seed, run, metric, item, value; every run of a suite scores the same items
   in the same order, so an item's index pairs it across arms and seeds.
-- timings.csv: one row per interleaved timing pair: timing, pair, arm_a, arm_b, seconds_a, seconds_b.
+- timings.csv: one row per interleaved timing pair: timing, pair, arm_a, arm_b, seconds_a, seconds_b, and the
+  machine's 1-minute load after the pair with the timing's CPUs, usable cores and threads (lab/timing_load.py;
+  empty in a page timed before they were recorded).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from archlab.lab.suite import Suite
 
 RESULTS, ITEMS, TIMINGS = "results.csv", "items.csv", "timings.csv"
+LOAD_COLUMNS = ("load_1min", "cpus", "cores", "threads")  # timings.csv: the machine during each pair
 FIXED = ("arm", "seed", "run", "config", "parameters")  # the columns of results.csv before the measures
 
 
@@ -87,11 +90,13 @@ class Table:
         if self.timings:
             with (folder / TIMINGS).open("w", newline="", encoding="utf-8") as f:
                 out = csv.writer(f)
-                out.writerow(["timing", "pair", "arm_a", "arm_b", "seconds_a", "seconds_b"])
+                out.writerow(["timing", "pair", "arm_a", "arm_b", "seconds_a", "seconds_b", *LOAD_COLUMNS])
                 for metric, record in self.timings.items():
                     arm_a, arm_b = record["arms"]
-                    out.writerows([metric, i, arm_a, arm_b, repr(a), repr(b)]
-                                  for i, (a, b) in enumerate(zip(record["a"], record["b"], strict=True)))
+                    load = record.get("load") or [None] * len(record["a"])
+                    machine = [_count(record.get(k)) for k in LOAD_COLUMNS[1:]]
+                    out.writerows([metric, i, arm_a, arm_b, repr(a), repr(b), _cell(x), *machine]
+                                  for i, (a, b, x) in enumerate(zip(record["a"], record["b"], load, strict=True)))
 
     @classmethod
     def read(cls, folder: Path, suite: Suite, seeds: int | None = None) -> Table:
@@ -121,8 +126,15 @@ class Table:
                     record = timings.setdefault(row["timing"], {"arms": [row["arm_a"], row["arm_b"]], "a": [], "b": []})
                     record["a"].append(float(row["seconds_a"]))
                     record["b"].append(float(row["seconds_b"]))
+                    if row.get("load_1min"):
+                        record.setdefault("load", []).append(float(row["load_1min"]))
+                        record.update({k: int(row[k]) for k in LOAD_COLUMNS[1:] if row.get(k)})
         present = [len(v) for v in runs.values() if v]
         return cls(suite, seeds or min(present), runs, timings)
+
+
+def _count(value: int | None) -> str:
+    return "" if value is None else str(int(value))
 
 
 def _cell(value: float | None) -> str:

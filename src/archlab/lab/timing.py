@@ -36,6 +36,7 @@ import torch
 from scipy import stats as scipy_stats
 
 from archlab.infer.speed import column_major_linears
+from archlab.lab.timing_load import LoadAvg, cpu_count, read_load, usable_cores
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
@@ -56,6 +57,10 @@ class PairedTimes:
     a: list[float]
     b: list[float]
     order: list[str] = field(default_factory=list)  # "ab" or "ba" per pair: which arm was timed first
+    load: list[float] = field(default_factory=list)  # the 1-min load average after each pair (lab/timing_load.py)
+    cpus: int | None = None  # the machine's CPUs, the load's scale
+    cores: int | None = None  # the cores this process could run on
+    threads: int | None = None  # torch threads the timing ran with (None: torch's own)
 
     def log_ratios(self) -> list[float]:
         return [math.log(x) - math.log(y) for x, y in zip(self.a, self.b)]
@@ -113,13 +118,15 @@ def thread_count(threads: int | None) -> Iterator[None]:
 
 def time_pairs(
     config_a: ModelConfig, config_b: ModelConfig, *, kind: str, pairs: int = 24, warmup: int = 3, number: int = 1,
-    threads: int | None = 1, seed: int = 0, clock: Callable[[], float] = time.perf_counter, **options: object,
+    threads: int | None = 1, seed: int = 0, clock: Callable[[], float] = time.perf_counter,
+    loadavg: LoadAvg | None = None, **options: object,
 ) -> PairedTimes:
     """Time TIMINGS[kind] built for config_a and for config_b in `pairs` interleaved pairs.
 
     Each arm's op is built once (a fresh model), called `warmup` times untimed, then per pair each arm is
     timed over `number` consecutive calls (seconds per call), the arm timed first chosen by
-    `balanced_orders(pairs, seed)`. `options` go to the kind's builder (batch, block, d, cache_len, ...)."""
+    `balanced_orders(pairs, seed)`; the machine's load is read after each pair (`loadavg`, lab/timing_load.py).
+    `options` go to the kind's builder (batch, block, d, cache_len, ...)."""
     if kind not in TIMINGS:
         raise ValueError(f"timing kind {kind!r} is not allowed: one of {', '.join(TIMINGS)}")
     if pairs < 2 or warmup < 0 or number < 1:
@@ -131,11 +138,12 @@ def time_pairs(
             for _ in range(warmup):
                 op()
         times: dict[str, list[float]] = {"a": [], "b": []}
-        orders = balanced_orders(pairs, seed)
+        orders, load = balanced_orders(pairs, seed), []
         for order in orders:
             for arm in order:
                 times[arm].append(_seconds_per_call(ops[arm], number, clock))
-    return PairedTimes(times["a"], times["b"], orders)
+            load.append(read_load(loadavg))
+    return PairedTimes(times["a"], times["b"], orders, load, cpu_count(), usable_cores(), threads)
 
 
 def _seconds_per_call(op: Op, number: int, clock: Callable[[], float]) -> float:

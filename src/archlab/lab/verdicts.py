@@ -33,6 +33,7 @@ from archlab.lab.measure import MEASURES
 from archlab.lab.outcomes import statement
 from archlab.lab.suite import Claim, Suite, is_exact
 from archlab.lab.table import Table
+from archlab.lab.timing_load import load_note
 
 COUNT_METRICS = {"diverged": "binary", "spikes": "count"}  # discrete outcomes: exact tests, never a t-test
 POOL_F_ALPHA = 0.05  # two-sided level of the F test that keeps a pair off its alike group's pooled residual
@@ -312,8 +313,10 @@ def _judge_timing(claim: Claim, record: dict | None, alpha: float) -> ClaimResul
     a, b = [math.log(t) for t in t_arm], [math.log(t) for t in t_versus]
     test = stats.test_claim(a, b, expect=claim.expect, better="lower", margin=claim.margin or 0.0,
                             min_effect=claim.min_effect, alpha=alpha, smallest_effect=claim.smallest_effect or 0.0)
+    load = load_note(record)
     return ClaimResult(claim, test, test.outcome, test.estimate, a, b,
-                       note=f"{len(a)} interleaved pairs on fresh models, log time ratio",
+                       note=f"{len(a)} interleaved pairs on fresh models, log time ratio" + (f"; {load}" if load
+                                                                                             else ""),
                        arms=(claim.arm, claim.versus))
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from archlab.nn.attention.gau import GatedAttentionUnit
-from archlab.nn.attention.inputs import AttentionInputsBuilder
+from archlab.nn.attention.inputs import AttentionInputsBuilder, build_rotaries
 from archlab.nn.attention.linear.layer import LinearAttention
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
@@ -31,7 +31,6 @@ from archlab.nn.init import init_model
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
 from archlab.nn.positions.absolute import LearnedPositions
-from archlab.nn.positions.rope import RotaryEmbedding
 from archlab.nn.variants import ABSOLUTE_POSITIONS, ATTENTION_BIASES
 
 # activation dtypes the embedding multiplier is rounded to
@@ -68,27 +67,10 @@ class TransformerLM(nn.Module):
         absolute = ABSOLUTE_POSITIONS.get(c.position)
         self.pos_embed = absolute(c.d_model, c.max_seq_len) if absolute is not None else None
         self.rel_bias = self._build_attention_bias(c)
-        self.rotary = (
-            RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
-            if c.position == "rope"
-            else None
-        )
-        # window layers' RoPE when it differs (their own theta and, with rope_scaling_local off,
-        # unscaled: Gemma 3)
-        self.rotary_local = (
-            RotaryEmbedding(
-                c.rope_dim,
-                c.rope_theta if c.rope_theta_local is None else c.rope_theta_local,
-                c.rope_layout,
-                c.rope_scaling if c.rope_scaling_local else None,
-                c.max_seq_len,
-            )
-            if any(c.layer_rope(i) == "local" for i in range(c.n_layers))
-            else None
-        )
+        rotaries = build_rotaries(c)
+        self.rotary, self.rotary_local = rotaries["global"], rotaries["local"]
         self.drop = nn.Dropout(c.dropout) if c.dropout else None  # p = 0: no call at all
         self.layers = nn.ModuleList(Block(c, i) for i in range(c.n_layers))
-        rotaries = {"global": self.rotary, "local": self.rotary_local}
         self.attention_inputs = AttentionInputsBuilder(c, rotaries, self.rel_bias)
         # per layer: its window (None: full)
         self.layer_windows = self.attention_inputs.layer_windows

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from archlab.eval.length import LengthResult
+    from archlab.nn.config import ModelConfig
+    from archlab.nn.model import TransformerLM
 
 
 def add_parser(actions: argparse._SubParsersAction) -> None:
@@ -169,12 +171,9 @@ def run_length(args: argparse.Namespace) -> int:
     lengths, methods, samples, leaky_k = _read_flags(args)
     source = eval_source(args.checkpoint, args.data)
     config, notes = source.config, []
-    if methods is None:
+    default_methods = methods is None
+    if default_methods:
         methods = applicable_methods(config)
-        if skipped := [m for m in inference_kinds() if m not in methods]:
-            notes.append(
-                f"scalings: {', '.join(methods)} ({', '.join(skipped)} do not apply to this model)"
-            )
     scaling = (args.window, args.allow_extrapolation, leaky_k, args.logn)
     given = lengths is not None
     lengths = lengths or default_lengths(config, methods, *scaling)
@@ -188,8 +187,12 @@ def run_length(args: argparse.Namespace) -> int:
     tokens = held_out_tokens(source.data, tokenizer, need=(args.windows + 1) * (max(lengths) + 1))
     if not given:
         lengths, score_last = _fit_default_lengths(lengths, score_last, tokens, source.data, notes)
+    if default_methods:
+        methods = _distinct_methods(config, methods, lengths, scaling, notes)
     for note in notes:
         print(note)
+    configs = method_configs(config, methods, lengths, *scaling)
+    print(_cost_line(model, configs, args.windows, samples, lengths, score_last), flush=True)
     results = evaluate_lengths(
         model,
         tokens,
@@ -206,6 +209,70 @@ def run_length(args: argparse.Namespace) -> int:
     )
     _write_results(args, source, out, tokens, lengths, score_last, samples, results)
     return 0
+
+
+def _distinct_methods(
+    config: ModelConfig,
+    methods: list[str],
+    lengths: list[int],
+    scaling: tuple,
+    notes: list[str],
+) -> list[str]:
+    """The default scalings: those the model takes, less those whose positions equal an earlier
+    one's at every length asked (eval/same_positions.py compares the attention scores the position
+    encodings give, not names); one note, first, says which were left out and why."""
+    from archlab.eval.rope_methods import method_configs
+    from archlab.eval.same_positions import duplicate_methods
+
+    twins = duplicate_methods(method_configs(config, methods, lengths, *scaling), methods, lengths)
+    kept = [m for m in methods if m not in twins]
+    reasons = []
+    if skipped := [m for m in inference_kinds() if m not in methods]:
+        reasons.append(f"{', '.join(skipped)} do not apply to this model")
+    for twin in dict.fromkeys(twins.values()):
+        same = [m for m, t in twins.items() if t == twin]
+        reasons.append(
+            f"{', '.join(same)} give the same positions as {twin} at every length asked "
+            f"(compared by their attention scores), so they are left out: --scalings to run them"
+        )
+    if reasons:
+        notes.insert(0, f"scalings: {', '.join(kept)} ({'; '.join(reasons)})")
+    return kept
+
+
+def _cost_line(
+    model: TransformerLM,
+    configs: dict,
+    n_windows: int,
+    samples: list[str],
+    lengths: list[int],
+    score_last: int | None,
+) -> str:
+    """What the run will cost, before it starts: forwards, tokens, FLOPs and the time they take,
+    from a window of the shortest and of the longest length timed here (eval/length_cost.py)."""
+    from archlab.eval.length_cost import estimate_seconds, length_cost, time_forward
+
+    cost = length_cost(configs, len(samples), n_windows)
+    ends = sorted({min(lengths), max(lengths)})
+    timings = {n: time_forward(model, n, score_last or n, repeats=2 if n == ends[0] else 1)
+               for n in ends}
+    total = estimate_seconds(cost, model.config, timings)
+    methods = len({m for m, _ in configs})
+    kinds = f" x {len(samples)} samples" if len(samples) > 1 else ""
+    timed = " and ".join(f"a {n}-token window took {t:.2g} s" for n, t in timings.items())
+    return (
+        f"cost: {methods} scalings x {len(lengths)} lengths{kinds} x {n_windows} "
+        f"window{'s' * (n_windows != 1)} = {cost.forwards:,} forwards, {cost.tokens:,} tokens, "
+        f"{cost.flops:.2g} FLOPs; about {_duration(total)} here ({timed})"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _fit_default_lengths(
@@ -246,13 +313,18 @@ def _write_results(
     results: list[LengthResult],
 ) -> None:
     """length.md (printed too), length.csv and length.png in `out`."""
-    from archlab.eval.length import markdown_table, write_csv
+    from archlab.eval.length import CONFIDENCE, markdown_table, write_csv
     from archlab.eval.samples import describe_targets
     from archlab.plots import plot_length
 
     config = source.config
     out.mkdir(parents=True, exist_ok=True)
-    scored = describe_targets(tokens, lengths, args.windows, score_last, samples)
+    scored = describe_targets(tokens, lengths, args.windows, score_last, samples) + (
+        f" In brackets: the {CONFIDENCE:.0%} t interval over the {args.windows} windows (each "
+        "window's mean is one observation)."
+        if args.windows > 1
+        else " One window: no interval (--windows 2 or more for one)."
+    )
     table = markdown_table(results, args.metric)
     model_name = source.checkpoint or source.path
     markdown = (

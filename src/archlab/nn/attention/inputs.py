@@ -30,6 +30,29 @@ from archlab.nn.positions.rope import PositionPlan, RotaryEmbedding
 Kind = tuple[int | None, str | None]  # (sliding window or None, RoPE name or None) of a layer
 
 
+def build_rotaries(c: ModelConfig) -> dict[str, RotaryEmbedding | None]:
+    """The model's RoPE modules by name: "global" (None without RoPE) and "local", the window
+    layers' RoPE when it differs (their own theta and, with rope_scaling_local off, unscaled: Gemma
+    3; None otherwise). The model owns them; a probe of positions alone builds them here too."""
+    rotary = (
+        RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
+        if c.position == "rope"
+        else None
+    )
+    local = (
+        RotaryEmbedding(
+            c.rope_dim,
+            c.rope_theta if c.rope_theta_local is None else c.rope_theta_local,
+            c.rope_layout,
+            c.rope_scaling if c.rope_scaling_local else None,
+            c.max_seq_len,
+        )
+        if any(c.layer_rope(i) == "local" for i in range(c.n_layers))
+        else None
+    )
+    return {"global": rotary, "local": local}
+
+
 @dataclass
 class AttentionInputs:
     """What a layer's attention needs besides x (see the module docstring)."""
