@@ -34,6 +34,9 @@ def test_an_experiment_plans_from_arguments_then_from_its_folder(tmp_path: Path)
     with pytest.raises(SuiteError, match="no plan.json there"):
         Experiment.collect(tmp_path / "nowhere")
     assert archlab.lab.Experiment is Experiment  # the package's front door
+    # the same folder planned again without --store keeps the store its plan.json names, not the default
+    assert Experiment("heads", budget="tiny", seeds=3, out=out).plan().store == store
+    assert Experiment("heads", budget="tiny", out=tmp_path / "new").plan().store == tmp_path / "store"
 
 
 @pytest.mark.parametrize(("jobs", "executor", "message"), [

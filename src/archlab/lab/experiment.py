@@ -53,7 +53,7 @@ class Experiment:
                  slurm: SlurmOptions | None = None, log: Callable[[str], None] | None = None) -> None:
         """`suite`: a built-in suite's name or a YAML file; `budget`: tiny, small or medium (default small);
         `seeds`: per arm (default the suite's or the budget's); `store`: the run folders, shared by suites
-        (default store/ beside `out`); `jobs`: runs at once here, one thread each; `executor`: local, or slurm
+        (default: the one `out`'s plan.json names, else store/ beside `out`); `jobs`: runs at once here, one thread each; `executor`: local, or slurm
         (`run` submits a job array, `collect` later); `out`: the suite's folder (default
         runs/ablate/SUITE-BUDGET); `fold_over`: a screening suite's mirrored half fraction too."""
         if jobs < 1:
@@ -96,7 +96,9 @@ class Experiment:
         if self._plan is None:
             suite = load_suite(self.spec, fold_over=self.fold_over or None)
             out = self.out or f"runs/ablate/{suite.name}-{self.budget.name}"
-            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=self.store, extra=self.extra)
+            # a folder planned before keeps its store unless another is given (its plan.json names it)
+            store = self.store or read_plan(out).get("store")
+            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=store, extra=self.extra)
         return self._plan
 
     @property
