@@ -53,9 +53,10 @@ class Experiment:
                  slurm: SlurmOptions | None = None, log: Callable[[str], None] | None = None) -> None:
         """`suite`: a built-in suite's name or a YAML file; `budget`: tiny, small or medium (default small);
         `seeds`: per arm (default the suite's or the budget's); `store`: the run folders, shared by suites
-        (default: the one `out`'s plan.json names, else store/ beside `out`); `jobs`: runs at once here, one thread each; `executor`: local, or slurm
-        (`run` submits a job array, `collect` later); `out`: the suite's folder (default
-        runs/ablate/SUITE-BUDGET); `fold_over`: a screening suite's mirrored half fraction too."""
+        (default: the one `out`'s plan.json names, else store/ beside `out`); `jobs`: runs at once here, one
+        thread each; `executor`: local, or slurm (`run` submits a job array, `collect` later); `out`: the
+        suite's folder (default runs/ablate/SUITE-BUDGET); `fold_over`: a screening suite's mirrored half
+        fraction too."""
         if jobs < 1:
             raise ValueError(f"--jobs {jobs} is not allowed: at least 1")
         if executor not in EXECUTORS:

@@ -109,10 +109,24 @@ class Worker:
 
     @classmethod
     def start(cls, threads: int | None) -> Worker:
+        """A worker whose process starts with `threads` intra-op threads (None: torch's choice). The caps are in its
+        environment from the start: a spawned interpreter imports the parent's main module, and so torch and its
+        OpenMP pool, before `_serve` runs; a pool made with every core and cut to one thread later left its
+        other threads spinning (measured: two workers at --jobs 2 trained at 0.44x the speed of two processes)."""
         ctx = multiprocessing.get_context("spawn")  # a forked copy of a parent that has run torch can hang
         parent, child = ctx.Pipe()
         process = ctx.Process(target=_serve, args=(child, threads), daemon=True, name="archlab-lab-worker")
-        process.start()
+        caps = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads is not None else {}
+        before = {name: os.environ.get(name) for name in caps}
+        os.environ.update(caps)  # the spawned process inherits this environment; this one gets its own back
+        try:
+            process.start()
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         child.close()
         return cls(process, parent)
 
