@@ -17,6 +17,7 @@ from archlab.lab.items import plan_design
 from archlab.lab.plan import plan_suite
 from archlab.lab.planning import family_size, format_plan, power_plan
 from archlab.lab.suite_file import load_suite
+from tests.lab.test_screening import SUITE as SCREEN  # the six-switch 2^(6-2) design
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 CLAIM = "token healing recovers continuation accuracy for BPE 32k (bytes gain nothing by construction)"
@@ -151,19 +152,7 @@ def test_an_item_claims_mde_is_at_the_plans_seeds_not_the_pages(tmp_path: Path) 
     assert any(f"mde at 6 seeds {row.mde:.3g}" in line for line in format_plan(plan, [row], jobs=2, docs=DOCS))
 
 
-SCREENING = """
-name: screen
-base: {preset: llama}
-design: {kind: fractional, resolution: IV, text: six switches in 16 runs}
-factors:
-  norm: {layernorm: {model.norm: layernorm}, rmsnorm: {}}
-  ffn: {mlp: {model.ffn: mlp}, swiglu: {}}
-  pos: {sinusoidal: {model.position: sinusoidal}, rope: {}}
-  bias: {biases: {model.bias: true}, none: {}}
-  drop: {dropout: {model.dropout: 0.1}, nodrop: {}}
-  tie: {tied: {model.tie_embeddings: true}, untied: {}}
-measure: [val_loss]
-claims:
+SCREENING = SCREEN.split("claims:")[0] + """claims:
   - {text: SwiGLU beats an MLP, metric: val_loss, factor: ffn, arm: swiglu, versus: mlp, smallest_effect: 0.01}
   - {text: RMSNorm is as good as LayerNorm, metric: val_loss, factor: norm, arm: rmsnorm, versus: layernorm,
      expect: equivalent, margin: 0.01}
