@@ -279,8 +279,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"# then: archlab ablate {args.suite} --collect {plan.out}")
         return 0
     if args.executor == "slurm" and not args.collect:
-        exp.run()
-        print(f"when they finished: archlab ablate {args.suite} --collect {plan.out}")
+        jobs = exp.submit()
+        array = jobs[0].job_id.split("_")[0] if jobs else ""  # submitit names each task ARRAY_TASK
+        print(
+            f"submitted {len(jobs)} runs"
+            + (f" as job array {array}" if jobs else " (all were done)")
+            + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}"
+        )
         return 0
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -139,14 +139,14 @@ class Experiment:
         """Prepare the data and train every unfinished run (`jobs` at a time), or with the slurm executor submit
         them as one job array (`collect` the folder once they finished); returns the suite's training wall time
         over all sessions (0 when submitted)."""
-        plan = self.plan()
-        write_plan(plan)
-        self._drop("runs")
         if self.executor == "slurm":
-            jobs = submit_plan(plan, "slurm", self.slurm)
+            jobs = self.submit()
             self.log(f"submitted {len(jobs)} runs" + (f" as job array {jobs[0].job_id.split('_')[0]}" if jobs
                                                          else " (all were done)"))
             return 0.0
+        plan = self.plan()
+        write_plan(plan)
+        self._drop("runs")
         prepare(plan)
         start = time.perf_counter()
         try:
@@ -154,6 +154,13 @@ class Experiment:
         finally:
             wall = record_suite_time(plan, time.perf_counter() - start, self.jobs)
         return wall
+
+    def submit(self) -> list:
+        """Every unfinished run as one task of a Slurm job array (submitit); the jobs (empty when all were done).
+        `Experiment.collect` the folder once they finished."""
+        write_plan(self.plan())
+        self._drop("runs")
+        return submit_plan(self.plan(), "slurm", self.slurm)
 
     def measure(self) -> dict[RunSpec, dict]:
         """Each run's measures (cached beside it) and the suite's timing pairs (cached in its folder)."""
