@@ -188,9 +188,11 @@ def test_jobs_cap_every_worker_at_one_thread_and_one_job_leaves_torch_its_choice
         assert "OMP_NUM_THREADS" not in os.environ  # the caps stay in the workers
 
 
-def test_a_workers_thread_caps_are_in_its_environment_from_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """/proc/PID/environ is the environment a process started with: the caps must be there before the interpreter
-    imports torch (a spawned worker imports the parent's main module first), not set once it runs."""
+def test_a_workers_thread_caps_are_in_its_environment_from_its_start(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """/proc/PID/environ is the environment a process was exec'd with: the caps must be there before the interpreter
+    imports torch (a spawned worker imports the parent's main module first), not set once it runs. It is read once
+    the worker answered a job (a refused one), so the process has been exec'd."""
     from archlab.lab.worker import Worker
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -198,6 +200,9 @@ def test_a_workers_thread_caps_are_in_its_environment_from_its_start(monkeypatch
     for threads, want in ((1, {b"OMP_NUM_THREADS=1", b"MKL_NUM_THREADS=1"}), (None, set())):
         worker = Worker.start(threads)
         try:
+            worker.submit("missing", {"data.source": str(tmp_path / "none"), "out": str(tmp_path / "r")}, False,
+                          tmp_path / f"{threads}.log")
+            assert worker.result(timeout=300) == 2
             environ = set(Path(f"/proc/{worker.process.pid}/environ").read_bytes().split(b"\0"))
             assert {e for e in environ if e.startswith((b"OMP_NUM_THREADS=", b"MKL_NUM_THREADS="))} == want
         finally:
