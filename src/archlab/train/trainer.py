@@ -32,7 +32,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
-from archlab.train import hardware
+from archlab.train import hardware, provenance
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.metrics import grouped_norms
@@ -332,6 +332,8 @@ class Trainer(RunState):
                     self.metrics.log(0, "init", {"init_from": self.cfg.init_from})
                     self._evaluate_and_log()
                 row, val, path = self._loop(bar)
+            if self.ctx.is_main:  # the session's last step (a run that failed has none)
+                provenance.end_session(self.run_dir, self.step)
         finally:
             bar.close()
             self.metrics.close()
