@@ -1,11 +1,11 @@
 """What trained a run, recorded by the run: RUN_DIR/provenance.json.
 
 Every start of `archlab train` (and of a lab worker's run, which trains through the same `train()`)
-appends one session to the run folder's record before its first step; the session's last step is
-filled in when it ends:
+appends one session to the run folder's record before its first step (a session runs from its
+`from_step` to the next session's, or to the run's last checkpoint):
 
     {"format": 1, "sessions": [{
-      "started_at": "2026-12-05T10:00:00+00:00", "from_step": 0, "to_step": 300, "resumed": false,
+      "started_at": "2026-12-05T10:00:00+00:00", "from_step": 0, "resumed": false,
       "code": {"commit": "94d249a...", "dirty": false},    # "unknown" outside a git checkout
       "versions": {"archlab": "0.1.0", "torch": "2.13.0+cpu", "python": "3.11.7"},
       "machine": {"cpu_model": "AMD EPYC", "cpu_class": "AuthenticAMD AVX2",
@@ -122,14 +122,13 @@ def session(
     data_folder: Path,
     device: torch.device,
     world_size: int,
-    step: int,
-    resumed: bool,
+    step: int = 0,
+    resumed: bool = False,
 ) -> dict:
-    """This start of the run, measured now (module doc)."""
+    """This start of the run, measured now (module doc), from `step` (a resumed checkpoint's)."""
     return {
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "from_step": step,
-        "to_step": None,
         "resumed": resumed,
         "code": source_state(),
         "versions": versions(),
@@ -196,13 +195,3 @@ def start_session(run_dir: str | Path, now: dict) -> list[str]:
             "; ".join(now["changed"]),
         )
     return now["changed"]
-
-
-def end_session(run_dir: str | Path, step: int) -> None:
-    """Record the step the run's last session ended at."""
-    run_dir = Path(run_dir)
-    record = read_record(run_dir)
-    if record is None or not record["sessions"]:
-        return
-    record["sessions"][-1]["to_step"] = step
-    _write(run_dir, record)

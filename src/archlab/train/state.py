@@ -36,7 +36,6 @@ from archlab.nn.fast import install as fast_paths
 from archlab.nn.model import TransformerLM
 from archlab.storage import replace_text, writing
 from archlab.train import distributed as dist_utils
-from archlab.train import provenance
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.metrics import EmbeddingWatch, MetricsLogger
@@ -177,18 +176,6 @@ class RunState:
         self.has_aux = False
         self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
         self._write_config()
-        if ctx.is_main:  # what trains this session, before its first step (train/provenance.py)
-            provenance.start_session(
-                self.run_dir,
-                provenance.session(
-                    train,
-                    run_data.folder,
-                    ctx.device,
-                    ctx.world_size,
-                    self.step,
-                    resumed=resume_from is not None,
-                ),
-            )
 
     def _build_model(self, init_from: TransformerLM | None, fresh: bool) -> TransformerLM:
         """The model on this rank's device: built on the meta device, then drawn once by

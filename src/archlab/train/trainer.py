@@ -332,8 +332,6 @@ class Trainer(RunState):
                     self.metrics.log(0, "init", {"init_from": self.cfg.init_from})
                     self._evaluate_and_log()
                 row, val, path = self._loop(bar)
-            if self.ctx.is_main:  # the session's last step (a run that failed has none)
-                provenance.end_session(self.run_dir, self.step)
         finally:
             bar.close()
             self.metrics.close()
@@ -384,9 +382,18 @@ def train(
             torch.set_num_threads(n)
             if ctx.is_main:
                 logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        return Trainer(
+        trainer = Trainer(
             train_config, model_config, ctx, resume, init_from, lock, run_data, checkpoint
-        ).fit()
+        )
+        if ctx.is_main:  # what trains this session, before its first step (train/provenance.py)
+            step = checkpoint.step if checkpoint is not None else 0
+            provenance.start_session(
+                train_config.out,
+                provenance.session(
+                    train_config, run_data.folder, ctx.device, ctx.world_size, step, resume
+                ),
+            )
+        return trainer.fit()
     finally:
         if lock is not None:
             lock.release()
