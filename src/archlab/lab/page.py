@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scipy import special
 
-from archlab.lab import stats
+from archlab.lab import run_provenance, stats
 from archlab.lab.arms import PARAM_TOLERANCE
 from archlab.lab.budgets import evidence_caveat, evidence_note
 from archlab.lab.ladder import describe, fit_ladder, ladder_values
@@ -234,36 +234,48 @@ def ladder_section(record: Record) -> tuple[tuple, list[str]] | None:
 def header_lines(record: Record) -> list[str]:
     """Where the numbers came from, in a few lines a reader can weigh."""
     p = record.provenance
-    trained = p.get("trained_by", {})
-    judged = p.get("judged_by", {})
-    commit = trained.get("commit") or "not recorded"
     lines = [f"Budget `{record.budget.name}`, seeds 0-{record.table.seeds - 1} for every arm (paired). Command: "
              f"`{p.get('command', 'n/a')}`. Per-run values: `results.csv`"
              + (", per-item outcomes: `items.csv`" if any(r.items for a in record.table.runs.values() for r in a)
                 else "") + "; configs: `configs.yaml`; provenance: `provenance.json`; recompute every verdict: "
              "`archlab ablate --verify DIR` on this page's folder."]
-    code = f"Trained by archlab at commit {commit}" + (" (with local changes)" if trained.get("dirty") else "")
-    if not trained.get("commit"):
-        code = "Training commit: not recorded"
-    if p.get("trained_note"):
-        code += f" ({p['trained_note']})"
+    lines += run_provenance.lines(p.get(run_provenance.RUNS), reconstructed_training(p))
+    judged = p.get("judged_by", {})
     if judged.get("commit"):
-        code += (f"; measured (what the run folders had not cached, at each measure's version) and judged at commit "
-                 f"{judged['commit'][:12]}" + (" (with local changes)" if judged.get("dirty") else ""))
-    versions = trained if trained.get("torch") else judged
-    if versions.get("torch"):
-        code += (f"; torch {versions['torch']}, numpy {versions.get('numpy')}, scipy {versions.get('scipy')}, "
-                 f"statsmodels {versions.get('statsmodels')}, Python {versions.get('python')}")
-    lines.append(code + ".")
-    data = p.get("data", {})
+        lines.append(f"Measured (what the run folders had not cached, at each measure's version) and judged at "
+                     f"commit {judged['commit'][:12]}" + (" (with local changes)" if judged.get("dirty") is True
+                                                          else "")
+                     + (f"; torch {judged['torch']}, numpy {judged.get('numpy')}, scipy {judged.get('scipy')}, "
+                        f"statsmodels {judged.get('statsmodels')}, Python {judged.get('python')}"
+                        if judged.get("torch") else "") + ".")
+    data = p.get("data", {})  # pages made before the runs recorded theirs: the folders hashed when judged
     if data:
-        lines.append("Data: " + "; ".join(f"{name} sha256 {h[:16]}" for name, h in data.items()) + ".")
+        lines.append("Data: " + "; ".join(f"{name} sha256 {h[:16]}" for name, h in data.items())
+                     + (f" ({p['data_note']})" if p.get("data_note") else "") + ".")
     if p.get("scale", {}).get("text"):
         lines.append(f"Scale: {p['scale']['text']}.")
     lines.append(cost_line(p))
     if note := evidence_note(record.budget.name, record.table.seeds, record.suite.seeds):
         lines.insert(0, note)
     return lines
+
+
+def reconstructed_training(p: dict) -> str:
+    """What a page made before the runs recorded their provenance says of its training: the commit the `archlab
+    ablate` session that trained them recorded (its own, not each run's), or its note; "" for a page whose runs
+    recorded theirs."""
+    if run_provenance.RUNS in p:
+        return ""
+    trained = p.get("trained_by") or {}
+    parts = []
+    if trained.get("commit"):
+        parts.append(f"the `archlab ablate` session recorded its own commit, {trained['commit']}"
+                     + (" (with local changes)" if trained.get("dirty") is True else "")
+                     + (f", torch {trained['torch']}, Python {trained.get('python')}" if trained.get("torch")
+                        else ""))
+    if p.get("trained_note"):
+        parts.append(p["trained_note"])
+    return "; ".join(parts)
 
 
 def cost_line(p: dict) -> str:

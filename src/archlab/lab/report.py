@@ -18,8 +18,9 @@ from archlab.lab.embed_measures import max_embed_row_norm_series
 from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values, stored_ladder
 from archlab.lab.measure import MEASURES
 from archlab.lab.plan import Plan, RunSpec
-from archlab.lab.record import Record, config_hash, data_hash, portable_config, scale, source_state, stamp, versions
+from archlab.lab.record import Record, config_hash, portable_config, scale, stamp
 from archlab.lab.record import write_record as write_files
+from archlab.lab.run_provenance import RUNS, gather
 from archlab.lab.runner import run_wall_s
 from archlab.lab.table import Table
 from archlab.lab.verdicts import ClaimResult
@@ -34,14 +35,12 @@ claim_table = page.claim_table
 
 
 def record_suite_time(plan: Plan, wall_s: float, jobs: int) -> float:
-    """Add one session's training wall time (and the code that trained) to the suite's record; returns the total
-    over all sessions."""
+    """Add one session's training wall time to the suite's record; returns the total over all sessions. (What
+    trained each run is the run's own record, lab/run_provenance.py.)"""
     path = plan.out / SUITE_TIME
     old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    state = {**source_state(), **versions()}
-    commits = [c for c in old.get("trained_by", []) if c != state] + [state]
     record = {"train_wall_s": round(old.get("train_wall_s", 0.0) + wall_s, 1), "jobs": jobs,
-              "machine": describe_machine(), "trained_by": commits}
+              "machine": describe_machine()}
     path.write_text(json.dumps(record, indent=1), encoding="utf-8")
     return record["train_wall_s"]
 
@@ -90,14 +89,12 @@ def record_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict
     params = {a.name: trained_params(min(plan.runs_of(a.name), key=lambda r: r.seed)) for a in plan.suite.arms}
     table = table_of(plan, measured, timings, params, {a: config_hash(c) for a, c in configs.items()})
     timing = json.loads((plan.out / SUITE_TIME).read_text("utf-8")) if (plan.out / SUITE_TIME).is_file() else {}
-    trained = timing.get("trained_by") or [{}]
+    order = {a.name: i for i, a in enumerate(plan.suite.arms)}
+    runs = sorted(plan.runs, key=lambda r: (order.get(r.arm, len(order)), r.seed))
     provenance = stamp({
         "suite": plan.suite.name, "budget": plan.budget.name, "seeds": plan.seeds, "extra": plan.extra,
         "command": command, "machine": timing.get("machine") or describe_machine(),
-        "trained_by": trained[-1],
-        "trained_note": "" if len(trained) < 2 else f"trained over {len(trained)} sessions; the others: "
-                        + ", ".join(str(t.get("commit", "?"))[:12] for t in trained[:-1]),
-        "data": {d.out.name: data_hash(d.out) for d in plan.data if d.out.is_dir()},
+        RUNS: gather([(f"{r.arm}/seed{r.seed}", r.run_dir) for r in runs]),  # each run's own record
         "training": _training(plan, timing), "scale": scale(table, configs),
         "arms": {a.name: {"overrides": a.overrides, "matched": a.matched, "params": params[a.name]}
                  for a in plan.suite.arms},
