@@ -8,7 +8,7 @@
 
 A finished suite folder (`archlab ablate SUITE --out DIR`) is re-collected (`archlab ablate SUITE --collect DIR`:
 cached measures, verdicts, plots, the record), its record and plots are copied to docs/results/SUITE/, and then
-every page is rebuilt from its files (archlab.lab.publish.rebuild): claims.json, SUITE.md and the summary
+every page is rebuilt from its files (archlab.lab.publishing.publish.rebuild): claims.json, SUITE.md and the summary
 README.md, with one verdict per comparison two pages share. `--check` recomputes the same without writing and
 lists every difference (CI runs it). `--from-legacy` turns a page published before the provenance rule (its
 results.csv, timings.csv and claims.json) into a record: the current suite file, today's resolution of each arm's
@@ -26,12 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from archlab.lab import publish
-from archlab.lab.budgets import BUDGETS
+from archlab.lab.analysis.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
+from archlab.lab.analysis.table import Table
 from archlab.lab.experiment import Experiment
-from archlab.lab.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
-from archlab.lab.plan import plan_suite, prepare
-from archlab.lab.record import (
+from archlab.lab.publishing import publish
+from archlab.lab.publishing.record import (
     CLAIMS,
     PROVENANCE,
     SUITE_FILE,
@@ -41,10 +40,11 @@ from archlab.lab.record import (
     scale,
     stamp,
 )
-from archlab.lab.store import run_hash
-from archlab.lab.suite import at_budget
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Table
+from archlab.lab.runs.plan import plan_suite, prepare
+from archlab.lab.runs.store import run_hash
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import at_budget
+from archlab.lab.spec.suite_file import load_suite
 from archlab.train.config import resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -187,5 +187,5 @@ def test_the_layout_test_sees_a_violation(tmp_path: Path) -> None:
     module imported from its package counts as the module, a name from a package's __init__ as the package."""
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from archlab.train import trainer\n    import archlab.costs\n"
-                     "    from archlab.lab import Experiment, stats\n")
-    assert archlab_imports(probe) == {"archlab.train.trainer", "archlab.costs", "archlab.lab", "archlab.lab.stats"}
+                     "    from archlab.lab import Experiment, analysis\n")
+    assert archlab_imports(probe) == {"archlab.train.trainer", "archlab.costs", "archlab.lab", "archlab.lab.analysis"}

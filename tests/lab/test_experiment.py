@@ -15,7 +15,7 @@ import archlab.lab
 from archlab.cli import build_parser
 from archlab.lab import experiment as experiment_module
 from archlab.lab.experiment import Experiment
-from archlab.lab.suite import SuiteError
+from archlab.lab.spec.suite import SuiteError
 from tests.lab.test_report import SUITE, _fake_runs
 
 
@@ -85,7 +85,7 @@ def test_each_step_is_computed_once_and_publish_only_writes(tmp_path: Path, monk
 
 
 def test_planning_returns_the_matched_suite_and_leaves_the_loaded_one_alone(tmp_path: Path) -> None:
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.suite_file import load_suite
 
     loaded = load_suite("heads")
     overrides = [dict(a.overrides) for a in loaded.arms]

@@ -1,6 +1,6 @@
-"""The machine's load beside every timing (lab/timing_load.py), with a mocked os.getloadavg: read after each pair and
-kept with the times (lab-timings.json, timings.csv and back), shown beside each timing verdict in the terminal, in
-the claim's note and on the page, and one line of warning when it exceeded the machine's CPUs (both sides)."""
+"""The machine's load beside every timing (lab/measures/timing_load.py), with a mocked os.getloadavg: read after each
+pair and kept with the times (lab-timings.json, timings.csv and back), shown beside each timing verdict in the terminal,
+in the claim's note and on the page, and one line of warning when it exceeded the machine's CPUs (both sides)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from archlab.commands import ablate as command
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import TIMED, measure_timings
-from archlab.lab.page import timing_table, timing_warnings
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Table
-from archlab.lab.timing import TIMINGS, time_pairs
-from archlab.lab.timing_load import load_note, load_warning, peak_load
-from archlab.lab.verdicts import judge
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.table import Table
+from archlab.lab.analysis.verdicts import judge
+from archlab.lab.measures.timing import TIMINGS, time_pairs
+from archlab.lab.measures.timing_load import load_note, load_warning, peak_load
+from archlab.lab.publishing.page import timing_table, timing_warnings
+from archlab.lab.runs.collect import TIMED, measure_timings
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_timing import A, B, FakeClock, FakeKind
 
 SUITE = """
@@ -79,7 +79,7 @@ def test_a_loaded_timing_is_recorded_shown_and_warned_about(
     (tmp_path / "timed.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(tmp_path / "timed.yaml"), BUDGETS["small"], tmp_path / "out")
     monkeypatch.setattr(os, "getloadavg", LoadAvg([1.0, 4.7, 2.0]))
-    monkeypatch.setattr("archlab.lab.timing.cpu_count", lambda: 2)  # the 2-core machine of the issue
+    monkeypatch.setattr("archlab.lab.measures.timing.cpu_count", lambda: 2)  # the 2-core machine of the issue
     timings = measure_timings(plan)
     kept = json.loads((plan.out / TIMED).read_text())["norm_s"]
     assert kept["load"] == [1.0, 4.7, 2.0] and kept["cpus"] == 2 and kept["threads"] == 1 and len(kept["a"]) == 3

@@ -25,16 +25,16 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from archlab.lab.arms import param_note
-from archlab.lab.budgets import BUDGETS, evidence_caveat, evidence_note
-from archlab.lab.suite_file import suite_index
-from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
+from archlab.lab.spec.arms import param_note
+from archlab.lab.spec.budgets import BUDGETS, evidence_caveat, evidence_note
+from archlab.lab.spec.suite_file import suite_index
+from archlab.lab.spec.variants import EXECUTORS, SEQUENTIAL_KINDS
 
 if TYPE_CHECKING:
+    from archlab.lab.analysis.verdicts import ClaimResult
     from archlab.lab.experiment import Experiment
-    from archlab.lab.plan import Plan
-    from archlab.lab.runner import Progress
-    from archlab.lab.verdicts import ClaimResult
+    from archlab.lab.runs.plan import Plan
+    from archlab.lab.runs.runner import Progress
 
 # the runner, executor, planning, verdicts and report import torch (the measures read checkpoints)
 # and scipy: they are imported in the functions that plan, train and judge, so `--help` answers
@@ -183,8 +183,8 @@ def _list() -> int:
 def _experiment(args: argparse.Namespace) -> Experiment:
     """The suite planned from the flags, after every flag is checked (one line each, before any
     work)."""
-    from archlab.lab.executor import SlurmOptions
     from archlab.lab.experiment import Experiment
+    from archlab.lab.runs.executor import SlurmOptions
 
     slurm = SlurmOptions(
         args.slurm_partition,
@@ -234,7 +234,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _verify(folder: str) -> int:
-    from archlab.lab.record import verify
+    from archlab.lab.publishing.record import verify
 
     differences = verify(folder)
     for line in differences:
@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
-    from archlab.lab.runner import LabError
+    from archlab.lab.runs.runner import LabError
 
     exp = _experiment(args)
     plan = exp.plan()
@@ -323,11 +323,12 @@ def run(args: argparse.Namespace) -> int:
 def _print_verdicts(plan: Plan, results: list[ClaimResult]) -> None:
     """One line per claim: its outcome, what an inconclusive one needs, a timing's load, and the
     caveat of runs below the budget and seeds the suite is judged at; then why the caveat, and a
-    warning per timing run on a loaded machine (lab/timing_load.py), as the page words them."""
-    from archlab.lab.collect import read_timings
-    from archlab.lab.report import needed as report_needed
-    from archlab.lab.stats import BY_CONSTRUCTION
-    from archlab.lab.timing_load import load_note, load_warning
+    warning per timing run on a loaded machine (lab/measures/timing_load.py), as the page words
+    them."""
+    from archlab.lab.analysis.stats import BY_CONSTRUCTION
+    from archlab.lab.measures.timing_load import load_note, load_warning
+    from archlab.lab.publishing.report import needed as report_needed
+    from archlab.lab.runs.collect import read_timings
 
     caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
     timings = read_timings(plan)

@@ -26,20 +26,20 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import archlab.lab.planning as planning
-import archlab.lab.stats as stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import measure_plan, measure_timings, table_of
-from archlab.lab.executor import SlurmOptions, submit_plan
-from archlab.lab.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
-from archlab.lab.record import Record
-from archlab.lab.report import record_of, record_suite_time, write_report
-from archlab.lab.runner import Progress, run_plan
-from archlab.lab.suite import Suite, SuiteError
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Table
-from archlab.lab.variants import EXECUTORS
-from archlab.lab.verdicts import ClaimResult, judge
+import archlab.lab.analysis.stats as stats
+import archlab.lab.runs.planning as planning
+from archlab.lab.analysis.table import Table
+from archlab.lab.analysis.verdicts import ClaimResult, judge
+from archlab.lab.publishing.record import Record
+from archlab.lab.publishing.report import record_of, record_suite_time, write_report
+from archlab.lab.runs.collect import measure_plan, measure_timings, table_of
+from archlab.lab.runs.executor import SlurmOptions, submit_plan
+from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
+from archlab.lab.runs.runner import Progress, run_plan
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import Suite, SuiteError
+from archlab.lab.spec.suite_file import load_suite
+from archlab.lab.spec.variants import EXECUTORS
 
 DEFAULT_BUDGET = "small"
 
@@ -183,7 +183,7 @@ class Experiment:
         return self._record
 
     def judge(self, alpha: float = stats.ALPHA) -> list[ClaimResult]:
-        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/verdicts.py)."""
+        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/analysis/verdicts.py)."""
         if alpha != stats.ALPHA:
             return judge(self.record().table, alpha=alpha)
         if self._results is None:
