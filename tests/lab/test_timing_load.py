@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from archlab.commands import ablate as command
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.table import Table
 from archlab.lab.analysis.verdicts import judge
 from archlab.lab.measures.timing import TIMINGS, time_pairs
 from archlab.lab.measures.timing_load import load_note, load_warning, peak_load
 from archlab.lab.publishing.page import timing_table, timing_warnings
+from archlab.lab.publishing.report import verdict_lines
 from archlab.lab.runs.collect import TIMED, measure_timings
 from archlab.lab.runs.plan import plan_suite
 from archlab.lab.spec.budgets import BUDGETS
@@ -73,9 +73,7 @@ def test_note_and_warning_on_both_sides_of_the_cpu_count() -> None:
     assert peak_load({"load": [float("nan")]}) is None  # a platform without a load average
 
 
-def test_a_loaded_timing_is_recorded_shown_and_warned_about(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
+def test_a_loaded_timing_is_recorded_shown_and_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "timed.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(tmp_path / "timed.yaml"), BUDGETS["small"], tmp_path / "out")
     monkeypatch.setattr(os, "getloadavg", LoadAvg([1.0, 4.7, 2.0]))
@@ -95,8 +93,7 @@ def test_a_loaded_timing_is_recorded_shown_and_warned_about(
     note = "timed at load 4.7 (1-min average, the highest of its 3 pairs) on 2 CPUs, 1 thread(s)"
     assert result.note.endswith(f"log time ratio; {note}")
     assert result.outcome in (stats.CONFIRMED, stats.CONTRADICTED, stats.INCONCLUSIVE)
-    command._print_verdicts(plan, [result])
-    lines = capsys.readouterr().out.splitlines()
+    lines = verdict_lines(plan, [result])  # what `archlab ablate` prints (Experiment.verdict_lines)
     assert lines[0].startswith(f"{result.outcome:26s} b is faster than a") and f"[{note}]" in lines[0]
     assert lines[1] == load_warning("norm_s", kept) and lines[1].startswith("warning: timing norm_s ran at load 4.7")
     record = type("R", (), {"suite": plan.suite, "table": read})()

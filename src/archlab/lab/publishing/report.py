@@ -13,10 +13,12 @@ from pathlib import Path
 
 from archlab.costs import parameter_counts
 from archlab.lab.analysis.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
+from archlab.lab.analysis.outcomes import BY_CONSTRUCTION
 from archlab.lab.analysis.table import Table
 from archlab.lab.analysis.verdicts import ClaimResult
 from archlab.lab.measures.embed_measures import max_embed_row_norm_series
 from archlab.lab.measures.measure import MEASURES
+from archlab.lab.measures.timing_load import load_note, load_warning
 from archlab.lab.publishing import page
 from archlab.lab.publishing.record import (
     Record,
@@ -29,16 +31,16 @@ from archlab.lab.publishing.record import (
     versions,
 )
 from archlab.lab.publishing.record import write_record as write_files
-from archlab.lab.runs.collect import run_config, stored_ladder, table_of
+from archlab.lab.runs.collect import read_timings, run_config, stored_ladder, table_of
 from archlab.lab.runs.plan import Plan, RunSpec
 from archlab.lab.runs.runner import run_wall_s
+from archlab.lab.spec.budgets import evidence_caveat, evidence_note
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
 from archlab.train.metrics import read_metrics
 
 SUITE_TIME = "lab-time.json"  # in the suite's folder: training wall time over all sessions, jobs, machine, commits
-needed = page.needed  # the command prints what an inconclusive claim needs
 claim_table = page.claim_table
 
 
@@ -158,3 +160,24 @@ def write_report(plan: Plan, record: Record, results: list[ClaimResult]) -> list
     page.write_markdown(record, results, [p.name for p in sorted(images)])
     page.write_html(record, results, images)
     return images
+
+
+def verdict_lines(plan: Plan, results: list[ClaimResult]) -> list[str]:
+    """What `archlab ablate` prints of the verdicts: one line per claim (its outcome, what an inconclusive one needs,
+    a timing's load, and the caveat of runs below the budget and seeds the suite is judged at), then why the caveat,
+    and a warning per timing run on a loaded machine (lab/measures/timing_load.py), as the page words them."""
+    caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
+    timings = read_timings(plan)
+    lines = []
+    for result in results:
+        needed = f" (needs {page.needed(result)})" if result.seeds_needed else ""
+        smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
+        timed = timings.get(result.claim.metric) if plan.suite.timing(result.claim) else None
+        load = f" [{note}]" if timed and (note := load_note(timed)) else ""
+        lines.append(f"{result.outcome:26s} {result.claim.text}{needed}{load}{smoke}")
+    if note := evidence_note(plan.budget.name, plan.seeds, plan.suite.seeds):
+        lines.append(note)
+    for metric, timed in timings.items():
+        if warning := load_warning(metric, timed):
+            lines.append(warning)
+    return lines
