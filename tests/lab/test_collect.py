@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab import collect
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import measure_plan
-from archlab.lab.measure import MEASURED, TIMING_ROUNDS, write_measured
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite_file import load_suite
-from archlab.lab.timing import PairedTimes
+from archlab.lab.measures.measure import MEASURED, TIMING_ROUNDS, write_measured
+from archlab.lab.measures.timing import PairedTimes
+from archlab.lab.runs import collect
+from archlab.lab.runs.collect import measure_plan
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
 
 TIMED_SUITE = """
