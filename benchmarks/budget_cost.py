@@ -31,9 +31,9 @@ TOKENS_PER_PARAM = 20
 
 def shapes() -> dict[str, tuple]:
     """Budget name -> (model config, batch, block, steps, eval_every, eval_batches, measure_windows)."""
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
 
     suite = load_suite("norm-type")
     out = {}
@@ -117,7 +117,8 @@ def table(r: dict) -> str:
             t = b[f"threads_{threads}"]
             lines.append(
                 f"| `{name}` | d_model {b['d_model']}, {b['n_layers']} layers | {b['params'] / 1e6:.2f}M | "
-                f"{b['tokens'] / 1e6:.2f}M ({b['tokens'] / b['params']:.1f}) | {threads} | {t['step_s'] * 1e3:.0f} ms | "
+                f"{b['tokens'] / 1e6:.2f}M ({b['tokens'] / b['params']:.1f}) | {threads} | "
+                f"{t['step_s'] * 1e3:.0f} ms | "
                 f"{hours(t['run_s'])} | {hours(t['run_s_at_20_tokens_per_param'])} "
                 f"({b['steps_at_20_tokens_per_param']:,} steps) |")
     return "\n".join(lines) + "\n"

@@ -129,9 +129,9 @@ def make_step(model: torch.nn.Module, params: list, x: torch.Tensor, y: torch.Te
 
 def measure(suite_name: str, budget_name: str, arm: str, rounds: int) -> dict:
     from archlab.costs import flops_per_token
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
     from archlab.nn.model import TransformerLM
     from archlab.train.hardware import describe_machine
 
