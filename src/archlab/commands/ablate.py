@@ -293,9 +293,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         print(
-            "\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run "
-            f"`{resume}` again to "
-            "continue where it stopped.",
+            "\narchlab ablate: interrupted; finished runs and measures are kept, and a run under "
+            f"way saved a checkpoint. Run `{resume}` again to continue where it stopped.",
             file=sys.stderr,
         )
         return 130

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -67,15 +68,25 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None, jo
     return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}  # None: n/a
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def measure_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of fresh processes (spawned: a forked copy of a parent that has run torch can hang) that ignore
+    SIGINT: Ctrl-C reaches the lab, which stops, not each worker mid-import with a traceback of its own."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+
+
 def _measured(plan: Plan, runs: list[RunSpec], wanted: dict[RunSpec, list[str]], jobs: int
               ) -> Iterator[tuple[RunSpec, dict]]:
-    """(run, its `wanted` measures) for each of `runs`, in this process or, with jobs > 1, in a pool of `jobs`
-    fresh processes (spawned: a forked copy of a parent that has run torch can hang), as each run finishes."""
+    """(run, its `wanted` measures) for each of `runs`, in this process or, with jobs > 1, in a `measure_pool`
+    of `jobs` processes, as each run finishes."""
     windows = plan.budget.measure_windows
     if jobs <= 1 or len(runs) <= 1:
         yield from ((run, measure_run(run.run_dir, wanted[run], windows)) for run in runs)
         return
-    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+    with measure_pool(min(jobs, len(runs))) as pool:
         futures = {pool.submit(lab_measure.measure_run, run.run_dir, wanted[run], windows): run for run in runs}
         for future in as_completed(futures):
             yield futures[future], future.result()
