@@ -53,7 +53,7 @@ from archlab.data.prepare import prepare_data, prepared_hash
 from archlab.data.tokens import TokenData
 from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
-from archlab.lab.measure import MEASURES, measure_run
+from archlab.lab import MEASURES, measure_run
 from archlab.nn.presets import PRESETS
 from archlab.train.config import resolve_config
 from archlab.train.hardware import cpu_class

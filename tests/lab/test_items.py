@@ -1,4 +1,4 @@
-"""Seeds and items both random (archlab.lab.items, stats.test_claim(items=...)): the mean squares against
+"""Seeds and items both random (archlab.lab.analysis.items, stats.test_claim(items=...)): the mean squares against
 statsmodels' two-way ANOVA, and the false-positive rates by simulation with known truth.
 
 The simulations are the issue's: no true difference between the arms, but items that favour one arm by chance,
@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from archlab.lab import stats
-from archlab.lab.items import fit_items, items_for, seeds_for
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.items import fit_items, items_for, seeds_for
 
 MC_SIGMAS = 3.0
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab import publish
-from archlab.lab.record import verify
+from archlab.lab.publishing import publish
+from archlab.lab.publishing.record import verify
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGES = publish.pages(DOCS)
 
 
 def test_every_page_is_a_built_in_suite_and_the_summary_names_the_unpublished() -> None:
-    from archlab.lab.suite_file import list_suites
+    from archlab.lab.spec.suite_file import list_suites
 
     suites = {s.name for s in list_suites()}
     assert {p.name for p in PAGES} <= suites and len(PAGES) >= 18
@@ -33,7 +33,7 @@ def test_a_pages_verdicts_recompute_from_its_files(page: Path) -> None:
     for key in ("command", "machine", "budget", "seeds", "judged_by", "scale", "training"):
         assert provenance.get(key), (page.name, key)
     assert provenance["judged_by"]["commit"] and "torch" in provenance["judged_by"]
-    if "runs" in provenance:  # the runs' own records, gathered (lab/run_provenance.py)
+    if "runs" in provenance:  # the runs' own records, gathered (lab/publishing/run_provenance.py)
         assert provenance["runs"]["recorded"] and provenance["runs"]["data"], page.name
     else:  # a page made before the runs recorded theirs says so, and what it knows is marked reconstructed
         assert provenance.get("data") and (provenance["trained_by"].get("commit") or provenance.get("trained_note"))

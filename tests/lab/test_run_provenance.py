@@ -1,7 +1,8 @@
-"""A page's provenance is its runs' own records (lab/run_provenance.py), gathered and never reconstructed: runs
-trained at two commits are listed under each, a run resumed under another commit is listed under both with its
-steps, a run without a record is named, and a page whose runs recorded nothing says so plainly. The records here are
-written by the trainer's own `provenance.session` on a real prepared folder; the fake commits are set by hand."""
+"""A page's provenance is its runs' own records (lab/publishing/run_provenance.py), gathered and never
+reconstructed: runs trained at two commits are listed under each, a run resumed under another commit is listed under
+both with its steps, a run without a record is named, and a page whose runs recorded nothing says so plainly. The
+records here are written by the trainer's own `provenance.session` on a real prepared folder; the fake commits are
+set by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from archlab.data.prepare import prepare_data, prepared_hash
-from archlab.lab import run_provenance
+from archlab.lab.publishing import run_provenance
 from archlab.train import provenance
 from archlab.train.config import resolve_config
 
@@ -88,10 +89,10 @@ def test_runs_without_records_are_named_and_a_page_of_none_says_so_plainly(tmp_p
 def test_a_suites_page_gathers_its_runs_records(tmp_path: Path, data: Path) -> None:
     """The report writes the runs' records into the page's provenance.json (`runs`) and results.md shows them: the
     wiring from run folders to the page, with one run resumed under another commit."""
-    from archlab.lab.budgets import BUDGETS
     from archlab.lab.experiment import Experiment
-    from archlab.lab.plan import plan_suite, write_plan
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.runs.plan import plan_suite, write_plan
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
     from tests.lab.test_report import _fake_runs
 
     (tmp_path / "two.yaml").write_text("""
