@@ -24,6 +24,7 @@ from archlab.lab.spec.budgets import BUDGETS
 from archlab.lab.spec.suite_file import load_suite
 from archlab.train.config import resolve_config
 from archlab.train.hardware import cpu_model
+from tests.train.test_provenance import checkout_state
 
 
 def _fixed_set_loss(run_dir: Path) -> float:
@@ -100,6 +101,15 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
         assert float(row["val_loss"]) == pytest.approx(_fixed_set_loss(run_dir), rel=1e-9)
     md = (out / "results.md").read_text()
     assert "| GQA cuts the KV cache | kv_bytes_per_token (lower is better) | gqa vs mha | 2 | -256 |" in md
+    # what trained the runs is their own records (train/provenance.py), gathered on the page; the registration
+    # was made when `archlab ablate` began, after the two mha runs above had trained
+    state = checkout_state()
+    commit = state["commit"] + (" (with local changes)" if state["dirty"] is True else "")
+    assert f"Trained by archlab at commit {commit}: all 4 runs (recorded by the runs)." in md
+    assert "Resumed runs: mha/seed1 at step 12: nothing changed." in md
+    [registered] = json.loads((out / "registration.json").read_text())["registrations"]
+    assert (registered["runs_trained"], registered["before_first_run"]) == (2, False)
+    assert f"Registered at commit {state['commit'][:12]}" in md and "after 2 of the plan's runs had trained" in md
     assert "| by construction |" in md
     # the page words it as the terminal does: the same sentence in its header, the same caveat after each outcome
     assert lines[-2] in md and f" {smoke} | " in md

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from archlab.lab.experiment import Experiment
     from archlab.lab.measures.measure import MEASURES, measure_run
-    from archlab.lab.publishing.legacy import from_legacy
+    from archlab.lab.publishing.legacy import from_legacy, register_published
     from archlab.lab.publishing.publish import SUMMARY, import_folder
     from archlab.lab.publishing.publish import check as check_pages
     from archlab.lab.publishing.publish import pages as published_pages
@@ -53,6 +53,7 @@ _PUBLIC = {
     "published_pages": ("archlab.lab.publishing.publish", "pages"),
     "SUMMARY": ("archlab.lab.publishing.publish", "SUMMARY"),
     "from_legacy": ("archlab.lab.publishing.legacy", "from_legacy"),
+    "register_published": ("archlab.lab.publishing.legacy", "register_published"),
     # one run's measures, as collecting takes them (scripts/behaviour_hashes.py fingerprints them)
     "MEASURES": ("archlab.lab.measures.measure", "MEASURES"),
     "measure_run": ("archlab.lab.measures.measure", "measure_run"),
@@ -74,6 +75,7 @@ __all__ = [  # _PUBLIC's names (tests/test_layout.py checks they agree)
     "measure_run",
     "published_pages",
     "rebuild_pages",
+    "register_published",
     "suite_index",
     "verify",
 ]

@@ -22,7 +22,7 @@ from archlab.lab.analysis.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.analysis.verdicts import ClaimResult, factorial_anova, suite_spreads
 from archlab.lab.measures.measure import MEASURES
 from archlab.lab.measures.timing_load import load_warning, peak_load
-from archlab.lab.publishing import run_provenance
+from archlab.lab.publishing import registered, run_provenance
 from archlab.lab.publishing.record import Record
 from archlab.lab.spec.arms import PARAM_TOLERANCE
 from archlab.lab.spec.budgets import evidence_caveat, evidence_note
@@ -34,8 +34,9 @@ RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (
         "seeds and items both random, so the verdict generalises to other items. 'Better': a one-sided test at the "
         "Holm-adjusted level (Holm 1979) over the suite's tested claims, confirmed when significant (and the "
         "estimate reaches min_effect), contradicted when the opposite test is significant. 'Not worse than': "
-        "non-inferiority at a margin stated before the run, confirmed when the one-sided upper bound of the "
-        "deficit lies inside it (Schuirmann 1987; Lakens 2017), contradicted when the lower bound lies beyond it; "
+        "non-inferiority at a margin registered before the run (each page says when its margins were set), "
+        "confirmed when the one-sided upper bound of the deficit lies inside it (Schuirmann 1987; Lakens 2017), "
+        "contradicted when the lower bound lies beyond it; "
         "when the interval also excludes 0 on the worse side the page says 'but worse by X'. 'As good as within "
         "+-m': equivalence, both bounds inside. Otherwise inconclusive, with the minimum detectable effect at this "
         "n and the seeds per arm for 80% power at the stated smallest effect (a 'not worse than' claim: at a true "
@@ -213,7 +214,7 @@ def margin_text(record: Record) -> str:
     """The margins and smallest effects in use, and what the loss margin is worth in compute (provenance)."""
     used = sorted({(c.metric, c.margin) for c in record.suite.claims if c.expect != "better" and c.margin})
     parts = [f"{m} {margin:g}" + (" nats" if m in LOSS_METRICS else "") for m, margin in used]
-    text = ("Margins (stated before the run): " + ", ".join(parts) + ".") if parts else ""
+    text = (f"Margins ({registered.margins_when(record.registration)}): " + ", ".join(parts) + ".") if parts else ""
     pricing = record.provenance.get("margins", "")
     return f"{text} {pricing}".strip()
 
@@ -240,6 +241,7 @@ def header_lines(record: Record) -> list[str]:
              + (", per-item outcomes: `items.csv`" if any(r.items for a in record.table.runs.values() for r in a)
                 else "") + "; configs: `configs.yaml`; provenance: `provenance.json`; recompute every verdict: "
              "`archlab ablate --verify DIR` on this page's folder."]
+    lines += registered.lines(record.registration, sum(len(runs) for runs in record.table.runs.values()))
     lines += run_provenance.lines(p.get(run_provenance.RUNS), reconstructed_training(p))
     judged = p.get("judged_by", {})
     if judged.get("commit"):

@@ -137,7 +137,7 @@ def write_page(docs: Path, record: Record, results: list[ClaimResult]) -> Path:
     text = path.read_text(encoding="utf-8")
     path.unlink()
     for file in ("results.csv", "items.csv", "timings.csv", "configs.yaml", "provenance.json", "claims.json",
-                 "suite.yaml"):
+                 "suite.yaml", "registration.json"):
         text = text.replace(f"`{file}`", f"[`{file}`]({name}/{file})")
     text = text.replace("this page's folder", f"this page's folder (`archlab ablate --verify docs/results/{name}`)")
     out = docs / f"{name}.md"
@@ -248,7 +248,9 @@ INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --j
          "`python scripts/publish_results.py --check` does every page and this summary, and CI runs it). "
          "Outcomes come from the rule in docs/lab-statistics.md, never by hand: each comparison on its own paired "
          "differences (arms declared alike may pool), items as a second source of variance where a fixed item set "
-         "is scored, Holm's correction within a suite, margins stated before the run and smaller than the effects "
+         "is scored, Holm's correction within a suite, margins registered before the first run (each page says when "
+         "its were set: on most pages published before registrations, on re-judging, after the runs) and smaller "
+         "than the effects "
          "under study (0.03 nats for a loss at `small`, 1.07x the base's compute; a page with another model prices "
          "its margin on its own base). The verdict of a claim is its page's; a comparison two pages share has one "
          "verdict on both (the larger Holm p). Benjamini-Hochberg's q across all rows is secondary information and "
@@ -331,7 +333,7 @@ def import_folder(suite_dir: Path, docs: Path) -> Path:
         if rows and "p_holm_suite" not in rows[0] and "key" in rows[0]:  # written by the previous rule
             shutil.copyfile(old, folder / PREVIOUS_RULE)
     for name in ("results.csv", "items.csv", "timings.csv", "suite.yaml", "configs.yaml", "provenance.json",
-                 "claims.json", *PLOTS):
+                 "claims.json", "registration.json", *PLOTS):
         if (suite_dir / name).is_file():
             shutil.copyfile(suite_dir / name, folder / name)
         elif name in ("items.csv", "timings.csv") and (folder / name).is_file():

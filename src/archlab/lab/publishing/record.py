@@ -33,7 +33,9 @@ import yaml
 
 from archlab.lab.analysis.table import Run, Table
 from archlab.lab.analysis.verdicts import ClaimResult, judge
+from archlab.lab.spec import registration
 from archlab.lab.spec.budgets import BUDGETS, Budget
+from archlab.lab.spec.registration import REGISTRATION
 from archlab.lab.spec.suite import Suite, at_budget
 from archlab.lab.spec.suite_file import load_suite
 from archlab.train import provenance as train_provenance
@@ -51,6 +53,7 @@ class Record:
     folder: Path
     provenance: dict
     configs: dict[str, dict]
+    registration: dict | None = None  # registration.json (lab/spec/registration.py); None: made before registrations
 
     @property
     def suite(self) -> Suite:
@@ -148,6 +151,8 @@ def write_record(record: Record, results: list[ClaimResult], suite_path: str | P
     (folder / CONFIGS).write_text(yaml.safe_dump(configs, sort_keys=False), encoding="utf-8")
     (folder / PROVENANCE).write_text(json.dumps(record.provenance, indent=1, default=str), encoding="utf-8")
     (folder / CLAIMS).write_text(json.dumps(claim_rows(record.table, results), indent=1), encoding="utf-8")
+    if record.registration is not None:
+        (folder / REGISTRATION).write_text(json.dumps(record.registration, indent=1), encoding="utf-8")
 
 
 def read_record(folder: str | Path) -> Record:
@@ -162,7 +167,7 @@ def read_record(folder: str | Path) -> Record:
     suite = at_budget(load_suite(folder / SUITE_FILE), budget)
     configs = yaml.safe_load((folder / CONFIGS).read_text(encoding="utf-8")) if (folder / CONFIGS).is_file() else {}
     table = Table.read(folder, suite, provenance.get("seeds"))
-    return Record(table, budget, folder, provenance, configs or {})
+    return Record(table, budget, folder, provenance, configs or {}, registration.read(folder / REGISTRATION))
 
 
 def stamp(base: dict, **extra: object) -> dict:
@@ -219,13 +224,24 @@ def rejudge(folder: str | Path) -> tuple[Record, list[ClaimResult]]:
     return record, judge(record.table)
 
 
+def registered_differences(record: Record) -> list[str]:
+    """Each claim the record judges that is not the one its last registration holds (lab/spec/registration.py)."""
+    last = registration.latest(record.registration)
+    if last is None:
+        return []
+    return [f"registration.json: {line}" for line in registration.differences(last["claims"],
+                                                                              registration.claims_of(record.suite))]
+
+
 def verify(folder: str | Path) -> list[str]:
-    """The differences between a folder's claims.json and its verdicts recomputed from its files (none: [])."""
+    """The differences between a folder's claims.json and its verdicts recomputed from its files, and between the
+    claims it judges and its registration (none: [])."""
     record, results = rejudge(folder)
     path = Path(folder) / CLAIMS
     if not path.is_file():
         return [f"{path} does not exist"]
-    return differences(json.loads(path.read_text(encoding="utf-8")), claim_rows(record.table, results))
+    return (differences(json.loads(path.read_text(encoding="utf-8")), claim_rows(record.table, results))
+            + registered_differences(record))
 
 
 def median_run_s(walls: list[float]) -> float | None:

@@ -32,7 +32,9 @@ from archlab.lab.publishing.run_provenance import RUNS, gather
 from archlab.lab.runs.collect import read_timings, run_config, stored_ladder, table_of
 from archlab.lab.runs.plan import Plan, RunSpec
 from archlab.lab.runs.runner import run_wall_s
+from archlab.lab.spec import registration
 from archlab.lab.spec.budgets import evidence_caveat, evidence_note
+from archlab.lab.spec.registration import REGISTRATION
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
@@ -111,7 +113,7 @@ def record_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict
         "measure_versions": {m: MEASURES[m].version for m in plan.suite.measures},
     })
     provenance["margins"] = margin_pricing(plan, table)
-    return Record(table, plan.budget, plan.out, provenance, configs)
+    return Record(table, plan.budget, plan.out, provenance, configs, registration.read(plan.out / REGISTRATION))
 
 
 # ------------------------------------------------------------------------------------------ plots
