@@ -22,8 +22,9 @@ from pathlib import Path
 
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.verdicts import ClaimResult, judge, with_outcome
-from archlab.lab.publishing import page
+from archlab.lab.publishing import lecture_claims, page
 from archlab.lab.publishing.record import CLAIMS, Record, claim_rows, differences, read_record
+from archlab.lab.spec.claims_index import ClaimsIndexError, load_index
 
 READING = "reading.md"  # per page, a person's reading of its numbers: kept across rebuilds
 FIRST_RULE = "first-rule.json"  # the first lab's verdicts of a suite (Welch's test and a noise floor), kept
@@ -103,7 +104,11 @@ def check(docs: Path) -> list[str]:
                   and not _same(p.get("p_holm"), r.get("p_holm"))]
         problems += [f"{name}: {line}" for line in found]
     summary = docs / SUMMARY
-    if summary.is_file() and summary.read_text(encoding="utf-8") != summary_text(docs, books):
+    try:
+        text = summary_text(docs, books)
+    except ClaimsIndexError as err:  # the summary's lecture tally needs the index: its problems, one line each
+        return problems + [f"claims index {line}" for line in str(err).splitlines()]
+    if summary.is_file() and summary.read_text(encoding="utf-8") != text:
         problems.append(f"{summary}: differs from the summary the pages' files give (rebuild it)")
     return problems
 
@@ -117,11 +122,12 @@ def _same(a: float | None, b: float | None) -> bool:
 def rebuild(docs: Path) -> list[str]:
     """Re-judge every page from its files and write claims.json, SUITE.md and the summary; returns the pages."""
     books = judged(docs)
+    summary = summary_text(docs, books)  # first: a claims index that does not check stops it before any write
     for name, rows in rows_of(books).items():
         (docs / name / CLAIMS).write_text(json.dumps(rows, indent=1), encoding="utf-8")
         record, results = books[name]
         write_page(docs, record, results)
-    (docs / SUMMARY).write_text(summary_text(docs, books), encoding="utf-8")
+    (docs / SUMMARY).write_text(summary, encoding="utf-8")
     return list(books)
 
 
@@ -269,7 +275,8 @@ def _needs(row: dict) -> str:
 def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]]) -> str:
     """docs/results/README.md: every published comparison once, its verdict, and each page's reading."""
     first: dict[str, dict] = {}
-    for name, rows in rows_of(books).items():
+    pages = rows_of(books)
+    for name, rows in pages.items():
         for row in rows:
             if row["key"] in first:
                 continue
@@ -280,7 +287,11 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
     tests = [stats.ClaimTest(**{**r["test"], "ci": tuple(r["test"]["ci"]), "p_adjusted": None,
                                 "p_contra_adjusted": None, "level": r["test"]["alpha"]}) for r in family]
     q = {id(row): t.p_adjusted for row, t in zip(family, stats.adjust(tests, method="bh"))}
-    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, "",
+    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, ""]
+    lines += lecture_claims.section(load_index(), pages)  # each lecture claim once, by its primary test
+    lines += ["## Every comparison", "", "Every published comparison once (two pages sharing runs have one row), "
+              "counted per comparison: a lecture claim tested on several pages counts on each, whatever its "
+              "estimand.", "",
              "| suite | claim | metric | arms | estimate | 90% CI | margin / smallest effect | p (Holm) | outcome "
              "| what the test showed | mde | needs | Narang et al. | q (BH across pages; secondary) |",
              "|---" * 14 + "|"]
@@ -301,8 +312,8 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
     calibration = [r["outcome"] for r in unique if r["calibration"]]
     counts = ", ".join(f"{tested.count(v)} {v}" for v in dict.fromkeys(tested)) or "none"
     n_rows = sum(len(results) for _, results in books.values())
-    lines += ["", f"{n_rows} claims from {len(books)} suites, {len(unique)} distinct comparisons. The lecture's "
-              f"claims: {len(tested)} tested: {counts}."
+    lines += ["", f"{n_rows} claims from {len(books)} suites, {len(unique)} distinct comparisons. Per comparison "
+              f"(not per lecture claim): {len(tested)} tested: {counts}."
               + (" Outside the family: " + ", ".join(f"{outside.count(v)} {v}" for v in dict.fromkeys(outside)) + "."
                  if outside else "")
               + (f" Calibration (not tallied): {len(calibration)} claims, "
