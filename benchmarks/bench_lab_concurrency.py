@@ -28,9 +28,9 @@ def child(suite_name: str, budget_name: str, steps: int, threads: int) -> None:
     """Train `steps` timed steps of the budget's model on `threads` threads; print the seconds per step."""
     import torch
 
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
     from archlab.nn.fast import install as fast_paths
     from archlab.nn.model import TransformerLM
     from archlab.train.optim import build_optimizer, clip_gradients
@@ -61,9 +61,9 @@ def ceiling(suite_name: str, budget_name: str) -> dict:
     import torch
 
     from archlab.costs import flops_per_token
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
 
     torch.set_num_threads(1)
     suite = load_suite(suite_name)

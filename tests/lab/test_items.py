@@ -1,4 +1,4 @@
-"""Seeds and items both random (archlab.lab.items, stats.test_claim(items=...)): the mean squares against
+"""Seeds and items both random (archlab.lab.analysis.items, stats.test_claim(items=...)): the mean squares against
 statsmodels' two-way ANOVA, the REML fit against statsmodels' MixedLM (negative moment estimates included), the exact
 item sign-flip test against enumeration, and the false-positive rates by simulation with known truth.
 
@@ -16,8 +16,8 @@ import warnings
 import numpy as np
 import pytest
 
-from archlab.lab import stats
-from archlab.lab.items import expected_se, fit_items, items_for, mean_squares, seeds_for, sign_flip
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.items import expected_se, fit_items, items_for, mean_squares, seeds_for, sign_flip
 
 MC_SIGMAS = 3.0
 

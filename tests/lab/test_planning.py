@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.items import plan_design
-from archlab.lab.plan import plan_suite
-from archlab.lab.planning import family_size, format_plan, power_plan
-from archlab.lab.record import read_record
-from archlab.lab.suite_file import load_suite
-from archlab.lab.verdicts import judge
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.items import plan_design
+from archlab.lab.analysis.verdicts import judge
+from archlab.lab.publishing.record import read_record
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.runs.planning import family_size, format_plan, power_plan
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_screening import SUITE as SCREEN  # the six-switch 2^(6-2) design
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"

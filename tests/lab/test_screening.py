@@ -1,4 +1,4 @@
-"""Screening suites (archlab.lab.screening): the least-squares effects against hand-computed contrasts, and by
+"""Screening suites (archlab.lab.analysis.screening): the least-squares effects against hand-computed contrasts, and by
 simulation with known truth: main effects and an interaction recovered within their intervals at the nominal rate,
 a null effect confirmed at most alpha of the time, and the standard error half the one-switch-at-a-time one."""
 
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.screening import coded, fit
-from archlab.lab.suite import SuiteError, at_budget
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Run, Table
-from archlab.lab.verdicts import judge
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.screening import coded, fit
+from archlab.lab.analysis.table import Run, Table
+from archlab.lab.analysis.verdicts import judge
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import SuiteError, at_budget
+from archlab.lab.spec.suite_file import load_suite
 
 SUITE = """
 name: screen
@@ -130,8 +130,8 @@ def test_effect_p_values_are_two_sided_as_the_page_labels_them(tmp_path: Path) -
     """Each effect's p is the two-sided t test of effect = 0 at the fit's residual df: against scipy, on the hand
     contrast and a residual from numpy's least squares over every main effect and every two-factor product (the
     space the fit's chains span); the page's effects table calls it two-sided and shows it."""
-    from archlab.lab.page import fmt, screening_section
-    from archlab.lab.record import Record
+    from archlab.lab.publishing.page import fmt, screening_section
+    from archlab.lab.publishing.record import Record
 
     suite = _suite(tmp_path)
     table = _table(suite, np.random.default_rng(4), seeds=3, sigma=0.02)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.suite import SuiteError
-from archlab.lab.suite_file import list_suites, load_suite, suite_index
+from archlab.lab.spec.suite import SuiteError
+from archlab.lab.spec.suite_file import list_suites, load_suite, suite_index
 
 
 def _suite(tmp_path: Path, text: str):
@@ -152,7 +152,7 @@ def test_the_margin_limits_are_what_the_docs_say() -> None:
     0.036 ln 2 / ln 1.07; every built-in suite's margins sit under the limits (list_suites loads them all)."""
     import math
 
-    from archlab.lab.budgets import BUDGETS, MARGIN_LIMITS
+    from archlab.lab.spec.budgets import BUDGETS, MARGIN_LIMITS
 
     assert BUDGETS["tiny"].margin == max(b.margin for b in BUDGETS.values()) == 0.036
     assert MARGIN_LIMITS["nats"] == pytest.approx(0.036 * math.log(2) / math.log(1.07), rel=1e-12)

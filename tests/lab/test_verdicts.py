@@ -1,5 +1,5 @@
-"""The verdicts of a suite (archlab.lab.verdicts) from tables built here: each comparison on its own differences
-(the pooled rule's false-positive rate by simulation, beside the own rule's), grids that must bracket their
+"""The verdicts of a suite (archlab.lab.analysis.verdicts) from tables built here: each comparison on its own
+differences (the pooled rule's false-positive rate by simulation, beside the own rule's), grids that must bracket their
 optimum, items as a second source of variance, and one verdict for a comparison judged in two families."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from scipy import optimize
 from scipy import stats as sp
 
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.suite import at_budget
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Run, Table
-from archlab.lab.verdicts import best_of_grid, judge
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.table import Run, Table
+from archlab.lab.analysis.verdicts import best_of_grid, judge
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import at_budget
+from archlab.lab.spec.suite_file import load_suite
 
 MC_SIGMAS = 3.0
 

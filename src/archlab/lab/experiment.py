@@ -26,20 +26,21 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import archlab.lab.planning as planning
-import archlab.lab.stats as stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import measure_plan, measure_timings, table_of
-from archlab.lab.executor import SlurmOptions, submit_plan
-from archlab.lab.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
-from archlab.lab.record import Record
-from archlab.lab.report import record_of, record_suite_time, write_report
-from archlab.lab.runner import Progress, run_plan
-from archlab.lab.suite import Suite, SuiteError
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Table
-from archlab.lab.variants import EXECUTORS
-from archlab.lab.verdicts import ClaimResult, judge
+import archlab.lab.analysis.stats as stats
+import archlab.lab.runs.planning as planning
+from archlab.lab.analysis.table import Table
+from archlab.lab.analysis.verdicts import ClaimResult, judge
+from archlab.lab.publishing.record import Record
+from archlab.lab.publishing.report import record_of, record_suite_time, verdict_lines, write_report
+from archlab.lab.runs.collect import measure_plan, measure_timings, table_of
+from archlab.lab.runs.executor import SlurmOptions, submit_plan
+from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
+from archlab.lab.runs.runner import Progress, run_plan
+from archlab.lab.spec.arms import param_note
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import Claim, Suite, SuiteError
+from archlab.lab.spec.suite_file import load_suite
+from archlab.lab.spec.variants import EXECUTORS
 
 DEFAULT_BUDGET = "small"
 
@@ -115,6 +116,13 @@ class Experiment:
         return planning.screening_lines(self.plan()) + planning.format_plan(self.plan(), self.power(),
                                                                             max(self.jobs, 2))
 
+    def arm_lines(self) -> list[str]:
+        """One line per arm: its parameters and its note (d_ff matching; its size when more than 2% off the base)."""
+        suite = self.suite
+        base = suite.base_arm.params
+        return [f"{arm.name:24s} {arm.params:>12,} parameters  {param_note(suite, arm, arm.params, base)}"
+                for arm in suite.arms]
+
     def command(self, sequential: str | None = None, max_seeds: int | None = None, execution: bool = False) -> str:
         """The `archlab ablate` line of this experiment: every setting that changes what it trains or where (the
         store and the folder) and how it is judged, which the record keeps; with `execution` also how it runs
@@ -182,10 +190,11 @@ class Experiment:
             self._record = record_of(self.plan(), measured, self._timings, command or self.command())
         return self._record
 
-    def judge(self, alpha: float = stats.ALPHA) -> list[ClaimResult]:
-        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/verdicts.py)."""
-        if alpha != stats.ALPHA:
-            return judge(self.record().table, alpha=alpha)
+    def judge(self, alpha: float = stats.ALPHA, claims: list[Claim] | None = None) -> list[ClaimResult]:
+        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/analysis/verdicts.py); with `claims`
+        only theirs, Holm over them (a sequential design's second look). Cached at the suite's alpha only."""
+        if alpha != stats.ALPHA or claims is not None:
+            return judge(self.record().table, alpha=alpha, claims=claims)
         if self._results is None:
             self._results = judge(self.record().table)
         return self._results
@@ -206,6 +215,11 @@ class Experiment:
             self.record(command)
             self._results = results
         return self.publish(command=command)
+
+    def verdict_lines(self, results: list[ClaimResult] | None = None) -> list[str]:
+        """The verdicts as `archlab ablate` prints them (lab/publishing/report.py `verdict_lines`): `results`, or
+        `judge()`'s."""
+        return verdict_lines(self.plan(), self.judge() if results is None else results)
 
     def sequential(self, kind: str, cap: int | None = None, train: bool = True,
                    on_progress: Callable[[Progress], None] | None = None) -> list[ClaimResult]:
@@ -229,7 +243,7 @@ class Experiment:
         if train:
             self.run(on_progress)
         undecided = [r.claim for r in first if r.outcome == stats.INCONCLUSIVE and r.test is not None]
-        second = judge(self.record().table, alpha=levels[1], claims=undecided)
+        second = self.judge(alpha=levels[1], claims=undecided)
         planning.record_look(self.plan().out, kind, levels, 2, second)
         self._results = planning.sequential_results(first, second, levels)
         return self._results
