@@ -22,7 +22,7 @@ from pathlib import Path
 
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.verdicts import ClaimResult, judge, with_outcome
-from archlab.lab.publishing import lecture_claims, page
+from archlab.lab.publishing import lecture_claims, page, simple_effects
 from archlab.lab.publishing.record import CLAIMS, Record, claim_rows, differences, read_record
 from archlab.lab.spec.claims_index import ClaimsIndexError, load_index
 
@@ -133,8 +133,9 @@ def rebuild(docs: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ pages
 def write_page(docs: Path, record: Record, results: list[ClaimResult]) -> Path:
-    """docs/SUITE.md from the page's record: the lab's page with links into SUITE/, and the comparisons with the
-    verdicts of earlier rules."""
+    """docs/SUITE.md from the page's record: the lab's page with links into SUITE/, a screening's switches at the
+    modern base from other pages' runs (lab/publishing/simple_effects.py), and the comparisons with the verdicts of
+    earlier rules."""
     name = record.suite.name
     folder = docs / name
     plots = [f"{name}/{p}" for p in PLOTS if (folder / p).is_file()]
@@ -142,6 +143,10 @@ def write_page(docs: Path, record: Record, results: list[ClaimResult]) -> Path:
     path = page.write_markdown(record, results, plots, extra)
     text = path.read_text(encoding="utf-8")
     path.unlink()
+    if record.suite.screening:  # each switch at the modern base, after the screening's own effects
+        metric = "val_loss" if "val_loss" in record.suite.measures else record.suite.measures[0]
+        at_base, noise = simple_effects.section(docs, record, metric), "\n## How noisy this suite was"
+        text = text.replace(noise, at_base.rstrip("\n") + "\n" + noise, 1) if noise in text else text + at_base
     for file in ("results.csv", "items.csv", "timings.csv", "configs.yaml", "provenance.json", "claims.json",
                  "suite.yaml", "registration.json"):
         text = text.replace(f"`{file}`", f"[`{file}`]({name}/{file})")
