@@ -20,7 +20,8 @@ from archlab.lab.spec.claims_index import Evidence, LectureClaim, Source
 NOT_TESTED = "not tested"
 TESTED = (stats.CONFIRMED, stats.CONTRADICTED, stats.INCONCLUSIVE)
 UNPUBLISHED = "not published yet"
-INDEX_FILE = "src/archlab/lab/claims-index.yaml"  # where the README points readers (the repository's path)
+INDEX_LINK = "[`claims-index.yaml`](../../src/archlab/lab/claims-index.yaml)"  # from docs/results/README.md
+RULE_LINK = "[docs/lab-statistics.md](../lab-statistics.md#one-verdict-per-lecture-claim)"
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,10 @@ def section(index: list[LectureClaim], pages: dict[str, list[dict]]) -> list[str
     verdicts = [verdict(c, rows) for c in index]
     lines = ["## The lecture's claims: one verdict each", "",
              f"Each claim of the lecture (Stanford CS336, lecture 3) and of Su Jianlin's posts that a suite tests is "
-             f"listed once, as its source states it (`{INDEX_FILE}` keeps the original sentence beside the "
-             "English), with the verdict of its one primary test: the test whose estimand is the claim, the switch "
-             "alone at the modern base where the claim is about the modern model (the rule: docs/lab-statistics.md, "
-             "\"One verdict per lecture claim\"). Other tests of the same claim, on any page, are its secondary "
+             f"listed once, as its source states it (the index, {INDEX_LINK}, keeps the original sentence beside "
+             "the English), with the verdict of its one primary test: the test whose estimand is the claim, the "
+             f"switch alone at the modern base where the claim is about the modern model (the rule: {RULE_LINK}). "
+             "Other tests of the same claim, on any page, are its secondary "
              "evidence, each with its estimand (the screening's main effects average each switch over the 2017 "
              "levels of the other six); they never change the verdict. The primaries of the pages published before "
              "registrations were chosen after their verdicts were known; a re-run registers them before its runs.",
