@@ -41,6 +41,25 @@ def test_a_pages_verdicts_recompute_from_its_files(page: Path) -> None:
         assert "Trained by: provenance not recorded by the runs." in page_text, page.name
 
 
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> None:
+    """Every page has a registration.json whose claims are the ones it judges (verify checks it); the pages published
+    before registrations say when their margins and smallest effects were set, and those re-judged after their data
+    say "margin set on re-judging, after the runs" (scripts/register_published_pages.py)."""
+    [entry] = json.loads((page / "registration.json").read_text())["registrations"]
+    judged = json.loads((page / "claims.json").read_text())
+    assert [c["text"] for c in entry["claims"]] == [row["claim"] for row in judged]
+    assert [(c["margin"], c["smallest_effect"]) for c in entry["claims"]] == [
+        (row["margin"], row["smallest_effect"]) for row in judged]
+    text = (page.parent / f"{page.name}.md").read_text()
+    assert not entry["before_first_run"] and entry["runs_trained"] == len((page / "results.csv").read_text()
+                                                                          .splitlines()) - 1
+    if entry["margins_set"] == "on re-judging, after the runs":
+        assert "Registration: margin set on re-judging, after the runs;" in text
+        assert "Margins (set on re-judging, after the runs): " in text
+    assert "stated before the run" not in text
+
+
 def test_the_pages_and_the_summary_agree_with_their_files() -> None:
     assert publish.check(DOCS) == []
 
