@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from archlab.lab import BUDGETS, EXECUTORS, SEQUENTIAL_KINDS, suite_index
+from archlab.lab import BUDGETS, EXECUTORS, MODES, SEQUENTIAL_KINDS, suite_index
 
 if TYPE_CHECKING:
     from archlab.lab import Experiment, Progress
@@ -113,6 +113,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the first look's); a claim still undecided there is 'inconclusive at n = CAP'",
     )
     parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="how every run trains: default (eager fp32, the published pages' mode; --collect: the "
+        "plan's); compiled (torch.compile: faster steps after a compile, floats that differ "
+        "slightly); bf16 (autocast, on CPUs with bf16 units or a GPU). Recorded in each run's "
+        "config and store key; measures and timing pairs read the eager model in every mode",
+    )
+    parser.add_argument(
         "--executor",
         choices=EXECUTORS,
         default="local",
@@ -194,10 +203,11 @@ def _experiment(args: argparse.Namespace) -> Experiment:
                     log=lambda line: print(line, file=sys.stderr))
     if args.collect:  # the budget, seeds and store of the folder's plan.json, unless given
         exp = Experiment.collect(args.collect, args.suite, budget=args.budget, seeds=args.seeds,
-                                 store=args.store, fold_over=args.fold_over or None, **settings)
+                                 store=args.store, fold_over=args.fold_over or None, mode=args.mode,
+                                 **settings)
     else:
         exp = Experiment(args.suite, args.budget, args.seeds, args.store, out=args.out,
-                         fold_over=args.fold_over, **settings)
+                         fold_over=args.fold_over, mode=args.mode or "default", **settings)
     exp.plan()
     if args.max_seeds is not None and args.max_seeds <= exp.plan().seeds:
         raise ValueError(

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from archlab.lab.runs.runner import LabError, Progress
     from archlab.lab.spec.budgets import BUDGETS
     from archlab.lab.spec.suite_file import suite_index
-    from archlab.lab.spec.variants import EXECUTORS, SEQUENTIAL_KINDS
+    from archlab.lab.spec.variants import EXECUTORS, MODES, SEQUENTIAL_KINDS
 
 # public name -> (module, its name there)
 _PUBLIC = {
@@ -40,6 +40,7 @@ _PUBLIC = {
     "BUDGETS": ("archlab.lab.spec.budgets", "BUDGETS"),
     "EXECUTORS": ("archlab.lab.spec.variants", "EXECUTORS"),
     "SEQUENTIAL_KINDS": ("archlab.lab.spec.variants", "SEQUENTIAL_KINDS"),
+    "MODES": ("archlab.lab.spec.variants", "MODES"),
     "suite_index": ("archlab.lab.spec.suite_file", "suite_index"),
     # what an experiment takes, reports and raises
     "SlurmOptions": ("archlab.lab.runs.executor", "SlurmOptions"),
@@ -63,6 +64,7 @@ __all__ = [  # _PUBLIC's names (tests/test_layout.py checks they agree)
     "BUDGETS",
     "EXECUTORS",
     "MEASURES",
+    "MODES",
     "SEQUENTIAL_KINDS",
     "SUMMARY",
     "Experiment",

@@ -42,7 +42,8 @@ from archlab.lab.spec.budgets import BUDGETS
 from archlab.lab.spec.registration import REGISTRATION
 from archlab.lab.spec.suite import Claim, Suite, SuiteError
 from archlab.lab.spec.suite_file import load_suite
-from archlab.lab.spec.variants import EXECUTORS
+from archlab.lab.spec.variants import EXECUTORS, MODES
+from archlab.train.hardware import BF16_CPU_FLAGS, bf16_units, resolve_device
 
 DEFAULT_BUDGET = "small"
 
@@ -53,22 +54,30 @@ class Experiment:
     def __init__(self, suite: str | Path, budget: str | None = None, seeds: int | None = None,
                  store: str | Path | None = None, jobs: int = 1, executor: str = "local", *,
                  out: str | Path | None = None, fold_over: bool = False, extra: dict[str, int] | None = None,
-                 slurm: SlurmOptions | None = None, log: Callable[[str], None] | None = None) -> None:
+                 mode: str = "default", slurm: SlurmOptions | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         """`suite`: a built-in suite's name or a YAML file; `budget`: tiny, small or medium (default small);
         `seeds`: per arm (default the suite's or the budget's); `store`: the run folders, shared by suites
         (default: the one `out`'s plan.json names, else store/ beside `out`); `jobs`: runs at once here, one
         thread each; `executor`: local, or slurm (`run` submits a job array, `collect` later); `out`: the
         suite's folder (default runs/ablate/SUITE-BUDGET); `fold_over`: a screening suite's mirrored half
-        fraction too."""
+        fraction too; `mode`: how every run trains (default, compiled, bf16: spec/variants.py MODES), recorded
+        in each run's config and store key."""
         if jobs < 1:
             raise ValueError(f"--jobs {jobs} is not allowed: at least 1")
         if executor not in EXECUTORS:
             raise ValueError(f"--executor {executor!r} is not allowed: {', '.join(EXECUTORS)}")
+        if mode not in MODES:
+            raise ValueError(f"--mode {mode!r} is not allowed: one of {', '.join(MODES)}")
+        if mode == "bf16" and executor == "local" and bf16_units(resolve_device("auto")) is None:
+            raise ValueError(f"--mode bf16 is not allowed here: this CPU has none of {', '.join(BF16_CPU_FLAGS)} "
+                             "and no CUDA GPU is visible, so bf16 would be emulated, slower than fp32 (--mode "
+                             "default or compiled; a Slurm run checks its own machine)")
         if budget is not None and budget not in BUDGETS:
             raise ValueError(f"--budget {budget!r} is not allowed: {', '.join(BUDGETS)}")
         self.spec, self.budget = str(suite), BUDGETS[budget or DEFAULT_BUDGET]
         self.seeds, self.store, self.jobs, self.executor = seeds, store, jobs, executor
-        self.out, self.fold_over, self.extra = out, fold_over, dict(extra or {})
+        self.out, self.fold_over, self.extra, self.mode = out, fold_over, dict(extra or {}), mode
         self.slurm, self.log = slurm or SlurmOptions(), log or (lambda line: None)
         self._plan: Plan | None = None
         self._drop()
@@ -81,7 +90,8 @@ class Experiment:
         if not recorded:
             raise SuiteError(f"--collect {folder}: no plan.json there (made by `archlab ablate SUITE --out DIR`)")
         kept = {"budget": recorded.get("budget"), "seeds": recorded.get("seeds"), "store": recorded.get("store"),
-                "fold_over": bool(recorded.get("fold_over")), "extra": recorded.get("extra")}
+                "fold_over": bool(recorded.get("fold_over")), "extra": recorded.get("extra"),
+                "mode": recorded.get("mode", "default")}
         return cls(suite or recorded["suite"], out=folder, **{**kept, **{k: v for k, v in settings.items()
                                                                            if v is not None}})
 
@@ -102,7 +112,8 @@ class Experiment:
             out = self.out or f"runs/ablate/{suite.name}-{self.budget.name}"
             # a folder planned before keeps its store unless another is given (its plan.json names it)
             store = self.store or read_plan(out).get("store")
-            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=store, extra=self.extra)
+            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=store, extra=self.extra,
+                                    mode=self.mode)
         return self._plan
 
     @property
@@ -137,6 +148,7 @@ class Experiment:
         parts += ["--sequential", sequential] if sequential else []
         parts += ["--max-seeds", str(max_seeds)] if max_seeds is not None else []
         parts += ["--fold-over"] if plan.suite.screening.get("fold_over") else []
+        parts += ["--mode", plan.mode] if plan.mode != "default" else []
         return shlex.join(parts)
 
     def register(self) -> dict:

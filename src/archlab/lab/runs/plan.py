@@ -20,9 +20,10 @@ from pathlib import Path
 
 from archlab.data.prepare import prepare_data
 from archlab.lab.runs.store import link_legacy, run_key
-from archlab.lab.spec.arms import arm_keys, match_parameters, resolve_arm
+from archlab.lab.spec.arms import arm_keys, flag_value, match_parameters, resolve_arm
 from archlab.lab.spec.budgets import Budget
 from archlab.lab.spec.suite import Suite, SuiteError, at_budget
+from archlab.lab.spec.variants import MODES
 from archlab.nn.config import ModelConfig
 from archlab.train.config import TrainConfig, resolve_config
 
@@ -87,6 +88,7 @@ class Plan:
 
     store: Path | None = None  # where run folders live (default OUT/../store): shared by the suites beside OUT
     extra: dict[str, int] = field(default_factory=dict)  # arm -> seeds beyond `seeds` (--sequential's later looks)
+    mode: str = "default"  # how every run trains (spec/variants.py MODES): its keys sit above every arm's
 
     def runs_of(self, arm: str) -> list[RunSpec]:
         return [r for r in self.runs if r.arm == arm]
@@ -117,21 +119,25 @@ def _data_spec(arm_train: TrainConfig, budget: Budget, out: Path) -> DataSpec:
 
 
 def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None = None,
-               store: str | Path | None = None, extra: dict[str, int] | None = None) -> Plan:
+               store: str | Path | None = None, extra: dict[str, int] | None = None, mode: str = "default") -> Plan:
     """Resolve every arm (failing on the first bad one), match parameters, and lay out the runs: every arm at
-    seeds 0..seeds-1 (plus `extra` seeds per arm), each in STORE/<run_hash>."""
+    seeds 0..seeds-1 (plus `extra` seeds per arm), with `mode`'s train keys above the arm's, each in
+    STORE/<run_hash>."""
+    if mode not in MODES:
+        raise SuiteError(f"--mode {mode!r} is not allowed: one of {', '.join(MODES)}")
     seeds = seeds if seeds is not None else suite.seeds or budget.seeds
     if seeds < 2:
         raise SuiteError(f"--seeds {seeds} is not allowed: at least 2 seeds per arm (a verdict needs a spread)")
     suite = at_budget(match_parameters(suite, budget), budget)
     plan = Plan(suite, budget, seeds, Path(out), store=Path(store) if store else Path(out).parent / "store",
-                extra=dict(extra or {}))
+                extra=dict(extra or {}), mode=mode)
+    mode_keys = {k: flag_value(v) for k, v in MODES[mode].items()}
     for arm in suite.arms:
         data = _data_spec(resolve_arm(suite, arm, budget)[0], budget, plan.store)
         if data not in plan.data:
             plan.data.append(data)
         for seed in range(plan.seeds_of(arm.name)):
-            keys = {**arm_keys(suite, arm, budget), "data.source": str(data.out), "seed": str(seed)}
+            keys = {**arm_keys(suite, arm, budget), **mode_keys, "data.source": str(data.out), "seed": str(seed)}
             try:
                 train, model = resolve_config([keys])
             except ValueError as err:
@@ -147,6 +153,7 @@ def write_plan(plan: Plan) -> None:
     """plan.json (the suite, budget, seeds and each run's folder) and SUITE/runs/ARM/seedN links to the runs."""
     plan.out.mkdir(parents=True, exist_ok=True)
     record = {"suite": plan.suite.path, "budget": plan.budget.name, "seeds": plan.seeds, "extra": plan.extra,
+              "mode": plan.mode,
               "fold_over": bool(plan.suite.screening.get("fold_over")),
               "store": str(plan.store), "arms": {a.name: a.overrides for a in plan.suite.arms},
               "runs": [{"arm": r.arm, "seed": r.seed, "dir": str(r.run_dir)} for r in plan.runs]}

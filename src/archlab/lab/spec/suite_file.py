@@ -39,8 +39,6 @@ import math
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from archlab.lab.spec.budgets import BUDGETS, MARGIN_LIMIT_WHY, MARGIN_LIMITS, MARGIN_METRICS
 from archlab.lab.spec.suite import (
     EXPECTS,
@@ -80,7 +78,7 @@ def suite_index() -> list[tuple[str, int, str]]:
     against their registries (which import torch): `archlab ablate --list`. `load_suite` checks them all."""
     index = []
     for path in sorted(suites_dir().glob("*.yaml")):
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+        tree = _read(path)  # a built-in suite with a key given twice is refused here too
         arms = _arms(tree, str(path), _screening(tree, str(path), None))[1]
         index.append((str(tree.get("name") or path.stem), len(arms), str(tree.get("title", ""))))
     return index
