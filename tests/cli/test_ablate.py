@@ -188,7 +188,7 @@ def test_a_bad_sequential_cap_is_one_line_before_any_work(flags: list[str], mess
 def test_verify_recomputes_a_folder_or_names_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "norm-type"
     assert main(["ablate", "--verify", str(docs)]) == 0
-    assert capsys.readouterr().out.strip().endswith("every verdict recomputed from its files agrees")
+    assert capsys.readouterr().out.strip().endswith("every verdict and page recomputed from its files agrees")
     assert main(["ablate", "--verify", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"archlab ablate: error: {tmp_path} is not a lab record: it lacks suite.yaml")

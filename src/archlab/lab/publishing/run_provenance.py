@@ -109,3 +109,21 @@ def lines(runs: dict | None, reconstructed: str = "") -> list[str]:
     if runs["resumed"]:
         out.append("Resumed runs: " + "; ".join(runs["resumed"]) + ".")
     return out
+
+
+def reconstructed(p: dict) -> str:
+    """What a page made before the runs recorded their provenance says of its training: the commit the `archlab
+    ablate` session that trained them recorded (its own, not each run's), or its note; "" for a page whose runs
+    recorded theirs."""
+    if RUNS in p:
+        return ""
+    trained = p.get("trained_by") or {}
+    parts = []
+    if trained.get("commit"):
+        parts.append(f"the `archlab ablate` session recorded its own commit, {trained['commit']}"
+                     + (" (with local changes)" if trained.get("dirty") is True else "")
+                     + (f", torch {trained['torch']}, Python {trained.get('python')}" if trained.get("torch")
+                        else ""))
+    if p.get("trained_note"):
+        parts.append(p["trained_note"])
+    return "; ".join(parts)
