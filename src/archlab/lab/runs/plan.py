@@ -143,7 +143,7 @@ def plan_suite(suite: Suite, budget: Budget, out: str | Path, seeds: int | None 
             except ValueError as err:
                 raise SuiteError(f"suite {suite.name} arm {arm.name} seed {seed}: {err}") from None
             run_dir = plan.store / run_key(train, model, budget, plan.store)
-            link_legacy(run_dir, keys, budget)
+            link_legacy(run_dir, train, model, budget)
             train = dataclasses.replace(train, out=str(run_dir))
             plan.runs.append(RunSpec(arm.name, seed, run_dir, {**keys, "out": str(run_dir)}, train.steps, train, model))
     return plan

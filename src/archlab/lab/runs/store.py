@@ -116,12 +116,13 @@ def set_aside(run: StoredRun) -> Path:
     return target
 
 
-def link_legacy(run_dir: Path, keys: dict[str, str], budget: Budget) -> None:
+def link_legacy(run_dir: Path, train: TrainConfig, model: ModelConfig, budget: Budget) -> None:
     """A run a store of STORE_VERSION 1 holds (keyed by the data folder's absolute path) under today's key: a
-    relative symlink, so the store keeps its folders and its old suites their links."""
+    relative symlink, so the store keeps its folders and its old suites their links. `train` and `model` are the
+    run's resolved configs (its folder aside)."""
     if run_dir.exists() or run_dir.is_symlink():
         return
-    legacy = run_dir.parent / run_hash(keys, budget, version=1)
+    legacy = run_dir.parent / run_key(train, model, budget, version=1)
     if legacy.is_dir() and not legacy.is_symlink():
         run_dir.symlink_to(legacy.name, target_is_directory=True)
 
