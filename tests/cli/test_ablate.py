@@ -128,6 +128,9 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     (out / "results.md").unlink()
     assert main(["ablate", str(spec), "--collect", str(out)]) == 0
     assert (out / "results.md").read_text() == md
+    # and the folder verifies: claims, registration, hashes, results.md and report.html as its files give them
+    capsys.readouterr()
+    assert main(["ablate", "--verify", str(out)]) == 0, capsys.readouterr().out
 
 
 def test_print_commands_are_plain_train_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
