@@ -35,6 +35,16 @@ def _value(session: dict, section: str) -> dict:
     return value
 
 
+def _named(label: str, sessions: list[dict], section: str) -> list[tuple[str, dict]]:
+    """A run's value of `section` under its label; where a resume changed it, each session's value under the run's
+    label and that session's steps."""
+    values = [_value(s, section) for s in sessions]
+    if all(v == values[0] for v in values):
+        return [(label, values[0])]
+    ends = [s.get("from_step") for s in sessions[1:]] + [""]
+    return [(f"{label} steps {s.get('from_step')}-{end}", v) for s, end, v in zip(sessions, ends, values)]
+
+
 def gather(runs: list[tuple[str, Path]]) -> dict:
     """The records of `runs` (label, run folder), grouped (module doc)."""
     out: dict = {"recorded": [], "unrecorded": [], "resumed": [], **{section: [] for section in GROUPS}}
@@ -45,17 +55,10 @@ def gather(runs: list[tuple[str, Path]]) -> dict:
             out["unrecorded"].append(label)
             continue
         out["recorded"].append(label)
-        for i, s in enumerate(sessions[1:], 1):
-            out["resumed"].append(f"{label} at step {s.get('from_step')}: "
-                                  + ("; ".join(s.get("changed") or []) or "nothing changed"))
+        out["resumed"] += [f"{label} at step {s.get('from_step')}: "
+                           + ("; ".join(s.get("changed") or []) or "nothing changed") for s in sessions[1:]]
         for section in GROUPS:
-            values = [_value(s, section) for s in sessions]
-            split = any(v != values[0] for v in values)  # a value changed on a resume: name each session's steps
-            for i, (s, value) in enumerate(zip(sessions, values)):
-                if not split and i:
-                    break
-                end = sessions[i + 1].get("from_step") if i + 1 < len(sessions) else ""
-                name = f"{label} steps {s.get('from_step')}-{end}" if split else label
+            for name, value in _named(label, sessions, section):
                 group = next((g for g in out[section] if g["value"] == value), None)
                 if group is None:
                     out[section].append(group := {"value": value, "runs": []})
