@@ -133,8 +133,12 @@ def test_a_measure_with_items_is_judged_with_seeds_and_items_random(tmp_path: Pa
     assert "seeds and items both random (200 items)" in result.note
     d = np.array(hits_a[0]) - np.array(hits_b[0])  # seeds agree exactly: the test is the items' t-test
     t = d.mean() / (d.std(ddof=1) / math.sqrt(200))
-    assert result.p == pytest.approx(sp.t.sf(t, 199), rel=1e-6)
-    assert result.outcome == stats.CONFIRMED  # p 0.048, one claim: alpha 0.05
+    # hits: the exact item sign-flip test stands beside the t (p 0.048 on 199 df) and the larger p decides: 9
+    # informative cuts, 7 for a and 2 for b, each on all 3 seeds, have P(at least 7 of 9 signs +) = 46 / 512
+    assert result.test.exact_p == (36 + 9 + 1) / 512 and result.test.informative == 9
+    assert sp.t.sf(t, 199) < result.test.exact_p
+    assert result.p == result.test.exact_p and result.outcome == stats.INCONCLUSIVE
+    assert "exact item sign-flip p 0.0898 over 9 informative items beside the t's 0.0478" in result.note
     # without items the identical seeds would tie exactly: untestable, never a p of 1e-7 from others' residual
     (seeds_only,) = judge(_table(suite, values))
     assert seeds_only.outcome == stats.UNTESTABLE

@@ -36,8 +36,11 @@ class ClaimTest:
     `mde` the minimum detectable effect at this n and level (80% power: for "better" the smallest true gain the test
     confirms 80% of the time, for "same" / "equivalent" how far inside the margin the truth must lie to be
     confirmed 80% of the time); `items` the number of items of a seed x item test (0 for seed-level tests),
-    `components` its variance components (sigma_s^2, sigma_i^2, sigma_e^2; archlab.lab.analysis.items) and
-    `items_needed` the items an inconclusive one would need at its seeds when no number of seeds suffices at its items.
+    `components` its REML variance components (sigma_s^2, sigma_i^2, sigma_e^2; archlab.lab.analysis.items), `truncated`
+    those the moment estimator put below 0 (set to 0), and `items_needed` the items an inconclusive one would need
+    at its seeds when no number of seeds suffices at its items. `exact_p` / `exact_p_contra` are the exact item
+    sign-flip test's one-sided p-values over its `informative` items (a "better" claim on hits: NaN otherwise);
+    when they are set, `p` / `p_contra` are the larger of them and the t's (the more conservative test decides).
     """
 
     outcome: str
@@ -66,6 +69,10 @@ class ClaimTest:
     items: int = 0
     components: tuple[float, float, float] | None = None
     items_needed: int | None = None
+    truncated: tuple[str, ...] = ()
+    exact_p: float = math.nan
+    exact_p_contra: float = math.nan
+    informative: int = 0
 
     @property
     def decided(self) -> bool:

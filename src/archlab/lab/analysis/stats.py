@@ -23,7 +23,10 @@ simulated error rates.
 - Items (`items=(A, B)`, each seeds x items: per-item outcomes of both arms on the same items in the same order,
   whose row means are a and b): the estimate's variance is that of the crossed seed x item random model
   (`archlab.lab.analysis.items`), so a verdict generalises to other items of the same kind, not to these items only. The
-  test is "seed x item t" with Satterthwaite's df; everything else (sides, margins, outcomes) is as above.
+  test is "seed x item t" at the REML variance components (a component the moment estimator puts below 0 is
+  truncated at 0) with the Satterthwaite df of those components; everything else (sides, margins, outcomes) is as
+  above. A "better" claim on hits (every per-item outcome -1, 0 or 1) also gets the exact item sign-flip test
+  (`items.sign_flip`), and the larger of the two one-sided p-values (each direction apart) decides.
 - Every t-based outcome carries `mde`, the minimum detectable effect at its n and level (80% power; `power.mde`),
   and inconclusive outcomes carry `seeds_needed`: the seeds per arm for 80% power at the effect stated before the
   run, never at the estimate (the winner's curse inflates observed effects, and an estimate pointing the other
@@ -56,7 +59,7 @@ import numpy as np
 from scipy import special
 
 from archlab.lab.analysis.discrete import paired_binary_test, paired_count_test, rank_test
-from archlab.lab.analysis.items import as_table, fit_items, plan_design
+from archlab.lab.analysis.items import as_table, fit_items, is_hits, plan_design, sign_flip
 from archlab.lab.analysis.multiplicity import benjamini_hochberg, dunnett, holm
 from archlab.lab.analysis.outcomes import (
     BETTERS,
@@ -134,6 +137,8 @@ class _Fit:
     note: str = ""
     items: int = 0
     components: tuple[float, float, float] | None = None
+    truncated: tuple[str, ...] = ()
+    exact: tuple[float, float, int] | None = None  # items.sign_flip of d: (P(T >= t), P(T <= t), informative items)
 
 
 def _is_tie(sd: float, a: np.ndarray, b: np.ndarray) -> bool:
@@ -191,12 +196,41 @@ def _fit_items(a: np.ndarray, b: np.ndarray, items: tuple[object, object], poole
         return _Fit(float(d.mean()), math.nan, 0, math.nan, n_seeds, ITEM_TEST, outcome=INCONCLUSIVE,
                     note=f"{n_seeds} seeds x {n_items} items: the seed x item test needs at least 2 of each")
     fit = fit_items(d)
+    truncated = f"; {_truncated_words(fit.truncated)}" if fit.truncated else ""
     result = _Fit(fit.estimate, fit.se, fit.df, math.nan, n_seeds, ITEM_TEST,
-                  note=f"{n_items} items; items' share of the variance {fit.item_share:.0%}")
+                  note=f"{n_items} items; items' share of the variance {fit.item_share:.0%}{truncated}")
     if _is_tie(fit.se, ta, tb):
         return replace(result, outcome=UNTESTABLE, note="the per-item differences tie exactly (zero spread): no "
                        "error estimate")
-    return replace(result, items=n_items, components=fit.components)
+    return replace(result, items=n_items, components=fit.components, truncated=fit.truncated,
+                   exact=sign_flip(d) if is_hits(ta, tb) else None)
+
+
+def _exact_p(fit: _Fit, expect: str, better: str) -> tuple[float, float]:
+    """The exact item test's (confirming, contradicting) p of a "better" claim on hits, else NaN (module doc)."""
+    if fit.exact is None or expect != "better":
+        return math.nan, math.nan
+    at_least, at_most, _ = fit.exact  # d = a - b: "a is better" is a large sum when higher is better
+    return (at_least, at_most) if better == "higher" else (at_most, at_least)
+
+
+def _truncated_words(truncated: tuple[str, ...]) -> str:
+    return f"the {' and '.join(truncated)} component{'s' if len(truncated) > 1 else ''} truncated at 0 (REML)"
+
+
+def item_note(test: ClaimTest) -> str:
+    """What a seed x item test adds to its claim's note: the components truncated at 0, and the exact item test
+    beside the t with both p-values ("" for other tests)."""
+    if test.test != ITEM_TEST:
+        return ""
+    parts = [_truncated_words(test.truncated)] if test.truncated else []
+    if not math.isnan(test.exact_p):
+        w = test.estimate if test.better == "lower" else -test.estimate
+        t_p = _p_values(test.expect, w, test.se, test.df, test.margin)[0]
+        decides = "the exact test decides" if test.exact_p > t_p else "the t decides"
+        parts.append(f"exact item sign-flip p {test.exact_p:.3g} over {test.informative} informative items beside "
+                     f"the t's {t_p:.3g}: {decides}")
+    return "; ".join(parts)
 
 
 def _fit_welch(a: np.ndarray, b: np.ndarray) -> _Fit:
@@ -295,18 +329,23 @@ def test_claim(a: Sequence[float], b: Sequence[float], *, expect: str, better: s
         fit = _fit_items(a_values, b_values, items, pooled)
     else:
         fit = _fit(a_values, b_values, paired, pooled)
-    p = p_contra = math.nan
+    p = p_contra = exact_p = exact_contra = math.nan
     ci = (math.nan, math.nan)
     if not fit.outcome:
         w = fit.estimate if better == "lower" else -fit.estimate
         p, p_contra = _p_values(expect, w, fit.se, fit.df, margin)
+        exact_p, exact_contra = _exact_p(fit, expect, better)
+        if not math.isnan(exact_p):  # the more conservative of the two decides, each direction apart
+            p, p_contra = max(p, exact_p), max(p_contra, exact_contra)
         half = float(special.stdtrit(fit.df, 1.0 - alpha)) * fit.se
         ci = (fit.estimate - half, fit.estimate + half)
     test = ClaimTest(outcome=fit.outcome, p=p, ci=ci, estimate=fit.estimate, df=fit.df, seeds_needed=None,
                      expect=expect, better=better, test=fit.test, n=fit.n, se=fit.se, sigma_d=fit.sigma_d,
                      arms=fit.arms, p_contra=p_contra, margin=margin, min_effect=min_effect, alpha=alpha,
                      level=alpha, note=fit.note, smallest_effect=smallest_effect, items=fit.items,
-                     components=fit.components)
+                     components=fit.components, truncated=fit.truncated, exact_p=exact_p,
+                     exact_p_contra=exact_contra,
+                     informative=fit.exact[2] if fit.exact and not math.isnan(exact_p) else 0)
     return test if fit.outcome else _judge(test, p, p_contra, alpha)
 
 

@@ -229,7 +229,8 @@ def _judge_one(table: Table, claim: Claim, alpha: float, fits: dict | None = Non
         items = item_tables(table, claim, a_arms, b_arms, len(a))
         if items is not None:
             test = stats.test_claim(a, b, items=items, **kw)
-            note = f"seeds and items both random ({len(items[0][0])} items)"
+            extra = stats.item_note(test)
+            note = f"seeds and items both random ({len(items[0][0])} items)" + (f"; {extra}" if extra else "")
         else:
             pooled, note = _pooled(table, claim, a_arms + b_arms, len(a))
             test = stats.test_claim(a, b, pooled=pooled, **kw)

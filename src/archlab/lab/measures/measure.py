@@ -168,13 +168,14 @@ MEASURES: dict[str, Measure] = {
                              "largest |embedding entry| (last evaluation)", False),
     "first_train_loss": Measure(embed.first_train_loss, "lower", "loss of the step-0 model on its first batch",
                                 False, scale="nats"),
-    "continuation_acc": Measure(embed.continuation_hits, "higher", f"next 8 bytes right after a random byte cut "
-                                f"of the first {embed.CONTINUATION_BYTES:,} bytes of validation text, the same for "
-                                "every tokenizer (greedy; eval/continuation.py); items: the cuts", version=2,
-                                items=True, scale="share"),
+    "continuation_acc": Measure(embed.continuation_hits, "higher", f"next 8 bytes right after each of "
+                                f"{embed.CONTINUATION['cuts']:,} random byte cuts of the first "
+                                f"{embed.CONTINUATION_BYTES:,} bytes of validation text, the same for every tokenizer "
+                                "(greedy; eval/continuation.py; runs measured before version 3: 200 cuts of the "
+                                "first 20,000 bytes); items: the cuts", version=3, items=True, scale="share"),
     "continuation_healing_gain": Measure(embed.continuation_healing_gains, "higher",
                                          "continuation_acc with token healing minus without, same cuts; items: the "
-                                         "cuts", version=2, items=True, scale="share"),
+                                         "cuts", version=3, items=True, scale="share"),
 }
 for _name, (_f, _s, _m) in long_context.measure_names().items():  # Su's protocol (lab/measures/long_context.py)
     MEASURES[_name] = Measure(lambda r, f=_f, s=_s, m=_m: long_context.window_accuracies(r, f, s, m), "higher",

@@ -31,7 +31,9 @@ from archlab.lab.spec.suite import Claim
 RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (paired), on the pair's own paired "
         "differences (arms the suite declares alike may pool their group's residual when a variance test does not "
         "separate them). A measure scored on a fixed item set (continuation cuts, accuracy windows) is tested with "
-        "seeds and items both random, so the verdict generalises to other items. 'Better': a one-sided test at the "
+        "seeds and items both random (REML components, a negative one truncated at 0), so the verdict generalises to "
+        "other items; a 'better' claim on hits also gets an exact item sign-flip test, and the larger p decides. "
+        "'Better': a one-sided test at the "
         "Holm-adjusted level (Holm 1979) over the suite's tested claims, confirmed when significant (and the "
         "estimate reaches min_effect), contradicted when the opposite test is significant. 'Not worse than': "
         "non-inferiority at a margin registered before the run (each page says when its margins were set), "
@@ -307,15 +309,41 @@ def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
     result = fit(record.table, metric)
     if result is None:
         return None, lines + [f"No least-squares fit of {metric}: a run is missing or diverged."]
-    t = float(special.stdtrit(result.df, 0.95))
-    rows = [[e.term, e.aliases, fmt(e.estimate), fmt(e.se), f"[{fmt(e.estimate - t * e.se)}, "
-             f"{fmt(e.estimate + t * e.se)}]", fmt(e.p)] for e in sorted(result.effects,
-                                                                          key=lambda e: -abs(e.estimate))]
-    lines.append(f"{metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df; each effect is the mean at "
-                 f"+1 minus the mean at -1 over {result.runs} rows x {result.seeds} seeds, SE 2 sigma / sqrt(N) = "
-                 f"{fmt(2 * result.sigma / math.sqrt(result.runs * result.seeds))}; the interval is +-t SE at the "
-                 "residual df.")
-    return (["effect", "aliases", "estimate (+1 minus -1)", "SE", "90% interval", "p (two-sided)"], rows), lines
+    rows = []
+    for e in sorted(result.effects, key=lambda e: -abs(e.estimate)):
+        t = float(special.stdtrit(e.df, 0.95))
+        rows.append([e.term, e.aliases, fmt(e.estimate), fmt(e.se), f"[{fmt(e.estimate - t * e.se)}, "
+                     f"{fmt(e.estimate + t * e.se)}]", f"{e.df:.3g}", fmt(e.p)])
+    lines += row_check_lines(result)
+    return (["effect", "aliases", "estimate (+1 minus -1)", "SE", "90% interval", "df", "p (two-sided)"], rows), lines
+
+
+def row_check_lines(result) -> list[str]:  # result: archlab.lab.analysis.screening.Fit
+    """What the rows' variance check found (Cochran's C) and how the fit's sigma and SEs follow from it."""
+    from archlab.lab.analysis.screening import COCHRAN_ALPHA
+
+    n = result.runs * result.seeds
+    check = result.rows
+    if check is None:
+        return [f"{result.metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df (one seed: no row's "
+                f"variance can be checked); each effect is the mean at +1 minus the mean at -1 over {result.runs} rows "
+                f"x {result.seeds} seeds, SE 2 sigma / sqrt(N) = {fmt(2 * result.sigma / math.sqrt(n))}."]
+    test = (f"Rows' variances before pooling (each row's seeds, the seed block removed, {check.df} df): Cochran's C "
+            f"{fmt(check.c)} against {fmt(check.critical)} at {COCHRAN_ALPHA:g} (C_crit = 1 / (1 + (k - 1) / "
+            f"F(alpha / k; df, (k - 1) df)), Cochran 1941)")
+    if not check.unstable:
+        return [test + ": no row stands out, so one sigma is pooled.",
+                f"{result.metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df; each effect is the "
+                f"mean at +1 minus the mean at -1 over {result.runs} rows x {result.seeds} seeds, SE 2 sigma / "
+                f"sqrt(N) = {fmt(2 * result.sigma / math.sqrt(n))}; the interval is +-t SE at the residual df."]
+    rows = "; ".join(f"{name} (sd {fmt(math.sqrt(v))} over its seeds, {v / check.variance:.0f}x the others' "
+                     "variance)" for name, v in check.unstable.items())
+    return [test + f": unstable, {rows}, holding {check.share:.0%} of the rows' residual sum of squares.",
+            f"{result.metric}: the stable rows' residual sd {fmt(result.sigma)} on {check.pooled_df} df. An unstable "
+            "row keeps its runs at its own variance: the effects are weighted least squares (weights 1 / variance), "
+            "each SE from both variances, its df Satterthwaite's; the interval is +-t SE at those df. Pooled, the "
+            f"residual sd would be {fmt(result.pooled_sigma)} on {result.pooled_df:g} df, SE "
+            f"{fmt(2 * result.pooled_sigma / math.sqrt(n))}."]
 
 
 def sections(record: Record, results: list[ClaimResult]) -> list[tuple[str, str, tuple | None, list[str]]]:
@@ -396,6 +424,12 @@ def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -
     return path
 
 
+def config_of(config: dict) -> dict:
+    """An arm's resolved config as the page shows it: without the hash configs.yaml keeps beside it, so a page
+    from a plan and one from its files read alike."""
+    return {k: v for k, v in config.items() if k != "config"}
+
+
 def html_text(record: Record, results: list[ClaimResult], images: list[Path]) -> str:
     """The record's page as one self-contained HTML file, `images` embedded."""
     s = record.suite
@@ -410,7 +444,7 @@ def html_text(record: Record, results: list[ClaimResult], images: list[Path]) ->
     imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,'
                    f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{p.stem}</figcaption></figure>'
                    for p in images)
-    configs = "".join(f"<h3>{html.escape(arm)}</h3><pre>{html.escape(json.dumps(c, indent=1))}</pre>"
+    configs = "".join(f"<h3>{html.escape(arm)}</h3><pre>{html.escape(json.dumps(config_of(c), indent=1))}</pre>"
                       for arm, c in record.configs.items())
     header = "".join(f"<p>{html.escape(line)}</p>" for line in header_lines(record))
     page = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>archlab ablate {html.escape(s.name)}</title>

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.verdicts import ClaimResult, judge, with_outcome
-from archlab.lab.publishing import page
+from archlab.lab.publishing import page, simple_effects
 from archlab.lab.publishing.record import (
     CLAIMS,
     FIRST_RULE,
@@ -199,8 +199,9 @@ def rebuild(docs: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ pages
 def page_text(docs: Path, record: Record, results: list[ClaimResult]) -> str:
-    """docs/SUITE.md from the page's record: the lab's page with links into SUITE/, and the comparisons with the
-    verdicts of earlier rules."""
+    """docs/SUITE.md from the page's record: the lab's page with links into SUITE/, a screening's switches at the
+    modern base from other pages' runs (lab/publishing/simple_effects.py), and the comparisons with the verdicts of
+    earlier rules."""
     name = record.suite.name
     folder = docs / name
     plots = [f"{name}/{p}" for p in PLOTS if (folder / p).is_file()]
@@ -209,6 +210,10 @@ def page_text(docs: Path, record: Record, results: list[ClaimResult]) -> str:
     record_line = [f"Record: `{HASHES}` holds the sha256 of each of its files and plots; its own sha256 is "
                    f"{digest[:16]}, so one hash names every byte these numbers come from."] if digest else []
     text = page.markdown_text(record, results, plots, extra, record_line)
+    if record.suite.screening:  # each switch at the modern base, after the screening's own effects
+        metric = "val_loss" if "val_loss" in record.suite.measures else record.suite.measures[0]
+        at_base, noise = simple_effects.section(docs, record, metric), "\n## How noisy this suite was"
+        text = text.replace(noise, at_base.rstrip("\n") + "\n" + noise, 1) if noise in text else text + at_base
     for file in ("results.csv", "items.csv", "timings.csv", "configs.yaml", "provenance.json", "claims.json",
                  "suite.yaml", "registration.json", HASHES):
         text = text.replace(f"`{file}`", f"[`{file}`]({name}/{file})")

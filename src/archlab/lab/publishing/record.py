@@ -177,9 +177,8 @@ def read_record(folder: str | Path) -> Record:
     budget = BUDGETS[provenance["budget"]]
     suite = at_budget(load_suite(folder / SUITE_FILE), budget)
     configs = yaml.safe_load((folder / CONFIGS).read_text(encoding="utf-8")) if (folder / CONFIGS).is_file() else {}
-    configs = {arm: {k: v for k, v in c.items() if k != "config"} for arm, c in (configs or {}).items()}  # its hash
     table = Table.read(folder, suite, provenance.get("seeds"))
-    return Record(table, budget, folder, provenance, configs, registration.read(folder / REGISTRATION))
+    return Record(table, budget, folder, provenance, configs or {}, registration.read(folder / REGISTRATION))
 
 
 def stamp(base: dict, **extra: object) -> dict:
