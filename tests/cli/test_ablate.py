@@ -24,6 +24,7 @@ from archlab.lab.spec.budgets import BUDGETS
 from archlab.lab.spec.suite_file import load_suite
 from archlab.train.config import resolve_config
 from archlab.train.hardware import cpu_model
+from tests.train.test_provenance import checkout_state
 
 
 def _fixed_set_loss(run_dir: Path) -> float:
@@ -100,6 +101,15 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
         assert float(row["val_loss"]) == pytest.approx(_fixed_set_loss(run_dir), rel=1e-9)
     md = (out / "results.md").read_text()
     assert "| GQA cuts the KV cache | kv_bytes_per_token (lower is better) | gqa vs mha | 2 | -256 |" in md
+    # what trained the runs is their own records (train/provenance.py), gathered on the page; the registration
+    # was made when `archlab ablate` began, after the two mha runs above had trained
+    state = checkout_state()
+    commit = state["commit"] + (" (with local changes)" if state["dirty"] is True else "")
+    assert f"Trained by archlab at commit {commit}: all 4 runs (recorded by the runs)." in md
+    assert "Resumed runs: mha/seed1 at step 12: nothing changed." in md
+    [registered] = json.loads((out / "registration.json").read_text())["registrations"]
+    assert (registered["runs_trained"], registered["before_first_run"]) == (2, False)
+    assert f"Registered at commit {state['commit'][:12]}" in md and "after 2 of the plan's runs had trained" in md
     assert "| by construction |" in md
     # the page words it as the terminal does: the same sentence in its header, the same caveat after each outcome
     assert lines[-2] in md and f" {smoke} | " in md
@@ -118,6 +128,9 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     (out / "results.md").unlink()
     assert main(["ablate", str(spec), "--collect", str(out)]) == 0
     assert (out / "results.md").read_text() == md
+    # and the folder verifies: claims, registration, hashes, results.md and report.html as its files give them
+    capsys.readouterr()
+    assert main(["ablate", "--verify", str(out)]) == 0, capsys.readouterr().out
 
 
 def test_print_commands_are_plain_train_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -178,7 +191,7 @@ def test_a_bad_sequential_cap_is_one_line_before_any_work(flags: list[str], mess
 def test_verify_recomputes_a_folder_or_names_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "norm-type"
     assert main(["ablate", "--verify", str(docs)]) == 0
-    assert capsys.readouterr().out.strip().endswith("every verdict recomputed from its files agrees")
+    assert capsys.readouterr().out.strip().endswith("every verdict and page recomputed from its files agrees")
     assert main(["ablate", "--verify", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"archlab ablate: error: {tmp_path} is not a lab record: it lacks suite.yaml")

@@ -1,6 +1,6 @@
 """The lab's worker processes (lab/runs/worker.py) train a run exactly as `archlab train` alone does: a run trained
-after another one in the same worker ends, bit for bit, where the same command ends in a fresh process; a failing
-run is reported by its exit code and the worker goes on."""
+after another one in the same worker ends, bit for bit, where the same command ends in a fresh process, and writes
+the same provenance record; a failing run is reported by its exit code and the worker goes on."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from archlab.lab.runs.worker import Worker
 from archlab.lab.spec.budgets import BUDGETS
 from archlab.lab.spec.suite_file import load_suite
 from archlab.train.metrics import read_metrics
+from archlab.train.provenance import read_record
 
 SUITE = """
 name: two
@@ -58,6 +59,10 @@ def test_a_run_trained_after_another_in_one_worker_equals_archlab_train_alone(
         opt = [torch.load(latest_checkpoint(d) / "optimizer.pt", weights_only=True) for d in (run.run_dir, alone)]
         assert all(torch.equal(a, b) for a, b in zip(*(
             [t for s in o["state"].values() for t in s.values() if isinstance(t, torch.Tensor)] for o in opt)))
+        # the same provenance record (train/provenance.py) as archlab train writes, its time aside
+        mine, theirs = ([{k: v for k, v in s.items() if k != "started_at"} for s in read_record(d)["sessions"]]
+                        for d in (run.run_dir, alone))
+        assert mine == theirs and len(mine) == 1 and mine[0]["from_step"] == 0
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ The corpora (`--data`: files, folders, JSONL, `stdlib`, `hf:NAME`) are read by `
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -117,6 +118,24 @@ def _leaked(meta: dict) -> bool:
     instead)."""
     dropout = meta.get("request", {}).get("bpe_dropout", 0.0)
     return bool(dropout) and meta.get("split_rule") == "tail" and not meta.get("val_plain")
+
+
+def prepared_hash(folder: str | Path) -> str:
+    """sha256 of what a run reads from a prepared folder: meta.json's request (not its timings),
+    tokenizer.json, train.bin and val.bin, in that order (a file that is missing adds nothing).
+    Equal hashes mean the same tokens under the same tokenizer; the lab's pages (`data` in their
+    provenance) and each run's record (train/provenance.py) use it."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    meta = read_meta(folder) or {}
+    digest.update(json.dumps(meta.get("request", {}), sort_keys=True).encode())
+    for name in ("tokenizer.json", *(f"{split}.bin" for split in SPLITS)):
+        path = folder / name
+        if path.is_file():
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_meta(folder: Path) -> dict | None:

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from archlab.lab.experiment import Experiment
-    from archlab.lab.publishing.legacy import from_legacy
+    from archlab.lab.measures.measure import MEASURES, measure_run
+    from archlab.lab.publishing.legacy import from_legacy, register_published
     from archlab.lab.publishing.publish import SUMMARY, import_folder
     from archlab.lab.publishing.publish import check as check_pages
     from archlab.lab.publishing.publish import pages as published_pages
     from archlab.lab.publishing.publish import rebuild as rebuild_pages
-    from archlab.lab.publishing.record import verify
+    from archlab.lab.publishing.verify import verify
     from archlab.lab.runs.executor import SlurmOptions
     from archlab.lab.runs.runner import LabError, Progress
     from archlab.lab.spec.budgets import BUDGETS
@@ -46,18 +47,23 @@ _PUBLIC = {
     "Progress": ("archlab.lab.runs.runner", "Progress"),
     "LabError": ("archlab.lab.runs.runner", "LabError"),
     # a published page or suite folder: `archlab ablate --verify`, scripts/publish_results.py
-    "verify": ("archlab.lab.publishing.record", "verify"),
+    "verify": ("archlab.lab.publishing.verify", "verify"),
     "import_folder": ("archlab.lab.publishing.publish", "import_folder"),
     "check_pages": ("archlab.lab.publishing.publish", "check"),
     "rebuild_pages": ("archlab.lab.publishing.publish", "rebuild"),
     "published_pages": ("archlab.lab.publishing.publish", "pages"),
     "SUMMARY": ("archlab.lab.publishing.publish", "SUMMARY"),
     "from_legacy": ("archlab.lab.publishing.legacy", "from_legacy"),
+    "register_published": ("archlab.lab.publishing.legacy", "register_published"),
+    # one run's measures, as collecting takes them (scripts/behaviour_hashes.py fingerprints them)
+    "MEASURES": ("archlab.lab.measures.measure", "MEASURES"),
+    "measure_run": ("archlab.lab.measures.measure", "measure_run"),
 }
 
 __all__ = [  # _PUBLIC's names (tests/test_layout.py checks they agree)
     "BUDGETS",
     "EXECUTORS",
+    "MEASURES",
     "MODES",
     "SEQUENTIAL_KINDS",
     "SUMMARY",
@@ -68,8 +74,10 @@ __all__ = [  # _PUBLIC's names (tests/test_layout.py checks they agree)
     "check_pages",
     "from_legacy",
     "import_folder",
+    "measure_run",
     "published_pages",
     "rebuild_pages",
+    "register_published",
     "suite_index",
     "verify",
 ]

@@ -35,9 +35,11 @@ from archlab.lab.publishing.report import record_of, record_suite_time, verdict_
 from archlab.lab.runs.collect import measure_plan, measure_timings, table_of
 from archlab.lab.runs.executor import SlurmOptions, submit_plan
 from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
-from archlab.lab.runs.runner import Progress, run_plan
+from archlab.lab.runs.runner import Progress, has_trained, run_plan
+from archlab.lab.spec import registration
 from archlab.lab.spec.arms import param_note
 from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.registration import REGISTRATION
 from archlab.lab.spec.suite import Claim, Suite, SuiteError
 from archlab.lab.spec.suite_file import load_suite
 from archlab.lab.spec.variants import EXECUTORS, MODES
@@ -149,9 +151,25 @@ class Experiment:
         parts += ["--mode", plan.mode] if plan.mode != "default" else []
         return shlex.join(parts)
 
+    def register(self) -> dict:
+        """The plan's registration (lab/spec/registration.py): its claims exactly as they will be judged, written
+        in the suite's folder and the store before its runs train; a new one, kept beside the earlier ones, when
+        the claims changed. Called by `run`, `submit` and `commands`."""
+        plan = self.plan()
+        trained = sum(has_trained(run) for run in plan.runs)
+        folders = [plan.out / REGISTRATION, registration.store_path(plan.store, plan.suite.name, plan.budget.name)]
+        now, new = registration.register(plan.suite, plan.budget.name, plan.seeds, trained, folders)
+        if new:
+            when = "before the first run" if now["before_first_run"] else f"after {trained} runs had trained"
+            self.log(f"registered {len(now['claims'])} claims at commit {str(now['commit'])[:12]}, {when}: "
+                     f"{folders[0]}")
+        return now
+
     def commands(self) -> list[str]:
-        """The data and train command lines (the plan is written first, so --collect finds the runs)."""
+        """The data and train command lines (the plan is written and registered first, so --collect finds the
+        runs)."""
         write_plan(self.plan())
+        self.register()
         return self.plan().commands()
 
     # ------------------------------------------------------------------------------------- compute
@@ -166,6 +184,7 @@ class Experiment:
             return 0.0
         plan = self.plan()
         write_plan(plan)
+        self.register()
         self._drop("runs")
         prepare(plan)
         start = time.perf_counter()
@@ -179,6 +198,7 @@ class Experiment:
         """Every unfinished run as one task of a Slurm job array (submitit); the jobs (empty when all were done).
         `Experiment.collect` the folder once they finished."""
         write_plan(self.plan())
+        self.register()
         self._drop("runs")
         return submit_plan(self.plan(), "slurm", self.slurm)
 

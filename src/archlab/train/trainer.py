@@ -32,7 +32,7 @@ from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
-from archlab.train import hardware
+from archlab.train import hardware, provenance
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.metrics import grouped_norms
@@ -382,9 +382,18 @@ def train(
             torch.set_num_threads(n)
             if ctx.is_main:
                 logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        return Trainer(
+        trainer = Trainer(
             train_config, model_config, ctx, resume, init_from, lock, run_data, checkpoint
-        ).fit()
+        )
+        if ctx.is_main:  # what trains this session, before its first step (train/provenance.py)
+            step = checkpoint.step if checkpoint is not None else 0
+            provenance.start_session(
+                train_config.out,
+                provenance.session(
+                    train_config, run_data.folder, ctx.device, ctx.world_size, step, resume
+                ),
+            )
+        return trainer.fit()
     finally:
         if lock is not None:
             lock.release()

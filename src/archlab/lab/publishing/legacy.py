@@ -1,5 +1,6 @@
-"""A page published before the provenance rule, re-judged from its files into a record
-(`scripts/publish_results.py --from-legacy NAME`).
+"""Pages published before the lab's rules: one published before the provenance rule, re-judged from its files into
+a record (`scripts/publish_results.py --from-legacy NAME`); one published before registrations, registered with
+what is known of when its margins were set (`register_published`, scripts/register_published_pages.py).
 
 Such a page has results.csv, timings.csv and claims.json. Its record gets the current suite file, today's resolution
 of each arm's config (checked against the run ids in results.csv: version 1's keys), the data folders' hashes, and
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from archlab.data.prepare import prepared_hash
 from archlab.lab.analysis.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
 from archlab.lab.analysis.table import Table
 from archlab.lab.publishing.publish import PREVIOUS_RULE
@@ -26,14 +28,16 @@ from archlab.lab.publishing.record import (
     PROVENANCE,
     SUITE_FILE,
     config_hash,
-    data_hash,
     portable_config,
+    read_record,
     scale,
     stamp,
 )
 from archlab.lab.runs.plan import plan_suite, prepare
 from archlab.lab.runs.store import run_hash
+from archlab.lab.spec import registration
 from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.registration import REGISTRATION
 from archlab.lab.spec.suite import at_budget
 from archlab.lab.spec.suite_file import load_suite
 from archlab.train.config import resolve_config
@@ -101,8 +105,10 @@ def from_legacy(docs: Path, name: str, store: Path) -> Path:
     table.write(folder, suite.measures)
     page_text = (docs / f"{name}.md").read_text(encoding="utf-8") if (docs / f"{name}.md").is_file() else ""
     facts = _old_page_facts(page_text)
-    published = _git("log", "-1", "--format=%H %cs", "--", f"docs/results/{name}/results.csv").split()
-    data = {d.out.name: data_hash(d.out) for d in plan.data if (d.out / "meta.json").is_file()}
+    # the commit that first published the values (results.csv added), not the last that rewrote them
+    added = _git("log", "--diff-filter=A", "--format=%H %cs", "--", f"docs/results/{name}/results.csv").splitlines()
+    published = added[-1].split() if added else []
+    data = {d.out.name: prepared_hash(d.out) for d in plan.data if (d.out / "meta.json").is_file()}
     margins = sorted({c.margin for c in at_budget(suite, budget).claims if c.expect != "better" and c.margin
                       and c.metric in ("val_loss", "train_loss", "loss_at_1x")})
     pricing = f"Budget {budget.name}'s default loss margin and smallest effect, {budget.margin:g} nats: " \
@@ -114,7 +120,7 @@ def from_legacy(docs: Path, name: str, store: Path) -> Path:
         "command": facts.get("command", f"archlab ablate {name} --budget small --jobs 2"),
         "machine": facts.get("machine", "not recorded"),
         "trained_by": {},
-        "trained_note": (f"not recorded by the page; its results.csv was published at commit "
+        "trained_note": (f"not recorded by the page; its values were first published at commit "
                          f"{published[0][:12]} on {published[1]}" if published else "not recorded")
                         + ("; today's code resolves every arm to the run ids in results.csv, so the runs' "
                            "non-default settings are those in configs.yaml" if not mismatched else
@@ -133,3 +139,20 @@ def from_legacy(docs: Path, name: str, store: Path) -> Path:
     (folder / "configs.yaml").write_text(yaml.safe_dump(
         {arm: {"config": config_hash(c), **c} for arm, c in configs.items()}, sort_keys=False), encoding="utf-8")
     return folder
+
+
+def register_published(folder: Path, margins_set: str | None, effects_set: str, note: str) -> dict:
+    """The registration of a page published before registrations existed (lab/spec/registration.py): its claims
+    as judged now, registered now, after all its runs, with what is known of when its margins (`margins_set`;
+    None where no claim is judged at a margin) and smallest effects (`effects_set`) were set, and the evidence
+    (`note`, from git). A page that has a registration keeps it: this never replaces one."""
+    path = folder / REGISTRATION
+    if path.is_file():
+        raise ValueError(f"{path} exists: a page's registrations are never replaced")
+    record = read_record(folder)
+    runs = sum(len(r) for r in record.table.runs.values())
+    entry = {**registration.entry(record.suite, record.budget.name, record.table.seeds, runs, note),
+             "margins_set": margins_set, "effects_set": effects_set}
+    record_file = {"format": registration.FORMAT, "registrations": [entry]}
+    path.write_text(json.dumps(record_file, indent=1), encoding="utf-8")
+    return entry

@@ -22,6 +22,7 @@ from archlab.lab.analysis.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.analysis.verdicts import ClaimResult, factorial_anova, suite_spreads
 from archlab.lab.measures.measure import MEASURES
 from archlab.lab.measures.timing_load import load_warning, peak_load
+from archlab.lab.publishing import registered, run_provenance
 from archlab.lab.publishing.record import Record
 from archlab.lab.spec.arms import PARAM_TOLERANCE
 from archlab.lab.spec.budgets import evidence_caveat, evidence_note
@@ -35,8 +36,9 @@ RULE = ("Every arm runs the same seeds; a claim compares the arms seed by seed (
         "'Better': a one-sided test at the "
         "Holm-adjusted level (Holm 1979) over the suite's tested claims, confirmed when significant (and the "
         "estimate reaches min_effect), contradicted when the opposite test is significant. 'Not worse than': "
-        "non-inferiority at a margin stated before the run, confirmed when the one-sided upper bound of the "
-        "deficit lies inside it (Schuirmann 1987; Lakens 2017), contradicted when the lower bound lies beyond it; "
+        "non-inferiority at a margin registered before the run (each page says when its margins were set), "
+        "confirmed when the one-sided upper bound of the deficit lies inside it (Schuirmann 1987; Lakens 2017), "
+        "contradicted when the lower bound lies beyond it; "
         "when the interval also excludes 0 on the worse side the page says 'but worse by X'. 'As good as within "
         "+-m': equivalence, both bounds inside. Otherwise inconclusive, with the minimum detectable effect at this "
         "n and the seeds per arm for 80% power at the stated smallest effect (a 'not worse than' claim: at a true "
@@ -214,7 +216,7 @@ def margin_text(record: Record) -> str:
     """The margins and smallest effects in use, and what the loss margin is worth in compute (provenance)."""
     used = sorted({(c.metric, c.margin) for c in record.suite.claims if c.expect != "better" and c.margin})
     parts = [f"{m} {margin:g}" + (" nats" if m in LOSS_METRICS else "") for m, margin in used]
-    text = ("Margins (stated before the run): " + ", ".join(parts) + ".") if parts else ""
+    text = (f"Margins ({registered.margins_when(record.registration)}): " + ", ".join(parts) + ".") if parts else ""
     pricing = record.provenance.get("margins", "")
     return f"{text} {pricing}".strip()
 
@@ -236,30 +238,25 @@ def ladder_section(record: Record) -> tuple[tuple, list[str]] | None:
 def header_lines(record: Record) -> list[str]:
     """Where the numbers came from, in a few lines a reader can weigh."""
     p = record.provenance
-    trained = p.get("trained_by", {})
-    judged = p.get("judged_by", {})
-    commit = trained.get("commit") or "not recorded"
     lines = [f"Budget `{record.budget.name}`, seeds 0-{record.table.seeds - 1} for every arm (paired). Command: "
              f"`{p.get('command', 'n/a')}`. Per-run values: `results.csv`"
              + (", per-item outcomes: `items.csv`" if any(r.items for a in record.table.runs.values() for r in a)
                 else "") + "; configs: `configs.yaml`; provenance: `provenance.json`; recompute every verdict: "
              "`archlab ablate --verify DIR` on this page's folder."]
-    code = f"Trained by archlab at commit {commit}" + (" (with local changes)" if trained.get("dirty") else "")
-    if not trained.get("commit"):
-        code = "Training commit: not recorded"
-    if p.get("trained_note"):
-        code += f" ({p['trained_note']})"
+    lines += registered.lines(record.registration, sum(len(runs) for runs in record.table.runs.values()))
+    lines += run_provenance.lines(p.get(run_provenance.RUNS), run_provenance.reconstructed(p))
+    judged = p.get("judged_by", {})
     if judged.get("commit"):
-        code += (f"; measured (what the run folders had not cached, at each measure's version) and judged at commit "
-                 f"{judged['commit'][:12]}" + (" (with local changes)" if judged.get("dirty") else ""))
-    versions = trained if trained.get("torch") else judged
-    if versions.get("torch"):
-        code += (f"; torch {versions['torch']}, numpy {versions.get('numpy')}, scipy {versions.get('scipy')}, "
-                 f"statsmodels {versions.get('statsmodels')}, Python {versions.get('python')}")
-    lines.append(code + ".")
-    data = p.get("data", {})
+        lines.append(f"Measured (what the run folders had not cached, at each measure's version) and judged at "
+                     f"commit {judged['commit'][:12]}" + (" (with local changes)" if judged.get("dirty") is True
+                                                          else "")
+                     + (f"; torch {judged['torch']}, numpy {judged.get('numpy')}, scipy {judged.get('scipy')}, "
+                        f"statsmodels {judged.get('statsmodels')}, Python {judged.get('python')}"
+                        if judged.get("torch") else "") + ".")
+    data = p.get("data", {})  # pages made before the runs recorded theirs: the folders hashed when judged
     if data:
-        lines.append("Data: " + "; ".join(f"{name} sha256 {h[:16]}" for name, h in data.items()) + ".")
+        lines.append("Data: " + "; ".join(f"{name} sha256 {h[:16]}" for name, h in data.items())
+                     + (f" ({p['data_note']})" if p.get("data_note") else "") + ".")
     if p.get("scale", {}).get("text"):
         lines.append(f"Scale: {p['scale']['text']}.")
     lines.append(cost_line(p))
@@ -377,10 +374,22 @@ def _overrides(record: Record) -> list[str]:
 
 
 def write_markdown(record: Record, results: list[ClaimResult], plots: list[str], extra: str = "") -> Path:
-    """results.md in the record's folder; `plots`: image paths relative to the page; `extra`: a closing section."""
+    """results.md in the record's folder (`markdown_text`)."""
+    path = record.folder / "results.md"
+    path.write_text(markdown_text(record, results, plots, extra), encoding="utf-8")
+    return path
+
+
+def markdown_text(record: Record, results: list[ClaimResult], plots: list[str], extra: str = "",
+                  header: list[str] | None = None) -> str:
+    """The record's page in Markdown; `plots`: image paths relative to the page; `extra`: a closing section;
+    `header`: lines after the header's budget line (a published page's record hash)."""
     s = record.suite
+    head = header_lines(record)
+    at = next((i + 1 for i, line in enumerate(head) if line.startswith("Budget `")), len(head))
+    head[at:at] = header or []
     parts = [f"# {s.name}: {s.title}", "", f"Source: {s.source}", "", f"Design: {s.design}", "",
-             *[line for text in header_lines(record) for line in (text, "")]]
+             *[line for text in head for line in (text, "")]]
     for title, _, table, paragraphs in sections(record, results):
         parts += [f"## {title}", ""] + ([markdown(*table), ""] if table else []) + [
             line for p in paragraphs if p for line in (p, "")]
@@ -388,9 +397,7 @@ def write_markdown(record: Record, results: list[ClaimResult], plots: list[str],
               "## Arms' overrides", "", *_overrides(record), "", "## The verdict rule", "", RULE, ""]
     if plots:
         parts += ["Plots: " + ", ".join(f"![{Path(p).stem}]({p})" for p in plots), ""]
-    path = record.folder / "results.md"
-    path.write_text("\n".join(parts) + extra, encoding="utf-8")
-    return path
+    return "\n".join(parts) + extra
 
 
 _CLASSES = {stats.CONFIRMED: "confirmed", stats.CONTRADICTED: "contradicted", stats.INCONCLUSIVE: "inconclusive",
@@ -411,6 +418,20 @@ def verdict_caveat(record: Record, result: ClaimResult) -> str:
 
 
 def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -> Path:
+    """report.html in the record's folder (`html_text`)."""
+    path = record.folder / "report.html"
+    path.write_text(html_text(record, results, images), encoding="utf-8")
+    return path
+
+
+def config_of(config: dict) -> dict:
+    """An arm's resolved config as the page shows it: without the hash configs.yaml keeps beside it, so a page
+    from a plan and one from its files read alike."""
+    return {k: v for k, v in config.items() if k != "config"}
+
+
+def html_text(record: Record, results: list[ClaimResult], images: list[Path]) -> str:
+    """The record's page as one self-contained HTML file, `images` embedded."""
     s = record.suite
     verdicts = "".join(
         f'<li class="{_CLASSES.get(r.outcome, "inconclusive")}"><b class="verdict">{html.escape(r.outcome)}</b>: '
@@ -423,7 +444,7 @@ def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -
     imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,'
                    f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{p.stem}</figcaption></figure>'
                    for p in images)
-    configs = "".join(f"<h3>{html.escape(arm)}</h3><pre>{html.escape(json.dumps(c, indent=1))}</pre>"
+    configs = "".join(f"<h3>{html.escape(arm)}</h3><pre>{html.escape(json.dumps(config_of(c), indent=1))}</pre>"
                       for arm, c in record.configs.items())
     header = "".join(f"<p>{html.escape(line)}</p>" for line in header_lines(record))
     page = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>archlab ablate {html.escape(s.name)}</title>
@@ -434,6 +455,4 @@ def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -
 <p>Narang et al. 2021 (arXiv 2102.11972): {html.escape(s.narang or 'did not measure this switch.')}</p>
 <h2>The verdict rule</h2><p>{html.escape(RULE)}</p><h2>Plots</h2>{imgs}
 <h2>Exact configs (seed 0 of each arm)</h2>{configs}</body></html>"""
-    path = record.folder / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    return page

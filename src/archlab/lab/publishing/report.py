@@ -23,18 +23,18 @@ from archlab.lab.publishing import page
 from archlab.lab.publishing.record import (
     Record,
     config_hash,
-    data_hash,
     portable_config,
     scale,
-    source_state,
     stamp,
-    versions,
 )
 from archlab.lab.publishing.record import write_record as write_files
+from archlab.lab.publishing.run_provenance import RUNS, gather
 from archlab.lab.runs.collect import read_timings, run_config, stored_ladder, table_of
 from archlab.lab.runs.plan import Plan, RunSpec
 from archlab.lab.runs.runner import run_wall_s
+from archlab.lab.spec import registration
 from archlab.lab.spec.budgets import evidence_caveat, evidence_note
+from archlab.lab.spec.registration import REGISTRATION
 from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
@@ -45,14 +45,12 @@ claim_table = page.claim_table
 
 
 def record_suite_time(plan: Plan, wall_s: float, jobs: int) -> float:
-    """Add one session's training wall time (and the code that trained) to the suite's record; returns the total
-    over all sessions."""
+    """Add one session's training wall time to the suite's record; returns the total over all sessions. (What
+    trained each run is the run's own record, lab/publishing/run_provenance.py.)"""
     path = plan.out / SUITE_TIME
     old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    state = {**source_state(), **versions()}
-    commits = [c for c in old.get("trained_by", []) if c != state] + [state]
     record = {"train_wall_s": round(old.get("train_wall_s", 0.0) + wall_s, 1), "jobs": jobs,
-              "machine": describe_machine(), "trained_by": commits}
+              "machine": describe_machine()}
     path.write_text(json.dumps(record, indent=1), encoding="utf-8")
     return record["train_wall_s"]
 
@@ -101,14 +99,12 @@ def record_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict
     params = {a.name: trained_params(min(plan.runs_of(a.name), key=lambda r: r.seed)) for a in plan.suite.arms}
     table = table_of(plan, measured, timings, params, {a: config_hash(c) for a, c in configs.items()})
     timing = json.loads((plan.out / SUITE_TIME).read_text("utf-8")) if (plan.out / SUITE_TIME).is_file() else {}
-    trained = timing.get("trained_by") or [{}]
+    order = {a.name: i for i, a in enumerate(plan.suite.arms)}
+    runs = sorted(plan.runs, key=lambda r: (order.get(r.arm, len(order)), r.seed))
     provenance = stamp({
         "suite": plan.suite.name, "budget": plan.budget.name, "seeds": plan.seeds, "extra": plan.extra,
         "command": command, "machine": timing.get("machine") or describe_machine(),
-        "trained_by": trained[-1],
-        "trained_note": "" if len(trained) < 2 else f"trained over {len(trained)} sessions; the others: "
-                        + ", ".join(str(t.get("commit", "?"))[:12] for t in trained[:-1]),
-        "data": {d.out.name: data_hash(d.out) for d in plan.data if d.out.is_dir()},
+        RUNS: gather([(f"{r.arm}/seed{r.seed}", r.run_dir) for r in runs]),  # each run's own record
         "training": _training(plan, timing), "scale": scale(table, configs),
         "arms": {a.name: {"overrides": a.overrides, "matched": a.matched, "params": params[a.name]}
                  for a in plan.suite.arms},
@@ -117,7 +113,7 @@ def record_of(plan: Plan, measured: dict[RunSpec, dict], timings: dict[str, dict
         "measure_versions": {m: MEASURES[m].version for m in plan.suite.measures},
     })
     provenance["margins"] = margin_pricing(plan, table)
-    return Record(table, plan.budget, plan.out, provenance, configs)
+    return Record(table, plan.budget, plan.out, provenance, configs, registration.read(plan.out / REGISTRATION))
 
 
 # ------------------------------------------------------------------------------------------ plots
@@ -156,8 +152,9 @@ def write_report(plan: Plan, record: Record, results: list[ClaimResult]) -> list
         metric = "val_loss" if "val_loss" in plan.suite.measures else plan.suite.measures[0]
         if (fitted := screening.fit(record.table, metric)) is not None:
             images += screening.plot(fitted, record.table, record.folder)
+    images = sorted(images)  # by name, as `archlab ablate --verify` finds them again (lab/publishing/verify.py)
     write_files(record, results)
-    page.write_markdown(record, results, [p.name for p in sorted(images)])
+    page.write_markdown(record, results, [p.name for p in images])
     page.write_html(record, results, images)
     return images
 

@@ -49,6 +49,11 @@ def is_done(run: RunSpec) -> bool:
     return (run.run_dir / METRICS).is_file() and final_step(run.run_dir) >= run.steps
 
 
+def has_trained(run: RunSpec) -> bool:
+    """Whether any step of the run has trained (its metrics.jsonl exists)."""
+    return (run.run_dir / METRICS).is_file()
+
+
 def current_step(run: RunSpec) -> int:
     """The last step in the run's metrics.jsonl (0 before the first row)."""
     path = run.run_dir / METRICS

@@ -22,6 +22,7 @@ MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same", "equivalent")
 PURPOSES = ("lecture", "calibration")  # calibration suites measure the lab's yardstick: outside the lecture's tallies
 NARANG_FINDINGS = ("better", "same", "worse")
+ROLES = ("primary", "secondary")  # a claim's standing for the lecture claim it tests (registration.json records it)
 
 
 class SuiteError(ValueError):
@@ -51,6 +52,8 @@ class Claim:
     untestable: str | None = None  # why this design cannot show the claim here (reported, never tested)
     factor: str | None = None  # a factorial contrast of this factor's levels `arm` vs `versus`
     within: dict[str, str] | None = None  # with `factor`: only the cells at these levels of other factors
+    role: str | None = None  # primary | secondary: this test's standing for the lecture claim it tests; None = unstated
+    tests: str | None = None  # the lecture claim this comparison tests (its id in the claims index); None = unstated
 
     @property
     def better(self) -> str:

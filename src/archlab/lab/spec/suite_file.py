@@ -45,6 +45,7 @@ from archlab.lab.spec.suite import (
     MATCH_MODES,
     NARANG_FINDINGS,
     PURPOSES,
+    ROLES,
     Arm,
     Claim,
     Suite,
@@ -300,6 +301,9 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     _require(claim.expect in EXPECTS, where, f"{what}: expect={claim.expect!r}; one of {EXPECTS}")
     _require(claim.narang in (None, *NARANG_FINDINGS), where,
              f"{what}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent")
+    _require(claim.role in (None, *ROLES), where, f"{what}: role={claim.role!r}; one of {ROLES} or absent")
+    _require(claim.tests is None or (isinstance(claim.tests, str) and claim.tests.strip() != ""), where,
+             f"{what}: tests={claim.tests!r}; the lecture claim's id (a non-empty string) or absent")
     _require(isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0, where,
              f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)")
     _require(claim.smallest_effect is None or (isinstance(claim.smallest_effect, (int, float))
