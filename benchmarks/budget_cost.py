@@ -108,7 +108,7 @@ def measure(rounds: int) -> dict:
 
 def table(r: dict) -> str:
     hours = lambda s: f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min"  # noqa: E731
-    lines = [f"{r['machine']}; torch {r['torch']}. The training step and an evaluation forward, median of "
+    lines = [f"{r['machine']}. The training step and an evaluation forward, median of "
              "interleaved rounds; a run = steps x step + evaluations + the lab's measures.", "",
              "| budget | model | params | tokens per run (per param) | threads | step | run | at 20 tokens/param |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -180,7 +180,7 @@ def table(r: dict) -> str:
     ceiling_s = r["step_gflop"] / r["gemm_ceiling_gflops"]
     lines = [
         f"Suite {r['suite']}, budget {r['budget']}, arm {r['arm']}: one thread, {r['tokens_per_step']} tokens per "
-        f"step, {r['step_gflop']:.2f} GFLOP per step. {r['machine']}; torch {r['torch']}.",
+        f"step, {r['step_gflop']:.2f} GFLOP per step. {r['machine']}.",
         "",
         "| per training step | ms | share of the eager step |",
         "|---|---:|---:|",

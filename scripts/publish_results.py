@@ -8,9 +8,12 @@
 
 A finished suite folder (`archlab ablate SUITE --out DIR`) is re-collected (`archlab ablate SUITE --collect DIR`:
 cached measures, verdicts, plots, the record), its record and plots are copied to docs/results/SUITE/, and then
-every page is rebuilt from its files (`archlab.lab.rebuild_pages`): claims.json, SUITE.md and the summary
-README.md, with one verdict per comparison two pages share. `--check` recomputes the same without writing and
-lists every difference (CI runs it). `--from-legacy` turns a page published before the provenance rule (its
+every page is rebuilt from its files (`archlab.lab.rebuild_pages`): claims.json, record.sha256 (each record
+file's sha256), SUITE.md and the summary README.md (with each record's hash), with one verdict per comparison two
+pages share. `--check` recomputes the same without writing and lists every difference, each naming its page and
+file (CI runs it): a claim's verdict, number or statement in claims.json, a claim judged otherwise than registered,
+a record file whose bytes are not the hashed ones, and every line of SUITE.md and README.md that is not the one the
+files give. `--from-legacy` turns a page published before the provenance rule (its
 results.csv, timings.csv and claims.json) into a record: the current suite file, today's resolution of each arm's
 config (checked against the run ids in results.csv), and the machine and wall time the old page states.
 """
@@ -66,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in problems:
             print(f"differs: {line}")
         print(f"{args.to}: {len(published_pages(args.to))} pages; "
-              + ("every verdict recomputed from the files agrees" if not problems else f"{len(problems)} differences"))
+              + ("every verdict and page recomputed from the files agrees" if not problems
+                 else f"{len(problems)} differences"))
         return 1 if problems else 0
     for name in args.from_legacy or []:
         print(f"{name}: {from_legacy(args.to, name, args.store)}")

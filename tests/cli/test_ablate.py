@@ -128,6 +128,9 @@ def test_two_arm_suite_end_to_end_with_resume(tmp_path: Path, capsys: pytest.Cap
     (out / "results.md").unlink()
     assert main(["ablate", str(spec), "--collect", str(out)]) == 0
     assert (out / "results.md").read_text() == md
+    # and the folder verifies: claims, registration, hashes, results.md and report.html as its files give them
+    capsys.readouterr()
+    assert main(["ablate", "--verify", str(out)]) == 0, capsys.readouterr().out
 
 
 def test_print_commands_are_plain_train_commands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -188,7 +191,7 @@ def test_a_bad_sequential_cap_is_one_line_before_any_work(flags: list[str], mess
 def test_verify_recomputes_a_folder_or_names_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "norm-type"
     assert main(["ablate", "--verify", str(docs)]) == 0
-    assert capsys.readouterr().out.strip().endswith("every verdict recomputed from its files agrees")
+    assert capsys.readouterr().out.strip().endswith("every verdict and page recomputed from its files agrees")
     assert main(["ablate", "--verify", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"archlab ablate: error: {tmp_path} is not a lab record: it lacks suite.yaml")

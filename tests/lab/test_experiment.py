@@ -121,6 +121,6 @@ def test_the_front_door_names_are_the_modules_own() -> None:
     assert sorted(archlab.lab.__all__) == sorted(public) and set(public) <= set(dir(archlab.lab))
     for name, (module, attribute) in public.items():
         assert getattr(archlab.lab, name) is getattr(import_module(module), attribute), name
-    assert archlab.lab.check_pages.__name__ == "check" and archlab.lab.verify.__module__.endswith("publishing.record")
+    assert archlab.lab.check_pages.__name__ == "check" and archlab.lab.verify.__module__.endswith("publishing.verify")
     with pytest.raises(AttributeError, match="has no attribute 'stats'"):
         archlab.lab.stats  # noqa: B018

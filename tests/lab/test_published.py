@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from archlab.lab.publishing import publish
-from archlab.lab.publishing.record import verify
+from archlab.lab.publishing.verify import verify_alone
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGES = publish.pages(DOCS)
@@ -26,9 +26,17 @@ def test_every_page_is_a_built_in_suite_and_the_summary_names_the_unpublished() 
         assert name in summary.split("Built-in suites not published yet:")[1], name
 
 
+@pytest.fixture(scope="module")
+def problems() -> list[str]:
+    """`scripts/publish_results.py --check` on the real pages: every claim, registration, hash, page and the
+    summary."""
+    return publish.check(DOCS)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
-def test_a_pages_verdicts_recompute_from_its_files(page: Path) -> None:
-    assert verify(page) == []
+def test_a_pages_verdicts_recompute_from_its_files(page: Path, problems: list[str]) -> None:
+    assert verify_alone(page) == []  # on its own: its family's figures, its registration and hashes
+    assert [p for p in problems if p.startswith(f"{page.name}: ")] == []  # with every page: its SUITE.md too
     provenance = json.loads((page / "provenance.json").read_text())
     for key in ("command", "machine", "budget", "seeds", "judged_by", "scale", "training"):
         assert provenance.get(key), (page.name, key)
@@ -41,8 +49,27 @@ def test_a_pages_verdicts_recompute_from_its_files(page: Path) -> None:
         assert "Trained by: provenance not recorded by the runs." in page_text, page.name
 
 
-def test_the_pages_and_the_summary_agree_with_their_files() -> None:
-    assert publish.check(DOCS) == []
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> None:
+    """Every page has a registration.json whose claims are the ones it judges (verify checks it); the pages published
+    before registrations say when their margins and smallest effects were set, and those re-judged after their data
+    say "margin set on re-judging, after the runs" (scripts/register_published_pages.py)."""
+    [entry] = json.loads((page / "registration.json").read_text())["registrations"]
+    judged = json.loads((page / "claims.json").read_text())
+    assert [c["text"] for c in entry["claims"]] == [row["claim"] for row in judged]
+    assert [(c["margin"], c["smallest_effect"]) for c in entry["claims"]] == [
+        (row["margin"], row["smallest_effect"]) for row in judged]
+    text = (page.parent / f"{page.name}.md").read_text()
+    assert not entry["before_first_run"] and entry["runs_trained"] == len((page / "results.csv").read_text()
+                                                                          .splitlines()) - 1
+    if entry["margins_set"] == "on re-judging, after the runs":
+        assert "Registration: margin set on re-judging, after the runs;" in text
+        assert "Margins (set on re-judging, after the runs): " in text
+    assert "stated before the run" not in text
+
+
+def test_the_pages_and_the_summary_agree_with_their_files(problems: list[str]) -> None:
+    assert problems == []
 
 
 def test_no_loss_margin_above_003_nats_and_no_bare_as_good_as() -> None:

@@ -1,5 +1,6 @@
-"""The verifier (archlab.lab.publishing.record.verify): a copy of a published page whose claims.json is edited by hand
-(a Holm p changed, an mde set to NaN, a row deleted) must be named line by line, and NaN equals only NaN."""
+"""The verifier (archlab.lab.publishing.verify.verify): a copy of a published page whose claims.json is edited by hand
+(a Holm p changed, an mde set to NaN, a row deleted) must be named line by line, with the edited file's hash, and
+NaN equals only NaN."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.publishing.record import CLAIMS, differences, verify
+from archlab.lab.publishing.record import CLAIMS, differences
+from archlab.lab.publishing.verify import verify
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "ffn"
 HOLM = "SwiGLU beats ReLU at equal parameters"  # p 0.032, Holm p 0.095 over the page's 4 claims: inconclusive
 MDE = "GeGLU beats GeLU at equal parameters"  # confirmed, mde 0.053
 GONE = "ReGLU beats ReLU at equal parameters"
+HASHED = "record.sha256: claims.json changed since the record was hashed"  # any edit of claims.json
 
 
 @pytest.fixture
@@ -43,18 +46,18 @@ def _edit(page: Path, edit: dict[str, dict | None]) -> dict[str, dict]:
 def test_a_changed_holm_p_is_named(page: Path) -> None:
     old = _edit(page, {HOLM: {"p_holm_suite": 0.2}})  # the outcome stays inconclusive either way: only Holm's p
     assert old[HOLM]["p_holm_suite"] == pytest.approx(3 * old[HOLM]["p"])  # Holm's third step: 3 x p, by hand
-    assert verify(page) == [f"{HOLM!r}: p_holm_suite 0.2 recomputed as {old[HOLM]['p_holm_suite']!r}"]
+    assert verify(page) == [f"{HOLM!r}: p_holm_suite 0.2 recomputed as {old[HOLM]['p_holm_suite']!r}", HASHED]
 
 
 def test_an_mde_set_to_nan_is_named(page: Path) -> None:
     old = _edit(page, {MDE: {"mde": math.nan}})
     assert math.isfinite(old[MDE]["mde"])
-    assert verify(page) == [f"{MDE!r}: mde nan recomputed as {old[MDE]['mde']!r}"]
+    assert verify(page) == [f"{MDE!r}: mde nan recomputed as {old[MDE]['mde']!r}", HASHED]
 
 
 def test_a_deleted_row_is_named(page: Path) -> None:
     _edit(page, {GONE: None})
-    assert verify(page) == [f"{GONE!r}: recomputed but not in claims.json"]
+    assert verify(page) == [f"{GONE!r}: recomputed but not in claims.json", HASHED]
 
 
 def test_every_edit_of_one_page_is_named_once(page: Path) -> None:
@@ -62,7 +65,7 @@ def test_every_edit_of_one_page_is_named_once(page: Path) -> None:
     assert sorted(verify(page)) == sorted([
         f"{HOLM!r}: p_holm_suite 0.2 recomputed as {old[HOLM]['p_holm_suite']!r}",
         f"{MDE!r}: mde nan recomputed as {old[MDE]['mde']!r}",
-        f"{GONE!r}: recomputed but not in claims.json"])
+        f"{GONE!r}: recomputed but not in claims.json", HASHED])
 
 
 def test_nan_equals_nan_and_no_number() -> None:

@@ -83,8 +83,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Plan, list]:
     root = tmp_path_factory.mktemp("report")
     (root / "synthetic.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(root / "synthetic.yaml"), BUDGETS["tiny"], root / "out", seeds=3)
-    _fake_runs(plan)
     write_plan(plan)
+    Experiment.collect(plan.out).register()  # as `archlab ablate` registers a plan before its first run
+    _fake_runs(plan)
     (plan.out / TIMED).write_text(json.dumps({"step_s": {"arms": ["b", "a"], "a": STEP_S["b"], "b": STEP_S["a"]}}))
     results = Experiment.collect(plan.out).report("archlab ablate synthetic --budget tiny --seeds 3")
     return plan, results
@@ -375,7 +376,8 @@ def test_publish_rebuilds_pages_from_their_files_and_checks_them(report: tuple[P
     tampered = [{**r, "outcome": "confirmed"} if r["claim"] == "c is as good as a" else r for r in rows]
     (docs / "synthetic" / "claims.json").write_text(json.dumps(tampered))
     problems = publish.check(docs)
-    assert problems == ["synthetic: 'c is as good as a': outcome 'confirmed' recomputed as 'inconclusive'"]
+    assert problems == ["synthetic: 'c is as good as a': outcome 'confirmed' recomputed as 'inconclusive'",
+                        "synthetic: record.sha256: claims.json changed since the record was hashed"]
     assert script.main(["--check", "--to", str(docs)]) == 1
     # a value in results.csv changed: the verdicts recomputed from the files differ from the claims published
     assert script.main(["--to", str(docs)]) == 0 and not publish.check(docs)

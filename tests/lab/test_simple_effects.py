@@ -72,7 +72,7 @@ def test_a_switch_with_another_difference_is_not_matched_and_the_page_says_so(tm
     row = next(line for line in text.splitlines() if line.startswith("| tying:"))
     assert "not published" in row and "needs the base with tying = tied" in row
     assert "| norm: rmsnorm vs layernorm |" in text and "original-vs-modern's `modern`" in text
-    page = publish.write_page(docs, record, judge(record.table)).read_text(encoding="utf-8")
+    page = publish.page_text(docs, record, judge(record.table))
     assert "## Each switch at the modern base (from published runs)" in page and row in page  # the page shows it
     shutil.rmtree(docs / "original-vs-modern")
     assert simple_effects(docs, record, "val_loss") == {}

@@ -116,9 +116,10 @@ def test_each_compared_field_is_a_change() -> None:
 
 
 def test_the_execution_mode_comes_from_the_runs_settings(prepared: Path, tmp_path: Path) -> None:
-    for compile_, mode in (("false", "default"), ("true", "compiled")):
+    for compile_, dtype, mode in (("false", "fp32", "default"), ("true", "fp32", "compiled"),
+                                  ("false", "bf16", "bf16"), ("true", "bf16", "compiled+bf16")):
         train, _ = resolve_config([{**TINY, "data.source": str(prepared), "out": str(tmp_path / "r"),
-                                    "precision.compile": compile_}])
+                                    "precision.compile": compile_, "precision.dtype": dtype}])
         s = provenance.session(train, prepared, torch.device("cpu"), 1)
         assert s["execution"]["mode"] == mode
 

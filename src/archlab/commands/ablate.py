@@ -10,7 +10,7 @@
     archlab ablate ffn --collect DIR                 the report from runs made elsewhere
     archlab ablate original-vs-modern-screening --plan       a screening design: runs, aliases, SEs
     archlab ablate original-vs-modern-screening --fold-over  add the mirrored half fraction
-    archlab ablate --verify docs/results/ffn         recompute a page's verdicts; 1 if any differ
+    archlab ablate --verify docs/results/ffn         a page recomputed from its files; 1 if not
 
 Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default
 runs/ablate/store), named by a hash of the run's resolved config, so an arm two suites share trains
@@ -51,9 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--verify",
         metavar="DIR",
         default=None,
-        help="recompute every verdict of a suite folder or published page from its files "
-        "(results.csv, items.csv, timings.csv, suite.yaml, provenance.json) and compare with its "
-        "claims.json: exit 0 when all agree, 1 (listing them) when any differ",
+        help="recompute a suite folder or published page from its files (results.csv, items.csv, "
+        "timings.csv, suite.yaml, provenance.json, registration.json): every verdict, number and "
+        "statement of its claims.json, its registration, its record.sha256 and its rendered pages "
+        "(results.md and report.html, or docs/results/SUITE.md); exit 0 when all agree, 1 (listing "
+        "them) when any differ",
     )
     parser.add_argument(
         "--budget",
@@ -245,7 +247,7 @@ def _verify(folder: str) -> int:
     verdict = (
         f"{len(differences)} differences"
         if differences
-        else "every verdict recomputed from its files agrees"
+        else "every verdict and page recomputed from its files agrees"
     )
     print(f"{folder}: {verdict}")
     return 1 if differences else 0

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from archlab.lab.publishing.publish import check as check_pages
     from archlab.lab.publishing.publish import pages as published_pages
     from archlab.lab.publishing.publish import rebuild as rebuild_pages
-    from archlab.lab.publishing.record import verify
+    from archlab.lab.publishing.verify import verify
     from archlab.lab.runs.executor import SlurmOptions
     from archlab.lab.runs.runner import LabError, Progress
     from archlab.lab.spec.budgets import BUDGETS
@@ -47,7 +47,7 @@ _PUBLIC = {
     "Progress": ("archlab.lab.runs.runner", "Progress"),
     "LabError": ("archlab.lab.runs.runner", "LabError"),
     # a published page or suite folder: `archlab ablate --verify`, scripts/publish_results.py
-    "verify": ("archlab.lab.publishing.record", "verify"),
+    "verify": ("archlab.lab.publishing.verify", "verify"),
     "import_folder": ("archlab.lab.publishing.publish", "import_folder"),
     "check_pages": ("archlab.lab.publishing.publish", "check"),
     "rebuild_pages": ("archlab.lab.publishing.publish", "rebuild"),

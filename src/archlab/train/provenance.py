@@ -20,8 +20,10 @@ class, threads, data or execution differ from the previous session's, `changed` 
 difference and a warning names them: a run resumed under another commit shows it. The lab's pages
 aggregate these records (each commit with its runs) and never reconstruct them.
 
-The execution mode comes from the run's settings (`execution_mode`): "compiled" with
-`precision.compile`, else "default" (eager, with nn/fast/'s CPU fast paths where they apply).
+The execution mode comes from the run's settings (`execution_mode`), named as the lab's recorded
+modes are (`archlab ablate --mode`): "compiled" with `precision.compile`, "bf16" with
+`precision.dtype bf16`, both as "compiled+bf16", else "default" (eager fp32, with nn/fast/'s CPU
+fast paths where they apply).
 """
 
 from __future__ import annotations
@@ -113,8 +115,12 @@ def machine(device: torch.device) -> dict:
 
 
 def execution_mode(train: TrainConfig) -> str:
-    """How the steps execute, from the run's settings: "compiled" (torch.compile) or "default"."""
-    return "compiled" if train.precision.compile else "default"
+    """How the steps execute, from the run's settings, in the names of the lab's recorded modes
+    (`archlab ablate --mode`): "compiled" (precision.compile), "bf16" (precision.dtype bf16,
+    autocast), both joined by "+", else "default" (eager fp32)."""
+    p = train.precision
+    modes = (["compiled"] if p.compile else []) + (["bf16"] if p.dtype == "bf16" else [])
+    return "+".join(modes) or "default"
 
 
 def session(

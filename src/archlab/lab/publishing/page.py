@@ -244,7 +244,7 @@ def header_lines(record: Record) -> list[str]:
                 else "") + "; configs: `configs.yaml`; provenance: `provenance.json`; recompute every verdict: "
              "`archlab ablate --verify DIR` on this page's folder."]
     lines += registered.lines(record.registration, sum(len(runs) for runs in record.table.runs.values()))
-    lines += run_provenance.lines(p.get(run_provenance.RUNS), reconstructed_training(p))
+    lines += run_provenance.lines(p.get(run_provenance.RUNS), run_provenance.reconstructed(p))
     judged = p.get("judged_by", {})
     if judged.get("commit"):
         lines.append(f"Measured (what the run folders had not cached, at each measure's version) and judged at "
@@ -263,24 +263,6 @@ def header_lines(record: Record) -> list[str]:
     if note := evidence_note(record.budget.name, record.table.seeds, record.suite.seeds):
         lines.insert(0, note)
     return lines
-
-
-def reconstructed_training(p: dict) -> str:
-    """What a page made before the runs recorded their provenance says of its training: the commit the `archlab
-    ablate` session that trained them recorded (its own, not each run's), or its note; "" for a page whose runs
-    recorded theirs."""
-    if run_provenance.RUNS in p:
-        return ""
-    trained = p.get("trained_by") or {}
-    parts = []
-    if trained.get("commit"):
-        parts.append(f"the `archlab ablate` session recorded its own commit, {trained['commit']}"
-                     + (" (with local changes)" if trained.get("dirty") is True else "")
-                     + (f", torch {trained['torch']}, Python {trained.get('python')}" if trained.get("torch")
-                        else ""))
-    if p.get("trained_note"):
-        parts.append(p["trained_note"])
-    return "; ".join(parts)
 
 
 def cost_line(p: dict) -> str:
@@ -392,10 +374,22 @@ def _overrides(record: Record) -> list[str]:
 
 
 def write_markdown(record: Record, results: list[ClaimResult], plots: list[str], extra: str = "") -> Path:
-    """results.md in the record's folder; `plots`: image paths relative to the page; `extra`: a closing section."""
+    """results.md in the record's folder (`markdown_text`)."""
+    path = record.folder / "results.md"
+    path.write_text(markdown_text(record, results, plots, extra), encoding="utf-8")
+    return path
+
+
+def markdown_text(record: Record, results: list[ClaimResult], plots: list[str], extra: str = "",
+                  header: list[str] | None = None) -> str:
+    """The record's page in Markdown; `plots`: image paths relative to the page; `extra`: a closing section;
+    `header`: lines after the header's budget line (a published page's record hash)."""
     s = record.suite
+    head = header_lines(record)
+    at = next((i + 1 for i, line in enumerate(head) if line.startswith("Budget `")), len(head))
+    head[at:at] = header or []
     parts = [f"# {s.name}: {s.title}", "", f"Source: {s.source}", "", f"Design: {s.design}", "",
-             *[line for text in header_lines(record) for line in (text, "")]]
+             *[line for text in head for line in (text, "")]]
     for title, _, table, paragraphs in sections(record, results):
         parts += [f"## {title}", ""] + ([markdown(*table), ""] if table else []) + [
             line for p in paragraphs if p for line in (p, "")]
@@ -403,9 +397,7 @@ def write_markdown(record: Record, results: list[ClaimResult], plots: list[str],
               "## Arms' overrides", "", *_overrides(record), "", "## The verdict rule", "", RULE, ""]
     if plots:
         parts += ["Plots: " + ", ".join(f"![{Path(p).stem}]({p})" for p in plots), ""]
-    path = record.folder / "results.md"
-    path.write_text("\n".join(parts) + extra, encoding="utf-8")
-    return path
+    return "\n".join(parts) + extra
 
 
 _CLASSES = {stats.CONFIRMED: "confirmed", stats.CONTRADICTED: "contradicted", stats.INCONCLUSIVE: "inconclusive",
@@ -426,6 +418,20 @@ def verdict_caveat(record: Record, result: ClaimResult) -> str:
 
 
 def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -> Path:
+    """report.html in the record's folder (`html_text`)."""
+    path = record.folder / "report.html"
+    path.write_text(html_text(record, results, images), encoding="utf-8")
+    return path
+
+
+def config_of(config: dict) -> dict:
+    """An arm's resolved config as the page shows it: without the hash configs.yaml keeps beside it, so a page
+    from a plan and one from its files read alike."""
+    return {k: v for k, v in config.items() if k != "config"}
+
+
+def html_text(record: Record, results: list[ClaimResult], images: list[Path]) -> str:
+    """The record's page as one self-contained HTML file, `images` embedded."""
     s = record.suite
     verdicts = "".join(
         f'<li class="{_CLASSES.get(r.outcome, "inconclusive")}"><b class="verdict">{html.escape(r.outcome)}</b>: '
@@ -438,7 +444,7 @@ def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -
     imgs = "".join(f'<figure><img alt="{p.stem}" src="data:image/png;base64,'
                    f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{p.stem}</figcaption></figure>'
                    for p in images)
-    configs = "".join(f"<h3>{html.escape(arm)}</h3><pre>{html.escape(json.dumps(c, indent=1))}</pre>"
+    configs = "".join(f"<h3>{html.escape(arm)}</h3><pre>{html.escape(json.dumps(config_of(c), indent=1))}</pre>"
                       for arm, c in record.configs.items())
     header = "".join(f"<p>{html.escape(line)}</p>" for line in header_lines(record))
     page = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>archlab ablate {html.escape(s.name)}</title>
@@ -449,6 +455,4 @@ def write_html(record: Record, results: list[ClaimResult], images: list[Path]) -
 <p>Narang et al. 2021 (arXiv 2102.11972): {html.escape(s.narang or 'did not measure this switch.')}</p>
 <h2>The verdict rule</h2><p>{html.escape(RULE)}</p><h2>Plots</h2>{imgs}
 <h2>Exact configs (seed 0 of each arm)</h2>{configs}</body></html>"""
-    path = record.folder / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    return page

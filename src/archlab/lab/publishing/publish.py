@@ -14,6 +14,7 @@ changes an outcome. Calibration suites (the compute ladder) are listed apart fro
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -23,12 +24,23 @@ from pathlib import Path
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.verdicts import ClaimResult, judge, with_outcome
 from archlab.lab.publishing import lecture_claims, page, simple_effects
-from archlab.lab.publishing.record import CLAIMS, Record, claim_rows, differences, read_record
+from archlab.lab.publishing.record import (
+    CLAIMS,
+    FIRST_RULE,
+    HASHES,
+    PREVIOUS_RULE,
+    READING,
+    Record,
+    claim_rows,
+    differences,
+    hash_differences,
+    read_record,
+    record_digest,
+    registered_differences,
+    write_hashes,
+)
 from archlab.lab.spec.claims_index import ClaimsIndexError, load_index
 
-READING = "reading.md"  # per page, a person's reading of its numbers: kept across rebuilds
-FIRST_RULE = "first-rule.json"  # the first lab's verdicts of a suite (Welch's test and a noise floor), kept
-PREVIOUS_RULE = "previous-rule.json"  # the verdicts under the rule before this one (pooled residual, 0.09 nats)
 PLOTS = ("val_loss.png", "grad_norm.png", "embed_row_norm.png", "half_normal.png", "main_effects.png")
 SUMMARY = "README.md"
 
@@ -90,27 +102,83 @@ def rows_of(books: dict[str, tuple[Record, list[ClaimResult]]]) -> dict[str, lis
     return out
 
 
-def check(docs: Path) -> list[str]:
-    """Every difference between the published claims.json files (and the summary's rows) and their verdicts
-    recomputed from the pages' files; [] when everything agrees."""
+def check(docs: Path, only: str | None = None) -> list[str]:
+    """Every difference between what is published and what the pages' files give, each naming the page and what
+    differs; [] when everything agrees. Per page (`only`: that page alone, its shared verdicts still judged with
+    every page): claims.json against its verdicts recomputed (numbers, outcomes, statements, every field); the
+    claims it judges against its registration; each record file against record.sha256; SUITE.md against the page
+    rendered again from the files. Then the summary README.md against the one the pages give."""
     problems = []
     books = judged(docs)
     for name, rows in rows_of(books).items():
+        if only is not None and name != only:
+            continue
         path = docs / name / CLAIMS
-        published = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-        found = differences(published, rows, alone=False)
-        found += [f"{r['claim']!r}: headline p_holm {p['p_holm']!r} recomputed as {r['p_holm']!r}"
-                  for p, r in zip(published, rows) if p["claim"] == r["claim"]
-                  and not _same(p.get("p_holm"), r.get("p_holm"))]
+        found = claims_differences(json.loads(path.read_text(encoding="utf-8")) if path.is_file() else [], rows)
+        record, results = books[name]
+        if record.registration is None:
+            found.append("registration.json does not exist: its claims were never registered")
+        found += registered_differences(record) + hash_differences(docs / name)
+        found += text_differences(f"{name}.md", docs / f"{name}.md", page_text(docs, record, results))
         problems += [f"{name}: {line}" for line in found]
-    summary = docs / SUMMARY
-    try:
-        text = summary_text(docs, books)
-    except ClaimsIndexError as err:  # the summary's lecture tally needs the index: its problems, one line each
-        return problems + [f"claims index {line}" for line in str(err).splitlines()]
-    if summary.is_file() and summary.read_text(encoding="utf-8") != text:
-        problems.append(f"{summary}: differs from the summary the pages' files give (rebuild it)")
+    if only is None:
+        try:
+            summary = summary_text(docs, books)
+        except ClaimsIndexError as err:  # the summary's lecture tally needs the index: its problems, one line each
+            return problems + [f"claims index {line}" for line in str(err).splitlines()]
+        problems += text_differences(SUMMARY, docs / SUMMARY, summary)
     return problems
+
+
+def claims_differences(published: list[dict], rows: list[dict]) -> list[str]:
+    """A page's claims.json against its rows recomputed with every page (`rows_of`): every field, the headline Holm
+    p of a shared comparison included."""
+    return differences(published, rows, alone=False)
+
+
+def text_differences(label: str, path: Path, regenerated: str, limit: int = 3) -> list[str]:
+    """Where the published text at `path` differs from `regenerated`, line by line (difflib), the first `limit`
+    changes quoted."""
+    if not path.is_file():
+        return [f"{label}: does not exist (rebuild it)"]
+    published = path.read_text(encoding="utf-8")
+    if published == regenerated:
+        return []
+    old, new = published.splitlines(), regenerated.splitlines()
+    changes = [op for op in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    out = [f"{label} line {i1 + 1}{_begins(old[i1:i2], new[j1:j2])}: "
+           + " published, the files give ".join(_changed(old[i1:i2], new[j1:j2])) for _, i1, i2, j1, j2 in
+           changes[:limit]]
+    return out + ([f"{label}: {len(changes) - limit} more changes"] if len(changes) > limit else [])
+
+
+CONTEXT = 60  # characters quoted either side of a change within a line
+
+
+def _begins(old: list[str], new: list[str]) -> str:
+    """Where a change within one long line lies, for the reader: how the line begins (a table row: its claim)."""
+    if len(old) == len(new) == 1 and old[0][:CONTEXT] == new[0][:CONTEXT] and len(old[0]) > 2 * CONTEXT:
+        return f", which begins {old[0][:CONTEXT]!r}"
+    return ""
+
+
+def _changed(old: list[str], new: list[str]) -> tuple[str, str]:
+    """The two sides of a change, quoted: within one line, the part that differs with some context either side;
+    whole lines otherwise (cut at 200 characters)."""
+    a, b = " / ".join(old), " / ".join(new)
+    if len(old) == len(new) == 1:
+        start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))  # common head
+        end = 0  # common tail, not overlapping the head
+        while end < min(len(a), len(b)) - start and a[len(a) - 1 - end] == b[len(b) - 1 - end]:
+            end += 1
+        lo = max(0, start - CONTEXT)
+
+        def part(s: str) -> str:
+            hi = min(len(s), len(s) - end + CONTEXT)
+            return ("..." if lo else "") + s[lo:hi] + ("..." if hi < len(s) else "")
+
+        a, b = part(a), part(b)
+    return tuple(repr(s[:200] + "..." if len(s) > 200 else s) if s else "(nothing)" for s in (a, b))
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -120,19 +188,23 @@ def _same(a: float | None, b: float | None) -> bool:
 
 
 def rebuild(docs: Path) -> list[str]:
-    """Re-judge every page from its files and write claims.json, SUITE.md and the summary; returns the pages."""
+    """Re-judge every page from its files and write claims.json, record.sha256, SUITE.md and the summary; returns
+    the pages."""
     books = judged(docs)
-    summary = summary_text(docs, books)  # first: a claims index that does not check stops it before any write
+    load_index()  # first: a claims index that does not check stops the rebuild before any write
     for name, rows in rows_of(books).items():
-        (docs / name / CLAIMS).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        path = docs / name / CLAIMS
+        if not path.is_file() or claims_differences(json.loads(path.read_text(encoding="utf-8")), rows):
+            path.write_text(json.dumps(rows, indent=1), encoding="utf-8")  # equal rows stay (their last bits too)
+        write_hashes(docs / name)
         record, results = books[name]
-        write_page(docs, record, results)
-    (docs / SUMMARY).write_text(summary, encoding="utf-8")
+        (docs / f"{name}.md").write_text(page_text(docs, record, results), encoding="utf-8")
+    (docs / SUMMARY).write_text(summary_text(docs, books), encoding="utf-8")  # after the pages: it lists their hashes
     return list(books)
 
 
 # ------------------------------------------------------------------------------------------ pages
-def write_page(docs: Path, record: Record, results: list[ClaimResult]) -> Path:
+def page_text(docs: Path, record: Record, results: list[ClaimResult]) -> str:
     """docs/SUITE.md from the page's record: the lab's page with links into SUITE/, a screening's switches at the
     modern base from other pages' runs (lab/publishing/simple_effects.py), and the comparisons with the verdicts of
     earlier rules."""
@@ -140,20 +212,18 @@ def write_page(docs: Path, record: Record, results: list[ClaimResult]) -> Path:
     folder = docs / name
     plots = [f"{name}/{p}" for p in PLOTS if (folder / p).is_file()]
     extra = previous_section(folder, results) + first_section(folder, results)
-    path = page.write_markdown(record, results, plots, extra)
-    text = path.read_text(encoding="utf-8")
-    path.unlink()
+    digest = record_digest(folder)
+    record_line = [f"Record: `{HASHES}` holds the sha256 of each of its files and plots; its own sha256 is "
+                   f"{digest[:16]}, so one hash names every byte these numbers come from."] if digest else []
+    text = page.markdown_text(record, results, plots, extra, record_line)
     if record.suite.screening:  # each switch at the modern base, after the screening's own effects
         metric = "val_loss" if "val_loss" in record.suite.measures else record.suite.measures[0]
         at_base, noise = simple_effects.section(docs, record, metric), "\n## How noisy this suite was"
         text = text.replace(noise, at_base.rstrip("\n") + "\n" + noise, 1) if noise in text else text + at_base
     for file in ("results.csv", "items.csv", "timings.csv", "configs.yaml", "provenance.json", "claims.json",
-                 "suite.yaml", "registration.json"):
+                 "suite.yaml", "registration.json", HASHES):
         text = text.replace(f"`{file}`", f"[`{file}`]({name}/{file})")
-    text = text.replace("this page's folder", f"this page's folder (`archlab ablate --verify docs/results/{name}`)")
-    out = docs / f"{name}.md"
-    out.write_text(text, encoding="utf-8")
-    return out
+    return text.replace("this page's folder", f"this page's folder (`archlab ablate --verify docs/results/{name}`)")
 
 
 def _fmt_ci(ci: list | tuple) -> str:
@@ -334,7 +404,14 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
     if readings:
         lines += ["## Reading the numbers", ""]
         lines += [f"**[{name}]({name}.md).** {text}\n" for name, text in readings]
-    return "\n".join(lines)
+    lines += ["## Published records", "",
+              f"Each page's record (its data, suite, configs, provenance, claims, registration, reading and plots) is "
+              f"hashed file by file in its `{HASHES}`; the sha256 of that file names the whole record. "
+              "`python scripts/publish_results.py --check` recomputes every hash, verdict, statement and page.", "",
+              "| page | record | sha256 of the record |", "|---|---|---|"]
+    lines += [f"| [{name}]({name}.md) | [`{HASHES}`]({name}/{HASHES}) | {record_digest(docs / name) or 'not hashed'} |"
+              for name in books]
+    return "\n".join(lines) + "\n"
 
 
 def import_folder(suite_dir: Path, docs: Path) -> Path:

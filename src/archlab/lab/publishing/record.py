@@ -12,10 +12,13 @@ docs/results/SUITE/):
   statsmodels / Python versions, the machine, a hash of each prepared data folder, the exact command, the budget
   and seeds, the scale (parameters, training tokens, tokens per parameter), the wall time, each arm's overrides and
   parameter matching, and what the loss margin is worth in compute;
-- claims.json: every claim's verdict as computed, which `verify` recomputes from the files above.
+- claims.json: every claim's verdict as computed, which the verifier recomputes from the files above;
+- registration.json: the claims as registered before the plan's first run (lab/spec/registration.py);
+- record.sha256: each of these files' sha256, and the plots' (`sha256sum -c record.sha256` reads it).
 
-`verify(folder)` (`archlab ablate --verify DIR`) re-judges a folder from its files alone and lists every claim
-whose outcome, estimate or p-values differ from claims.json.
+`differences` compares two claims.json row lists field by field (numbers to 1e-9 relative, every word exactly),
+`registered_differences` the claims judged with the registration, `hash_differences` the files with record.sha256;
+lab/publishing/verify.py (`archlab ablate --verify DIR`) puts them together with the pages rendered again.
 """
 
 from __future__ import annotations
@@ -41,6 +44,13 @@ from archlab.lab.spec.suite_file import load_suite
 from archlab.train import provenance as train_provenance
 
 SUITE_FILE, CONFIGS, PROVENANCE, CLAIMS = "suite.yaml", "configs.yaml", "provenance.json", "claims.json"
+READING = "reading.md"  # a published page's reading of its numbers, by a person: kept across rebuilds
+FIRST_RULE = "first-rule.json"  # the first lab's verdicts of a suite (Welch's test and a noise floor), kept
+PREVIOUS_RULE = "previous-rule.json"  # the verdicts under the rule before this one (pooled residual, 0.09 nats)
+HASHES = "record.sha256"  # each record file's sha256, in `sha256sum` format (`sha256sum -c record.sha256`)
+# the files a record is, in the order record.sha256 lists them; then its plots (*.png)
+RECORD_FILES = ("results.csv", "items.csv", "timings.csv", SUITE_FILE, CONFIGS, PROVENANCE, CLAIMS, REGISTRATION,
+                READING, FIRST_RULE, PREVIOUS_RULE)
 REL_TOL = 1e-9  # verify: estimates and p-values agree to this relative tolerance (float64 sums in another order)
 
 
@@ -153,6 +163,7 @@ def write_record(record: Record, results: list[ClaimResult], suite_path: str | P
     (folder / CLAIMS).write_text(json.dumps(claim_rows(record.table, results), indent=1), encoding="utf-8")
     if record.registration is not None:
         (folder / REGISTRATION).write_text(json.dumps(record.registration, indent=1), encoding="utf-8")
+    write_hashes(folder)
 
 
 def read_record(folder: str | Path) -> Record:
@@ -176,6 +187,47 @@ def stamp(base: dict, **extra: object) -> dict:
             "judged_by": {**train_provenance.source_state(), **versions()}}
 
 
+# ------------------------------------------------------------------------------------------ the record's hash
+def record_files(folder: Path) -> list[str]:
+    """The record's files in `folder` (RECORD_FILES that exist, then its plots)."""
+    return [n for n in RECORD_FILES if (folder / n).is_file()] + sorted(p.name for p in folder.glob("*.png"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_hashes(folder: Path) -> str:
+    """Write record.sha256 (each record file's sha256) into `folder`; returns its own sha256, the record's."""
+    text = "".join(f"{_sha256(folder / name)}  {name}\n" for name in record_files(folder))
+    (folder / HASHES).write_text(text, encoding="utf-8")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def record_digest(folder: Path) -> str | None:
+    """The sha256 of the record's record.sha256 as it is on disk (None where it has none): one hash that moves with
+    any byte of the record."""
+    path = folder / HASHES
+    return _sha256(path) if path.is_file() else None
+
+
+def hash_differences(folder: Path) -> list[str]:
+    """Each record file whose bytes are not the ones record.sha256 holds: changed, missing, or never hashed."""
+    path = folder / HASHES
+    if not path.is_file():
+        return [f"{path} does not exist: the record was never hashed"]
+    held = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        held[name] = digest
+    now = {name: _sha256(folder / name) for name in record_files(folder)}
+    out = [f"{HASHES}: {name} changed since the record was hashed" for name in held
+           if name in now and now[name] != held[name]]
+    out += [f"{HASHES}: {name} is missing" for name in held if name not in now]
+    out += [f"{HASHES}: {name} was never hashed" for name in now if name not in held]
+    return out
+
+
 # ------------------------------------------------------------------------------------------ verify
 def _close(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
@@ -185,11 +237,28 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-300)
 
 
+# a claims.json row's fields that one verdict across pages sets (publishing/publish.py `unify`): a folder verified
+# alone checks a shared comparison on its own family's figures instead (the *_suite fields)
+UNIFIED = ("outcome", "statement", "note", "p_holm", "seeds_needed", "mde", "shared_with", "test")
+OWN = {"seeds_needed_suite": "seeds_needed", "mde_suite": "mde"}  # the own family's figure -> its field alone
+
+
+def _diff(path: str, a: object, b: object) -> list[str]:
+    """Where two JSON values differ: numbers to REL_TOL (float64 sums in another order), the rest exactly."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in dict.fromkeys([*a, *b]) for d in _diff(f"{path}.{k}", a.get(k), b.get(k))]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _diff(f"{path}[{i}]", x, y)]
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    return [] if (_close(float(a), float(b)) if numbers else a == b) else [f"{path} {a!r} recomputed as {b!r}"]
+
+
 def differences(expected: list[dict], actual: list[dict], alone: bool = True) -> list[str]:
-    """Every claim whose outcome, estimate, p, Holm p or plan differs between two claims.json row lists. `alone`:
-    `actual` was judged from one folder, so a comparison the page shares with another (`shared_with`) is checked
-    on its own family's figures (p_holm_suite, seeds_needed_suite, mde_suite); its one verdict across pages is
-    `archlab.lab.publishing.publish.check`'s to recompute."""
+    """Every field of every claim that differs between two claims.json row lists: the verdict, its numbers, the
+    statement and every other word a page shows. `alone`: `actual` was judged from one folder, so a comparison the
+    page shares with another (`shared_with`) is checked on its own family's figures (p_holm_suite,
+    seeds_needed_suite, mde_suite); its one verdict across pages is `archlab.lab.publishing.publish.check`'s to
+    recompute."""
     out = []
     now = {r["claim"]: r for r in actual}
     for old in expected:
@@ -197,26 +266,15 @@ def differences(expected: list[dict], actual: list[dict], alone: bool = True) ->
         if new is None:
             out.append(f"{old['claim']!r}: not in the recomputed claims")
             continue
-        own = alone and bool(old.get("shared_with"))
-        exact = {"seeds_needed": old.get("seeds_needed_suite", old.get("seeds_needed")) if own else
-                 old.get("seeds_needed")}
-        if not own:
-            exact["outcome"] = old.get("outcome")
-        close = {"estimate": old.get("estimate"), "p": old.get("p"), "p_holm_suite": old.get("p_holm_suite"),
-                 "mde": old.get("mde_suite", old.get("mde")) if own else old.get("mde")}
-        for key, value in exact.items():
-            if value != new.get(key):
-                out.append(f"{old['claim']!r}: {key} {value!r} recomputed as {new.get(key)!r}")
-        for key, value in close.items():
-            if not _close(_num(value), _num(new.get(key))):
-                out.append(f"{old['claim']!r}: {key} {value!r} recomputed as {new.get(key)!r}")
+        if alone and old.get("shared_with"):
+            old = {k: v for k, v in old.items() if k not in UNIFIED and k not in OWN} | {
+                field: old[own] for own, field in OWN.items() if own in old}
+            new = {k: v for k, v in new.items() if k not in UNIFIED} | {field: new.get(field) for field in OWN.values()}
+        out += [f"{old['claim']!r}: {line[1:]}" for key in dict.fromkeys([*old, *new])
+                for line in _diff(f".{key}", old.get(key), new.get(key))]
     extra = set(now) - {r["claim"] for r in expected}
     out += [f"{name!r}: recomputed but not in claims.json" for name in sorted(extra)]
     return out
-
-
-def _num(x: object) -> float | None:
-    return None if x is None else float(x)  # type: ignore[arg-type]
 
 
 def rejudge(folder: str | Path) -> tuple[Record, list[ClaimResult]]:
@@ -231,17 +289,6 @@ def registered_differences(record: Record) -> list[str]:
         return []
     return [f"registration.json: {line}" for line in registration.differences(last["claims"],
                                                                               registration.claims_of(record.suite))]
-
-
-def verify(folder: str | Path) -> list[str]:
-    """The differences between a folder's claims.json and its verdicts recomputed from its files, and between the
-    claims it judges and its registration (none: [])."""
-    record, results = rejudge(folder)
-    path = Path(folder) / CLAIMS
-    if not path.is_file():
-        return [f"{path} does not exist"]
-    return (differences(json.loads(path.read_text(encoding="utf-8")), claim_rows(record.table, results))
-            + registered_differences(record))
 
 
 def median_run_s(walls: list[float]) -> float | None:

@@ -152,8 +152,9 @@ def write_report(plan: Plan, record: Record, results: list[ClaimResult]) -> list
         metric = "val_loss" if "val_loss" in plan.suite.measures else plan.suite.measures[0]
         if (fitted := screening.fit(record.table, metric)) is not None:
             images += screening.plot(fitted, record.table, record.folder)
+    images = sorted(images)  # by name, as `archlab ablate --verify` finds them again (lab/publishing/verify.py)
     write_files(record, results)
-    page.write_markdown(record, results, [p.name for p in sorted(images)])
+    page.write_markdown(record, results, [p.name for p in images])
     page.write_html(record, results, images)
     return images
 

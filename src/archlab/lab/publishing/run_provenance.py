@@ -35,6 +35,16 @@ def _value(session: dict, section: str) -> dict:
     return value
 
 
+def _named(label: str, sessions: list[dict], section: str) -> list[tuple[str, dict]]:
+    """A run's value of `section` under its label; where a resume changed it, each session's value under the run's
+    label and that session's steps."""
+    values = [_value(s, section) for s in sessions]
+    if all(v == values[0] for v in values):
+        return [(label, values[0])]
+    ends = [s.get("from_step") for s in sessions[1:]] + [""]
+    return [(f"{label} steps {s.get('from_step')}-{end}", v) for s, end, v in zip(sessions, ends, values)]
+
+
 def gather(runs: list[tuple[str, Path]]) -> dict:
     """The records of `runs` (label, run folder), grouped (module doc)."""
     out: dict = {"recorded": [], "unrecorded": [], "resumed": [], **{section: [] for section in GROUPS}}
@@ -45,17 +55,10 @@ def gather(runs: list[tuple[str, Path]]) -> dict:
             out["unrecorded"].append(label)
             continue
         out["recorded"].append(label)
-        for i, s in enumerate(sessions[1:], 1):
-            out["resumed"].append(f"{label} at step {s.get('from_step')}: "
-                                  + ("; ".join(s.get("changed") or []) or "nothing changed"))
+        out["resumed"] += [f"{label} at step {s.get('from_step')}: "
+                           + ("; ".join(s.get("changed") or []) or "nothing changed") for s in sessions[1:]]
         for section in GROUPS:
-            values = [_value(s, section) for s in sessions]
-            split = any(v != values[0] for v in values)  # a value changed on a resume: name each session's steps
-            for i, (s, value) in enumerate(zip(sessions, values)):
-                if not split and i:
-                    break
-                end = sessions[i + 1].get("from_step") if i + 1 < len(sessions) else ""
-                name = f"{label} steps {s.get('from_step')}-{end}" if split else label
+            for name, value in _named(label, sessions, section):
                 group = next((g for g in out[section] if g["value"] == value), None)
                 if group is None:
                     out[section].append(group := {"value": value, "runs": []})
@@ -109,3 +112,21 @@ def lines(runs: dict | None, reconstructed: str = "") -> list[str]:
     if runs["resumed"]:
         out.append("Resumed runs: " + "; ".join(runs["resumed"]) + ".")
     return out
+
+
+def reconstructed(p: dict) -> str:
+    """What a page made before the runs recorded their provenance says of its training: the commit the `archlab
+    ablate` session that trained them recorded (its own, not each run's), or its note; "" for a page whose runs
+    recorded theirs."""
+    if RUNS in p:
+        return ""
+    trained = p.get("trained_by") or {}
+    parts = []
+    if trained.get("commit"):
+        parts.append(f"the `archlab ablate` session recorded its own commit, {trained['commit']}"
+                     + (" (with local changes)" if trained.get("dirty") is True else "")
+                     + (f", torch {trained['torch']}, Python {trained.get('python')}" if trained.get("torch")
+                        else ""))
+    if p.get("trained_note"):
+        parts.append(p["trained_note"])
+    return "; ".join(parts)
