@@ -34,6 +34,7 @@ def child(suite_name: str, budget_name: str, steps: int, threads: int) -> None:
     from archlab.nn.fast import install as fast_paths
     from archlab.nn.model import TransformerLM
     from archlab.train.optim import build_optimizer, clip_gradients
+    from archlab.train.sections import OptimizerConfig
 
     torch.set_num_threads(threads)
     suite = load_suite(suite_name)
@@ -41,7 +42,7 @@ def child(suite_name: str, budget_name: str, steps: int, threads: int) -> None:
     torch.manual_seed(0)
     model = TransformerLM(model_cfg)
     fast_paths.install(model)
-    optimizer = build_optimizer(model, "adamw", 1e-3)
+    optimizer = build_optimizer(model, OptimizerConfig(lr=1e-3))
     gen = torch.Generator().manual_seed(0)
     shape = (train.data.batch_size, train.data.block_size)
     x, y = (torch.randint(0, model_cfg.vocab_size, shape, generator=gen) for _ in range(2))

@@ -50,6 +50,7 @@ from archlab.costs import flops_per_token
 from archlab.nn.fast import install as fused
 from archlab.train.hardware import busy_cores, cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
+from archlab.train.sections import OptimizerConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # name -> (preset, model fields, batch, block); full and --quick sizes
@@ -210,7 +211,7 @@ def worker(args: argparse.Namespace) -> dict:
     config = build_preset(preset, "tiny", max_seq_len=block, **fields)
     model, loss_fn = build(args.impl, config)
     bf16 = "-bf16" in args.impl  # autocast around forward + loss, as the trainer's `precision.dtype bf16`
-    optimizer = build_optimizer(model, "adamw", 1e-3)
+    optimizer = build_optimizer(model, OptimizerConfig(lr=1e-3))
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, config.vocab_size, (batch, block), generator=gen)
     y = torch.randint(0, config.vocab_size, (batch, block), generator=gen)

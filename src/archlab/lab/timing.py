@@ -176,7 +176,7 @@ class TrainStep:
             raise ValueError(f"train_step timing: block={block} is past the model's max_seq_len={config.max_seq_len}")
         self.model = _fresh_model(config, seed, device).train()
         o = OptimizerConfig(name=optimizer)
-        self.optimizer = build_optimizer(self.model, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
+        self.optimizer = build_optimizer(self.model, o)
         ids = torch.randint(config.vocab_size, (batch, block + 1), generator=torch.Generator().manual_seed(seed))
         self.ids = ids.to(device)  # (batch, block + 1): inputs and shifted targets
 
