@@ -114,7 +114,7 @@ class MiniGPT(nn.Module):
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        inv = 1.0 / c.rope_theta ** (torch.arange(0, c.head_dim, 2).float() / c.head_dim)
+        inv = 1.0 / c.rope.theta ** (torch.arange(0, c.head_dim, 2).float() / c.head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -184,7 +184,7 @@ def hf_model(ours: TransformerLM) -> nn.Module:
             vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
             num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, max_position_embeddings=c.max_seq_len,
             rms_norm_eps=c.norm_eps, tie_word_embeddings=False, attn_implementation="sdpa",
-            rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}))
+            rope_parameters={"rope_type": "default", "rope_theta": c.rope.theta}))
         state = hf_state_dict(ours, "llama")
     else:
         model = GPT2LMHeadModel(GPT2Config(

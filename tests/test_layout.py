@@ -99,18 +99,24 @@ def test_no_import_cycles() -> None:
 
 # nn/ modules that take plain typed arguments (docs/architecture.md "Layers"); attention, block, model and the
 # per-forward attention inputs take the ModelConfig
-LEAVES = ("norms", "activations", "ffn", "kv_cache", "functional", "variants", "registry",
+LEAVES = ("norms", "activations", "ffn", "kv_cache", "functional", "registry",
           "positions/absolute", "positions/biases", "positions/rope", "positions/frequencies", "positions/scaling",
-          "positions/rerope", "attention/kernels", "attention/options", "attention/linear/prefix_sums",
+          "positions/rerope", "attention/kernels", "attention/linear/prefix_sums",
           "attention/linear/favor", "attention/linear/codebook", "attention/linear/vq",
           "fast/ops", "fast/losses", "fast/attention")
 FAST_PATHS = "archlab.nn.fast"  # installed from outside (fast.install); the formulas never call them
 PRINTING = ("archlab.commands", "archlab.cli", "archlab.__main__")  # the only modules that write to the terminal
 
 
+# what a leaf may take from the config package: the names of the choices, not the config
+CONFIG_NAMES = "archlab.nn.config.choices"
+
+
 def mentions_config(path: Path) -> list[str]:
-    """Where a file imports archlab.nn.config or names ModelConfig (an annotation, a call, an attribute)."""
-    found = [f"imports {m}" for m in archlab_imports(path) if m == "archlab.nn.config"]
+    """Where a file imports archlab.nn.config (any of its modules but the choices) or names ModelConfig (an
+    annotation, a call, an attribute)."""
+    found = [f"imports {m}" for m in archlab_imports(path)
+             if m.startswith("archlab.nn.config") and m != CONFIG_NAMES]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Name) and node.id == "ModelConfig":
             found.append(f"line {node.lineno} names ModelConfig")
@@ -142,14 +148,35 @@ def test_leaf_modules_of_nn_never_see_the_config(leaf: str) -> None:
     assert not mentions_config(path), f"nn/{leaf}.py is a leaf module but {mentions_config(path)}"
 
 
+# nn/'s packages whose __init__.py re-exports: the config (its own torch-free modules, and RopeScaling)
+EXPORTING = {SRC / "nn" / "config": ("archlab.nn.config.", "archlab.nn.positions.scaling")}
+
+
 @pytest.mark.parametrize("package", sorted(p.parent for p in (SRC / "nn").rglob("__init__.py")),
                          ids=lambda p: str(p.relative_to(SRC)))
-def test_the_packages_of_nn_import_nothing(package: Path) -> None:
-    """nn/'s packages are folders only: the config imports attention/options.py and positions/scaling.py without
-    torch, which an import in their package's __init__.py would bring in."""
-    assert not archlab_imports(package / "__init__.py"), f"{package}/__init__.py imports archlab modules"
+def test_the_packages_of_nn_import_nothing_the_config_does_not(package: Path) -> None:
+    """nn/'s packages are folders only, but the config package, which re-exports its own modules: the config
+    imports positions/scaling.py without torch, which an import in positions/__init__.py would bring in; and a
+    package that imported its submodules would hide which one a caller needs."""
+    imports = archlab_imports(package / "__init__.py")
+    if package in EXPORTING:
+        assert imports and all(m.startswith(EXPORTING[package]) for m in imports), imports
+        return
+    assert not imports, f"{package}/__init__.py imports archlab modules"
     tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], package
+
+
+def test_the_config_and_the_modules_are_no_loop() -> None:
+    """nn/config/ sits under every nn/ folder that takes a config: nothing in it imports attention/, the modules or
+    the model (the linear kernels' builders are lazy "module:attr" references), so no folder of nn/ imports the
+    config and is imported by it."""
+    config = [m for m in GRAPH if m.startswith("archlab.nn.config")]
+    assert config
+    for module in config:
+        below = ("archlab.nn.config", "archlab.nn.registry", "archlab.nn.positions.scaling")
+        above = sorted(t for t in GRAPH[module] if t.startswith("archlab.nn.") and not t.startswith(below))
+        assert not above, f"{module} imports {above}"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if not m.startswith(PRINTING)))

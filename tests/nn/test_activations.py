@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from archlab.nn.activations import get_activation
-from archlab.nn.variants import ACTIVATIONS
+from archlab.nn.config.choices import ACTIVATIONS
 
 
 def test_activation_formulas():

@@ -46,9 +46,7 @@ def fit_default(
     """The default max_new_tokens clipped to the context left after the prompt (with a note on
     stderr); a value the user gave is kept, so check_context refuses it in one line if it does not
     fit."""
-    from archlab.infer.generate import context_limit
-
-    limit = context_limit(config)
+    limit = config.context_limit
     room = None if limit is None or sampling.past_context != "stop" else limit - prompt_len
     if given or room is None or room >= sampling.max_new_tokens or room < 1:
         return sampling

@@ -8,7 +8,7 @@ Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--mo
 both go through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in
 both commands.
 
-Nothing here imports torch (nn/config.py validates against torch-free name lists, nn/variants.py;
+Nothing here imports torch (nn/config/ validates against torch-free name lists, choices.py;
 costs.py is arithmetic; `--checkpoint` reads config.json through run_folder.py or
 interop/hf_config.py, never the weights), so it answers in a fraction of a second.
 """
@@ -29,7 +29,7 @@ from archlab.overrides import load_yaml, parse_flags, typed_overrides
 from archlab.train.config import resolve_config
 
 # softmax attention's (FLOPs per token, what the cache holds), as archlab.costs computes them; a
-# linear kernel's formulas come with its option group (nn/attention/options.py)
+# linear kernel's formulas come with its option group (nn/config/kernels.py)
 SOFTMAX_FORMULAS = (
     "4*H*Dh*sum(keys per layer): QK^T + probs@V",
     "windowed layers keep their window",

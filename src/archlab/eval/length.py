@@ -1,6 +1,6 @@
 """Loss and next-token accuracy against context length per RoPE method (`archlab eval length`).
 
-The same trained weights are loaded under each method's `rope_scaling` (eval/rope_methods.py) and
+The same trained weights are loaded under each method's `rope.scaling` (eval/rope_methods.py) and
 scored on held-out text at each length. A window of L tokens is scored on its last `score_last`
 tokens only, so every length is measured on the same number of predictions, each with at least
 L - score_last tokens of context: a longer window can only help a model that uses (or at least

@@ -38,9 +38,9 @@ from scipy import stats as scipy_stats
 from archlab.infer.speed import column_major_linears
 from archlab.lab.timing_load import LoadAvg, cpu_count, read_load, usable_cores
 from archlab.nn.config import ModelConfig
+from archlab.nn.config.choices import NORMS
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
-from archlab.nn.variants import NORMS
 from archlab.train.optim import build_optimizer
 from archlab.train.sections import OptimizerConfig
 

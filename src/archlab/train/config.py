@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
-from archlab.nn.positions.scaling import ROPE_KINDS
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.sections import (
@@ -134,8 +133,10 @@ def tokenizer_vocab_size(data: DataConfig) -> int:
 
 
 def _model_diff(old: ModelConfig, new: ModelConfig) -> str:
-    a, b = old.to_dict(), new.to_dict()
-    return ", ".join(f"{k} {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
+    """The differing fields, by dotted key down into the groups: `rope.scaling.window 8 -> 9`."""
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+    keys = {**a, **b}
+    return ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys if a.get(k) != b.get(k))
 
 
 def resolve_model(
@@ -223,7 +224,7 @@ def resolve_config(
             f"data.block_size={train.data.block_size} is not allowed: at most model.max_seq_len="
             f"{model.max_seq_len} (raise --model.max_seq_len)"
         )
-    limit = context_tokens(model)
+    limit = model.context_limit
     n = train.logging.sample_tokens
     # no room for a prompt
     if train.logging.samples and n is not None and limit is not None and n >= limit:
@@ -234,11 +235,3 @@ def resolve_config(
         )
     return train, model
 
-
-def context_tokens(model: ModelConfig) -> int | None:
-    """Tokens the model handles (infer/prompts.py's context_limit, without torch): max_seq_len, or
-    its RoPE scaling kind's limit (None: ReRoPE has none)."""
-    s = model.rope_scaling
-    if model.position != "rope" or s is None:
-        return model.max_seq_len
-    return ROPE_KINDS[s.kind].context_limit(s, model.max_seq_len)

@@ -279,7 +279,7 @@ class RopeKind:
         refuses in one line."""
         if self.evaluation is None:
             raise ValueError(
-                f"rope_scaling.kind={self.name!r} has no inference-time form (it changes training "
+                f"rope.scaling.kind={self.name!r} has no inference-time form (it changes training "
                 "only)"
             )
         fields_ = self.evaluation(length, train_len, window, leaky_k)
