@@ -24,13 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def child(suite_name: str, budget_name: str, steps: int, threads: int) -> None:
-    """Train `steps` timed steps of the budget's model on `threads` threads; print the seconds per step."""
+def child(suite_name: str, budget_name: str, steps: int, threads: int, compiled: bool = False) -> None:
+    """Train `steps` timed steps of the budget's model on `threads` threads (`compiled`: the lab's `--mode
+    compiled`, torch.compile of the model, compiled in the untimed warm-up); print the seconds per step."""
     import torch
 
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
     from archlab.nn.fast import install as fast_paths
     from archlab.nn.model import TransformerLM
     from archlab.train.optim import build_optimizer, clip_gradients
@@ -43,6 +44,8 @@ def child(suite_name: str, budget_name: str, steps: int, threads: int) -> None:
     model = TransformerLM(model_cfg)
     fast_paths.install(model)
     optimizer = build_optimizer(model, OptimizerConfig(lr=1e-3))
+    if compiled:
+        model.compile()  # in place, as train/distributed.py parallelize does for precision.compile
     gen = torch.Generator().manual_seed(0)
     shape = (train.data.batch_size, train.data.block_size)
     x, y = (torch.randint(0, model_cfg.vocab_size, shape, generator=gen) for _ in range(2))
@@ -62,9 +65,9 @@ def ceiling(suite_name: str, budget_name: str) -> dict:
     import torch
 
     from archlab.costs import flops_per_token
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
 
     torch.set_num_threads(1)
     suite = load_suite(suite_name)
@@ -82,17 +85,18 @@ def ceiling(suite_name: str, budget_name: str) -> dict:
             "step_gflop": flops_per_token(model, train.data.block_size)["training"] * tokens / 1e9}
 
 
-def together(args: argparse.Namespace, processes: int, threads: int) -> list[float]:
+def together(args: argparse.Namespace, processes: int, threads: int, compiled: bool = False) -> list[float]:
     """Seconds per step of each of `processes` processes started together with `threads` threads each."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, __file__, "--child", args.suite, args.budget, str(args.steps), str(threads)]
+    cmd = [sys.executable, __file__, "--child", args.suite, args.budget, str(args.steps), str(threads),
+           str(int(compiled))]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     return [json.loads(p.communicate()[0].strip().splitlines()[-1])["step_s"] for p in procs]
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", default="norm-type")
@@ -104,12 +108,14 @@ def main() -> None:
     args = parser.parse_args()
     from archlab.train.hardware import describe_machine
 
-    configs = {"1 run x 1 thread": (1, 1), f"1 run x {args.cores} threads": (1, args.cores),
-               f"{args.cores} runs x 1 thread": (args.cores, 1)}
+    configs = {"1 run x 1 thread": (1, 1, False), f"1 run x {args.cores} threads": (1, args.cores, False),
+               f"{args.cores} runs x 1 thread": (args.cores, 1, False),
+               "1 run x 1 thread, --mode compiled": (1, 1, True),
+               f"{args.cores} runs x 1 thread, --mode compiled": (args.cores, 1, True)}
     best: dict[str, list[float]] = {}
     for _ in range(args.repeats):
-        for name, (processes, threads) in configs.items():
-            times = together(args, processes, threads)
+        for name, (processes, threads, compiled) in configs.items():
+            times = together(args, processes, threads, compiled)
             if name not in best or max(times) < max(best[name]):
                 best[name] = times
     limit = ceiling(args.suite, args.budget)

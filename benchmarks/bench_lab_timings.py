@@ -9,7 +9,7 @@
    effect, share x (1 - 1 / speedup), with the norms' share of the `small` step from the op's time.
 3. heads: one-token decode steps of MHA vs GQA (2 KV heads) vs MQA at a 1024- and a 2048-token cache,
    batch 8, llama preset at d_model 256 (6 layers, 8 heads; d_ff not re-matched).
-Each comparison: `archlab.lab.timing.time_pairs` (A/B order balanced and shuffled per pair, warm-up dropped),
+Each comparison: `archlab.lab.measures.timing.time_pairs` (A/B order balanced and shuffled per pair, warm-up dropped),
 then the median of log(t_A / t_B) over the pairs and the mean's 95% t interval, printed as ratios t_A / t_B
 (below 1: A is faster).
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from archlab.lab.timing import NORM_DIMS, PairedTimes, log_ratio_summary, norm_step_effect, time_pairs
+from archlab.lab.measures.timing import NORM_DIMS, PairedTimes, log_ratio_summary, norm_step_effect, time_pairs
 from archlab.nn.presets import build_preset
 
 SMALL = dict(d_model=128, n_layers=4, n_heads=4, max_seq_len=128, vocab_size=256)  # the lab's `small` budget

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from archlab import TransformerLM, build_preset
-from archlab.lab.long_context import inference_config
+from archlab.lab.measures.long_context import inference_config
 from archlab.nn.attention import kernels as attention_kernels
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -130,12 +130,12 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
     import torch
 
     from archlab.costs import flops_per_token
-    from archlab.lab.arms import resolve_arm
-    from archlab.lab.budgets import BUDGETS
-    from archlab.lab.collect import measure_timings
-    from archlab.lab.measure import MEASURES, measure_run
-    from archlab.lab.plan import plan_suite, prepare
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.measures.measure import MEASURES, measure_run
+    from archlab.lab.runs.collect import measure_timings
+    from archlab.lab.runs.plan import plan_suite, prepare
+    from archlab.lab.spec.arms import resolve_arm
+    from archlab.lab.spec.budgets import BUDGETS
+    from archlab.lab.spec.suite_file import load_suite
     from archlab.train.hardware import describe_machine
 
     rows: dict[str, float] = {}

@@ -6,7 +6,9 @@ A module may import its own layer and the layers below it, never above; nothing 
 module imports the package root `archlab` (the public facade re-exports from below and would hide a cycle); and the
 module graph, lazy imports inside functions included, has no cycle. Two more rules of docs/architecture.md: the leaf
 modules of `nn/` never see the config (no import of nn/config.py, no `ModelConfig` anywhere in them), and library code
-never prints (no `print`, no `sys.stdout` / `sys.stderr` writes outside commands/ and cli.py).
+never prints (no `print`, no `sys.stdout` / `sys.stderr` writes outside commands/ and cli.py). And the lab has one
+front door: outside lab/ (the package's other modules, scripts/) only `archlab.lab` is imported, never a module
+inside it; inside, its subpackages import leftwards (measures <- spec <- analysis <- runs <- publishing).
 """
 
 from __future__ import annotations
@@ -95,6 +97,54 @@ def test_no_import_cycles() -> None:
     for module in sorted(GRAPH):
         if module not in state and module != ROOT:
             visit(module, [])
+
+
+# the lab's subpackages, lowest first: a part imports its own and those before it (docs/architecture.md "The lab")
+LAB_PARTS = ("measures", "spec", "analysis", "runs", "publishing")
+LAB = "archlab.lab"
+REPO = SRC.parents[1]
+
+
+def lab_part(module: str) -> int:
+    """The rank of a module of the lab: its subpackage's, or above them all for lab/experiment.py and the package."""
+    parts = module.split(".")
+    return LAB_PARTS.index(parts[2]) if len(parts) > 2 and parts[2] in LAB_PARTS else len(LAB_PARTS)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith(LAB + ".")))
+def test_the_lab_parts_import_down(module: str) -> None:
+    for target in GRAPH[module]:
+        if target.startswith(LAB + "."):
+            assert lab_part(target) <= lab_part(module), f"{module} imports {target}: {LAB_PARTS} import leftwards"
+
+
+def lab_internals(path: Path) -> list[str]:
+    """The lab's modules a file imports past its front door (`archlab.lab` itself is the door)."""
+    return sorted(m for m in archlab_imports(path) if m.startswith(LAB + "."))
+
+
+OUTSIDE_LAB = sorted([p for p in SRC.rglob("*.py") if not module_name(p).startswith(LAB)]
+                     + list((REPO / "scripts").glob("*.py")))
+
+
+@pytest.mark.parametrize("path", OUTSIDE_LAB, ids=lambda p: str(p.relative_to(REPO)))
+def test_commands_and_scripts_use_only_the_lab_front_door(path: Path) -> None:
+    """Outside lab/ (commands/, the rest of the package, scripts/) only `archlab.lab`'s names are imported
+    (Experiment and the few its __all__ lists); benchmarks/ and tests/ may reach inside (they measure and test it)."""
+    assert not lab_internals(path), f"{path.relative_to(REPO)} imports {lab_internals(path)}: use `archlab.lab`"
+
+
+def test_the_front_door_rule_sees_a_violation(tmp_path: Path) -> None:
+    """An import of a lab module, at the top, inside a function or as `from archlab.lab import module`, is seen;
+    the front door's names are not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from archlab.lab import BUDGETS, Experiment\nfrom archlab.lab.runs.runner import LabError\n"
+                     "def f():\n    from archlab.lab import experiment\n    import archlab.lab.spec.budgets\n")
+    assert lab_internals(probe) == ["archlab.lab.experiment", "archlab.lab.runs.runner", "archlab.lab.spec.budgets"]
+    probe.write_text("from archlab.lab import BUDGETS, Experiment, LabError\n")
+    assert lab_internals(probe) == []
+    assert {SRC / "commands" / "ablate.py", REPO / "scripts" / "publish_results.py"} <= set(OUTSIDE_LAB)
+    assert lab_part("archlab.lab.analysis.stats") < lab_part("archlab.lab.runs.plan") < lab_part(LAB)
 
 
 # nn/ modules that take plain typed arguments (docs/architecture.md "Layers"); attention, block, model and the
@@ -214,5 +264,5 @@ def test_the_layout_test_sees_a_violation(tmp_path: Path) -> None:
     module imported from its package counts as the module, a name from a package's __init__ as the package."""
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from archlab.train import trainer\n    import archlab.costs\n"
-                     "    from archlab.lab import Experiment, stats\n")
-    assert archlab_imports(probe) == {"archlab.train.trainer", "archlab.costs", "archlab.lab", "archlab.lab.stats"}
+                     "    from archlab.lab import Experiment, analysis\n")
+    assert archlab_imports(probe) == {"archlab.train.trainer", "archlab.costs", "archlab.lab", "archlab.lab.analysis"}

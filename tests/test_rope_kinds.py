@@ -1,7 +1,7 @@
 """A RoPE scaling kind is one entry of ROPE_KINDS (nn/positions/scaling.py), and the three places that evaluate kinds
 take every entry from there: `archlab eval length` (eval/rope_methods.py), the lab's long-context measures
-(lab/long_context.py) and `archlab plot rope` (plots.py). Every kind goes through all three, and so does a toy kind
-registered at test time, without any of those modules changing: its scaling at a length is `RopeKind.at`, its
+(lab/measures/long_context.py) and `archlab plot rope` (plots.py). Every kind goes through all three, and so does a toy
+kind registered at test time, without any of those modules changing: its scaling at a length is `RopeKind.at`, its
 frequencies the function its entry names."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from archlab import ModelConfig, TransformerLM
 from archlab.cli import main
 from archlab.eval.length import evaluate_lengths
 from archlab.eval.rope_methods import method_scaling
-from archlab.lab import long_context
+from archlab.lab.measures import long_context
 from archlab.nn.positions.frequencies import base_inv_freq
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds
 from archlab.plots import plot_rope
@@ -103,11 +103,11 @@ def test_the_toy_kind_is_on_the_command_lines(toy: str, tmp_path: Path, capsys: 
 
 
 def test_a_kind_registered_at_import_is_a_lab_measure() -> None:
-    """The lab's MEASURES table is built when lab/measure.py is imported, from the kinds registered then (a real
-    kind is registered in nn/positions/scaling.py, before anything imports it): in a fresh interpreter the toy kind,
-    registered first, is a measure the suites can name."""
+    """The lab's MEASURES table is built when lab/measures/measure.py is imported, from the kinds registered then (a
+    real kind is registered in nn/positions/scaling.py, before anything imports it): in a fresh interpreter the toy
+    kind, registered first, is a measure the suites can name."""
     script = ("from archlab.nn.positions.scaling import ROPE_KINDS\nfrom tests.fixtures.toy_rope_kind import TOY\n"
-              "ROPE_KINDS[TOY.name] = TOY\nfrom archlab.lab.measure import MEASURES\n"
+              "ROPE_KINDS[TOY.name] = TOY\nfrom archlab.lab.measures.measure import MEASURES\n"
               "print(sorted(n for n in MEASURES if 'toy' in n))")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["['acc_8x_plain_toy_sqrt',", "'acc_8x_repeated_toy_sqrt']"]

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from archlab.checkpoint import load_model
 from archlab.cli import main
 from archlab.data.tokens import TokenData
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.plan import RunSpec, plan_suite, prepare
-from archlab.lab.runner import final_step, run_plan, run_wall_s
-from archlab.lab.suite_file import load_suite
+from archlab.lab.runs.plan import RunSpec, plan_suite, prepare
+from archlab.lab.runs.runner import final_step, run_plan, run_wall_s
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from archlab.train.config import resolve_config
 from archlab.train.hardware import cpu_model
 

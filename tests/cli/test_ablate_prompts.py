@@ -12,7 +12,7 @@ import pytest
 
 from archlab.cli import build_parser, main
 from archlab.commands import ablate as command
-from archlab.lab.plan import write_plan
+from archlab.lab.runs.plan import write_plan
 from tests.cli.test_ablate import SUITE
 
 

@@ -1,11 +1,11 @@
-"""The caveat verdicts carry below the budget and seeds a suite is judged at (lab/budgets.py): both sides of each
+"""The caveat verdicts carry below the budget and seeds a suite is judged at (lab/spec/budgets.py): both sides of each
 boundary, a suite's own seeds, and the sentence that says why."""
 
 from __future__ import annotations
 
 import pytest
 
-from archlab.lab.budgets import BUDGETS, EVIDENCE_BUDGET, evidence_caveat, evidence_note
+from archlab.lab.spec.budgets import BUDGETS, EVIDENCE_BUDGET, evidence_caveat, evidence_note
 
 
 @pytest.mark.parametrize(("budget", "seeds", "suite_seeds", "caveat"), [

@@ -5,17 +5,20 @@ configs."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import signal
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from archlab.lab import collect
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import measure_plan
-from archlab.lab.measure import MEASURED, TIMING_ROUNDS, write_measured
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite_file import load_suite
-from archlab.lab.timing import PairedTimes
+from archlab.lab.measures.measure import MEASURED, TIMING_ROUNDS, write_measured
+from archlab.lab.measures.timing import PairedTimes
+from archlab.lab.runs import collect
+from archlab.lab.runs.collect import measure_plan, measure_pool
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
 
 TIMED_SUITE = """
@@ -130,3 +133,16 @@ def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeyp
     }
     calls.clear()
     assert collect.measure_timings(plan) == timings and calls == []
+
+
+def _sigint_handler() -> object:
+    return signal.getsignal(signal.SIGINT)
+
+
+def test_the_measure_pools_workers_leave_ctrl_c_to_the_lab():
+    """Ctrl-C reaches the whole process group: a measuring worker must ignore it (the lab stops and says how to
+    continue), not die mid-import with a traceback of its own. A plain spawned worker would not ignore it."""
+    with measure_pool(1) as pool:
+        assert pool.submit(_sigint_handler).result() == signal.SIG_IGN
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(_sigint_handler).result() == signal.default_int_handler

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from archlab.costs import flops_per_token
-from archlab.lab import cost_measures, measure
+from archlab.lab.measures import cost_measures, measure
 from tests.lab.conftest import BLOCK
 
 

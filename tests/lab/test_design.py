@@ -1,4 +1,4 @@
-"""Fractional factorial designs (archlab.lab.design) against the textbook: the minimum-aberration 2^(k-p) designs
+"""Fractional factorial designs (archlab.lab.spec.design) against the textbook: the minimum-aberration 2^(k-p) designs
 of Box, Hunter & Hunter (2005, table 6.22) and the NIST/SEMATECH e-Handbook (5.3.3.4.7, "Summary of useful
 fractional factorial designs"), written here as the published generators, for k = 4..8 at resolutions III and IV.
 
@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from archlab.lab.design import LETTERS, _words, design, fold_over, fractional_factorial
+from archlab.lab.spec.design import LETTERS, _words, design, fold_over, fractional_factorial
 
 # k, requested resolution -> the textbook's design: its runs and generators (letters: the factors in order)
 TEXTBOOK = {
@@ -50,7 +50,7 @@ def test_designs_match_the_textbooks(k: int, resolution: str) -> None:
     assert d.resolution == lengths[0]
     assert d.resolution >= {"III": 3, "IV": 4}[resolution]
     # the alias chains up to two-factor interactions have the textbook's shape
-    from archlab.lab.design import Design
+    from archlab.lab.spec.design import Design
     ref = Design(np.zeros((runs, k)), tuple(), tuple(words), lengths[0])
     assert _chain_pattern(d) == _chain_pattern(ref)
     # the matrix is the generators' product columns, balanced and orthogonal
@@ -104,7 +104,7 @@ ALIASES_3 = {
 
 @pytest.mark.parametrize(("k", "generators"), sorted(ALIASES_3))
 def test_alias_chains_at_order_3_are_the_textbooks(k: int, generators: str) -> None:
-    from archlab.lab.design import Design
+    from archlab.lab.spec.design import Design
 
     words = _textbook_words(k, generators)
     d = Design(np.zeros((2 ** (k - len(generators.split())), k)), tuple(), tuple(words), min(map(len, words)))

@@ -1,4 +1,5 @@
-"""Divergence, count and rank claims (archlab.lab.discrete) against exact binomial arithmetic worked by hand."""
+"""Divergence, count and rank claims (archlab.lab.analysis.discrete) against exact binomial arithmetic worked by
+hand."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from archlab.lab import stats
+from archlab.lab.analysis import stats
 
 
 def test_exact_mcnemar_on_discordant_seeds():

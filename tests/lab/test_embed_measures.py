@@ -18,8 +18,8 @@ import torch
 from archlab.checkpoint import latest_checkpoint, list_checkpoints, load_initial_weights, load_model, load_weights
 from archlab.data.prepare import prepare_data
 from archlab.data.tokens import TokenData
-from archlab.lab import drift, embed_measures
-from archlab.lab.measure import MEASURES, RunView
+from archlab.lab.measures import drift, embed_measures
+from archlab.lab.measures.measure import MEASURES, RunView
 from archlab.nn.config import ModelConfig
 from archlab.nn.model import TransformerLM
 from tests.lab.conftest import BLOCK, SEEN

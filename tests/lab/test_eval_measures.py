@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from archlab.checkpoint import latest_checkpoint, load_model
 from archlab.data.tokens import TokenData
-from archlab.lab import eval_measures, measure
+from archlab.lab.measures import eval_measures, measure
 from archlab.nn.model import TransformerLM
 from archlab.nn.presets import build_preset
 from tests.lab.conftest import BLOCK

@@ -18,7 +18,7 @@ from archlab import ModelConfig, TransformerLM
 from archlab.data.prepare import prepare_data
 from archlab.data.tokenizer import bytes_to_unicode
 from archlab.data.tokens import TokenData
-from archlab.lab import eval_set
+from archlab.lab.measures import eval_set
 from archlab.nn.attention import attention
 from archlab.nn.attention.gau import GatedAttentionUnit
 from archlab.nn.attention.kernels import KernelCall, repeat_kv

@@ -15,7 +15,7 @@ import archlab.lab
 from archlab.cli import build_parser
 from archlab.lab import experiment as experiment_module
 from archlab.lab.experiment import Experiment
-from archlab.lab.suite import SuiteError
+from archlab.lab.spec.suite import SuiteError
 from tests.lab.test_report import SUITE, _fake_runs
 
 
@@ -85,7 +85,7 @@ def test_each_step_is_computed_once_and_publish_only_writes(tmp_path: Path, monk
 
 
 def test_planning_returns_the_matched_suite_and_leaves_the_loaded_one_alone(tmp_path: Path) -> None:
-    from archlab.lab.suite_file import load_suite
+    from archlab.lab.spec.suite_file import load_suite
 
     loaded = load_suite("heads")
     overrides = [dict(a.overrides) for a in loaded.arms]
@@ -93,3 +93,34 @@ def test_planning_returns_the_matched_suite_and_leaves_the_loaded_one_alone(tmp_
     matched = {a.name: a for a in exp.suite.arms}
     assert any("model.d_ff" in a.overrides for a in matched.values())  # GQA / MQA get d_ff back
     assert [dict(a.overrides) for a in load_suite("heads").arms] == overrides == [a.overrides for a in loaded.arms]
+
+
+def test_the_arm_lines_give_each_arms_size_and_how_it_was_matched(tmp_path: Path) -> None:
+    """What `archlab ablate` prints before it trains: one line per arm, its parameters, its d_ff matching, and a size
+    more than 2% off the base's with the reason (block's d96 arms are larger by design)."""
+    for name, off_base in (("block", 2), ("ffn", 0)):
+        exp = Experiment(name, budget="tiny", out=tmp_path / name)
+        arms, lines = exp.suite.arms, exp.arm_lines()
+        assert len(lines) == len(arms)
+        base = exp.suite.base_arm.params
+        for arm, line in zip(arms, lines, strict=True):
+            assert line.split()[:3] == [arm.name, f"{arm.params:,}", "parameters"]
+            off = arm.params / base - 1
+            assert (f"{off:+.1%} parameters vs the base (by design)" in line) == (abs(off) > 0.02), line
+            assert not arm.matched or line.endswith(arm.matched)
+        assert sum(abs(a.params / base - 1) > 0.02 for a in arms) == off_base
+        assert name != "ffn" or sum(bool(a.matched) for a in arms) == 3  # swiglu, geglu, reglu: d_ff matched
+
+
+def test_the_front_door_names_are_the_modules_own() -> None:
+    """Each name of archlab.lab's __all__ (what commands/ and scripts/ may import, tests/test_layout.py) is the
+    object its module defines, found lazily; a name it does not offer is an AttributeError."""
+    from importlib import import_module
+
+    public = archlab.lab._PUBLIC
+    assert sorted(archlab.lab.__all__) == sorted(public) and set(public) <= set(dir(archlab.lab))
+    for name, (module, attribute) in public.items():
+        assert getattr(archlab.lab, name) is getattr(import_module(module), attribute), name
+    assert archlab.lab.check_pages.__name__ == "check" and archlab.lab.verify.__module__.endswith("publishing.record")
+    with pytest.raises(AttributeError, match="has no attribute 'stats'"):
+        archlab.lab.stats  # noqa: B018

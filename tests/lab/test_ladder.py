@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import statsmodels.formula.api as smf
 
-from archlab.lab import ladder
-from archlab.lab.arms import arm_keys
-from archlab.lab.budgets import BUDGETS
+from archlab.lab.analysis.ladder import fit_ladder
 from archlab.lab.experiment import Experiment
-from archlab.lab.ladder import fit_ladder
-from archlab.lab.plan import plan_suite, write_plan
-from archlab.lab.suite import SuiteError
-from archlab.lab.suite_file import load_suite
+from archlab.lab.runs import collect
+from archlab.lab.runs.plan import plan_suite, write_plan
+from archlab.lab.spec.arms import arm_keys
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import SuiteError
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
 
 SCALES = (0.8, 1.0, 1.25, 1.5)
@@ -114,13 +114,13 @@ def test_pages_price_the_margin_from_the_stored_ladder(tmp_path: Path) -> None:
     fit = fit_ladder({a.steps_scale: values[a.name] for a in plan.suite.arms})
     assert "Compute ladder" in page and f"{fit.slope:.4f} nats per e-fold" in page
     assert f"25% more steps buy {fit.gain_125:.4f} nats" in page
-    assert ladder.stored_ladder(store, tiny).slope == pytest.approx(fit.slope)
+    assert collect.stored_ladder(store, tiny).slope == pytest.approx(fit.slope)
 
     heads = plan_suite(load_suite("heads"), tiny, tmp_path / "heads", store=store)
-    before = ladder.stored_ladder(tmp_path / "empty", tiny)
+    before = collect.stored_ladder(tmp_path / "empty", tiny)
     assert before is None
-    from archlab.lab.collect import table_of
-    from archlab.lab.report import margin_pricing
+    from archlab.lab.publishing.report import margin_pricing
+    from archlab.lab.runs.collect import table_of
 
     text = margin_pricing(heads, table_of(heads, {}))
     assert f"worth {fit.multiplier(tiny.margin):.2f}x the base's compute" in text

@@ -1,4 +1,4 @@
-"""The long-context suite's measures (lab/long_context.py): accuracy at 1x / 8x on plain and repeated samples
+"""The long-context suite's measures (lab/measures/long_context.py): accuracy at 1x / 8x on plain and repeated samples
 against a count over the full logits of the same windows, each inference-time method reaching the config it
 names (and none other), and n/a where a method needs RoPE."""
 
@@ -12,8 +12,8 @@ import torch
 
 from archlab import ModelConfig, TransformerLM
 from archlab.eval.samples import sample_windows
-from archlab.lab import long_context
-from archlab.lab.measure import MEASURES
+from archlab.lab.measures import long_context
+from archlab.lab.measures.measure import MEASURES
 
 SMALL = dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=16, vocab_size=64)
 

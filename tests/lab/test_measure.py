@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from archlab.checkpoint import latest_checkpoint, load_weights
-from archlab.lab import measure
+from archlab.lab.measures import measure
 from tests.lab.test_training_measures import _write
 
 

@@ -1,12 +1,12 @@
-"""What a test showed, in words that follow it (archlab.lab.outcomes.statement): each outcome and side, the
+"""What a test showed, in words that follow it (archlab.lab.analysis.outcomes.statement): each outcome and side, the
 "but worse by" of a non-inferiority confirmed beside a significant deficit, and the plan's guard."""
 
 from __future__ import annotations
 
 import math
 
-from archlab.lab import stats
-from archlab.lab.outcomes import statement
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.outcomes import statement
 
 
 def test_statements_say_what_the_interval_shows() -> None:

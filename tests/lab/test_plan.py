@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.plan import plan_suite, write_plan
-from archlab.lab.suite import SuiteError
-from archlab.lab.suite_file import load_suite
+from archlab.lab.runs.plan import plan_suite, write_plan
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import SuiteError
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_suite_file import ARMS, _suite
 
 

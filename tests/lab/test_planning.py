@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.items import plan_design
-from archlab.lab.plan import plan_suite
-from archlab.lab.planning import family_size, format_plan, power_plan
-from archlab.lab.suite_file import load_suite
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.items import plan_design
+from archlab.lab.analysis.verdicts import judge
+from archlab.lab.publishing.record import read_record
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.runs.planning import family_size, format_plan, power_plan
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_screening import SUITE as SCREEN  # the six-switch 2^(6-2) design
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -24,10 +26,10 @@ CLAIM = "token healing recovers continuation accuracy for BPE 32k (bytes gain no
 METRIC = "continuation_healing_gain"
 
 
-def _per_item(arm: str) -> np.ndarray:
-    """seeds x items of the claim's metric for `arm`, read from the page's items.csv by hand."""
+def _per_item(arm: str, metric: str = METRIC) -> np.ndarray:
+    """seeds x items of `metric` (default the claim's) for `arm`, read from the page's items.csv by hand."""
     rows = [r for r in csv.DictReader((DOCS / "vocab" / "items.csv").open()) if r["arm"] == arm
-            and r["metric"] == METRIC]
+            and r["metric"] == metric]
     seeds, items = 1 + max(int(r["seed"]) for r in rows), 1 + max(int(r["item"]) for r in rows)
     table = np.full((seeds, items), np.nan)
     for r in rows:
@@ -150,6 +152,35 @@ def test_an_item_claims_mde_is_at_the_plans_seeds_not_the_pages(tmp_path: Path) 
     assert row.mde == pytest.approx(mde(6), rel=1e-9)
     assert row.mde < 0.9 * mde(3)  # the page's 3 seeds would promise less
     assert any(f"mde at 6 seeds {row.mde:.3g}" in line for line in format_plan(plan, [row], jobs=2, docs=DOCS))
+
+
+MID_TOKEN = "without healing a cut mid-token hurts the 32k vocabulary more than bytes"
+
+
+def test_the_plan_and_the_test_agree_on_a_truncated_item_claims_df(tmp_path: Path) -> None:
+    """vocab's mid-token claim: every seed scores the same (MS_seed = 0), so the moment estimator's seed component
+    is negative and REML truncates it, pooling the seeds' sum of squares into sigma_e^2. The verdict's SE and df are
+    Satterthwaite's at those components, written out here, and the plan at the page's 3 seeds and 200 cuts gives the
+    same SE and df, so the same mde (the old rule tested it at 143 df; its planner implied 63 from the same table)."""
+    plan = plan_suite(load_suite("vocab"), BUDGETS["small"], tmp_path / "out", store=tmp_path / "store")
+    row = {r.claim.text: r for r in power_plan(plan, DOCS)}[MID_TOKEN]
+    d = _per_item("bytes", "continuation_acc") - _per_item("bpe32k", "continuation_acc")
+    s, i = d.shape
+    grand, by_seed, by_item = d.mean(), d.mean(axis=1), d.mean(axis=0)
+    ss_seed, ss_item = i * ((by_seed - grand) ** 2).sum(), s * ((by_item - grand) ** 2).sum()
+    ss_resid = ((d - by_seed[:, None] - by_item[None, :] + grand) ** 2).sum()
+    assert ss_seed == 0  # 7 hits against 3 on every seed
+    var_e = (ss_seed + ss_resid) / ((s - 1) + (s - 1) * (i - 1))  # the seeds pooled into the residual
+    theta_i = ss_item / (i - 1)
+    se = math.sqrt(theta_i / (s * i))  # var_s = 0: V = (var_e + theta_i - var_e) / (S I)
+    df = theta_i ** 2 / (var_e ** 2 / (s - 1) + theta_i ** 2 / (i - 1) + var_e ** 2 / ((s - 1) * (i - 1)))
+    verdict = {r.claim.text: r for r in judge(read_record(DOCS / "vocab").table)}[MID_TOKEN].test
+    assert verdict.truncated == ("seed",)
+    assert verdict.se == pytest.approx(se, rel=1e-12) and verdict.df == pytest.approx(df, rel=1e-12)
+    assert 63 < df < 64
+    alpha = stats.ALPHA / family_size(plan)
+    assert row.mde == pytest.approx((sp.t.ppf(1 - alpha, df) + sp.t.ppf(0.8, df)) * se, rel=1e-9)
+    assert verdict.level == pytest.approx(alpha) and verdict.mde == pytest.approx(row.mde, rel=1e-12)
 
 
 SCREENING = SCREEN.split("claims:")[0] + """claims:

@@ -1,4 +1,4 @@
-"""Power planning and group-sequential levels (archlab.lab.power) against published values and simulation."""
+"""Power planning and group-sequential levels (archlab.lab.analysis.power) against published values and simulation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from archlab.lab.power import _crossing, power, seeds_needed, sequential_levels
+from archlab.lab.analysis.power import _crossing, power, seeds_needed, sequential_levels
 
 
 def test_seeds_needed_matches_published_sample_sizes():

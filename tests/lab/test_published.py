@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab import publish
-from archlab.lab.record import verify
+from archlab.lab.publishing import publish
+from archlab.lab.publishing.record import verify
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGES = publish.pages(DOCS)
 
 
 def test_every_page_is_a_built_in_suite_and_the_summary_names_the_unpublished() -> None:
-    from archlab.lab.suite_file import list_suites
+    from archlab.lab.spec.suite_file import list_suites
 
     suites = {s.name for s in list_suites()}
     assert {p.name for p in PAGES} <= suites and len(PAGES) >= 18

@@ -1,4 +1,4 @@
-"""The randomized complete block fit (archlab.lab.rcbd) against statsmodels' OLS with arm and seed dummies, and
+"""The randomized complete block fit (archlab.lab.analysis.rcbd) against statsmodels' OLS with arm and seed dummies, and
 its variance components against simulated suites with known truth."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from archlab.lab import stats
-from archlab.lab.rcbd import HETEROSCEDASTIC_RATIO, rcbd
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.rcbd import HETEROSCEDASTIC_RATIO, rcbd
 
 TABLE = {
     "base": [3.012, 3.051, 2.987, 3.030],

@@ -1,5 +1,5 @@
-"""The verifier (archlab.lab.record.verify): a copy of a published page whose claims.json is edited by hand (a Holm p
-changed, an mde set to NaN, a row deleted) must be named line by line, and NaN equals only NaN."""
+"""The verifier (archlab.lab.publishing.record.verify): a copy of a published page whose claims.json is edited by hand
+(a Holm p changed, an mde set to NaN, a row deleted) must be named line by line, and NaN equals only NaN."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.record import CLAIMS, differences, verify
+from archlab.lab.publishing.record import CLAIMS, differences, verify
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "ffn"
 HOLM = "SwiGLU beats ReLU at equal parameters"  # p 0.032, Holm p 0.095 over the page's 4 claims: inconclusive

@@ -18,16 +18,17 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from archlab.lab import publish, stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import TIMED, measure_plan, table_of
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
 from archlab.lab.experiment import Experiment
-from archlab.lab.measure import write_measured
-from archlab.lab.plan import Plan, plan_suite, write_plan
-from archlab.lab.report import claim_table
-from archlab.lab.suite import Claim
-from archlab.lab.suite_file import load_suite
-from archlab.lab.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
+from archlab.lab.measures.measure import write_measured
+from archlab.lab.publishing import publish
+from archlab.lab.publishing.report import claim_table
+from archlab.lab.runs.collect import TIMED, measure_plan, table_of
+from archlab.lab.runs.plan import Plan, plan_suite, write_plan
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import Claim
+from archlab.lab.spec.suite_file import load_suite
 from archlab.train.config import resolve_config
 
 SUITE = """
@@ -412,7 +413,7 @@ def test_a_comparison_two_pages_share_gets_one_verdict(report: tuple[Plan, list]
 
 def test_a_looks_level_reaches_every_test_and_later_looks_replace_undecided_claims(
         report: tuple[Plan, list]) -> None:
-    from archlab.lab.planning import sequential_results
+    from archlab.lab.runs.planning import sequential_results
 
     plan, first = report
     timings = json.loads((plan.out / TIMED).read_text())

@@ -1,5 +1,5 @@
-"""What one run costs for `--plan` (lab/run_cost.py): training compute against the explicit FLOP formula, the scaling
-with known inputs, and each source in its order (this suite's runs, other suites' runs at the budget in the same
+"""What one run costs for `--plan` (lab/runs/run_cost.py): training compute against the explicit FLOP formula, the
+scaling with known inputs, and each source in its order (this suite's runs, other suites' runs at the budget in the same
 store, the published page at the same or another budget, the budget's figure), each named in the printout."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from archlab.costs import matmul_params
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.measure import STATUS
-from archlab.lab.plan import plan_suite, write_plan
-from archlab.lab.planning import format_plan, power_plan
-from archlab.lab.run_cost import RUN_START_S, plan_compute, run_compute, run_cost, scaled
-from archlab.lab.suite_file import load_suite
+from archlab.lab.measures.measure import STATUS
+from archlab.lab.runs.plan import plan_suite, write_plan
+from archlab.lab.runs.planning import format_plan, power_plan
+from archlab.lab.runs.run_cost import RUN_START_S, plan_compute, run_compute, run_cost, scaled
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from archlab.nn.config import ModelConfig
 from archlab.train.config import resolve_config
 

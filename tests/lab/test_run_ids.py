@@ -3,7 +3,7 @@
 tests/fixtures/run_ids_small.json (`python -m tests.lab.test_run_ids` rewrites it). A suite resumed after a change
 that passes this retrains nothing.
 
-`run_hash` (lab/store.py) keys a run by its model config's non-default fields in the flat spelling
+`run_hash` (lab/runs/store.py) keys a run by its model config's non-default fields in the flat spelling
 (`ModelConfig.to_flat_dict()`): the option groups (`rope`, `favor`, `vq`, `gau`, `cosine`) nest fields that were flat
 (and `cosine` replaced the bool `cosine_attention`), and the suites that set them keep their keys only through that
 view. The same holds for every published page (docs/results): its snapshot suite.yaml plans the run folders the code
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from archlab.lab import store
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite_file import list_suites, load_suite
+from archlab.lab.runs import store
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import list_suites, load_suite
 from archlab.nn.model import TransformerLM
 from archlab.train.config import resolve_config
 

@@ -14,12 +14,13 @@ from statistics import NormalDist
 
 import pytest
 
-from archlab.lab import runner, stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.measure import STATUS
-from archlab.lab.plan import RunSpec, plan_suite, prepare
-from archlab.lab.runner import LabError, _finish, is_done, run_wall_s
-from archlab.lab.suite_file import load_suite
+from archlab.lab.analysis import stats
+from archlab.lab.measures.measure import STATUS
+from archlab.lab.runs import runner
+from archlab.lab.runs.plan import RunSpec, plan_suite, prepare
+from archlab.lab.runs.runner import LabError, _finish, is_done, run_wall_s
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 
 
 def test_finish_records_divergence_and_names_failures(tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_run_wall_time_is_recorded_or_read_from_file_times(tmp_path: Path) -> No
 def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None:
     from scipy import stats as sp
 
-    from archlab.lab.planning import format_plan, power_plan
+    from archlab.lab.runs.planning import format_plan, power_plan
 
     plan = plan_suite(load_suite("heads"), BUDGETS["small"], tmp_path / "out")
     rows = {r.claim.text: r for r in power_plan(plan, tmp_path / "no-docs")}  # no published page: the budget's sd
@@ -93,8 +94,8 @@ def test_power_plan_matches_a_hand_computed_noncentral_t(tmp_path: Path) -> None
 
 
 def test_sequential_looks_at_stated_levels_and_extends_only_undecided_claims() -> None:
-    from archlab.lab import planning
-    from archlab.lab.verdicts import ClaimResult
+    from archlab.lab.analysis.verdicts import ClaimResult
+    from archlab.lab.runs import planning
 
     # one-sided 0.05 overall is two-sided 0.10: Pocock's constant boundary 1.875 at K = 2, O'Brien-Fleming's
     # 1.678 * sqrt(2 / k) (Jennison & Turnbull 2000, tables 2.1 and 2.3); one-sided levels = the normal tail
@@ -129,7 +130,7 @@ claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
 def test_submitit_local_executor_trains_one_job_per_run(tmp_path: Path) -> None:
     """The Slurm path, through submitit's real local executor: one array task per run, each run's folder
     finished with its own config; submitting again submits nothing."""
-    from archlab.lab.executor import SlurmOptions, submit_plan
+    from archlab.lab.runs.executor import SlurmOptions, submit_plan
 
     (tmp_path / "two.yaml").write_text(SLURM_SUITE)
     plan = plan_suite(load_suite(tmp_path / "two.yaml"), BUDGETS["tiny"], tmp_path / "out")
@@ -147,7 +148,7 @@ def test_submitit_local_executor_trains_one_job_per_run(tmp_path: Path) -> None:
 
 
 def test_plan_reads_a_published_pages_spread_and_run_time_when_nothing_is_stored(tmp_path: Path) -> None:
-    from archlab.lab.planning import format_plan, power_plan
+    from archlab.lab.runs.planning import format_plan, power_plan
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "results"
     plan = plan_suite(load_suite("norm-type"), BUDGETS["small"], tmp_path / "out", store=tmp_path / "store")
@@ -193,7 +194,7 @@ def test_a_workers_thread_caps_are_in_its_environment_from_its_start(monkeypatch
     """/proc/PID/environ is the environment a process was exec'd with: the caps must be there before the interpreter
     imports torch (a spawned worker imports the parent's main module first), not set once it runs. It is read once
     the worker answered a job (a refused one), so the process has been exec'd."""
-    from archlab.lab.worker import Worker
+    from archlab.lab.runs.worker import Worker
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from archlab.cli import main
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.measure import STATUS
-from archlab.lab.plan import read_plan
-from archlab.lab.runner import is_done
-from archlab.lab.suite_file import load_suite
+from archlab.lab.measures.measure import STATUS
+from archlab.lab.runs.plan import read_plan
+from archlab.lab.runs.runner import is_done
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 
 SUITE = """
 name: slurm-two
@@ -92,7 +92,7 @@ def test_a_tiny_suite_runs_as_a_slurm_job_array_and_collects(tmp_path: Path, cap
     assert main(["ablate", str(suite), "--collect", str(out)]) == 0
     collected = capsys.readouterr().out
     assert "b beats a" in collected and (out / "results.md").is_file() and (out / "report.html").is_file()
-    from archlab.lab.plan import plan_suite as plan_of
+    from archlab.lab.runs.plan import plan_suite as plan_of
 
     plan = plan_of(plan_suite, BUDGETS["tiny"], out, seeds=2, store=Path(recorded["store"]))
     assert all(is_done(run) for run in plan.runs)

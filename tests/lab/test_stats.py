@@ -1,4 +1,5 @@
-"""The verdict rule (archlab.lab.stats): hand-computed examples, and its error rates by simulation with known truth.
+"""The verdict rule (archlab.lab.analysis.stats): hand-computed examples, and its error rates by simulation with
+known truth.
 
 Hand-computed references use closed forms in float64 (Student's t CDF at 2 and 3 df, the exact binomial), not the
 code under test. Simulations use fixed generators; each rate is checked within 3 binomial standard errors,
@@ -13,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from archlab.lab import stats
+from archlab.lab.analysis import stats
 
 MC_SIGMAS = 3.0  # Monte Carlo tolerance: 3 binomial standard errors (a false alarm in ~1 of 370 checks)
 

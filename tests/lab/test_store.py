@@ -1,4 +1,4 @@
-"""The run store (archlab.lab.store): keys that survive a new default-off field and a moved store, version-1
+"""The run store (archlab.lab.runs.store): keys that survive a new default-off field and a moved store, version-1
 stores linked under today's keys, and stored runs with another config set aside, never reused."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite_file import load_suite
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 
 
 def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path) -> None:
-    from archlab.lab import store
+    from archlab.lab.runs import store
 
     suite = load_suite("heads")
     here = plan_suite(suite, BUDGETS["tiny"], tmp_path / "a", store=tmp_path / "store")
@@ -32,7 +32,7 @@ def test_a_store_moves_whole_and_a_version_1_store_keeps_its_runs(tmp_path: Path
 
 
 def test_a_stored_run_with_another_config_is_set_aside_never_reused(tmp_path: Path) -> None:
-    from archlab.lab import collect, runner, store
+    from archlab.lab.runs import collect, runner, store
     from archlab.train.config import resolve_config
 
     plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
@@ -71,7 +71,7 @@ def test_a_new_default_off_field_keeps_every_stored_run(tmp_path: Path, monkeypa
     leaves every stored run where it was, while the same field switched on is another run."""
     import dataclasses
 
-    from archlab.lab import store
+    from archlab.lab.runs import store
     from archlab.nn import config as nn_config
 
     suite = load_suite("heads")
@@ -97,7 +97,7 @@ def test_a_run_of_a_moved_store_is_not_stale_but_another_data_folder_is(tmp_path
     """A store copied elsewhere holds runs whose config.json names the data folder (and the run folder) where they
     trained: reuse compares the data folder by its name, so the moved runs are reused; a data folder of another
     name is another corpus, and stale."""
-    from archlab.lab import store
+    from archlab.lab.runs import store
     from archlab.train.config import resolve_config
 
     plan = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", store=tmp_path / "moved" / "store")
@@ -121,7 +121,7 @@ def test_a_run_of_a_moved_store_is_not_stale_but_another_data_folder_is(tmp_path
 def test_setting_aside_a_linked_run_leaves_no_link_so_the_run_trains_there_again(tmp_path: Path) -> None:
     """A version-1 run linked under today's key, then found stale: the folder it links to moves to STORE/stale/
     and the link goes too, so the run's folder can be made anew (a dangling link would refuse mkdir)."""
-    from archlab.lab import store
+    from archlab.lab.runs import store
 
     suite = load_suite("heads")
     run = plan_suite(suite, BUDGETS["tiny"], tmp_path / "a", store=tmp_path / "store").runs[0]
@@ -142,7 +142,7 @@ def test_setting_aside_a_linked_run_leaves_no_link_so_the_run_trains_there_again
 def test_the_version_1_key_is_the_same_with_or_without_a_store(tmp_path: Path) -> None:
     """Version-1 stores keyed the data folder by its absolute path, whatever store held it: the key `link_legacy`
     looks for must not change when a store is passed (version 2 names the data folder within its store)."""
-    from archlab.lab import store
+    from archlab.lab.runs import store
 
     for where in (tmp_path / "store", tmp_path / "elsewhere"):
         run = plan_suite(load_suite("heads"), BUDGETS["tiny"], tmp_path / "out", store=where).runs[0]

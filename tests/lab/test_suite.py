@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from archlab.lab.arms import PARAM_TOLERANCE, arm_keys, match_parameters, param_note, resolve_arm
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite import Arm, SuiteError
-from archlab.lab.suite_file import list_suites, load_suite
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.arms import PARAM_TOLERANCE, arm_keys, match_parameters, param_note, resolve_arm
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import Arm, SuiteError
+from archlab.lab.spec.suite_file import list_suites, load_suite
 from archlab.nn.model import TransformerLM
 from tests.lab.test_suite_file import ARMS, _suite
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.suite import SuiteError
-from archlab.lab.suite_file import list_suites, load_suite, suite_index
+from archlab.lab.spec import suite_file
+from archlab.lab.spec.suite import SuiteError
+from archlab.lab.spec.suite_file import list_suites, load_suite, suite_index
 
 
 def _suite(tmp_path: Path, text: str):
@@ -152,9 +153,20 @@ def test_the_margin_limits_are_what_the_docs_say() -> None:
     0.036 ln 2 / ln 1.07; every built-in suite's margins sit under the limits (list_suites loads them all)."""
     import math
 
-    from archlab.lab.budgets import BUDGETS, MARGIN_LIMITS
+    from archlab.lab.spec.budgets import BUDGETS, MARGIN_LIMITS
 
     assert BUDGETS["tiny"].margin == max(b.margin for b in BUDGETS.values()) == 0.036
     assert MARGIN_LIMITS["nats"] == pytest.approx(0.036 * math.log(2) / math.log(1.07), rel=1e-12)
     assert round(MARGIN_LIMITS["nats"], 3) == 0.369
     assert all(c.margin is None or c.margin < 0.5 for s in list_suites() for c in s.claims)
+
+
+def test_the_index_refuses_a_suite_naming_an_arm_twice_as_loading_it_does(tmp_path: Path, monkeypatch) -> None:
+    """`archlab ablate --list` reads the built-in suites as `load_suite` does: an arm given twice (YAML would keep the
+    second silently) is one line naming the file and both lines, not a listing with one arm fewer."""
+    (tmp_path / "twice.yaml").write_text("name: twice\narms:\n  a: {}\n  b: {model.norm: layernorm}\n  a: {}\n")
+    monkeypatch.setattr(suite_file, "suites_dir", lambda: tmp_path)
+    with pytest.raises(SuiteError, match=r"twice.yaml: arm 'a' is named twice \(lines 3 and 5\)"):
+        suite_index()
+    with pytest.raises(SuiteError, match=r"twice.yaml: arm 'a' is named twice \(lines 3 and 5\)"):
+        load_suite(tmp_path / "twice.yaml")

@@ -11,8 +11,8 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from archlab.lab import timing
-from archlab.lab.timing import (
+from archlab.lab.measures import timing
+from archlab.lab.measures.timing import (
     TIMINGS,
     DecodeStep,
     NormOp,
@@ -206,9 +206,9 @@ def test_a_timing_record_is_judged_for_the_claims_arm_whichever_arm_it_lists_fir
     """lab-timings.json lists the timing's arms in the suite's order, which need not be the claim's: the claim's
     arm's seconds are its own in both orders, and the verdict is the one-sided paired t-test on log seconds
     (scipy), confirmed for "fast is faster" and contradicted for "slow is faster"."""
-    from archlab.lab import stats
-    from archlab.lab.suite import Claim
-    from archlab.lab.verdicts import _judge_timing
+    from archlab.lab.analysis import stats
+    from archlab.lab.analysis.verdicts import _judge_timing
+    from archlab.lab.spec.suite import Claim
 
     record = ({"arms": ["fast", "slow"], "a": FAST, "b": SLOW} if first == "fast"
               else {"arms": ["slow", "fast"], "a": SLOW, "b": FAST})

@@ -1,6 +1,6 @@
-"""The machine's load beside every timing (lab/timing_load.py), with a mocked os.getloadavg: read after each pair and
-kept with the times (lab-timings.json, timings.csv and back), shown beside each timing verdict in the terminal, in
-the claim's note and on the page, and one line of warning when it exceeded the machine's CPUs (both sides)."""
+"""The machine's load beside every timing (lab/measures/timing_load.py), with a mocked os.getloadavg: read after each
+pair and kept with the times (lab-timings.json, timings.csv and back), shown beside each timing verdict in the terminal,
+in the claim's note and on the page, and one line of warning when it exceeded the machine's CPUs (both sides)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from archlab.commands import ablate as command
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import TIMED, measure_timings
-from archlab.lab.page import timing_table, timing_warnings
-from archlab.lab.plan import plan_suite
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Table
-from archlab.lab.timing import TIMINGS, time_pairs
-from archlab.lab.timing_load import load_note, load_warning, peak_load
-from archlab.lab.verdicts import judge
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.table import Table
+from archlab.lab.analysis.verdicts import judge
+from archlab.lab.measures.timing import TIMINGS, time_pairs
+from archlab.lab.measures.timing_load import load_note, load_warning, peak_load
+from archlab.lab.publishing.page import timing_table, timing_warnings
+from archlab.lab.publishing.report import verdict_lines
+from archlab.lab.runs.collect import TIMED, measure_timings
+from archlab.lab.runs.plan import plan_suite
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_timing import A, B, FakeClock, FakeKind
 
 SUITE = """
@@ -73,13 +73,11 @@ def test_note_and_warning_on_both_sides_of_the_cpu_count() -> None:
     assert peak_load({"load": [float("nan")]}) is None  # a platform without a load average
 
 
-def test_a_loaded_timing_is_recorded_shown_and_warned_about(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
+def test_a_loaded_timing_is_recorded_shown_and_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "timed.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(tmp_path / "timed.yaml"), BUDGETS["small"], tmp_path / "out")
     monkeypatch.setattr(os, "getloadavg", LoadAvg([1.0, 4.7, 2.0]))
-    monkeypatch.setattr("archlab.lab.timing.cpu_count", lambda: 2)  # the 2-core machine of the issue
+    monkeypatch.setattr("archlab.lab.measures.timing.cpu_count", lambda: 2)  # the 2-core machine of the issue
     timings = measure_timings(plan)
     kept = json.loads((plan.out / TIMED).read_text())["norm_s"]
     assert kept["load"] == [1.0, 4.7, 2.0] and kept["cpus"] == 2 and kept["threads"] == 1 and len(kept["a"]) == 3
@@ -95,8 +93,7 @@ def test_a_loaded_timing_is_recorded_shown_and_warned_about(
     note = "timed at load 4.7 (1-min average, the highest of its 3 pairs) on 2 CPUs, 1 thread(s)"
     assert result.note.endswith(f"log time ratio; {note}")
     assert result.outcome in (stats.CONFIRMED, stats.CONTRADICTED, stats.INCONCLUSIVE)
-    command._print_verdicts(plan, [result])
-    lines = capsys.readouterr().out.splitlines()
+    lines = verdict_lines(plan, [result])  # what `archlab ablate` prints (Experiment.verdict_lines)
     assert lines[0].startswith(f"{result.outcome:26s} b is faster than a") and f"[{note}]" in lines[0]
     assert lines[1] == load_warning("norm_s", kept) and lines[1].startswith("warning: timing norm_s ran at load 4.7")
     record = type("R", (), {"suite": plan.suite, "table": read})()

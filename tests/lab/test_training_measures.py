@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab import measure, training_measures
+from archlab.lab.measures import measure, training_measures
 
 
 def test_metrics_measures(run_dir: Path) -> None:

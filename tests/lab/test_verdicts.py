@@ -1,5 +1,5 @@
-"""The verdicts of a suite (archlab.lab.verdicts) from tables built here: each comparison on its own differences
-(the pooled rule's false-positive rate by simulation, beside the own rule's), grids that must bracket their
+"""The verdicts of a suite (archlab.lab.analysis.verdicts) from tables built here: each comparison on its own
+differences (the pooled rule's false-positive rate by simulation, beside the own rule's), grids that must bracket their
 optimum, items as a second source of variance, and one verdict for a comparison judged in two families."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from scipy import optimize
 from scipy import stats as sp
 
-from archlab.lab import stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.suite import at_budget
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Run, Table
-from archlab.lab.verdicts import best_of_grid, judge
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.table import Run, Table
+from archlab.lab.analysis.verdicts import best_of_grid, judge
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import at_budget
+from archlab.lab.spec.suite_file import load_suite
 
 MC_SIGMAS = 3.0
 
@@ -133,8 +133,12 @@ def test_a_measure_with_items_is_judged_with_seeds_and_items_random(tmp_path: Pa
     assert "seeds and items both random (200 items)" in result.note
     d = np.array(hits_a[0]) - np.array(hits_b[0])  # seeds agree exactly: the test is the items' t-test
     t = d.mean() / (d.std(ddof=1) / math.sqrt(200))
-    assert result.p == pytest.approx(sp.t.sf(t, 199), rel=1e-6)
-    assert result.outcome == stats.CONFIRMED  # p 0.048, one claim: alpha 0.05
+    # hits: the exact item sign-flip test stands beside the t (p 0.048 on 199 df) and the larger p decides: 9
+    # informative cuts, 7 for a and 2 for b, each on all 3 seeds, have P(at least 7 of 9 signs +) = 46 / 512
+    assert result.test.exact_p == (36 + 9 + 1) / 512 and result.test.informative == 9
+    assert sp.t.sf(t, 199) < result.test.exact_p
+    assert result.p == result.test.exact_p and result.outcome == stats.INCONCLUSIVE
+    assert "exact item sign-flip p 0.0898 over 9 informative items beside the t's 0.0478" in result.note
     # without items the identical seeds would tie exactly: untestable, never a p of 1e-7 from others' residual
     (seeds_only,) = judge(_table(suite, values))
     assert seeds_only.outcome == stats.UNTESTABLE

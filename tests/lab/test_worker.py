@@ -1,4 +1,4 @@
-"""The lab's worker processes (lab/worker.py) train a run exactly as `archlab train` alone does: a run trained
+"""The lab's worker processes (lab/runs/worker.py) train a run exactly as `archlab train` alone does: a run trained
 after another one in the same worker ends, bit for bit, where the same command ends in a fresh process; a failing
 run is reported by its exit code and the worker goes on."""
 
@@ -14,11 +14,11 @@ import torch
 from safetensors.torch import load_file
 
 from archlab.checkpoint import latest_checkpoint
-from archlab.lab import runner
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.plan import plan_suite, prepare
-from archlab.lab.suite_file import load_suite
-from archlab.lab.worker import Worker
+from archlab.lab.runs import runner
+from archlab.lab.runs.plan import plan_suite, prepare
+from archlab.lab.runs.worker import Worker
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite_file import load_suite
 from archlab.train.metrics import read_metrics
 
 SUITE = """

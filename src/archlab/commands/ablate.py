@@ -25,16 +25,10 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from archlab.lab.arms import param_note
-from archlab.lab.budgets import BUDGETS, evidence_caveat, evidence_note
-from archlab.lab.suite_file import suite_index
-from archlab.lab.variants import EXECUTORS, SEQUENTIAL_KINDS
+from archlab.lab import BUDGETS, EXECUTORS, MODES, SEQUENTIAL_KINDS, suite_index
 
 if TYPE_CHECKING:
-    from archlab.lab.experiment import Experiment
-    from archlab.lab.plan import Plan
-    from archlab.lab.runner import Progress
-    from archlab.lab.verdicts import ClaimResult
+    from archlab.lab import Experiment, Progress
 
 # the runner, executor, planning, verdicts and report import torch (the measures read checkpoints)
 # and scipy: they are imported in the functions that plan, train and judge, so `--help` answers
@@ -119,6 +113,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the first look's); a claim still undecided there is 'inconclusive at n = CAP'",
     )
     parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="how every run trains: default (eager fp32, the published pages' mode; --collect: the "
+        "plan's); compiled (torch.compile: faster steps after a compile, floats that differ "
+        "slightly); bf16 (autocast, on CPUs with bf16 units or a GPU). Recorded in each run's "
+        "config and store key; measures and timing pairs read the eager model in every mode",
+    )
+    parser.add_argument(
         "--executor",
         choices=EXECUTORS,
         default="local",
@@ -183,8 +186,7 @@ def _list() -> int:
 def _experiment(args: argparse.Namespace) -> Experiment:
     """The suite planned from the flags, after every flag is checked (one line each, before any
     work)."""
-    from archlab.lab.executor import SlurmOptions
-    from archlab.lab.experiment import Experiment
+    from archlab.lab import Experiment, SlurmOptions
 
     slurm = SlurmOptions(
         args.slurm_partition,
@@ -201,10 +203,11 @@ def _experiment(args: argparse.Namespace) -> Experiment:
                     log=lambda line: print(line, file=sys.stderr))
     if args.collect:  # the budget, seeds and store of the folder's plan.json, unless given
         exp = Experiment.collect(args.collect, args.suite, budget=args.budget, seeds=args.seeds,
-                                 store=args.store, fold_over=args.fold_over or None, **settings)
+                                 store=args.store, fold_over=args.fold_over or None, mode=args.mode,
+                                 **settings)
     else:
         exp = Experiment(args.suite, args.budget, args.seeds, args.store, out=args.out,
-                         fold_over=args.fold_over, **settings)
+                         fold_over=args.fold_over, mode=args.mode or "default", **settings)
     exp.plan()
     if args.max_seeds is not None and args.max_seeds <= exp.plan().seeds:
         raise ValueError(
@@ -234,7 +237,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _verify(folder: str) -> int:
-    from archlab.lab.record import verify
+    from archlab.lab import verify
 
     differences = verify(folder)
     for line in differences:
@@ -259,16 +262,11 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
-    from archlab.lab.runner import LabError
+    from archlab.lab import LabError
 
     exp = _experiment(args)
     plan = exp.plan()
-    base = plan.suite.base_arm.params
-    for arm in plan.suite.arms:
-        print(
-            f"{arm.name:24s} {arm.params:>12,} parameters  "
-            f"{param_note(plan.suite, arm, arm.params, base)}"
-        )
+    print("\n".join(exp.arm_lines()))
     command = shlex.join(rerun_argv(args, exp, how=False))  # what the report records
     resume = shlex.join(rerun_argv(args, exp))  # the Ctrl-C hint: how it ran, too
     if args.plan:
@@ -305,43 +303,18 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         print(
-            "\narchlab ablate: interrupted; the runs under way saved a checkpoint. Run "
-            f"`{resume}` again to "
-            "continue where it stopped.",
+            "\narchlab ablate: interrupted; finished runs and measures are kept, and a run under "
+            f"way saved a checkpoint. Run `{resume}` again to continue where it stopped.",
             file=sys.stderr,
         )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _print_verdicts(plan, results)
+    print("\n".join(exp.verdict_lines(results)))
     print(
         f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}"
     )
     return 0
-
-
-def _print_verdicts(plan: Plan, results: list[ClaimResult]) -> None:
-    """One line per claim: its outcome, what an inconclusive one needs, a timing's load, and the
-    caveat of runs below the budget and seeds the suite is judged at; then why the caveat, and a
-    warning per timing run on a loaded machine (lab/timing_load.py), as the page words them."""
-    from archlab.lab.collect import read_timings
-    from archlab.lab.report import needed as report_needed
-    from archlab.lab.stats import BY_CONSTRUCTION
-    from archlab.lab.timing_load import load_note, load_warning
-
-    caveat = evidence_caveat(plan.budget.name, plan.seeds, plan.suite.seeds)
-    timings = read_timings(plan)
-    for result in results:
-        needed = f" (needs {report_needed(result)})" if result.seeds_needed else ""
-        smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
-        timed = timings.get(result.claim.metric) if plan.suite.timing(result.claim) else None
-        load = f" [{note}]" if timed and (note := load_note(timed)) else ""
-        print(f"{result.outcome:26s} {result.claim.text}{needed}{load}{smoke}")
-    if note := evidence_note(plan.budget.name, plan.seeds, plan.suite.seeds):
-        print(note)
-    for metric, timed in timings.items():
-        if warning := load_warning(metric, timed):
-            print(warning)
 
 
 def _train(exp: Experiment) -> None:

@@ -59,7 +59,7 @@ class TokenData:
     ) -> np.ndarray:
         """The window starts of one draw for all ranks together (batch_size * world_size of them):
         what `get_batch` slices its rank's windows from, and what a replay of a run's batches draws
-        (lab/drift.py)."""
+        (lab/measures/drift.py)."""
         # start i needs tokens i .. i + block_size inclusive
         n_starts = len(self._split(split)) - block_size
         if batch_size < 1 or block_size < 1 or n_starts < 1:

@@ -26,20 +26,22 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import archlab.lab.planning as planning
-import archlab.lab.stats as stats
-from archlab.lab.budgets import BUDGETS
-from archlab.lab.collect import measure_plan, measure_timings, table_of
-from archlab.lab.executor import SlurmOptions, submit_plan
-from archlab.lab.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
-from archlab.lab.record import Record
-from archlab.lab.report import record_of, record_suite_time, write_report
-from archlab.lab.runner import Progress, run_plan
-from archlab.lab.suite import Suite, SuiteError
-from archlab.lab.suite_file import load_suite
-from archlab.lab.table import Table
-from archlab.lab.variants import EXECUTORS
-from archlab.lab.verdicts import ClaimResult, judge
+import archlab.lab.analysis.stats as stats
+import archlab.lab.runs.planning as planning
+from archlab.lab.analysis.table import Table
+from archlab.lab.analysis.verdicts import ClaimResult, judge
+from archlab.lab.publishing.record import Record
+from archlab.lab.publishing.report import record_of, record_suite_time, verdict_lines, write_report
+from archlab.lab.runs.collect import measure_plan, measure_timings, table_of
+from archlab.lab.runs.executor import SlurmOptions, submit_plan
+from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
+from archlab.lab.runs.runner import Progress, run_plan
+from archlab.lab.spec.arms import param_note
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import Claim, Suite, SuiteError
+from archlab.lab.spec.suite_file import load_suite
+from archlab.lab.spec.variants import EXECUTORS, MODES
+from archlab.train.hardware import BF16_CPU_FLAGS, bf16_units, resolve_device
 
 DEFAULT_BUDGET = "small"
 
@@ -50,22 +52,30 @@ class Experiment:
     def __init__(self, suite: str | Path, budget: str | None = None, seeds: int | None = None,
                  store: str | Path | None = None, jobs: int = 1, executor: str = "local", *,
                  out: str | Path | None = None, fold_over: bool = False, extra: dict[str, int] | None = None,
-                 slurm: SlurmOptions | None = None, log: Callable[[str], None] | None = None) -> None:
+                 mode: str = "default", slurm: SlurmOptions | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         """`suite`: a built-in suite's name or a YAML file; `budget`: tiny, small or medium (default small);
         `seeds`: per arm (default the suite's or the budget's); `store`: the run folders, shared by suites
         (default: the one `out`'s plan.json names, else store/ beside `out`); `jobs`: runs at once here, one
         thread each; `executor`: local, or slurm (`run` submits a job array, `collect` later); `out`: the
         suite's folder (default runs/ablate/SUITE-BUDGET); `fold_over`: a screening suite's mirrored half
-        fraction too."""
+        fraction too; `mode`: how every run trains (default, compiled, bf16: spec/variants.py MODES), recorded
+        in each run's config and store key."""
         if jobs < 1:
             raise ValueError(f"--jobs {jobs} is not allowed: at least 1")
         if executor not in EXECUTORS:
             raise ValueError(f"--executor {executor!r} is not allowed: {', '.join(EXECUTORS)}")
+        if mode not in MODES:
+            raise ValueError(f"--mode {mode!r} is not allowed: one of {', '.join(MODES)}")
+        if mode == "bf16" and executor == "local" and bf16_units(resolve_device("auto")) is None:
+            raise ValueError(f"--mode bf16 is not allowed here: this CPU has none of {', '.join(BF16_CPU_FLAGS)} "
+                             "and no CUDA GPU is visible, so bf16 would be emulated, slower than fp32 (--mode "
+                             "default or compiled; a Slurm run checks its own machine)")
         if budget is not None and budget not in BUDGETS:
             raise ValueError(f"--budget {budget!r} is not allowed: {', '.join(BUDGETS)}")
         self.spec, self.budget = str(suite), BUDGETS[budget or DEFAULT_BUDGET]
         self.seeds, self.store, self.jobs, self.executor = seeds, store, jobs, executor
-        self.out, self.fold_over, self.extra = out, fold_over, dict(extra or {})
+        self.out, self.fold_over, self.extra, self.mode = out, fold_over, dict(extra or {}), mode
         self.slurm, self.log = slurm or SlurmOptions(), log or (lambda line: None)
         self._plan: Plan | None = None
         self._drop()
@@ -78,7 +88,8 @@ class Experiment:
         if not recorded:
             raise SuiteError(f"--collect {folder}: no plan.json there (made by `archlab ablate SUITE --out DIR`)")
         kept = {"budget": recorded.get("budget"), "seeds": recorded.get("seeds"), "store": recorded.get("store"),
-                "fold_over": bool(recorded.get("fold_over")), "extra": recorded.get("extra")}
+                "fold_over": bool(recorded.get("fold_over")), "extra": recorded.get("extra"),
+                "mode": recorded.get("mode", "default")}
         return cls(suite or recorded["suite"], out=folder, **{**kept, **{k: v for k, v in settings.items()
                                                                            if v is not None}})
 
@@ -99,7 +110,8 @@ class Experiment:
             out = self.out or f"runs/ablate/{suite.name}-{self.budget.name}"
             # a folder planned before keeps its store unless another is given (its plan.json names it)
             store = self.store or read_plan(out).get("store")
-            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=store, extra=self.extra)
+            self._plan = plan_suite(suite, self.budget, out, self.seeds, store=store, extra=self.extra,
+                                    mode=self.mode)
         return self._plan
 
     @property
@@ -115,6 +127,13 @@ class Experiment:
         return planning.screening_lines(self.plan()) + planning.format_plan(self.plan(), self.power(),
                                                                             max(self.jobs, 2))
 
+    def arm_lines(self) -> list[str]:
+        """One line per arm: its parameters and its note (d_ff matching; its size when more than 2% off the base)."""
+        suite = self.suite
+        base = suite.base_arm.params
+        return [f"{arm.name:24s} {arm.params:>12,} parameters  {param_note(suite, arm, arm.params, base)}"
+                for arm in suite.arms]
+
     def command(self, sequential: str | None = None, max_seeds: int | None = None, execution: bool = False) -> str:
         """The `archlab ablate` line of this experiment: every setting that changes what it trains or where (the
         store and the folder) and how it is judged, which the record keeps; with `execution` also how it runs
@@ -127,6 +146,7 @@ class Experiment:
         parts += ["--sequential", sequential] if sequential else []
         parts += ["--max-seeds", str(max_seeds)] if max_seeds is not None else []
         parts += ["--fold-over"] if plan.suite.screening.get("fold_over") else []
+        parts += ["--mode", plan.mode] if plan.mode != "default" else []
         return shlex.join(parts)
 
     def commands(self) -> list[str]:
@@ -182,10 +202,11 @@ class Experiment:
             self._record = record_of(self.plan(), measured, self._timings, command or self.command())
         return self._record
 
-    def judge(self, alpha: float = stats.ALPHA) -> list[ClaimResult]:
-        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/verdicts.py)."""
-        if alpha != stats.ALPHA:
-            return judge(self.record().table, alpha=alpha)
+    def judge(self, alpha: float = stats.ALPHA, claims: list[Claim] | None = None) -> list[ClaimResult]:
+        """Every claim's verdict at one-sided `alpha`, Holm over the suite (lab/analysis/verdicts.py); with `claims`
+        only theirs, Holm over them (a sequential design's second look). Cached at the suite's alpha only."""
+        if alpha != stats.ALPHA or claims is not None:
+            return judge(self.record().table, alpha=alpha, claims=claims)
         if self._results is None:
             self._results = judge(self.record().table)
         return self._results
@@ -206,6 +227,11 @@ class Experiment:
             self.record(command)
             self._results = results
         return self.publish(command=command)
+
+    def verdict_lines(self, results: list[ClaimResult] | None = None) -> list[str]:
+        """The verdicts as `archlab ablate` prints them (lab/publishing/report.py `verdict_lines`): `results`, or
+        `judge()`'s."""
+        return verdict_lines(self.plan(), self.judge() if results is None else results)
 
     def sequential(self, kind: str, cap: int | None = None, train: bool = True,
                    on_progress: Callable[[Progress], None] | None = None) -> list[ClaimResult]:
@@ -229,7 +255,7 @@ class Experiment:
         if train:
             self.run(on_progress)
         undecided = [r.claim for r in first if r.outcome == stats.INCONCLUSIVE and r.test is not None]
-        second = judge(self.record().table, alpha=levels[1], claims=undecided)
+        second = self.judge(alpha=levels[1], claims=undecided)
         planning.record_look(self.plan().out, kind, levels, 2, second)
         self._results = planning.sequential_results(first, second, levels)
         return self._results

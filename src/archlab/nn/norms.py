@@ -12,8 +12,8 @@ Both normalise in float32 and cast back, so bf16 activations keep a well-conditi
 (`fast.install` gives RMSNorm a hand-written backward in CPU training: nn/fast/install.py; LayerNorm
 runs torch's native kernel.) Each class's `formula` is the norm as a plain composite formula that
 autograd differentiates op by op: built alike, so a timing of one against the other
-(archlab.lab.timing, `norm_op`) measures the norms, not which of them has a hand-written kernel.
-Shapes: (..., D) -> (..., D).
+(archlab.lab.measures.timing, `norm_op`) measures the norms, not which of them has a hand-written
+kernel. Shapes: (..., D) -> (..., D).
 """
 
 from __future__ import annotations

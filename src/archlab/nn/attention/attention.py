@@ -82,7 +82,7 @@ class AttentionCore:
     def scores(self, q: torch.Tensor, k: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
         """The scaled scores (B, H, T, T) of the projected q (B, H, T, Dh) and k (B, K, T, Dh)
         `core` receives, without a cache, before softcap, bias and mask: what the eager kernel
-        computes (the lab's largest attention logit reads them, lab/eval_set.py)."""
+        computes (the lab's largest attention logit reads them, lab/measures/eval_set.py)."""
         return attention_scores(
             self._scaled_queries(q, inp), self._rotated_keys(k, inp), self.kernel_call(inp)
         )

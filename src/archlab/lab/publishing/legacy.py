@@ -1,0 +1,135 @@
+"""A page published before the provenance rule, re-judged from its files into a record
+(`scripts/publish_results.py --from-legacy NAME`).
+
+Such a page has results.csv, timings.csv and claims.json. Its record gets the current suite file, today's resolution
+of each arm's config (checked against the run ids in results.csv: version 1's keys), the data folders' hashes, and
+the machine, wall times and command the old page states; its old verdicts are kept in previous-rule.json. Nothing is
+retrained.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from archlab.lab.analysis.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
+from archlab.lab.analysis.table import Table
+from archlab.lab.publishing.publish import PREVIOUS_RULE
+from archlab.lab.publishing.record import (
+    CLAIMS,
+    PROVENANCE,
+    SUITE_FILE,
+    config_hash,
+    data_hash,
+    portable_config,
+    scale,
+    stamp,
+)
+from archlab.lab.runs.plan import plan_suite, prepare
+from archlab.lab.runs.store import run_hash
+from archlab.lab.spec.budgets import BUDGETS
+from archlab.lab.spec.suite import at_budget
+from archlab.lab.spec.suite_file import load_suite
+from archlab.train.config import resolve_config
+
+ROOT = Path(__file__).resolve().parents[4]  # a source checkout: the git history of its docs/results
+
+
+def _old_page_facts(text: str) -> dict:
+    """The machine, wall times and command a page of the previous rule states."""
+    facts: dict = {}
+    if m := re.search(r"Machine: (.+?)\. Training:", text) or re.search(r"Machine: (.+?)\.\s", text):
+        facts["machine"] = m.group(1)
+    if m := re.search(r"Training: (\d+) runs, median (\d+) s per run \(process start to exit\), ([\d.]+) run-minutes",
+                      text):
+        facts["training"] = {"runs": int(m.group(1)), "median_run_s": float(m.group(2)),
+                             "run_minutes": float(m.group(3))}
+    if m := re.search(r"Suite wall time: ([\d.]+) min with --jobs (\d+)", text):
+        facts.setdefault("training", {}).update(suite_wall_s=round(float(m.group(1)) * 60, 1), jobs=int(m.group(2)))
+    if m := re.search(r"Command: `([^`]+)`", text):
+        facts["command"] = m.group(1)
+    return facts
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+
+def _ladder_pricing(docs: Path, margin: float) -> str:
+    folder = docs / LADDER_SUITE
+    if not (folder / "results.csv").is_file():
+        return ""
+    suite = load_suite(LADDER_SUITE)
+    fit = fit_ladder(ladder_values(Table.read(folder, suite)))
+    return "" if fit is None else describe(fit, margin)
+
+
+def from_legacy(docs: Path, name: str, store: Path) -> Path:
+    """Turn the page `name` of the previous rule in `docs` into a record (module doc); `store`: the store whose data
+    folders it hashes and whose run ids it checks."""
+    folder = docs / name
+    old_claims = json.loads((folder / CLAIMS).read_text(encoding="utf-8")) if (folder / CLAIMS).is_file() else []
+    if old_claims and "p_holm_suite" not in old_claims[0] and not (folder / PREVIOUS_RULE).is_file():
+        (folder / PREVIOUS_RULE).write_text(json.dumps(old_claims, indent=1), encoding="utf-8")
+    suite = load_suite(name)
+    budget = BUDGETS["small"]
+    old = Table.read(folder, suite)
+    seeds = max(len(v) for v in old.runs.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = plan_suite(suite, budget, Path(tmp) / name, seeds, store=store)
+    prepare(plan)  # the data folders whose hashes the page records (reused where the store has them)
+    planned = {(r.arm, r.seed): r for r in plan.runs}
+    mismatched = [(r.arm, r.seed) for arm in old.runs.values() for r in arm  # the published ids are version 1's
+                  if (r.arm, r.seed) in planned
+                  and run_hash(planned[r.arm, r.seed].keys, budget, version=1) != r.run_id]
+    configs = {}
+    for arm in plan.suite.arms:
+        run = min(plan.runs_of(arm.name), key=lambda r: r.seed)
+        train, model = resolve_config([run.keys])
+        configs[arm.name] = portable_config({"train": train.to_dict(), "model": model.to_dict()})
+    shutil.copyfile(suite.path, folder / SUITE_FILE)
+    table = Table.read(folder, suite)
+    for arm, runs in table.runs.items():
+        table.runs[arm] = [type(r)(r.arm, r.seed, r.run_id, r.values, r.items, r.parameters,
+                                   config_hash(configs[arm]) if arm in configs else "") for r in runs]
+    table.write(folder, suite.measures)
+    page_text = (docs / f"{name}.md").read_text(encoding="utf-8") if (docs / f"{name}.md").is_file() else ""
+    facts = _old_page_facts(page_text)
+    published = _git("log", "-1", "--format=%H %cs", "--", f"docs/results/{name}/results.csv").split()
+    data = {d.out.name: data_hash(d.out) for d in plan.data if (d.out / "meta.json").is_file()}
+    margins = sorted({c.margin for c in at_budget(suite, budget).claims if c.expect != "better" and c.margin
+                      and c.metric in ("val_loss", "train_loss", "loss_at_1x")})
+    pricing = f"Budget {budget.name}'s default loss margin and smallest effect, {budget.margin:g} nats: " \
+              f"{budget.margin_source}."
+    if margins and (priced := _ladder_pricing(docs, margins[0])):
+        pricing += " " + priced
+    provenance = stamp({
+        "suite": name, "budget": budget.name, "seeds": seeds, "extra": {},
+        "command": facts.get("command", f"archlab ablate {name} --budget small --jobs 2"),
+        "machine": facts.get("machine", "not recorded"),
+        "trained_by": {},
+        "trained_note": (f"not recorded by the page; its results.csv was published at commit "
+                         f"{published[0][:12]} on {published[1]}" if published else "not recorded")
+                        + ("; today's code resolves every arm to the run ids in results.csv, so the runs' "
+                           "non-default settings are those in configs.yaml" if not mismatched else
+                           f"; today's code resolves {len(mismatched)} runs to other ids: configs.yaml is today's"),
+        "data": data,
+        "data_note": "hashes of the folders today's code prepares from this machine's Python standard library (the "
+                     "runs' own folders were not hashed); re-judged from the published per-run values, no new run",
+        "training": {**facts.get("training", {}),
+                     "note": "Re-judged on 3 December 2026 from the published per-run values (no run retrained)."},
+        "scale": scale(table, configs),
+        "arms": {a.name: {"overrides": a.overrides, "matched": a.matched, "params": a.params}
+                 for a in plan.suite.arms},
+        "margins": pricing,
+    })
+    (folder / PROVENANCE).write_text(json.dumps(provenance, indent=1, default=str), encoding="utf-8")
+    (folder / "configs.yaml").write_text(yaml.safe_dump(
+        {arm: {"config": config_hash(c), **c} for arm, c in configs.items()}, sort_keys=False), encoding="utf-8")
+    return folder

@@ -1,0 +1,344 @@
+"""docs/results: the published pages, each rebuilt from its own files, one verdict per comparison, and the summary.
+
+A page is a folder docs/results/SUITE/ holding a lab record (lab/publishing/record.py: results.csv, items.csv,
+timings.csv, suite.yaml, configs.yaml, provenance.json, claims.json), its plots and a person's reading (reading.md),
+plus the page docs/results/SUITE.md rendered from them (lab/publishing/page.py). `rebuild` re-judges every page from its
+files, makes each comparison that two pages share (the same metric and run folders on both sides) show one verdict (the
+larger of its pages' Holm p-values: the more conservative family), and writes claims.json, SUITE.md and the
+summary README.md; `check` does the same without writing and lists every difference from what is published.
+
+The summary's headline verdict of a claim is its page's (Holm within the suite, one verdict per comparison).
+Benjamini-Hochberg's q across every published comparison is shown as secondary information, labelled, and never
+changes an outcome. Calibration suites (the compute ladder) are listed apart from the lecture's tallies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+from archlab.lab.analysis import stats
+from archlab.lab.analysis.verdicts import ClaimResult, judge, with_outcome
+from archlab.lab.publishing import page, simple_effects
+from archlab.lab.publishing.record import CLAIMS, Record, claim_rows, differences, read_record
+
+READING = "reading.md"  # per page, a person's reading of its numbers: kept across rebuilds
+FIRST_RULE = "first-rule.json"  # the first lab's verdicts of a suite (Welch's test and a noise floor), kept
+PREVIOUS_RULE = "previous-rule.json"  # the verdicts under the rule before this one (pooled residual, 0.09 nats)
+PLOTS = ("val_loss.png", "grad_norm.png", "embed_row_norm.png", "half_normal.png", "main_effects.png")
+SUMMARY = "README.md"
+
+
+def pages(docs: Path) -> list[Path]:
+    """Every page folder under docs (one holding a lab record), by name."""
+    return sorted(p.parent for p in docs.glob("*/provenance.json"))
+
+
+def judged(docs: Path) -> dict[str, tuple[Record, list[ClaimResult]]]:
+    """Every page re-judged from its files, with the comparisons pages share made one verdict (module doc)."""
+    out = {}
+    for folder in pages(docs):
+        record = read_record(folder)
+        out[folder.name] = (record, judge(record.table))
+    return unify(out)
+
+
+def unify(books: dict[str, tuple[Record, list[ClaimResult]]]) -> dict[str, tuple[Record, list[ClaimResult]]]:
+    """One verdict per comparison: a claim two pages share takes the larger Holm p (and so the outcome of the
+    more conservative family) on both, with a note naming the other pages."""
+    keyed: dict[str, list[tuple[str, int]]] = {}
+    for name, (record, results) in books.items():
+        for i, row in enumerate(claim_rows(record.table, results)):
+            if results[i].in_family:
+                keyed.setdefault(row["key"], []).append((name, i))
+    for places in keyed.values():
+        if len(places) < 2:
+            continue
+        tests = [books[n][1][i].test for n, i in places]
+        p = max(t.p_adjusted for t in tests)
+        p_contra = max(t.p_contra_adjusted for t in tests)
+        level = min(t.level for t in tests)  # one plan and mde too: at the larger family's first step
+        for name, i in places:
+            results = books[name][1]
+            others = ", ".join(n for n, _ in places if n != name)
+            test = stats.readjusted(results[i].test, p, p_contra, level)
+            results[i] = with_outcome(results[i], test, f"also judged in {others}: one verdict, the larger Holm p")
+    return books
+
+
+def rows_of(books: dict[str, tuple[Record, list[ClaimResult]]]) -> dict[str, list[dict]]:
+    """claims.json rows per page, with the headline (unified) Holm p and the pages each comparison is shared with."""
+    out = {}
+    counts: dict[str, list[str]] = {}
+    for name, (record, results) in books.items():
+        for row in claim_rows(record.table, results):
+            counts.setdefault(row["key"], []).append(name)
+    for name, (record, results) in books.items():
+        rows = claim_rows(record.table, results)
+        suite_only = {r.claim.text: r for r in judge(record.table)}
+        for row in rows:
+            alone = suite_only[row["claim"]]
+            row["p_holm_suite"] = alone.p_adjusted
+            row["shared_with"] = [n for n in counts[row["key"]] if n != name]
+            if row["shared_with"]:  # the page's own family's plan, beside the one verdict's (verify reads these)
+                row["seeds_needed_suite"], row["mde_suite"] = alone.seeds_needed, alone.mde
+        out[name] = rows
+    return out
+
+
+def check(docs: Path) -> list[str]:
+    """Every difference between the published claims.json files (and the summary's rows) and their verdicts
+    recomputed from the pages' files; [] when everything agrees."""
+    problems = []
+    books = judged(docs)
+    for name, rows in rows_of(books).items():
+        path = docs / name / CLAIMS
+        published = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        found = differences(published, rows, alone=False)
+        found += [f"{r['claim']!r}: headline p_holm {p['p_holm']!r} recomputed as {r['p_holm']!r}"
+                  for p, r in zip(published, rows) if p["claim"] == r["claim"]
+                  and not _same(p.get("p_holm"), r.get("p_holm"))]
+        problems += [f"{name}: {line}" for line in found]
+    summary = docs / SUMMARY
+    if summary.is_file() and summary.read_text(encoding="utf-8") != summary_text(docs, books):
+        problems.append(f"{summary}: differs from the summary the pages' files give (rebuild it)")
+    return problems
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300)
+
+
+def rebuild(docs: Path) -> list[str]:
+    """Re-judge every page from its files and write claims.json, SUITE.md and the summary; returns the pages."""
+    books = judged(docs)
+    for name, rows in rows_of(books).items():
+        (docs / name / CLAIMS).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        record, results = books[name]
+        write_page(docs, record, results)
+    (docs / SUMMARY).write_text(summary_text(docs, books), encoding="utf-8")
+    return list(books)
+
+
+# ------------------------------------------------------------------------------------------ pages
+def write_page(docs: Path, record: Record, results: list[ClaimResult]) -> Path:
+    """docs/SUITE.md from the page's record: the lab's page with links into SUITE/, a screening's switches at the
+    modern base from other pages' runs (lab/publishing/simple_effects.py), and the comparisons with the verdicts of
+    earlier rules."""
+    name = record.suite.name
+    folder = docs / name
+    plots = [f"{name}/{p}" for p in PLOTS if (folder / p).is_file()]
+    extra = previous_section(folder, results) + first_section(folder, results)
+    path = page.write_markdown(record, results, plots, extra)
+    text = path.read_text(encoding="utf-8")
+    path.unlink()
+    if record.suite.screening:  # each switch at the modern base, after the screening's own effects
+        metric = "val_loss" if "val_loss" in record.suite.measures else record.suite.measures[0]
+        at_base, noise = simple_effects.section(docs, record, metric), "\n## How noisy this suite was"
+        text = text.replace(noise, at_base.rstrip("\n") + "\n" + noise, 1) if noise in text else text + at_base
+    for file in ("results.csv", "items.csv", "timings.csv", "configs.yaml", "provenance.json", "claims.json",
+                 "suite.yaml"):
+        text = text.replace(f"`{file}`", f"[`{file}`]({name}/{file})")
+    text = text.replace("this page's folder", f"this page's folder (`archlab ablate --verify docs/results/{name}`)")
+    out = docs / f"{name}.md"
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def _fmt_ci(ci: list | tuple) -> str:
+    low, high = ci
+    return "n/a" if low is None or math.isnan(low) else f"[{page.fmt(low)}, {page.fmt(high)}]"
+
+
+def why_changed(old: dict, new: ClaimResult) -> str:
+    """What moved a claim's verdict between the previous rule and this one, from the two tests."""
+    reasons = []
+    t_old = old.get("test") or {}
+    if new.test is None:
+        return f"not tested now: {new.note}" if new.note else new.outcome
+    if t_old.get("margin") and new.test.margin and not math.isclose(t_old["margin"], new.test.margin):
+        reasons.append(f"margin {t_old['margin']:g} -> {new.test.margin:g}")
+    if t_old.get("test") and t_old["test"] != new.test.test:
+        reasons.append(f"{t_old['test']} -> {new.test.test}")
+    if t_old.get("se") and new.test.se and not math.isclose(t_old["se"], new.test.se, rel_tol=1e-6):
+        reasons.append(f"standard error {t_old['se']:.3g} -> {new.test.se:.3g}")
+    if old.get("claim") != new.claim.text:
+        reasons.append("claim restated")
+    before = old.get("estimate")
+    if before is not None and math.isfinite(before) and not math.isclose(before, new.estimate, rel_tol=1e-6,
+                                                                          abs_tol=1e-12):
+        reasons.append(f"estimate {page.fmt(before)} -> {page.fmt(new.estimate)} (new runs or a redefined measure)")
+    return "; ".join(reasons) or "the same test"
+
+
+def previous_section(folder: Path, results: list[ClaimResult]) -> str:
+    """Each claim under the previous rule (one pooled residual per regime, a 0.09-nat margin) beside now."""
+    path = folder / PREVIOUS_RULE
+    if not path.is_file():
+        return ""
+    old_rows = json.loads(path.read_text(encoding="utf-8"))
+    renamed = {r["claim"]: r for r in old_rows}
+    lines = ["", "## Against the previous rule", "",
+             "Until 3 December 2026 the lab judged claims on one pooled residual per suite (or regime) and \"as good "
+             "as\" at a 0.09-nat margin (what 1.25x compute buys at `small`), with no item-level variance. Each claim "
+             "then and now (a changed outcome in bold, with what moved it):", "",
+             "| claim | then: estimate [90% CI], test, outcome | now: estimate [90% CI], test, outcome "
+             "| changed: why |",
+             "|---|---|---|---|"]
+    now = {r.claim.text: r for r in results}
+    aliases = {r.claim.text: r.claim.text for r in results}
+    for old in old_rows:
+        new = now.get(old["claim"]) or next((r for r in results if _restated(old["claim"], r)), None)
+        t_old = old.get("test") or {}
+        before = f"{page.fmt(old.get('estimate'))} {_fmt_ci(old.get('ci', [math.nan, math.nan]))}, " \
+                 f"{t_old.get('test', '-')}, {old['outcome']}"
+        if new is None:
+            lines.append(f"| {old['claim']} | {before} | (dropped) | - |")
+            continue
+        aliases.pop(new.claim.text, None)
+        after = f"{page.fmt(new.estimate)} {_fmt_ci(new.ci)}, {new.test.test if new.test else '-'}, {new.outcome}"
+        changed = old["outcome"] != new.outcome
+        text = old["claim"] if new.claim.text == old["claim"] else f"{old['claim']} (now: {new.claim.text})"
+        lines.append(f"| {text} | {before} | {'**' + after + '**' if changed else after} | "
+                     f"{('**yes**: ' if changed else 'no: ') + why_changed(old, new)} |")
+    for text in aliases:
+        if text not in renamed:
+            r = now[text]
+            lines.append(f"| (new) {text} | - | {page.fmt(r.estimate)} {_fmt_ci(r.ci)}, {r.outcome} | new claim |")
+    return "\n".join(lines) + "\n"
+
+
+def _restated(old_text: str, result: ClaimResult) -> bool:
+    """Whether a claim of this rule restates an older claim: its text starts with the old text, a closing
+    parenthesis of the old text aside ("... (each at its middle rate)" -> "... (each at the best rate ...)")."""
+    def words(t: str) -> str:
+        return " ".join(re.sub(r"[^a-z0-9 ]", " ", t.lower()).split())
+    core = words(re.sub(r"\s*\([^()]*\)\s*$", "", old_text))
+    return bool(core) and words(result.claim.text).startswith(core)
+
+
+def first_section(folder: Path, results: list[ClaimResult]) -> str:
+    """The first lab's verdicts (Welch's test, a noise floor) beside the outcome now, kept from earlier pages."""
+    path = folder / FIRST_RULE
+    if not path.is_file():
+        return ""
+    first = json.loads(path.read_text(encoding="utf-8"))
+    now = {r.claim.text: r for r in results}
+    lines = ["", "## Against the first published page", "",
+             "The first lab judged this suite with Welch's unpaired test on 2 seeds per arm and a noise floor (the "
+             "base arm's spread over 4 seeds) on top of the p-value, and confirmed \"as good as\" whenever the "
+             "difference was under that floor. Each of its claims beside the outcome now:", "",
+             "| claim | first page: difference, verdict | now: estimate [90% CI], outcome |", "|---|---|---|"]
+    for old in first:
+        new = now.get(old["claim"])
+        before = f"{page.fmt(old.get('difference'))}, {old['verdict']}"
+        after = "(no claim of this text now: dropped or reworded)" if new is None else \
+            f"{page.fmt(new.estimate)} {_fmt_ci(new.ci)}, {new.outcome}"
+        lines.append(f"| {old['claim']} | {before} | {after} |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ the summary
+INTRO = ("Each suite below was run with `archlab ablate SUITE --budget small --jobs 2` on a 2-core CPU; every arm "
+         "runs the same seeds (paired). Each page has the design (why it can show its claims), where its numbers "
+         "came from (the code's commit, versions, machine, a hash of the data, the exact command, the scale and the "
+         "cost), the claims with estimate, confidence interval, p-values, outcome, what the test showed in words, "
+         "the minimum detectable effect and the seeds a stated effect would need, the suite's noise, the tables, "
+         "the plots, and the files every verdict is recomputed from (`archlab ablate --verify docs/results/SUITE`; "
+         "`python scripts/publish_results.py --check` does every page and this summary, and CI runs it). "
+         "Outcomes come from the rule in docs/lab-statistics.md, never by hand: each comparison on its own paired "
+         "differences (arms declared alike may pool), items as a second source of variance where a fixed item set "
+         "is scored, Holm's correction within a suite, margins stated before the run and smaller than the effects "
+         "under study (0.03 nats for a loss at `small`, 1.07x the base's compute; a page with another model prices "
+         "its margin on its own base). The verdict of a claim is its page's; a comparison two pages share has one "
+         "verdict on both (the larger Holm p). Benjamini-Hochberg's q across all rows is secondary information and "
+         "never changes an outcome. \"By construction\" (arithmetic) and \"untestable by this design\" are outside "
+         "the families and the counts; the compute ladder's claims calibrate the lab and are not the lecture's.")
+
+
+def _needs(row: dict) -> str:
+    """The summary's 'needs' cell: seeds per arm, or items where no number of seeds decides a seed x item claim."""
+    more = (row["test"] or {}).get("items_needed")
+    if row["seeds_needed"]:
+        return f"{row['seeds_needed']} at {more} items" if more else str(row["seeds_needed"])
+    return f"{more} items" if more else "-"
+
+
+def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]]) -> str:
+    """docs/results/README.md: every published comparison once, its verdict, and each page's reading."""
+    first: dict[str, dict] = {}
+    for name, rows in rows_of(books).items():
+        for row in rows:
+            if row["key"] in first:
+                continue
+            first[row["key"]] = row
+    unique = list(first.values())
+    family = [r for r in unique if r["test"] is not None and r["outcome"] not in (stats.UNTESTABLE,
+                                                                                 stats.BY_CONSTRUCTION)]
+    tests = [stats.ClaimTest(**{**r["test"], "ci": tuple(r["test"]["ci"]), "p_adjusted": None,
+                                "p_contra_adjusted": None, "level": r["test"]["alpha"]}) for r in family]
+    q = {id(row): t.p_adjusted for row, t in zip(family, stats.adjust(tests, method="bh"))}
+    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, "",
+             "| suite | claim | metric | arms | estimate | 90% CI | margin / smallest effect | p (Holm) | outcome "
+             "| what the test showed | mde | needs | Narang et al. | q (BH across pages; secondary) |",
+             "|---" * 14 + "|"]
+    for r in unique:
+        also = f" (also in {', '.join(r['shared_with'])})" if r["shared_with"] else ""
+        size = (f"margin {page.fmt(r['margin'])}" if r["expect"] != "better" and r["margin"] else
+                f"smallest {page.fmt(r['smallest_effect'])}" if r["smallest_effect"] else "-")
+        kind = " (calibration)" if r["calibration"] else ""
+        qv = q.get(id(r))
+        lines.append(f"| [{r['suite']}]({r['suite']}.md){kind} | {r['claim']}{also} | {r['metric']} | {r['arms']} | "
+                     f"{page.fmt(r['estimate'])} | {_fmt_ci(r['ci'])} | {size} | {page.fmt(r['p_holm'])} | "
+                     f"{r['outcome']} | {r['statement']} | {page.fmt(r['mde'])} | {_needs(r)} | "
+                     f"{r['narang']} | {page.fmt(qv)} |")
+    lecture = [r for r in unique if not r["calibration"]]
+    tested = [r["outcome"] for r in lecture if r["test"] is not None and r["outcome"] not in (
+        stats.UNTESTABLE, stats.BY_CONSTRUCTION)]
+    outside = [r["outcome"] for r in lecture if r["outcome"] in (stats.UNTESTABLE, stats.BY_CONSTRUCTION)]
+    calibration = [r["outcome"] for r in unique if r["calibration"]]
+    counts = ", ".join(f"{tested.count(v)} {v}" for v in dict.fromkeys(tested)) or "none"
+    n_rows = sum(len(results) for _, results in books.values())
+    lines += ["", f"{n_rows} claims from {len(books)} suites, {len(unique)} distinct comparisons. The lecture's "
+              f"claims: {len(tested)} tested: {counts}."
+              + (" Outside the family: " + ", ".join(f"{outside.count(v)} {v}" for v in dict.fromkeys(outside)) + "."
+                 if outside else "")
+              + (f" Calibration (not tallied): {len(calibration)} claims, "
+                 + ", ".join(f"{calibration.count(v)} {v}" for v in dict.fromkeys(calibration)) + "."
+                 if calibration else ""), ""]
+    from archlab.lab.spec.suite_file import list_suites
+
+    missing = sorted({s.name for s in list_suites()} - set(books))
+    if missing:
+        lines += [f"Built-in suites not published yet: {', '.join(missing)}.", ""]
+    readings = [(p.parent.name, p.read_text(encoding="utf-8").strip())
+                for p in sorted(docs.glob(f"*/{READING}")) if p.parent.name in books]
+    if readings:
+        lines += ["## Reading the numbers", ""]
+        lines += [f"**[{name}]({name}.md).** {text}\n" for name, text in readings]
+    return "\n".join(lines)
+
+
+def import_folder(suite_dir: Path, docs: Path) -> Path:
+    """Copy a finished suite folder's record and plots into docs/SUITE/ (its reading and earlier rules' verdicts
+    kept; the claims.json it replaces kept as previous-rule.json when it came from the previous rule)."""
+    record = read_record(suite_dir)
+    folder = docs / record.suite.name
+    folder.mkdir(parents=True, exist_ok=True)
+    old = folder / CLAIMS
+    if old.is_file() and not (folder / PREVIOUS_RULE).is_file():
+        rows = json.loads(old.read_text(encoding="utf-8"))
+        if rows and "p_holm_suite" not in rows[0] and "key" in rows[0]:  # written by the previous rule
+            shutil.copyfile(old, folder / PREVIOUS_RULE)
+    for name in ("results.csv", "items.csv", "timings.csv", "suite.yaml", "configs.yaml", "provenance.json",
+                 "claims.json", *PLOTS):
+        if (suite_dir / name).is_file():
+            shutil.copyfile(suite_dir / name, folder / name)
+        elif name in ("items.csv", "timings.csv") and (folder / name).is_file():
+            (folder / name).unlink()
+    return folder

@@ -1,9 +1,0 @@
-"""The names `archlab ablate`'s flags offer, without torch or scipy (as nn/variants.py is for the model): how runs
-are executed and which sequential designs exist. lab/executor.py and lab/power.py, which implement them, import
-these; `archlab ablate --help` reads them here without importing those modules' dependencies.
-"""
-
-from __future__ import annotations
-
-EXECUTORS = ("local", "slurm")  # local: archlab's own process pool (--jobs); slurm: submitit job arrays
-SEQUENTIAL_KINDS = ("pocock", "obrien-fleming")  # two-look group-sequential designs (lab/power.py sequential_levels)
