@@ -29,8 +29,8 @@ from archlab.nn.fast import install as fused
 from archlab.nn.functional import cross_entropy
 from archlab.overrides import load_yaml
 from archlab.train.config import TrainConfig, resolve_config
+from archlab.train.launch import train
 from archlab.train.optim import build_optimizer
-from archlab.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from archlab.infer.sampling import SamplingConfig
     from archlab.infer.stream import TokenizerLike
     from archlab.nn.config import ModelConfig
-    from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
 # --past-context: infer/sampling.py's PAST_CONTEXT, in the words of a flag (repeated: that module
@@ -141,27 +140,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_generate)
 
 
-def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
-    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model),
-    or from a Hugging Face model folder (archlab.interop.from_hf, with the folder's
-    tokenizer.json)."""
-    from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
-
-    folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
-    if is_hf_folder(folder):
-        if not (folder / "tokenizer.json").is_file():
-            raise FileNotFoundError(
-                f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json to encode "
-                "prompts with"
-            )
-        return from_hf(folder), load_hf_tokenizer(folder)
-    from archlab.checkpoint import load_model
-
-    return load_model(folder)
-
-
 def read_prompts(args: argparse.Namespace) -> list[str]:
     """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are
     skipped."""
@@ -241,7 +219,9 @@ def run_generate(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.compile:
         check_compile_decode(device)
-    model, tokenizer = load_checkpoint(args.checkpoint)
+    from archlab.interop.model_folder import open_model
+
+    model, tokenizer = open_model(args.checkpoint)
     if args.logn:
         model = with_inference_logn(model)
     model.to(device).eval()

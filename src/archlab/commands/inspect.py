@@ -126,16 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def checkpoint_config(path: str) -> ModelConfig:
-    """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder."""
-    from archlab.interop.hf_config import is_hf_folder, read_hf_config
-    from archlab.run_folder import resolve_checkpoint
+    """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder (its
+    config.json alone: interop.model_folder)."""
+    from archlab.interop.model_folder import find_model
 
-    if not Path(path).exists():
-        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
-    if is_hf_folder(path):
-        return read_hf_config(path)
-    config = json.loads((resolve_checkpoint(path) / "config.json").read_text(encoding="utf-8"))
-    return ModelConfig.from_dict(config["model"])
+    return find_model(path).config()
 
 
 def _human(n: float, unit: str = "") -> str:

@@ -9,21 +9,17 @@
 - `attn_softcap`, `final_softcap`: no parameters, the caps act on the same weights;
 - training-only fields: dropout, attn_dropout, init, attn_impl, d_ff_multiple_of.
 Anything else (widths, norms, positions, activations, ...) has no principled weight mapping and is
-refused by name. `load_source` reads the weights to start from: a Hugging Face folder or an archlab
-checkpoint.
+refused by name. The weights to start from are read by interop/model_folder.py (a Hugging Face
+folder or an archlab checkpoint).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import torch
 
-from archlab.checkpoint import load_model, read_checkpoint_config, resolve_checkpoint
 from archlab.interop.family import InteropError
-from archlab.interop.hf import from_hf
-from archlab.interop.hf_config import is_hf_folder, read_hf_config
 from archlab.nn.config import GROUPS, ModelConfig
 from archlab.nn.model import TransformerLM
 
@@ -40,25 +36,6 @@ FREE = (
     "max_seq_len",
 )
 MAPPED = ("n_kv_heads", "qk_norm", "qk_norm_scope")
-
-
-def source_config(path: str | Path) -> tuple[ModelConfig, Path]:
-    """What `load_source(path)` returns, without reading the weights: the model's config and the
-    tokenizer.json."""
-    if is_hf_folder(path):
-        return read_hf_config(path), Path(path) / "tokenizer.json"
-    checkpoint = resolve_checkpoint(path)
-    config = read_checkpoint_config(checkpoint, ("model",))["model"]
-    return ModelConfig.from_dict(config), checkpoint / "tokenizer.json"
-
-
-def load_source(path: str | Path) -> tuple[TransformerLM, Path]:
-    """The model to start from and its tokenizer.json: a Hugging Face folder or an archlab
-    checkpoint/run."""
-    if is_hf_folder(path):
-        return from_hf(path), Path(path) / "tokenizer.json"
-    model, _ = load_model(path)
-    return model, resolve_checkpoint(path) / "tokenizer.json"
 
 
 def check_changes(old: ModelConfig, new: ModelConfig) -> list[str]:

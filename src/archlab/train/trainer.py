@@ -25,19 +25,17 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from archlab.checkpoint import Checkpoint, latest_checkpoint
-from archlab.costs import flops_per_token
 from archlab.infer.generate import generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
-from archlab.train import hardware
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
 from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import clip_gradients, set_lr
-from archlab.train.preflight import check_run, check_settings, check_setup
+from archlab.train.preflight import check_setup
 from archlab.train.run_data import RunData, open_run_data
 from archlab.train.state import RunState
 
@@ -443,49 +441,3 @@ class Trainer:
         interrupted = (self._signal or "a signal on another rank") if self.stopping else None
         return TrainResult(step, row.get("loss"), val, path, interrupted, tokens / seconds)
 
-
-def train(
-    train_config: TrainConfig,
-    model_config: ModelConfig,
-    resume: bool = False,
-    init_from: TransformerLM | None = None,
-) -> TrainResult:
-    """Join the process group (if any), check every input, pick CPU threads, train (from
-    `init_from`'s weights if given), and leave it again. Inputs are checked before the first line is
-    logged (preflight.py): first what the settings decide alone (the schedule's end, the batch's
-    split, an emulated bf16, the memory estimate), then the run folder and its checkpoints, a
-    resumed run's checkpoint, metrics file and weights' shapes, the data (prepared here), and the
-    precision's advice."""
-    ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
-    threads = torch.get_num_threads()
-    lock = None
-    try:
-        # what the settings decide alone, before the run folder is made (preflight.py)
-        check_settings(train_config, model_config, ctx, resume)
-        lock = RunLock(train_config.out) if ctx.is_main else None
-        # before any line is logged: a refused second writer prints one line only
-        if lock is not None:
-            lock.acquire()
-        p, d = train_config.precision, train_config.data
-        step_flops = (
-            flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
-        )
-        try:
-            checkpoint, run_data = check_run(train_config, model_config, ctx, resume, step_flops)
-        except BaseException:
-            if lock is not None:
-                lock.discard()  # refused: no run folder is left behind
-            raise
-        if ctx.device.type == "cpu":
-            n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
-            torch.set_num_threads(n)
-            if ctx.is_main:
-                logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        return Trainer(
-            train_config, model_config, ctx, resume, init_from, lock, run_data, checkpoint
-        ).fit()
-    finally:
-        if lock is not None:
-            lock.release()
-        torch.set_num_threads(threads)
-        dist_utils.teardown(ctx)
