@@ -172,6 +172,25 @@ def resolve_config(
     `saved` is a checkpoint's config.json ({"train": ..., "model": ...}); preset and size may not
     change.
     """
+    train, model_overrides = _train_config(layers, saved)
+    _check_data(train, layers)
+    if saved is not None:
+        for name in ("preset", "size"):
+            if getattr(train, name) != saved["train"][name]:
+                raise ValueError(
+                    f"--resume: {name} {getattr(train, name)!r} differs from the checkpoint's "
+                    f"{saved['train'][name]!r}; resume with the same model or start a new --out"
+                )
+    model = resolve_model(train, model_overrides, saved["model"] if saved is not None else None)
+    _fit_to_the_model(train, model)
+    return train, model
+
+
+def _train_config(
+    layers: list[dict[str, Value]], saved: dict[str, dict[str, Value]] | None
+) -> tuple[TrainConfig, dict[str, Value]]:
+    """The TrainConfig of the layers over the defaults (or a resumed run's saved train config), and
+    the `model.*` keys, set aside for `resolve_model`."""
     tree = defaults(TrainConfig)
     if saved is not None:
         for key, value in flatten(saved["train"]).items():
@@ -187,19 +206,20 @@ def resolve_config(
                 )
             else:
                 set_dotted(TrainConfig, tree, key, value)
-    train = build(TrainConfig, tree)
-    asked = any("data.tokenizer" in layer for layer in layers)
-    if asked and (Path(train.data.source) / "meta.json").is_file():
-        from archlab.data.prepare import (
-            check_prepared_tokenizer,  # numpy and tokenizers only when needed
-        )
+    return build(TrainConfig, tree), model_overrides
+
+
+def _check_data(train: TrainConfig, layers: list[dict[str, Value]]) -> None:
+    """A prepared data folder trains with its own tokenizer and tokens: a tokenizer or BPE-dropout
+    asked for must be the folder's; BPE-dropout needs merges to drop."""
+    prepared = (Path(train.data.source) / "meta.json").is_file()
+    if prepared and any("data.tokenizer" in layer for layer in layers):
+        from archlab.data.prepare import check_prepared_tokenizer  # numpy, tokenizers: when needed
 
         check_prepared_tokenizer(
             Path(train.data.source), train.data.tokenizer, train.data.vocab_size
         )
-    # trains with its own tokenizer and tokens
-    prepared = (Path(train.data.source) / "meta.json").is_file()
-    if any("data.bpe_dropout" in layer for layer in layers) and prepared:
+    if prepared and any("data.bpe_dropout" in layer for layer in layers):
         from archlab.data.prepare import check_prepared_dropout
 
         check_prepared_dropout(Path(train.data.source), train.data.bpe_dropout)
@@ -209,14 +229,11 @@ def resolve_config(
         train.data.bpe_dropout,
         "0 with data.tokenizer byte (it has no merges to drop)",
     )
-    if saved is not None:
-        for name in ("preset", "size"):
-            if getattr(train, name) != saved["train"][name]:
-                raise ValueError(
-                    f"--resume: {name} {getattr(train, name)!r} differs from the checkpoint's "
-                    f"{saved['train'][name]!r}; resume with the same model or start a new --out"
-                )
-    model = resolve_model(train, model_overrides, saved["model"] if saved is not None else None)
+
+
+def _fit_to_the_model(train: TrainConfig, model: ModelConfig) -> None:
+    """The sequence length defaults to the model's and may not pass it; a sample needs room for a
+    prompt within the model's context."""
     if train.data.block_size is None:
         train.data.block_size = model.max_seq_len
     if train.data.block_size > model.max_seq_len:
@@ -230,8 +247,5 @@ def resolve_config(
     if train.logging.samples and n is not None and limit is not None and n >= limit:
         raise ValueError(
             f"logging.sample_tokens={n} is not allowed: below the model's {limit}-token context "
-            "(the "
-            "sample prompt needs a token of it); leave it unset to fit the default"
+            "(the sample prompt needs a token of it); leave it unset to fit the default"
         )
-    return train, model
-
