@@ -5,10 +5,11 @@
 A module may import its own layer and the layers below it, never above; nothing in `nn/` imports outside `nn/`; no
 module imports the package root `archlab` (the public facade re-exports from below and would hide a cycle); and the
 module graph, lazy imports inside functions included, has no cycle. Two more rules of docs/architecture.md: the leaf
-modules of `nn/` never see the config (no import of nn/config.py, no `ModelConfig` anywhere in them), and library code
-never prints (no `print`, no `sys.stdout` / `sys.stderr` writes outside commands/ and cli.py). And the lab has one
-front door: outside lab/ (the package's other modules, scripts/) only `archlab.lab` is imported, never a module
-inside it; inside, its subpackages import leftwards (measures <- spec <- analysis <- runs <- publishing).
+modules of `nn/` never see the config (no import of nn/config/ but its choices, no `ModelConfig` anywhere in them),
+and library code never prints (no `print`, no `sys.stdout` / `sys.stderr` writes outside commands/ and cli.py). And
+the lab has one front door: outside lab/ (the package's other modules, scripts/) only `archlab.lab` is imported,
+never a module inside it; inside, its subpackages import leftwards (measures <- spec <- analysis <- runs <-
+publishing).
 """
 
 from __future__ import annotations

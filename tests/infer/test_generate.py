@@ -15,7 +15,6 @@ import torch
 
 from archlab import KVCache, RopeScaling, TransformerLM
 from archlab.cli import main
-from archlab.commands import generate as command
 from archlab.data.tokenizer import build_tokenizer
 from archlab.infer.generate import check_context, generate, generate_text
 from archlab.infer.memory import kv_bytes_table
@@ -226,7 +225,7 @@ def test_cli_compile_without_a_cpp_compiler_prints_nothing_but_the_error(fake_ch
 # ----- the CLI -----
 @pytest.fixture
 def fake_checkpoint(monkeypatch, tokenizer) -> None:
-    monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(max_seq_len=64), tokenizer))
+    monkeypatch.setattr("archlab.interop.model_folder.open_model", lambda path: (tiny(max_seq_len=64), tokenizer))
 
 
 def test_cli_streams_a_prompt_and_is_reproducible(fake_checkpoint, capsys) -> None:

@@ -114,7 +114,7 @@ def test_past_context_is_checked_and_named_in_the_refusal() -> None:
 
 @pytest.fixture
 def short_checkpoint(monkeypatch: pytest.MonkeyPatch, tokenizer) -> None:
-    monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(max_seq_len=16), tokenizer))
+    monkeypatch.setattr("archlab.interop.model_folder.open_model", lambda path: (tiny(max_seq_len=16), tokenizer))
 
 
 def test_cli_slides_past_the_context_and_refuses_two_answers(short_checkpoint, tokenizer, capsys) -> None:

@@ -7,7 +7,7 @@ positions (in training only?), the context it handles, and the scaling it applie
 model at a longer length (`RopeKind.at`: `archlab eval length`, the lab's long-context measures and
 `archlab plot rope` ask it). The formulas are in nn/positions/rope.py.
 
-No torch here: nn/config.py imports this module.
+No torch here: the config (nn/config/) imports this module.
 """
 
 from __future__ import annotations
