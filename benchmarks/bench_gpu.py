@@ -30,6 +30,7 @@ from archlab.infer.generate import generate
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.functional import cross_entropy
 from archlab.train.optim import build_optimizer
+from archlab.train.sections import OptimizerConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -67,7 +68,7 @@ def train(config: ModelConfig, batch: int, block: int, steps: int, device: torch
     model = TransformerLM(config).to(device)
     if compile:
         model.compile()
-    optimizer = build_optimizer(model, "adamw", 6e-4)
+    optimizer = build_optimizer(model, OptimizerConfig(lr=6e-4))
     x = torch.randint(0, config.vocab_size, (batch, block), device=device)
     y = torch.randint(0, config.vocab_size, (batch, block), device=device)
     flash = sdpa_kernel(SDPBackend.FLASH_ATTENTION) if device.type == "cuda" else nullcontext()

@@ -35,7 +35,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def arms(n: int) -> dict[str, dict]:
     inv = {"kind": "inv_leaky_rerope", "window": n // 4, "factor": 16.0}
-    return {"rope": dict(), "rope-eager": dict(attn_impl="eager"), "inv_leaky": dict(rope_scaling=inv)}
+    return {"rope": dict(), "rope-eager": dict(attn_impl="eager"), "inv_leaky": dict(rope=dict(scaling=inv))}
 
 
 def build(fields: dict, shape: dict) -> tuple[TransformerLM, torch.optim.Optimizer]:

@@ -35,6 +35,7 @@ def child(suite_name: str, budget_name: str, steps: int, threads: int, compiled:
     from archlab.nn.fast import install as fast_paths
     from archlab.nn.model import TransformerLM
     from archlab.train.optim import build_optimizer, clip_gradients
+    from archlab.train.sections import OptimizerConfig
 
     torch.set_num_threads(threads)
     suite = load_suite(suite_name)
@@ -42,7 +43,7 @@ def child(suite_name: str, budget_name: str, steps: int, threads: int, compiled:
     torch.manual_seed(0)
     model = TransformerLM(model_cfg)
     fast_paths.install(model)
-    optimizer = build_optimizer(model, "adamw", 1e-3)
+    optimizer = build_optimizer(model, OptimizerConfig(lr=1e-3))
     if compiled:
         model.compile()  # in place, as train/distributed.py parallelize does for precision.compile
     gen = torch.Generator().manual_seed(0)

@@ -50,6 +50,7 @@ from archlab.costs import flops_per_token
 from archlab.nn.fast import install as fused
 from archlab.train.hardware import busy_cores, cpu_flags, physical_cores
 from archlab.train.optim import build_optimizer
+from archlab.train.sections import OptimizerConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # name -> (preset, model fields, batch, block); full and --quick sizes
@@ -113,7 +114,7 @@ class MiniGPT(nn.Module):
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        inv = 1.0 / c.rope_theta ** (torch.arange(0, c.head_dim, 2).float() / c.head_dim)
+        inv = 1.0 / c.rope.theta ** (torch.arange(0, c.head_dim, 2).float() / c.head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -183,7 +184,7 @@ def hf_model(ours: TransformerLM) -> nn.Module:
             vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
             num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, max_position_embeddings=c.max_seq_len,
             rms_norm_eps=c.norm_eps, tie_word_embeddings=False, attn_implementation="sdpa",
-            rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}))
+            rope_parameters={"rope_type": "default", "rope_theta": c.rope.theta}))
         state = hf_state_dict(ours, "llama")
     else:
         model = GPT2LMHeadModel(GPT2Config(
@@ -210,7 +211,7 @@ def worker(args: argparse.Namespace) -> dict:
     config = build_preset(preset, "tiny", max_seq_len=block, **fields)
     model, loss_fn = build(args.impl, config)
     bf16 = "-bf16" in args.impl  # autocast around forward + loss, as the trainer's `precision.dtype bf16`
-    optimizer = build_optimizer(model, "adamw", 1e-3)
+    optimizer = build_optimizer(model, OptimizerConfig(lr=1e-3))
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, config.vocab_size, (batch, block), generator=gen)
     y = torch.randint(0, config.vocab_size, (batch, block), generator=gen)

@@ -29,8 +29,8 @@ from archlab.nn.fast import install as fused
 from archlab.nn.functional import cross_entropy
 from archlab.overrides import load_yaml
 from archlab.train.config import TrainConfig, resolve_config
+from archlab.train.launch import train
 from archlab.train.optim import build_optimizer
-from archlab.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def bare_loop(train_cfg: TrainConfig, model_cfg: ModelConfig, data_dir: Path, st
     model = TransformerLM(model_cfg)
     fused.install(model)  # the same model as the trainer's
     o, d = train_cfg.optimizer, train_cfg.data
-    optimizer = build_optimizer(model, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
+    optimizer = build_optimizer(model, o)
     data = TokenData(data_dir)
     generator = torch.Generator().manual_seed(train_cfg.seed)
     start = time.perf_counter()

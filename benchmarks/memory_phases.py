@@ -24,7 +24,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))  # after PYTHO
 
 # (module, attribute path, phase name): wrapped where the caller looks them up
 PHASES = [
-    ("archlab.interop.surgery", "load_source", "load the source (from_hf / load_model)"),
+    ("archlab.interop.model_folder", "ModelFolder.load", "load the source (from_hf / load_model)"),
     ("archlab.interop.surgery", "adapt", "adapt it to the run's config"),
     ("archlab.train.preflight", "open_run_data", "prepare data"),
     ("archlab.train.state", "RunState._build_model", "build the training model from it"),

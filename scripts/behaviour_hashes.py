@@ -57,7 +57,7 @@ from archlab.lab import MEASURES, measure_run
 from archlab.nn.presets import PRESETS
 from archlab.train.config import resolve_config
 from archlab.train.hardware import cpu_class
-from archlab.train.trainer import train
+from archlab.train.launch import train
 
 STEPS = 3
 COMMON = {

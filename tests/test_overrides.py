@@ -44,56 +44,78 @@ MODEL_VALUES = [  # (ModelConfig key, raw value from a flag or a YAML file, type
     *[("tie_embeddings", raw, True) for raw in ("true", "True", "YES", "on", "1", True, 1)],
     *[("tie_embeddings", raw, False) for raw in ("false", "No", "off", "0", False, 0)],
     ("n_layers", "3", 3), ("n_layers", 3, 3), ("n_layers", 3.0, 3), ("n_layers", "3.0", 3), ("n_layers", "1e1", 10),
-    ("rope_theta", "5e5", 5e5), ("rope_theta", 3, 3.0), ("rope_theta", "1_000", 1000.0),
+    ("rope.theta", "5e5", 5e5), ("rope.theta", 3, 3.0), ("rope.theta", "1_000", 1000.0),
     ("attn_softcap", "none", None), ("attn_softcap", "NULL", None), ("attn_softcap", None, None),
     ("attn_softcap", "30", 30.0),
     ("sliding_window", "None", None), ("sliding_window", "8", 8),
     ("qk_norm", "none", "none"),  # a str field that cannot be None keeps the word
     ("activation", "none", None),  # None = the ffn's activation
     ("norm", "layernorm", "layernorm"),
-    ("rope_scaling", "none", None), ("rope_scaling", None, None),
-    ("rope_scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}', YARN),
-    ("rope_scaling", {"kind": "yarn", "factor": "4", "original_max_seq_len": "64"}, YARN),  # YAML strings typed
-    ("rope_scaling", YARN, YARN),
-    ("rope_scaling", "linear", RopeScaling(kind="linear")),  # a bare string is the kind
+    ("rope.scaling", "none", None), ("rope.scaling", None, None),
+    ("rope.scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}', YARN),
+    ("rope.scaling", {"kind": "yarn", "factor": "4", "original_max_seq_len": "64"}, YARN),  # YAML strings typed
+    ("rope.scaling", YARN, YARN),
+    ("rope.scaling", "linear", RopeScaling(kind="linear")),  # a bare string is the kind
+    ("cosine", "dynamic", {"scale": "dynamic"}),  # a group given by its first field stays an edit (a dict)
 ]
+# old flat key -> its new dotted key (nn/config/legacy.py): the same raw value gives the same typed value
+OLD_SPELLING = {"rope.theta": "rope_theta", "rope.scaling": "rope_scaling"}
+
+
+def _at(tree: dict, dotted: str) -> object:
+    for part in dotted.split("."):
+        tree = tree[part]
+    return tree
 
 
 @pytest.mark.parametrize(("key", "raw", "typed"), MODEL_VALUES, ids=[f"{k}={r!r}" for k, r, _ in MODEL_VALUES])
 def test_model_values_are_typed_as_the_field_declares(key: str, raw: object, typed: object) -> None:
-    got = typed_overrides(ModelConfig, {key: raw})[key]
+    got = _at(typed_overrides(ModelConfig, {key: raw}), key)
     assert got == typed and type(got) is type(typed)
+    if key in OLD_SPELLING:
+        assert typed_overrides(ModelConfig, {OLD_SPELLING[key]: raw}) == typed_overrides(ModelConfig, {key: raw})
 
 
 def test_a_value_object_one_sub_key_at_a_time() -> None:
-    got = typed_overrides(ModelConfig, {"rope_scaling.kind": "yarn", "rope_scaling.factor": "4",
-                                        "rope_scaling.original_max_seq_len": "64"})
-    assert got == {"rope_scaling": YARN}
-    got = typed_overrides(ModelConfig, {"rope_scaling": "yarn", "rope_scaling.factor": "4",
-                                        "rope_scaling.original_max_seq_len": 64})
-    assert got == {"rope_scaling": YARN}
+    got = typed_overrides(ModelConfig, {"rope.scaling.kind": "yarn", "rope.scaling.factor": "4",
+                                        "rope.scaling.original_max_seq_len": "64"})
+    assert got == {"rope": {"scaling": YARN}}
+    got = typed_overrides(ModelConfig, {"rope.scaling": "yarn", "rope.scaling.factor": "4",
+                                        "rope.scaling.original_max_seq_len": 64})
+    assert got == {"rope": {"scaling": YARN}}
     tree: dict = {}
-    set_dotted(ModelConfig, tree, "rope_scaling", YARN)
-    set_dotted(ModelConfig, tree, "rope_scaling", "none")  # a later layer switches it off again
-    assert tree == {"rope_scaling": None}
+    set_dotted(ModelConfig, tree, "rope.scaling", YARN)
+    set_dotted(ModelConfig, tree, "rope_scaling", "none")  # a later layer switches it off again (old spelling)
+    assert tree == {"rope": {"scaling": None}}
+
+
+def test_an_old_switch_turns_its_group_on_or_off() -> None:
+    """`cosine_attention` (before `cosine` was its own switch): true = the group (its defaults, or the sub-keys
+    given), false = None, whatever came before."""
+    assert typed_overrides(ModelConfig, {"cosine_attention": "true"}) == {"cosine": {}}
+    assert typed_overrides(ModelConfig, {"cosine_scale": "dynamic", "cosine_attention": "yes"}) == \
+        {"cosine": {"scale": "dynamic"}}
+    assert typed_overrides(ModelConfig, {"cosine.scale": "dynamic", "cosine_attention": "off"}) == {"cosine": None}
+    with pytest.raises(ConfigError, match=r"^model.cosine_attention='maybe' is not allowed: expected bool"):
+        typed_overrides(ModelConfig, {"cosine_attention": "maybe"}, "model.")
 
 
 def test_sub_keys_without_the_kind_edit_the_value_below() -> None:
-    """`--model.rope_scaling.window 8` keeps the kind and the other fields of the layer below (a preset's, a
+    """`--model.rope.scaling.window 8` keeps the kind and the other fields of the layer below (a preset's, a
     built config's, a resumed run's); naming the kind starts from RopeScaling's defaults, as before, so every
     spelling that worked before means what it meant."""
-    assert typed_overrides(ModelConfig, {"rope_scaling.window": "8"}) == {"rope_scaling": {"window": 8}}
+    assert typed_overrides(ModelConfig, {"rope.scaling.window": "8"}) == {"rope": {"scaling": {"window": 8}}}
     rerope = RopeScaling("rerope", window=16, inference_only=True)
-    assert build_preset("hwfa2", **typed_overrides(ModelConfig, {"rope_scaling.window": "8"})).rope_scaling == \
+    assert build_preset("hwfa2", **typed_overrides(ModelConfig, {"rope.scaling.window": "8"})).rope.scaling == \
         RopeScaling("rerope", window=8, inference_only=True)
-    fresh = typed_overrides(ModelConfig, {"rope_scaling.kind": "rerope", "rope_scaling.window": "8"})
-    assert build_preset("hwfa2", **fresh).rope_scaling == RopeScaling("rerope", window=8)  # no inference_only
-    config = ModelConfig(rope_scaling=rerope)
-    assert config.replace(rope_scaling={"window": 4}).rope_scaling == RopeScaling("rerope", window=4,
-                                                                                  inference_only=True)
-    assert config.replace(rope_scaling=None).rope_scaling is None
-    for nothing_below in (lambda: ModelConfig(rope_scaling={"window": 4}),
-                          lambda: build_preset("llama", rope_scaling={"window": 4})):
+    fresh = typed_overrides(ModelConfig, {"rope.scaling.kind": "rerope", "rope.scaling.window": "8"})
+    assert build_preset("hwfa2", **fresh).rope.scaling == RopeScaling("rerope", window=8)  # no inference_only
+    config = ModelConfig(rope={"scaling": rerope})
+    assert config.replace(rope={"scaling": {"window": 4}}).rope.scaling == RopeScaling("rerope", window=4,
+                                                                                      inference_only=True)
+    assert config.replace(rope={"scaling": None}).rope.scaling is None
+    for nothing_below in (lambda: ModelConfig(rope={"scaling": {"window": 4}}),
+                          lambda: build_preset("llama", rope={"scaling": {"window": 4}})):
         with pytest.raises(ValueError, match=r"^RopeScaling.window=4 is not allowed: only with kind in .*'none'"):
             nothing_below()
 
@@ -123,8 +145,8 @@ ERRORS = [  # (class, prefix, key, raw, the whole message)
     (ModelConfig, "", "n_layers", None, "n_layers=None is not allowed: expected int"),
     (ModelConfig, M, "tie_embeddings", "maybe",
      "model.tie_embeddings='maybe' is not allowed: expected bool (true/false, yes/no, on/off, 1/0)"),
-    (ModelConfig, M, "rope_theta", "none", "model.rope_theta='none' is not allowed: expected float"),
-    (ModelConfig, M, "rope_theta", False, "model.rope_theta=False is not allowed: expected float"),
+    (ModelConfig, M, "rope.theta", "none", "model.rope.theta='none' is not allowed: expected float"),
+    (ModelConfig, M, "rope_theta", False, "model.rope.theta=False is not allowed: expected float"),  # old spelling
     (ModelConfig, M, "head_dim", "x", "model.head_dim='x' is not allowed: expected int or None"),
     (ModelConfig, M, "qk_norm", False,
      "model.qk_norm=False is not allowed: expected str (YAML reads yes/no/on/off as booleans: quote the word)"),
@@ -132,15 +154,19 @@ ERRORS = [  # (class, prefix, key, raw, the whole message)
      "unknown config key 'layers': did you mean n_layers? ModelConfig has the fields vocab_size, d_model, "),
     (ModelConfig, "", "colour", "3", "unknown config key 'colour': ModelConfig has the fields vocab_size, d_model, "),
     (ModelConfig, M, "n_layers.x", "1", "unknown config key 'model.n_layers.x': model.n_layers has no sub-fields"),
-    (ModelConfig, M, "rope_scaling", '{"kind": "linear", "bogus": 1}',
-     "unknown config key 'model.rope_scaling.bogus': RopeScaling has the fields kind, factor, "),
+    (ModelConfig, M, "rope.scaling", '{"kind": "linear", "bogus": 1}',
+     "unknown config key 'model.rope.scaling.bogus': RopeScaling has the fields kind, factor, "),
+    (ModelConfig, M, "rope.scaling.bogus", "1",
+     "unknown config key 'model.rope.scaling.bogus': RopeScaling has the fields kind, factor, "),
     (ModelConfig, M, "rope_scaling.bogus", "1",
-     "unknown config key 'model.rope_scaling.bogus': RopeScaling has the fields kind, factor, "),
-    (ModelConfig, M, "rope_scaling", '{"kind": linear}', "model.rope_scaling='{\"kind\": linear}' is not allowed: "
+     "unknown config key 'model.rope.scaling.bogus': RopeScaling has the fields kind, factor, "),
+    (ModelConfig, M, "rope.scaling", '{"kind": linear}', "model.rope.scaling='{\"kind\": linear}' is not allowed: "
      "expected None, a JSON object of RopeScaling fields or a kind name (JSON error: Expecting value"),
-    (ModelConfig, M, "rope_scaling", 3, "model.rope_scaling=3 is not allowed: expected None, a JSON object of "
+    (ModelConfig, M, "rope.scaling", 3, "model.rope.scaling=3 is not allowed: expected None, a JSON object of "
      "RopeScaling fields or a kind name"),
-    (ModelConfig, M, "rope_scaling.factor", "big", "model.rope_scaling.factor='big' is not allowed: expected float"),
+    (ModelConfig, M, "rope.scaling.factor", "big", "model.rope.scaling.factor='big' is not allowed: expected float"),
+    (ModelConfig, M, "rope.thetta", "1", "unknown config key 'model.rope.thetta': did you mean model.rope.theta? "
+     "Rope has the fields theta, layout, fraction, scaling, pattern, local_theta, local_scaling"),
     (TrainConfig, "", "optimizer", "1", "config key 'optimizer' is a section; set its fields, e.g. optimizer.name"),
     (TrainConfig, "", "optimizer.lrr", "1",
      "unknown config key 'optimizer.lrr': did you mean optimizer.lr? OptimizerConfig has the fields name, "),
@@ -161,17 +187,21 @@ def test_each_error_is_one_line_naming_the_key_and_what_is_allowed(cls: type, pr
 # ------------------------------------------------------------------------------------------ YAML
 def test_yaml_flattens_to_the_same_keys_as_flags(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text("preset: llama\nmodel:\n  n_layers: 3.0\n  tie_embeddings: on\n  rope_scaling:\n"
-                    "    kind: yarn\n    factor: 4\n    original_max_seq_len: 64\noptimizer:\n  betas: [0.8, 0.9]\n")
+    path.write_text("preset: llama\nmodel:\n  n_layers: 3.0\n  tie_embeddings: on\n  rope:\n    scaling:\n"
+                    "      kind: yarn\n      factor: 4\n      original_max_seq_len: 64\n"
+                    "optimizer:\n  betas: [0.8, 0.9]\n")
     flat = load_yaml(path)
     assert flat == flatten({"preset": "llama", "model.n_layers": 3.0, "model.tie_embeddings": True,
-                            "model.rope_scaling.kind": "yarn", "model.rope_scaling.factor": 4,
-                            "model.rope_scaling.original_max_seq_len": 64, "optimizer.betas": [0.8, 0.9]})
+                            "model.rope.scaling.kind": "yarn", "model.rope.scaling.factor": 4,
+                            "model.rope.scaling.original_max_seq_len": 64, "optimizer.betas": [0.8, 0.9]})
     from_flags = parse_flags(["--preset", "llama", "--model.n_layers", "3", "--model.tie_embeddings", "on",
-                              "--model.rope_scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}',
+                              "--model.rope.scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}',
                               "--optimizer.betas", "0.8,0.9"])
-    assert resolve_config([flat]) == resolve_config([from_flags])
-    assert resolve_config([flat])[1].rope_scaling == YARN
+    old_flags = parse_flags(["--preset", "llama", "--model.n_layers", "3", "--model.tie_embeddings", "on",
+                             "--model.rope_scaling", '{"kind": "yarn", "factor": 4, "original_max_seq_len": 64}',
+                             "--optimizer.betas", "0.8,0.9"])
+    assert resolve_config([flat]) == resolve_config([from_flags]) == resolve_config([old_flags])
+    assert resolve_config([flat])[1].rope.scaling == YARN
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -212,9 +242,9 @@ def test_a_folder_given_for_a_config_file_is_named_a_folder(tmp_path: Path) -> N
 # ------------------------------------------------------------------------------------------ inspect == train
 FLAGS = [
     ["--model.n_kv_heads", "1", "--model.qk_norm=rmsnorm", "--model.activation", "gelu", "--model.ffn", "mlp"],
-    ["--model.rope_scaling", '{"kind": "linear", "factor": 2}', "--model.tie-embeddings", "yes",
+    ["--model.rope.scaling", '{"kind": "linear", "factor": 2}', "--model.tie-embeddings", "yes",
      "--model.attn_softcap=none", "--model.n_layers", "3.0"],
-    ["--model.ffn", "reglu", "--model.rope_scaling", "yarn", "--model.rope_scaling.factor", "4",
+    ["--model.ffn", "reglu", "--model.rope_scaling", "yarn", "--model.rope.scaling.factor", "4",
      "--model.rope_scaling.original_max_seq_len", "64", "--model.norm", "layernorm"],
 ]
 
@@ -239,11 +269,11 @@ def test_inspect_and_train_resolve_the_same_flags_to_the_same_model(preset: str,
 
 @pytest.mark.parametrize("command", ["inspect", "train"])
 def test_an_unknown_rope_scaling_key_is_one_line_in_both_commands(command: str, capsys: pytest.CaptureFixture) -> None:
-    assert main([command, "--model.rope_scaling", '{"kind": "linear", "factor": 2, "fctor": 3}']) == 2
+    assert main([command, "--model.rope.scaling", '{"kind": "linear", "factor": 2, "fctor": 3}']) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"archlab {command}: error: unknown config key "), err
-    assert "rope_scaling.fctor': did you mean " in err
-    assert "rope_scaling.factor? RopeScaling has the fields kind, factor" in err
+    assert "rope.scaling.fctor': did you mean " in err
+    assert "rope.scaling.factor? RopeScaling has the fields kind, factor" in err
 
 
 def test_an_unknown_key_suggests_the_section_that_has_it_or_a_close_name() -> None:

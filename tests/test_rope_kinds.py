@@ -45,7 +45,8 @@ def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 def test_the_toy_kind_is_a_config_value_and_builds_its_own_frequencies(toy: str) -> None:
-    config = ModelConfig(d_model=32, n_heads=4, n_layers=1, max_seq_len=16, rope_scaling={"kind": toy, "factor": 4})
+    config = ModelConfig(d_model=32, n_heads=4, n_layers=1, max_seq_len=16,
+                         rope=dict(scaling={"kind": toy, "factor": 4}))
     rotary = TransformerLM(config).rotary
     assert CALLS[-1] == RopeScaling(toy, 4.0)
     torch.testing.assert_close(rotary.inv_freq.double(), base_inv_freq(8, 10000.0) / 2.0)
@@ -77,7 +78,7 @@ def test_every_kind_reaches_the_lab_long_context_measures(kind: str) -> None:
     assert names[f"acc_8x_plain_{suffix}"] == (8, "plain", kind)
     run = Run(tiny(), np.random.default_rng(1).integers(0, 64, 600))
     config = long_context.inference_config(run.model.config, kind, 128)
-    assert config.rope_scaling == ROPE_KINDS[kind].at(128, 16)
+    assert config.rope.scaling == ROPE_KINDS[kind].at(128, 16)
     hits = long_context.window_accuracies(run, 8, "plain", kind)
     assert len(hits) == run.windows and all(0 <= h <= 1 for h in hits)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from archlab.interop import InteropError, from_hf, save_hf
-    from archlab.nn.config import ConfigError, ModelConfig
+    from archlab.nn.config import ConfigError, ModelConfig, Rope
     from archlab.nn.kv_cache import KVCache
     from archlab.nn.model import TransformerLM
     from archlab.nn.positions.scaling import RopeScaling
@@ -23,6 +23,7 @@ _EXPORTS = {
     "save_hf": "archlab.interop",
     "ConfigError": "archlab.nn.config",
     "ModelConfig": "archlab.nn.config",
+    "Rope": "archlab.nn.config",
     "KVCache": "archlab.nn.kv_cache",
     "TransformerLM": "archlab.nn.model",
     "PRESETS": "archlab.nn.presets",
@@ -36,6 +37,7 @@ __all__ = [
     "KVCache",
     "ModelConfig",
     "PRESETS",
+    "Rope",
     "RopeScaling",
     "SIZES",
     "TransformerLM",

@@ -43,7 +43,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from archlab.nn.config import ModelConfig
-from archlab.nn.variants import placement_norms
+from archlab.nn.config.choices import placement_norms
 
 DTYPE_BYTES = {
     "float64": 8,
@@ -124,7 +124,7 @@ def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int
     attention = 4 * c.n_heads * c.head_dim * keys
     if c.block == "gau":  # Q K^T over s dims, A V over e dims
         attention = 2 * (c.head_dim + c.d_ff) * keys
-    if c.linear_kernel is not None:  # the kernel's own formula (nn/attention/options.py)
+    if c.linear_kernel is not None:  # the kernel's own formula (nn/config/kernels.py)
         attention = c.n_layers * c.linear_kernel.attention_flops(
             c.n_heads, c.n_kv_heads, c.head_dim, t
         )

@@ -6,23 +6,26 @@ a base). One set of rules for all of them:
 
 - flags: `--a.b value` or `--a.b=value` -> key `a.b`; dashes in a key become underscores; a value
   never starts with `--`; the last of repeated keys wins.
-- YAML files: mappings flattened to dotted keys (`model: {rope_scaling: {kind: yarn}}` ->
-  `model.rope_scaling.kind`).
+- YAML files: mappings flattened to dotted keys (`model: {rope: {scaling: {kind: yarn}}}` ->
+  `model.rope.scaling.kind`).
 - bool: true/false, yes/no, on/off, 1/0 (any case), or a YAML bool.
 - int: an integer, or an integral number (`3.0`, `1e4`); `3.5` is an error.
 - float: any number (`5e5`, `3`), never a bool.
 - str: the text as given; `none` stays the string "none" unless the field may be None.
 - `X | None`: `none` / `null` (any case) or a YAML null -> None.
 - tuple: `0.9,0.99`, `[0.9, 0.99]`, `(0.9, 0.99)` or a YAML list, each item typed.
-- `D | None` with D a dataclass is a value object (`model.rope_scaling`: a `RopeScaling`;
-  `model.favor`: a `Favor`): a JSON object or YAML mapping of D's fields, a bare string for D's
-  first field (`yarn` = kind=yarn), an instance of D, or one sub-key at a time
-  (`model.rope_scaling.factor 4`), each starting from D's defaults. Given without a `kind`, the
+- `D | None` with D a dataclass is a value object (`model.rope`: a `Rope`, `model.rope.scaling`: a
+  `RopeScaling`; `model.favor`: a `Favor`): a JSON object or YAML mapping of D's fields, a bare
+  string for D's first field (`yarn` = kind=yarn), an instance of D, or one sub-key at a time
+  (`model.rope.scaling.factor 4`), each starting from D's defaults. Given without a `kind`, the
   fields stay a dict (`typed_overrides`) that edits the value of the layer below (a preset's, a
-  resumed run's: `layer_over` in nn/config.py), so `--preset hwfa2 --model.rope_scaling.window 64`
-  keeps hwfa2's ReRoPE and changes its window.
-- renamed keys (`RENAMED`): ModelConfig's flat kernel fields of older configs are aliases of their
-  option group's keys (`model.favor_features` = `model.favor.features`; docs/configuration.md).
+  resumed run's: `layer_over` in nn/config/layers.py), so `--preset hwfa2
+  --model.rope.scaling.window 64` keeps hwfa2's ReRoPE and changes its window.
+- old spellings (nn/config/legacy.py): ModelConfig's flat fields of older configs are aliases of
+  their option group's keys (`RENAMED`: `model.rope_theta` = `model.rope.theta`,
+  `model.favor_features` = `model.favor.features`), and an old bool switch of a group that is now
+  its own switch turns it on or off (`SWITCHES`: `model.cosine_attention true` = `model.cosine` with
+  its defaults; docs/configuration.md).
 - `D` alone is a section (`optimizer`): it takes no value itself, only its fields (`optimizer.lr`).
 
 An unknown key or a value of the wrong type raises `ConfigError` with one line naming the dotted
@@ -43,7 +46,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from archlab.nn.config import LEGACY_KEYS, ConfigError, ModelConfig
+from archlab.nn.config import LEGACY_KEYS, LEGACY_SWITCHES, ConfigError, ModelConfig
+from archlab.nn.config.layers import REPLACING_FIELD
 from archlab.yaml_file import read_yaml
 
 # what a flag, a YAML file or a saved config holds
@@ -61,12 +65,12 @@ BOOL_WORDS = {
 }
 NONE_WORDS = ("none", "null")
 # a dataclass -> {old key: its new dotted key}: old spellings accepted as aliases (ModelConfig's
-# flat kernel fields)
+# flat group fields)
 RENAMED: dict[type, dict[str, str]] = {
     ModelConfig: {old: f"{g}.{f}" for old, (g, f) in LEGACY_KEYS.items()}
 }
-# a value object given with this field starts from its defaults; without, it edits
-REPLACING_FIELD = "kind"
+# a dataclass -> {old bool key: the group field it turns on (true) or off (false)}
+SWITCHES: dict[type, dict[str, str]] = {ModelConfig: dict(LEGACY_SWITCHES)}
 
 
 class _NoMatch(Exception):
@@ -237,6 +241,8 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
         return set_dotted(
             cls, tree, RENAMED[cls][head] + (f".{rest}" if rest else ""), value, prefix
         )
+    if head in SWITCHES.get(cls, {}) and head not in _hints(cls) and not rest:
+        return _set_switch(tree, SWITCHES[cls][head], coerce(bool, value, prefix + head))
     where = f"{prefix}{head}"
     if head not in _hints(cls):
         known = ", ".join(f.name for f in dataclasses.fields(cls))
@@ -279,6 +285,15 @@ def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix
             set_dotted(sub, tree[head], name, item, f"{where}.")
 
 
+def _set_switch(tree: dict[str, Value], group: str, on: bool) -> None:
+    """An old bool switch (`cosine_attention`): on = the group's sub-keys given so far, or its
+    defaults (an empty edit); off = None."""
+    if not on:
+        tree[group] = None
+    elif not isinstance(tree.get(group), dict):
+        tree[group] = {}
+
+
 def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Value]:
     """A value object given as a mapping, a JSON object, an instance, or a string for its first
     field."""
@@ -306,15 +321,15 @@ def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Valu
 def build_fields(cls: type, tree: Mapping[str, Value], edits: bool = False) -> dict[str, object]:
     """The keyword arguments of `cls` from a (possibly sparse) tree: nested dicts built into their
     dataclasses, inner ones first so each __post_init__ checks once. With `edits`, a value object
-    given without its `kind` (REPLACING_FIELD) stays a dict of the (typed) fields given: an edit of
-    the value below (module doc)."""
+    given without its `kind` (REPLACING_FIELD) stays a dict of the (typed) fields given, its own
+    value objects built the same way: an edit of the value below (module doc)."""
     kwargs: dict[str, object] = {}
     for name, value in tree.items():
         sub = _dataclass_in(_hints(cls)[name])
         if sub is None or not isinstance(value, dict):
             kwargs[name] = value
         elif edits and type(None) in _options(_hints(cls)[name]) and REPLACING_FIELD not in value:
-            kwargs[name] = dict(value)
+            kwargs[name] = build_fields(sub, value, edits=True)  # an edit; its value objects built
         else:
             kwargs[name] = sub(**build_fields(sub, value))
     return kwargs

@@ -12,12 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from archlab.nn.positions.rerope import relative_positions
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds
 from archlab.train.metrics import read_metrics
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def _pyplot():  # noqa: ANN202 - the matplotlib.pyplot module
@@ -110,44 +114,54 @@ def plot_rope(
     }
     plt = _pyplot()
     fig, (ax_w, ax_p) = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
+    _wavelengths(ax_w, head_dim, theta, at, train_len)
+    ax_w.set_title(f"head_dim {head_dim}, theta {theta:g}, factor {factor:g}")
+    _positions_fed(ax_p, at, factor, length, train_len)
+    path = Path(out)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _wavelengths(
+    ax: Axes, head_dim: int, theta: float, at: dict[str, RopeScaling], train_len: int
+) -> None:
+    """Each static scaling's wavelength per rotation pair, against the training length."""
     pairs = torch.arange(head_dim // 2)
-    for kind in scalings:
+    for kind, scaling in at.items():
         if not (ROPE_KINDS[kind].remaps_positions or ROPE_KINDS[kind].length_dependent):
-            inv_freq, _ = ROPE_KINDS[kind].frequency_function()(head_dim, theta, at[kind])
-            ax_w.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
-    ax_w.axhline(train_len, color="gray", linestyle="--", label=f"training length {train_len}")
-    ax_w.set(
-        yscale="log",
-        xlabel="rotation pair i",
-        ylabel="wavelength 2 pi / w_i (tokens)",
-        title=f"head_dim {head_dim}, theta {theta:g}, factor {factor:g}",
-    )
-    ax_w.legend(fontsize=8)
+            inv_freq, _ = ROPE_KINDS[kind].frequency_function()(head_dim, theta, scaling)
+            ax.plot(pairs, (2 * math.pi / inv_freq).numpy(), label=kind)
+    ax.axhline(train_len, color="gray", linestyle="--", label=f"training length {train_len}")
+    ax.set(yscale="log", xlabel="rotation pair i", ylabel="wavelength 2 pi / w_i (tokens)")
+    ax.legend(fontsize=8)
+
+
+def _positions_fed(
+    ax: Axes, at: dict[str, RopeScaling], factor: float, length: float, train_len: int
+) -> None:
+    """The relative position RoPE, PI and each position-remapping kind feed attention, against the
+    true distance."""
     distance = torch.arange(int(length))[None]
     zero = torch.zeros(1, 1, dtype=torch.long)
     lines = {"RoPE": distance[0].double(), f"PI (/ {factor:g})": distance[0].double() / factor}
-    for kind in scalings:
+    for kind, s in at.items():
         # beyond W: slope 1/k (k = factor; ReRoPE, which has none: k = inf)
         if ROPE_KINDS[kind].remaps_positions:
-            s = at[kind]
             k = math.inf if ROPE_KINDS[kind].no_factor is not None else s.factor
             label = (
                 f"{kind} (W={s.window})" if k == math.inf else f"{kind} (W={s.window}, k={k:.2g})"
             )
             lines[label] = relative_positions(distance, zero, s.window, k)[0, :, 0]
     for label, fed in lines.items():
-        ax_p.plot(distance[0].numpy(), fed.numpy(), label=label)
-    ax_p.axhline(train_len, color="gray", linestyle="--", label="training length")
-    ax_p.set(
+        ax.plot(distance[0].numpy(), fed.numpy(), label=label)
+    ax.axhline(train_len, color="gray", linestyle="--", label="training length")
+    ax.set(
         xlabel="true distance m - n",
         ylabel="relative position fed to RoPE",
         title="positions attention sees",
     )
-    ax_p.legend(fontsize=8)
-    path = Path(out)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    ax.legend(fontsize=8)
 
 
 def plot_passkey(

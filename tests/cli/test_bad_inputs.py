@@ -296,10 +296,10 @@ def test_init_from_refuses_what_the_settings_decide_before_loading_its_source(
 ) -> None:
     """--init-from and a resumed LoRA run load a model before `train()`: the memory estimate is checked on the
     source's config.json first, so the refusal is the only line and the source's weights are never read."""
-    from archlab.interop import surgery
+    from archlab.interop.model_folder import ModelFolder
 
     loaded = []
-    monkeypatch.setattr(surgery, "load_source", lambda path: loaded.append(path) or pytest.fail("source loaded"))
+    monkeypatch.setattr(ModelFolder, "load", lambda self, *a: loaded.append(self.path) or pytest.fail("source loaded"))
     argv = ["train", "--init-from", str(world / "run"), "--out", str(world / "new"), "--data", str(world / "other.txt"),
             "--data.block_size", "32", "--data.batch_size", "4000000", "--steps", "2"]
     assert main(argv) == 2

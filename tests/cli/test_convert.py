@@ -56,7 +56,7 @@ def test_convert_round_trips_gemma3_per_layer_rope(tmp_path: Path) -> None:
     build_tokenizer("byte", 256, None).save(tmp_path / "hf")
     assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
     model, _ = load_model(tmp_path / "run")
-    assert (model.config.rope_theta_local, model.config.rope_scaling_local) == (50.0, False)
+    assert (model.config.rope.local_theta, model.config.rope.local_scaling) == (50.0, False)
     assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 0
     ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

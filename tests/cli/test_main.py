@@ -68,7 +68,7 @@ def test_a_second_ctrl_c_exits_130_in_one_line(prepared: Path, tmp_path: Path, c
 
     def step_then_two_ctrl_c(self: Trainer) -> dict:
         row = original(self)
-        if self.step == 2:
+        if self.state.step == 2:
             os.kill(os.getpid(), signal.SIGINT)  # the first: finish this step, checkpoint, stop
             time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGINT)  # the second, before the checkpoint: stop now

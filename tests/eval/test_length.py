@@ -53,7 +53,7 @@ def test_evaluate_lengths_loads_the_same_weights_under_each_method() -> None:
     assert [(r.method, r.length) for r in results] == [(m, n) for m in ("none", "linear", "rerope") for n in (16, 32)]
     by = {(r.method, r.length): r.loss for r in results}
     assert by["none", 16] == by["linear", 16]  # factor 1 at the training length
-    scaled = TransformerLM(ModelConfig(**SMALL, rope_scaling=RopeScaling("linear", 2.0))).eval()
+    scaled = TransformerLM(ModelConfig(**SMALL, rope=dict(scaling=RopeScaling("linear", 2.0)))).eval()
     scaled.load_state_dict(model.state_dict())
     assert by["linear", 32] == pytest.approx(window_loss(scaled, windows(tokens, 32, 2), 8), rel=1e-6)
     assert by["none", 32] != by["linear", 32]
@@ -243,7 +243,7 @@ def test_a_linear_kernel_checkpoint_evaluates_under_the_scalings_it_takes(kernel
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("scaling 'dynamic' is not allowed for this model: one of none, linear, ntk, "
                               "ntk_by_parts, yarn, llama3, ntk_mixed "
-                              f"(rope_scaling.kind='dynamic' is not allowed: a static schedule "
+                              f"(rope.scaling.kind='dynamic' is not allowed: a static schedule "
                               f"with attn_kernel={kernel['attn_kernel']!r}") in err[0]
 
 
@@ -305,7 +305,7 @@ def test_cli_logn_and_leaky_k(checkpoint: Path, tmp_path: Path, capsys) -> None:
 def test_an_inverse_leaky_checkpoint_evaluates_as_plain_rope_to_its_trained_distances() -> None:
     """`none` on an inv_leaky_rerope model keeps its scaling: eval mode is plain RoPE (the same loss as the weights
     with rope_scaling=None) and lengths up to W + (N - 1 - W) s + 1 need no --allow-extrapolation."""
-    model = tiny(rope_scaling={"kind": "inv_leaky_rerope", "window": 4, "factor": 4.0})  # limit 4 + 1 + 44 = 49
+    model = tiny(rope=dict(scaling={"kind": "inv_leaky_rerope", "window": 4, "factor": 4.0}))  # limit 4 + 1 + 44 = 49
     tokens = np.random.default_rng(0).integers(0, 256, 400)
     got = evaluate_lengths(model, tokens, [16, 48], ["none"], 8, n_windows=2, progress=False)
     plain = tiny()
@@ -376,12 +376,12 @@ def test_on_the_same_targets_a_model_trained_at_256_is_not_worse_at_256_than_at_
 def test_a_models_own_rerope_window_is_the_default_window() -> None:
     """hwfa2 trained with rope_scaling.window = N decodes with W = N; eval length's rerope uses it (not N / 2), so
     at the training length rerope equals none (every distance exact) and equals the model's own forward."""
-    config = build_preset("hwfa2", "tiny", max_seq_len=32, vocab_size=256, rope_scaling={"window": 32})
-    assert (config.rope_scaling.kind, config.rope_scaling.window) == ("rerope", 32)
+    config = build_preset("hwfa2", "tiny", max_seq_len=32, vocab_size=256, rope=dict(scaling={"window": 32}))
+    assert (config.rope.scaling.kind, config.rope.scaling.window) == ("rerope", 32)
     configs = method_configs(config, ["rerope", "leaky_rerope"], [32, 128], None, True)
-    assert configs["rerope", 128].rope_scaling.window == 32  # the model's own
-    assert configs["leaky_rerope", 128].rope_scaling.window == 8  # another kind: its own default, N / 4
-    assert method_configs(config, ["rerope"], [128], 12, True)["rerope", 128].rope_scaling.window == 12  # given
+    assert configs["rerope", 128].rope.scaling.window == 32  # the model's own
+    assert configs["leaky_rerope", 128].rope.scaling.window == 8  # another kind: its own default, N / 4
+    assert method_configs(config, ["rerope"], [128], 12, True)["rerope", 128].rope.scaling.window == 12  # given
     model = randomize_(TransformerLM(config)).eval()
     tokens = np.random.default_rng(0).integers(0, 256, 400)
     by = {r.method: r.loss for r in evaluate_lengths(model, tokens, [32], ["none", "rerope"], 16, n_windows=3,
@@ -389,7 +389,7 @@ def test_a_models_own_rerope_window_is_the_default_window() -> None:
     assert by["rerope"] == pytest.approx(by["none"], rel=1e-6)  # eager ReRoPE scores vs SDPA: float32 rounding
     own = window_scores(model, paired_windows(tokens, [32], 3)[32], 16)[0]  # the model as built, eval mode
     assert by["rerope"] == pytest.approx(own, rel=1e-6)
-    half = build_model(config.replace(rope_scaling=RopeScaling("rerope", window=16)), model.state_dict()).eval()
+    half = build_model(config.replace(rope=dict(scaling=RopeScaling("rerope", window=16))), model.state_dict()).eval()
     assert window_scores(half, paired_windows(tokens, [32], 3)[32], 16)[0] != pytest.approx(own, rel=1e-6)
 
 

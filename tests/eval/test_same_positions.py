@@ -74,7 +74,7 @@ def test_duplicates_give_the_same_logits_and_kept_methods_different_ones(
 def test_a_model_with_its_own_rerope_window_and_window_layers() -> None:
     """hwfa2: window layers with RoPE, full layers decoding with ReRoPE at the model's own window (32 = the training
     length, so every distance is exact); the probe reads every kind of layer with its masks."""
-    config = build_preset("hwfa2", "tiny", max_seq_len=32, vocab_size=256, rope_scaling={"window": 32})
+    config = build_preset("hwfa2", "tiny", max_seq_len=32, vocab_size=256, rope=dict(scaling={"window": 32}))
     methods = applicable_methods(config)
     twins = check_against_logits(config, methods, [16, 32], False)
     assert "rerope" in twins and "leaky_rerope" not in twins

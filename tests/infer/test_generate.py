@@ -15,9 +15,8 @@ import torch
 
 from archlab import KVCache, RopeScaling, TransformerLM
 from archlab.cli import main
-from archlab.commands import generate as command
 from archlab.data.tokenizer import build_tokenizer
-from archlab.infer.generate import check_context, context_limit, generate, generate_text
+from archlab.infer.generate import check_context, generate, generate_text
 from archlab.infer.memory import kv_bytes_table
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.positions.rerope import relative_positions
@@ -53,7 +52,7 @@ def test_same_seed_same_text(tokenizer) -> None:
 
 # ----- batching -----
 @pytest.mark.parametrize("fields", [dict(), dict(position="learned"), dict(position="alibi", sliding_window=5),
-                                    dict(rope_scaling=RopeScaling("dynamic", 2.0, 10))],
+                                    dict(rope=dict(scaling=RopeScaling("dynamic", 2.0, 10)))],
                          ids=["rope", "learned", "alibi-window", "dynamic"])
 def test_left_padded_batch_generates_what_each_prompt_generates_alone(fields: dict) -> None:
     model = tiny(**fields)
@@ -114,18 +113,18 @@ def test_context_limit_fails_up_front() -> None:
     learned = tiny(position="learned", max_seq_len=16)
     with pytest.raises(ValueError, match="learned positions cannot extrapolate"):
         check_context(learned.config, 10, 7, past_context="extrapolate")
-    stretched = tiny(max_seq_len=16, rope_scaling=RopeScaling("yarn", 4.0, 16))
+    stretched = tiny(max_seq_len=16, rope=dict(scaling=RopeScaling("yarn", 4.0, 16)))
     check_context(stretched.config, 10, 54, past_context="stop")  # 4 x 16 tokens
     with pytest.raises(ValueError, match="context of 64 tokens"):
         check_context(stretched.config, 10, 55, past_context="stop")
 
 
 def test_rerope_has_no_context_limit_and_leaky_rerope_the_length_its_slope_maps_into_training() -> None:
-    rerope = tiny(max_seq_len=16, rope_scaling=RopeScaling("rerope", window=4)).config
-    assert context_limit(rerope) is None
+    rerope = tiny(max_seq_len=16, rope=dict(scaling=RopeScaling("rerope", window=4))).config
+    assert rerope.context_limit is None
     check_context(rerope, 1000, 1000, past_context="stop")
-    leaky = tiny(max_seq_len=16, rope_scaling=RopeScaling("leaky_rerope", 2.0, window=4)).config
-    limit = context_limit(leaky)  # largest relative position 4 + (L - 1 - 4) / 2 <= 15: L <= 27
+    leaky = tiny(max_seq_len=16, rope=dict(scaling=RopeScaling("leaky_rerope", 2.0, window=4))).config
+    limit = leaky.context_limit  # largest relative position 4 + (L - 1 - 4) / 2 <= 15: L <= 27
     assert limit == 27 and relative_positions(torch.tensor([[limit - 1]]), torch.tensor([[0]]), 4, 2.0) == 15
     with pytest.raises(ValueError, match="context of 27 tokens"):
         check_context(leaky, 20, 8, past_context="stop")
@@ -199,7 +198,7 @@ def python_calls(fn) -> int:
     return calls
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(rope_scaling=RopeScaling("dynamic", 2.0, 8), sliding_window=4)])
+@pytest.mark.parametrize("fields", [dict(), dict(rope=dict(scaling=RopeScaling("dynamic", 2.0, 8)), sliding_window=4)])
 def test_decode_step_python_work_does_not_grow_with_length(fields: dict) -> None:
     model = tiny(max_seq_len=128, **fields)
     cache = KVCache.for_model(model, 2, 128)
@@ -226,7 +225,7 @@ def test_cli_compile_without_a_cpp_compiler_prints_nothing_but_the_error(fake_ch
 # ----- the CLI -----
 @pytest.fixture
 def fake_checkpoint(monkeypatch, tokenizer) -> None:
-    monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(max_seq_len=64), tokenizer))
+    monkeypatch.setattr("archlab.interop.model_folder.open_model", lambda path: (tiny(max_seq_len=64), tokenizer))
 
 
 def test_cli_streams_a_prompt_and_is_reproducible(fake_checkpoint, capsys) -> None:

@@ -11,7 +11,6 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
 from archlab.cli import main
-from archlab.commands import generate as command
 from archlab.data.tokenizer import Tokenizer, bytes_to_unicode, train_bpe
 from archlab.infer.generate import generate, generate_text, text_generation
 from archlab.infer.healing import ByteTrie, back_off
@@ -179,7 +178,7 @@ def test_bad_healing_arguments_are_one_line_errors(tok: Tokenizer) -> None:
 
 def test_cli_token_healing_defaults_to_one_token(monkeypatch, capsys, tok: Tokenizer) -> None:
     model = tiny(vocab_size=tok.vocab_size, max_seq_len=64)
-    monkeypatch.setattr(command, "load_checkpoint", lambda path: (model, tok))
+    monkeypatch.setattr("archlab.interop.model_folder.open_model", lambda path: (model, tok))
     seen = []
     real = text_generation  # the command imports it from archlab.infer.generate when it runs
     monkeypatch.setattr("archlab.infer.generate.text_generation",

@@ -12,7 +12,7 @@ from archlab import RopeScaling, TransformerLM
 from archlab.cli import main
 from archlab.commands import generate as command
 from archlab.infer import engine
-from archlab.infer.generate import context_limit, generate
+from archlab.infer.generate import generate
 from archlab.infer.sampling import PAST_CONTEXT, SamplingConfig
 from tests.infer.conftest import tiny
 
@@ -39,7 +39,7 @@ def fresh_forward(model: TransformerLM, tokens: list[int], window: int) -> torch
 MODELS = {
     "rope": dict(max_seq_len=16),
     "learned": dict(max_seq_len=16, position="learned"),  # nanoGPT's case: no table rows past 16
-    "yarn": dict(max_seq_len=8, rope_scaling=RopeScaling("yarn", 2.0, 8)),  # the limit is 16, not max_seq_len 8
+    "yarn": dict(max_seq_len=8, rope=dict(scaling=RopeScaling("yarn", 2.0, 8))),  # the limit is 16, not max_seq_len 8
 }
 
 
@@ -49,7 +49,7 @@ def test_each_token_past_the_context_is_predicted_from_the_last_window(
     fields: dict, prompt_len: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = tiny(**fields)
-    window = context_limit(model.config)
+    window = model.config.context_limit
     assert window == 16
     prompt = torch.randint(0, 256, (prompt_len,), generator=torch.Generator().manual_seed(prompt_len)).tolist()
     seen = recorded_logits(monkeypatch)
@@ -94,8 +94,8 @@ def test_slide_changes_nothing_inside_the_context_or_without_a_limit() -> None:
     inside = [SamplingConfig(max_new_tokens=6, temperature=0, past_context=p) for p in ("stop", "slide")]
     runs = [generate(model, [[5, 6, 7, 8]], s) for s in inside]
     assert runs[0].tokens == runs[1].tokens and runs[1].slid == 0 and runs[1].context_len == 10
-    rerope = tiny(max_seq_len=16, rope_scaling=RopeScaling("rerope", window=4))
-    assert context_limit(rerope.config) is None
+    rerope = tiny(max_seq_len=16, rope=dict(scaling=RopeScaling("rerope", window=4)))
+    assert rerope.config.context_limit is None
     far = [SamplingConfig(max_new_tokens=20, temperature=0, past_context=p) for p in ("stop", "slide")]
     runs = [generate(rerope, [[5, 6, 7, 8]], s) for s in far]
     assert runs[0].tokens == runs[1].tokens and runs[1].slid == 0 and runs[1].context_len == 24
@@ -114,7 +114,7 @@ def test_past_context_is_checked_and_named_in_the_refusal() -> None:
 
 @pytest.fixture
 def short_checkpoint(monkeypatch: pytest.MonkeyPatch, tokenizer) -> None:
-    monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(max_seq_len=16), tokenizer))
+    monkeypatch.setattr("archlab.interop.model_folder.open_model", lambda path: (tiny(max_seq_len=16), tokenizer))
 
 
 def test_cli_slides_past_the_context_and_refuses_two_answers(short_checkpoint, tokenizer, capsys) -> None:

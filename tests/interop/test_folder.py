@@ -106,8 +106,8 @@ def test_legacy_config_dialect_reads_the_same(copy_dir: Path, tmp_path: Path) ->
     edit_config(copy_dir, lambda c: (c.pop("rope_parameters"), c.update(rope_theta=5e5, rope_scaling={
         "type": "linear", "factor": 2.0})))
     assert from_hf(copy_dir).config == from_hf(v5).config
-    assert from_hf(copy_dir).config.rope_scaling.factor == 2.0
-    assert from_hf(copy_dir).config.rope_theta == 5e5
+    assert from_hf(copy_dir).config.rope.scaling.factor == 2.0
+    assert from_hf(copy_dir).config.rope.theta == 5e5
 
 
 def test_bf16_folder_loads_as_stored_or_cast(llama_dir: Path, tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_load_on_meta_leaves_no_meta_tensor(llama_dir: Path) -> None:
     (dict(position="alibi"), "position='alibi'"),
     (dict(key_norm=True), "key_norm=True"),
     (dict(query_norm=True), "query_norm=True"),
-    (dict(cosine_attention=True), "cosine_attention=True"),
+    (dict(cosine={}), r"cosine=\{'scale': 'fixed'\}"),
     (dict(norm_position="deepnorm", norm="layernorm"), "norm_position='deepnorm'"),
     (dict(block="gau", n_heads=1), "block='gau'"),
 ])

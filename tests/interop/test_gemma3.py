@@ -71,8 +71,8 @@ def test_legacy_rope_keys_read_as_transformers_reads_them(text_dir: Path, tmp_pa
     (legacy / "config.json").write_text(json.dumps(config))
     ours = from_hf(legacy)
     assert ours.config == from_hf(text_dir).config
-    assert (ours.config.rope_theta, ours.config.rope_theta_local, ours.config.rope_scaling_local) == (1000.0, 50.0,
-                                                                                                       False)
+    rope = ours.config.rope
+    assert (rope.theta, rope.local_theta, rope.local_scaling) == (1000.0, 50.0, False)
     with torch.no_grad():
         want, got = fresh_hf(legacy)(ids()).logits, ours(ids())
     assert (got - want).abs().max().item() <= TOL

@@ -4,6 +4,7 @@ SmolLM3's NoPE layers) exports to the family that carries it with transformers' 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from archlab import InteropError, ModelConfig, RopeScaling, TransformerLM, save_
 from archlab.interop.families import FAMILIES
 from archlab.interop.family import SLIDING
 from archlab.interop.hf_config import config_diff, config_from_hf
+from archlab.nn.config import Rope
 from tests.conftest import randomize_
 from tests.interop.test_families import TOL, fresh_hf
 
@@ -44,7 +46,7 @@ def test_absent_keys_resolve_as_transformers_resolves_them(model_type: str, conf
         if getattr(hf, "no_rope_layers", None) is not None and not hf.no_rope_layers[i]:
             assert kind is None, i
             continue
-        theta = ours.rope_theta_local if kind == "local" else ours.rope_theta
+        theta = ours.rope.local_theta if kind == "local" else ours.rope.theta
         assert theta == thetas[hf.layer_types[i] if model_type == "gemma3_text" else "full_attention"]["rope_theta"]
 
 
@@ -54,20 +56,26 @@ def gemma3_native(**fields: object) -> ModelConfig:
                                  d_ff=96, max_seq_len=48, norm_eps=1e-6, norm_unit_offset=True, norm_position="double",
                                  ffn="glu", activation="gelu_tanh", qk_norm="rmsnorm", embed_scale="sqrt_d",
                                  tie_embeddings=True, attn_scale=24**-0.5, sliding_window=8, window_pattern="SSF",
-                                 rope_theta=1000.0, rope_theta_local=50.0, rope_scaling_local=False,
-                                 rope_scaling=RopeScaling("linear", 4.0)), **fields})
+                                 rope=Rope(theta=1000.0, local_theta=50.0, local_scaling=False,
+                                           scaling=RopeScaling("linear", 4.0))), **fields})
+
+
+def gemma3_rope(**fields: object) -> ModelConfig:
+    """gemma3_native with some of its RoPE settings changed."""
+    rope = gemma3_native().rope
+    return gemma3_native(rope=dataclasses.replace(rope, **fields))
 
 
 SMOLLM3_NATIVE = dict(vocab_size=96, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=48,
-                      norm_eps=1e-6, rope_theta=100.0, position_pattern="RRRN", tie_embeddings=True)
+                      norm_eps=1e-6, rope=Rope(theta=100.0, pattern="RRRN"), tie_embeddings=True)
 
 
 @pytest.mark.parametrize("config, model_type", [
     (gemma3_native(), "gemma3_text"),
-    (gemma3_native(rope_scaling=None, rope_theta_local=None), "gemma3_text"),  # one base: only qk-norm is new
+    (gemma3_rope(scaling=None, local_theta=None), "gemma3_text"),  # one base: only qk-norm is new
     (ModelConfig(**SMOLLM3_NATIVE), "smollm3"),
     (ModelConfig(**SMOLLM3_NATIVE, sliding_window=8, window_pattern="FS"), "smollm3"),
-    (ModelConfig(**{**SMOLLM3_NATIVE, "position_pattern": "R"}), "llama"),
+    (ModelConfig(**{**SMOLLM3_NATIVE, "rope": Rope(theta=100.0)}), "llama"),
 ], ids=["gemma3", "gemma3-uniform-rope", "smollm3", "smollm3-windows", "all-rope"])
 def test_per_layer_rope_exports_to_its_family_with_the_same_logits(config: ModelConfig, model_type: str,
                                                                    tmp_path: Path) -> None:
@@ -85,10 +93,11 @@ def test_per_layer_rope_exports_to_its_family_with_the_same_logits(config: Model
 
 @pytest.mark.parametrize("config, family, switch", [
     (gemma3_native(attn_softcap=50.0), "gemma3_text", "attn_softcap=50.0"),  # transformers' Gemma 3 ignores it
-    (gemma3_native(rope_scaling_local=True), "gemma2", "position_pattern="),
-    (gemma3_native(position_pattern="RN"), "gemma3_text", "position_pattern="),
-    (ModelConfig(**SMOLLM3_NATIVE), "llama", "position_pattern=('R(theta=100.0, unscaled)',"),
-    (ModelConfig(**SMOLLM3_NATIVE, rope_theta_local=50.0, sliding_window=8), "smollm3", "position_pattern="),
+    (gemma3_rope(local_scaling=True), "gemma2", "rope.pattern="),
+    (gemma3_rope(pattern="RN"), "gemma3_text", "rope.pattern="),
+    (ModelConfig(**SMOLLM3_NATIVE), "llama", "rope.pattern=('R(theta=100.0, unscaled)',"),
+    (ModelConfig(**{**SMOLLM3_NATIVE, "rope": Rope(theta=100.0, pattern="RRRN", local_theta=50.0)}, sliding_window=8),
+     "smollm3", "rope.pattern="),
 ])
 def test_per_layer_rope_a_family_cannot_carry_is_named(config: ModelConfig, family: str, switch: str) -> None:
     diff = config_diff(config, FAMILIES[family])
@@ -96,14 +105,14 @@ def test_per_layer_rope_a_family_cannot_carry_is_named(config: ModelConfig, fami
 
 
 def test_inert_local_rope_fields_do_not_block_export() -> None:
-    """rope_theta_local equal to the base, or rope_scaling_local without a scaling, change no layer; with a scaling
-    and every layer windowed, rope_scaling_local=False leaves every layer unscaled, which Mistral cannot say."""
+    """rope.local_theta equal to the base, or rope.local_scaling without a scaling, change no layer; with a scaling
+    and every layer windowed, rope.local_scaling=False leaves every layer unscaled, which Mistral cannot say."""
     plain = dict(d_model=64, n_heads=4, sliding_window=8)
-    assert config_diff(ModelConfig(**plain, rope_theta_local=10000.0), FAMILIES["mistral"]) == []
-    assert config_diff(ModelConfig(**plain, rope_scaling_local=False), FAMILIES["mistral"]) == []
-    with pytest.raises(InteropError, match=r"position_pattern=\('R\(theta=10000.0, unscaled\)'.*mistral gives "
+    assert config_diff(ModelConfig(**plain, rope=Rope(local_theta=10000.0)), FAMILIES["mistral"]) == []
+    assert config_diff(ModelConfig(**plain, rope=Rope(local_scaling=False)), FAMILIES["mistral"]) == []
+    with pytest.raises(InteropError, match=r"rope.pattern=\('R\(theta=10000.0, unscaled\)'.*mistral gives "
                                            r"\('R\(theta=10000.0, linear\)'"):
-        save_hf(TransformerLM(ModelConfig(**plain, rope_scaling_local=False, rope_scaling=RopeScaling("linear", 2.0))),
+        save_hf(TransformerLM(ModelConfig(**plain, rope=Rope(local_scaling=False, scaling=RopeScaling("linear", 2.0)))),
                 Path("unused"), family="mistral")
 
 
@@ -141,10 +150,10 @@ def test_each_rope_kind_exports_with_its_frequencies_or_is_refused_in_one_line(k
 
     scaling = _example(kind)
     config = ModelConfig(vocab_size=96, d_model=64, n_heads=4, max_seq_len=64,
-                         rope_scaling=None if kind == "none" else scaling)
+                         rope=Rope(scaling=None if kind == "none" else scaling))
     model = TransformerLM(config)
     if kind in HF_ROPE_REFUSED:
-        with pytest.raises(InteropError, match=f"rope_scaling.kind='{kind}'"):
+        with pytest.raises(InteropError, match=f"rope.scaling.kind='{kind}'"):
             save_hf(model, tmp_path / "out")
         assert not (tmp_path / "out").exists()
         # refused: position remaps, and NTK-RoPE-mixed's per-pair stretch (no HF rope_type has it)
@@ -154,8 +163,8 @@ def test_each_rope_kind_exports_with_its_frequencies_or_is_refused_in_one_line(k
     save_hf(model, tmp_path / "out", family="llama")
     hf = json.loads((tmp_path / "out" / "config.json").read_text())
     back = config_from_hf(hf, FAMILIES["llama"])
-    ours = RotaryEmbedding(config.rope_dim, config.rope_theta, "half", scaling, 0)
-    theirs = RotaryEmbedding(back.rope_dim, back.rope_theta, "half", back.rope_scaling, 0)
+    ours = RotaryEmbedding(config.rope_dim, config.rope.theta, "half", scaling, 0)
+    theirs = RotaryEmbedding(back.rope_dim, back.rope.theta, "half", back.rope.scaling, 0)
     positions = torch.arange(100)[None]
     for a, b in zip(ours(positions), theirs(positions)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

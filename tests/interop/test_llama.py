@@ -16,7 +16,7 @@ def test_exported_llama_matches_transformers_logits():
         vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
         num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
         max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, pad_token_id=0)).eval()
+        rope_parameters={"rope_type": "default", "rope_theta": c.rope.theta}, pad_token_id=0)).eval()
     hf.load_state_dict(hf_state_dict(ours, "llama"), strict=True)
     ids = torch.randint(0, 64, (2, 12))
     with torch.no_grad():

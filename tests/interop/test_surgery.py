@@ -52,8 +52,8 @@ def test_pooling_identical_heads_keeps_the_function(source: TransformerLM) -> No
 
 
 def test_longer_context_and_caps_keep_weights(source: TransformerLM) -> None:
-    config = dataclasses.replace(BASE, max_seq_len=128, rope_scaling=RopeScaling("linear", 4.0), attn_softcap=50.0,
-                                 dropout=0.1)
+    config = dataclasses.replace(BASE, max_seq_len=128, rope=dict(scaling=RopeScaling("linear", 4.0)),
+                                 attn_softcap=50.0, dropout=0.1)
     new = adapt(source, config)
     for (name, a), (_, b) in zip(source.state_dict().items(), new.state_dict().items()):
         if not name.startswith("rotary"):

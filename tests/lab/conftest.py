@@ -13,7 +13,7 @@ import torch
 from archlab.data.prepare import prepare_data
 from archlab.data.tokens import TokenData
 from archlab.train.config import resolve_config
-from archlab.train.trainer import train
+from archlab.train.launch import train
 
 BLOCK = 32
 SEEN: dict[str, np.ndarray] = {}  # what the fixture's run really drew: token counts of its training inputs

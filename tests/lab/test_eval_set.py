@@ -22,7 +22,7 @@ from archlab.lab.measures import eval_set
 from archlab.nn.attention import attention
 from archlab.nn.attention.gau import GatedAttentionUnit
 from archlab.nn.attention.kernels import KernelCall, repeat_kv
-from archlab.nn.variants import ATTENTION_KERNELS
+from archlab.nn.config.choices import ATTENTION_KERNELS
 
 BLOCK = 16
 FILES = ("json/decoder.py", "json/encoder.py", "json/scanner.py", "json/__init__.py", "textwrap.py", "string.py",

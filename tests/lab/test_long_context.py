@@ -52,14 +52,14 @@ def test_each_method_reaches_its_config_and_only_it() -> None:
     config = tiny().config
     assert long_context.inference_config(config, "none", 128) is config
     rerope = long_context.inference_config(config, "rerope", 128)
-    assert rerope.rope_scaling.kind == "rerope" and rerope.rope_scaling.window == 8 and not rerope.attn_logn
+    assert rerope.rope.scaling.kind == "rerope" and rerope.rope.scaling.window == 8 and not rerope.attn_logn
     mixed = long_context.inference_config(config, "ntk_mixed", 128)
-    assert mixed.rope_scaling.kind == "ntk_mixed" and mixed.rope_scaling.factor == 8.0
+    assert mixed.rope.scaling.kind == "ntk_mixed" and mixed.rope.scaling.factor == 8.0
     logn = long_context.inference_config(config, "logn", 128)
     assert logn.attn_logn and logn.attn_logn_clip and logn.replace(attn_logn=False, attn_logn_clip=False) == config
     trained = config.replace(attn_logn=True)
     assert long_context.inference_config(trained, "logn", 128) is trained
-    cosine = config.replace(cosine_attention=True, cosine={"scale": "dynamic"})
+    cosine = config.replace(cosine={"scale": "dynamic"})
     assert long_context.inference_config(cosine, "logn", 128) is None
     assert long_context.inference_config(config.replace(position="none"), "rerope", 128) is None
     run = Run(tiny(position="none"), np.random.default_rng(0).integers(0, 64, 600))

@@ -1,4 +1,4 @@
-"""The activations (nn/variants.py ACTIVATIONS, nn/activations.py) against their formulas in float64."""
+"""The activations (nn/config/choices.py ACTIVATIONS, nn/activations.py) against their formulas in float64."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from archlab.nn.activations import get_activation
-from archlab.nn.variants import ACTIVATIONS
+from archlab.nn.config.choices import ACTIVATIONS
 
 
 def test_activation_formulas():

@@ -8,16 +8,19 @@ import pytest
 
 from archlab import ConfigError, ModelConfig, build_preset
 from archlab.nn.config import RopeScaling
-from archlab.nn.config_rules import (
+from archlab.nn.config.choices import (
+    ACTIVATIONS,
     BLOCKS,
     EMBED_SCALES,
+    FFNS,
     INITS,
-    NORM_POSITIONS,
+    NORM_PLACEMENTS,
+    NORMS,
+    POSITIONS,
     QK_NORM_SCOPES,
     QK_NORMS,
 )
 from archlab.nn.presets import PRESETS, SIZES
-from archlab.nn.variants import ACTIVATIONS, FFNS, NORMS, POSITIONS, ROPE_LAYOUTS
 from tests.conftest import run_without_torch
 
 
@@ -47,17 +50,19 @@ def test_frozen_and_round_trip():
 # ----- a caller's value always wins: shorthands, presets, derivations -----
 
 
-CHOICES = {"norm": NORMS, "norm_position": NORM_POSITIONS, "block": BLOCKS, "ffn": FFNS, "activation": ACTIVATIONS,
-           "position": POSITIONS, "rope_layout": ROPE_LAYOUTS, "qk_norm": QK_NORMS, "qk_norm_scope": QK_NORM_SCOPES,
+CHOICES = {"norm": NORMS, "norm_position": tuple(NORM_PLACEMENTS), "block": BLOCKS, "ffn": FFNS,
+           "activation": ACTIVATIONS, "position": POSITIONS, "qk_norm": QK_NORMS, "qk_norm_scope": QK_NORM_SCOPES,
            "embed_scale": EMBED_SCALES, "init": INITS, "window_pattern": ("S", "SF", "FS"),
            "n_kv_heads": (1, 2, 4), "parallel_norms": (1, 2), "sliding_window": (16, 32),
-           "position_pattern": ("R", "RN", "N"), "rope_scaling": (None,), "full_layers": (1, 2, None)}
+           "full_layers": (1, 2, None)}
 
 
 def _other_value(field: str, current: object) -> object:
     """A valid value of `field` other than the preset's (at the tiny size: 4 heads of 16 dims)."""
     if field in CHOICES:
         return next(v for v in CHOICES[field] if v != current)
+    if field == "rope":  # the group, another base and the preset's other settings
+        return dataclasses.replace(current, theta=current.theta / 2)
     if isinstance(current, bool):
         return not current
     assert isinstance(current, float), f"add an alternative value for {field}={current!r} to CHOICES"
@@ -68,11 +73,11 @@ PRESET_FIELDS = [(name, field) for name in PRESETS for field in PRESETS[name](SI
 
 
 def test_saved_configs_and_rope_scaling_dicts_load():
-    c = build_preset("llama", rope_scaling=RopeScaling(kind="linear", factor=2.0))
+    c = build_preset("llama", rope=dict(scaling=RopeScaling(kind="linear", factor=2.0)))
     saved = json.loads(json.dumps(c.to_dict()))  # what config.json of a checkpoint holds
     assert saved["activation"] == "silu" and ModelConfig.from_dict(saved) == c
-    with pytest.raises(ConfigError, match="rope_scaling has no field 'bogus'; RopeScaling has the fields kind"):
-        ModelConfig(rope_scaling={"kind": "linear", "bogus": 1})
+    with pytest.raises(ConfigError, match="rope.scaling has no field 'bogus'; RopeScaling has the fields kind"):
+        ModelConfig(rope=dict(scaling={"kind": "linear", "bogus": 1}))
 
 
 FLOAT_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if "float" in str(f.type)]
@@ -121,7 +126,7 @@ def test_replace_keeps_explicit_values_and_changed_fields() -> None:
 
 
 def test_replace_lists_every_derived_field_and_refuses_unknown_fields() -> None:
-    from archlab.nn.config_rules import DERIVED
+    from archlab.nn.config.model import DERIVED
 
     assert set(DERIVED) == set(ModelConfig().derived_values())
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
@@ -140,8 +145,8 @@ def test_gau_and_deepnorm_derive_their_widths_and_final_norm():
 
 
 def test_building_and_checking_a_config_imports_no_torch():
-    """nn/config.py checks its switches against the torch-free registries of nn/variants.py, nn/positions/scaling.py
-    and nn/attention/options.py (lazy references: tests/nn/test_registry.py resolves them), so building every
+    """nn/config/ checks its switches against the torch-free registries of its choices.py and
+    nn/positions/scaling.py (lazy references: tests/nn/test_registry.py resolves them), so building every
     preset, a RoPE scaling, an option group and a refused value never imports torch; nor do the presets, the costs
     or the override grammar."""
     out = run_without_torch(
@@ -151,7 +156,7 @@ def test_building_and_checking_a_config_imports_no_torch():
         "from archlab.nn.positions.scaling import RopeScaling\n"
         "from archlab.costs import report\n"
         "n = [report(build_preset(p, s)).params['total'] for p in PRESETS for s in SIZES]\n"
-        "ModelConfig(rope_scaling=RopeScaling('yarn', 4.0, original_max_seq_len=256), ffn='swiglu')\n"
+        "ModelConfig(rope={'scaling': RopeScaling('yarn', 4.0, original_max_seq_len=256)}, ffn='swiglu')\n"
         "report(ModelConfig(attn_kernel='vq', vq={'codes': 8}, position='alibi'))\n"
         "try:\n    ModelConfig(norm='batchnorm')\nexcept ConfigError as err:\n    print(err)\n")
     assert "ModelConfig.norm='batchnorm' is not allowed: one of rmsnorm, layernorm" in out.stdout

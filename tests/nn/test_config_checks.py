@@ -1,6 +1,6 @@
-"""The checks of ModelConfig.__post_init__ (nn/config_checks.py, with the vocabulary of nn/config_rules.py):
-each bad value refused in one line naming the field, the value and what is allowed; NaN and inf refused before
-any range check."""
+"""The checks of ModelConfig.__post_init__ (nn/config/model.py, with the choices of nn/config/choices.py; each
+group's own in test_config_groups.py): each bad value refused in one line naming the field, the value and what is
+allowed; NaN and inf refused before any range check."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import math
 import pytest
 
 from archlab import ConfigError, ModelConfig, build_preset
-from archlab.nn.config_rules import (
-    DEFAULT_ACTIVATION,
-)
+from archlab.nn.config.model import DEFAULT_ACTIVATION
 from tests.nn.test_config import FLOAT_FIELDS
 
 
@@ -24,9 +22,9 @@ from tests.nn.test_config import FLOAT_FIELDS
         (dict(activation="mish"), ["activation='mish'", "silu"]),
         (dict(position="xpos"), ["position='xpos'", "alibi"]),
         (dict(norm_position="sideways"), ["norm_position='sideways'", "nonresidual_post"]),
-        (dict(rope_fraction=0.3), ["rope_fraction=0.3", "even"]),  # 16 * 0.3 = 4.8 -> 4 is fine? no: see below
-        (dict(position="learned", rope_theta=5e5), ["rope_theta=500000.0", "position='rope'"]),
-        (dict(position="alibi", rope_layout="interleaved"), ["rope_layout='interleaved'"]),
+        (dict(rope=dict(fraction=0.3)), ["rope.fraction=0.3", "even"]),  # 16 * 0.3 = 4.8 -> 4 is fine? no: see below
+        (dict(position="learned", rope=dict(theta=5e5)), ["rope=Rope(theta=500000.0", "position='rope'"]),
+        (dict(position="alibi", rope=dict(layout="interleaved")), ["layout='interleaved'", "only with position"]),
         (dict(dropout=1.5), ["dropout=1.5", "[0, 1)"]),
         (dict(attn_softcap=-1.0), ["attn_softcap=-1.0"]),
         (dict(attn_softcap=50.0, attn_impl="sdpa"), ["attn_impl='sdpa'", "attn_softcap"]),
@@ -38,11 +36,11 @@ from tests.nn.test_config import FLOAT_FIELDS
     ],
 )
 def test_bad_values_name_field_value_and_allowed(kwargs, needles):
-    if kwargs == dict(rope_fraction=0.3):
-        kwargs = dict(d_model=64, n_heads=4, rope_fraction=0.3)  # head_dim 16 * 0.3 = 4.8 -> 4: allowed
+    if kwargs == dict(rope=dict(fraction=0.3)):
+        kwargs = dict(d_model=64, n_heads=4, rope=dict(fraction=0.3))  # head_dim 16 * 0.3 = 4.8 -> 4: allowed
         assert ModelConfig(**kwargs).rope_dim == 4
-        kwargs = dict(d_model=64, n_heads=4, rope_fraction=0.1)  # 1.6 -> 1: odd, not allowed
-        needles = ["rope_fraction=0.1", "even"]
+        kwargs = dict(d_model=64, n_heads=4, rope=dict(fraction=0.1))  # 1.6 -> 1: odd, not allowed
+        needles = ["rope.fraction=0.1", "even"]
     with pytest.raises(ConfigError) as err:
         ModelConfig(**kwargs)
     msg = str(err.value)
@@ -72,7 +70,7 @@ def test_every_float_field_rejects_nan_and_inf(name: str, value: float) -> None:
 
 
 def test_rope_scaling_floats_and_swish_beta_domain() -> None:
-    with pytest.raises(ConfigError, match=r"^ModelConfig\.rope_scaling\.factor=inf is not allowed"):
-        ModelConfig(rope_scaling={"kind": "linear", "factor": math.inf})
+    with pytest.raises(ConfigError, match=r"^ModelConfig\.rope\.scaling\.factor=inf is not allowed"):
+        ModelConfig(rope=dict(scaling={"kind": "linear", "factor": math.inf}))
     with pytest.raises(ConfigError, match=r"^ModelConfig\.swish_beta=0\.0 is not allowed: a positive number"):
         ModelConfig(swish_beta=0.0)

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
+from archlab.nn.config.choices import default_d_ff
 from archlab.nn.ffn import MLP, GatedMLP
-from archlab.nn.variants import default_d_ff
 
 
 def _ffn_params(kind: str, d_model: int, multiple_of: int) -> int:

@@ -40,11 +40,11 @@ def ids(length: int = 2 * N, batch: int = 2) -> torch.Tensor:
 def test_full_layers_sit_in_the_middle(n_layers: int, full_layers: int, full: tuple[int, ...]) -> None:
     c = build_preset("hwfa2", n_layers=n_layers, full_layers=full_layers, **SHAPE)
     assert tuple(i for i in range(n_layers) if not c.layer_is_sliding(i)) == full
-    assert c.sliding_window == N // 8 and c.rope_scaling == RopeScaling("rerope", window=N // 2, inference_only=True)
+    assert c.sliding_window == N // 8 and c.rope.scaling == RopeScaling("rerope", window=N // 2, inference_only=True)
     assert [c.layer_rope(i) for i in range(n_layers)] == ["global" if i in full else "local" for i in range(n_layers)]
-    c = build_preset("hwfa2", n_layers=n_layers, full_layers=full_layers, rope_scaling={"window": 5}, sliding_window=3,
-                     **SHAPE)
-    assert (c.rope_scaling.window, c.sliding_window) == (5, 3)
+    c = build_preset("hwfa2", n_layers=n_layers, full_layers=full_layers, rope=dict(scaling={"window": 5}),
+                     sliding_window=3, **SHAPE)
+    assert (c.rope.scaling.window, c.sliding_window) == (5, 3)
 
 
 @pytest.mark.parametrize("full_layers", [1, 2])
@@ -62,7 +62,7 @@ def test_windowed_layers_unchanged_by_rerope_and_training_is_plain_rope() -> Non
     """The same weights with rope_scaling=None: each windowed layer's attention gives the same output on the same
     input (eval mode), the full layers differ past the ReRoPE window, and training mode is that plain model."""
     model = model_of(full_layers=2)
-    plain = TransformerLM(model.config.replace(rope_scaling=None)).eval()
+    plain = TransformerLM(model.config.replace(rope=dict(scaling=None))).eval()
     plain.load_state_dict(model.state_dict())
     positions = torch.arange(2 * N)[None]
     ours, theirs = model.attention_inputs(positions), plain.attention_inputs(positions)
@@ -97,7 +97,7 @@ def test_cached_decoding_equals_the_full_forward(full_layers: int) -> None:
                                                r"sliding_window"),
     (dict(full_layers=1, window_pattern="SF"), r"^ModelConfig.window_pattern='SF' is not allowed: 'S' with "
                                                r"full_layers=1"),
-    (dict(rope_scaling={"window": 0}), r"^RopeScaling.window=0 is not allowed: a positive integer"),
+    (dict(rope=dict(scaling={"window": 0})), r"^RopeScaling.window=0 is not allowed: a positive integer"),
     (dict(rerope_window=5), r"^ModelConfig has no field 'rerope_window'"),
 ])
 def test_bad_parameters_fail_in_one_line(kwargs: dict, message: str) -> None:
@@ -128,11 +128,11 @@ def plans(model: TransformerLM) -> tuple[list[bool], list[int | None]]:
 @pytest.mark.parametrize("flags,full,window", [
     ({}, [3], N // 2),
     ({"model.full_layers": "2"}, [2, 4], N // 2),
-    ({"model.rope_scaling.window": "8"}, [3], 8),
-    ({"model.full_layers": "2", "model.rope_scaling.window": "8", "model.n_layers": "9"}, [3, 6], 8),
+    ({"model.rope.scaling.window": "8"}, [3], 8),
+    ({"model.full_layers": "2", "model.rope.scaling.window": "8", "model.n_layers": "9"}, [3, 6], 8),
 ])
 def test_train_flags_reach_the_layers_they_should_and_no_others(flags: dict, full: list[int], window: int) -> None:
-    """`archlab train --preset hwfa2 --model.full_layers 2 --model.rope_scaling.window 8` (resolve_config is what
+    """`archlab train --preset hwfa2 --model.full_layers 2 --model.rope.scaling.window 8` (resolve_config is what
     train runs on its flags): the full layers are where the field says, only they get ReRoPE, at that window and
     in eval mode only; every other layer keeps its sliding window and plain RoPE."""
     keys = {"preset": "hwfa2", **{f"model.{k}": str(v) for k, v in {**SHAPE, "n_layers": 6}.items()}, **flags}
@@ -140,7 +140,7 @@ def test_train_flags_reach_the_layers_they_should_and_no_others(flags: dict, ful
     torch.manual_seed(0)
     model = TransformerLM(model_config).eval()
     n = model_config.n_layers
-    assert model_config.rope_scaling == RopeScaling("rerope", window=window, inference_only=True)
+    assert model_config.rope.scaling == RopeScaling("rerope", window=window, inference_only=True)
     remapped, windows = plans(model)
     assert [i for i in range(n) if remapped[i]] == full
     assert windows == [None if i in full else N // 8 for i in range(n)]
@@ -151,7 +151,7 @@ def test_train_flags_reach_the_layers_they_should_and_no_others(flags: dict, ful
 @pytest.mark.parametrize("flag,value,message", [
     ("model.full_layers", "3", r"^ModelConfig.full_layers=3 is not allowed: None, 1"),
     ("model.full_layers", "two", r"^model.full_layers='two' is not allowed: expected int or None"),
-    ("model.rope_scaling.window", "-1", r"^RopeScaling.window=-1 is not allowed: a positive integer"),
+    ("model.rope.scaling.window", "-1", r"^RopeScaling.window=-1 is not allowed: a positive integer"),
 ])
 def test_a_bad_train_flag_fails_in_one_line(flag: str, value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:
@@ -160,7 +160,7 @@ def test_a_bad_train_flag_fails_in_one_line(flag: str, value: str, message: str)
 
 
 def test_the_run_folder_rebuilds_the_same_model(tmp_path: Path) -> None:
-    """Round trip: `archlab train --preset hwfa2 --model.full_layers 2 --model.rope_scaling.window 8` writes a
+    """Round trip: `archlab train --preset hwfa2 --model.full_layers 2 --model.rope.scaling.window 8` writes a
     config beside the run (config.yaml, and config.json in the checkpoint) that rebuilds the same config, layers
     and logits; a resume with the same flags is accepted, another ReRoPE window is refused in one line."""
     corpus = tmp_path / "corpus.txt"
@@ -168,21 +168,22 @@ def test_the_run_folder_rebuilds_the_same_model(tmp_path: Path) -> None:
     data = prepare_data(str(corpus), tmp_path / "data", "byte", val_fraction=0.2)
     run = tmp_path / "run"
     flags = {"preset": "hwfa2", "model.d_model": "32", "model.n_heads": "4", "model.n_layers": "6",
-             "model.max_seq_len": "32", "model.full_layers": "2", "model.rope_scaling.window": "8",
+             "model.max_seq_len": "32", "model.full_layers": "2", "model.rope.scaling.window": "8",
              "data.source": str(data), "data.batch_size": "2", "steps": "2", "out": str(run),
              "logging.progress": "false", "logging.tensorboard": "false", "logging.samples": "0",
              "logging.eval_every": "0", "logging.log_every": "1", "checkpoint.save_every": "0"}
     assert main(["train", *[item for key, value in flags.items() for item in (f"--{key}", value)]]) == 0
     asked = resolve_config([flags])[1]
     model, _ = load_model(run)
-    assert model.config == asked and model.config.full_layers == 2 and model.config.rope_scaling.window == 8
+    assert model.config == asked and model.config.full_layers == 2 and model.config.rope.scaling.window == 8
     assert [i for i in range(6) if plans(model)[0][i]] == [2, 4]
     again = ModelConfig.from_dict(yaml.safe_load((run / "config.yaml").read_text())["model"])
     assert again == asked
     saved = read_run_config(str(run))
     assert resolve_config([flags], saved)[1] == asked  # --resume with the same flags: the same model
-    with pytest.raises(ValueError, match=r"^--resume: the model config differs from the checkpoint's \(rope_scaling"):
-        resolve_config([{**flags, "model.rope_scaling.window": "9"}], saved)
+    with pytest.raises(ValueError, match=r"^--resume: the model config differs from the checkpoint's "
+                                         r"\(rope.scaling.window 8 -> 9\)"):
+        resolve_config([{**flags, "model.rope.scaling.window": "9"}], saved)
     rebuilt = TransformerLM(again).eval()
     rebuilt.load_state_dict(model.state_dict())
     x = ids(batch=1)
@@ -195,13 +196,13 @@ def test_inference_only_rerope_on_any_model() -> None:
     from archlab import ModelConfig
 
     torch.manual_seed(0)
-    c = ModelConfig(**SHAPE, n_layers=1, rope_scaling=RopeScaling("rerope", window=4, inference_only=True))
-    model, plain = TransformerLM(c), TransformerLM(c.replace(rope_scaling=None))
+    c = ModelConfig(**SHAPE, n_layers=1, rope=dict(scaling=RopeScaling("rerope", window=4, inference_only=True)))
+    model, plain = TransformerLM(c), TransformerLM(c.replace(rope=dict(scaling=None)))
     plain.load_state_dict(model.state_dict())
     x = ids(N)
     with torch.no_grad():
         torch.testing.assert_close(model.train()(x), plain.train()(x), rtol=0, atol=0)
-        reference = TransformerLM(c.replace(rope_scaling=RopeScaling("rerope", window=4))).eval()
+        reference = TransformerLM(c.replace(rope=dict(scaling=RopeScaling("rerope", window=4)))).eval()
         reference.load_state_dict(model.state_dict())
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=0, atol=0)
 

@@ -65,7 +65,7 @@ SCALINGS = [
 @pytest.mark.parametrize("fields", [
     dict(position="sinusoidal"), dict(position="learned"), dict(position="relative", relative_buckets=8,
     relative_max_distance=16), dict(position="alibi"), dict(position="none"), dict(position="rope"),
-    dict(rope_layout="interleaved", rope_fraction=0.5), *[dict(rope_scaling=s) for s in SCALINGS],
+    dict(rope=dict(layout="interleaved", fraction=0.5)), *[dict(rope=dict(scaling=s)) for s in SCALINGS],
 ], ids=lambda f: "-".join(str(getattr(v, "kind", v)) for v in f.values()))
 def test_positions(fields: dict) -> None:
     assert_cached_equals_full(tiny(**fields))
@@ -79,7 +79,7 @@ def test_positions(fields: dict) -> None:
     dict(sliding_window=4, attn_softcap=5.0, position="relative"),
     dict(block="parallel"), dict(block="parallel", parallel_norms=2, norm="layernorm"),
     dict(norm_position="post"), dict(norm_position="double", sliding_window=6, attn_impl="eager"),
-    dict(query_norm=True), dict(cosine_attention=True), dict(cosine_attention=True, cosine={"scale": "dynamic"},
+    dict(query_norm=True), dict(cosine={}), dict(cosine={"scale": "dynamic"},
                                                              sliding_window=4), dict(norm_position="deepnorm"),
     dict(block="gau", n_heads=1, head_dim=16, norm_position="deepnorm", sliding_window=4, window_pattern="SF"),
 ], ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))
@@ -96,7 +96,7 @@ def prefix_references(model: TransformerLM, ids: torch.Tensor) -> torch.Tensor:
 def test_dynamic_ntk_rerotates_cached_keys_at_the_current_length() -> None:
     """One layer: every decode step equals the full forward on its prefix, past M too, because the cache keeps
     keys unrotated and rotates all of them at the current length (cached rotated keys keep a stale base)."""
-    model = tiny(n_layers=1, n_kv_heads=2, rope_scaling=RopeScaling("dynamic", 2.0, 10))
+    model = tiny(n_layers=1, n_kv_heads=2, rope=dict(scaling=RopeScaling("dynamic", 2.0, 10)))
     ids = tokens()
     reference = prefix_references(model, ids)
     torch.testing.assert_close(cached_logits(model, ids)[:, PREFILL - 1 :], reference[:, PREFILL - 1 :], **TOL)
@@ -109,14 +109,15 @@ def test_dynamic_ntk_rerotates_cached_keys_at_the_current_length() -> None:
 def test_dynamic_ntk_deeper_layers_up_to_the_scaled_length() -> None:
     """Several layers: exact while the length stays <= M; past M, deeper layers' K/V were computed from
     hidden states at earlier lengths (true of any cache, see docs/inference.md), so the test stops at M."""
-    model = tiny(rope_scaling=RopeScaling("dynamic", 2.0, T))
+    model = tiny(rope=dict(scaling=RopeScaling("dynamic", 2.0, T)))
     assert_cached_equals_full(model)
 
 
 @pytest.mark.parametrize("fields", [
     dict(), dict(position="learned"), dict(position="alibi", sliding_window=4), dict(position="relative"),
-    dict(position="sinusoidal", n_kv_heads=1), dict(rope_scaling=RopeScaling("yarn", 2.0, 8), attn_impl="eager"),
-    dict(n_layers=1, rope_scaling=RopeScaling("dynamic", 2.0, 8)), dict(rope_scaling=RopeScaling("dynamic", 2.0, 8)),
+    dict(position="sinusoidal", n_kv_heads=1), dict(rope=dict(scaling=RopeScaling("yarn", 2.0, 8)), attn_impl="eager"),
+    dict(n_layers=1, rope=dict(scaling=RopeScaling("dynamic", 2.0, 8))),
+    dict(rope=dict(scaling=RopeScaling("dynamic", 2.0, 8))),
 ], ids=lambda f: "-".join(f"{k}={getattr(v, 'kind', v)}" for k, v in f.items()) or "rope")
 def test_left_padded_batch_equals_each_row_alone(fields: dict) -> None:
     model = tiny(**fields)
@@ -220,7 +221,7 @@ RING_MODELS = {
     "alibi SF": dict(position="alibi", window_pattern="SF"),
     "relative S, softcap": dict(position="relative", relative_buckets=8, relative_max_distance=16, attn_softcap=5.0),
     "MQA eager FS": dict(n_kv_heads=1, attn_impl="eager", window_pattern="FS"),
-    "dynamic NTK SF": dict(rope_scaling=RopeScaling("dynamic", 2.0, T), window_pattern="SF"),
+    "dynamic NTK SF": dict(rope=dict(scaling=RopeScaling("dynamic", 2.0, T)), window_pattern="SF"),
     "learned, post-norm": dict(position="learned", norm_position="post"),
 }
 
@@ -284,7 +285,7 @@ def test_dynamic_ntk_ring_rerotates_the_window_at_the_current_length() -> None:
     """One layer, window 4, Dynamic NTK past M = 10: the ring holds unrotated keys and every call rotates
     them at the current length, equal to the full forward on the prefix that ends where the call ends (a
     chunk runs at one length, the length after it)."""
-    model = window_model(n_layers=1, n_kv_heads=2, rope_scaling=RopeScaling("dynamic", 2.0, 10))
+    model = window_model(n_layers=1, n_kv_heads=2, rope=dict(scaling=RopeScaling("dynamic", 2.0, 10)))
     ids = tokens()
     for chunks in RING_CHUNKS:
         ends = list(itertools.accumulate(chunks)) + list(range(sum(chunks) + 1, T + 1))
@@ -295,7 +296,7 @@ def test_dynamic_ntk_ring_rerotates_the_window_at_the_current_length() -> None:
 
 @pytest.mark.parametrize("fields", [
     dict(preset="gemma2"), dict(position="alibi", n_kv_heads=2), dict(position="relative", window_pattern="SF"),
-    dict(n_layers=1, rope_scaling=RopeScaling("dynamic", 2.0, 8)),
+    dict(n_layers=1, rope=dict(scaling=RopeScaling("dynamic", 2.0, 8))),
 ], ids=lambda f: "-".join(f"{k}={getattr(v, 'kind', v)}" for k, v in f.items()))
 def test_ring_left_padded_chunked_batch_equals_each_row_alone(fields: dict) -> None:
     """A left-padded batch prefilled in two chunks (the padding spans the first), then decoded past 3 windows:

@@ -18,9 +18,7 @@ POSITIONS = ["rope", "sinusoidal", "learned", "relative", "alibi", "none"]
 def _rope_free(cfg_kwargs: dict, position: str) -> dict:
     """Preset fields minus the RoPE options when switching a preset to another position type."""
     if position != "rope":
-        for k in ("rope_theta", "rope_layout", "rope_fraction", "rope_scaling", "position_pattern", "rope_theta_local",
-                  "rope_scaling_local"):
-            cfg_kwargs.pop(k, None)
+        cfg_kwargs.pop("rope", None)
     return {**cfg_kwargs, "position": position}
 
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from archlab.nn.config.choices import NORMS
 from archlab.nn.norms import LayerNorm, RMSNorm, build_norm
-from archlab.nn.variants import NORMS
 
 
 def rms_ref(x, w, eps, b=None):

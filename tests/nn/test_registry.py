@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from archlab.nn import registry
-from archlab.nn.attention.options import LINEAR_KERNELS
+from archlab.nn.config import GROUPS
+from archlab.nn.config.choices import LINEAR_KERNELS
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling
 from archlab.nn.registry import Registry
 from archlab.train.variants import DEFAULT_BETAS, OPTIMIZERS, SIGN_OPTIMIZERS
@@ -38,9 +39,10 @@ def all_registries() -> list[Registry]:
 
 
 def test_the_registries_are_found_where_they_are_built() -> None:
-    assert {"archlab.nn.variants", "archlab.nn.attention.options"} <= set(modules_with_registries())
+    assert {"archlab.nn.config.choices", "archlab.train.variants"} <= set(modules_with_registries())
     assert {r.family for r in all_registries()} >= {"norm", "activation", "ffn", "absolute position",
-                                                    "attention bias", "attn_impl", "favor feature"}
+                                                    "attention bias", "attn_impl", "favor feature",
+                                                    "linear attention kernel", "schedule", "decay shape"}
 
 
 @pytest.mark.parametrize("reg", all_registries(), ids=lambda r: r.family)
@@ -76,6 +78,7 @@ def test_every_linear_kernel_names_its_module() -> None:
     for name, options in LINEAR_KERNELS.items():
         kernel = options().resolved(8).build(2, 8, 0.35, 0)
         assert isinstance(kernel, nn.Module) and kernel.aux_loss is None, name
+        assert GROUPS[name] == (options, "attn_kernel", name)  # its option group, on with its name
 
 
 def test_a_lookup_imports_the_module_and_names_the_family_when_it_fails() -> None:
@@ -95,6 +98,6 @@ def test_a_lookup_imports_the_module_and_names_the_family_when_it_fails() -> Non
 
 
 def test_names_are_read_without_torch() -> None:
-    run_without_torch("from archlab.nn.variants import NORMS, ATTENTION_KERNELS\n"
+    run_without_torch("from archlab.nn.config.choices import NORMS, ATTENTION_KERNELS\n"
                       "assert list(NORMS) == ['rmsnorm', 'layernorm'] and 'eager' in ATTENTION_KERNELS\n"
                       "from archlab.train.variants import OPTIMIZERS\nassert 'lion' in OPTIMIZERS\n")

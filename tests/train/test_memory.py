@@ -70,14 +70,14 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_before_anything_is_allocat
 def test_trainable_patterns_freeze_the_rest_bitwise(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="3", trainable="layers.0.attn.*,norm.*",
                            **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"})
-    before = {n: p.detach().clone() for n, p in trainer.raw.named_parameters()}
+    before = {n: p.detach().clone() for n, p in trainer.state.raw.named_parameters()}
     trainer.fit()
-    train = set(trainable_names(trainer.raw, ("layers.0.attn.*", "norm.*")))
+    train = set(trainable_names(trainer.state.raw, ("layers.0.attn.*", "norm.*")))
     assert train == {n for n in before if n.startswith("layers.0.attn.") or n.startswith("norm.")}
-    for name, param in trainer.raw.named_parameters():
+    for name, param in trainer.state.raw.named_parameters():
         changed = not torch.equal(param, before[name])
         assert changed == (name in train), name
-    assert len(trainer.optimizer.state) == len(train)  # optimizer state for the trained parameters only
+    assert len(trainer.state.optimizer.state) == len(train)  # optimizer state for the trained parameters only
 
 
 def test_a_pattern_that_matches_nothing_and_a_resume_that_changes_them_are_refused(
@@ -98,28 +98,29 @@ def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(prepared: 
 
     trainer = make_trainer(tmp_path / "run", prepared, steps="3", lora_rank="4", lora_alpha="8",
                            **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"})
-    base = {n.replace(".base_layer", ""): p.detach().clone() for n, p in trainer.raw.named_parameters()
+    base = {n.replace(".base_layer", ""): p.detach().clone() for n, p in trainer.state.raw.named_parameters()
             if ".lora_" not in n}
-    assert all(not p.requires_grad for n, p in trainer.raw.named_parameters() if ".lora_" not in n)
-    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, _ in trainer.raw.named_parameters() if ".lora_" in n} == {
-        "qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    assert all(not p.requires_grad for n, p in trainer.state.raw.named_parameters() if ".lora_" not in n)
+    adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, _ in trainer.state.raw.named_parameters()
+               if ".lora_" in n}
+    assert adapted == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
     from archlab.checkpoint import build_model
 
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():  # B = 0: before training the adapted model is the base model
-        assert torch.equal(trainer.raw.eval()(ids), build_model(trainer.model_config, base).eval()(ids))
-    trainer.raw.train()
+        assert torch.equal(trainer.state.raw.eval()(ids), build_model(trainer.state.model_config, base).eval()(ids))
+    trainer.state.raw.train()
     trainer.fit()
-    for name, param in trainer.raw.named_parameters():  # the base stays bitwise the same
+    for name, param in trainer.state.raw.named_parameters():  # the base stays bitwise the same
         if ".lora_" not in name:
             assert torch.equal(param, base[name.replace(".base_layer", "")]), name
     loaded, _ = load_model(tmp_path / "run")
     with torch.no_grad():
-        adapted, merged = trainer.raw.eval()(ids), loaded(ids)
+        adapted, merged = trainer.state.raw.eval()(ids), loaded(ids)
     assert (adapted - merged).abs().max() <= 1e-5
     assert not torch.equal(loaded.layers[0].attn.qkv_proj.weight, base["layers.0.attn.qkv_proj.weight"])
     q = loaded.layers[0].attn.qkv_proj.weight  # W + (8 / 4) B A, from the adapters themselves
-    lora = trainer.raw.layers[0].attn.qkv_proj
+    lora = trainer.state.raw.layers[0].attn.qkv_proj
     want = base["layers.0.attn.qkv_proj.weight"] + 2.0 * lora.lora_B["default"].weight @ lora.lora_A["default"].weight
     assert torch.allclose(q, want, atol=1e-6)
 

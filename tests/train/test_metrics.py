@@ -73,20 +73,20 @@ def test_a_vanished_token_drifts_under_tiger_and_stands_still_with_lazy_rows(
         x, y = get_batch(split, *args, **kwargs)
         if split == "train":
             x = x.masked_fill(x == VANISHING, 8)
-            if trainer.step == 0:
+            if trainer.state.step == 0:
                 x[0, 0] = VANISHING
         return x, y
 
     trainer.data.get_batch = batches  # type: ignore[method-assign]
     trainer.train_step()
     trainer._evaluate_and_log()  # the snapshot after the token's only step
-    before = trainer.raw.embed_tokens.weight[VANISHING].detach().clone()
+    before = trainer.state.raw.embed_tokens.weight[VANISHING].detach().clone()
     for _ in range(10):
         trainer.train_step()
     trainer._evaluate_and_log()
     trainer.metrics.close()
     row = read_metrics(tmp_path / "run", "eval")[-1]
-    table = trainer.raw.embed_tokens.weight.detach()
+    table = trainer.state.raw.embed_tokens.weight.detach()
     moved = float((table[VANISHING] - before).norm())
     assert row["embed_max_abs"] == pytest.approx(float(table.abs().max()))
     assert row["embed_unseen_rows"] >= 1 and "embed_near_fixed_point" in row

@@ -145,7 +145,7 @@ def test_resume_restores_the_optimizer_exactly_hyperparameter_types_included(
     prepared: Path, tmp_path: Path
 ) -> None:
     first, resumed = resumed_pair(prepared, tmp_path / "run")
-    a, b = first.optimizer.state_dict(), resumed.optimizer.state_dict()
+    a, b = first.state.optimizer.state_dict(), resumed.state.optimizer.state_dict()
     assert a["param_groups"] == b["param_groups"]  # (0.9, 0.95) != [0.9, 0.95]: the types must survive too
     assert isinstance(b["param_groups"][0]["betas"], tuple)
     assert a["state"].keys() == b["state"].keys()
@@ -158,14 +158,15 @@ def test_resume_restores_the_run_counters(prepared: Path, tmp_path: Path) -> Non
     train, model = resolve_config([{**TINY, "data.source": str(prepared), "out": str(run), "steps": "3",
                                     "schedule.horizon": "5"}])  # evaluated at its end, step 3
     first = Trainer(train, model, setup("none", "cpu"))
-    first.model.forward = NanForward(first.model.forward, lambda call: call == 1)  # step 2 is skipped
+    first.state.model.forward = NanForward(first.state.model.forward, lambda call: call == 1)  # step 2 is skipped
     first.fit()
-    assert first.stats.skipped == 1 and first.stats.best_step == 3 and first.stats.tokens_seen == 3 * 8 * 32
-    assert first.stats.best_val_loss is not None
+    stats = first.state.stats
+    assert stats.skipped == 1 and stats.best_step == 3 and stats.tokens_seen == 3 * 8 * 32
+    assert stats.best_val_loss is not None
     train.steps = 5
     resumed = Trainer(train, model, setup("none", "cpu"), resume=True)
-    assert resumed.step == 3
-    assert resumed.stats == first.stats  # tokens_seen, skipped, bad_steps, best val loss and its step
+    assert resumed.state.step == 3
+    assert resumed.state.stats == first.state.stats  # tokens_seen, skipped, bad_steps, best val loss and its step
 
 
 def test_a_favor_run_with_redraws_resumes_bitwise(prepared: Path, tmp_path: Path) -> None:

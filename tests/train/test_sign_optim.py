@@ -20,7 +20,8 @@ from archlab.checkpoint import load_checkpoint
 from archlab.train import sign_optim
 from archlab.train.config import resolve_config
 from archlab.train.distributed import setup
-from archlab.train.optim import build_optimizer
+from archlab.train.optim import build_optimizer, param_groups
+from archlab.train.sections import OptimizerConfig
 from archlab.train.sign_optim import Lion, Tiger
 from archlab.train.trainer import Trainer
 
@@ -211,7 +212,8 @@ def tiny(**overrides: object) -> TransformerLM:
 def test_mixed_optimizer_steps_tables_by_adamw_and_the_rest_by_tiger(decays: dict, table_decay: float) -> None:
     model = tiny()
     ref_embed = model.embed_tokens.weight.detach().clone().requires_grad_()
-    opt = build_optimizer(model, "tiger", lr=1e-3, embedding_optimizer="adamw", embedding_lr_ratio=3.0, **decays)
+    opt = build_optimizer(model, OptimizerConfig(name="tiger", lr=1e-3, embedding_optimizer="adamw",
+                                                 embedding_lr_ratio=3.0, **decays))
     ref = torch.optim.AdamW([ref_embed], lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=table_decay,
                             foreach=False)
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
@@ -230,15 +232,16 @@ def test_mixed_optimizer_steps_tables_by_adamw_and_the_rest_by_tiger(decays: dic
 def test_the_tables_own_decay_reaches_their_group_only() -> None:
     """embedding_weight_decay sets the tables group's decay (the mixed test above steps it against torch's AdamW),
     the matrices keep weight_decay; without decay_embeddings it is refused before anything is built."""
-    opt = build_optimizer(tiny(), "tiger", weight_decay=2.5, decay_embeddings=True, embedding_optimizer="adamw",
-                          embedding_weight_decay=0.25)
+    opt = build_optimizer(tiny(), OptimizerConfig(name="tiger", weight_decay=2.5, decay_embeddings=True,
+                                                  embedding_optimizer="adamw", embedding_weight_decay=0.25))
     assert {g["kind"]: g["weight_decay"] for g in opt.param_groups} == {
         "matrices": 2.5, "tables": 0.25, "gains": 0.0}
-    plain = build_optimizer(tiny(), "lion", weight_decay=0.3, decay_embeddings=True, embedding_weight_decay=0.03)
+    plain = build_optimizer(tiny(), OptimizerConfig(name="lion", weight_decay=0.3, decay_embeddings=True,
+                                                    embedding_weight_decay=0.03))
     assert {g["kind"]: g["weight_decay"] for g in plain.param_groups}["tables"] == 0.03
     with pytest.raises(ValueError, match=r"optimizer.embedding_weight_decay=0.25 is not allowed: only with "
                                          r"optimizer.decay_embeddings true"):
-        build_optimizer(tiny(), "tiger", embedding_weight_decay=0.25)
+        param_groups(tiny(), 0.1, embedding_weight_decay=0.25)  # the groups' own guard, for direct callers
     with pytest.raises(ValueError, match=r"optimizer.embedding_weight_decay=0.25 is not allowed: None or a value "
                                          r">= 0, only with optimizer.decay_embeddings true"):
         resolve_config([{"optimizer.embedding_weight_decay": "0.25"}])
@@ -247,8 +250,9 @@ def test_the_tables_own_decay_reaches_their_group_only() -> None:
 
 
 def test_remedies_refuse_optimizers_they_do_not_apply_to() -> None:
-    with pytest.raises(ValueError, match="only with lion or tiger"):
-        build_optimizer(tiny(), "adamw", lazy_embeddings=True)
+    with pytest.raises(ValueError, match=r"^optimizer.embedding_optimizer='adamw' is not allowed: only with "
+                                         r"optimizer.name lion or tiger \(got adamw\)$"):
+        OptimizerConfig(name="adamw", embedding_optimizer="adamw")
     with pytest.raises(ValueError, match=r"optimizer.lazy_embeddings=True is not allowed: only with"):
         resolve_config([{"optimizer.lazy_embeddings": "true"}])
     with pytest.raises(ValueError, match=r"optimizer.embedding_optimizer='sgd' is not allowed: one of same, adamw"):
@@ -257,7 +261,8 @@ def test_remedies_refuse_optimizers_they_do_not_apply_to() -> None:
 
 def test_state_dict_round_trip_continues_exactly() -> None:
     model = tiny()
-    opt = build_optimizer(model, "tiger", lr=1e-3, lazy_embeddings=True, embedding_optimizer="adamw")
+    opt = build_optimizer(model, OptimizerConfig(name="tiger", lr=1e-3, lazy_embeddings=True,
+                                                 embedding_optimizer="adamw"))
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(2))
 
     def steps(m: TransformerLM, o: torch.optim.Optimizer, n: int) -> None:
@@ -268,7 +273,8 @@ def test_state_dict_round_trip_continues_exactly() -> None:
 
     steps(model, opt, 2)
     other = copy.deepcopy(model)
-    reloaded = build_optimizer(other, "tiger", lr=1e-3, lazy_embeddings=True, embedding_optimizer="adamw")
+    reloaded = build_optimizer(other, OptimizerConfig(name="tiger", lr=1e-3, lazy_embeddings=True,
+                                                      embedding_optimizer="adamw"))
     reloaded.load_state_dict(copy.deepcopy(opt.state_dict()))
     steps(model, opt, 2)
     steps(other, reloaded, 2)
@@ -321,8 +327,8 @@ def test_resume_refuses_another_value_the_saved_param_groups_hold(prepared: Path
     saved = json.loads(json.dumps(train.to_dict()))
     check_resume(train, saved, 2)
     model = tiny()
-    opt = build_optimizer(model, "tiger", nan_shrink=0.99)
-    other = build_optimizer(copy.deepcopy(model), "tiger", nan_shrink=1.0)
+    opt = build_optimizer(model, OptimizerConfig(name="tiger", tiger_nan_shrink=0.99))
+    other = build_optimizer(copy.deepcopy(model), OptimizerConfig(name="tiger", tiger_nan_shrink=1.0))
     other.load_state_dict(opt.state_dict())
     assert other.guards_nan  # the reason: the saved 0.99 came back over the 1.0 asked for
     setattr(train.optimizer, key, value)
@@ -342,15 +348,15 @@ def test_tiger_rms_rate_refuses_lora_and_any_all_zero_matrix() -> None:
     model = tiny()
     add_lora(model, 4, 16.0, ("qkv_proj",))
     with pytest.raises(ValueError, match=r"layers.0.attn.qkv_proj.lora_B.default.weight is all zeros") as err:
-        build_optimizer(model, "tiger", lr=1e-2)
+        build_optimizer(model, OptimizerConfig(name="tiger", lr=1e-2))
     assert "\n" not in str(err.value)
-    opt = build_optimizer(model, "tiger", lr=1e-2, rms_lr=False)
+    opt = build_optimizer(model, OptimizerConfig(name="tiger", lr=1e-2, tiger_rms_lr=False))
     b = model.layers[0].attn.qkv_proj.lora_B.default.weight
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(3))
     model(x, targets=x).loss.backward()
     opt.step()
     assert bool(b.detach().ne(0).all())  # every entry moved by the flat step lr
-    build_optimizer(tiny(), "lion")  # the flat-rate optimizers have nothing to refuse
+    build_optimizer(tiny(), OptimizerConfig(name="lion"))  # the flat-rate optimizers have nothing to refuse
 
 
 def test_tiger_built_directly_on_a_models_parameters_spares_gains_and_biases() -> None:

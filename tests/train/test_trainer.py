@@ -69,7 +69,7 @@ def test_gradient_accumulation_equals_the_full_batch(prepared: Path, tmp_path: P
         a, b = full.train_step(), accum.train_step()
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
-    for (name, p), q in zip(full.raw.named_parameters(), accum.raw.parameters()):
+    for (name, p), q in zip(full.state.raw.named_parameters(), accum.state.raw.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
 
 
@@ -85,7 +85,7 @@ def test_bf16_autocast_trains_with_fp32_master_weights_and_tracks_the_fp32_curve
         trainer = make_trainer(tmp_path / dtype, prepared, steps="8", **{
             "precision.dtype": dtype, "precision.allow_slow_bf16": "true", "optimizer.lr": "1e-2"})
         curves[dtype] = [trainer.train_step()["loss"] for _ in range(8)]
-        assert all(p.dtype == torch.float32 for p in trainer.raw.parameters())
+        assert all(p.dtype == torch.float32 for p in trainer.state.raw.parameters())
     fp32, bf16 = curves["fp32"], curves["bf16"]
     assert all(math.isfinite(x) for x in bf16) and bf16[-1] < bf16[0]
     assert bf16 != fp32  # autocast really ran in bf16
@@ -111,23 +111,23 @@ class NanForward:
 
 def test_a_non_finite_step_is_skipped(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="5")
-    trainer.model.forward = NanForward(trainer.model.forward, lambda call: call == 2)
+    trainer.state.model.forward = NanForward(trainer.state.model.forward, lambda call: call == 2)
     trainer.train_step()
     trainer.train_step()
-    before = {n: p.detach().clone() for n, p in trainer.raw.named_parameters()}
-    adam_steps = [float(s["step"]) for s in trainer.optimizer.state.values()]
+    before = {n: p.detach().clone() for n, p in trainer.state.raw.named_parameters()}
+    adam_steps = [float(s["step"]) for s in trainer.state.optimizer.state.values()]
     row = trainer.train_step()  # call 2: NaN
     assert row["skipped"] and math.isnan(row["loss"])
-    assert all(torch.equal(p, before[n]) for n, p in trainer.raw.named_parameters())
-    assert [float(s["step"]) for s in trainer.optimizer.state.values()] == adam_steps
-    assert all(p.grad is None for p in trainer.raw.parameters())
+    assert all(torch.equal(p, before[n]) for n, p in trainer.state.raw.named_parameters())
+    assert [float(s["step"]) for s in trainer.state.optimizer.state.values()] == adam_steps
+    assert all(p.grad is None for p in trainer.state.raw.parameters())
     assert not trainer.train_step()["skipped"]
-    assert trainer.stats.skipped == 1 and trainer.stats.bad_steps == 0
+    assert trainer.state.stats.skipped == 1 and trainer.state.stats.bad_steps == 0
 
 
 def test_a_skipped_step_is_logged_and_the_run_goes_on(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="5")
-    trainer.model.forward = NanForward(trainer.model.forward, lambda call: call == 2)
+    trainer.state.model.forward = NanForward(trainer.state.model.forward, lambda call: call == 2)
     assert trainer.fit().step == 5
     skips = read_metrics(tmp_path / "run", "skip")
     assert [r["step"] for r in skips] == [3] and skips[0]["loss"] == "nan"
@@ -138,7 +138,7 @@ def test_consecutive_non_finite_steps_stop_the_run_naming_the_last_good_checkpoi
     prepared: Path, tmp_path: Path
 ) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="20", **{"checkpoint.save_every": "2"})
-    trainer.model.forward = NanForward(trainer.model.forward, lambda call: call >= 2)
+    trainer.state.model.forward = NanForward(trainer.state.model.forward, lambda call: call >= 2)
     with pytest.raises(TrainingDiverged, match=r"5 consecutive steps \(up to step 7\) had a non-finite loss or "
                                                r"gradient; last good checkpoint: .*step_0000002"):
         trainer.fit()
@@ -332,9 +332,9 @@ def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="6", **{"schedule.warmup_steps": "2"})
     seen: list[float] = []
-    step = trainer.optimizer.step
-    record = lambda: seen.append(trainer.optimizer.param_groups[0]["lr"]) or step()  # noqa: E731
-    monkeypatch.setattr(trainer.optimizer, "step", record)
+    step = trainer.state.optimizer.step
+    record = lambda: seen.append(trainer.state.optimizer.param_groups[0]["lr"]) or step()  # noqa: E731
+    monkeypatch.setattr(trainer.state.optimizer, "step", record)
     for _ in range(6):
         trainer.train_step()
     # update s (0-based) takes warmup lr 1e-3 (s+1)/2, then the cosine to 1e-4 at 6, written out
@@ -345,18 +345,18 @@ def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
 def test_a_finite_loss_with_a_non_finite_gradient_is_skipped(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="3")
     trainer.train_step()
-    before = {n: p.detach().clone() for n, p in trainer.raw.named_parameters()}
-    weight = trainer.raw.layers[0].mlp.down_proj.weight
+    before = {n: p.detach().clone() for n, p in trainer.state.raw.named_parameters()}
+    weight = trainer.state.raw.layers[0].mlp.down_proj.weight
     hook = weight.register_hook(lambda g: g * float("inf"))  # the loss stays finite, one gradient does not
     row = trainer.train_step()
     hook.remove()
     assert math.isfinite(row["loss"]) and not math.isfinite(row["grad_norm"]) and row["skipped"]
-    assert all(torch.equal(p, before[n]) for n, p in trainer.raw.named_parameters())
+    assert all(torch.equal(p, before[n]) for n, p in trainer.state.raw.named_parameters())
     assert not trainer.train_step()["skipped"]
-    assert all(torch.isfinite(p).all() for p in trainer.raw.parameters())
+    assert all(torch.isfinite(p).all() for p in trainer.state.raw.parameters())
 
 
 def test_validation_runs_in_eval_mode(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="2", **{"model.dropout": "0.5"})
     first, second = trainer.evaluate(), trainer.evaluate()  # dropout on would draw new masks each time
-    assert first == second and trainer.raw.training
+    assert first == second and trainer.state.raw.training

@@ -46,6 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "suite", nargs="?", help="a built-in suite name (see --list) or a suite .yaml file"
     )
+    _add_actions(parser)
+    _add_scale(parser)
+    _add_design(parser)
+    _add_executor(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_actions(parser: argparse.ArgumentParser) -> None:
+    """What the invocation does besides planning, training and judging a suite."""
     parser.add_argument("--list", action="store_true", help="list the built-in suites and exit")
     parser.add_argument(
         "--verify",
@@ -58,18 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "them) when any differ",
     )
     parser.add_argument(
-        "--budget",
-        choices=list(BUDGETS),
-        default=None,
-        help=f"compute per run (default {DEFAULT_BUDGET}; --collect reads the plan's)",
+        "--plan",
+        action="store_true",
+        help="print the seeds each claim needs for 80%% power and "
+        "the wall time that costs, then exit (trains nothing)",
     )
-    parser.add_argument(
-        "--seeds", type=int, default=None, help="seeds per arm (default: the budget's; >= 2)"
-    )
-    parser.add_argument(
-        "--out", default=None, help="suite folder (default runs/ablate/SUITE-BUDGET)"
-    )
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, one thread each")
     parser.add_argument(
         "--print-commands",
         action="store_true",
@@ -81,38 +83,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="build the report from the finished run folders under DIR",
     )
+
+
+def _add_scale(parser: argparse.ArgumentParser) -> None:
+    """How much each run computes, how many there are, where they go and how they train."""
+    parser.add_argument(
+        "--budget",
+        choices=list(BUDGETS),
+        default=None,
+        help=f"compute per run (default {DEFAULT_BUDGET}; --collect reads the plan's)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per arm (default: the budget's; >= 2)"
+    )
+    parser.add_argument(
+        "--out", default=None, help="suite folder (default runs/ablate/SUITE-BUDGET)"
+    )
     parser.add_argument(
         "--store",
         default=None,
         help="folder of the run folders, shared by suites (default: "
         "store/ beside --out; --collect reads the plan's)",
-    )
-    parser.add_argument(
-        "--plan",
-        action="store_true",
-        help="print the seeds each claim needs for 80%% power and "
-        "the wall time that costs, then exit (trains nothing)",
-    )
-    parser.add_argument(
-        "--sequential",
-        choices=SEQUENTIAL_KINDS,
-        default=None,
-        help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
-        "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)",
-    )
-    parser.add_argument(
-        "--fold-over",
-        action="store_true",
-        help="a screening suite: add the mirrored half fraction "
-        "(every factor's level swapped), freeing main effects from two-factor interactions",
-    )
-    parser.add_argument(
-        "--max-seeds",
-        type=int,
-        default=None,
-        metavar="CAP",
-        help="with --sequential: the second look's seeds per arm for undecided claims (default 2x "
-        "the first look's); a claim still undecided there is 'inconclusive at n = CAP'",
     )
     parser.add_argument(
         "--mode",
@@ -123,6 +114,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "slightly); bf16 (autocast, on CPUs with bf16 units or a GPU). Recorded in each run's "
         "config and store key; measures and timing pairs read the eager model in every mode",
     )
+
+
+def _add_design(parser: argparse.ArgumentParser) -> None:
+    """Designs beyond every arm at n seeds: the sequential second look, a screening fold-over."""
+    parser.add_argument(
+        "--sequential",
+        choices=SEQUENTIAL_KINDS,
+        default=None,
+        help="two looks: judge at n seeds, add n more seeds only to undecided claims' arms, judge "
+        "again, at Pocock's or O'Brien-Fleming's levels (overall level 0.05)",
+    )
+    parser.add_argument(
+        "--max-seeds",
+        type=int,
+        default=None,
+        metavar="CAP",
+        help="with --sequential: the second look's seeds per arm for undecided claims (default 2x "
+        "the first look's); a claim still undecided there is 'inconclusive at n = CAP'",
+    )
+    parser.add_argument(
+        "--fold-over",
+        action="store_true",
+        help="a screening suite: add the mirrored half fraction "
+        "(every factor's level swapped), freeing main effects from two-factor interactions",
+    )
+
+
+def _add_executor(parser: argparse.ArgumentParser) -> None:
+    """Where the runs execute: here, --jobs at a time, or as a Slurm job array."""
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, one thread each")
     parser.add_argument(
         "--executor",
         choices=EXECUTORS,
@@ -152,7 +173,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="runs of the array at once (default 64)",
     )
-    parser.set_defaults(func=run)
 
 
 def rerun_argv(args: argparse.Namespace, exp: Experiment, how: bool = True) -> list[str]:
@@ -264,29 +284,41 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args.verify)
     if not args.suite:
         raise ValueError("name a suite (archlab ablate --list shows them) or pass --list")
-    from archlab.lab import LabError
-
     exp = _experiment(args)
-    plan = exp.plan()
     print("\n".join(exp.arm_lines()))
-    command = shlex.join(rerun_argv(args, exp, how=False))  # what the report records
-    resume = shlex.join(rerun_argv(args, exp))  # the Ctrl-C hint: how it ran, too
+    if args.plan or args.print_commands or (args.executor == "slurm" and not args.collect):
+        return _without_training(args, exp)
+    return _train_and_judge(args, exp)
+
+
+def _without_training(args: argparse.Namespace, exp: Experiment) -> int:
+    """--plan (the seeds each claim needs), --print-commands (the runs as command lines) or a Slurm
+    submission (the runs as a job array): the suite planned, nothing trained here."""
+    out = exp.plan().out
     if args.plan:
         print("\n".join(exp.power_text()))
-        return 0
-    if args.print_commands:
+    elif args.print_commands:
         print("\n".join(exp.commands()))
-        print(f"# then: archlab ablate {args.suite} --collect {plan.out}")
-        return 0
-    if args.executor == "slurm" and not args.collect:
+        print(f"# then: archlab ablate {args.suite} --collect {out}")
+    else:
         jobs = exp.submit()
         array = jobs[0].job_id.split("_")[0] if jobs else ""  # submitit names each task ARRAY_TASK
         print(
             f"submitted {len(jobs)} runs"
             + (f" as job array {array}" if jobs else " (all were done)")
-            + f"; when they finished: archlab ablate {args.suite} --collect {plan.out}"
+            + f"; when they finished: archlab ablate {args.suite} --collect {out}"
         )
-        return 0
+    return 0
+
+
+def _train_and_judge(args: argparse.Namespace, exp: Experiment) -> int:
+    """Train what is missing (unless --collect), judge (in two looks with --sequential), write the
+    report and print the verdicts; Ctrl-C or SIGTERM stops with the command that continues."""
+    from archlab.lab import LabError
+
+    out = exp.plan().out
+    command = shlex.join(rerun_argv(args, exp, how=False))  # what the report records
+    resume = shlex.join(rerun_argv(args, exp))  # the Ctrl-C hint: how it ran, too
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if not args.collect:
@@ -313,9 +345,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     print("\n".join(exp.verdict_lines(results)))
-    print(
-        f"report: {plan.out / 'report.html'}, {plan.out / 'results.md'}, {plan.out / 'results.csv'}"
-    )
+    print(f"report: {out / 'report.html'}, {out / 'results.md'}, {out / 'results.csv'}")
     return 0
 
 

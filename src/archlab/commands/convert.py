@@ -120,17 +120,15 @@ def run(args: argparse.Namespace) -> int:
 def check_hf_source(folder: Path) -> None:
     """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do
     instead)."""
-    from archlab.checkpoint import latest_checkpoint
-    from archlab.interop.hf_config import is_hf_folder, read_hf_config
+    from archlab.interop.hf_config import read_hf_config
+    from archlab.interop.model_folder import ARCHLAB, model_kind
 
     if not folder.is_dir():
         raise FileNotFoundError(
             f"--from-hf {folder}: no such folder (a Hugging Face model folder: config.json, "
             "safetensors weights, tokenizer.json)"
         )
-    if not is_hf_folder(folder) and (
-        latest_checkpoint(folder) or (folder / "manifest.json").is_file()
-    ):
+    if model_kind(folder) == ARCHLAB:
         raise ValueError(
             f"--from-hf {folder} is an archlab checkpoint, not a Hugging Face folder: "
             "`convert --to-hf` exports it, and train / generate / eval read it as it is"
@@ -210,10 +208,9 @@ def from_hf_folder(folder: Path, out: Path, dtype: torch.dtype | None, step: int
     """An HF folder as checkpoint `step` of run `out`: weights, config, tokenizer (and chat
     template); no optimizer state."""
     from archlab.checkpoint import save_checkpoint
-    from archlab.interop import from_hf, load_hf_tokenizer
+    from archlab.interop.model_folder import open_model
 
-    tokenizer = load_hf_tokenizer(folder)
-    model = from_hf(folder, dtype=dtype)
+    model, tokenizer = open_model(folder, "--from-hf", dtype)
     config = {"model": model.config.to_dict(), "source": {"hf_folder": str(folder)}}
     # the folder's EOS and stop ids (tokenizer_config.json, generation_config.json): tokenizer.json
     # alone lacks them

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from archlab.infer.sampling import SamplingConfig
     from archlab.infer.stream import TokenizerLike
     from archlab.nn.config import ModelConfig
-    from archlab.nn.model import TransformerLM
 
 QUIT = "/quit"
 # --past-context: infer/sampling.py's PAST_CONTEXT, in the words of a flag (repeated: that module
@@ -46,9 +45,7 @@ def fit_default(
     """The default max_new_tokens clipped to the context left after the prompt (with a note on
     stderr); a value the user gave is kept, so check_context refuses it in one line if it does not
     fit."""
-    from archlab.infer.generate import context_limit
-
-    limit = context_limit(config)
+    limit = config.context_limit
     room = None if limit is None or sampling.past_context != "stop" else limit - prompt_len
     if given or room is None or room >= sampling.max_new_tokens or room < 1:
         return sampling
@@ -69,23 +66,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="archlab checkpoint or run folder, or a Hugging Face folder",
     )
+    _add_prompts(p)
+    _add_sampling(p)
+    _add_context(p)
+    p.add_argument(
+        "--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory"
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step where it measures faster than eager on this machine "
+        "(a one-off compile of seconds)",
+    )
+    p.add_argument(
+        "--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ..."
+    )
+    p.set_defaults(func=run_generate)
+
+
+def _add_prompts(p: argparse.ArgumentParser) -> None:
+    """Where the prompts come from and how they are batched and shown."""
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for a batch)")
     p.add_argument("--prompt-file", help="one prompt per line; '-' reads stdin")
     p.add_argument(
         "--interactive", action="store_true", help="a REPL: one prompt per line, /quit or EOF ends"
     )
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit the model's "
-        "context)",
-    )
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None, help="same seed, same text")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument(
         "--batch-size", type=int, default=8, help="prompts generated together (left-padded)"
     )
@@ -106,6 +111,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "text; by default they are left out, and generation stops at the EOS and end-of-turn "
         "tokens",
     )
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    """How each new token is drawn and when a sequence stops."""
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit the model's "
+        "context)",
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None, help="same seed, same text")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def _add_context(p: argparse.ArgumentParser) -> None:
+    """What happens past the model's context, and the log-n scale for lengths past training."""
     past = p.add_mutually_exclusive_group()
     past.add_argument(
         "--past-context",
@@ -128,40 +153,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the log-n query scale max(1, log n / log max_seq_len) at "
         "inference only, for a model trained without it (Su, kexue.fm/archives/9708)",
     )
-    p.add_argument(
-        "--report-memory", action="store_true", help="KV-cache bytes (MHA/GQA/MQA) and peak memory"
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="torch.compile the decode step where it measures faster than eager on this machine "
-        "(a one-off compile of seconds)",
-    )
-    p.add_argument(
-        "--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ..."
-    )
-    p.set_defaults(func=run_generate)
-
-
-def load_checkpoint(path: str) -> tuple[TransformerLM, TokenizerLike]:
-    """Model and tokenizer from an archlab checkpoint or run folder (archlab.checkpoint.load_model),
-    or from a Hugging Face model folder (archlab.interop.from_hf, with the folder's
-    tokenizer.json)."""
-    from archlab.interop import from_hf, is_hf_folder, load_hf_tokenizer
-
-    folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
-    if is_hf_folder(folder):
-        if not (folder / "tokenizer.json").is_file():
-            raise FileNotFoundError(
-                f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json to encode "
-                "prompts with"
-            )
-        return from_hf(folder), load_hf_tokenizer(folder)
-    from archlab.checkpoint import load_model
-
-    return load_model(folder)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -243,7 +234,9 @@ def run_generate(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.compile:
         check_compile_decode(device)
-    model, tokenizer = load_checkpoint(args.checkpoint)
+    from archlab.interop.model_folder import open_model
+
+    model, tokenizer = open_model(args.checkpoint)
     if args.logn:
         model = with_inference_logn(model)
     model.to(device).eval()

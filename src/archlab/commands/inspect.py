@@ -8,7 +8,7 @@ Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--mo
 both go through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in
 both commands.
 
-Nothing here imports torch (nn/config.py validates against torch-free name lists, nn/variants.py;
+Nothing here imports torch (nn/config/ validates against torch-free name lists, choices.py;
 costs.py is arithmetic; `--checkpoint` reads config.json through run_folder.py or
 interop/hf_config.py, never the weights), so it answers in a fraction of a second.
 """
@@ -29,7 +29,7 @@ from archlab.overrides import load_yaml, parse_flags, typed_overrides
 from archlab.train.config import resolve_config
 
 # softmax attention's (FLOPs per token, what the cache holds), as archlab.costs computes them; a
-# linear kernel's formulas come with its option group (nn/attention/options.py)
+# linear kernel's formulas come with its option group (nn/config/kernels.py)
 SOFTMAX_FORMULAS = (
     "4*H*Dh*sum(keys per layer): QK^T + probs@V",
     "windowed layers keep their window",
@@ -126,16 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def checkpoint_config(path: str) -> ModelConfig:
-    """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder."""
-    from archlab.interop.hf_config import is_hf_folder, read_hf_config
-    from archlab.run_folder import resolve_checkpoint
+    """The ModelConfig of a Hugging Face folder or of an archlab checkpoint / run folder (its
+    config.json alone: interop.model_folder)."""
+    from archlab.interop.model_folder import find_model
 
-    if not Path(path).exists():
-        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
-    if is_hf_folder(path):
-        return read_hf_config(path)
-    config = json.loads((resolve_checkpoint(path) / "config.json").read_text(encoding="utf-8"))
-    return ModelConfig.from_dict(config["model"])
+    return find_model(path).config()
 
 
 def _human(n: float, unit: str = "") -> str:

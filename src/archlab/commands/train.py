@@ -1,4 +1,6 @@
-"""`archlab train`: resolve the run config (defaults < preset < --config YAML < flags) and train.
+"""`archlab train`: its flags, one call (`train.launch.train_run`: the run's configs resolved,
+defaults < preset < --config YAML < flags, the run begun fresh, resumed or from weights, and
+trained) and its printing.
 
 The common case stays short: `archlab train --preset llama --size tiny --data FILE --steps 200 --out
 RUN`. Every other knob is a `--section.field value` flag generated from `TrainConfig`
@@ -11,20 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from archlab.nn.config import ModelConfig
 from archlab.overrides import load_yaml, parse_flags
-from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import alias_help, help_text
-from archlab.train.launch import check_request, run_configs
-
-if TYPE_CHECKING:
-    from archlab.nn.model import TransformerLM
 
 # the flags and --help come from the config dataclasses alone (torch-free); the trainer, checkpoints
-# and interop import torch, so they are imported where a run starts, not when the parser is built
+# and interop import torch, so they are imported where a run starts (train/launch.py: how a run
+# begins, fresh, resumed or from weights), not when the parser is built
 
 # named flag (argparse dest) -> the config key it sets
 ALIASES = {
@@ -81,26 +76,15 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     layers = ([load_yaml(args.config)] if args.config else []) + [flags]
-    check_request(layers, args.resume, args.extend, init_from=bool(args.init_from))
-    init = None
-    if args.init_from:
-        train_cfg, model_cfg, init = init_from(args.init_from, layers)
-    else:  # every refusal comes before any data, model or folder is touched
-        train_cfg, model_cfg, step = run_configs(layers, args.resume, args.extend)
-        # nothing left: a finished run resumes to itself (the README's order)
-        if args.resume and step == train_cfg.steps:
-            print(
-                f"{train_cfg.out} is already at step {step} of {train_cfg.steps}: nothing to "
-                "resume; to train "
-                f"longer: --resume --steps N --extend (N > {step})"
-            )
-            return 0
-        if args.resume:
-            init = lora_base(train_cfg, model_cfg)
-    from archlab.train.trainer import TrainingDiverged, train  # torch: imported once a run starts
+    # torch: imported once a run starts
+    from archlab.train.launch import NothingToTrain, train_run
+    from archlab.train.trainer import TrainingDiverged
 
     try:
-        result = train(train_cfg, model_cfg, resume=args.resume, init_from=init)
+        result = train_run(layers, args.resume, args.extend, args.init_from)
+    except NothingToTrain as done:  # a finished run resumes to itself (the README's order)
+        print(done)
+        return 0
     except TrainingDiverged as err:
         print(f"archlab train: {err}", file=sys.stderr)
         return 1
@@ -113,61 +97,3 @@ def run(args: argparse.Namespace) -> int:
             f"{result.tokens_per_s:,.0f} tokens/s; checkpoint {result.checkpoint}"
         )
     return 0
-
-
-def init_from(path: str, layers: list[dict]) -> tuple[TrainConfig, ModelConfig, TransformerLM]:
-    """The run config with the source model's config under the user's layers (so `--model.FIELD`
-    changes it and data.tokenizer defaults to the source's tokenizer.json), and the source weights
-    adapted to it."""
-    from archlab.interop.surgery import adapt, load_source, source_config
-
-    def resolved(config: ModelConfig, tokenizer_file: Path) -> tuple[TrainConfig, ModelConfig]:
-        base = {f"model.{k}": v for k, v in config.to_dict().items()} | {
-            "data.tokenizer": str(tokenizer_file),
-            "init_from": str(path),
-        }
-        return resolve_config([base, *layers])
-
-    # what the settings decide alone, from the source's config.json, before its weights are loaded
-    check_settings_early(*resolved(*source_config(path)))
-    source, tokenizer_file = load_source(path)
-    train_cfg, model_cfg = resolved(source.config, tokenizer_file)
-    return train_cfg, model_cfg, adapt(source, model_cfg)
-
-
-def check_settings_early(
-    train_cfg: TrainConfig, model_cfg: ModelConfig, resume: bool = False
-) -> None:
-    """`train/preflight.py`'s `check_settings`, for the runs that load a model before `train()`
-    (an `--init-from` source, a resumed LoRA run's base): the memory estimate and the other
-    refusals the settings decide come before those weights are read."""
-    from archlab.train.distributed import planned_context
-    from archlab.train.preflight import check_settings
-
-    ctx = planned_context(train_cfg.distributed, train_cfg.precision.device)
-    check_settings(train_cfg, model_cfg, ctx, resume)
-
-
-def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM | None:
-    """The frozen base a resumed LoRA run from `init_from` continues on, rebuilt from that source as
-    the run began (the trainer then checks its sha256 against the checkpoint's); None for every
-    other run."""
-    source = train_cfg.init_from
-    if not (train_cfg.lora_rank and source):
-        return None
-    from archlab.interop.surgery import adapt, load_source
-
-    check_settings_early(train_cfg, model_cfg, resume=True)
-
-    if not os.path.exists(source):
-        raise FileNotFoundError(
-            f"--resume: LoRA run {train_cfg.out} was started from {source}, which is missing; "
-            "its checkpoints hold the adapters, not the base: restore the source at that path, "
-            f"or start a new run with --init-from {train_cfg.out}"
-        )
-    try:
-        return adapt(load_source(source)[0], model_cfg)
-    except (OSError, ValueError) as err:
-        raise ValueError(
-            f"--resume: the base of LoRA run {train_cfg.out}, {source}, cannot be loaded: {err}"
-        ) from err

@@ -66,51 +66,11 @@ def encode_splits(
     """Stream the corpus through the tokenizer (the train split through `train_tok` if given:
     BPE-dropout) into out/{train,val}.bin; return counts for meta.json."""
     dtype = dtype_for_vocab(tok.vocab_size)
-    by_split = {"train": train_tok or tok, "val": tok}
-    tokens, docs, chars = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0), 0
-    sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
-    # with BPE-dropout the train text is also kept plain: if the corpus has too few documents for a
-    # document split, val is cut from the plain stream's tail, never from the dropout one (val stays
-    # plain at any p)
-    plain_train = (out / PLAIN_TRAIN).open("wb") if train_tok is not None else None
-    bar = tqdm(
-        total=corpus.total_bytes,
-        unit="B",
-        unit_scale=True,
-        desc=f"tokenizing {corpus.spec}",
-        disable=None,
-        leave=False,  # on a terminal: gone when done, so a refusal after it is the only line
-    )
-
-    def flush(batch: dict[str, list[str]]) -> None:
-        for split, texts in batch.items():
-            ids = to_token_array(by_split[split].encode_documents(texts), dtype)
-            # file.write, not ndarray.tofile: a full disk then raises with its errno (tofile
-            # reports only "N requested and M written")
-            sinks[split].write(memoryview(ids))
-            tokens[split] += len(ids)
-            if split == "train" and plain_train is not None:
-                plain_train.write(memoryview(to_token_array(tok.encode_documents(texts), dtype)))
-            texts.clear()
-
+    sinks = _TokenFiles(out, dtype, tok, train_tok)
     try:
-        batch: dict[str, list[str]] = {split: [] for split in SPLITS}
-        pending = 0
-        for index, (text, nbytes) in enumerate(corpus.documents()):
-            split = "val" if is_val(index, val_fraction) else "train"
-            batch[split].append(text)
-            docs[split] += 1
-            pending += len(text)
-            chars += len(text)
-            bar.update(nbytes)
-            if pending >= BATCH_CHARS:
-                flush(batch)
-                pending = 0
-        flush(batch)
+        docs, chars = _stream(corpus, val_fraction, sinks)
     finally:
-        bar.close()
-        for sink in [*sinks.values(), *([plain_train] if plain_train is not None else [])]:
-            sink.close()
+        sinks.close()
     try:
         if chars == 0:
             raise ValueError(
@@ -119,11 +79,76 @@ def encode_splits(
         rule = (
             "documents"
             if docs["val"]
-            else _split_tail(out, dtype, tokens, val_fraction, tok, train_tok)
+            else _split_tail(out, dtype, sinks.tokens, val_fraction, tok, train_tok)
         )
     finally:
         (out / PLAIN_TRAIN).unlink(missing_ok=True)
-    return {"dtype": dtype.name, "tokens": tokens, "documents": docs, "split_rule": rule}
+    return {"dtype": dtype.name, "tokens": sinks.tokens, "documents": docs, "split_rule": rule}
+
+
+class _TokenFiles:
+    """The files a corpus is encoded into, each split through its tokenizer: train.bin and val.bin,
+    and with BPE-dropout the train text's plain stream too (if the corpus has too few documents for
+    a document split, val is cut from the plain stream's tail, never from the dropout one: val stays
+    plain at any p)."""
+
+    def __init__(
+        self, out: Path, dtype: np.dtype, tok: Tokenizer, train_tok: Tokenizer | None
+    ) -> None:
+        self.dtype, self.tok = dtype, tok
+        self.by_split = {"train": train_tok or tok, "val": tok}
+        self.tokens = dict.fromkeys(SPLITS, 0)
+        self.sinks = {split: (out / f"{split}.bin").open("wb") for split in SPLITS}
+        self.plain_train = (out / PLAIN_TRAIN).open("wb") if train_tok is not None else None
+
+    def write(self, batch: dict[str, list[str]]) -> None:
+        """Encode and append each split's texts, then empty the batch."""
+        for split, texts in batch.items():
+            ids = to_token_array(self.by_split[split].encode_documents(texts), self.dtype)
+            # file.write, not ndarray.tofile: a full disk then raises with its errno (tofile
+            # reports only "N requested and M written")
+            self.sinks[split].write(memoryview(ids))
+            self.tokens[split] += len(ids)
+            if split == "train" and self.plain_train is not None:
+                plain = to_token_array(self.tok.encode_documents(texts), self.dtype)
+                self.plain_train.write(memoryview(plain))
+            texts.clear()
+
+    def close(self) -> None:
+        for sink in [*self.sinks.values(), *([self.plain_train] if self.plain_train else [])]:
+            sink.close()
+
+
+def _stream(
+    corpus: FileCorpus | HubCorpus, val_fraction: float, files: _TokenFiles
+) -> tuple[dict[str, int], int]:
+    """Every document of the corpus to its split's file, in batches of BATCH_CHARS characters, with
+    a progress bar over its bytes; the documents per split and the characters read."""
+    docs, chars, pending = dict.fromkeys(SPLITS, 0), 0, 0
+    batch: dict[str, list[str]] = {split: [] for split in SPLITS}
+    bar = tqdm(
+        total=corpus.total_bytes,
+        unit="B",
+        unit_scale=True,
+        desc=f"tokenizing {corpus.spec}",
+        disable=None,
+        leave=False,  # on a terminal: gone when done, so a refusal after it is the only line
+    )
+    try:
+        for index, (text, nbytes) in enumerate(corpus.documents()):
+            split = "val" if is_val(index, val_fraction) else "train"
+            batch[split].append(text)
+            docs[split] += 1
+            pending += len(text)
+            chars += len(text)
+            bar.update(nbytes)
+            if pending >= BATCH_CHARS:
+                files.write(batch)
+                pending = 0
+        files.write(batch)
+    finally:
+        bar.close()
+    return docs, chars
 
 
 # the train text's plain stream while a BPE-dropout folder is being prepared

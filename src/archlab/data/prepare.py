@@ -250,6 +250,22 @@ def _check_sizes(spec: str, meta: dict, min_tokens: int) -> None:
             )
 
 
+def _check_request(out: Path, tokenizer: str, val_fraction: float, bpe_dropout: float) -> None:
+    """Refuse, one line each, a split or dropout out of range and an output folder that is not a
+    prepared data folder."""
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1) (got {val_fraction})")
+    if not 0 <= bpe_dropout < 1 or (bpe_dropout and tokenizer == "byte"):
+        raise ValueError(
+            f"bpe_dropout={bpe_dropout!r} is not allowed: a probability in [0, 1), and 0 for the "
+            "byte tokenizer (it has no merges to drop)"
+        )
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and read_meta(out) is None):
+        raise ValueError(
+            f"out dir {out} exists and is not a prepared data folder (no meta.json); choose another"
+        )
+
+
 def prepare_data(
     data: str,
     out_dir: str | Path,
@@ -274,19 +290,8 @@ def prepare_data(
     `reuse_only=True` (a resumed run) refuses to replace a folder prepared from another corpus or
     tokenizer. Under torchrun, call it on rank 0 and barrier before the other ranks open the folder.
     """
-    if not 0 < val_fraction < 1:
-        raise ValueError(f"val_fraction must be in (0, 1) (got {val_fraction})")
-    if not 0 <= bpe_dropout < 1 or (bpe_dropout and tokenizer == "byte"):
-        raise ValueError(
-            f"bpe_dropout={bpe_dropout!r} is not allowed: a probability in [0, 1), and 0 for the "
-            "byte "
-            "tokenizer (it has no merges to drop)"
-        )
     out = Path(out_dir)
-    if out.is_file() or (out.is_dir() and any(out.iterdir()) and read_meta(out) is None):
-        raise ValueError(
-            f"out dir {out} exists and is not a prepared data folder (no meta.json); choose another"
-        )
+    _check_request(out, tokenizer, val_fraction, bpe_dropout)
     corpus = open_corpus(data, text_field, max_files)
     request = {
         "format": FORMAT_VERSION,

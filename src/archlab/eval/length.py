@@ -1,6 +1,6 @@
 """Loss and next-token accuracy against context length per RoPE method (`archlab eval length`).
 
-The same trained weights are loaded under each method's `rope_scaling` (eval/rope_methods.py) and
+The same trained weights are loaded under each method's `rope.scaling` (eval/rope_methods.py) and
 scored on held-out text at each length. A window of L tokens is scored on its last `score_last`
 tokens only, so every length is measured on the same number of predictions, each with at least
 L - score_last tokens of context: a longer window can only help a model that uses (or at least
@@ -150,12 +150,7 @@ def evaluate_lengths(
         model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn
     )
     state, trained = model.state_dict(), module_training_state(model)
-    paired = paired_windows(tokens, lengths, n_windows) if "plain" in samples else {}
-    batches = {
-        (kind, n): paired[n] if kind == "plain" else sample_windows(tokens, n, n_windows, kind)
-        for kind in samples
-        for n in lengths
-    }
+    batches = _windows(tokens, lengths, n_windows, samples)
     cells = [(kind, method, n) for kind in samples for method, n in configs]
     results = []
     # a log file gets one plain line per cell, not bar redraws
@@ -183,6 +178,19 @@ def evaluate_lengths(
                 kind,
             )
     return results
+
+
+def _windows(
+    tokens: np.ndarray, lengths: list[int], n_windows: int, samples: tuple[str, ...] | list[str]
+) -> dict[tuple[str, int], torch.Tensor]:
+    """(samples kind, length) -> its windows: the plain ones paired across lengths (every length
+    scores the same text), the others drawn per length."""
+    paired = paired_windows(tokens, lengths, n_windows) if "plain" in samples else {}
+    return {
+        (kind, n): paired[n] if kind == "plain" else sample_windows(tokens, n, n_windows, kind)
+        for kind in samples
+        for n in lengths
+    }
 
 
 def cell(r: LengthResult, metric: str = "loss") -> str:

@@ -21,7 +21,6 @@ model trained without it: ModelConfig.with_inference_logn, max(1, log n / log L_
 
 from __future__ import annotations
 
-from archlab.infer.generate import context_limit
 from archlab.nn.config import ConfigError, ModelConfig
 from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling, inference_kinds
 
@@ -34,10 +33,10 @@ def method_scaling(
     leaky_k: float | str = "half",
     own: RopeScaling | None = None,
 ) -> RopeScaling | None:
-    """The `rope_scaling` method `method` (a kind of ROPE_KINDS) uses at `length` for a model
+    """The `rope.scaling` method `method` (a kind of ROPE_KINDS) uses at `length` for a model
     trained at `train_len`: `RopeKind.at` (module doc). `own` is the model's own scaling: a kind it
     was built with lends its window when `window` is not given (an `hwfa2` model trained with
-    `--model.rope_scaling.window 128` is evaluated at W = 128, as it decodes)."""
+    `--model.rope.scaling.window 128` is evaluated at W = 128, as it decodes)."""
     if method not in inference_kinds():
         raise ValueError(
             f"scaling {method!r} is not allowed: one of {', '.join(inference_kinds())}"
@@ -81,8 +80,13 @@ def trained_only(config: ModelConfig) -> bool:
     """Whether the model's own scaling holds in training mode only (inverse Leaky ReRoPE): `none`,
     the model as trained, keeps it, so its context limit (the distances training reached)
     applies."""
-    s = config.rope_scaling
+    s = own_scaling(config)
     return s is not None and ROPE_KINDS[s.kind].training_only
+
+
+def own_scaling(config: ModelConfig) -> RopeScaling | None:
+    """The RoPE scaling `config` was built with (None without one, or without RoPE)."""
+    return config.rope.scaling if config.rope is not None else None
 
 
 def applicable_methods(config: ModelConfig) -> list[str]:
@@ -100,13 +104,15 @@ def _refusal(config: ModelConfig, method: str) -> str | None:
     it can."""
     try:
         scaling = method_scaling(
-            method, 2 * config.max_seq_len, config.max_seq_len, own=config.rope_scaling
+            method, 2 * config.max_seq_len, config.max_seq_len, own=own_scaling(config)
         )
     except ValueError:
         # a default window that does not fit: method_configs names it with the caller's window
         return None
+    if config.rope is None:  # no RoPE to scale: only `none` (method_configs refuses the others)
+        return None if scaling is None else f"position={config.position!r} has no RoPE"
     try:
-        config.replace(rope_scaling=scaling if scaling is not None else config.rope_scaling)
+        config.replace(rope={"scaling": scaling if scaling is not None else own_scaling(config)})
     except ConfigError as err:
         return str(err).removeprefix("ModelConfig.")
     return None
@@ -141,13 +147,13 @@ def method_configs(
             )
         for length in lengths:
             scaling = method_scaling(
-                method, length, config.max_seq_len, window, leaky_k, config.rope_scaling
+                method, length, config.max_seq_len, window, leaky_k, own_scaling(config)
             )
             if scaling is None and trained_only(config):
                 # inverse Leaky ReRoPE: eval mode is plain RoPE, to its own limit
-                scaling = config.rope_scaling
-            c = config.replace(rope_scaling=scaling) if config.position == "rope" else config
-            limit = context_limit(c)
+                scaling = own_scaling(config)
+            c = config.replace(rope={"scaling": scaling}) if config.rope is not None else config
+            limit = c.context_limit
             if (
                 limit is not None
                 and length > limit

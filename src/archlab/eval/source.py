@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archlab.data.corpus import check_source
-from archlab.interop.hf_config import is_hf_folder, read_hf_config
+from archlab.interop.model_folder import ModelFolder, find_model
 from archlab.nn.config import ModelConfig
-from archlab.run_folder import CHECKPOINTS, read_checkpoint_config, resolve_checkpoint
+from archlab.run_folder import CHECKPOINTS
 from archlab.train.lock import check_folder
 
 
@@ -31,12 +31,21 @@ from archlab.train.lock import check_folder
 class EvalSource:
     """A model to evaluate, known from its config alone, and the held-out data it is scored on."""
 
-    path: Path  # as the user gave it
-    hf: bool  # a Hugging Face folder (else an archlab checkpoint)
-    # the archlab checkpoint folder, resolved (None for a Hugging Face folder)
-    checkpoint: Path | None
+    model: ModelFolder  # where the model is: a Hugging Face folder or an archlab checkpoint
     config: ModelConfig
     data: str | None  # the held-out data spec (the run's prepared folder when --data is absent)
+
+    @property
+    def path(self) -> Path:
+        return self.model.path
+
+    @property
+    def hf(self) -> bool:
+        return self.model.hf
+
+    @property
+    def checkpoint(self) -> Path | None:
+        return self.model.checkpoint
 
     @property
     def name(self) -> str:
@@ -56,26 +65,16 @@ def eval_source(path: str, data: str | None = None, needs_data: bool = True) -> 
     """The model's config and the held-out data of `archlab eval ACTION --checkpoint PATH [--data
     DATA]`, each refused in one line before anything is loaded; `needs_data=False` (passkey: its
     prompts are synthetic) skips the data."""
-    folder = Path(path)
-    if not folder.exists():
-        raise FileNotFoundError(f"--checkpoint {path}: no such file or folder")
-    if is_hf_folder(folder):
-        if not (folder / "tokenizer.json").is_file():
-            raise FileNotFoundError(
-                f"--checkpoint {path}: this Hugging Face folder has no tokenizer.json"
-            )
-        config, checkpoint, saved = read_hf_config(folder), None, {}
-    else:
-        checkpoint = resolve_checkpoint(folder)
-        saved = read_checkpoint_config(checkpoint)
-        config = ModelConfig.from_dict(saved["model"])
+    model = find_model(path)
+    model.check_tokenizer()
+    config = model.config()
     if not needs_data:
-        return EvalSource(folder, checkpoint is None, checkpoint, config, None)
+        return EvalSource(model, config, None)
     if data is not None:
         check_source(data)
     else:
-        data = str(run_data_folder(path, checkpoint, saved))
-    return EvalSource(folder, checkpoint is None, checkpoint, config, data)
+        data = str(run_data_folder(path, model.checkpoint, model.saved()))
+    return EvalSource(model, config, data)
 
 
 def run_data_folder(path: str, checkpoint: Path | None, saved: dict) -> Path:

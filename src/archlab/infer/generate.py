@@ -18,8 +18,8 @@ back as they were.
   tokens re-spell the removed bytes under a byte-trie constraint (infer/healing.py), so a prompt cut
   mid-token continues as the training text did (Su, kexue.fm/archives/9762).
 - Context limit: prompt + max_new_tokens past the model's context fails before any compute
-  (`context_limit`), unless `SamplingConfig.past_context` asks to extrapolate or to slide a window
-  of the last context-limit tokens (infer/window.py).
+  (`ModelConfig.context_limit`), unless `SamplingConfig.past_context` asks to extrapolate or to
+  slide a window of the last context-limit tokens (infer/window.py).
 - Speed: the decoder reads float32 Linear weights column-major on the CPU, and `compile_decode=True`
   runs the one-token steps through torch.compile where that measures faster (docs/inference.md,
   "Decode speed").
@@ -38,7 +38,7 @@ from functools import lru_cache
 
 from archlab.infer.engine import Decoder, Generation, OnStep, StopIds
 from archlab.infer.healing import ByteTrie, Healing, back_off
-from archlab.infer.prompts import PAD_ID, check_context, context_limit, left_pad
+from archlab.infer.prompts import PAD_ID, check_context, left_pad
 from archlab.infer.sampling import SamplingConfig
 from archlab.infer.stream import TextStream, TokenizerLike
 from archlab.nn.model import TransformerLM
@@ -47,7 +47,6 @@ __all__ = [
     "PAD_ID",
     "Generation",
     "check_context",
-    "context_limit",
     "generate",
     "generate_text",
     "left_pad",

@@ -1,11 +1,11 @@
 """What a decode starts from: the context a model handles, the prompts' checks, the padded batch.
 
-`context_limit` is the longest sequence a model handles (max_seq_len, or its RoPE scaling kind's
-limit); `check_context` and `check_prompts` refuse, in one line and before any compute, prompts
-that do not fit it (unless `SamplingConfig.past_context` says what to do past it) or are not token
-ids of the vocabulary; `left_pad` makes one batch of prompts of different lengths (the cache masks
-the padding and positions count real tokens only, so a row decodes exactly as it would alone), and
-`prefill` runs it into a fresh cache.
+`ModelConfig.context_limit` is the longest sequence a model handles (max_seq_len, or its RoPE
+scaling kind's limit); `check_context` and `check_prompts` refuse, in one line and before any
+compute, prompts that do not fit it (unless `SamplingConfig.past_context` says what to do past it)
+or are not token ids of the vocabulary; `left_pad` makes one batch of prompts of different lengths
+(the cache masks the padding and positions count real tokens only, so a row decodes exactly as it
+would alone), and `prefill` runs it into a fresh cache.
 
 Shapes: B batch, T prompt length (padded).
 """
@@ -19,20 +19,8 @@ import torch
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
-from archlab.nn.positions.scaling import ROPE_KINDS
 
 PAD_ID = 0  # any valid id: padded slots are masked out and never attended to
-
-
-def context_limit(config: ModelConfig) -> int | None:
-    """Tokens a model handles: max_seq_len, or with a RoPE scaling its kind's limit
-    (`RopeKind.context_limit`: the stretched length factor * L0; ReRoPE None, no relative position
-    past the window is ever seen; Leaky ReRoPE the longest length whose largest relative position
-    stays within the trained max_seq_len - 1)."""
-    s = config.rope_scaling
-    if config.position != "rope" or s is None:
-        return config.max_seq_len
-    return ROPE_KINDS[s.kind].context_limit(s, config.max_seq_len)
 
 
 def check_context(
@@ -40,7 +28,7 @@ def check_context(
 ) -> None:
     """Fail before any compute if prompt + new tokens do not fit the model's context and
     `past_context` (`SamplingConfig.past_context`) does not say what to do past it."""
-    total, limit = prompt_len + max_new_tokens, context_limit(config)
+    total, limit = prompt_len + max_new_tokens, config.context_limit
     if limit is None or total <= limit or past_context == "slide":
         return
     if past_context == "extrapolate" and config.position != "learned":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 # SamplingConfig.past_context: what generation does when a row outgrows the model's context
-# (`prompts.context_limit`: max_seq_len, or its RoPE scaling's limit)
+# (`ModelConfig.context_limit`: max_seq_len, or its RoPE scaling's limit)
 PAST_CONTEXT = {
     "stop": "refuse before any compute (one line naming the lengths)",
     "extrapolate": "run on past it at positions never trained on (not with learned positions)",

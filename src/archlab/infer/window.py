@@ -1,6 +1,6 @@
 """Decoding past the model's context by a sliding window (`SamplingConfig.past_context="slide"`).
 
-Up to the model's context limit L (`prompts.context_limit`: max_seq_len, or its RoPE scaling's
+Up to the model's context limit L (`ModelConfig.context_limit`: max_seq_len, or its RoPE scaling's
 limit) tokens decode with the KV cache as usual. Past it, the logits of a row's next token come from
 a fresh forward of its last L tokens, which take positions 0..L-1 again: what nanoGPT's `generate`
 does (`idx[:, -block_size:]`, karpathy/nanoGPT model.py), and the way a model with learned
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from archlab.infer.prompts import context_limit, prefill
+from archlab.infer.prompts import prefill
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.config import ModelConfig
 from archlab.nn.kv_cache import KVCache
@@ -28,7 +28,7 @@ from archlab.nn.kv_cache import KVCache
 def slide_window(config: ModelConfig, sampling: SamplingConfig, longest: int) -> int | None:
     """The window L when `sampling` slides and a row of `longest` prompt tokens will outgrow the
     context; None when decoding never leaves the cache."""
-    limit = context_limit(config)
+    limit = config.context_limit
     if sampling.past_context != "slide" or limit is None:
         return None
     return limit if longest + sampling.max_new_tokens > limit else None

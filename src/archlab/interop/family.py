@@ -103,7 +103,7 @@ class Fixed:
 
 
 @dataclass(frozen=True)
-class Rope:
+class RopeKeys:
     """How a family spells RoPE in config.json, besides transformers 5's `rope_parameters`."""
 
     # legacy top-level key of the base; None: fixed FIXED_THETA (GPT-J)
@@ -187,7 +187,8 @@ class Family:
     fixed: dict[str, Any]  # ModelConfig fields every model of the family has
     keys: dict[str, Key | Fixed]  # config.json key -> field, in reading order
     weights: dict[str, Rule]  # our parameter name ("{i}" = layer index) -> HF source
-    rope: Rope | None = field(default_factory=Rope)  # None: learned absolute positions instead
+    # how config.json spells RoPE; None: learned absolute positions instead
+    rope: RopeKeys | None = field(default_factory=RopeKeys)
     # none | all (one window, every layer) | layer_types | qwen (use_sliding_window too)
     window: str = "none"
     # sliding_window when config.json has no such key (transformers' default)

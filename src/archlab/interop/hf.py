@@ -119,7 +119,9 @@ def hf_state_dict(model: TransformerLM, model_type: str = "llama") -> dict[str, 
     ours, not copies), for loading into a model built from its config class. Only the weight layout
     is checked: RoPE scaling and lengths are the caller's to put in that config."""
     family = family_of({"model_type": model_type})
-    diff = config_diff(model.config.replace(rope_scaling=None), family)
+    config = model.config
+    unscaled = config.replace(rope={"scaling": None}) if config.rope is not None else config
+    diff = config_diff(unscaled, family)
     if diff:
         raise InteropError(
             f"hf_state_dict: this model is not {model_type}-shaped; it has {'; '.join(diff)}"

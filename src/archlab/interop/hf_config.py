@@ -8,7 +8,6 @@ configs field by field, so export names every switch a family cannot carry.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -87,7 +86,7 @@ def config_from_hf(hf: dict[str, Any], family: Family) -> ModelConfig:
         _read_key(hf, key, spec, family, fields)
     consumed = set(family.keys)
     if family.rope is not None:
-        fields |= read_rope(hf, family, fields)
+        fields["rope"] = read_rope(hf, family, fields)
         consumed |= {
             "rope_scaling",
             "partial_rotary_factor",
@@ -231,10 +230,10 @@ def config_to_hf(config: ModelConfig, family: Family) -> tuple[dict[str, Any], l
                 continue
             value = spelled[0]
         hf[key] = value
-    refused = rope_refusal(c.rope_scaling)
-    if family.rope is not None and c.position == "rope" and refused:
+    refused = rope_refusal(c.rope.scaling) if c.rope is not None else None
+    if family.rope is not None and c.rope is not None and refused:
         problems.append(refused)
-    elif family.rope is not None and c.position == "rope":
+    elif family.rope is not None and c.rope is not None:
         hf |= write_rope(c, family)
     if family.window != "none":
         hf |= _write_window(c, family)
@@ -271,22 +270,10 @@ def canonical(c: ModelConfig) -> dict[str, Any]:
     del d["full_layers"]
     # query_pre_attn_scalar round-trips through s^-2
     d["attn_scale"] = round(c.resolved_attn_scale, 12)
-    # per layer: NoPE, or its base and scaling as transformers computes them
-    rope = canonical_rope(c)
-    del d["rope_theta_local"], d["rope_scaling_local"]
-    d |= rope | {
-        "rope_scaling": None
-        if rope["rope_scaling"] is None
-        else dataclasses.asdict(rope["rope_scaling"])
-    }
-    # the rotated dims, which is what int(head_dim * fraction) decides
-    d["rope_fraction"] = c.rope_dim
-    no_rope = c.position != "rope"  # then no RoPE field changes what the model computes
+    # per layer: NoPE, or its base and scaling as transformers computes them (nothing without RoPE)
+    del d["rope"]
+    d |= canonical_rope(c) if c.rope is not None else {}
     inert = {
-        "rope_theta": no_rope,
-        "rope_scaling": no_rope,
-        "position_pattern": no_rope,
-        "rope_fraction": no_rope,
         "relative_buckets": c.position != "relative",
         "relative_max_distance": c.position != "relative",
         "swish_beta": c.activation != "swish",

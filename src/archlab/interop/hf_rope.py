@@ -1,15 +1,15 @@
-"""RoPE in a Hugging Face `config.json` <-> the RoPE fields of `ModelConfig`, for every family.
+"""RoPE in a Hugging Face `config.json` <-> the `rope` group of `ModelConfig`, for every family.
 
 Three shapes of it exist:
 - one `rope_parameters` dict (transformers 5, `rope_theta` inside) or the older top-level
-  `rope_theta` + `rope_scaling` (which wins, as in transformers): rope_theta, rope_fraction,
-  rope_scaling;
+  `rope_theta` + `rope_scaling` (which wins, as in transformers): rope.theta, rope.fraction,
+  rope.scaling;
 - Gemma 3: `rope_parameters` keyed by layer type, {"full_attention": {...}, "sliding_attention":
   {...}}, or the legacy `rope_theta` (full layers), `rope_local_base_freq` (window layers) and a
-  `rope_scaling` that applies to the full layers only: rope_theta_local and rope_scaling_local
+  `rope_scaling` that applies to the full layers only: rope.local_theta and rope.local_scaling
   (window layers unscaled, or scaled alike);
 - SmolLM3: `no_rope_layers`, one 0 (NoPE) or 1 (RoPE) per layer, else a NoPE layer every
-  `no_rope_layer_interval`: position_pattern.
+  `no_rope_layer_interval`: rope.pattern.
 
 Mapping of `RopeScaling.kind` to transformers' `rope_type` (modeling_rope_utils.py,
 ROPE_INIT_FUNCTIONS):
@@ -20,6 +20,7 @@ ROPE_INIT_FUNCTIONS):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from archlab.interop.family import (
@@ -110,7 +111,7 @@ def rope_refusal(scaling: RopeScaling | None) -> str | None:
     None."""
     if scaling is None or scaling.kind not in HF_ROPE_REFUSED:
         return None
-    return f"rope_scaling.kind={scaling.kind!r} ({HF_ROPE_REFUSED[scaling.kind]})"
+    return f"rope.scaling.kind={scaling.kind!r} ({HF_ROPE_REFUSED[scaling.kind]})"
 
 
 def hf_max_position_embeddings(scaling: RopeScaling, max_seq_len: int) -> int:
@@ -147,7 +148,8 @@ def rope_from_hf(params: dict[str, Any] | None, max_position_embeddings: int) ->
 # ------------------------------------------------------------------------------ config.json ->
 # ModelConfig
 def read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> dict[str, Any]:
-    """The RoPE fields of a family's config.json (see the module docstring for the dialects)."""
+    """The `rope` group of a family's config.json, as the fields of a `Rope` (see the module
+    docstring for the dialects)."""
     rope = family.rope
     params, local = _rope_params(hf, family)
     if rope.theta_key is None:  # a fixed base: refuse a config that asks for another
@@ -163,15 +165,15 @@ def read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> dic
     fraction = _read_fraction(hf, family, fields, params.pop("partial_rotary_factor", None))
     scaling = _scaling(params, family, fields["max_seq_len"])
     out = {
-        "rope_theta": float(theta),
-        "rope_fraction": fraction,
-        "rope_layout": rope.layout,
-        "rope_scaling": None if scaling.kind == "none" else scaling,
+        "theta": float(theta),
+        "fraction": fraction,
+        "layout": rope.layout,
+        "scaling": None if scaling.kind == "none" else scaling,
     }
     if local is not None:
         out |= _read_local(local, float(theta), scaling, family, fields["max_seq_len"])
     if rope.nope_layers_key is not None:
-        out["position_pattern"] = _read_nope(hf, family, fields["n_layers"])
+        out["pattern"] = _read_nope(hf, family, fields["n_layers"])
     return out
 
 
@@ -240,7 +242,7 @@ def _scaling(params: dict[str, Any], family: Family, max_seq_len: int) -> RopeSc
 def _read_local(
     local: dict[str, Any], theta: float, scaling: RopeScaling, family: Family, max_seq_len: int
 ) -> dict[str, Any]:
-    """rope_theta_local and rope_scaling_local from the window layers' parameters: their base, and a
+    """rope.local_theta and rope.local_scaling from the window layers' parameters: their base, and a
     scaling that is none (Gemma 3) or the full layers' own; anything else archlab's window layers
     cannot hold."""
     local_theta = float(local.pop("rope_theta"))
@@ -257,13 +259,13 @@ def _read_local(
             "window layers take no RoPE scaling or the full layers' one",
         )
     return {
-        "rope_theta_local": None if local_theta == theta else local_theta,
-        "rope_scaling_local": scaling.kind == "none" or local_scaling.kind != "none",
+        "local_theta": None if local_theta == theta else local_theta,
+        "local_scaling": scaling.kind == "none" or local_scaling.kind != "none",
     }
 
 
 def _read_nope(hf: dict[str, Any], family: Family, n_layers: int) -> str:
-    """position_pattern from a per-layer RoPE list (1 = RoPE, 0 = NoPE) or a NoPE interval."""
+    """rope.pattern from a per-layer RoPE list (1 = RoPE, 0 = NoPE) or a NoPE interval."""
     rope = family.rope
     layers = hf.get(rope.nope_layers_key)
     if layers is None:
@@ -289,43 +291,41 @@ def _read_nope(hf: dict[str, Any], family: Family, n_layers: int) -> str:
 # config.json
 def write_rope(c: ModelConfig, family: Family) -> dict[str, Any]:
     """The RoPE keys of a family's config.json for `c` (a RoPE model)."""
-    rope = family.rope
-    scaling = c.rope_scaling or RopeScaling()
-    params = rope_to_hf(scaling, c.rope_theta, c.rope_dim)
+    rope, ours = family.rope, c.rope
+    scaling = ours.scaling or RopeScaling()
+    params = rope_to_hf(scaling, ours.theta, c.rope_dim)
     out: dict[str, Any] = {"rope_parameters": params} if rope.theta_key is not None else {}
     if rope.local_theta_key is not None:
-        local_theta = c.rope_theta if c.rope_theta_local is None else c.rope_theta_local
-        local = rope_to_hf(
-            scaling if c.rope_scaling_local else RopeScaling(), local_theta, c.rope_dim
-        )
+        local_theta, local_scaling = ours.local
+        local = rope_to_hf(local_scaling or RopeScaling(), local_theta, c.rope_dim)
         out["rope_parameters"] = {FULL: params, SLIDING: local}
     if scaling.kind == "dynamic":
         out["max_position_embeddings"] = hf_max_position_embeddings(scaling, c.max_seq_len)
     if rope.rotary_dim_key is not None:
         out[rope.rotary_dim_key] = c.rope_dim
     elif rope.fraction_key is not None:
-        params["partial_rotary_factor"] = c.rope_fraction
+        params["partial_rotary_factor"] = ours.fraction
     if rope.nope_layers_key is not None:
         out[rope.nope_layers_key] = [int(c.layer_rope(i) is not None) for i in range(c.n_layers)]
     return out
 
 
 def canonical_rope(c: ModelConfig) -> dict[str, Any]:
-    """The RoPE of each layer in one spelling: its base and scaling as transformers would compute
-    them (ntk as a stretched base, ntk_by_parts as llama3), or "N" for a NoPE layer, so that two
-    configs compare equal iff every layer rotates alike; plus rope_theta and rope_scaling of the
-    full layers."""
-    full = _canonical(c.rope_theta, c.rope_scaling, c.rope_dim)
-    local_theta = c.rope_theta if c.rope_theta_local is None else c.rope_theta_local
-    local = _canonical(local_theta, c.rope_scaling if c.rope_scaling_local else None, c.rope_dim)
+    """The RoPE of each layer of `c` (a RoPE model) in one spelling: its base and scaling as
+    transformers would compute them (ntk as a stretched base, ntk_by_parts as llama3), or "N" for a
+    NoPE layer, so that two configs compare equal iff every layer rotates alike; plus the base and
+    scaling of the full layers, the rotated dims (what int(head_dim * fraction) decides) and the
+    layout, as `rope.*` keys."""
+    rope = c.rope
+    full = _canonical(rope.theta, rope.scaling, c.rope_dim)
+    local = _canonical(*rope.local, c.rope_dim)
     kinds = {None: "N", "global": _spell(*full), "local": _spell(*local)}
-    # without RoPE the rope fields keep their defaults, spelled as a RoPE model's, so that
-    # `position` alone differs
-    layers = [c.layer_rope(i) if c.position == "rope" else "global" for i in range(c.n_layers)]
     return {
-        "rope_theta": full[0],
-        "rope_scaling": full[1],
-        "position_pattern": tuple(kinds[k] for k in layers),
+        "rope.theta": full[0],
+        "rope.scaling": None if full[1] is None else dataclasses.asdict(full[1]),
+        "rope.pattern": tuple(kinds[c.layer_rope(i)] for i in range(c.n_layers)),
+        "rope.rotary_dim": c.rope_dim,
+        "rope.layout": rope.layout,
     }
 
 

@@ -4,27 +4,23 @@
 - `n_kv_heads` down to a divisor of the current count: each group's K and V heads (weights and
   biases) are mean-pooled into one, the GQA conversion of Ainslie et al. 2023 (arXiv 2305.13245,
   section 2.2);
-- `rope_scaling` and `max_seq_len` (RoPE or no absolute positions): same weights, longer context;
+- `rope.scaling` and `max_seq_len` (RoPE or no absolute positions): same weights, longer context;
 - `qk_norm` added (from none): new gains 1 (0 when stored as 1 + w), biases 0;
 - `attn_softcap`, `final_softcap`: no parameters, the caps act on the same weights;
 - training-only fields: dropout, attn_dropout, init, attn_impl, d_ff_multiple_of.
 Anything else (widths, norms, positions, activations, ...) has no principled weight mapping and is
-refused by name. `load_source` reads the weights to start from: a Hugging Face folder or an archlab
-checkpoint.
+refused by name. The weights to start from are read by interop/model_folder.py (a Hugging Face
+folder or an archlab checkpoint).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import torch
 
-from archlab.checkpoint import load_model, read_checkpoint_config, resolve_checkpoint
 from archlab.interop.family import InteropError
-from archlab.interop.hf import from_hf
-from archlab.interop.hf_config import is_hf_folder, read_hf_config
-from archlab.nn.config import ModelConfig
+from archlab.nn.config import GROUPS, ModelConfig
 from archlab.nn.model import TransformerLM
 
 FREE = (
@@ -36,37 +32,18 @@ FREE = (
     "bias",
     "attn_softcap",
     "final_softcap",
-    "rope_scaling",
+    "rope.scaling",
     "max_seq_len",
 )
 MAPPED = ("n_kv_heads", "qk_norm", "qk_norm_scope")
 
 
-def source_config(path: str | Path) -> tuple[ModelConfig, Path]:
-    """What `load_source(path)` returns, without reading the weights: the model's config and the
-    tokenizer.json."""
-    if is_hf_folder(path):
-        return read_hf_config(path), Path(path) / "tokenizer.json"
-    checkpoint = resolve_checkpoint(path)
-    config = read_checkpoint_config(checkpoint, ("model",))["model"]
-    return ModelConfig.from_dict(config), checkpoint / "tokenizer.json"
-
-
-def load_source(path: str | Path) -> tuple[TransformerLM, Path]:
-    """The model to start from and its tokenizer.json: a Hugging Face folder or an archlab
-    checkpoint/run."""
-    if is_hf_folder(path):
-        return from_hf(path), Path(path) / "tokenizer.json"
-    model, _ = load_model(path)
-    return model, resolve_checkpoint(path) / "tokenizer.json"
-
-
 def check_changes(old: ModelConfig, new: ModelConfig) -> list[str]:
     """The changed fields, after refusing those without a principled weight mapping (one line, by
     name)."""
-    changed = [f.name for f in fields(ModelConfig) if getattr(old, f.name) != getattr(new, f.name)]
+    changed = changed_fields(old, new)
     for name in changed:
-        before, after = getattr(old, name), getattr(new, name)
+        before, after = _value(old, name), _value(new, name)
         if name == "n_kv_heads" and (
             old.n_kv_heads % after or (old.qk_norm != "none" and old.qk_norm_scope == "proj")
         ):
@@ -100,6 +77,31 @@ def check_changes(old: ModelConfig, new: ModelConfig) -> list[str]:
                 f"--init-from can change {', '.join(FREE + MAPPED)}"
             )
     return changed
+
+
+def changed_fields(old: ModelConfig, new: ModelConfig) -> list[str]:
+    """The fields that differ, an option group's by its own fields (`rope.scaling`) where both
+    configs have it."""
+    changed = []
+    for f in fields(ModelConfig):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if before == after:
+            continue
+        if f.name in GROUPS and before is not None and after is not None:
+            changed += [
+                f"{f.name}.{g.name}"
+                for g in fields(before)
+                if getattr(before, g.name) != getattr(after, g.name)
+            ]
+        else:
+            changed.append(f.name)
+    return changed
+
+
+def _value(config: ModelConfig, name: str) -> object:
+    group, _, field = name.partition(".")
+    value = getattr(config, group)
+    return getattr(value, field) if field else value
 
 
 def pool_kv(qkv: torch.Tensor, old: ModelConfig, n_kv: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from archlab.nn.variants import ACTIVATIONS
+from archlab.nn.config.choices import ACTIVATIONS
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 

@@ -31,9 +31,9 @@ from archlab.nn.attention.attention import Attention
 from archlab.nn.attention.gau import GatedAttentionUnit
 from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.config import ModelConfig
+from archlab.nn.config.choices import FFNS, placement_norms
 from archlab.nn.norms import build_norm, deepnorm_constants
 from archlab.nn.parallel import fused_parallel, fusing
-from archlab.nn.variants import FFNS, placement_norms
 
 NORM_NAMES = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
 

@@ -4,8 +4,8 @@
 - `glu`: down(act(gate(x)) * up(x)) (Shazeer 2020, arXiv 2002.05202): SwiGLU = glu + silu, GeGLU =
   glu + gelu, ReGLU = glu + relu. A GLU has three matrices instead of two, so d_ff defaults to 8/3 *
   d_model to keep the parameter count of the 4x MLP; both round up to a multiple of `multiple_of`
-  for fast matmuls (the rule is `default_d_ff` of nn/variants.py, beside the GLU shorthands: the
-  config reads both without torch).
+  for fast matmuls (the rule is `default_d_ff` of nn/config/choices.py, beside the GLU shorthands:
+  the config reads both without torch).
 gate and up are one fused projection `gate_up_proj` with rows [gate | up], so export is a slice.
 (`fast.install` gives SwiGLU's `activate` a hand-written backward in CPU training:
 nn/fast/install.py.) Each FFN is `down_proj(activate(in_proj(x)))`; a fused parallel block

@@ -26,12 +26,12 @@ from archlab.nn.attention.inputs import AttentionInputsBuilder, build_rotaries
 from archlab.nn.attention.linear.layer import LinearAttention
 from archlab.nn.block import Block
 from archlab.nn.config import ModelConfig
+from archlab.nn.config.choices import ABSOLUTE_POSITIONS, ATTENTION_BIASES
 from archlab.nn.functional import IGNORE_INDEX, cross_entropy, softcap, swap_halves, z_loss
 from archlab.nn.init import init_model
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
 from archlab.nn.positions.absolute import LearnedPositions
-from archlab.nn.variants import ABSOLUTE_POSITIONS, ATTENTION_BIASES
 
 # activation dtypes the embedding multiplier is rounded to
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -210,7 +210,7 @@ class TransformerLM(nn.Module):
         modes = ("training", "eval") if cache.written_training else ("eval", "training")
         raise ValueError(
             f"this KVCache was filled in {modes[0]} mode and is continued in {modes[1]} mode, but "
-            f"rope_scaling kind={rotary.scaling.kind!r} remaps positions in {remaps_in} mode only, "
+            f"rope.scaling kind={rotary.scaling.kind!r} remaps positions in {remaps_in} mode only, "
             "so "
             "its cached keys mean other positions in the other mode: fill a new cache in the mode "
             "you "

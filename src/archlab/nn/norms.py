@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from archlab.nn.variants import NORMS
+from archlab.nn.config.choices import NORMS
 
 
 def rms_norm_formula(
@@ -97,5 +97,5 @@ def deepnorm_constants(n_layers: int) -> tuple[float, float]:
 def build_norm(
     kind: str, dim: int, eps: float, bias: bool = False, unit_offset: bool = False
 ) -> RMSNorm:
-    """The norm named `kind` (a key of NORMS, nn/variants.py) over the last `dim` features."""
+    """The norm named `kind` (a key of NORMS, nn/config/choices.py) over the last `dim` features."""
     return NORMS[kind](dim, eps=eps, bias=bias, unit_offset=unit_offset)

@@ -11,13 +11,14 @@ never a shorthand that rewrites another field. Two architecture fields are deriv
   full layer in the middle (`full_layers=1`) unless the caller sets a window_pattern;
 - gemma2, qwen3: n_kv_heads = the shape's n_kv_heads if it sets one (size `1b`), else n_heads // 2.
 A size or architecture field that only applies to a variant the caller switched off (`ONLY_WITH` in
-nn/config.py: gpt2's norm_bias=True under `norm="rmsnorm"`, olmo2's rope_theta under
+nn/config/model.py: gpt2's norm_bias=True under `norm="rmsnorm"`, olmo2's `rope` group under
 `position="alibi"`) is dropped; the caller's own such field is an error.
 
 Every knob of an architecture is a ModelConfig field, so `archlab train --preset hwfa2
---model.full_layers 2 --model.rope_scaling.window 64` reaches it as `build_preset("hwfa2", size,
-full_layers=2, rope_scaling={"window": 64})` does: a `rope_scaling` given without its kind edits the
-preset's (`layer_over` in nn/config.py).
+--model.full_layers 2 --model.rope.scaling.window 64` reaches it as `build_preset("hwfa2", size,
+full_layers=2, rope={"scaling": {"window": 64}})` does: a group given as a dict edits the preset's,
+and a scaling given without its kind edits the preset's scaling (`layer_over`,
+nn/config/layers.py).
 
 Architectures follow the papers and the Hugging Face `transformers` implementations
 (models/<family>/ modeling_<family>.py); the training-side choices of each paper (z-loss, optimizer,
@@ -118,7 +119,7 @@ def neox(shape: Fields) -> Fields:
         activation="gelu",
         bias=True,
         position="rope",
-        rope_fraction=0.25,
+        rope=dict(fraction=0.25),
     )
 
 
@@ -136,8 +137,7 @@ def gptj(shape: Fields) -> Fields:
         mlp_bias=True,
         lm_head_bias=True,
         position="rope",
-        rope_layout="interleaved",
-        rope_fraction=0.25,
+        rope=dict(layout="interleaved", fraction=0.25),
     )
 
 
@@ -189,7 +189,7 @@ def olmo2(shape: Fields) -> Fields:
         qk_norm="rmsnorm",
         qk_norm_scope="proj",
         position="rope",
-        rope_theta=500000.0,
+        rope=dict(theta=500000.0),
     )
 
 
@@ -205,7 +205,7 @@ def qwen3(shape: Fields) -> Fields:
         qk_norm_scope="head",
         n_kv_heads=_half_kv(shape),
         position="rope",
-        rope_theta=1e6,
+        rope=dict(theta=1e6),
         tie_embeddings=True,
     )
 
@@ -215,7 +215,7 @@ def hwfa(shape: Fields) -> Fields:
     extrapolation", kexue.fm/archives/9603; with ReRoPE, "Transformer upgrade 14",
     kexue.fm/archives/9731): Llama blocks whose layers but the last attend within a window (here a
     quarter of the context) with RoPE; the last attends to everything with no positions (NoPE) and
-    log-n scaling. HWFA + ReRoPE: add rope_scaling={"kind": "rerope", "window": ...}
+    log-n scaling. HWFA + ReRoPE: add rope={"scaling": {"kind": "rerope", "window": ...}}
     (docs/long-context.md)."""
     n = shape["n_layers"]
     return dict(
@@ -225,7 +225,7 @@ def hwfa(shape: Fields) -> Fields:
         position="rope",
         sliding_window=max(1, shape["max_seq_len"] // 4),
         window_pattern="S" * (n - 1) + "F",
-        position_pattern="R" * (n - 1) + "N",
+        rope=dict(pattern="R" * (n - 1) + "N"),
         attn_logn=True,
     )
 
@@ -234,9 +234,9 @@ def hwfa2(shape: Fields) -> Fields:
     """Su's HWFA2 ("Transformer upgrade 14: when HWFA meets ReRoPE", kexue.fm/archives/9731): Llama
     blocks whose layers attend within a window (default max_seq_len / 8; Su's best w is 2-4 x N / L)
     with RoPE, but for `full_layers` (1 or 2, a ModelConfig field) full layers in the middle (L/2,
-    or L/3 and 2L/3) that use RoPE in training and ReRoPE at inference (`rope_scaling.window`,
+    or L/3 and 2L/3) that use RoPE in training and ReRoPE at inference (`rope.scaling.window`,
     default max_seq_len / 2: Su's w = 256 at N = 512), with log-n. The window layers never take the
-    ReRoPE (rope_scaling_local=False); HWFA's window constraint is dropped. A caller's
+    ReRoPE (rope.local_scaling=False); HWFA's window constraint is dropped. A caller's
     window_pattern places the full layers instead of full_layers."""
     length = shape["max_seq_len"]
     windowed = (
@@ -251,9 +251,11 @@ def hwfa2(shape: Fields) -> Fields:
         position="rope",
         sliding_window=max(1, length // 8),
         **placed,
-        position_pattern="R",
-        rope_scaling={"kind": "rerope", "window": max(1, length // 2), "inference_only": True},
-        rope_scaling_local=False,
+        rope=dict(
+            pattern="R",
+            scaling={"kind": "rerope", "window": max(1, length // 2), "inference_only": True},
+            local_scaling=False,
+        ),
         attn_logn=True,
     )
 
@@ -288,7 +290,7 @@ def build_preset(name: str, size: str = "tiny", **overrides: Any) -> ModelConfig
     user = expand_shorthands(overrides)  # ffn="swiglu" beats the architecture's activation too
     # architectures derive some fields (windows, GQA) from the shape
     shape = {**SIZES[size], **user}
-    # rope_scaling={"window": 64} edits hwfa2's
+    # rope={"scaling": {"window": 64}} edits hwfa2's
     merged = layer_over({**SIZES[size], **PRESETS[name](shape)}, user)
     for field in inapplicable_fields(merged):
         if field not in user:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archlab.nn.config import ModelConfig, check_finite, expand_shorthands, layer_over
-from archlab.nn.positions.scaling import ROPE_KINDS
 from archlab.nn.presets import PRESETS, SIZES, build_preset
 from archlab.overrides import Value, build, defaults, flatten, set_dotted, typed_overrides
 from archlab.train.sections import (
@@ -134,8 +133,10 @@ def tokenizer_vocab_size(data: DataConfig) -> int:
 
 
 def _model_diff(old: ModelConfig, new: ModelConfig) -> str:
-    a, b = old.to_dict(), new.to_dict()
-    return ", ".join(f"{k} {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
+    """The differing fields, by dotted key down into the groups: `rope.scaling.window 8 -> 9`."""
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+    keys = {**a, **b}
+    return ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys if a.get(k) != b.get(k))
 
 
 def resolve_model(
@@ -171,6 +172,25 @@ def resolve_config(
     `saved` is a checkpoint's config.json ({"train": ..., "model": ...}); preset and size may not
     change.
     """
+    train, model_overrides = _train_config(layers, saved)
+    _check_data(train, layers)
+    if saved is not None:
+        for name in ("preset", "size"):
+            if getattr(train, name) != saved["train"][name]:
+                raise ValueError(
+                    f"--resume: {name} {getattr(train, name)!r} differs from the checkpoint's "
+                    f"{saved['train'][name]!r}; resume with the same model or start a new --out"
+                )
+    model = resolve_model(train, model_overrides, saved["model"] if saved is not None else None)
+    _fit_to_the_model(train, model)
+    return train, model
+
+
+def _train_config(
+    layers: list[dict[str, Value]], saved: dict[str, dict[str, Value]] | None
+) -> tuple[TrainConfig, dict[str, Value]]:
+    """The TrainConfig of the layers over the defaults (or a resumed run's saved train config), and
+    the `model.*` keys, set aside for `resolve_model`."""
     tree = defaults(TrainConfig)
     if saved is not None:
         for key, value in flatten(saved["train"]).items():
@@ -186,19 +206,20 @@ def resolve_config(
                 )
             else:
                 set_dotted(TrainConfig, tree, key, value)
-    train = build(TrainConfig, tree)
-    asked = any("data.tokenizer" in layer for layer in layers)
-    if asked and (Path(train.data.source) / "meta.json").is_file():
-        from archlab.data.prepare import (
-            check_prepared_tokenizer,  # numpy and tokenizers only when needed
-        )
+    return build(TrainConfig, tree), model_overrides
+
+
+def _check_data(train: TrainConfig, layers: list[dict[str, Value]]) -> None:
+    """A prepared data folder trains with its own tokenizer and tokens: a tokenizer or BPE-dropout
+    asked for must be the folder's; BPE-dropout needs merges to drop."""
+    prepared = (Path(train.data.source) / "meta.json").is_file()
+    if prepared and any("data.tokenizer" in layer for layer in layers):
+        from archlab.data.prepare import check_prepared_tokenizer  # numpy, tokenizers: when needed
 
         check_prepared_tokenizer(
             Path(train.data.source), train.data.tokenizer, train.data.vocab_size
         )
-    # trains with its own tokenizer and tokens
-    prepared = (Path(train.data.source) / "meta.json").is_file()
-    if any("data.bpe_dropout" in layer for layer in layers) and prepared:
+    if prepared and any("data.bpe_dropout" in layer for layer in layers):
         from archlab.data.prepare import check_prepared_dropout
 
         check_prepared_dropout(Path(train.data.source), train.data.bpe_dropout)
@@ -208,14 +229,11 @@ def resolve_config(
         train.data.bpe_dropout,
         "0 with data.tokenizer byte (it has no merges to drop)",
     )
-    if saved is not None:
-        for name in ("preset", "size"):
-            if getattr(train, name) != saved["train"][name]:
-                raise ValueError(
-                    f"--resume: {name} {getattr(train, name)!r} differs from the checkpoint's "
-                    f"{saved['train'][name]!r}; resume with the same model or start a new --out"
-                )
-    model = resolve_model(train, model_overrides, saved["model"] if saved is not None else None)
+
+
+def _fit_to_the_model(train: TrainConfig, model: ModelConfig) -> None:
+    """The sequence length defaults to the model's and may not pass it; a sample needs room for a
+    prompt within the model's context."""
     if train.data.block_size is None:
         train.data.block_size = model.max_seq_len
     if train.data.block_size > model.max_seq_len:
@@ -223,22 +241,11 @@ def resolve_config(
             f"data.block_size={train.data.block_size} is not allowed: at most model.max_seq_len="
             f"{model.max_seq_len} (raise --model.max_seq_len)"
         )
-    limit = context_tokens(model)
+    limit = model.context_limit
     n = train.logging.sample_tokens
     # no room for a prompt
     if train.logging.samples and n is not None and limit is not None and n >= limit:
         raise ValueError(
             f"logging.sample_tokens={n} is not allowed: below the model's {limit}-token context "
-            "(the "
-            "sample prompt needs a token of it); leave it unset to fit the default"
+            "(the sample prompt needs a token of it); leave it unset to fit the default"
         )
-    return train, model
-
-
-def context_tokens(model: ModelConfig) -> int | None:
-    """Tokens the model handles (infer/prompts.py's context_limit, without torch): max_seq_len, or
-    its RoPE scaling kind's limit (None: ReRoPE has none)."""
-    s = model.rope_scaling
-    if model.position != "rope" or s is None:
-        return model.max_seq_len
-    return ROPE_KINDS[s.kind].context_limit(s, model.max_seq_len)

@@ -12,8 +12,7 @@ import inspect
 import re
 from dataclasses import fields
 
-from archlab.nn.attention.options import GROUPS
-from archlab.nn.config import ModelConfig
+from archlab.nn.config import GROUPS, ModelConfig
 from archlab.nn.presets import build_preset
 from archlab.train.config import TrainConfig
 
@@ -63,14 +62,21 @@ def key_docs() -> list[tuple[str, object, str]]:
     model = build_preset(train.preset, train.size)
     comments = field_comments(ModelConfig)
     for f in fields(ModelConfig):
-        rows.append((f"model.{f.name}", getattr(model, f.name), comments.get(f.name, "")))
-        if f.name in GROUPS:  # an option group: its fields one key each (`--model.favor.features`)
-            group, switch, on = GROUPS[f.name]
-            sub = field_comments(group)
-            rows += [
-                (f"model.{f.name}.{g.name}", g.default, f"{switch}={on!r}: {sub.get(g.name, '')}")
-                for g in fields(group)
-            ]
+        value = getattr(model, f.name)
+        if f.name not in GROUPS:
+            rows.append((f"model.{f.name}", value, comments.get(f.name, "")))
+            continue
+        # an option group: the group (on or None), then its fields one key each
+        # (`--model.rope.theta`, `--model.favor.features`)
+        group, switch, on = GROUPS[f.name]
+        shown = None if value is None else f"{group.__name__}(...)"
+        rows.append((f"model.{f.name}", shown, comments.get(f.name, "")))
+        when = f"{switch}={on!r}" if switch is not None else f"{f.name} on"
+        sub = field_comments(group)
+        rows += [
+            (f"model.{f.name}.{g.name}", g.default, f"{when}: {sub.get(g.name, '')}")
+            for g in fields(group)
+        ]
     return rows
 
 

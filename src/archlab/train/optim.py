@@ -3,8 +3,8 @@
 Weight decay pulls weights towards zero; it helps the linear maps of attention and the MLP, but on
 norm gains, biases and (usually) embedding rows it only fights the model (GPT-3, LLaMA and PaLM all
 decay with 0.1 and skip those). `param_groups` splits a model's parameters by what they are,
-counting a tied embedding / head matrix once, and `build_optimizer` turns the groups into one of the
-`OPTIMIZERS` (train/variants.py).
+counting a tied embedding / head matrix once, and `build_optimizer(model, cfg)` turns the groups
+into the one of the `OPTIMIZERS` (train/variants.py) that the `optimizer` section names.
 
 - AdamW: `torch.optim.AdamW` (Loshchilov & Hutter, arXiv 1711.05101), fused on CPU and CUDA, foreach
   elsewhere.
@@ -35,19 +35,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from archlab.nn.norms import RMSNorm
+from archlab.train.sections import OptimizerConfig
 from archlab.train.sign_optim import GROUP_KINDS, Lion, Tiger, _use_foreach
-from archlab.train.variants import (
-    DEFAULT_BETAS,
-    EMBEDDING_LR_RATIO,
-    EMBEDDING_OPTIMIZERS,
-    NAN_SHRINK,
-    OPTIMIZERS,
-    SIGN_OPTIMIZERS,
-)
+from archlab.train.variants import DEFAULT_BETAS, NAN_SHRINK, OPTIMIZERS
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch.optim.AdamW(fused=True) has kernels
 # default betas, the embedding remedies' names and ratio, Tiger's NaN shrink: train/variants.py
-# (torch-free, read by train/config.py too)
+# (torch-free, read by train/sections.py too)
 
 
 @dataclass(frozen=True)
@@ -176,35 +170,18 @@ def tiger(
     return Tiger(groups, lr=lr, beta=betas[0], rms_lr=rms_lr, nan_shrink=nan_shrink)
 
 
-def _embedding_groups(
-    groups: list[dict],
-    name: str,
-    lazy: bool,
-    embedding_optimizer: str,
-    eps: float,
-    embedding_lr_ratio: float,
-) -> list[dict]:
-    """Mark the tables group for the embedding remedies; refuse them where they mean nothing, in one
-    line."""
-    if (lazy or embedding_optimizer != "same") and name not in SIGN_OPTIMIZERS:
-        raise ValueError(
-            f"optimizer.lazy_embeddings / embedding_optimizer={embedding_optimizer!r}: only with "
-            f"{' or '.join(SIGN_OPTIMIZERS)} (optimizer.name is {name!r})"
-        )
-    if embedding_optimizer not in EMBEDDING_OPTIMIZERS:
-        raise ValueError(
-            f"optimizer.embedding_optimizer={embedding_optimizer!r} is not allowed: one of "
-            + ", ".join(EMBEDDING_OPTIMIZERS)
-        )
+def _embedding_groups(groups: list[dict], cfg: OptimizerConfig) -> list[dict]:
+    """Mark the tables group for the embedding remedies (which `OptimizerConfig` allows with the
+    sign optimizers only): lazy rows, or AdamW at `embedding_lr_ratio` x the lr."""
     for group in groups:
         if group["kind"] == "tables":
-            group["lazy"] = lazy
-            if embedding_optimizer == "adamw":
+            group["lazy"] = cfg.lazy_embeddings
+            if cfg.embedding_optimizer == "adamw":
                 group.update(
                     rule="adamw",
-                    lr_ratio=embedding_lr_ratio,
+                    lr_ratio=cfg.embedding_lr_ratio,
                     adam_betas=DEFAULT_BETAS["adamw"],
-                    eps=eps,
+                    eps=cfg.eps,
                 )
     return groups
 
@@ -230,50 +207,28 @@ def _check_rms_rate(model: nn.Module, groups: list[dict]) -> None:
             )
 
 
-def build_optimizer(
-    model: nn.Module,
-    name: str = "adamw",
-    lr: float = 1e-3,
-    betas: tuple[float, ...] | None = None,
-    weight_decay: float = 0.1,
-    eps: float = 1e-8,
-    decay_embeddings: bool = False,
-    *,
-    lazy_embeddings: bool = False,
-    embedding_optimizer: str = "same",
-    embedding_lr_ratio: float = EMBEDDING_LR_RATIO,
-    embedding_weight_decay: float | None = None,
-    rms_lr: bool = True,
-    nan_shrink: float = NAN_SHRINK,
-) -> torch.optim.Optimizer:
-    """The named optimizer over `param_groups(model, ...)`; betas None means `DEFAULT_BETAS[name]`.
-
-    lazy_embeddings / embedding_optimizer (lion, tiger) act on the tables group and
-    embedding_weight_decay (any optimizer, with decay_embeddings) sets its decay; rms_lr /
-    nan_shrink are Tiger's. Each group's lr is the schedule's lr times its `lr_ratio` (1 except a
-    mixed optimizer's tables).
-    """
-    if name not in OPTIMIZERS:
-        raise ValueError(
-            f"optimizer.name: unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}"
-        )
-    if lr < 0:
-        raise ValueError(f"optimizer.lr must be >= 0, got {lr}")
+def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:
+    """The optimizer `cfg` names over `param_groups(model, ...)`, its betas the section's (resolved
+    to `DEFAULT_BETAS[name]` when unset). The embedding remedies act on the tables group and
+    `embedding_weight_decay` sets its decay; `tiger_rms_lr` / `tiger_nan_shrink` are Tiger's. Each
+    group's lr is the schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables). The
+    section checked its own values; what needs the model (a matrix Tiger's rate cannot move) is
+    refused here."""
     groups = _embedding_groups(
-        param_groups(model, weight_decay, decay_embeddings, embedding_weight_decay),
-        name,
-        lazy_embeddings,
-        embedding_optimizer,
-        eps,
-        embedding_lr_ratio,
+        param_groups(model, cfg.weight_decay, cfg.decay_embeddings, cfg.embedding_weight_decay),
+        cfg,
     )
-    if name == "tiger" and rms_lr:
+    if cfg.name == "tiger" and cfg.tiger_rms_lr:
         _check_rms_rate(model, groups)
-    betas = tuple(betas) if betas is not None else DEFAULT_BETAS[name]
-    optimizer = OPTIMIZERS[name].build_function()(
-        groups, lr, betas, eps, rms_lr=rms_lr, nan_shrink=nan_shrink
+    optimizer = OPTIMIZERS[cfg.name].build_function()(
+        groups,
+        cfg.lr,
+        tuple(cfg.betas),
+        cfg.eps,
+        rms_lr=cfg.tiger_rms_lr,
+        nan_shrink=cfg.tiger_nan_shrink,
     )
-    set_lr(optimizer, lr)
+    set_lr(optimizer, cfg.lr)
     return optimizer
 
 

@@ -95,6 +95,14 @@ def check_lora(train: TrainConfig, saved: dict) -> None:
 def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
     """Refuse a resume from checkpoint `step` of a run whose saved train config is `saved`, as
     listed above."""
+    _check_data(train, saved)
+    check_lora(train, saved)
+    _check_optimizer(train, saved)
+    _check_schedule(train, saved, step)
+
+
+def _check_data(train: TrainConfig, saved: dict) -> None:
+    """The run's corpus and tokenizer, and the parameters it trains."""
     old_data = saved.get("data", {})
     for key in DATA_KEYS:
         new = getattr(train.data, key)
@@ -104,16 +112,18 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
                 f"--resume: data.{key} {new!r} differs from the run's {old!r}; a run trains on one "
                 "corpus and tokenizer: resume without changing data.*, or start a new --out"
             )
-    check_lora(train, saved)
     old_trainable = tuple(saved.get("trainable", ()))
     # the optimizer state exists for the trained parameters only
     if train.trainable != old_trainable:
         raise ValueError(
             f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "
             f"{','.join(old_trainable) or '(all)'!r}; resume with the same parameters or start a "
-            "new "
-            "--out"
+            "new --out"
         )
+
+
+def _check_optimizer(train: TrainConfig, saved: dict) -> None:
+    """What the optimizer's saved state and param groups hold (OPTIMIZER_KEYS)."""
     for key in OPTIMIZER_KEYS:
         new = getattr(train.optimizer, key)
         old = saved.get("optimizer", {}).get(key, new)
@@ -122,9 +132,13 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         if new != old:
             raise ValueError(
                 f"--resume: optimizer.{key} {new!r} differs from the run's {old!r}; the "
-                "optimizer's "
-                "state belongs to its setup: resume without changing it, or start a new --out"
+                "optimizer's state belongs to its setup: resume without changing it, or start a "
+                "new --out"
             )
+
+
+def _check_schedule(train: TrainConfig, saved: dict, step: int) -> None:
+    """The run's lr schedule, its extensions (made by --extend only) and a --steps it covers."""
     # an older run: its horizon was its steps, not the new --steps
     if "horizon" not in saved["schedule"]:
         train.schedule.horizon = saved_horizon(saved)
@@ -134,8 +148,7 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
         if new != old:
             raise ValueError(
                 f"--resume: schedule.{key} {new!r} differs from the run's {old!r}; the lr schedule "
-                "is "
-                "part of the run (lengthen it with --steps N --extend)"
+                "is part of the run (lengthen it with --steps N --extend)"
             )
     ext, old_ext = train.schedule.extensions, tuple(saved["schedule"].get("extensions", ()))
     if ext[: len(old_ext)] != old_ext or any(at != step for at in ext[len(old_ext) :: 2]):
@@ -152,8 +165,8 @@ def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
     if train.steps > end:
         raise ValueError(
             f"--resume: --steps {train.steps} is past the end of the run's lr schedule (step "
-            f"{end}); "
-            f"add --extend to stretch the schedule to {train.steps} steps, or give --steps <= {end}"
+            f"{end}); add --extend to stretch the schedule to {train.steps} steps, or give --steps "
+            f"<= {end}"
         )
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from archlab.data.prepare import prepare_data
 from archlab.data.tokenizer import Tokenizer
 from archlab.data.tokens import TokenData
-from archlab.infer.prompts import context_limit
 from archlab.nn.config import ModelConfig
 from archlab.train import distributed as dist_utils
 from archlab.train.config import TrainConfig
@@ -100,7 +99,7 @@ def sample_settings(
     does not fit."""
     lg = train.logging
     prompt = lg.sample_prompt if lg.sample_prompt is not None else corpus_prompt(tokens, tokenizer)
-    limit = context_limit(model)
+    limit = model.context_limit
     if not lg.samples or limit is None:  # no samples, or no context limit (ReRoPE): nothing to fit
         return prompt, lg.sample_tokens or DEFAULT_SAMPLE_TOKENS
     prompt_len = len(tokenizer.encode(prompt))

@@ -13,7 +13,8 @@ the warmup:
   1-sqrt cooldown is from Hägele et al., arXiv 2405.18392. A run can be extended from the stable
   phase.
 
-p is clamped to [0, 1], so steps past the end stay at `min_lr`.
+p is clamped to [0, 1], so steps past the end stay at `min_lr`. `build_schedule(cfg, lr)` is a run's
+schedule from its `ScheduleConfig` section; `lr_schedule` the same from plain arguments.
 
 Extending a run (`archlab train --resume --steps N --extend`): the schedule's end is part of the
 run, so a longer run is an explicit choice, recorded as `(at, end)` pairs in the run config. Each
@@ -38,11 +39,18 @@ import math
 from collections.abc import Callable, Sequence
 from functools import partial
 
-# cooldown shape name -> f(p) in [0, 1], the fraction of (max_lr - min_lr) left at progress p
-DECAY_SHAPES: dict[str, Callable[[float], float]] = {
-    "linear": lambda p: 1.0 - p,
-    "1-sqrt": lambda p: 1.0 - math.sqrt(p),
-}
+from archlab.train.sections import ScheduleConfig
+from archlab.train.variants import DECAY_SHAPES, SCHEDULES
+
+
+def linear_cooldown(p: float) -> float:
+    """WSD's linear cooldown: the share 1 - p of (max_lr - min_lr) left at progress p."""
+    return 1.0 - p
+
+
+def sqrt_cooldown(p: float) -> float:
+    """WSD's 1-sqrt cooldown (Hägele et al., arXiv 2405.18392): 1 - sqrt(p) left at progress p."""
+    return 1.0 - math.sqrt(p)
 
 
 def _progress(step: int, start: int, length: int) -> float:
@@ -84,15 +92,29 @@ def warmup_stable_decay(
     return min_lr + (max_lr - min_lr) * DECAY_SHAPES[shape](_progress(step, start, decay_steps))
 
 
-# schedule name -> its pure function; config.py validates `schedule.name` against these keys.
-SCHEDULES: dict[str, Callable[..., float]] = {
-    "cosine": warmup_cosine,
-    "constant": warmup_constant,
-    "wsd": warmup_stable_decay,
-}
+def build_schedule(cfg: ScheduleConfig, lr: float) -> Callable[[int], float]:
+    """`lr_at(step) -> float` of a run's schedule section (a `TrainConfig`'s, whose horizon and
+    warmup are resolved) with peak `lr`: decaying to `lr * cfg.min_lr_ratio`, extended by each of
+    its `--extend` pairs."""
+    if cfg.horizon is None or cfg.warmup_steps is None:
+        raise ValueError(
+            f"schedule.horizon={cfg.horizon!r}, schedule.warmup_steps={cfg.warmup_steps!r}: "
+            "resolved by the TrainConfig that holds the section; build the schedule from its "
+            "`schedule`"
+        )
+    return lr_schedule(
+        cfg.name,
+        lr,
+        cfg.horizon,
+        cfg.warmup_steps,
+        lr * cfg.min_lr_ratio,
+        cfg.decay_fraction,
+        cfg.decay_shape,
+        cfg.extension_pairs(),
+    )
 
 
-def build_schedule(
+def lr_schedule(
     name: str,
     max_lr: float,
     total_steps: int,

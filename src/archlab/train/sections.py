@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archlab.nn.config import check_finite
-from archlab.train.schedule import DECAY_SHAPES, SCHEDULES
 from archlab.train.variants import (
+    DECAY_SHAPES,
     DEFAULT_BETAS,
     EMBEDDING_LR_RATIO,
     EMBEDDING_OPTIMIZERS,
     NAN_SHRINK,
     OPTIMIZERS,
+    SCHEDULES,
     SIGN_OPTIMIZERS,
 )
 
@@ -161,7 +162,7 @@ class OptimizerConfig:
 
 @dataclass
 class ScheduleConfig:
-    name: str = "cosine"  # cosine | constant | wsd (train/schedule.py SCHEDULES)
+    name: str = "cosine"  # cosine | constant | wsd (train/variants.py SCHEDULES)
     # linear warmup; None = 5% of the run, 1 to 1000, and fewer than its steps
     warmup_steps: int | None = None
     # lr at the end of the decay, as a fraction of optimizer.lr (LLaMA: 0.1)

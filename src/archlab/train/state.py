@@ -1,10 +1,11 @@
-"""A training run's state: everything it holds, built from its two configs, saved and restored.
+"""A training run's state: what it holds, built from its two configs, saved and restored.
 
 `RunState` builds the model (drawn once on the meta device, or `init_from`'s weights), the trainable
-selection (LoRA), the fast paths and the parallel wrapping, the optimizer, the lr schedule, the RNG
-streams and the batch generator, the counters and the metrics; it writes the run's config, saves a
-checkpoint of all of it and restores one, so a resumed run continues bit for bit. `Trainer`
-(trainer.py) trains it.
+selection (LoRA, its base checked on resume), the fast paths and the parallel wrapping, the
+optimizer, the lr schedule, the RNG streams and the batch generator and the counters; it writes the
+run's config, saves a checkpoint of all of it and restores one, so a resumed run continues bit for
+bit. `Trainer` (trainer.py) owns a RunState beside what only the loop needs (the data, the metrics,
+the signals) and trains it.
 """
 
 from __future__ import annotations
@@ -37,11 +38,8 @@ from archlab.nn.model import TransformerLM
 from archlab.storage import replace_text, writing
 from archlab.train import distributed as dist_utils
 from archlab.train.config import TrainConfig
-from archlab.train.lock import RunLock
-from archlab.train.metrics import EmbeddingWatch, MetricsLogger
+from archlab.train.metrics import EmbeddingWatch
 from archlab.train.optim import build_optimizer
-from archlab.train.preflight import check_setup
-from archlab.train.run_data import RunData, open_run_data
 from archlab.train.schedule import build_schedule
 from archlab.train.trainable import (
     adapter_state,
@@ -67,115 +65,58 @@ class TrainStats:
 
 
 class RunState:
-    """Everything a run holds, built from its two configs; saved to a checkpoint and restored from
-    one. `Trainer` (trainer.py) adds the loop."""
+    """What a run holds and its checkpoints keep, built from its two configs: the model (`raw`, and
+    `model` as wrapped for the ranks), the optimizer and lr schedule, the batch generator, the
+    counters, the outlier signature and the step. `restore` continues a checkpoint bit for bit,
+    `save` writes one. `Trainer` (trainer.py) owns one and runs the loop over it."""
 
     def __init__(
         self,
         train: TrainConfig,
         model_config: ModelConfig,
         ctx: dist_utils.DistContext,
-        resume: bool = False,
+        tokenizer_file: Path,
         init_from: TransformerLM | None = None,
-        lock: RunLock | None = None,
-        run_data: RunData | None = None,
+        resume_from: Path | None = None,
         checkpoint: Checkpoint | None = None,
     ) -> None:
-        """`run_data` and `checkpoint` (the one a resume starts from), when `train()` opened them
-        already; else they are opened here."""
+        """A fresh run's state, or with `resume_from` (a checkpoint folder) the state saved there;
+        `checkpoint` is that folder already read, when the caller read it. `init_from`: the weights
+        a run starts from (an `--init-from` source, a resumed LoRA run's base)."""
         self.cfg, self.model_config, self.ctx = train, model_config, ctx
         self.run_dir = Path(train.out)
-        # one writer per folder: refused here, before anything is written, while another process
-        # holds it
-        self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
-        try:
-            self._setup(resume, init_from, run_data, checkpoint)
-        # a failed start leaves no run folder behind (one that held anything stays)
-        except BaseException:
-            if self.lock is not None:
-                self.lock.discard()
-            raise
-
-    def _setup(
-        self,
-        resume: bool,
-        init_from: TransformerLM | None,
-        run_data: RunData | None,
-        checkpoint: Checkpoint | None,
-    ) -> None:
-        train, ctx = self.cfg, self.ctx
-        resume_from = check_setup(train, ctx.world_size, resume)
-        run_data = run_data or open_run_data(train, self.model_config, ctx, resume)
-        self.data, self.tokenizer = run_data.tokens, run_data.tokenizer
-        self.tokenizer_file = run_data.folder / "tokenizer.json"
-        self.sample_prompt, self.sample_tokens = run_data.sample_prompt, run_data.sample_tokens
+        self.tokenizer_file = tokenizer_file  # copied into every checkpoint
         self.raw = self._build_model(init_from, fresh=resume_from is None)
         # the frozen base LoRA trains on
         self.base_sha256 = base_digest(self.raw) if train.lora_rank else None
         if resume_from is not None and train.lora_rank:
             self._check_lora_base(resume_from, init_from is not None)
-        # LoRA's A is drawn from the run's seed, not the global stream
+        self._select_trainable()
+        # the CPU training fast paths, on the devices they were measured on (nn/fast/)
+        fast_paths.install(self.raw)
+        self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
+        self.optimizer = build_optimizer(self.raw, train.optimizer)
+        # the outlier signature
+        self.embed_watch = EmbeddingWatch(model_config.vocab_size, ctx.device)
+        self.lr_at = build_schedule(train.schedule, train.optimizer.lr)
+        torch.manual_seed(train.seed + ctx.rank)  # per-rank dropout streams
+        # the batch order: same on every rank
+        self.generator = torch.Generator().manual_seed(train.seed)
+        self.stats, self.step = TrainStats(), 0
+        if resume_from is not None:
+            self.restore(checkpoint if checkpoint is not None else load_checkpoint(resume_from))
+
+    def _select_trainable(self) -> None:
+        """Freeze what `train.trainable` leaves out, or add LoRA adapters; LoRA's A is drawn from
+        the run's seed, not the global stream."""
+        train = self.cfg
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(train.seed)
             note = select_trainable(
                 self.raw, train.trainable, train.lora_rank, train.lora_alpha, train.lora_targets
             )
-        if note and ctx.is_main:
+        if note and self.ctx.is_main:
             logger.info(note)
-        # the CPU training fast paths, on the devices they were measured on (nn/fast/)
-        fast_paths.install(self.raw)
-        self.model = dist_utils.parallelize(self.raw, ctx, train.precision.compile)
-        o = train.optimizer
-        self.optimizer = build_optimizer(
-            self.raw,
-            o.name,
-            o.lr,
-            o.betas,
-            o.weight_decay,
-            o.eps,
-            o.decay_embeddings,
-            lazy_embeddings=o.lazy_embeddings,
-            embedding_optimizer=o.embedding_optimizer,
-            embedding_lr_ratio=o.embedding_lr_ratio,
-            embedding_weight_decay=o.embedding_weight_decay,
-            rms_lr=o.tiger_rms_lr,
-            nan_shrink=o.tiger_nan_shrink,
-        )
-        # the outlier signature
-        self.embed_watch = EmbeddingWatch(self.model_config.vocab_size, ctx.device)
-        s = train.schedule
-        self.lr_at = build_schedule(
-            s.name,
-            o.lr,
-            s.horizon,
-            s.warmup_steps,
-            o.lr * s.min_lr_ratio,
-            s.decay_fraction,
-            s.decay_shape,
-            s.extension_pairs(),
-        )
-        torch.manual_seed(train.seed + ctx.rank)  # per-rank dropout streams
-        # the batch order: same on every rank
-        self.generator = torch.Generator().manual_seed(train.seed)
-        self.stats, self.step = TrainStats(), 0
-        self.micro_batch = train.data.batch_size // (ctx.world_size * o.grad_accum)
-        if resume_from is not None:
-            self._restore(checkpoint if checkpoint is not None else load_checkpoint(resume_from))
-        self.metrics = MetricsLogger(
-            self.run_dir, self.step, train.logging.tensorboard, ctx.is_main
-        )
-        if resume_from is not None:  # `archlab plot run` marks where the run was resumed
-            self.metrics.log(
-                self.step,
-                "resume",
-                {"checkpoint": resume_from.name, "steps": train.steps, "schedule_end": s.end()},
-            )
-        self._signal: str | None = None  # set by the handler, on this rank only
-        self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
-        # whether the last forward returned a kernel loss (set by _micro_steps)
-        self.has_aux = False
-        self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
-        self._write_config()
 
     def _build_model(self, init_from: TransformerLM | None, fresh: bool) -> TransformerLM:
         """The model on this rank's device: built on the meta device, then drawn once by
@@ -250,7 +191,9 @@ class RunState:
             f"{resume_from}"
         )
 
-    def _restore(self, ckpt: Checkpoint) -> None:
+    def restore(self, ckpt: Checkpoint) -> None:
+        """The state `ckpt` saved: weights, optimizer, every RNG stream, the batch generator, the
+        counters and the step."""
         state = ckpt.state
         # a LoRA checkpoint's weights are merged: the base is already in place (digest checked), the
         # adapters come unmerged from state.pt
@@ -282,31 +225,18 @@ class RunState:
         if self.ctx.is_main:
             logger.info("resumed %s at step %d", ckpt.path, self.step)
 
-    def _write_config(self) -> None:
+    def write_config(self) -> None:
+        """The run's config.json and config.yaml (rank 0), each replaced whole: a full disk leaves
+        a resumed run's files as they were."""
         if not self.ctx.is_main:
             return
         config = {"model": self.model_config.to_dict(), "train": self.cfg.to_dict()}
-        # each replaced whole: a full disk leaves a resumed run's files as they were
         for name, text in (
             ("config.json", json.dumps(config, indent=2)),
             ("config.yaml", yaml.safe_dump(config, sort_keys=False)),
         ):
             with writing(self.run_dir / name, "the run's config"):
                 replace_text(self.run_dir / name, text)
-        c, d = self.cfg, self.cfg.data
-        # a fine-tune names its source
-        label = f"from {c.init_from}" if c.init_from else f"{c.preset}/{c.size}"
-        logger.info(
-            "%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
-            label,
-            f"{self.raw.num_parameters():,}",
-            c.steps,
-            d.batch_size,
-            d.block_size,
-            f"{self.data.num_tokens('train'):,}",
-            d.source,
-            self.run_dir / "config.yaml",
-        )
 
     def save(self, val_loss: float | None = None) -> Path | None:
         """Checkpoint the current step (all ranks gather; rank 0 writes and prunes)."""

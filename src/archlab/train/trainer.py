@@ -24,20 +24,19 @@ import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from archlab.checkpoint import latest_checkpoint
-from archlab.costs import flops_per_token
+from archlab.checkpoint import Checkpoint, latest_checkpoint
 from archlab.infer.generate import generate_text
 from archlab.infer.sampling import SamplingConfig
 from archlab.nn.config import ModelConfig
 from archlab.nn.functional import cross_entropy
 from archlab.nn.model import TransformerLM
 from archlab.train import distributed as dist_utils
-from archlab.train import hardware, provenance
 from archlab.train.config import TrainConfig
 from archlab.train.lock import RunLock
-from archlab.train.metrics import grouped_norms
+from archlab.train.metrics import MetricsLogger, grouped_norms
 from archlab.train.optim import clip_gradients, set_lr
-from archlab.train.preflight import check_run, check_settings
+from archlab.train.preflight import check_setup
+from archlab.train.run_data import RunData, open_run_data
 from archlab.train.state import RunState
 
 logger = logging.getLogger(__name__)
@@ -62,9 +61,98 @@ class TrainResult:
     tokens_per_s: float
 
 
-class Trainer(RunState):
-    """A run (`RunState`, built from its two configs in state.py) and its loop: `fit()` trains up to
-    `train.steps`."""
+class Trainer:
+    """A run's loop over the state it owns (`state`: a `RunState`, state.py): `fit()` trains up to
+    `train.steps`. Beside the state it holds what only the loop needs: the data and its tokenizer,
+    the sample prompt, the metrics log, the signal flags and the run folder's lock."""
+
+    def __init__(
+        self,
+        train: TrainConfig,
+        model_config: ModelConfig,
+        ctx: dist_utils.DistContext,
+        resume: bool = False,
+        init_from: TransformerLM | None = None,
+        lock: RunLock | None = None,
+        run_data: RunData | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
+        """`run_data` and `checkpoint` (the one a resume starts from), when `train()` opened them
+        already; else they are opened here. `init_from`: the weights the run starts from."""
+        self.cfg, self.ctx = train, ctx
+        self.run_dir = Path(train.out)
+        # one writer per folder: refused here, before anything is written, while another process
+        # holds it
+        self.lock = (lock or RunLock(self.run_dir)).acquire() if ctx.is_main else None
+        try:
+            self._start(model_config, resume, init_from, run_data, checkpoint)
+        # a failed start leaves no run folder behind (one that held anything stays)
+        except BaseException:
+            if self.lock is not None:
+                self.lock.discard()
+            raise
+
+    def _start(
+        self,
+        model_config: ModelConfig,
+        resume: bool,
+        init_from: TransformerLM | None,
+        run_data: RunData | None,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        train, ctx = self.cfg, self.ctx
+        resume_from = check_setup(train, ctx.world_size, resume)
+        run_data = run_data or open_run_data(train, model_config, ctx, resume)
+        self.data, self.tokenizer = run_data.tokens, run_data.tokenizer
+        self.sample_prompt, self.sample_tokens = run_data.sample_prompt, run_data.sample_tokens
+        self.state = RunState(
+            train,
+            model_config,
+            ctx,
+            run_data.folder / "tokenizer.json",
+            init_from,
+            resume_from,
+            checkpoint,
+        )
+        self.micro_batch = train.data.batch_size // (ctx.world_size * train.optimizer.grad_accum)
+        self.metrics = MetricsLogger(
+            self.run_dir, self.state.step, train.logging.tensorboard, ctx.is_main
+        )
+        if resume_from is not None:  # `archlab plot run` marks where the run was resumed
+            self.metrics.log(
+                self.state.step,
+                "resume",
+                {
+                    "checkpoint": resume_from.name,
+                    "steps": train.steps,
+                    "schedule_end": train.schedule.end(),
+                },
+            )
+        self._signal: str | None = None  # set by the handler, on this rank only
+        self.stopping = False  # set when any rank got a signal (decided on the all-reduced vote)
+        # whether the last forward returned a kernel loss (set by _micro_steps)
+        self.has_aux = False
+        self._progress_lines = False  # fit() decides: lines when stderr is not a terminal
+        self.state.write_config()
+        self._log_start()
+
+    def _log_start(self) -> None:
+        if not self.ctx.is_main:
+            return
+        c, d = self.cfg, self.cfg.data
+        # a fine-tune names its source
+        label = f"from {c.init_from}" if c.init_from else f"{c.preset}/{c.size}"
+        logger.info(
+            "%s, %s parameters; %d steps of %d x %d tokens; %s train tokens of %s; config: %s",
+            label,
+            f"{self.state.raw.num_parameters():,}",
+            c.steps,
+            d.batch_size,
+            d.block_size,
+            f"{self.data.num_tokens('train'):,}",
+            d.source,
+            self.run_dir / "config.yaml",
+        )
 
     # -------------------------------------------------------------------------------------------
     # step
@@ -76,19 +164,19 @@ class Trainer(RunState):
     def _micro_steps(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward and backward over grad_accum micro-batches; returns summed CE, z-loss and the
         attention kernels' losses (detached)."""
-        accum, block = self.cfg.optimizer.grad_accum, self.cfg.data.block_size
+        state, accum, block = self.state, self.cfg.optimizer.grad_accum, self.cfg.data.block_size
         ce_sum = torch.zeros((), device=self.ctx.device)
         z_sum = torch.zeros((), device=self.ctx.device)
         aux_sum = torch.zeros((), device=self.ctx.device)
         for i in range(accum):
             x, y = self.data.get_batch(
-                "train", self.micro_batch, block, self.generator, self.ctx.device
+                "train", self.micro_batch, block, state.generator, self.ctx.device
             )
-            self.embed_watch.see(x)
-            with dist_utils.gradient_sync(self.model, enabled=i == accum - 1):
+            state.embed_watch.see(x)
+            with dist_utils.gradient_sync(state.model, enabled=i == accum - 1):
                 # the model computes head and loss together (chunked: no (B, T, V) logits)
                 with self._autocast():
-                    out = self.model(x, targets=y, z_loss_coef=self.cfg.z_loss_coef)
+                    out = state.model(x, targets=y, z_loss_coef=self.cfg.z_loss_coef)
                 (out.loss / accum).backward()
             ce_sum += out.ce.detach()
             z_sum += out.z.detach()
@@ -100,9 +188,9 @@ class Trainer(RunState):
 
     def train_step(self) -> dict[str, float | bool]:
         """One optimizer step (or a skipped one); returns what the logs show."""
-        start = time.perf_counter()
-        lr = self.lr_at(self.step)
-        set_lr(self.optimizer, lr)
+        state, start = self.state, time.perf_counter()
+        lr = state.lr_at(state.step)
+        set_lr(state.optimizer, lr)
         ce_sum, z_sum, aux_sum = self._micro_steps()
         vote = torch.tensor(1.0 if self._signal else 0.0, device=ce_sum.device)
         packed = dist_utils.all_reduce_sum(
@@ -115,20 +203,20 @@ class Trainer(RunState):
             packed[2] / scale,
             packed[3],
         )
-        grad_norm = clip_gradients(self.raw.parameters(), self.cfg.optimizer.grad_clip)
+        grad_norm = clip_gradients(state.raw.parameters(), self.cfg.optimizer.grad_clip)
         ok = math.isfinite(loss + zl + aux) and math.isfinite(grad_norm)
         ratios = self._ratio_step() if ok and self._due(self.cfg.logging.ratio_every) else None
         if ok and ratios is None:
-            self.optimizer.step()
+            state.optimizer.step()
         # Tiger: keep m, shrink the weights
-        elif not ok and getattr(self.optimizer, "guards_nan", False):
-            self.optimizer.shrink()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.stats.bad_steps = 0 if ok else self.stats.bad_steps + 1
-        self.stats.skipped += 0 if ok else 1
+        elif not ok and getattr(state.optimizer, "guards_nan", False):
+            state.optimizer.shrink()
+        state.optimizer.zero_grad(set_to_none=True)
+        state.stats.bad_steps = 0 if ok else state.stats.bad_steps + 1
+        state.stats.skipped += 0 if ok else 1
         tokens = self.cfg.data.batch_size * self.cfg.data.block_size
-        self.stats.tokens_seen += tokens
-        self.step += 1
+        state.stats.tokens_seen += tokens
+        state.step += 1
         # the same on every rank, so all of them stop after this step
         self.stopping = stop_votes > 0
         row = {
@@ -144,15 +232,16 @@ class Trainer(RunState):
         return {**row, "skipped": not ok, **({"ratios": ratios} if ratios else {})}
 
     def _due(self, every: int) -> bool:
-        """Whether the step about to finish (self.step + 1) is a multiple of `every` (0 = never)."""
-        return every > 0 and (self.step + 1) % every == 0
+        """Whether the step about to finish (state.step + 1) is a multiple of `every` (0 =
+        never)."""
+        return every > 0 and (self.state.step + 1) % every == 0
 
     def _ratio_step(self) -> dict[str, float]:
         """The optimizer step, measuring per-layer ||update|| / ||param|| (spikes show up here
         first)."""
-        params = dict(self.raw.named_parameters())
+        params = dict(self.state.raw.named_parameters())
         before = {n: p.detach().clone() for n, p in params.items()}
-        self.optimizer.step()
+        self.state.optimizer.step()
         updates = grouped_norms({n: p.detach() - before[n] for n, p in params.items()})
         norms = grouped_norms(before)
         return {g: updates[g] / max(norms[g], 1e-12) for g in updates}
@@ -165,7 +254,8 @@ class Trainer(RunState):
         over the validation split (`TokenData.strided_windows`): the same text at every evaluation,
         for every seed and arm, so evaluations of runs that share data compare like with like. Each
         rank scores its share."""
-        self.model.eval()
+        model = self.state.model
+        model.eval()
         batches, ranks, block = (
             self.cfg.logging.eval_batches,
             self.ctx.world_size,
@@ -178,8 +268,8 @@ class Trainer(RunState):
         for batch in mine:
             x, y = self.data.windows_at("val", batch, block, self.ctx.device)
             with self._autocast():
-                total += cross_entropy(self.model(x), y).float()
-        self.model.train()
+                total += cross_entropy(model(x), y).float()
+        model.train()
         total = dist_utils.all_reduce_sum(total, self.ctx)
         return float(total) / (self.cfg.logging.eval_batches * self.ctx.world_size)
 
@@ -195,10 +285,9 @@ class Trainer(RunState):
             max_new_tokens=self.sample_tokens, temperature=lg.temperature, seed=self.cfg.seed
         )
         return generate_text(
-            self.raw, self.tokenizer, [self.sample_prompt] * lg.samples, sampling
+            self.state.raw, self.tokenizer, [self.sample_prompt] * lg.samples, sampling
         ).texts
 
-    # --------------------------------------------------------------------------------------
     # -------------------------------------------------------------------------------------------
     # loop
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -214,10 +303,26 @@ class Trainer(RunState):
         return {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def _after_step(self, row: dict, bar: tqdm) -> float | None:
-        """Log the step, then evaluate / sample / checkpoint when due; returns the val loss if
-        measured."""
-        lg, steps = self.cfg.logging, self.cfg.steps
+        """Show and log the step, stop a diverged run, then evaluate and sample when due; returns
+        the val loss if measured."""
+        step, steps, every = self.state.step, self.cfg.steps, self.cfg.logging.eval_every
         ratios = row.pop("ratios", None)
+        self._show(row, bar)
+        self._log_step(row, ratios)
+        if self.state.stats.bad_steps >= self.cfg.checkpoint.max_bad_steps:
+            last = latest_checkpoint(self.run_dir)
+            raise TrainingDiverged(
+                f"training diverged: {self.state.stats.bad_steps} consecutive steps (up to step "
+                f"{step}) had a non-finite loss or gradient; last good checkpoint: "
+                f"{last or 'none (no checkpoint saved yet)'}"
+            )
+        if not ((every and step % every == 0) or step == steps):
+            return None
+        return self._evaluate_and_log()
+
+    def _show(self, row: dict, bar: tqdm) -> None:
+        """The step on the progress bar, or as one of ~PROGRESS_LINES lines in a log file."""
+        step, steps = self.state.step, self.cfg.steps
         bar.set_postfix(
             loss=f"{row['loss']:.4f}",
             lr=f"{row['lr']:.2e}",
@@ -226,85 +331,76 @@ class Trainer(RunState):
             refresh=False,
         )
         bar.update(1)
-        if self._progress_lines and (
-            self.step % math.ceil(steps / PROGRESS_LINES) == 0 or self.step == steps
-        ):
+        every = math.ceil(steps / PROGRESS_LINES)
+        if self._progress_lines and (step % every == 0 or step == steps):
             logger.info(
                 "step %d/%d: loss %.4f, lr %.2e, grad norm %.3f, %s tokens/s",
-                self.step,
+                step,
                 steps,
                 row["loss"],
                 row["lr"],
                 row["grad_norm"],
                 f"{row['tokens_per_s']:,.0f}",
             )
+
+    def _log_step(self, row: dict, ratios: dict[str, float] | None) -> None:
+        """The step's rows in metrics.jsonl (a skipped step also as a warning) when due."""
+        step = self.state.step
         if row["skipped"]:
             if self.ctx.is_main:
                 logger.warning(
                     "step %d skipped: non-finite loss %s or grad norm %s (%d in a row)",
-                    self.step,
+                    step,
                     row["loss"],
                     row["grad_norm"],
-                    self.stats.bad_steps,
+                    self.state.stats.bad_steps,
                 )
-            self.metrics.log(
-                self.step, "skip", {"loss": str(row["loss"]), "grad_norm": str(row["grad_norm"])}
-            )
-        if self.step % lg.log_every == 0 or self.step == steps:
-            self.metrics.log(self.step, "train", row)
+            skipped = {"loss": str(row["loss"]), "grad_norm": str(row["grad_norm"])}
+            self.metrics.log(step, "skip", skipped)
+        if step % self.cfg.logging.log_every == 0 or step == self.cfg.steps:
+            self.metrics.log(step, "train", row)
         if ratios:
-            self.metrics.log(self.step, "ratios", ratios)
-        if self.stats.bad_steps >= self.cfg.checkpoint.max_bad_steps:
-            last = latest_checkpoint(self.run_dir)
-            raise TrainingDiverged(
-                f"training diverged: {self.stats.bad_steps} consecutive steps (up to step "
-                f"{self.step}) had a "
-                "non-finite loss or gradient; last good checkpoint: "
-                f"{last or 'none (no checkpoint saved yet)'}"
-            )
-        if not ((lg.eval_every and self.step % lg.eval_every == 0) or self.step == steps):
-            return None
-        return self._evaluate_and_log()
+            self.metrics.log(step, "ratios", ratios)
 
     def _evaluate_and_log(self) -> float:
+        state, o = self.state, self.cfg.optimizer
         val = self.evaluate()
-        if self.stats.best_val_loss is None or val < self.stats.best_val_loss:
-            self.stats.best_val_loss, self.stats.best_step = val, self.step
-        o = self.cfg.optimizer
-        signature = self.embed_watch.measure(
-            self.raw.embed_tokens.weight,
+        if state.stats.best_val_loss is None or val < state.stats.best_val_loss:
+            state.stats.best_val_loss, state.stats.best_step = val, state.step
+        signature = state.embed_watch.measure(
+            state.raw.embed_tokens.weight,
             o.weight_decay if o.decay_embeddings else 0.0,
             lambda t: dist_utils.all_reduce_sum(t, self.ctx),
         )
-        self.metrics.log(self.step, "eval", {"loss": val, **signature})
+        self.metrics.log(state.step, "eval", {"loss": val, **signature})
         texts = self.samples() if self.cfg.logging.samples else []
         if self.ctx.is_main:
-            logger.info("step %d: val loss %.4f", self.step, val)
+            logger.info("step %d: val loss %.4f", state.step, val)
             for text in texts:
-                logger.info("sample at step %d:\n%s%s", self.step, self.sample_prompt, text)
-                self.metrics.log(self.step, "sample", {"text": text})
+                logger.info("sample at step %d:\n%s%s", state.step, self.sample_prompt, text)
+                self.metrics.log(state.step, "sample", {"text": text})
         return val
 
     def _loop(self, bar: tqdm) -> tuple[dict, float | None, Path | None]:
         """Steps until the end or a signal; returns the last step's row, the last val loss, the
         checkpoint."""
-        steps, every = self.cfg.steps, self.cfg.checkpoint.save_every
+        state, steps, every = self.state, self.cfg.steps, self.cfg.checkpoint.save_every
         row, val, path = {}, None, latest_checkpoint(self.run_dir)
-        while self.step < steps:
+        while state.step < steps:
             row = self.train_step()
             measured = self._after_step(row, bar)
             val = measured if measured is not None else val
             # no periodic saves inside a run of skipped steps: they could prune the last good
             # checkpoint
-            periodic = every and self.step % every == 0 and self.stats.bad_steps == 0
-            if self.stopping or periodic or self.step == steps:
-                path = self.save(measured)
+            periodic = every and state.step % every == 0 and state.stats.bad_steps == 0
+            if self.stopping or periodic or state.step == steps:
+                path = state.save(measured)
             if self.stopping:
                 if self.ctx.is_main:
                     logger.info(
                         "%s: stopped at step %d, checkpoint %s; continue with --resume",
                         self._signal or "a signal on another rank",
-                        self.step,
+                        state.step,
                         path,
                     )
                 break
@@ -319,16 +415,16 @@ class Trainer(RunState):
         self._progress_lines = show and not sys.stderr.isatty()
         bar = tqdm(
             total=self.cfg.steps,
-            initial=self.step,
+            initial=self.state.step,
             desc="train",
             dynamic_ncols=True,
             disable=not show or self._progress_lines,
         )
-        start, start_step = time.perf_counter(), self.step
+        start, start_step = time.perf_counter(), self.state.step
         try:
             with logging_redirect_tqdm():  # log lines print above the progress bar, not through it
                 # the loaded weights' loss: what a fine-tune starts from
-                if self.cfg.init_from and self.step == 0:
+                if self.cfg.init_from and self.state.step == 0:
                     self.metrics.log(0, "init", {"init_from": self.cfg.init_from})
                     self._evaluate_and_log()
                 row, val, path = self._loop(bar)
@@ -340,62 +436,8 @@ class Trainer(RunState):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         seconds = max(time.perf_counter() - start, 1e-9)
-        tokens = (self.step - start_step) * self.cfg.data.batch_size * self.cfg.data.block_size
+        step, d = self.state.step, self.cfg.data
+        tokens = (step - start_step) * d.batch_size * d.block_size
         interrupted = (self._signal or "a signal on another rank") if self.stopping else None
-        return TrainResult(self.step, row.get("loss"), val, path, interrupted, tokens / seconds)
+        return TrainResult(step, row.get("loss"), val, path, interrupted, tokens / seconds)
 
-
-def train(
-    train_config: TrainConfig,
-    model_config: ModelConfig,
-    resume: bool = False,
-    init_from: TransformerLM | None = None,
-) -> TrainResult:
-    """Join the process group (if any), check every input, pick CPU threads, train (from
-    `init_from`'s weights if given), and leave it again. Inputs are checked before the first line is
-    logged (preflight.py): first what the settings decide alone (the schedule's end, the batch's
-    split, an emulated bf16, the memory estimate), then the run folder and its checkpoints, a
-    resumed run's checkpoint, metrics file and weights' shapes, the data (prepared here), and the
-    precision's advice."""
-    ctx = dist_utils.setup(train_config.distributed, train_config.precision.device)
-    threads = torch.get_num_threads()
-    lock = None
-    try:
-        # what the settings decide alone, before the run folder is made (preflight.py)
-        check_settings(train_config, model_config, ctx, resume)
-        lock = RunLock(train_config.out) if ctx.is_main else None
-        # before any line is logged: a refused second writer prints one line only
-        if lock is not None:
-            lock.acquire()
-        p, d = train_config.precision, train_config.data
-        step_flops = (
-            flops_per_token(model_config, d.block_size)["training"] * d.batch_size * d.block_size
-        )
-        try:
-            checkpoint, run_data = check_run(train_config, model_config, ctx, resume, step_flops)
-        except BaseException:
-            if lock is not None:
-                lock.discard()  # refused: no run folder is left behind
-            raise
-        if ctx.device.type == "cpu":
-            n, why = hardware.pick_threads(step_flops / ctx.world_size, p.threads)
-            torch.set_num_threads(n)
-            if ctx.is_main:
-                logger.info("CPU threads: %d (%s; --precision.threads N to change)", n, why)
-        trainer = Trainer(
-            train_config, model_config, ctx, resume, init_from, lock, run_data, checkpoint
-        )
-        if ctx.is_main:  # what trains this session, before its first step (train/provenance.py)
-            step = checkpoint.step if checkpoint is not None else 0
-            provenance.start_session(
-                train_config.out,
-                provenance.session(
-                    train_config, run_data.folder, ctx.device, ctx.world_size, step, resume
-                ),
-            )
-        return trainer.fit()
-    finally:
-        if lock is not None:
-            lock.release()
-        torch.set_num_threads(threads)
-        dist_utils.teardown(ctx)

@@ -1,10 +1,12 @@
-"""The optimizers of train/ by name and the defaults `TrainConfig` shows, without torch.
+"""The optimizers and lr schedules of train/ by name, and the defaults `TrainConfig` shows, without
+torch.
 
 An optimizer is one `OptimizerKind` entry of `OPTIMIZERS`: its builder (torch, named lazily as
 "module:function" and resolved when a run builds it), its default betas and whether it is a sign
-optimizer. train/config.py validates `optimizer.name` against the keys without importing torch;
-train/optim.py builds the entry's optimizer. (The schedules of train/schedule.py are plain Python:
-the config reads that registry itself.)
+optimizer. train/sections.py validates `optimizer.name` against the keys without importing torch;
+train/optim.py builds the entry's optimizer. A schedule and a cooldown shape are one entry of
+`SCHEDULES` / `DECAY_SHAPES` each, their pure functions in train/schedule.py (which builds a
+`ScheduleConfig`'s schedule, so the section cannot read its names from there).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from archlab.nn.registry import resolve
+from archlab.nn.registry import Registry, resolve
 
 
 @dataclass(frozen=True)
@@ -48,3 +50,22 @@ EMBEDDING_OPTIMIZERS = ("same", "adamw")
 EMBEDDING_LR_RATIO = 3.0  # mixed optimizer: the tables' AdamW lr = this x the sign optimizer's lr
 # Tiger's NaN guard: theta <- 0.99 theta (gains: 1 + 0.99 (theta - 1)) (bojone/tiger)
 NAN_SHRINK = 0.99
+
+# lr schedule name -> its pure function of the step (train/schedule.py)
+SCHEDULES = Registry(
+    "schedule",
+    {
+        "cosine": "archlab.train.schedule:warmup_cosine",
+        "constant": "archlab.train.schedule:warmup_constant",
+        "wsd": "archlab.train.schedule:warmup_stable_decay",
+    },
+)
+# WSD cooldown shape name -> f(p) in [0, 1], the share of (max_lr - min_lr) left at progress p
+# (1-sqrt: Hägele et al., arXiv 2405.18392)
+DECAY_SHAPES = Registry(
+    "decay shape",
+    {
+        "linear": "archlab.train.schedule:linear_cooldown",
+        "1-sqrt": "archlab.train.schedule:sqrt_cooldown",
+    },
+)

@@ -26,7 +26,7 @@ def reference_attention(attn, x, inp, cfg: ModelConfig) -> torch.Tensor:
         k = k / k.norm(dim=-1, keepdim=True)
     if inp.rope is not None:
         cos, sin = (t.double().transpose(1, 2) for t in (inp.rope.cos, inp.rope.sin))  # (B, 1, T, d) for (B, H, T, Dh)
-        q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
+        q, k = apply_rope(q, cos, sin, cfg.rope.layout), apply_rope(k, cos, sin, cfg.rope.layout)
     scale = cfg.attn_scale or (1.0 if cfg.key_norm else 1 / math.sqrt(Dh))
     outs = []
     for h in range(H):
@@ -58,7 +58,7 @@ VARIANTS = {
     "window": dict(sliding_window=3, window_pattern="S"),
     "alibi": dict(position="alibi"),
     "relative": dict(position="relative", relative_buckets=8, relative_max_distance=16),
-    "partial_interleaved": dict(rope_layout="interleaved", rope_fraction=0.5),
+    "partial_interleaved": dict(rope=dict(layout="interleaved", fraction=0.5)),
     "bias": dict(bias=True),
 }
 
@@ -141,24 +141,24 @@ def _explicit_normed_attention(attn, x, cfg: ModelConfig, inp) -> torch.Tensor:
     H, Dh = cfg.n_heads, cfg.head_dim
     q, k, v = (x.double() @ attn.qkv_proj.weight.double().T).view(B, T, 3 * H, Dh).split([H, H, H], dim=2)
     q = q / q.norm(dim=-1, keepdim=True)
-    if cfg.cosine_attention:
+    if cfg.cosine is not None:
         k = k / k.norm(dim=-1, keepdim=True)
     cos, sin = inp.rope.cos.double(), inp.rope.sin.double()  # (B, T, 1, d_rot)
-    q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
+    q, k = apply_rope(q, cos, sin, cfg.rope.layout), apply_rope(k, cos, sin, cfg.rope.layout)
     y = torch.zeros(B, T, H, Dh, dtype=torch.float64)
     for b in range(B):
         for h in range(H):
             for m in range(T):
                 lam = 1.0
-                if cfg.cosine_attention:
+                if cfg.cosine is not None:
                     lam = 4 * math.log(m + 1 if cfg.dynamic_cosine else cfg.max_seq_len / 2)
                 scores = torch.stack([lam * (q[b, m, h] @ k[b, n, h]) for n in range(m + 1)])
                 y[b, m, h] = torch.softmax(scores, 0) @ v[b, : m + 1, h]
     return y.flatten(2) @ attn.o_proj.weight.double().T
 
 
-@pytest.mark.parametrize("fields", [dict(query_norm=True), dict(cosine_attention=True),
-                                    dict(cosine_attention=True, cosine={"scale": "dynamic"})])
+@pytest.mark.parametrize("fields", [dict(query_norm=True), dict(cosine={}),
+                                    dict(cosine={"scale": "dynamic"})])
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_query_norm_and_cosine_attention_equal_their_formulas(fields, impl):
     cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=40, max_seq_len=16, attn_impl=impl, **fields)
@@ -174,7 +174,7 @@ def test_query_norm_and_cosine_attention_equal_their_formulas(fields, impl):
 
 def test_query_norm_normalises_queries_only_and_cosine_both():
     x = torch.randn(1, 6, 32) * 10
-    for fields, unit_q, unit_k in [(dict(query_norm=True), True, False), (dict(cosine_attention=True), True, True),
+    for fields, unit_q, unit_k in [(dict(query_norm=True), True, False), (dict(cosine={}), True, True),
                                    (dict(key_norm=True), False, True)]:
         model = randomize_(TransformerLM(ModelConfig(d_model=32, n_heads=4, n_layers=1, position="none",
                                                      **fields)), 0.5)
@@ -182,21 +182,22 @@ def test_query_norm_normalises_queries_only_and_cosine_both():
         assert torch.allclose(q.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5) == unit_q, fields
         assert torch.allclose(k.norm(dim=-1), torch.ones(1, 4, 6), atol=1e-5) == unit_k, fields
     assert ModelConfig(query_norm=True).resolved_attn_scale == 1.0
-    assert ModelConfig(cosine_attention=True, max_seq_len=512).resolved_attn_scale == pytest.approx(4 * math.log(256))
-    assert ModelConfig(cosine_attention=True, attn_scale=3.0).resolved_attn_scale == 3.0  # an explicit lambda wins
+    assert ModelConfig(cosine={}, max_seq_len=512).resolved_attn_scale == pytest.approx(4 * math.log(256))
+    assert ModelConfig(cosine={}, attn_scale=3.0).resolved_attn_scale == 3.0  # an explicit lambda wins
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(cosine_attention=True, key_norm=True), "cosine_attention=True is not allowed: not with key_norm"),
-    (dict(cosine_attention=True, qk_norm="rmsnorm"), "cosine_attention=True is not allowed"),
+    (dict(cosine={}, key_norm=True), r"cosine=Cosine\(scale='fixed'\) is not allowed: None with key_norm"),
+    (dict(cosine={}, qk_norm="rmsnorm"), r"cosine=Cosine\(scale='fixed'\) is not allowed: None with key_norm, "
+                                         "query_norm or qk_norm"),
     (dict(query_norm=True, key_norm=True), "query_norm=True is not allowed: not with key_norm"),
     (dict(query_norm=True, qk_norm="layernorm"), "query_norm=True is not allowed"),
-    (dict(cosine={"scale": "dynamic"}), r"cosine=Cosine\(scale='dynamic'\) is not allowed: only with "
-     "cosine_attention=True"),
-    (dict(cosine_attention=True, cosine={"scale": "per_head"}), "cosine.scale='per_head' is not allowed: one of fixed"),
-    (dict(cosine_attention=True, cosine={"scale": "dynamic"}, attn_logn=True), "attn_logn=True is not allowed"),
-    (dict(cosine_attention=True, max_seq_len=2), "needs max_seq_len >= 3"),
-    (dict(cosine_attention=True, cosine={"scale": "dynamic"}, attn_scale=3.0), "attn_scale=3.0 is not allowed: None"),
+    (dict(cosine={"scale": "dynamic"}, query_norm=True), r"cosine=Cosine\(scale='dynamic'\) is not allowed: None "
+                                                         "with key_norm, query_norm"),
+    (dict(cosine={"scale": "per_head"}), "cosine.scale='per_head' is not allowed: one of fixed"),
+    (dict(cosine={"scale": "dynamic"}, attn_logn=True), "attn_logn=True is not allowed"),
+    (dict(cosine={}, max_seq_len=2), r"None with max_seq_len < 3 \(lambda = 4 log\(max_seq_len / 2\) > 0\)"),
+    (dict(cosine={"scale": "dynamic"}, attn_scale=3.0), "attn_scale=3.0 is not allowed: None"),
 ])
 def test_normed_attention_refuses_conflicts_in_one_line(fields, message):
     with pytest.raises(ValueError, match=message) as err:
@@ -204,9 +205,9 @@ def test_normed_attention_refuses_conflicts_in_one_line(fields, message):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("fields", [{}, dict(n_kv_heads=2), dict(rope_scaling={"kind": "rerope", "window": 3}),
-                                    dict(attn_logn=True), dict(rope_scaling={"kind": "dynamic", "factor": 2.0,
-                                                                             "original_max_seq_len": 4}),
+@pytest.mark.parametrize("fields", [{}, dict(n_kv_heads=2), dict(rope=dict(scaling={"kind": "rerope", "window": 3})),
+                                    dict(attn_logn=True), dict(rope=dict(scaling={"kind": "dynamic", "factor": 2.0,
+                                                                             "original_max_seq_len": 4})),
                                     dict(block="gau", n_heads=1),
                                     dict(block="gau", n_heads=1, gau={"attention": "relu2"})])
 def test_scores_are_exactly_what_the_kernel_scores(fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,7 @@ def reference_gau(gau, x: torch.Tensor, cfg: ModelConfig, inp) -> torch.Tensor:
     k = z * gau.k_scale.double() + gau.k_offset.double()
     if inp.rope is not None:
         cos, sin = inp.rope.cos.double()[:, :, 0], inp.rope.sin.double()[:, :, 0]  # (B, T, d_rot)
-        q, k = apply_rope(q, cos, sin, cfg.rope_layout), apply_rope(k, cos, sin, cfg.rope_layout)
+        q, k = apply_rope(q, cos, sin, cfg.rope.layout), apply_rope(k, cos, sin, cfg.rope.layout)
     out = torch.zeros(B, T, e, dtype=torch.float64)
     for b in range(B):
         for m in range(T):
@@ -43,7 +43,7 @@ def reference_gau(gau, x: torch.Tensor, cfg: ModelConfig, inp) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("fields", [{}, dict(bias=True), dict(attn_logn=True), dict(position="none"),
-                                    dict(sliding_window=3, rope_layout="interleaved", rope_fraction=0.5),
+                                    dict(sliding_window=3, rope=dict(layout="interleaved", fraction=0.5)),
                                     dict(gau={"attention": "relu2"}),
                                     dict(gau={"attention": "relu2"}, sliding_window=3)])
 def test_gau_equals_its_formula_in_float64(fields):
@@ -57,11 +57,11 @@ def test_gau_equals_its_formula_in_float64(fields):
 
 
 @pytest.mark.parametrize("fields", [{}, dict(norm_position="deepnorm"), dict(sliding_window=4),
-                                    dict(rope_scaling={"kind": "rerope", "window": 4}), dict(attn_logn=True),
+                                    dict(rope=dict(scaling={"kind": "rerope", "window": 4})), dict(attn_logn=True),
                                     dict(attn_softcap=3.0), dict(position="alibi"), dict(attn_impl="eager"),
                                     dict(gau={"attention": "relu2"}, sliding_window=4),
-                                    dict(gau={"attention": "relu2"}, rope_scaling={"kind": "leaky_rerope",
-                                                                                   "window": 4, "factor": 2.0})])
+                                    dict(gau={"attention": "relu2"}, rope=dict(scaling={"kind": "leaky_rerope",
+                                                                                   "window": 4, "factor": 2.0}))])
 def test_gau_decodes_with_the_cache_equal_to_the_full_forward(fields):
     cfg = ModelConfig(**GAU, **fields)
     model = randomize_(TransformerLM(cfg), std=0.3).double().eval()
@@ -97,7 +97,7 @@ def test_gau_defaults_and_wiring():
      "block='gau'"),
     (dict(n_heads=1, key_norm=True), "key_norm=True is not allowed: False with block='gau'"),
     (dict(n_heads=1, query_norm=True), "query_norm=True is not allowed: False with block='gau'"),
-    (dict(n_heads=1, cosine_attention=True), "cosine_attention=True is not allowed: False with block='gau'"),
+    (dict(n_heads=1, cosine={}), r"cosine=Cosine\(scale='fixed'\) is not allowed: None with block='gau'"),
     (dict(n_heads=1, qk_norm="rmsnorm"), "qk_norm='rmsnorm' is not allowed: 'none' with block='gau'"),
 ])
 def test_gau_refuses_what_cannot_work_in_one_line(fields, message):
@@ -147,7 +147,7 @@ def test_relu2_takes_the_plans_scores_and_never_softmax():
     """With a ReRoPE plan (its own scores) a relu2 GAU still runs relu2_attention, not the eager softmax."""
     from archlab.nn.attention.gau import relu2_attention
 
-    cfg = ModelConfig(**GAU, gau={"attention": "relu2"}, rope_scaling={"kind": "rerope", "window": 3})
+    cfg = ModelConfig(**GAU, gau={"attention": "relu2"}, rope=dict(scaling={"kind": "rerope", "window": 3}))
     gau = TransformerLM(cfg).layers[0].attn
     assert gau.kernel is relu2_attention and gau.scoring_kernel is relu2_attention
     soft = TransformerLM(ModelConfig(**GAU)).layers[0].attn

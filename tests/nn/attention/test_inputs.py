@@ -14,7 +14,6 @@ import torch
 
 from archlab import ModelConfig, TransformerLM
 from archlab.cli import main
-from archlab.commands import generate as command
 from archlab.infer.generate import with_inference_logn
 from archlab.nn.config import ConfigError
 
@@ -68,7 +67,7 @@ def test_generate_cli_logn(monkeypatch, capsys) -> None:  # noqa: ANN001
     from archlab.data.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer("byte", 256, None)
-    monkeypatch.setattr(command, "load_checkpoint", lambda path: (tiny(vocab_size=256), tokenizer))
+    monkeypatch.setattr("archlab.interop.model_folder.open_model", lambda path: (tiny(vocab_size=256), tokenizer))
     seen = []
     # the command imports it from archlab.infer.generate when it runs (its module imports no torch)
     monkeypatch.setattr("archlab.infer.generate.with_inference_logn",

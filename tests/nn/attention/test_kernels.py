@@ -13,8 +13,8 @@ import torch
 
 from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.attention.kernels import KernelCall, sdpa
+from archlab.nn.config.choices import ATTENTION_KERNELS
 from archlab.nn.functional import causal_mask
-from archlab.nn.variants import ATTENTION_KERNELS
 
 B, H, DH = 2, 4, 8
 

@@ -69,8 +69,8 @@ def test_install_reaches_every_module_it_speeds_up_and_no_other() -> None:
     a model on a device the kernels were not measured on is left alone."""
     from archlab import TransformerLM, build_preset
     from archlab.nn.attention.attention import Attention
+    from archlab.nn.config.choices import ATTENTION_KERNELS
     from archlab.nn.norms import LayerNorm
-    from archlab.nn.variants import ATTENTION_KERNELS
 
     model = installed(TransformerLM(build_preset("llama", "tiny", qk_norm="layernorm")))
     assert type(model) is fused.FusedTransformerLM and isinstance(model, TransformerLM)
@@ -86,7 +86,7 @@ def test_install_reaches_every_module_it_speeds_up_and_no_other() -> None:
     assert not fused.install(on_meta) and type(on_meta) is TransformerLM
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(rope_layout="interleaved", rope_fraction=0.5, n_kv_heads=1)])
+@pytest.mark.parametrize("fields", [dict(), dict(rope=dict(layout="interleaved", fraction=0.5), n_kv_heads=1)])
 def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fields: dict) -> None:
     """An installed model, whose attention runs rope_qkv, equals a plain one with the same weights (split +
     apply_rope through autograd), in loss and every gradient; the fast path is taken only when installed and
@@ -112,7 +112,7 @@ def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fie
 
 
 @pytest.mark.parametrize("fields", [dict(qk_norm="rmsnorm"), dict(key_norm=True), dict(query_norm=True),
-                                    dict(cosine_attention=True), dict(rope_scaling=dict(kind="rerope", window=4))])
+                                    dict(cosine={}), dict(rope=dict(scaling=dict(kind="rerope", window=4)))])
 def test_attention_keeps_the_plain_path_where_rope_qkv_does_not_apply(fields: dict) -> None:
     from archlab import TransformerLM, build_preset
 

@@ -170,7 +170,7 @@ def llama_pair(scaling: RopeScaling) -> tuple[TransformerLM, LlamaForCausalLM]:
     """Our Llama and transformers' with the same weights (q/k/v and gate/up are row slices of the fused ones)."""
     torch.manual_seed(0)
     c = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=4 * L0,
-                    rope_scaling=scaling)
+                    rope=dict(scaling=scaling))
     ours = TransformerLM(c).eval()
     hf = LlamaForCausalLM(hf_config(scaling, c.rope_dim, hidden_size=c.d_model, num_attention_heads=c.n_heads,
                                     num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, vocab_size=c.vocab_size,

@@ -39,21 +39,21 @@ def test_relative_positions_grow_by_s_beyond_the_window() -> None:
 
 @pytest.mark.parametrize("layout,fraction,kv", [("half", 1.0, 4), ("interleaved", 0.5, 2), ("half", 0.5, 1)])
 def test_training_mode_scores_equal_the_float64_reference(layout: str, fraction: float, kv: int) -> None:
-    model = tiny(rope_scaling=INV, rope_layout=layout, rope_fraction=fraction, n_kv_heads=kv).train()
+    model = tiny(rope=dict(scaling=INV, layout=layout, fraction=fraction), n_kv_heads=kv).train()
     x = torch.randn(2, N, 32, dtype=torch.float32)
     inputs = model.attention_inputs(torch.arange(N).expand(2, N))[0]
     assert inputs.rope.computes_scores  # two score matrices: the eager kernel
     with torch.no_grad():
         got = model.layers[0].attn(x, inputs)
     c, attn = model.config, model.layers[0].attn
-    want = reference_attention(attn, x, reference_positions(N, W, S), c.rope_dim, layout, c.rope_theta)
+    want = reference_attention(attn, x, reference_positions(N, W, S), c.rope_dim, layout, c.rope.theta)
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
-    plain = reference_attention(attn, x, reference_positions(N, N, 0.0), c.rope_dim, layout, c.rope_theta)
+    plain = reference_attention(attn, x, reference_positions(N, N, 0.0), c.rope_dim, layout, c.rope.theta)
     assert (got.double() - plain).abs().max() > 1e-3  # W <= d < N: different by design
 
 
 def test_eval_mode_is_plain_rope_with_sdpa_and_the_rotated_key_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    model, plain = tiny(rope_scaling=INV, attn_impl="sdpa").eval(), tiny(attn_impl="sdpa").eval()
+    model, plain = tiny(rope=dict(scaling=INV), attn_impl="sdpa").eval(), tiny(attn_impl="sdpa").eval()
     plan = model.attention_inputs(torch.arange(4)[None])[0].rope
     assert isinstance(plan, RopePositions) and not plan.computes_scores and not plan.rotates_cached_keys
     calls = {"sdpa": 0, "eager": 0}
@@ -81,7 +81,7 @@ def test_eval_mode_is_plain_rope_with_sdpa_and_the_rotated_key_cache(monkeypatch
 
 
 def test_inside_the_window_training_and_eval_agree() -> None:
-    model = tiny(rope_scaling=INV)
+    model = tiny(rope=dict(scaling=INV))
     with torch.no_grad():
         short_train, long_train = model.train()(ids(W)), model(ids())
         short_eval, long_eval = model.eval()(ids(W)), model(ids())
@@ -90,18 +90,18 @@ def test_inside_the_window_training_and_eval_agree() -> None:
 
 
 def test_gradients_flow_through_the_training_plan() -> None:
-    model = tiny(rope_scaling=INV).train()
+    model = tiny(rope=dict(scaling=INV)).train()
     loss = model(ids()).logsumexp(-1).mean()
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
 
 
 @pytest.mark.parametrize("fields,message", [
-    (dict(rope_scaling={"kind": "inv_leaky_rerope", "factor": 1.0, "window": W}), "factor=1.0"),
-    (dict(rope_scaling={"kind": "inv_leaky_rerope", "factor": 0.5, "window": W}), "factor=0.5"),
-    (dict(rope_scaling={"kind": "inv_leaky_rerope", "factor": 2.0, "window": N}), f"window={N}"),
-    (dict(rope_scaling={"kind": "inv_leaky_rerope", "factor": 2.0}), "window=None"),
-    (dict(rope_scaling={"kind": "inv_leaky_rerope", "factor": 2.0, "window": W}, attn_kernel="favor"),
+    (dict(rope=dict(scaling={"kind": "inv_leaky_rerope", "factor": 1.0, "window": W})), "factor=1.0"),
+    (dict(rope=dict(scaling={"kind": "inv_leaky_rerope", "factor": 0.5, "window": W})), "factor=0.5"),
+    (dict(rope=dict(scaling={"kind": "inv_leaky_rerope", "factor": 2.0, "window": N})), f"window={N}"),
+    (dict(rope=dict(scaling={"kind": "inv_leaky_rerope", "factor": 2.0})), "window=None"),
+    (dict(rope=dict(scaling={"kind": "inv_leaky_rerope", "factor": 2.0, "window": W}), attn_kernel="favor"),
      "inv_leaky_rerope"),
 ])
 def test_bad_configs_fail_in_one_line(fields: dict, message: str) -> None:
@@ -118,9 +118,7 @@ def test_hf_export_refuses_it_in_one_line() -> None:
 
 def test_context_limit_is_the_longest_trained_distance() -> None:
     """Plain RoPE at inference covers the distances training reached: W + (N - 1 - W) s + 1 tokens."""
-    from archlab.infer.generate import context_limit
-
-    assert context_limit(ModelConfig(**SMALL, rope_scaling=INV)) == W + 1 + int(S * (N - 1 - W))
+    assert ModelConfig(**SMALL, rope=dict(scaling=INV)).context_limit == W + 1 + int(S * (N - 1 - W))
 
 
 @pytest.mark.parametrize("first,then", [("train", "eval"), ("eval", "train")])
@@ -128,7 +126,7 @@ def test_a_cache_filled_in_one_mode_is_refused_in_the_other(first: str, then: st
     """Training mode caches unrotated keys (the remap rotates them per query), eval mode rotated ones: continuing
     a cache in the other mode would read one as the other (0.28 in the logits before the guard), so it is refused
     in one line before anything is written; a cache rewound to 0 starts afresh in either mode."""
-    model = tiny(rope_scaling=INV)
+    model = tiny(rope=dict(scaling=INV))
     x = ids(length=N, batch=1)
     cache = KVCache.for_model(model, 1, N)
     with torch.no_grad():
@@ -144,7 +142,7 @@ def test_a_cache_filled_in_one_mode_is_refused_in_the_other(first: str, then: st
 
 def test_cached_decoding_in_training_mode_equals_its_full_forward() -> None:
     """A cache kept in training mode (no dropout) decodes through the remap, as the full training forward."""
-    model = tiny(rope_scaling=INV).train()
+    model = tiny(rope=dict(scaling=INV)).train()
     x = ids()
     with torch.no_grad():
         torch.testing.assert_close(cached_logits(model, x, (5,)), model(x), rtol=1e-5, atol=1e-5)
@@ -153,7 +151,7 @@ def test_cached_decoding_in_training_mode_equals_its_full_forward() -> None:
 def test_a_model_whose_positions_do_not_depend_on_the_mode_may_switch() -> None:
     """Plain RoPE (and a remap in both modes) caches the same keys in either mode: no refusal, same logits."""
     for scaling in (None, RopeScaling("leaky_rerope", 2.0, window=W)):
-        model = tiny(rope_scaling=scaling)
+        model = tiny(rope=dict(scaling=scaling))
         assert not model.mode_dependent_rotaries
         x = ids(length=N, batch=1)
         cache = KVCache.for_model(model, 1, N)

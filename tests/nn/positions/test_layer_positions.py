@@ -1,6 +1,6 @@
-"""Per-layer positions (position_pattern, rope_theta_local, rope_scaling_local), log-n attention scaling and the
+"""Per-layer positions (rope.pattern, rope.local_theta, rope.local_scaling), log-n attention scaling and the
 HWFA preset: log-n equals its formula in float64; a NoPE layer is position-free; window layers rotate with their
-own theta and, with rope_scaling_local off, without the global layers' scaling (Gemma 3); HWFA (+ ReRoPE) trains
+own theta and, with rope.local_scaling off, without the global layers' scaling (Gemma 3); HWFA (+ ReRoPE) trains
 and decodes with the cache equal to the full forward."""
 
 from __future__ import annotations
@@ -57,20 +57,20 @@ def test_logn_scaling_equals_its_formula(fields: dict, base: int) -> None:
 
 
 def test_nope_layers_are_models_without_positions() -> None:
-    nope, none = tiny(position_pattern="N"), tiny(position="none")
+    nope, none = tiny(rope=dict(pattern="N")), tiny(position="none")
     with torch.no_grad():
         torch.testing.assert_close(nope(ids()), none(ids()), rtol=0, atol=0)
-    mixed = tiny(position_pattern="RN", n_layers=4)
+    mixed = tiny(rope=dict(pattern="RN"), n_layers=4)
     ropes = [inputs.rope is not None for inputs in mixed.attention_inputs(torch.arange(T).expand(2, T))]
     assert ropes == [True, False, True, False]
 
 
 def test_window_layers_rotate_with_rope_theta_local() -> None:
-    local = tiny(sliding_window=8, window_pattern="S", rope_theta_local=500.0)
-    plain = tiny(sliding_window=8, window_pattern="S", rope_theta=500.0)
+    local = tiny(sliding_window=8, window_pattern="S", rope=dict(local_theta=500.0))
+    plain = tiny(sliding_window=8, window_pattern="S", rope=dict(theta=500.0))
     with torch.no_grad():
         torch.testing.assert_close(local(ids()), plain(ids()), rtol=0, atol=0)
-    mixed = tiny(sliding_window=8, window_pattern="SF", rope_theta_local=500.0)
+    mixed = tiny(sliding_window=8, window_pattern="SF", rope=dict(local_theta=500.0))
     inputs = mixed.attention_inputs(torch.arange(T).expand(1, T))
     for layer, theta in [(0, 500.0), (1, 10000.0)]:
         cos, _ = RotaryEmbedding(8, theta)(torch.arange(T)[None])
@@ -87,8 +87,8 @@ def reference_cos(theta: float, factor: float, d_rot: int = 8) -> torch.Tensor:
 @pytest.mark.parametrize("scaled_local,theta_local", [(False, 500.0), (True, 500.0), (False, None)])
 def test_rope_scaling_on_global_layers_only(scaled_local: bool, theta_local: float | None) -> None:
     """Gemma 3: linear scaling (factor 4) on the full layers; window layers keep their own, unscaled base."""
-    model = tiny(sliding_window=8, window_pattern="SF", rope_theta_local=theta_local, rope_scaling_local=scaled_local,
-                 rope_scaling=RopeScaling("linear", 4.0))
+    model = tiny(sliding_window=8, window_pattern="SF", rope=dict(local_theta=theta_local, local_scaling=scaled_local,
+                                                                  scaling=RopeScaling("linear", 4.0)))
     inputs = model.attention_inputs(torch.arange(T).expand(1, T))
     local = reference_cos(10000.0 if theta_local is None else theta_local, 4.0 if scaled_local else 1.0)
     for layer, want in [(0, local), (1, reference_cos(10000.0, 4.0))]:
@@ -99,9 +99,9 @@ def test_rope_scaling_on_global_layers_only(scaled_local: bool, theta_local: flo
     torch.testing.assert_close(cached_logits(model, x, (5, 9)), full, **TOL)
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(rope_scaling=RopeScaling("rerope", window=3)),
-                                    dict(rope_scaling=RopeScaling("leaky_rerope", 4.0, window=3), n_kv_heads=2),
-                                    dict(rope_theta_local=100.0, attn_impl="eager")],
+@pytest.mark.parametrize("fields", [dict(), dict(rope=dict(scaling=RopeScaling("rerope", window=3))),
+                                    dict(rope=dict(scaling=RopeScaling("leaky_rerope", 4.0, window=3)), n_kv_heads=2),
+                                    dict(rope=dict(local_theta=100.0), attn_impl="eager")],
                          ids=["hwfa", "hwfa-rerope", "hwfa-leaky", "hwfa-local-theta"])
 def test_hwfa_decodes_equal_to_the_full_forward(fields: dict) -> None:
     torch.manual_seed(0)
@@ -131,11 +131,12 @@ def test_hwfa_trains() -> None:
 
 
 @pytest.mark.parametrize("fields,message", [
-    (dict(position_pattern="RX"), "position_pattern='RX'"), (dict(position_pattern=""), "position_pattern=''"),
-    (dict(rope_theta_local=1.0), "rope_theta_local=1.0"), (dict(attn_logn_base=8), "only with attn_logn"),
+    (dict(rope=dict(pattern="RX")), "rope.pattern='RX'"), (dict(rope=dict(pattern="")), "rope.pattern=''"),
+    (dict(rope=dict(local_theta=1.0)), "rope.local_theta=1.0"), (dict(attn_logn_base=8), "only with attn_logn"),
     (dict(attn_logn=True, attn_logn_base=1), "attn_logn_base=1"),
-    (dict(position="alibi", position_pattern="RN"), "only with position='rope'"),
-    (dict(position="alibi", rope_scaling_local=False), "rope_scaling_local=False is not allowed: only with position"),
+    (dict(position="alibi", rope=dict(pattern="RN")), "only with position='rope'"),
+    (dict(position="alibi", rope=dict(local_scaling=False)), r"rope=Rope\(.*local_scaling=False\) is not allowed: "
+                                                             "only with position='rope'"),
 ])
 def test_bad_values_fail_in_one_line(fields: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -59,7 +59,7 @@ def test_tables_rotate_by_the_formula() -> None:
 def test_cached_decoding_equals_the_full_forward() -> None:
     torch.manual_seed(0)
     model = TransformerLM(ModelConfig(vocab_size=64, d_model=32, n_heads=4, n_layers=2, max_seq_len=16,
-                                      rope_scaling={"kind": "ntk_mixed", "factor": 4.0})).eval()
+                                      rope=dict(scaling={"kind": "ntk_mixed", "factor": 4.0}))).eval()
     x = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = model(x)

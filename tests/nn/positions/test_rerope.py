@@ -80,7 +80,7 @@ def test_attention_equals_the_float64_reference(scaling: RopeScaling, layout: st
                                                 chunk: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     if chunk is not None:  # the eager kernel scores T = 24 queries in chunks of 5 (the last one 4)
         monkeypatch.setattr(attention_kernels, "SCORE_CHUNK", chunk)
-    model = tiny(rope_scaling=scaling, rope_layout=layout, rope_fraction=fraction, n_kv_heads=kv)
+    model = tiny(rope=dict(scaling=scaling, layout=layout, fraction=fraction), n_kv_heads=kv)
     x = torch.randn(2, T, 32)
     inputs = model.attention_inputs(torch.arange(T).expand(2, T))[0]
     with torch.no_grad():
@@ -88,28 +88,29 @@ def test_attention_equals_the_float64_reference(scaling: RopeScaling, layout: st
     slope = 0.0 if scaling.kind == "rerope" else 1 / scaling.factor
     c = model.config
     want = reference_attention(model.layers[0].attn, x, reference_positions(T, W, slope), c.rope_dim, layout,
-                               c.rope_theta)
+                               c.rope.theta)
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
     plain = reference_attention(model.layers[0].attn, x, reference_positions(T, T, 0.0), c.rope_dim, layout,
-                                c.rope_theta)
+                                c.rope.theta)
     assert (got.double() - plain).abs().max() > 1e-3  # past the window it is not plain RoPE
 
 
 @pytest.mark.parametrize("scaling", KINDS, ids=lambda s: s.kind)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_inside_the_window_it_is_plain_rope(scaling: RopeScaling, layout: str) -> None:
-    model, plain = tiny(rope_scaling=scaling, rope_layout=layout), tiny(rope_layout=layout)
+    model, plain = tiny(rope=dict(scaling=scaling, layout=layout)), tiny(rope=dict(layout=layout))
     with torch.no_grad():
         torch.testing.assert_close(model(ids(length=W)), plain(ids(length=W)), rtol=0, atol=1e-6)
         assert (model(ids()) - plain(ids())).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("scaling", KINDS, ids=lambda s: s.kind)
-@pytest.mark.parametrize("fields", [dict(), dict(rope_layout="interleaved"), dict(rope_fraction=0.5, n_kv_heads=2),
+@pytest.mark.parametrize("fields", [dict(), dict(rope=dict(layout="interleaved")),
+                                    dict(rope=dict(fraction=0.5), n_kv_heads=2),
                                     dict(sliding_window=9, window_pattern="SF"), dict(attn_impl="sdpa")],
                          ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()) or "default")
 def test_cached_decoding_equals_the_full_forward_past_the_window(scaling: RopeScaling, fields: dict) -> None:
-    model = tiny(rope_scaling=scaling, **fields)
+    model = tiny(**{**fields, "rope": {**fields.get("rope", {}), "scaling": scaling}})
     x = ids()
     with torch.no_grad():
         full = model(x)
@@ -117,9 +118,11 @@ def test_cached_decoding_equals_the_full_forward_past_the_window(scaling: RopeSc
         torch.testing.assert_close(cached_logits(model, x, chunks), full, **TOL)
 
 
-@pytest.mark.parametrize("fields", [dict(rope_scaling=KINDS[0], n_kv_heads=2), dict(rope_scaling=KINDS[1]),
-                                    dict(rope_scaling=KINDS[0], block="gau", n_heads=1),
-                                    dict(rope_scaling=RopeScaling("inv_leaky_rerope", 4.0, window=W), train=True)],
+@pytest.mark.parametrize("fields", [dict(rope=dict(scaling=KINDS[0]), n_kv_heads=2),
+                                    dict(rope=dict(scaling=KINDS[1])),
+                                    dict(rope=dict(scaling=KINDS[0]), block="gau", n_heads=1),
+                                    dict(rope=dict(scaling=RopeScaling("inv_leaky_rerope", 4.0, window=W)),
+                                         train=True)],
                          ids=["rerope-gqa", "leaky", "rerope-gau", "inv-leaky-training"])
 def test_query_chunks_equal_one_pass(fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Plan-scored attention over more queries than SCORE_CHUNK is scored chunk by chunk, each chunk over the keys
@@ -150,7 +153,7 @@ def test_left_padded_batch_equals_each_row_alone(scaling: RopeScaling, chunk: in
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     if chunk is not None:  # an explicit (padding) mask: chunks of queries over every key
         monkeypatch.setattr(attention_kernels, "SCORE_CHUNK", chunk)
-    model = tiny(rope_scaling=scaling)
+    model = tiny(rope=dict(scaling=scaling))
     prompts = [ids(1, n, seed=n)[0].tolist() for n in (3, 11, 7)]
     steps = ids(3, 6, seed=2)
     x, mask = left_pad(prompts)
@@ -164,7 +167,7 @@ def test_left_padded_batch_equals_each_row_alone(scaling: RopeScaling, chunk: in
 
 
 def test_frequencies_are_plain_rope() -> None:
-    model = tiny(rope_scaling=KINDS[1])
+    model = tiny(rope=dict(scaling=KINDS[1]))
     torch.testing.assert_close(model.rotary.inv_freq.double(), base_inv_freq(8, 10000.0), rtol=1e-6, atol=0)
 
 

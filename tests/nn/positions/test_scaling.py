@@ -29,8 +29,8 @@ def test_validation_errors(kwargs: dict, message: str) -> None:
 
 
 def test_model_config_carries_scaling() -> None:
-    config = ModelConfig(rope_scaling={"kind": "yarn", "factor": 2.0, "original_max_seq_len": 64})
-    assert config.rope_scaling == RopeScaling("yarn", 2.0, 64)
+    config = ModelConfig(rope=dict(scaling={"kind": "yarn", "factor": 2.0, "original_max_seq_len": 64}))
+    assert config.rope.scaling == RopeScaling("yarn", 2.0, 64)
     assert ModelConfig.from_dict(config.to_dict()) == config
 
 
@@ -57,7 +57,7 @@ def test_each_kind_scales_for_an_evaluation_length(kind: str, length: int, windo
 
 
 def test_kinds_without_an_inference_form_and_bad_windows_are_refused_in_one_line() -> None:
-    with pytest.raises(ValueError, match="^rope_scaling.kind='inv_leaky_rerope' has no inference-time form"):
+    with pytest.raises(ValueError, match="^rope.scaling.kind='inv_leaky_rerope' has no inference-time form"):
         ROPE_KINDS["inv_leaky_rerope"].at(512, 256)
     with pytest.raises(ValueError, match="^window=300 is not allowed: between 1 and max_seq_len = 256$"):
         ROPE_KINDS["rerope"].at(512, 256, 300)

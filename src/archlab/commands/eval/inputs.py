@@ -50,10 +50,5 @@ def check_positive(args: argparse.Namespace, *names: str) -> None:
 
 def load_for_eval(source: EvalSource) -> tuple[TransformerLM, Tokenizer]:
     """Model and tokenizer of an archlab checkpoint, or of a Hugging Face folder (its model built on
-    the meta device, no random init, and its tokenizer)."""
-    from archlab.checkpoint import load_model
-    from archlab.interop import from_hf, load_hf_tokenizer
-
-    if source.hf:
-        return from_hf(source.path), load_hf_tokenizer(source.path)
-    return load_model(source.checkpoint)
+    the meta device, no random init, and its tokenizer): interop.model_folder."""
+    return source.model.load()

@@ -2,8 +2,8 @@
 gains and sqrt(d) embedding scale, plus per-head (1 + w) RMSNorm on q and k instead of the attention
 softcap (a final softcap stays, off by default), and five window layers to one full layer
 (`layer_types`, else `sliding_window_pattern` = 6). Window layers rotate with their own base
-(`rope_local_base_freq`, 10k: archlab's rope_theta_local) and full layers with 1M; a RoPE scaling
-applies to the full layers only (rope_scaling_local=False), as the 4B-27B checkpoints' linear x8
+(`rope_local_base_freq`, 10k: archlab's rope.local_theta) and full layers with 1M; a RoPE scaling
+applies to the full layers only (rope.local_scaling=False), as the 4B-27B checkpoints' linear x8
 does. The multimodal `Gemma3ForConditionalGeneration` (model_type `gemma3`) is read for its text
 model (`GEMMA3`: its `text_config`, tensors under `language_model.model.` or, as files written from
 transformers' in-memory names have them, `model.language_model.`; the vision tower and projector
@@ -19,7 +19,7 @@ from typing import Any
 from archlab.interop.families.gemma import GEMMA_FIXED, GEMMA_SIZES
 from archlab.interop.families.gemma2 import DOUBLE_NORMS, scalar_from_scale, scale_from_scalar
 from archlab.interop.families.llama import llama_keys, llama_weights
-from archlab.interop.family import FULL, SLIDING, Family, InteropError, Key, Rope, copy
+from archlab.interop.family import FULL, SLIDING, Family, InteropError, Key, RopeKeys, copy
 
 GLOBAL_EVERY = 6  # transformers' default sliding_window_pattern: every sixth layer is full
 
@@ -69,7 +69,7 @@ GEMMA3_TEXT = Family(
         ),
     },
     weights=llama_weights(DOUBLE_NORMS, qk_norm=True),
-    rope=Rope(
+    rope=RopeKeys(
         theta_default=1_000_000.0,
         local_theta_key="rope_local_base_freq",
         local_theta_default=10_000.0,

@@ -7,7 +7,7 @@ norms (`use_parallel_residual`, else serial pre-norm), GELU MLP with biases, 25%
 
 from __future__ import annotations
 
-from archlab.interop.family import Family, Key, Rope, activation_key, copy, linear
+from archlab.interop.family import Family, Key, RopeKeys, activation_key, copy, linear
 
 BLOCK = "gpt_neox.layers.{i}."
 
@@ -53,7 +53,7 @@ GPT_NEOX = Family(
         **linear("norm", "gpt_neox.final_layer_norm"),
         "lm_head.weight": copy("lm_head.weight"),
     },
-    rope=Rope(theta_key="rotary_emb_base", fraction_key="rotary_pct", fraction_default=0.25),
+    rope=RopeKeys(theta_key="rotary_emb_base", fraction_key="rotary_pct", fraction_default=0.25),
     ignore=(r"attention\.(masked_)?bias$", r"rotary_emb\.inv_freq$"),
     head_aliases=("embed_out.weight",),
     export_head="embed_out.weight",

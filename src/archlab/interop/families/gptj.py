@@ -5,7 +5,7 @@ biases, MLP and lm_head biases. Reference: transformers `models/gptj/modeling_gp
 from __future__ import annotations
 
 from archlab.interop.families.gpt2 import four_times_width
-from archlab.interop.family import Family, Key, Rope, activation_key, copy, fuse_qkv, linear
+from archlab.interop.family import Family, Key, RopeKeys, activation_key, copy, fuse_qkv, linear
 
 BLOCK = "transformer.h.{i}."
 
@@ -53,6 +53,6 @@ GPTJ = Family(
         **linear("norm", "transformer.ln_f"),
         **linear("lm_head", "lm_head"),
     },
-    rope=Rope(theta_key=None, rotary_dim_key="rotary_dim", layout="interleaved", scaling=False),
+    rope=RopeKeys(theta_key=None, rotary_dim_key="rotary_dim", layout="interleaved", scaling=False),
     ignore=(r"attn\.(masked_)?bias$", r"embed_positions$"),
 )

@@ -6,7 +6,7 @@ which archlab's QK-norm (no bias) cannot hold: refused. Reference: transformers
 
 from __future__ import annotations
 
-from archlab.interop.family import Family, Fixed, Key, Rope, activation_key, copy, linear
+from archlab.interop.family import Family, Fixed, Key, RopeKeys, activation_key, copy, linear
 
 BLOCK = "model.layers.{i}."
 
@@ -59,6 +59,6 @@ PHI = Family(
         **linear("norm", "model.final_layernorm"),
         **linear("lm_head", "lm_head"),
     },
-    rope=Rope(fraction_key="partial_rotary_factor", fraction_default=0.5),
+    rope=RopeKeys(fraction_key="partial_rotary_factor", fraction_default=0.5),
     ignore=(r"rotary_emb\.inv_freq$",),
 )

@@ -1,5 +1,5 @@
 """SmolLM3 (`SmolLM3ForCausalLM`): Llama's layout with a NoPE layer every fourth (`no_rope_layers`,
-1 = RoPE, 0 = NoPE, else `no_rope_layer_interval`: archlab's position_pattern "RRRN"), base 2M, a
+1 = RoPE, 0 = NoPE, else `no_rope_layer_interval`: archlab's rope.pattern "RRRN"), base 2M, a
 tied head, and optional sliding windows (`use_sliding_window` + `layer_types`; by default on the
 NoPE layers). Reference: transformers `models/smollm3/modeling_smollm3.py`,
 `configuration_smollm3.py`; huggingface.co/blog/smollm3.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.interop.families.llama import LLAMA_FIXED, llama_keys, llama_weights
-from archlab.interop.family import FULL, SLIDING, Family, Key, Rope
+from archlab.interop.family import FULL, SLIDING, Family, Key, RopeKeys
 
 NOPE_EVERY = 4  # transformers' default no_rope_layer_interval
 
@@ -46,7 +46,7 @@ SMOLLM3 = Family(
         "mlp_bias": Key("mlp_bias", False),
     },
     weights=llama_weights(),
-    rope=Rope(
+    rope=RopeKeys(
         theta_default=2_000_000.0,
         nope_layers_key="no_rope_layers",
         nope_interval_key="no_rope_layer_interval",

@@ -38,9 +38,9 @@ from scipy import stats as scipy_stats
 from archlab.infer.speed import column_major_linears
 from archlab.lab.measures.timing_load import LoadAvg, cpu_count, read_load, usable_cores
 from archlab.nn.config import ModelConfig
+from archlab.nn.config.choices import NORMS
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.model import TransformerLM
-from archlab.nn.variants import NORMS
 from archlab.train.optim import build_optimizer
 from archlab.train.sections import OptimizerConfig
 
@@ -177,7 +177,7 @@ class TrainStep:
             raise ValueError(f"train_step timing: block={block} is past the model's max_seq_len={config.max_seq_len}")
         self.model = _fresh_model(config, seed, device).train()
         o = OptimizerConfig(name=optimizer)
-        self.optimizer = build_optimizer(self.model, o.name, o.lr, o.betas, o.weight_decay, o.eps, o.decay_embeddings)
+        self.optimizer = build_optimizer(self.model, o)
         ids = torch.randint(config.vocab_size, (batch, block + 1), generator=torch.Generator().manual_seed(seed))
         self.ids = ids.to(device)  # (batch, block + 1): inputs and shifted targets
 

@@ -46,8 +46,8 @@ def _serve(conn: Connection, threads: int | None) -> None:
 def train_run(keys: dict[str, str], resume: bool) -> int:
     """One run as `archlab train` runs it (module doc); its exit code."""
     from archlab.storage import StorageError
-    from archlab.train.launch import check_request, run_configs
-    from archlab.train.trainer import TrainingDiverged, train
+    from archlab.train.launch import check_request, run_configs, train
+    from archlab.train.trainer import TrainingDiverged
 
     try:
         layers = [dict(keys)]

@@ -1,5 +1,5 @@
-"""The names `archlab ablate`'s flags offer, without torch or scipy (as nn/variants.py is for the model): how runs are
-executed, how they train (modes) and which sequential designs exist. lab/runs/executor.py and lab/analysis/power.py,
+"""The names `archlab ablate`'s flags offer, without torch or scipy (as nn/config/choices.py is for the model): how runs
+are executed, how they train (modes) and which sequential designs exist. lab/runs/executor.py and lab/analysis/power.py,
 which implement them, import these; `archlab ablate --help` reads them here without importing those modules'
 dependencies.
 """

@@ -6,7 +6,7 @@
   projection (`proj`, OLMo 2) (Dehghani et al. arXiv 2302.05442).
 - KeyNorm: keys L2-normalised, and the scale defaults to 1 since |q| now sets the temperature (Su,
   "Transformer upgrade 15", kexue.fm/archives/9859); QueryNorm (`query_norm`) is its mirror, queries
-  L2-normalised and |k| the temperature. Scaled cosine attention (`cosine_attention`, same post)
+  L2-normalised and |k| the temperature. Scaled cosine attention (`cosine`, same post)
   normalises both, so q . k = cos(q, k), and multiplies by lambda = 4 log n: n = max_seq_len / 2
   (`cosine.scale="fixed"`), or the keys each query sees (`"dynamic"`: the fixed lambda times the
   log-n factor log(n) / log(max_seq_len / 2), which nn/attention/inputs.py computes per query).
@@ -44,9 +44,9 @@ from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.attention.kernels import KernelCall, attention_scores, merge_heads
 from archlab.nn.attention.linear.layer import LinearAttention
 from archlab.nn.config import ModelConfig
+from archlab.nn.config.choices import ATTENTION_KERNELS
 from archlab.nn.kv_cache import KVCache
 from archlab.nn.norms import build_norm
-from archlab.nn.variants import ATTENTION_KERNELS
 
 
 class AttentionCore:
@@ -145,9 +145,9 @@ class Attention(AttentionCore, nn.Module):
             self.k_norm = build_norm(c.qk_norm, k_dim, **norm_args)
         else:
             self.q_norm = self.k_norm = None
-        self.key_norm = c.key_norm or c.cosine_attention  # L2-normalised keys (KeyNorm, cosine)
-        # L2-normalised queries (QueryNorm, cosine)
-        self.query_norm = c.query_norm or c.cosine_attention
+        cosine = c.cosine is not None
+        self.key_norm = c.key_norm or cosine  # L2-normalised keys (KeyNorm, cosine)
+        self.query_norm = c.query_norm or cosine  # L2-normalised queries (QueryNorm, cosine)
         # q and k reach RoPE straight from the projection (the fused split + RoPE of
         # nn/fast/install.py may take them)
         self.plain_qk = self.q_norm is None and not self.key_norm and not self.query_norm

@@ -36,8 +36,8 @@ from archlab.nn.attention.attention import AttentionCore
 from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.attention.kernels import KernelCall, attention_scores, explicit_mask, merge_heads
 from archlab.nn.config import ModelConfig
+from archlab.nn.config.choices import ATTENTION_KERNELS
 from archlab.nn.functional import softcap
-from archlab.nn.variants import ATTENTION_KERNELS
 
 
 class GatedAttentionUnit(AttentionCore, nn.Module):

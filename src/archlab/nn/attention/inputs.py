@@ -32,21 +32,15 @@ Kind = tuple[int | None, str | None]  # (sliding window or None, RoPE name or No
 
 def build_rotaries(c: ModelConfig) -> dict[str, RotaryEmbedding | None]:
     """The model's RoPE modules by name: "global" (None without RoPE) and "local", the window
-    layers' RoPE when it differs (their own theta and, with rope_scaling_local off, unscaled: Gemma
+    layers' RoPE when it differs (their own theta and, with rope.local_scaling off, unscaled: Gemma
     3; None otherwise). The model owns them; a probe of positions alone builds them here too."""
-    rotary = (
-        RotaryEmbedding(c.rope_dim, c.rope_theta, c.rope_layout, c.rope_scaling, c.max_seq_len)
-        if c.position == "rope"
-        else None
-    )
+    rope, d_rot = c.rope, c.rope_dim
+    if rope is None:
+        return {"global": None, "local": None}
+    rotary = RotaryEmbedding(d_rot, rope.theta, rope.layout, rope.scaling, c.max_seq_len)
+    local_theta, local_scaling = rope.local
     local = (
-        RotaryEmbedding(
-            c.rope_dim,
-            c.rope_theta if c.rope_theta_local is None else c.rope_theta_local,
-            c.rope_layout,
-            c.rope_scaling if c.rope_scaling_local else None,
-            c.max_seq_len,
-        )
+        RotaryEmbedding(d_rot, local_theta, rope.layout, local_scaling, c.max_seq_len)
         if any(c.layer_rope(i) == "local" for i in range(c.n_layers))
         else None
     )

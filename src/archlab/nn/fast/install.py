@@ -36,6 +36,7 @@ import torch.nn as nn
 from archlab.nn.attention.attention import Attention
 from archlab.nn.attention.inputs import AttentionInputs
 from archlab.nn.attention.kernels import Kernel, KernelCall, merge_heads
+from archlab.nn.config.choices import ATTENTION_KERNELS
 from archlab.nn.fast.attention import causal_attention, use_causal_attention
 from archlab.nn.fast.losses import cross_entropy, linear_cross_entropy
 from archlab.nn.fast.ops import FUSED_DEVICES, rms_norm, rope_qkv, silu_mul, use_fused
@@ -43,7 +44,6 @@ from archlab.nn.ffn import GatedMLP
 from archlab.nn.functional import IGNORE_INDEX, softcap, z_loss
 from archlab.nn.model import LossOutput, TransformerLM
 from archlab.nn.norms import RMSNorm
-from archlab.nn.variants import ATTENTION_KERNELS
 
 logger = logging.getLogger(__name__)
 

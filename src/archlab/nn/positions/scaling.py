@@ -7,7 +7,7 @@ positions (in training only?), the context it handles, and the scaling it applie
 model at a longer length (`RopeKind.at`: `archlab eval length`, the lab's long-context measures and
 `archlab plot rope` ask it). The formulas are in nn/positions/rope.py.
 
-No torch here: nn/config.py imports this module.
+No torch here: the config (nn/config/) imports this module.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ class RopeKind:
         refuses in one line."""
         if self.evaluation is None:
             raise ValueError(
-                f"rope_scaling.kind={self.name!r} has no inference-time form (it changes training "
+                f"rope.scaling.kind={self.name!r} has no inference-time form (it changes training "
                 "only)"
             )
         fields_ = self.evaluation(length, train_len, window, leaky_k)

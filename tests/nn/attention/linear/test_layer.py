@@ -17,9 +17,8 @@ from archlab.infer.generate import left_pad
 from archlab.nn.attention.linear.codebook import hard_assign
 from archlab.nn.attention.linear.favor import FavorKernel
 from archlab.nn.attention.linear.vq import VQKernel
-from archlab.nn.attention.options import LINEAR_KERNELS, VQ, Favor
-from archlab.nn.config import ConfigError
-from archlab.nn.config_rules import ATTN_KERNELS
+from archlab.nn.config import VQ, ConfigError, Favor
+from archlab.nn.config.choices import ATTN_KERNELS, LINEAR_KERNELS
 from archlab.nn.positions.biases import alibi_slopes
 from archlab.nn.presets import build_preset
 from tests.train.conftest import one_thread, prepared  # noqa: F401 (the training tests' corpus)
@@ -298,7 +297,7 @@ def test_favor_rotates_queries_and_keys_before_its_feature_map():
     with torch.no_grad():
         got = attn.core(*attn.project(x, inputs), inputs, None)  # (B, T, H*Dh)
         q, k, v = attn.qkv_proj(x).view(1, T, H + 2 * K, Dh).split([H, K, K], dim=2)
-        angle = torch.arange(T, dtype=torch.float64)[:, None] * model.config.rope_theta ** (
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * model.config.rope.theta ** (
             -torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)  # (T, Dh/2)
         cos, sin = angle.cos().repeat(1, 2)[:, None], angle.sin().repeat(1, 2)[:, None]  # (T, 1, Dh)
 

@@ -6,7 +6,7 @@ stacked in W (M, d), phi(x) = M^-1/2 exp(W x - |x|^2/2) is positive, and phi(q) 
 unbiased estimate of exp(q . k). The softmax scale s is folded in by feeding sqrt(s) q and sqrt(s) k
 (d^-1/4 each for s = d^-1/2).
 
-Feature maps (`FAVOR_FEATURES` of nn/attention/options.py, M features each):
+Feature maps (`FAVOR_FEATURES` of nn/config/choices.py, M features each):
 - positive: M^-1/2 exp(W x - |x|^2/2), W of M rows.
 - hyperbolic: M^-1/2 exp(-|x|^2/2) [exp(W x), exp(-W x)], W of M/2 rows; lower variance (paper,
   lemma 2).
@@ -41,7 +41,7 @@ import torch
 import torch.nn as nn
 
 from archlab.nn.attention.linear.prefix_sums import causal_linear_attention
-from archlab.nn.attention.options import FAVOR_FEATURES
+from archlab.nn.config.choices import FAVOR_FEATURES
 
 # base seed of the projections (layer i draws from FAVOR_SEED + i): eval forwards agree
 FAVOR_SEED = 20201201

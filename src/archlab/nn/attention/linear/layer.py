@@ -9,7 +9,7 @@ with q (B, H, T, Dh), k and v (B, K, T, Dh)
 (`slopes` (H,): ALiBi's, which the kernel applies itself, since it never forms the (T, S) scores a
 bias is added to; only VQ takes them, nn/attention/linear/vq.py) and an `aux_loss` attribute (a
 scalar tensor after a training forward, or None) that the model adds to its loss. Its option group
-(`Favor`, `VQ` in nn/attention/options.py, one entry of `LINEAR_KERNELS` there) builds it and knows
+(`Favor`, `VQ` in nn/config/kernels.py, each an entry of `LINEAR_KERNELS`) builds it and knows
 its costs. `LinearAttention` reads and writes the state in the `KVCache` (its state layers hold no
 keys) and keeps the aux loss.
 

@@ -166,15 +166,7 @@ def vq_attention(
         w_cur, w_prev = w_cur * e_cur[None, :, :, None], w_prev * e_prev[None, :, :, None]
     w_cur = w_cur.masked_fill(~torch.ones(L, L, dtype=torch.bool, device=q.device).tril(), 0.0)
     if slopes is None:
-        block_sums = ab.transpose(-1, -2) @ vb  # (B, K, N, C, Dv+1): Delta_b^T [V_b | 1]
-        sums = block_sums if cache_grad else block_sums.detach()
-        older = torch.cat((torch.zeros_like(sums[:, :, :2]), sums.cumsum(2)[:, :, : N - 2]), 2)[
-            :, :, :N
-        ]
-        if cache0 is not None:
-            # (B, K, N, C, Dv+1): the compressed cache before each block
-            older = older + cache0[:, :, None]
-        cached = eq @ older[:, :, None]  # (B, K, R, N, L, Dv+1)
+        cached = _cache_term(eq, ab, vb, cache0, cache_grad)  # (B, K, R, N, L, Dv+1)
     else:
         cached = _decayed_cache_term(eq, ab, vb, cache0, slopes, L, cache_grad)
     out = w_cur @ vb[:, :, None] + w_prev @ _shift_blocks(vb)[:, :, None] + cached
@@ -183,6 +175,28 @@ def vq_attention(
     return y, _next_state(
         assign[:, :, :total], v1[:, :, :total], cache0, L, slopes
     ) if with_state else None
+
+
+def _cache_term(
+    eq: torch.Tensor,
+    ab: torch.Tensor,
+    vb: torch.Tensor,
+    cache0: torch.Tensor | None,
+    cache_grad: bool,
+) -> torch.Tensor:
+    """What each query reads from the compressed cache (without ALiBi): exp(q . c) times the code
+    sums of every block before the previous one, plus the state's cache from before the call.
+    eq (B, K, R, N, L, C), ab (B, K, N, L, C), vb (B, K, N, L, Dv+1) -> (B, K, R, N, L, Dv+1)."""
+    N = ab.shape[2]
+    block_sums = ab.transpose(-1, -2) @ vb  # (B, K, N, C, Dv+1): Delta_b^T [V_b | 1]
+    sums = block_sums if cache_grad else block_sums.detach()
+    older = torch.cat((torch.zeros_like(sums[:, :, :2]), sums.cumsum(2)[:, :, : N - 2]), 2)[
+        :, :, :N
+    ]
+    if cache0 is not None:
+        # (B, K, N, C, Dv+1): the compressed cache before each block
+        older = older + cache0[:, :, None]
+    return eq @ older[:, :, None]  # (B, K, R, N, L, Dv+1)
 
 
 def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):

@@ -1,87 +1,77 @@
-"""The option groups of attention, without torch: each switch's settings as one frozen dataclass.
+"""The option groups of the linear attention kernels (`attn_kernel`, docs/linear-attention.md),
+without torch: FAVOR+ (`Favor`) and Transformer-VQ (`VQ`). Each validates its own fields, refuses
+what its kernel cannot carry (`LinearKernel.check_with`), knows what the kernel costs (FLOPs,
+decoding state bytes, the phrases `archlab inspect` and `generate --report-memory` print) and builds
+its module, so no code outside nn/ asks which kernel a model has. Their names are
+nn/config/choices.py's LINEAR_KERNELS; the other option groups are in groups.py.
 
-| switch (ModelConfig)  | its group (that field)           | code                                 |
-|-----------------------|----------------------------------|--------------------------------------|
-| attn_kernel="favor"   | favor: `Favor` (FAVOR+)          | nn/attention/linear/favor.py         |
-| attn_kernel="vq"      | vq: `VQ` (Transformer-VQ)        | nn/attention/linear/vq.py            |
-| block="gau"           | gau: `GAU` (gated attention)     | nn/attention/gau.py                  |
-| cosine_attention=True | cosine: `Cosine` (cosine scores) | nn/attention/attention.py, inputs.py |
-
-A group is validated in its own `__post_init__`, as `RopeScaling` is; `ModelConfig` fills it with
-its defaults when the switch is on and refuses it when the switch is off. A linear kernel's group
-also knows what the kernel costs (FLOPs, decoding state bytes, the phrases `archlab inspect` and
-`generate --report-memory` print) and how to build its module, so no code outside nn/ asks which
-kernel a model has (docs/linear-attention.md).
-
-No torch here: nn/config.py imports this module.
+No torch here: the config imports this module.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from archlab.nn.registry import Registry, resolve
-
-# FAVOR+ feature maps (nn/attention/linear/favor.py): positive exp features | hyperbolic exp(+-w.x),
-# lower variance (paper, lemma 2)
-FAVOR_FEATURES = Registry(
-    "favor feature",
-    {
-        "positive": "archlab.nn.attention.linear.favor:positive_features",
-        "hyperbolic": "archlab.nn.attention.linear.favor:hyperbolic_features",
-    },
-)
-# nn/attention/linear/codebook.py: nearest code + straight-through | softmax over codes (Su, 9862)
-VQ_ASSIGNS = ("hard", "soft")
-# a GAU's A: softmax (Su, kexue.fm/archives/8934) | relu(s)^2 / n (Hua et al.)
-GAU_ATTENTIONS = ("softmax", "relu2")
-# cosine attention's lambda: 4 log(max_seq_len / 2) | 4 log(keys seen)
-COSINE_SCALES = ("fixed", "dynamic")
+from archlab.nn.config.base import Group, bad, flag, number, one_of, positive_int
+from archlab.nn.config.choices import FAVOR_FEATURES, VQ_ASSIGNS
+from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling
+from archlab.nn.registry import resolve
 
 
-class OptionError(ValueError):
-    """A bad group value; nn/config.py re-raises it as a ConfigError (same message)."""
+class LinearKernel(Group):
+    """What the linear kernels' groups share: the refusals of what they cannot do. A linear kernel
+    never forms the T x S scores, so nothing that edits them can work, except ALiBi where its decay
+    factors into the state (`takes_alibi`: VQ's per-head decayed code sums); it folds each key into
+    a state once, so keys cannot be re-rotated later either."""
 
+    takes_alibi: ClassVar[bool] = False
 
-def _bad(group: str, name: str, value: object, allowed: str) -> OptionError:
-    return OptionError(f"ModelConfig.{group}.{name}={value!r} is not allowed: {allowed}")
-
-
-def _positive_int(group: str, name: str, value: object, or_none: bool = False) -> None:
-    if value is None and or_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _bad(group, name, value, "a positive integer" + (" or None" if or_none else ""))
-
-
-def _one_of(group: str, name: str, value: object, allowed: tuple[str, ...] | Registry) -> None:
-    if value not in allowed:
-        raise _bad(group, name, value, "one of " + ", ".join(allowed))
-
-
-def _number(group: str, name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(group, name, value, "a finite number")
-
-
-class Group:
-    """What every option group offers: its fields derived from the model's shape where left None."""
-
-    def derived(self, head_dim: int) -> dict[str, Any]:
-        """field -> the value it takes when None (none by default)."""
-        return {}
-
-    def resolved(self, head_dim: int) -> Group:
-        """These settings with every derived field that is None filled in."""
-        fill = {k: v for k, v in self.derived(head_dim).items() if getattr(self, k) is None}
-        return dataclasses.replace(self, **fill) if fill else self
+    def check_with(
+        self,
+        kernel: str,
+        position: str,
+        attn_softcap: float | None,
+        sliding_window: int | None,
+        attn_dropout: float,
+        rope_scaling: RopeScaling | None,
+    ) -> None:
+        """Refuse, in one line, a setting of the model that this kernel (`kernel`) cannot carry."""
+        if attn_softcap is not None:
+            allowed = f"None with attn_kernel={kernel!r} (no scores to cap)"
+            raise bad("attn_softcap", attn_softcap, allowed)
+        if position == "relative":
+            raise bad(
+                "position",
+                "relative",
+                f"rope, sinusoidal, learned, none or (vq) alibi with attn_kernel={kernel!r} (T5's "
+                "bucketed bias is not a query factor times a key factor, so no state can carry it)",
+            )
+        if position == "alibi" and not self.takes_alibi:
+            raise bad(
+                "position",
+                "alibi",
+                f"rope, sinusoidal, learned or none with attn_kernel={kernel!r} (its running sums "
+                "are not decayed per query head; attn_kernel='vq' takes ALiBi)",
+            )
+        if sliding_window is not None:
+            raise bad("sliding_window", sliding_window, f"None with attn_kernel={kernel!r}")
+        if attn_dropout:
+            allowed = f"0 with attn_kernel={kernel!r} (no probabilities)"
+            raise bad("attn_dropout", attn_dropout, allowed)
+        kind = ROPE_KINDS[rope_scaling.kind] if rope_scaling is not None else None
+        if kind is not None and (kind.length_dependent or kind.remaps_positions):
+            raise bad(
+                "rope.scaling.kind",
+                rope_scaling.kind,
+                f"a static schedule with attn_kernel={kernel!r} (cached keys are folded into the "
+                "state, never re-rotated)",
+            )
 
 
 @dataclass(frozen=True)
-class Favor(Group):
+class Favor(LinearKernel):
     """FAVOR+ (Choromanski et al., "Rethinking Attention with Performers", arXiv 2009.14794)."""
 
     # random features per head; None = round(head_dim ln head_dim) (Theta(d log d))
@@ -101,15 +91,12 @@ class Favor(Group):
     state_kind: ClassVar[str] = "a fixed-size state"
 
     def __post_init__(self) -> None:
-        _positive_int("favor", "features", self.features, or_none=True)
-        _positive_int("favor", "redraw", self.redraw, or_none=True)
-        _one_of("favor", "feature", self.feature, FAVOR_FEATURES)
-        if not isinstance(self.orthogonal, bool):
-            raise _bad("favor", "orthogonal", self.orthogonal, "True or False")
+        positive_int("favor.features", self.features, or_none=True)
+        positive_int("favor.redraw", self.redraw, or_none=True)
+        one_of("favor.feature", self.feature, FAVOR_FEATURES)
+        flag("favor.orthogonal", self.orthogonal)
         if self.feature == "hyperbolic" and self.features is not None and self.features % 2:
-            raise _bad(
-                "favor", "features", self.features, "an even number with feature='hyperbolic'"
-            )
+            raise bad("favor.features", self.features, "an even number with feature='hyperbolic'")
 
     def derived(self, head_dim: int) -> dict[str, Any]:
         return {"features": default_favor_features(head_dim, self.feature)}
@@ -149,7 +136,7 @@ def default_favor_features(head_dim: int, feature: str) -> int:
 
 
 @dataclass(frozen=True)
-class VQ(Group):
+class VQ(LinearKernel):
     """Transformer-VQ (Lingle, arXiv 2309.16354), and soft VQ (Su, kexue.fm/archives/9862)."""
 
     codes: int = 512  # codebook size per K/V head (512 in all of Lingle's experiments)
@@ -164,25 +151,25 @@ class VQ(Group):
     cache_grad: bool = False
 
     kernel: ClassVar[str] = "archlab.nn.attention.linear.vq:VQKernel"
+    takes_alibi: ClassVar[bool] = True  # its decay factors into per-head decayed code sums
     static_decode_shape: ClassVar[bool] = False  # its tail grows a token a step (up to two blocks)
     flops_formula: ClassVar[str] = "H*(4*C*Dh + 4*Dh*min(T, 2L)) + 2*K*C*Dh per layer"
     state_formula: ClassVar[str] = "state: last 2 blocks + per-code sums and counts"
     state_kind: ClassVar[str] = "a bounded state"
 
     def __post_init__(self) -> None:
-        _positive_int("vq", "codes", self.codes)
-        _positive_int("vq", "block", self.block)
+        positive_int("vq.codes", self.codes)
+        positive_int("vq.block", self.block)
         for name in ("commit", "ema", "tau"):
-            _number("vq", name, getattr(self, name))
+            number(f"vq.{name}", getattr(self, name))
         if self.commit < 0:
-            raise _bad("vq", "commit", self.commit, "a number >= 0")
+            raise bad("vq.commit", self.commit, "a number >= 0")
         if not 0 < self.ema <= 1:
-            raise _bad("vq", "ema", self.ema, "a decay in (0, 1] (1 = frozen codebook)")
+            raise bad("vq.ema", self.ema, "a decay in (0, 1] (1 = frozen codebook)")
         if not self.tau > 0:
-            raise _bad("vq", "tau", self.tau, "a positive temperature")
-        _one_of("vq", "assign", self.assign, VQ_ASSIGNS)
-        if not isinstance(self.cache_grad, bool):
-            raise _bad("vq", "cache_grad", self.cache_grad, "True or False")
+            raise bad("vq.tau", self.tau, "a positive temperature")
+        one_of("vq.assign", self.assign, VQ_ASSIGNS)
+        flag("vq.cache_grad", self.cache_grad)
 
     def build(self, n_kv_heads: int, head_dim: int, scale: float, layer_idx: int) -> Any:
         return resolve(self.kernel)(
@@ -230,37 +217,3 @@ class VQ(Group):
             "with the "
             f"position in the block, at most {bound:,} bytes at any context"
         )
-
-
-@dataclass(frozen=True)
-class GAU(Group):
-    """The gated attention unit (Hua et al., "Transformer Quality in Linear Time", arXiv
-    2202.10447)."""
-
-    # softmax (Su) | relu2: relu(scale q.k)^2 / n, n the keys seen (Hua et al.)
-    attention: str = "softmax"
-
-    def __post_init__(self) -> None:
-        _one_of("gau", "attention", self.attention, GAU_ATTENTIONS)
-
-
-@dataclass(frozen=True)
-class Cosine(Group):
-    """Scaled cosine attention (Su, "Transformer upgrade 15", kexue.fm/archives/9859): q and k
-    L2-normalised, scores times lambda = 4 log n."""
-
-    scale: str = "fixed"  # lambda's n: fixed (max_seq_len / 2) | dynamic (the keys a query sees)
-
-    def __post_init__(self) -> None:
-        _one_of("cosine", "scale", self.scale, COSINE_SCALES)
-
-
-# attn_kernel -> its option group (ModelConfig's field of the same name holds one); "softmax" has
-# none
-LINEAR_KERNELS: dict[str, type[Favor] | type[VQ]] = {"favor": Favor, "vq": VQ}
-# ModelConfig field -> (its group's class, the switch and the value that turns the group on)
-GROUPS: dict[str, tuple[type, str, object]] = {
-    **{name: (cls, "attn_kernel", name) for name, cls in LINEAR_KERNELS.items()},
-    "gau": (GAU, "block", "gau"),
-    "cosine": (Cosine, "cosine_attention", True),
-}

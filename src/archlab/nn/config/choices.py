@@ -1,16 +1,17 @@
-"""Every variant family of nn/, one registry each: name -> where its code lives, without torch.
+"""Every string switch's choices, in one place: the registries of the variant families of nn/
+(name -> where its code lives), the plain lists of the other switches, and the data a config
+derives from a choice (which norms a placement owns, the d_ff rule, the GLU shorthands).
 
 A registry (nn/registry.py) maps each name to a lazy `"module:attr"` reference, resolved when a
 model is built (`NORMS["rmsnorm"]` imports nn/norms.py and returns `RMSNorm`), so `ModelConfig`
 validates its string switches against the keys, lists them in its errors and offers them on the CLI
 without importing torch. A new variant is its code in the module of its concept and one entry here
-(docs/adding-a-variant.md); tests/nn/test_registry.py resolves every reference. The data a config
-derives values from besides names (which norms a placement owns, the d_ff rule, the GLU shorthands)
-lives here as well, read by the config, `costs.py` and the torch modules alike. RoPE scaling kinds
-are `ROPE_KINDS` of nn/positions/scaling.py; linear attention kernels are option groups
-(nn/attention/options.py).
+(docs/adding-a-variant.md); tests/nn/test_registry.py resolves every reference. `CHOICES` is the
+table `ModelConfig` checks its top-level string fields against; an option group (groups.py) checks
+its own against the lists below. RoPE scaling kinds are `ROPE_KINDS` of nn/positions/scaling.py,
+one rich entry per kind beside its formulas.
 
-No torch, no numpy: nn/config.py imports this module.
+No torch, no numpy: the config imports this module.
 """
 
 from __future__ import annotations
@@ -99,11 +100,12 @@ ATTENTION_BIASES = Registry(
     },
 )
 POSITIONS = ("rope", "none", *ABSOLUTE_POSITIONS, *ATTENTION_BIASES)  # ModelConfig.position
-# rotate_half pairs (i, i + d/2) | adjacent pairs (2i, 2i+1): nn/positions/rope.py
+# rope.layout: rotate_half pairs (i, i + d/2) | adjacent pairs (2i, 2i+1): nn/positions/rope.py
 ROPE_LAYOUTS = ("half", "interleaved")
+POSITION_LAYERS = "RN"  # rope.pattern letters: R = RoPE layer, N = no positions (NoPE) layer
 
-# ----- attention kernels: (q, k, v, KernelCall) -> the heads' output; ModelConfig.attn_impl
-# (besides "auto") -----
+# ----- attention: the score kernels, (q, k, v, KernelCall) -> the heads' output;
+# ModelConfig.attn_impl (besides "auto") -----
 ATTENTION_KERNELS = Registry(
     "attn_impl",
     {
@@ -111,3 +113,65 @@ ATTENTION_KERNELS = Registry(
         "eager": "archlab.nn.attention.kernels:eager",
     },
 )
+# the linear attention kernels (ModelConfig.attn_kernel besides softmax) -> their option group,
+# which knows what the kernel costs and builds it (kernels.py; docs/linear-attention.md)
+LINEAR_KERNELS = Registry(
+    "linear attention kernel",
+    {"favor": "archlab.nn.config.kernels:Favor", "vq": "archlab.nn.config.kernels:VQ"},
+)
+ATTN_KERNELS = ("softmax", *LINEAR_KERNELS)
+ATTN_IMPLS = ("auto", *ATTENTION_KERNELS)  # auto = sdpa unless softcapping needs the scores (eager)
+# FAVOR+ feature maps (nn/attention/linear/favor.py): positive exp features | hyperbolic exp(+-w.x),
+# lower variance (paper, lemma 2)
+FAVOR_FEATURES = Registry(
+    "favor feature",
+    {
+        "positive": "archlab.nn.attention.linear.favor:positive_features",
+        "hyperbolic": "archlab.nn.attention.linear.favor:hyperbolic_features",
+    },
+)
+# vq.assign (nn/attention/linear/codebook.py): nearest code + straight-through | softmax over codes
+# (Su, kexue.fm/archives/9862)
+VQ_ASSIGNS = ("hard", "soft")
+# gau.attention: softmax (Su, kexue.fm/archives/8934) | relu(s)^2 / n (Hua et al.)
+GAU_ATTENTIONS = ("softmax", "relu2")
+# cosine.scale, lambda's n: 4 log(max_seq_len / 2) | 4 log(keys seen)
+COSINE_SCALES = ("fixed", "dynamic")
+
+# ----- the other switches -----
+# serial | parallel | gau (one gated attention unit per layer, no FFN: Hua et al. arXiv 2202.10447;
+# nn/attention/gau.py)
+BLOCKS = ("serial", "parallel", "gau")
+QK_NORMS = ("none", *NORMS)
+QK_NORM_SCOPES = ("head", "proj")
+EMBED_SCALES = ("none", "sqrt_d")
+INITS = ("trunc_normal", "gpt2")
+# what a tied head applies after the final norm (Su, kexue.fm/archives/9698): nothing, the
+# parameter-free swap of the two channel halves, or an orthogonally initialised d x d projection;
+# either makes the self-logit ~ 0 at init
+TIED_HEADS = ("plain", "swap", "proj")
+# tied table std: the init's (d^-1/2 for trunc_normal) | log(V)/d
+TIED_EMBED_INITS = ("default", "log_n_over_d")
+WINDOW_LAYERS = "SF"  # window_pattern letters: S = sliding-window layer, F = full-attention layer
+# full_layers: HWFA2's one full layer at L/2, or two at L/3 and 2L/3 (9731)
+FULL_LAYER_COUNTS = (1, 2)
+# norm placements whose last block already normed: final_norm defaults to False
+POST_NORMS = ("post", "deepnorm")
+
+# ModelConfig's string field -> its choices (an option group checks its own fields)
+CHOICES = {
+    "norm": NORMS,
+    "norm_position": tuple(NORM_PLACEMENTS),
+    "block": BLOCKS,
+    "ffn": (*FFNS, *GLU_SHORTHANDS),
+    "activation": ACTIVATIONS,
+    "position": POSITIONS,
+    "qk_norm": QK_NORMS,
+    "qk_norm_scope": QK_NORM_SCOPES,
+    "embed_scale": EMBED_SCALES,
+    "init": INITS,
+    "attn_impl": ATTN_IMPLS,
+    "attn_kernel": ATTN_KERNELS,
+    "tied_head": TIED_HEADS,
+    "tied_embed_init": TIED_EMBED_INITS,
+}

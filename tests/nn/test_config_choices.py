@@ -1,12 +1,12 @@
-"""nn/variants.py's data: which norms each placement owns (read by Block and costs.py) and the d_ff rule, against
-the placements' formulas and the widths written out."""
+"""nn/config/choices.py: which norms each placement owns (read by Block and costs.py) and the d_ff rule, against
+the placements' formulas and the widths written out; the choices the config checks are the registries' names."""
 
 from __future__ import annotations
 
 import pytest
 
-from archlab.nn import variants
-from archlab.nn.variants import default_d_ff, placement_norms
+from archlab.nn.config import choices as variants
+from archlab.nn.config.choices import default_d_ff, placement_norms
 
 
 @pytest.mark.parametrize(("position", "parallel", "norms", "single", "want"), [
@@ -37,3 +37,18 @@ def test_the_d_ff_rule_covers_every_ffn_and_shorthand() -> None:
     assert {kind for kind, _ in variants.GLU_SHORTHANDS.values()} <= set(variants.FFNS)
     assert {act for _, act in variants.GLU_SHORTHANDS.values()} <= set(variants.ACTIVATIONS)
     assert set(variants.NORM_PLACEMENTS) == {"pre", "post", "double", "nonresidual_post", "deepnorm"}
+
+
+def test_the_config_checks_its_string_fields_against_these_choices() -> None:
+    """Every string field of ModelConfig with a fixed set of values is in CHOICES (or is a letters pattern), and each
+    entry refuses a value outside it naming the choices."""
+    import dataclasses
+
+    from archlab.nn.config import ConfigError, ModelConfig
+
+    strings = {f.name for f in dataclasses.fields(ModelConfig) if f.type in ("str", "str | None")}
+    assert strings - set(variants.CHOICES) == {"window_pattern"}  # S / F letters, checked as a pattern
+    for name, allowed in variants.CHOICES.items():
+        with pytest.raises(ConfigError, match=rf"^ModelConfig.{name}='bogus' is not allowed: one of "
+                                              + ", ".join(allowed)):
+            ModelConfig(**{name: "bogus"})

@@ -1,18 +1,20 @@
-"""The option groups of nn/attention/options.py (`favor`, `vq`, `gau`, `cosine`): each validated in its own
-`__post_init__` in one line, filled with its defaults when its switch is on and refused when it is off; the flat
-keys of older configs (`favor_features`, ...) mapped into them by `ModelConfig.from_dict` and the dotted-key
-grammar, and spelled back by `to_flat_dict` exactly as the old code saved them."""
+"""The option groups of nn/config/ (`rope`, `gau`, `cosine` in groups.py; `favor`, `vq` in kernels.py): each
+validated in its own `__post_init__` in one line, filled with its defaults when its switch is on and refused when it
+is off (`cosine` is its own switch: None is off); the flat keys of older configs (`rope_theta`, `favor_features`,
+...) mapped into them by `ModelConfig.from_dict` and the dotted-key grammar, and spelled back by `to_flat_dict`
+exactly as the old code saved them (test_config_legacy.py)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
-from archlab.nn.attention.options import GAU, GROUPS, VQ, Cosine, Favor, OptionError, default_favor_features
-from archlab.nn.config import ConfigError, ModelConfig
+from archlab.nn.config import GAU, GROUPS, VQ, ConfigError, Cosine, Favor, ModelConfig, Rope
+from archlab.nn.config.kernels import default_favor_features
 
-LEGACY = Path(__file__).resolve().parents[2] / "fixtures" / "legacy_runs"
+LEGACY = Path(__file__).resolve().parents[1] / "fixtures" / "legacy_runs"
 # the fields ModelConfig had before the option groups (main at 92d7561), in their order
 OLD_FIELDS = (
     "vocab_size d_model n_layers n_heads n_kv_heads head_dim d_ff d_ff_multiple_of max_seq_len norm norm_eps norm_bias "
@@ -41,9 +43,29 @@ OLD_FIELDS = (
     (lambda: VQ(assign="gumbel"), "ModelConfig.vq.assign='gumbel' is not allowed: one of hard, soft"),
     (lambda: GAU(attention="relu"), "ModelConfig.gau.attention='relu' is not allowed: one of softmax, relu2"),
     (lambda: Cosine(scale="per_head"), "ModelConfig.cosine.scale='per_head' is not allowed: one of fixed, dynamic"),
+    (lambda: Rope(theta=1.0), "ModelConfig.rope.theta=1.0 is not allowed: a base > 1"),
+    (lambda: Rope(theta=True), "ModelConfig.rope.theta=True is not allowed: a base > 1"),
+    (lambda: Rope(layout="paired"), "ModelConfig.rope.layout='paired' is not allowed: one of half, interleaved"),
+    (lambda: Rope(fraction=0.0), "ModelConfig.rope.fraction=0.0 is not allowed: a fraction in (0, 1]"),
+    (lambda: Rope(fraction=1.5), "ModelConfig.rope.fraction=1.5 is not allowed: a fraction in (0, 1]"),
+    (lambda: Rope(pattern="RX"), "ModelConfig.rope.pattern='RX' is not allowed: a non-empty string of R (RoPE) and "
+                                 "N (NoPE)"),
+    (lambda: Rope(pattern=""), "ModelConfig.rope.pattern='' is not allowed: a non-empty string of R (RoPE) and "
+                               "N (NoPE)"),
+    (lambda: Rope(local_theta=1.0), "ModelConfig.rope.local_theta=1.0 is not allowed: None or a base > 1"),
+    (lambda: Rope(local_scaling=0), "ModelConfig.rope.local_scaling=0 is not allowed: True or False"),
+    (lambda: Rope(theta=float("inf")), "ModelConfig.rope.theta=inf is not allowed: a finite number"),
+    (lambda: Rope(scaling={"kind": "linear", "factor": float("inf")}),
+     "ModelConfig.rope.scaling.factor=inf is not allowed: a finite number"),
+    (lambda: Rope(scaling={"kind": "linear", "bogus": 1}),
+     "ModelConfig.rope.scaling has no field 'bogus'; RopeScaling has the fields kind, factor, original_max_seq_len, "
+     "beta_fast, beta_slow, low_freq_factor, high_freq_factor, attention_factor, mscale, mscale_all_dim, truncate, "
+     "window, inference_only, mixed_b"),
+    (lambda: Rope(scaling="yarn"), "ModelConfig.rope.scaling='yarn' is not allowed: None, a dict of RopeScaling "
+                                   "fields or a RopeScaling"),
 ])
 def test_each_group_refuses_a_bad_value_in_one_line(make, message: str) -> None:
-    with pytest.raises(OptionError) as err:
+    with pytest.raises(ConfigError) as err:
         make()
     assert str(err.value) == message
 
@@ -55,16 +77,29 @@ def test_a_group_given_as_a_dict_is_refused_as_a_config_error_naming_the_field()
         ModelConfig(attn_kernel="favor", favor={"feature_count": 8})
 
 
-@pytest.mark.parametrize("name", list(GROUPS))
+@pytest.mark.parametrize("name", [name for name, (_, switch, _) in GROUPS.items() if switch is not None])
 def test_the_switch_fills_its_group_and_refuses_it_when_off(name: str) -> None:
     cls, switch, on = GROUPS[name]
     fields = {switch: on, **({"n_heads": 1} if name == "gau" else {})}
     config = ModelConfig(**fields)
     assert getattr(config, name) == cls().resolved(config.head_dim)
-    assert all(getattr(ModelConfig(), other) is None for other in GROUPS)
+    off = ModelConfig(position="alibi")
+    assert all(getattr(off, other) is None for other in GROUPS)
+    assert [other for other in GROUPS if getattr(ModelConfig(), other) is not None] == ["rope"]  # the default's
     with pytest.raises(ConfigError, match=rf"^ModelConfig.{name}={cls.__name__}\(.* is not allowed: only with "
                                           rf"{switch}={on!r}"):
-        ModelConfig(**{name: cls()})
+        ModelConfig(**{name: cls(), **({"position": "alibi"} if name == "rope" else {})})
+
+
+def test_cosine_is_its_own_switch() -> None:
+    """None is off, a Cosine (its defaults, or a dict of its fields) on; `replace` keeps it on with its defaults
+    (another group at its defaults collapses to None and is filled again by its switch)."""
+    assert ModelConfig().cosine is None
+    on = ModelConfig(cosine={})
+    assert on.cosine == Cosine() and on.resolved_attn_scale == pytest.approx(4 * math.log(128))
+    assert ModelConfig(cosine=Cosine("dynamic")).dynamic_cosine and not on.dynamic_cosine
+    assert on.replace(d_model=32).cosine == Cosine() and on.replace(cosine=None).cosine is None
+    assert ModelConfig().replace(cosine={"scale": "dynamic"}).cosine == Cosine("dynamic")
 
 
 def test_favor_features_are_derived_from_the_head_dim_and_kept_when_given() -> None:
