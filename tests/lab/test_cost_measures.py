@@ -3,6 +3,7 @@ measures sane, the profiler's chatter held back, and the timings keeping the fas
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +35,9 @@ def test_timed_measures_are_sane(run_dir: Path, capfd: pytest.CaptureFixture[str
 def test_profiler_chatter_is_held_back_and_other_lines_are_logged(
     capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    # the logger's effective level is whatever earlier code in this process left on its ancestors (a library's
+    # basicConfig at import can raise the root's): take WARNING explicitly, as `archlab`'s own INFO root gives
+    caplog.set_level(logging.WARNING, logger=cost_measures.__name__)
     with cost_measures.without_profiler_chatter():
         os.write(2, b"USDT:2026 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"ERROR: a real problem\n")
