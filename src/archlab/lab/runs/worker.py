@@ -44,22 +44,17 @@ def _serve(conn: Connection, threads: int | None) -> None:
 
 
 def train_run(keys: dict[str, str], resume: bool) -> int:
-    """One run as `archlab train` runs it (module doc); its exit code."""
+    """One run as `archlab train` runs it (module doc: train/launch.py's `train_run`); its exit code."""
     from archlab.storage import StorageError
-    from archlab.train.launch import check_request, run_configs, train
+    from archlab.train.launch import NothingToTrain
+    from archlab.train.launch import train_run as begin_and_train
     from archlab.train.trainer import TrainingDiverged
 
     try:
-        layers = [dict(keys)]
-        check_request(layers, resume)
-        train_cfg, model_cfg, step = run_configs(layers, resume)
-        if resume and step == train_cfg.steps:
-            logger.info("%s is already at step %d of %d: nothing to resume", train_cfg.out, step, train_cfg.steps)
-            return 0
-        if train_cfg.init_from:
-            raise ValueError(f"{train_cfg.out} starts from --init-from {train_cfg.init_from}: train it with "
-                             "`archlab train`, not in the lab's workers")
-        result = train(train_cfg, model_cfg, resume=resume)
+        result = begin_and_train([dict(keys)], resume)
+    except NothingToTrain as done:
+        logger.info("%s", done)
+        return 0
     except TrainingDiverged as err:
         logger.error("archlab train: %s", err)
         return EXIT_FAILED
