@@ -18,6 +18,7 @@ from archlab.lab.measures import measure as lab_measure  # the workers' entry po
 from archlab.lab.measures.measure import ITEMS_KEY, MEASURES, TIMING_ROUNDS, measure_run, read_measured, write_measured
 from archlab.lab.measures.timing import time_pairs
 from archlab.lab.runs.plan import Plan, RunSpec, plan_suite
+from archlab.lab.runs.records import missing_measures
 from archlab.lab.runs.runner import LabError, is_done
 from archlab.lab.runs.store import stale_reason
 from archlab.lab.spec.arms import arm_keys, flag_value, resolve_arm
@@ -45,6 +46,11 @@ def measure_plan(plan: Plan, on_run: Callable[[RunSpec], None] | None = None, jo
         raise LabError(f"{len(stale)} stored runs were trained with another config than today's code resolves, "
                        f"so they are not reused: {'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; run the "
                        "suite without --collect to set them aside and train them again")
+    lacking = missing_measures(plan)
+    if lacking:
+        raise LabError(f"{len(lacking)} runs are records without checkpoints (lab/runs/records.py), so they cannot be "
+                       f"measured again, and lack measures the suite asks for: {'; '.join(lacking[:3])}"
+                       f"{' ...' if len(lacking) > 3 else ''}; move those run folders aside to train them again")
     order = sorted(plan.runs, key=lambda r: r.seed)
     cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
     timed = {run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing] for run in order}
