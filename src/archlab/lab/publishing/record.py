@@ -47,10 +47,11 @@ SUITE_FILE, CONFIGS, PROVENANCE, CLAIMS = "suite.yaml", "configs.yaml", "provena
 READING = "reading.md"  # a published page's reading of its numbers, by a person: kept across rebuilds
 FIRST_RULE = "first-rule.json"  # the first lab's verdicts of a suite (Welch's test and a noise floor), kept
 PREVIOUS_RULE = "previous-rule.json"  # the verdicts under the rule before this one (pooled residual, 0.09 nats)
+REJUDGED = "rejudged.json"  # the verdicts of a page re-judged after its runs, kept when a registered re-run replaces it
 HASHES = "record.sha256"  # each record file's sha256, in `sha256sum` format (`sha256sum -c record.sha256`)
 # the files a record is, in the order record.sha256 lists them; then its plots (*.png)
 RECORD_FILES = ("results.csv", "items.csv", "timings.csv", SUITE_FILE, CONFIGS, PROVENANCE, CLAIMS, REGISTRATION,
-                READING, FIRST_RULE, PREVIOUS_RULE)
+                READING, FIRST_RULE, PREVIOUS_RULE, REJUDGED)
 REL_TOL = 1e-9  # verify: estimates and p-values agree to this relative tolerance (float64 sums in another order)
 
 
