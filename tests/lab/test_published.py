@@ -12,6 +12,7 @@ import pytest
 
 from archlab.lab.publishing import publish
 from archlab.lab.publishing.verify import verify_alone
+from archlab.lab.spec.claims_index import load_index
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGES = publish.pages(DOCS)
@@ -107,6 +108,15 @@ def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_th
     assert [r.split(" | ")[0][2:] for r in rows] == [c["claim"] for c in json.loads(before)]
     assert all(r.endswith("| no: the same test |") for r in rows)  # the same runs: nothing moved
     assert publish.check(docs) == []  # rejudged.json is part of the hashed record
+    summary = (docs / "README.md").read_text()
+    release = summary.split("## The release: re-run pages against the re-judged ones")[1].split("\n## ")[0]
+    assert "1 of 19 pages were re-run" in release and "[norm-type](norm-type.md)" in release
+    then, now = (line.split(": ", 1)[1] for line in release.splitlines() if line.startswith(("- Before", "- Now")))
+    assert then == now and now in summary.split("## The release")[0]  # the same runs: the same tally as above
+    claims = [line for line in release.splitlines() if line.startswith("| `")]
+    index = [c for c in load_index() if c.primary.suite == "norm-type"]
+    assert [line.split("`")[1] for line in claims] == [c.id for c in index] and index
+    assert all(line.endswith("| no |") for line in claims)
     (docs / "norm-type" / "claims.json").write_text("[]")
     publish.import_folder(rerun, docs)  # a second publication keeps the first replaced page's verdicts
     assert (docs / "norm-type" / "rejudged.json").read_bytes() == before

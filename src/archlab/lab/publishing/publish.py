@@ -388,7 +388,11 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
                                 "p_contra_adjusted": None, "level": r["test"]["alpha"]}) for r in family]
     q = {id(row): t.p_adjusted for row, t in zip(family, stats.adjust(tests, method="bh"))}
     lines = ["# Lab results: the lecture's claims, measured", "", INTRO, ""]
-    lines += lecture_claims.section(load_index(), pages)  # each lecture claim once, by its primary test
+    index = load_index()
+    lines += lecture_claims.section(index, pages)  # each lecture claim once, by its primary test
+    before = {name: json.loads((docs / name / REJUDGED).read_text(encoding="utf-8"))
+              if (docs / name / REJUDGED).is_file() else rows for name, rows in pages.items()}
+    lines += lecture_claims.release_section(index, pages, before)
     lines += ["## Every comparison", "", "Every published comparison once (two pages sharing runs have one row), "
               "counted per comparison: a lecture claim tested on several pages counts on each, whatever its "
               "estimand.", "",
