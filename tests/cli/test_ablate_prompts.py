@@ -40,9 +40,10 @@ def normal(value: object) -> object:
 @pytest.mark.parametrize("given", [
     [],
     ["--store", "{tmp}/elsewhere", "--jobs", "2"],
+    ["--store", "{tmp}/s3", "--jobs", "2", "--records", "{tmp}/records"],
     ["--budget", "tiny", "--seeds", "3", "--jobs", "3", "--store", "{tmp}/s2", "--sequential", "pocock",
      "--max-seeds", "6"],
-], ids=["defaults", "store-jobs", "everything"])
+], ids=["defaults", "store-jobs", "records", "everything"])
 def test_the_resume_hint_parses_to_the_settings_it_was_given(
     given: list[str], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
