@@ -31,12 +31,11 @@ from pathlib import Path
 
 import archlab.lab.analysis.stats as stats
 import archlab.lab.runs.planning as planning
-from archlab.lab.analysis.table import Table
 from archlab.lab.analysis.verdicts import ClaimResult, judge
 from archlab.lab.publishing.record import Record
 from archlab.lab.publishing.report import record_of, record_suite_time, verdict_lines, write_report
 from archlab.lab.runs import records
-from archlab.lab.runs.collect import measure_plan, measure_timings, table_of
+from archlab.lab.runs.collect import measure_plan, measure_timings
 from archlab.lab.runs.executor import SlurmOptions, submit_plan
 from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
 from archlab.lab.runs.runner import Progress, has_trained, is_done, run_plan
@@ -232,10 +231,6 @@ class Experiment:
         if self._timings is None:
             self._timings = measure_timings(self.plan())
         return self._measured
-
-    def table(self) -> Table:
-        measured = self.measure()
-        return table_of(self.plan(), measured, self._timings)
 
     def record(self, command: str | None = None) -> Record:
         """The table with each arm's parameters and config hash, the configs and the provenance."""
