@@ -243,7 +243,8 @@ def header_lines(record: Record) -> list[str]:
              + (", per-item outcomes: `items.csv`" if any(r.items for a in record.table.runs.values() for r in a)
                 else "") + "; configs: `configs.yaml`; provenance: `provenance.json`; recompute every verdict: "
              "`archlab ablate --verify DIR` on this page's folder."]
-    lines += registered.lines(record.registration, sum(len(runs) for runs in record.table.runs.values()))
+    lines += registered.lines(record.registration, sum(len(runs) for runs in record.table.runs.values()),
+                              (p.get(run_provenance.RUNS) or {}).get("started"))
     lines += run_provenance.lines(p.get(run_provenance.RUNS), run_provenance.reconstructed(p))
     judged = p.get("judged_by", {})
     if judged.get("commit"):

@@ -20,9 +20,16 @@ def _when(entry: dict) -> str:
     return f"commit {str(entry.get('commit'))[:12]}{dirty}, {str(entry.get('registered_at', ''))[:10]}"
 
 
-def lines(record: dict | None, runs: int) -> list[str]:
+def trained_before(entry: dict, started: dict | None) -> list[str]:
+    """The runs whose first session started before `entry` was registered, by their own provenance records
+    (`started`: run label -> its first session's start, run_provenance.gather); [] where not recorded."""
+    when = entry.get("registered_at")
+    return [label for label, at in (started or {}).items() if at and when and at < when]
+
+
+def lines(record: dict | None, runs: int, started: dict | None = None) -> list[str]:
     """The page's registration line(s) from registration.json's record (None: there is none); `runs`: the page's
-    runs."""
+    runs; `started`: each run's first start, to name the runs that trained before the registration."""
     if not record or not record.get("registrations"):
         return ["Registration: none (this folder predates registrations): its claims, margins and smallest effects "
                 "were not recorded before its runs."]
@@ -37,8 +44,11 @@ def lines(record: dict | None, runs: int) -> list[str]:
         line = (f"Registration: {'; '.join(set_)}. {last.get('note', '')} The {n} claims as judged here were "
                 f"registered at {_when(last)}, after all {last.get('runs_trained', runs)} runs (`registration.json`).")
     else:
-        line = (f"Registered at {_when(last)}, after {last.get('runs_trained')} of the plan's runs had trained: the "
-                f"{n} claims as judged here (`registration.json`).")
+        before = trained_before(last, started)
+        named = (f" ({', '.join(before)}, by their provenance records; in a shared store, runs that another suite "
+                 "or an earlier sitting trained)") if before else ""
+        line = (f"Registered at {_when(last)}, after {last.get('runs_trained')} of the plan's runs had trained"
+                f"{named}: the {n} claims as judged here (`registration.json`).")
     if earlier:
         line += " Earlier registrations, kept in registration.json: " + "; ".join(
             f"{_when(e)}, " + ("before the first run" if e.get("before_first_run") else

@@ -47,7 +47,8 @@ def _named(label: str, sessions: list[dict], section: str) -> list[tuple[str, di
 
 def gather(runs: list[tuple[str, Path]]) -> dict:
     """The records of `runs` (label, run folder), grouped (module doc)."""
-    out: dict = {"recorded": [], "unrecorded": [], "resumed": [], **{section: [] for section in GROUPS}}
+    out: dict = {"recorded": [], "unrecorded": [], "resumed": [], "started": {},
+                 **{section: [] for section in GROUPS}}
     for label, run_dir in runs:
         record = read_record(run_dir)
         sessions = record["sessions"] if record else []
@@ -55,6 +56,7 @@ def gather(runs: list[tuple[str, Path]]) -> dict:
             out["unrecorded"].append(label)
             continue
         out["recorded"].append(label)
+        out["started"][label] = sessions[0].get("started_at")  # its first session: set against the registration
         out["resumed"] += [f"{label} at step {s.get('from_step')}: "
                            + ("; ".join(s.get("changed") or []) or "nothing changed") for s in sessions[1:]]
         for section in GROUPS:
