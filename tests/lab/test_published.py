@@ -62,8 +62,17 @@ def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> 
     assert [(c["margin"], c["smallest_effect"]) for c in entry["claims"]] == [
         (row["margin"], row["smallest_effect"]) for row in judged]
     text = (page.parent / f"{page.name}.md").read_text()
-    assert not entry["before_first_run"] and entry["runs_trained"] == len((page / "results.csv").read_text()
-                                                                          .splitlines()) - 1
+    runs = len((page / "results.csv").read_text().splitlines()) - 1
+    if (page / "rejudged.json").is_file():  # re-run after registering: the runs that had trained are named
+        runs_record = json.loads((page / "provenance.json").read_text())["runs"]
+        [code] = runs_record["code"]  # one commit trained every run
+        assert code["value"]["commit"] == entry["commit"] and len(code["runs"]) == runs
+        before = [label for label, at in runs_record["started"].items() if at < entry["registered_at"]]
+        assert entry["runs_trained"] == len(before) and entry["before_first_run"] == (not before)
+        assert ("before the first run" if not before else f"had trained ({', '.join(before)}, ") in text
+        assert "effects_set" not in entry and "on re-judging" not in text.split("## Against the")[0]
+        return
+    assert not entry["before_first_run"] and entry["runs_trained"] == runs
     if entry["margins_set"] == "on re-judging, after the runs":
         assert "Registration: margin set on re-judging, after the runs;" in text
         assert "Margins (set on re-judging, after the runs): " in text
@@ -86,19 +95,27 @@ def test_no_loss_margin_above_003_nats_and_no_bare_as_good_as() -> None:
                 assert ", but worse by" in row["statement"], (page.name, row["claim"])
 
 
-def _registered_first(page: Path, to: Path) -> Path:
-    """A copy of a published page's folder as a re-run registered before its first run would leave it."""
-    folder = shutil.copytree(page, to)
+def _registered(folder: Path, rejudged: bool, **fields: object) -> Path:
+    """Give a page folder's registration in force the form of one made on re-judging a page published before
+    registrations (it says when margins and effects were set) or of one made for its runs (it does not)."""
     record = json.loads((folder / "registration.json").read_text())
-    record["registrations"] = [{**record["registrations"][-1], "runs_trained": 0, "before_first_run": True}]
+    made = {k: v for k, v in record["registrations"][-1].items() if k not in ("effects_set", "margins_set")}
+    if rejudged:
+        made.update(effects_set="on re-judging, after the runs", before_first_run=False)
+    record["registrations"] = [{**made, **fields}]
     (folder / "registration.json").write_text(json.dumps(record, indent=1))
     return folder
 
 
 def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_them(tmp_path: Path) -> None:
     docs = shutil.copytree(DOCS, tmp_path / "docs")
+    for kept in docs.glob("*/rejudged.json"):  # every page as re-judged, before any re-run
+        kept.unlink()
+    for name in ("norm-type", "ffn"):
+        _registered(docs / name, rejudged=True)
     before = (docs / "norm-type" / "claims.json").read_bytes()
-    rerun = _registered_first(DOCS / "norm-type", tmp_path / "rerun")
+    rerun = _registered(shutil.copytree(DOCS / "norm-type", tmp_path / "rerun"), rejudged=False, runs_trained=0,
+                        before_first_run=True)
     publish.import_folder(rerun, docs)
     assert (docs / "norm-type" / "rejudged.json").read_bytes() == before
     publish.rebuild(docs)
@@ -120,6 +137,12 @@ def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_th
     (docs / "norm-type" / "claims.json").write_text("[]")
     publish.import_folder(rerun, docs)  # a second publication keeps the first replaced page's verdicts
     assert (docs / "norm-type" / "rejudged.json").read_bytes() == before
-    # a page replaced by another re-judged one keeps no such file: nothing was registered first
-    publish.import_folder(shutil.copytree(DOCS / "ffn", tmp_path / "ffn"), docs)
+    # a page replaced by another re-judged one keeps no such file: nothing was registered for its runs
+    publish.import_folder(_registered(shutil.copytree(docs / "ffn", tmp_path / "ffn"), rejudged=True), docs)
     assert not (docs / "ffn" / "rejudged.json").exists()
+    # a re-run registered after some of its runs had trained (shared with another suite) replaces it all the same
+    ffn = (docs / "ffn" / "claims.json").read_bytes()
+    rerun = _registered(shutil.copytree(DOCS / "ffn", tmp_path / "ffn-rerun"), rejudged=False, runs_trained=3,
+                        before_first_run=False)
+    publish.import_folder(rerun, docs)
+    assert (docs / "ffn" / "rejudged.json").read_bytes() == ffn

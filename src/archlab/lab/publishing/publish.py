@@ -443,19 +443,21 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
     return "\n".join(lines) + "\n"
 
 
-def _registered_before(folder: Path) -> bool | None:
-    """Whether the registration in force in `folder` was made before the first run (None: no registration)."""
+def _rejudged(folder: Path) -> bool | None:
+    """Whether the registration in force in `folder` is one made on re-judging a page published before
+    registrations existed (lab/publishing/registered.py: it says when margins and effects were set); None: no
+    registration."""
     path = folder / REGISTRATION
     if not path.is_file():
         return None
     registrations = json.loads(path.read_text(encoding="utf-8"))["registrations"]
-    return bool(registrations and registrations[-1]["before_first_run"])
+    return bool(registrations and "effects_set" in registrations[-1])
 
 
 def import_folder(suite_dir: Path, docs: Path) -> Path:
     """Copy a finished suite folder's record and plots into docs/SUITE/ (its reading and earlier rules' verdicts
     kept; the claims.json it replaces kept as previous-rule.json when it came from the previous rule, and as
-    rejudged.json when a suite registered before its first run replaces a page registered on re-judging)."""
+    rejudged.json when a suite registered for its runs replaces a page registered on re-judging)."""
     record = read_record(suite_dir)
     folder = docs / record.suite.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -464,9 +466,8 @@ def import_folder(suite_dir: Path, docs: Path) -> Path:
         rows = json.loads(old.read_text(encoding="utf-8"))
         if rows and "p_holm_suite" not in rows[0] and "key" in rows[0]:  # written by the previous rule
             shutil.copyfile(old, folder / PREVIOUS_RULE)
-    if old.is_file() and not (folder / REJUDGED).is_file() and _registered_before(suite_dir) \
-            and _registered_before(folder) is False:  # a re-run registered first replaces a re-judged page
-        shutil.copyfile(old, folder / REJUDGED)
+    if old.is_file() and not (folder / REJUDGED).is_file() and _rejudged(folder) and _rejudged(suite_dir) is False:
+        shutil.copyfile(old, folder / REJUDGED)  # a registered re-run replaces a page registered on re-judging
     for name in ("results.csv", "items.csv", "timings.csv", "suite.yaml", "configs.yaml", "provenance.json",
                  "claims.json", "registration.json", *PLOTS):
         if (suite_dir / name).is_file():
