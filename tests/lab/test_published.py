@@ -1,6 +1,7 @@
-"""The published results (docs/results) against the code: every page's verdicts recomputed from its own files
-(results.csv, items.csv, timings.csv, suite.yaml, provenance.json) equal its claims.json, the comparisons pages share
-have one verdict, and the summary is the one the pages give (`scripts/publish_results.py --check`)."""
+"""The published results (docs/results) against the code: every page's verdicts recomputed from
+its own files (results.csv, items.csv, timings.csv, suite.yaml, provenance.json) equal its
+claims.json, the comparisons pages share have one verdict, and the summary is the one the pages
+give (`scripts/publish_results.py --check`)."""
 
 from __future__ import annotations
 
@@ -28,40 +29,48 @@ def test_every_page_is_a_built_in_suite_and_the_summary_names_the_unpublished() 
 
 @pytest.fixture(scope="module")
 def problems() -> list[str]:
-    """`scripts/publish_results.py --check` on the real pages: every claim, registration, hash, page and the
-    summary."""
+    """`scripts/publish_results.py --check` on the real pages: every claim, registration, hash, page
+    and the summary."""
     return publish.check(DOCS)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_a_pages_verdicts_recompute_from_its_files(page: Path, problems: list[str]) -> None:
     assert verify_alone(page) == []  # on its own: its family's figures, its registration and hashes
-    assert [p for p in problems if p.startswith(f"{page.name}: ")] == []  # with every page: its SUITE.md too
+    # with every page: its SUITE.md too
+    assert [p for p in problems if p.startswith(f"{page.name}: ")] == []
     provenance = json.loads((page / "provenance.json").read_text())
     for key in ("command", "machine", "budget", "seeds", "judged_by", "scale", "training"):
         assert provenance.get(key), (page.name, key)
     assert provenance["judged_by"]["commit"] and "torch" in provenance["judged_by"]
     if "runs" in provenance:  # the runs' own records, gathered (lab/publishing/run_provenance.py)
         assert provenance["runs"]["recorded"] and provenance["runs"]["data"], page.name
-    else:  # a page made before the runs recorded theirs says so, and what it knows is marked reconstructed
-        assert provenance.get("data") and (provenance["trained_by"].get("commit") or provenance.get("trained_note"))
+    # a page made before the runs recorded theirs says so, and what it knows is marked reconstructed
+    else:
+        assert provenance.get("data") and (
+            provenance["trained_by"].get("commit") or provenance.get("trained_note")
+        )
         page_text = (page.parent / f"{page.name}.md").read_text()
         assert "Trained by: provenance not recorded by the runs." in page_text, page.name
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> None:
-    """Every page has a registration.json whose claims are the ones it judges (verify checks it); the pages published
-    before registrations say when their margins and smallest effects were set, and those re-judged after their data
-    say "margin set on re-judging, after the runs" (scripts/register_published_pages.py)."""
+    """Every page has a registration.json whose claims are the ones it judges (verify checks
+    it); the pages published before registrations say when their margins and smallest effects
+    were set, and those re-judged after their data say "margin set on re-judging, after
+    the runs" (scripts/register_published_pages.py)."""
     [entry] = json.loads((page / "registration.json").read_text())["registrations"]
     judged = json.loads((page / "claims.json").read_text())
     assert [c["text"] for c in entry["claims"]] == [row["claim"] for row in judged]
     assert [(c["margin"], c["smallest_effect"]) for c in entry["claims"]] == [
-        (row["margin"], row["smallest_effect"]) for row in judged]
+        (row["margin"], row["smallest_effect"]) for row in judged
+    ]
     text = (page.parent / f"{page.name}.md").read_text()
-    assert not entry["before_first_run"] and entry["runs_trained"] == len((page / "results.csv").read_text()
-                                                                          .splitlines()) - 1
+    assert (
+        not entry["before_first_run"]
+        and entry["runs_trained"] == len((page / "results.csv").read_text().splitlines()) - 1
+    )
     if entry["margins_set"] == "on re-judging, after the runs":
         assert "Registration: margin set on re-judging, after the runs;" in text
         assert "Margins (set on re-judging, after the runs): " in text
@@ -75,10 +84,17 @@ def test_the_pages_and_the_summary_agree_with_their_files(problems: list[str]) -
 def test_no_loss_margin_above_003_nats_and_no_bare_as_good_as() -> None:
     for page in PAGES:
         for row in json.loads((page / "claims.json").read_text()):
-            if row["expect"] != "better" and row["metric"] in ("val_loss", "train_loss", "loss_at_1x"):
+            if row["expect"] != "better" and row["metric"] in (
+                "val_loss",
+                "train_loss",
+                "loss_at_1x",
+            ):
                 assert row["margin"] <= 0.03, (page.name, row["claim"])
             low, high = row["ci"]
-            worse_side = low > 0 if row["test"] and row["test"]["better"] == "lower" else (high is not None
-                                                                                        and high < 0)
+            worse_side = (
+                low > 0
+                if row["test"] and row["test"]["better"] == "lower"
+                else (high is not None and high < 0)
+            )
             if row["outcome"] == "confirmed" and row["expect"] == "same" and worse_side:
                 assert ", but worse by" in row["statement"], (page.name, row["claim"])
