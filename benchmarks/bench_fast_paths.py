@@ -3,12 +3,18 @@ B A) so that drift and other load hit both; each side takes its best of `--reps`
 the speed-up A/B of every alternation is summarised as min / median / max (> 1: B is faster).
 docs/performance.md quotes these.
 
-    python benchmarks/bench_fast_paths.py rope_qkv           # attention projection: split + apply_rope vs rope_qkv
-    python benchmarks/bench_fast_paths.py step --batch 2     # the whole Llama-shape forward + backward, plain vs fast
-    python benchmarks/bench_fast_paths.py head_loss --batch 8   # logits + cross entropy vs the chunked fused head
-    python benchmarks/bench_fast_paths.py compile            # the model eager vs torch.compile, forward + backward
-    python benchmarks/bench_fast_paths.py bf16_attention --threads 2   # bf16 step: flash backward vs causal_attention
-    python benchmarks/bench_fast_paths.py precision --threads 2   # fp32 vs bf16 autocast by model size
+    # attention projection: split + apply_rope vs rope_qkv
+    python benchmarks/bench_fast_paths.py rope_qkv
+    # the whole Llama-shape forward + backward, plain vs fast
+    python benchmarks/bench_fast_paths.py step --batch 2
+    # logits + cross entropy vs the chunked fused head
+    python benchmarks/bench_fast_paths.py head_loss --batch 8
+    # the model eager vs torch.compile, forward + backward
+    python benchmarks/bench_fast_paths.py compile
+    # bf16 step: flash backward vs causal_attention
+    python benchmarks/bench_fast_paths.py bf16_attention --threads 2
+    # fp32 vs bf16 autocast by model size
+    python benchmarks/bench_fast_paths.py precision --threads 2
 
 Shapes are the Llama shape of bench_step.py (vocab 8192, d_model 512, 8 layers, 8 heads, d_ff
 1408, T 256).

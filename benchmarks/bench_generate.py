@@ -22,8 +22,9 @@ archlab vs transformers.
 
     .venv/bin/python benchmarks/bench_generate.py            # the figures in docs/inference.md
     .venv/bin/python benchmarks/bench_generate.py --quick    # a minute: fewer tokens and sizes
-    .venv/bin/python benchmarks/bench_generate.py --sizes llama --prompt-lens 128 --new-tokens 256 --repeats 9
-                                                             # issue 12's decode target, its shape and lengths
+    # issue 12's decode target, its shape and lengths
+    .venv/bin/python benchmarks/bench_generate.py --sizes llama --prompt-lens 128 \\
+        --new-tokens 256 --repeats 9
 
 Prints markdown tables. CPU threads default to 1: on a shared machine OpenMP spin-waits make
 multi-thread timings of small matmuls meaningless; pass --threads to change it.

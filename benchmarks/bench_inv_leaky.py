@@ -14,8 +14,9 @@ process, one thread, so drift hits them alike; an arm's step time is its best ti
 only adds time). The eval-mode forward of the `inv_leaky` model is timed against `rope` too: it is
 plain RoPE, so it must be equal.
 
-    python benchmarks/bench_inv_leaky.py            # d 256, 4 layers, N 256, batch 8, 6 rounds (~2 min, 1 core)
-    python benchmarks/bench_inv_leaky.py --quick    # N 128, 3 rounds
+    # d 256, 4 layers, N 256, batch 8, 6 rounds (~2 min, 1 core)
+    python benchmarks/bench_inv_leaky.py
+    python benchmarks/bench_inv_leaky.py --quick  # N 128, 3 rounds
 
 Writes benchmarks/results/inv_leaky_step.json and .md.
 """

@@ -8,7 +8,8 @@ Each configuration trains the budget's model (the suite's first arm) on random t
 configurations `--repeats` times so a slow spell of the machine hits each alike; the best repeat of
 each is kept.
 
-    python benchmarks/bench_lab_concurrency.py [--suite norm-type] [--budget small] [--steps 30] [--repeats 2]
+    python benchmarks/bench_lab_concurrency.py [--suite norm-type] [--budget small] [--steps 30] \\
+        [--repeats 2]
 
 Writes benchmarks/results/lab_concurrency.md and .json. Run it alone on the machine.
 """

@@ -15,8 +15,8 @@ Each comparison: `archlab.lab.measures.timing.time_pairs` (A/B order balanced an
 warm-up dropped), then the median of log(t_A / t_B) over the pairs and the mean's 95% t interval,
 printed as ratios t_A / t_B (below 1: A is faster).
 
-    .venv/bin/python benchmarks/bench_lab_timings.py               # the figures in docs/performance.md
-    .venv/bin/python benchmarks/bench_lab_timings.py --tiny        # seconds: tiny shapes, 3 pairs (tests)
+    .venv/bin/python benchmarks/bench_lab_timings.py         # the figures in docs/performance.md
+    .venv/bin/python benchmarks/bench_lab_timings.py --tiny  # seconds: tiny shapes, 3 pairs (tests)
 
 CPU threads default to 1 (the lab's jobs run one thread each); the machine's load before and after
 is printed, since on a shared machine only the ratios of interleaved pairs mean anything.

@@ -28,9 +28,12 @@ projections left out):
    for iid and orthogonal projections, each with its standard error over draws, and the ratio with
    its z-score (independent draws: the SEs add in quadrature).
 
-    python benchmarks/bench_linear_attention.py            # lengths to 16k, 3 rounds (~10 min on 2 cores)
-    python benchmarks/bench_linear_attention.py --quick    # lengths to 4k, fewer draws (~3 min)
-    python benchmarks/bench_linear_attention.py --orthogonal   # table 4 only (about a minute on a busy 2-core VM)
+    # lengths to 16k, 3 rounds (~10 min on 2 cores)
+    python benchmarks/bench_linear_attention.py
+    # lengths to 4k, fewer draws (~3 min)
+    python benchmarks/bench_linear_attention.py --quick
+    # table 4 only (about a minute on a busy 2-core VM)
+    python benchmarks/bench_linear_attention.py --orthogonal
 
 Writes benchmarks/results/linear_attention.json and linear_attention.md. The machine may be shared:
 quote the ratios, not the seconds.

@@ -16,7 +16,8 @@ Each row starts from an empty compile cache (`torch._dynamo.reset()`), so each p
 compile. The `picked` column is the mode the decoder chose. Calls 2..N are the ones a loop keeps
 paying; the first pays the one-off compile.
 
-    python benchmarks/bench_repeated_generate.py                         # small (256 x 6), 128 new tokens, 5 calls
+    # small (256 x 6), 128 new tokens, 5 calls
+    python benchmarks/bench_repeated_generate.py
     python benchmarks/bench_repeated_generate.py --size llama --new-tokens 256
 
 CPU threads default to 1 (a shared machine); the machine may be loaded: compare the rows of one

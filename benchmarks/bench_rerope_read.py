@@ -9,8 +9,10 @@ read at 8N. The settings alternate A B C ... in one process, one thread, so drif
 a setting's time is its best of the rounds (other load only adds time). Chunked and one-pass logits
 are checked equal first.
 
-    python benchmarks/bench_rerope_read.py            # 8 x 256 = 2048 tokens, 3 rounds (~2 min, 1 core)
-    python benchmarks/bench_rerope_read.py --quick    # 4 x 128 = 512 tokens, 2 rounds
+    # 8 x 256 = 2048 tokens, 3 rounds (~2 min, 1 core)
+    python benchmarks/bench_rerope_read.py
+    # 4 x 128 = 512 tokens, 2 rounds
+    python benchmarks/bench_rerope_read.py --quick
 
 Writes benchmarks/results/rerope_read.json and .md.
 """

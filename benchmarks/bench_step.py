@@ -23,8 +23,8 @@ gradients, optimizer state and activations are the difference). The CPUs that ot
 busy are sampled from /proc/stat for a second before and after the run (`hardware.busy_cores`); more
 than the cores the benchmark leaves free means they shared the CPU.
 
-    python benchmarks/bench_step.py            # Llama + GPT-2 shapes, 3 repeats (~10 min on 2 cores)
-    python benchmarks/bench_step.py --quick    # a small shape, 2 repeats (~2 min)
+    python benchmarks/bench_step.py          # Llama + GPT-2 shapes, 3 repeats (~10 min on 2 cores)
+    python benchmarks/bench_step.py --quick  # a small shape, 2 repeats (~2 min)
 
 Writes benchmarks/results/train_step.json and benchmarks/results/train_step.md (the tables).
 """

@@ -12,7 +12,8 @@ then, in this process, the lab's measures of the finished run (each on its own: 
 4x-context windows, ...) and the suite's timing pairs (per suite, shown per run). Data preparation
 is per suite and shown apart.
 
-    python benchmarks/profile_lab_run.py [--suite norm-type] [--budget small] [--arm ARM] [--out DIR]
+    python benchmarks/profile_lab_run.py [--suite norm-type] [--budget small] [--arm ARM] \\
+        [--out DIR]
 
 Writes benchmarks/results/lab_run_profile.md and .json (with the machine line). Run it alone
 on the machine.
@@ -263,15 +264,15 @@ def table(result: dict) -> str:
         k: v / result["runs_in_suite_at_2_seeds"] for k, v in result["per_suite"].items()
     }
     total = total_run + measures + sum(suite_share.values())
+    ceiling = result["gemm_ceiling_gflops_1_thread"]["fp32"]
     lines = [
         f"Suite {result['suite']}, budget {result['budget']}, arm {result['arm']}: "
         f"{result['steps']} steps at {result['threads']} thread(s), median step "
         f"{result['step_median_s'] * 1e3:.0f} ms. {result['machine']}.",
         f"The step does {result['step_gflop']:.2f} GFLOP ({result['tokens_per_step']} "
         f"tokens): {result['step_gflops_median']:.1f} GFLOP/s at the median step, "
-        f"{100 * result['step_gflops_median'] / result['gemm_ceiling_gflops_1_thread']['fp32']:.0f}% "
-        "of the fp32 GEMM ceiling at the FFN shape on one "
-        f"thread ({result['gemm_ceiling_gflops_1_thread']['fp32']:.1f} GFLOP/s).",
+        f"{100 * result['step_gflops_median'] / ceiling:.0f}% of the fp32 GEMM ceiling at the "
+        f"FFN shape on one thread ({ceiling:.1f} GFLOP/s).",
         "",
         "| where the time goes | seconds | share |",
         "|---|---:|---:|",

@@ -14,7 +14,8 @@ profile_lab_run.py profiles), on one thread as under `--jobs 2`:
 - stacking seeds (one batched product over 2 seeds' weights, what `vmap` over stacked modules would
   run) against the same products run one seed at a time.
 
-    python benchmarks/step_floor.py [--suite norm-type] [--budget small] [--arm rmsnorm] [--rounds 6]
+    python benchmarks/step_floor.py [--suite norm-type] [--budget small] [--arm rmsnorm] \\
+        [--rounds 6]
 
 Writes benchmarks/results/step_floor.md and .json. Run it alone on the machine; compare ratios
 within one run.

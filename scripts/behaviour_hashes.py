@@ -36,10 +36,14 @@ every case run has its recorded line.
 The configs are given as flat dotted keys of today's CLI (`model.favor_features`), which
 must keep working.
 
-    python scripts/behaviour_hashes.py                        # print the table
-    python scripts/behaviour_hashes.py --record FILE          # add (or replace) this CPU class's table in FILE
-    python scripts/behaviour_hashes.py --check FILE           # compare with FILE's table of this CPU class
-    python scripts/behaviour_hashes.py --keep DIR --only vq   # keep the run folders (and the prepared corpus)
+    # print the table
+    python scripts/behaviour_hashes.py
+    # add (or replace) this CPU class's table in FILE
+    python scripts/behaviour_hashes.py --record FILE
+    # compare with FILE's table of this CPU class
+    python scripts/behaviour_hashes.py --check FILE
+    # keep the run folders (and the prepared corpus)
+    python scripts/behaviour_hashes.py --keep DIR --only vq
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """Publish lab suites as docs pages, rebuild every page from its files, or check that they agree.
 
-    python scripts/publish_results.py runs/ablate/ffn-small ... --to docs/results   publish finished suite folders
-    python scripts/publish_results.py --to docs/results                             rebuild every page from its files
-    python scripts/publish_results.py --check --to docs/results                     recompute; exit 1 on a difference
-    python scripts/publish_results.py --from-legacy block ffn ... --store DIR       re-judge a page of the previous
-                                                                                     rule from its published files
+    # publish finished suite folders
+    python scripts/publish_results.py runs/ablate/ffn-small ... --to docs/results
+    # rebuild every page from its files
+    python scripts/publish_results.py --to docs/results
+    # recompute; exit 1 on a difference
+    python scripts/publish_results.py --check --to docs/results
+    # re-judge a page of the previous rule from its published files
+    python scripts/publish_results.py --from-legacy block ffn ... --store DIR
 
 A finished suite folder (`archlab ablate SUITE --out DIR`) is re-collected (`archlab ablate SUITE
 --collect DIR`: cached measures, verdicts, plots, the record), its record and plots are copied to

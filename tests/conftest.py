@@ -123,7 +123,7 @@ class _TorchTrace:
             _TorchTrace.chain = " <- ".join(f"{f.filename.rsplit('src/', 1)[-1]}:{f.lineno}" for f in reversed(frames))
         return None
 sys.meta_path.insert(0, _TorchTrace())
-"""
+"""  # noqa: E501
 _CHECK_TORCH = """
 assert "torch" not in sys.modules, f"torch was imported, first by: {_TorchTrace.chain}"
 """

@@ -1,7 +1,8 @@
 """The import direction of docs/architecture.md, read from the source with `ast` (no
 module is imported):
 
-    commands, cli  ->  lab, eval  ->  train, infer, interop, plots  ->  data, checkpoint, costs, overrides  ->  nn
+    commands, cli  ->  lab, eval  ->  train, infer, interop, plots
+                   ->  data, checkpoint, costs, overrides  ->  nn
 
 A module may import its own layer and the layers below it, never above; nothing in `nn/` imports
 outside `nn/`; no module imports the package root `archlab` (the public facade re-exports from below

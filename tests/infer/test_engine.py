@@ -37,9 +37,7 @@ def _counted(model) -> list[int]:  # noqa: ANN001
     return forwards
 
 
-def test_rows_stopped_by_the_callback_keep_their_last_token_and_the_loop_ends_with_the_last_row() -> (
-    None
-):
+def test_callback_stopped_rows_keep_their_last_token_and_the_loop_ends_with_the_last_row() -> None:
     model = tiny()
     free = generate(model, PROMPTS, GREEDY).tokens
     forwards = _counted(model)

@@ -120,9 +120,7 @@ def test_a_claim_tested_on_three_pages_counts_once_by_its_primary() -> None:
     )
 
 
-def test_the_readme_regenerated_from_the_files_equals_the_committed_one_and_its_tally_recounts() -> (
-    None
-):
+def test_the_readme_rebuilt_from_the_files_is_the_committed_one_and_its_tally_recounts() -> None:
     readme = (DOCS / publish.SUMMARY).read_text(encoding="utf-8")
     assert publish.summary_text(DOCS, publish.judged(DOCS)) == readme
     # an independent recount: the pages' published claims.json and the index, nothing

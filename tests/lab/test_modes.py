@@ -30,7 +30,7 @@ base: {preset: llama, steps: 6, logging.eval_every: 3, logging.log_every: 1, sch
 arms: {a: {}, b: {model.norm: layernorm}}
 measure: [val_loss]
 claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
-"""
+"""  # noqa: E501
 # compiled vs eager after these 6 tiny steps, measured on an AMD Zen 2: 1.1e-7 relative on the
 # losses at most, 1.7e-5 absolute on the weights (AdamW at lr 3e-3); 300 steps at `small`: 5.1e-7
 # relative on every logged loss

@@ -102,7 +102,7 @@ measure: [val_loss]
 claims:
   - {text: b is as good as a within 0.03, metric: val_loss, arm: b, versus: a, expect: equivalent, margin: 0.03}
   - {text: b is not worse than a, metric: val_loss, arm: b, versus: a, expect: same, margin: 0.03}
-"""
+"""  # noqa: E501
 
 
 def test_an_equivalence_claim_is_planned_at_90_percent_per_side(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ claims:
   - {text: pre beats post, metric: val_loss, factor: norm, arm: pre, versus: post}
   - {text: pre beats post at the normal rate, metric: val_loss, factor: norm, arm: pre, versus: post,
      within: {lr: normal}}
-"""
+"""  # noqa: E501
 
 
 def test_a_factorial_contrast_is_planned_on_the_spread_of_its_cell_means(tmp_path: Path) -> None:
@@ -239,7 +239,7 @@ SCREENING = (
   - {text: SwiGLU beats an MLP, metric: val_loss, factor: ffn, arm: swiglu, versus: mlp, smallest_effect: 0.01}
   - {text: RMSNorm is as good as LayerNorm, metric: val_loss, factor: norm, arm: rmsnorm, versus: layernorm,
      expect: equivalent, margin: 0.01}
-"""
+"""  # noqa: E501
 )
 
 

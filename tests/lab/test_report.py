@@ -54,7 +54,7 @@ claims:
   - {text: c cuts the KV cache, metric: kv_bytes_per_token, arm: c, versus: a}
   - {text: c never diverges where a does, metric: diverged, arm: c, versus: a}
   - {text: c beats b but is untestable here, metric: val_loss, arm: c, versus: b, untestable: the test says so}
-"""
+"""  # noqa: E501
 ROOT = Path(__file__).resolve().parents[2]
 # y[arm, seed] = mu_arm + u_seed + e[arm, seed], residuals summing to 0 over each arm and each seed
 MU = {"a": 3.00, "b": 2.80, "c": 3.01}

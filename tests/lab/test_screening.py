@@ -37,7 +37,7 @@ claims:
      expect: same}
   - {text: SwiGLU beats an MLP, metric: val_loss, factor: ffn, arm: swiglu, versus: mlp}
   - {text: biases do not help, metric: val_loss, factor: bias, arm: none, versus: biases, expect: same}
-"""
+"""  # noqa: E501
 # +1 minus -1
 EFFECTS = {"norm": 0.0, "ffn": -0.04, "pos": -0.3, "bias": 0.005, "drop": -0.06, "tie": -0.02}
 

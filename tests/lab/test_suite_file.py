@@ -29,7 +29,7 @@ factors:
 claims:
   - {text: post needs warmup, metric: val_loss, factor: warmup, arm: "on", versus: "off", within: {norm: post}}
   - {text: pre beats post, metric: val_loss, factor: norm, arm: pre, versus: post}
-"""
+"""  # noqa: E501
 
 
 def test_claims_name_arms_and_measures(tmp_path: Path) -> None:

@@ -186,7 +186,7 @@ alike: [a, b, c, d, e, f, g, h]
 measure: [val_loss]
 claims:
   - {text: b beats a, metric: val_loss, arm: b, versus: a}
-"""
+"""  # noqa: E501
 K, N = 8, 4  # 8 alike arms x 4 seeds: the pair's own 3 df against the group's 7 x 3 = 21
 
 

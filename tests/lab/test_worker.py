@@ -31,7 +31,7 @@ base: {preset: llama, steps: 6, logging.eval_every: 3, logging.log_every: 1, sch
 arms: {a: {}, b: {model.norm: layernorm, model.position: alibi}}
 measure: [val_loss]
 claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
-"""
+"""  # noqa: E501
 
 
 def rows(run: Path) -> list[tuple]:

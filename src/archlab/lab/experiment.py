@@ -4,14 +4,15 @@ step computed once.
     from archlab.lab import Experiment
 
     exp = Experiment("ffn", budget="small", seeds=3, store="runs/ablate/store", jobs=2)
-    exp.plan()                       # every arm x seed resolved once: configs, store folder, command
-    exp.power()                      # each claim's seeds for 80% power and its mde (--plan)
-    exp.run()                        # prepare the data, train what is unfinished (stopped runs resume)
-    exp.measure()                    # each run's measures (kept beside the run) and the suite's timing pairs
-    exp.judge()                      # the verdicts
-    exp.publish("runs/ablate/ffn-small")   # the record, the pages and the plots: writing only
+    exp.plan()     # every arm x seed resolved once: configs, store folder, command
+    exp.power()    # each claim's seeds for 80% power and its mde (--plan)
+    exp.run()      # prepare the data, train what is unfinished (stopped runs resume)
+    exp.measure()  # each run's measures (kept beside the run) and the suite's timing pairs
+    exp.judge()    # the verdicts
+    exp.publish("runs/ablate/ffn-small")  # the record, the pages and the plots: writing only
 
-    Experiment.collect("runs/ablate/ffn-small").publish()   # from runs made elsewhere (--executor slurm)
+    # from runs made elsewhere (--executor slurm)
+    Experiment.collect("runs/ablate/ffn-small").publish()
 
 Each step is cached on the experiment and computed from the step before it; `run()` and a plan that
 grows (`sequential`) drop what follows them. `archlab ablate` (commands/ablate.py) parses flags,

@@ -6,13 +6,15 @@ same items on every seed and arm, the per-item paired differences d[s, i] = a[s,
 the crossed two-way random model (Cornfield & Tukey 1956; Clark 1973, "The language-as-fixed-effect
 fallacy", J. Verbal Learning and Verbal Behavior 12:335)
 
-    d[s, i] = delta + u_s + v_i + e[s, i],   u ~ N(0, sigma_s^2), v ~ N(0, sigma_i^2), e ~ N(0, sigma_e^2)
+    d[s, i] = delta + u_s + v_i + e[s, i],
+    u ~ N(0, sigma_s^2),   v ~ N(0, sigma_i^2),   e ~ N(0, sigma_e^2)
 
 where v_i is how much item i happens to favour one arm (the same on every seed) and u_s how much
 seed s does. The estimate is the grand mean of d, whose variance is V = sigma_s^2 / S + sigma_i^2 /
 I + sigma_e^2 / (S I). The S x I table's mean squares have expectations
 
-    theta_s = E[MS_seed] = sigma_e^2 + I sigma_s^2,   theta_i = E[MS_item] = sigma_e^2 + S sigma_i^2,
+    theta_s = E[MS_seed] = sigma_e^2 + I sigma_s^2,
+    theta_i = E[MS_item] = sigma_e^2 + S sigma_i^2,
     theta_e = E[MS_resid] = sigma_e^2,
 
 and are independent, each theta_k chi^2_{df_k} / df_k, so V = (theta_s + theta_i - theta_e) / (S I).

@@ -2,16 +2,20 @@
 1x and 8x the training length N, on plain and repeated samples (eval/samples.py), with the run's
 weights as trained or under an inference-time method.
 
-    acc_{1x,8x}_{plain,repeated}              the model as trained (inv_leaky_rerope is plain RoPE in eval)
-    acc_8x_{plain,repeated}_rerope            RoPE -> ReRoPE, window N / 2 (Su's w256 at N 512; 9708)
-    acc_8x_{plain,repeated}_leaky             RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule (eval/rope_methods.py:
-                                              the largest position any query sees <= N / 2, k >= 16)
-    acc_8x_{plain,repeated}_ntk_mixed         RoPE -> NTK-RoPE-mixed, factor 8 (kexue.fm/archives/9706)
-    acc_8x_{plain,repeated}_<kind>            RoPE -> any other kind with an inference-time form, at 8x
-                                              (`RopeKind.at`: linear, ntk, ntk_by_parts, dynamic, yarn, llama3)
-    acc_8x_{plain,repeated}_logn              "log n-dagger": max(1, log n / log N) per query at inference only
-                                              (ModelConfig.with_inference_logn; kexue.fm/archives/8823, 9708);
-                                              the model as trained when it trained with log n
+    acc_{1x,8x}_{plain,repeated}        the model as trained (inv_leaky_rerope is plain RoPE in
+                                        eval)
+    acc_8x_{plain,repeated}_rerope      RoPE -> ReRoPE, window N / 2 (Su's w256 at N 512; 9708)
+    acc_8x_{plain,repeated}_leaky       RoPE -> Leaky ReRoPE, window N / 4, Su's slope rule
+                                        (eval/rope_methods.py: the largest position any query sees
+                                        <= N / 2, k >= 16)
+    acc_8x_{plain,repeated}_ntk_mixed   RoPE -> NTK-RoPE-mixed, factor 8 (kexue.fm/archives/9706)
+    acc_8x_{plain,repeated}_<kind>      RoPE -> any other kind with an inference-time form, at 8x
+                                        (`RopeKind.at`: linear, ntk, ntk_by_parts, dynamic, yarn,
+                                        llama3)
+    acc_8x_{plain,repeated}_logn        "log n-dagger": max(1, log n / log N) per query at
+                                        inference only (ModelConfig.with_inference_logn;
+                                        kexue.fm/archives/8823, 9708); the model as trained when
+                                        it trained with log n
 
 accuracy = mean over windows and every prediction of [argmax z_t == y_t] (Su scores whole samples);
 each window's accuracy is an item (`window_accuracies`: the same windows for every run of a suite),

@@ -653,7 +653,7 @@ _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}ta
 margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;font-size:14px}th{background:#f3f3f3}
 .confirmed{background:#d9f2d9}.contradicted{background:#f6d5d5}.inconclusive{background:#f2f2f2}
 .untestable{background:#fff3cd}.construction{background:#e3ecf7}
-img{max-width:100%;margin:0.5em 0}pre{background:#f7f7f7;padding:0.8em;overflow:auto;font-size:12px}"""
+img{max-width:100%;margin:0.5em 0}pre{background:#f7f7f7;padding:0.8em;overflow:auto;font-size:12px}"""  # noqa: E501
 
 
 def verdict_caveat(record: Record, result: ClaimResult) -> str:
@@ -711,5 +711,5 @@ def html_text(record: Record, results: list[ClaimResult], images: list[Path]) ->
 <h2>Verdicts</h2><ul id="verdicts">{verdicts}</ul>{body}
 <p>Narang et al. 2021 (arXiv 2102.11972): {html.escape(s.narang or "did not measure this switch.")}</p>
 <h2>The verdict rule</h2><p>{html.escape(RULE)}</p><h2>Plots</h2>{imgs}
-<h2>Exact configs (seed 0 of each arm)</h2>{configs}</body></html>"""
+<h2>Exact configs (seed 0 of each arm)</h2>{configs}</body></html>"""  # noqa: E501
     return page

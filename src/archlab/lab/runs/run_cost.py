@@ -4,7 +4,8 @@ figure came from.
 
 A run costs a fixed start (RUN_START_S: Python and torch, the data, the evaluations and the
 checkpoints, about the same at any size) plus time in proportion to its training compute
-    C = steps x batch_size x block_size x training FLOPs per token (costs.flops_per_token at the block).
+    C = steps x batch_size x block_size x training FLOPs per token (costs.flops_per_token at
+        the block).
 The figure is the first of:
   1. this suite's finished runs at this budget: their median wall, as measured;
   2. other suites' finished runs at this budget in the same store (their plan.json beside this

@@ -7,7 +7,8 @@ registration of the plan, oldest first:
 
     {"format": 1, "registrations": [{
       "registered_at": "2026-12-06T10:00:00+00:00", "commit": "94d249a...", "dirty": false,
-      "suite": "ffn", "budget": "small", "seeds": 3, "suite_file": "ffn.yaml", "suite_sha256": "...",
+      "suite": "ffn", "budget": "small", "seeds": 3, "suite_file": "ffn.yaml",
+      "suite_sha256": "...",
       "runs_trained": 0, "before_first_run": true, "note": "",
       "claims": [{"text": "SwiGLU beats a ReLU MLP", "metric": "val_loss", "arms": "swiglu vs relu",
                   "expect": "better", "margin": null, "smallest_effect": 0.03, "min_effect": 0.0,

@@ -1,32 +1,54 @@
 """Reading a suite file: a built-in suite by name or a YAML file by path, checked for shape (arms
 are resolved later, by lab/spec/arms.py), into a `Suite` (lab/spec/suite.py).
 
-    name: norm-type                       # the suite's name (the file name without .yaml for built-ins)
+    # the suite's name (the file name without .yaml for built-ins)
+    name: norm-type
     title: LayerNorm vs RMSNorm
-    source: the CS336 lecture notes ...   # where the claims come from
-    design: the norms are built alike ... # why this design can show its claims (printed on the page)
-    narang: RMSNorm improved ...          # Narang et al. 2021's finding on the same switch, one line (optional)
-    base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested (archlab.overrides)
-    budget_keys: {small: {steps: 2000}}   # keys over the base at one budget only (a longer run where it must be)
-    seeds: 2                              # seeds per arm when not the budget's
-    match_params: d_ff                    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
-    unmatched: [wide]                     # arms that differ in size on purpose (flagged, never adjusted)
-    checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
-    arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base
-    factors: {norm: {pre: {}, post: {...}}, lr: {...}}        # instead of arms: every combination is an arm
-    design: {kind: fractional, resolution: IV, text: ...}      # with 2-level factors: a screening design's runs
-    regimes: {high-lr: [a, b]}            # arms whose seed-to-seed spread differs: shown apart on the page
-    alike: [[rmsnorm, layernorm]]         # arms built alike (shared init): their claims may pool one residual
-    grids: {adamw: [adamw-1e-3, adamw-3e-3]}   # a sweep in ascending order: a claim may name it (its best arm)
-    purpose: lecture                      # lecture (default) | calibration (the lab's own yardstick, not tallied)
-    margins: {val_loss: 0.02}             # margins and smallest effects per metric (metric units)
-    measure: [val_loss]                   # archlab.lab.measures.measure.MEASURES
-    timings:                              # speed claims on fresh models, interleaved A/B pairs (lab/measures/timing.py)
-      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {}, keys: {}}
+    # where the claims come from
+    source: the CS336 lecture notes ...
+    # why this design can show its claims (printed on the page)
+    design: the norms are built alike ...
+    # Narang et al. 2021's finding on the same switch, one line (optional)
+    narang: RMSNorm improved ...
+    # train keys and model.* keys, dotted or nested (archlab.overrides)
+    base: {preset: llama, model.norm: rmsnorm}
+    # keys over the base at one budget only (a longer run where it must be)
+    budget_keys: {small: {steps: 2000}}
+    # seeds per arm when not the budget's
+    seeds: 2
+    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
+    match_params: d_ff
+    # arms that differ in size on purpose (flagged, never adjusted)
+    unmatched: [wide]
+    # keep this many evenly spaced checkpoints (default: the final one)
+    checkpoints: 8
+    # the first arm is the base
+    arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}
+    # instead of arms: every combination is an arm
+    factors: {norm: {pre: {}, post: {...}}, lr: {...}}
+    # with 2-level factors: a screening design's runs
+    design: {kind: fractional, resolution: IV, text: ...}
+    # arms whose seed-to-seed spread differs: shown apart on the page
+    regimes: {high-lr: [a, b]}
+    # arms built alike (shared init): their claims may pool one residual
+    alike: [[rmsnorm, layernorm]]
+    # a sweep in ascending order: a claim may name it (its best arm)
+    grids: {adamw: [adamw-1e-3, adamw-3e-3]}
+    # lecture (default) | calibration (the lab's own yardstick, not tallied)
+    purpose: lecture
+    # margins and smallest effects per metric (metric units)
+    margins: {val_loss: 0.02}
+    # archlab.lab.measures.measure.MEASURES
+    measure: [val_loss]
+    # speed claims on fresh models, interleaved A/B pairs (lab/measures/timing.py)
+    timings:
+      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {},
+         keys: {}}
     claims:
       - {text: ..., metric: val_loss, arm: rmsnorm, versus: layernorm, expect: same, margin: 0.02}
       - {text: ..., metric: val_loss, factor: lr, arm: high, versus: normal, within: {norm: post}}
-      - {text: ..., metric: val_loss, arm: lion, versus: adamw, expect: same}   # grids: each at its best rate
+      # grids: each at its best rate
+      - {text: ..., metric: val_loss, arm: lion, versus: adamw, expect: same}
 
 docs/lab.md ("Writing a suite", "Screening suites") states every key.
 """
