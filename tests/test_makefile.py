@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,48 @@ def test_ci_starts_slurm_through_the_repo_script_before_the_tests() -> None:
     for package in ("munge", "slurmctld", "slurmd", "slurm-client"):
         assert package in script
     assert os.access(REPO / "scripts" / "slurm-single-node.sh", os.X_OK)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_lint_checks_the_format_then_the_rules() -> None:
+    """CI's first step (`make lint`, .ci/run) fails on an unformatted file as on a lint error."""
+    plan = subprocess.run(
+        ["make", "--dry-run", "--always-make", "lint"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "make lint" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line.split("/")[-1] for line in plan.splitlines() if "ruff " in line]
+    assert commands == ["ruff format --check .", "ruff check ."], plan
+
+
+RUFF = Path(sys.executable).with_name("ruff")
+
+
+@pytest.mark.skipif(not RUFF.is_file(), reason="ruff is not installed beside this Python")
+@pytest.mark.parametrize(
+    "path",
+    [
+        "src/archlab/nn/model.py",
+        "src/archlab/lab/publishing/legacy.py",
+        "tests/test_makefile.py",
+        "benchmarks/bench_step.py",
+        "scripts/publish_results.py",
+    ],
+)
+def test_one_ruff_configuration_at_100_columns_everywhere(path: str) -> None:
+    """pyproject.toml's [tool.ruff] is the one configuration: src/, the lab, the tests,
+    benchmarks and scripts are formatted and linted at the same 100 columns (no nested ruff.toml
+    of their own)."""
+    settings = subprocess.run(
+        [str(RUFF), "check", "--show-settings", path],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f'Settings path: "{REPO / "pyproject.toml"}"' in settings
+    for key in ("linter.line_length", "linter.pycodestyle.max_line_length", "formatter.line_width"):
+        assert re.search(rf"^{re.escape(key)} = 100$", settings, re.M), key
