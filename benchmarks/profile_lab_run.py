@@ -49,7 +49,7 @@ def child(args: list[str], report: Path) -> None:
     from archlab.cli import main
     from archlab.data.tokens import TokenData
     from archlab.nn.model import TransformerLM
-    from archlab.train import state, trainer
+    from archlab.train import preflight, state, trainer
 
     imported = time.time()
     spent: dict[str, float] = defaultdict(float)
@@ -72,7 +72,7 @@ def child(args: list[str], report: Path) -> None:
         setattr(owner, name, wrapper)
 
     timed(TokenData, "get_batch", "data: batches")
-    timed(trainer, "check_run", "checks, opening the prepared data")
+    timed(preflight, "check_run", "checks, opening the prepared data")
     timed(TransformerLM, "forward", "step: forward")
     timed(torch.Tensor, "backward", "step: backward")
     timed(trainer, "clip_gradients", "step: optimizer (clip + update)")

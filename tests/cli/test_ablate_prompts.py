@@ -44,6 +44,7 @@ def normal(value: object) -> object:
     [
         [],
         ["--store", "{tmp}/elsewhere", "--jobs", "2"],
+        ["--store", "{tmp}/s3", "--jobs", "2", "--records", "{tmp}/records"],
         [
             "--budget",
             "tiny",
@@ -59,7 +60,7 @@ def normal(value: object) -> object:
             "6",
         ],
     ],
-    ids=["defaults", "store-jobs", "everything"],
+    ids=["defaults", "store-jobs", "records", "everything"],
 )
 def test_the_resume_hint_parses_to_the_settings_it_was_given(
     given: list[str], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch

@@ -6,12 +6,14 @@ give (`scripts/publish_results.py --check`)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from archlab.lab.publishing import publish
 from archlab.lab.publishing.verify import verify_alone
+from archlab.lab.spec.claims_index import load_index
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGES = publish.pages(DOCS)
@@ -98,3 +100,59 @@ def test_no_loss_margin_above_003_nats_and_no_bare_as_good_as() -> None:
             )
             if row["outcome"] == "confirmed" and row["expect"] == "same" and worse_side:
                 assert ", but worse by" in row["statement"], (page.name, row["claim"])
+
+
+def _registered_first(page: Path, to: Path) -> Path:
+    """A copy of a published page's folder as a re-run registered before its first run
+    would leave it."""
+    folder = shutil.copytree(page, to)
+    record = json.loads((folder / "registration.json").read_text())
+    record["registrations"] = [
+        {**record["registrations"][-1], "runs_trained": 0, "before_first_run": True}
+    ]
+    (folder / "registration.json").write_text(json.dumps(record, indent=1))
+    return folder
+
+
+def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_them(
+    tmp_path: Path,
+) -> None:
+    docs = shutil.copytree(DOCS, tmp_path / "docs")
+    before = (docs / "norm-type" / "claims.json").read_bytes()
+    rerun = _registered_first(DOCS / "norm-type", tmp_path / "rerun")
+    publish.import_folder(rerun, docs)
+    assert (docs / "norm-type" / "rejudged.json").read_bytes() == before
+    publish.rebuild(docs)
+    text = (docs / "norm-type.md").read_text()
+    section = text.split("## Against the re-judged page this re-run replaced")[1].split("\n## ")[0]
+    rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| claim")
+    ]
+    assert [r.split(" | ")[0][2:] for r in rows] == [c["claim"] for c in json.loads(before)]
+    assert all(r.endswith("| no: the same test |") for r in rows)  # the same runs: nothing moved
+    assert publish.check(docs) == []  # rejudged.json is part of the hashed record
+    summary = (docs / "README.md").read_text()
+    release = summary.split("## The release: re-run pages against the re-judged ones")[1].split(
+        "\n## "
+    )[0]
+    assert "1 of 19 pages were re-run" in release and "[norm-type](norm-type.md)" in release
+    then, now = (
+        line.split(": ", 1)[1]
+        for line in release.splitlines()
+        if line.startswith(("- Before", "- Now"))
+    )
+    # the same runs: the same tally as above
+    assert then == now and now in summary.split("## The release")[0]
+    claims = [line for line in release.splitlines() if line.startswith("| `")]
+    index = [c for c in load_index() if c.primary.suite == "norm-type"]
+    assert [line.split("`")[1] for line in claims] == [c.id for c in index] and index
+    assert all(line.endswith("| no |") for line in claims)
+    (docs / "norm-type" / "claims.json").write_text("[]")
+    # a second publication keeps the first replaced page's verdicts
+    publish.import_folder(rerun, docs)
+    assert (docs / "norm-type" / "rejudged.json").read_bytes() == before
+    # a page replaced by another re-judged one keeps no such file: nothing was registered first
+    publish.import_folder(shutil.copytree(DOCS / "ffn", tmp_path / "ffn"), docs)
+    assert not (docs / "ffn" / "rejudged.json").exists()

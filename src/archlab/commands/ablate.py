@@ -83,6 +83,14 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="build the report from the finished run folders under DIR",
     )
+    parser.add_argument(
+        "--records",
+        metavar="DIR",
+        default=None,
+        help="a suite that spans several sittings or machines: first lay the run records under DIR "
+        "(finished runs without checkpoints) into the store, then write every finished run's "
+        "record there, measured, with the registration: after the report, and on Ctrl-C",
+    )
 
 
 def _add_scale(parser: argparse.ArgumentParser) -> None:
@@ -190,6 +198,8 @@ def rerun_argv(args: argparse.Namespace, exp: Experiment, how: bool = True) -> l
         return argv
     if args.collect:
         argv += ["--collect", str(args.collect)]
+    if args.records:
+        argv += ["--records", str(args.records)]
     if args.executor == "slurm":
         if args.slurm_partition is not None:
             argv += ["--slurm-partition", args.slurm_partition]
@@ -339,6 +349,10 @@ def _train_and_judge(args: argparse.Namespace, exp: Experiment) -> int:
     resume = shlex.join(rerun_argv(args, exp))  # the Ctrl-C hint: how it ran, too
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        if args.records:
+            laid = exp.read_records(args.records)
+            store = exp.plan().store
+            print(f"{args.records}: {laid} run records laid into {store}", file=sys.stderr)
         if not args.collect:
             _train(exp)
         results = None
@@ -350,10 +364,12 @@ def _train_and_judge(args: argparse.Namespace, exp: Experiment) -> int:
                 on_progress=_show_progress,
             )
         results = exp.report(command, results)
+        _write_records(args, exp)
     except LabError as err:
         print(f"archlab ablate: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _write_records(args, exp)
         print(
             "\narchlab ablate: interrupted; finished runs and measures are kept, and a run under "
             f"way saved a checkpoint. Run `{resume}` again to continue where it stopped.",
@@ -365,6 +381,13 @@ def _train_and_judge(args: argparse.Namespace, exp: Experiment) -> int:
     print("\n".join(exp.verdict_lines(results)))
     print(f"report: {out / 'report.html'}, {out / 'results.md'}, {out / 'results.csv'}")
     return 0
+
+
+def _write_records(args: argparse.Namespace, exp: Experiment) -> None:
+    """With --records: the finished runs measured and their records written (none otherwise)."""
+    if args.records:
+        held = exp.write_records(args.records)
+        print(f"{args.records}: {held} run records of {len(exp.plan().runs)} runs", file=sys.stderr)
 
 
 def _train(exp: Experiment) -> None:

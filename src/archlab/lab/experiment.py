@@ -14,6 +14,11 @@ step computed once.
     # from runs made elsewhere (--executor slurm)
     Experiment.collect("runs/ablate/ffn-small").publish()
 
+    # a suite continued on a fresh machine: finished runs' records
+    exp.read_records("docs/results/ffn/next")
+    # measure the finished runs, copy their records (no checkpoints)
+    exp.write_records("docs/results/ffn/next")
+
 Each step is cached on the experiment and computed from the step before it; `run()` and a plan that
 grows (`sequential`) drop what follows them. `archlab ablate` (commands/ablate.py) parses flags,
 calls these and prints; `scripts/publish_results.py` collects through them. Planning returns new
@@ -30,14 +35,14 @@ from pathlib import Path
 
 import archlab.lab.analysis.stats as stats
 import archlab.lab.runs.planning as planning
-from archlab.lab.analysis.table import Table
 from archlab.lab.analysis.verdicts import ClaimResult, judge
 from archlab.lab.publishing.record import Record
 from archlab.lab.publishing.report import record_of, record_suite_time, verdict_lines, write_report
-from archlab.lab.runs.collect import measure_plan, measure_timings, table_of
+from archlab.lab.runs import records
+from archlab.lab.runs.collect import measure_plan, measure_timings
 from archlab.lab.runs.executor import SlurmOptions, submit_plan
 from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
-from archlab.lab.runs.runner import Progress, has_trained, run_plan
+from archlab.lab.runs.runner import Progress, has_trained, is_done, run_plan
 from archlab.lab.spec import registration
 from archlab.lab.spec.arms import param_note
 from archlab.lab.spec.budgets import BUDGETS
@@ -264,6 +269,25 @@ class Experiment:
         self._drop("runs")
         return submit_plan(self.plan(), "slurm", self.slurm)
 
+    def read_records(self, folder: str | Path) -> int:
+        """Lay the run records under `folder` (lab/runs/records.py) into the store, and their
+        registration into the suite's folder, before the runs: a suite begun elsewhere goes on where
+        it stopped. How many runs were laid in."""
+        plan = self.plan()
+        laid = records.read_records(Path(folder), plan.store, plan.out)
+        self._drop("runs")
+        return laid
+
+    def write_records(self, folder: str | Path) -> int:
+        """Measure the finished runs (once: cached beside each run) and copy each one's record,
+        without its checkpoints, under `folder`, with the plan's registration; how many run records
+        it holds now."""
+        plan = self.plan()
+        finished = replace(plan, runs=[r for r in plan.runs if is_done(r)])
+        if finished.runs:
+            measure_plan(finished, lambda r: self.log(f"measuring {r.arm}/seed{r.seed}"), self.jobs)
+        return len(records.write_records(plan, Path(folder)))
+
     def measure(self) -> dict[RunSpec, dict]:
         """Each run's measures (cached beside it) and the suite's timing pairs (cached
         in its folder)."""
@@ -274,10 +298,6 @@ class Experiment:
         if self._timings is None:
             self._timings = measure_timings(self.plan())
         return self._measured
-
-    def table(self) -> Table:
-        measured = self.measure()
-        return table_of(self.plan(), measured, self._timings)
 
     def record(self, command: str | None = None) -> Record:
         """The table with each arm's parameters and config hash, the configs and the provenance."""

@@ -138,6 +138,49 @@ def section(index: list[LectureClaim], pages: dict[str, list[dict]]) -> list[str
     return lines + [""]
 
 
+def _mde(row: dict | None) -> str:
+    return "-" if row is None or row.get("mde") is None else page.fmt(row["mde"])
+
+
+def release_section(
+    index: list[LectureClaim], pages: dict[str, list[dict]], before: dict[str, list[dict]]
+) -> list[str]:
+    """The lecture tally before and after a release, and each lecture claim whose primary page was
+    re-run: its outcome and minimum detectable effect on the re-judged page and on the re-run.
+    `before`: the pages as they were (each re-run page's rejudged.json rows, the others as now).
+    Empty when no page was re-run."""
+    rerun = sorted(name for name in pages if before.get(name) is not pages[name])
+    if not rerun:
+        return []
+    now_rows, old_rows = by_test(pages), by_test(before)
+    now = [verdict(c, now_rows) for c in index]
+    old = [verdict(c, old_rows) for c in index]
+    lines = [
+        "## The release: re-run pages against the re-judged ones",
+        "",
+        f"{len(rerun)} of {len(pages)} pages were re-run at their registered seeds after "
+        f"registering their claims ({', '.join(f'[{n}]({n}.md)' for n in rerun)}); the others are "
+        "the re-judged pages. Each re-run page shows its own claims then and now.",
+        "",
+        f"- Before the re-runs: {tally(old)}",
+        f"- Now: {tally(now)}",
+        "",
+        "| lecture claim | primary test | re-judged: outcome, mde | re-run: outcome, mde "
+        "| changed |",
+        "|---" * 5 + "|",
+    ]
+    for was, is_ in zip(old, now):
+        if is_.claim.primary.suite not in rerun:
+            continue
+        changed = "**yes**" if was.outcome != is_.outcome else "no"
+        lines.append(
+            f"| `{is_.claim.id}` | [{is_.claim.primary.suite}]({is_.claim.primary.suite}.md): "
+            f"{is_.claim.primary.claim} | {was.outcome}, {_mde(was.row)} | {is_.outcome}, "
+            f"{_mde(is_.row)} | {changed} |"
+        )
+    return lines + [""]
+
+
 def _short(source: Source) -> str:
     """A source's short name for the table: "Su 9728" for a kexue.fm post, else its title up to
     the first colon."""

@@ -34,6 +34,7 @@ from archlab.lab.publishing.record import (
     HASHES,
     PREVIOUS_RULE,
     READING,
+    REJUDGED,
     Record,
     claim_rows,
     differences,
@@ -44,6 +45,7 @@ from archlab.lab.publishing.record import (
     write_hashes,
 )
 from archlab.lab.spec.claims_index import ClaimsIndexError, load_index
+from archlab.lab.spec.registration import REGISTRATION
 
 PLOTS = (
     "val_loss.png",
@@ -251,7 +253,11 @@ def page_text(docs: Path, record: Record, results: list[ClaimResult]) -> str:
     name = record.suite.name
     folder = docs / name
     plots = [f"{name}/{p}" for p in PLOTS if (folder / p).is_file()]
-    extra = previous_section(folder, results) + first_section(folder, results)
+    extra = (
+        rejudged_section(folder, results)
+        + previous_section(folder, results)
+        + first_section(folder, results)
+    )
     digest = record_digest(folder)
     record_line = (
         [
@@ -326,28 +332,12 @@ def why_changed(old: dict, new: ClaimResult) -> str:
     return "; ".join(reasons) or "the same test"
 
 
-def previous_section(folder: Path, results: list[ClaimResult]) -> str:
-    """Each claim under the previous rule (one pooled residual per regime, a 0.09-nat
-    margin) beside now."""
-    path = folder / PREVIOUS_RULE
-    if not path.is_file():
-        return ""
-    old_rows = json.loads(path.read_text(encoding="utf-8"))
-    renamed = {r["claim"]: r for r in old_rows}
-    lines = [
-        "",
-        "## Against the previous rule",
-        "",
-        "Until 3 December 2026 the lab judged claims on one pooled residual per suite (or regime) "
-        'and "as good as" at a 0.09-nat margin (what 1.25x compute buys at `small`), with no '
-        "item-level variance. Each claim "
-        "then and now (a changed outcome in bold, with what moved it):",
-        "",
-        "| claim | then: estimate [90% CI], test, outcome | now: estimate [90% CI], test, outcome "
-        "| changed: why |",
-        "|---|---|---|---|",
-    ]
+def _then_and_now(old_rows: list[dict], results: list[ClaimResult]) -> list[str]:
+    """One table row per claim of `old_rows` beside its verdict in `results` (a changed outcome in
+    bold, with what moved it), then the claims `results` adds."""
+    lines = []
     now = {r.claim.text: r for r in results}
+    renamed = {r["claim"]: r for r in old_rows}
     aliases = {r.claim.text: r.claim.text for r in results}
     for old in old_rows:
         new = now.get(old["claim"]) or next(
@@ -383,7 +373,55 @@ def previous_section(folder: Path, results: list[ClaimResult]) -> str:
                 f"| (new) {text} | - | {page.fmt(r.estimate)} {_fmt_ci(r.ci)}, {r.outcome} | "
                 "new claim |"
             )
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def rejudged_section(folder: Path, results: list[ClaimResult]) -> str:
+    """Each claim of the page this re-run replaced (re-judged after its runs, at margins set
+    then) beside now."""
+    path = folder / REJUDGED
+    if not path.is_file():
+        return ""
+    lines = [
+        "",
+        "## Against the re-judged page this re-run replaced",
+        "",
+        "Before this re-run the page judged runs made before registrations existed, at margins and "
+        "smallest effects set on re-judging, after the runs (docs/lab-statistics.md). This page's "
+        "runs were trained after its claims were registered. Each claim then and now (a changed "
+        "outcome in bold, with what moved it):",
+        "",
+        "| claim | re-judged: estimate [90% CI], test, outcome | re-run: estimate [90% CI], test, "
+        "outcome | changed: why |",
+        "|---|---|---|---|",
+    ]
+    return (
+        "\n".join(lines + _then_and_now(json.loads(path.read_text(encoding="utf-8")), results))
+        + "\n"
+    )
+
+
+def previous_section(folder: Path, results: list[ClaimResult]) -> str:
+    """Each claim under the previous rule (one pooled residual per regime, a 0.09-nat
+    margin) beside now."""
+    path = folder / PREVIOUS_RULE
+    if not path.is_file():
+        return ""
+    old_rows = json.loads(path.read_text(encoding="utf-8"))
+    lines = [
+        "",
+        "## Against the previous rule",
+        "",
+        "Until 3 December 2026 the lab judged claims on one pooled residual per suite (or regime) "
+        'and "as good as" at a 0.09-nat margin (what 1.25x compute buys at `small`), with no '
+        "item-level variance. Each claim "
+        "then and now (a changed outcome in bold, with what moved it):",
+        "",
+        "| claim | then: estimate [90% CI], test, outcome | now: estimate [90% CI], test, outcome "
+        "| changed: why |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join(lines + _then_and_now(old_rows, results)) + "\n"
 
 
 def _restated(old_text: str, result: ClaimResult) -> bool:
@@ -496,8 +534,15 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
     ]
     q = {id(row): t.p_adjusted for row, t in zip(family, stats.adjust(tests, method="bh"))}
     lines = ["# Lab results: the lecture's claims, measured", "", INTRO, ""]
-    # each lecture claim once, by its primary test
-    lines += lecture_claims.section(load_index(), pages)
+    index = load_index()
+    lines += lecture_claims.section(index, pages)  # each lecture claim once, by its primary test
+    before = {
+        name: json.loads((docs / name / REJUDGED).read_text(encoding="utf-8"))
+        if (docs / name / REJUDGED).is_file()
+        else rows
+        for name, rows in pages.items()
+    }
+    lines += lecture_claims.release_section(index, pages, before)
     lines += [
         "## Every comparison",
         "",
@@ -591,10 +636,21 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
     return "\n".join(lines) + "\n"
 
 
+def _registered_before(folder: Path) -> bool | None:
+    """Whether the registration in force in `folder` was made before the first run
+    (None: no registration)."""
+    path = folder / REGISTRATION
+    if not path.is_file():
+        return None
+    registrations = json.loads(path.read_text(encoding="utf-8"))["registrations"]
+    return bool(registrations and registrations[-1]["before_first_run"])
+
+
 def import_folder(suite_dir: Path, docs: Path) -> Path:
     """Copy a finished suite folder's record and plots into docs/SUITE/ (its reading and earlier
     rules' verdicts kept; the claims.json it replaces kept as previous-rule.json when it came from
-    the previous rule)."""
+    the previous rule, and as rejudged.json when a suite registered before its first run replaces a
+    page registered on re-judging)."""
     record = read_record(suite_dir)
     folder = docs / record.suite.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -604,6 +660,13 @@ def import_folder(suite_dir: Path, docs: Path) -> Path:
         # written by the previous rule
         if rows and "p_holm_suite" not in rows[0] and "key" in rows[0]:
             shutil.copyfile(old, folder / PREVIOUS_RULE)
+    if (
+        old.is_file()
+        and not (folder / REJUDGED).is_file()
+        and _registered_before(suite_dir)
+        and _registered_before(folder) is False
+    ):  # a re-run registered first replaces a re-judged page
+        shutil.copyfile(old, folder / REJUDGED)
     for name in (
         "results.csv",
         "items.csv",

@@ -61,6 +61,8 @@ READING = "reading.md"
 FIRST_RULE = "first-rule.json"
 # the verdicts under the rule before this one (pooled residual, 0.09 nats)
 PREVIOUS_RULE = "previous-rule.json"
+# the verdicts of a page re-judged after its runs, kept when a registered re-run replaces it
+REJUDGED = "rejudged.json"
 # each record file's sha256, in `sha256sum` format (`sha256sum -c record.sha256`)
 HASHES = "record.sha256"
 # the files a record is, in the order record.sha256 lists them; then its plots (*.png)
@@ -76,6 +78,7 @@ RECORD_FILES = (
     READING,
     FIRST_RULE,
     PREVIOUS_RULE,
+    REJUDGED,
 )
 # verify: estimates and p-values agree to this relative tolerance (float64 sums in another order)
 REL_TOL = 1e-9

@@ -28,6 +28,7 @@ from archlab.lab.measures.measure import (
 )
 from archlab.lab.measures.timing import time_pairs
 from archlab.lab.runs.plan import Plan, RunSpec, plan_suite
+from archlab.lab.runs.records import missing_measures
 from archlab.lab.runs.runner import LabError, is_done
 from archlab.lab.runs.store import stale_reason
 from archlab.lab.spec.arms import arm_keys, flag_value, resolve_arm
@@ -63,6 +64,14 @@ def measure_plan(
             "than today's code resolves, so they are not reused: "
             f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; run the suite without "
             "--collect to set them aside and train them again"
+        )
+    lacking = missing_measures(plan)
+    if lacking:
+        raise LabError(
+            f"{len(lacking)} runs are records without checkpoints (lab/runs/records.py), "
+            "so they cannot be measured again, and lack measures the suite asks for: "
+            f"{'; '.join(lacking[:3])}{' ...' if len(lacking) > 3 else ''}; move those run folders "
+            "aside to train them again"
         )
     order = sorted(plan.runs, key=lambda r: r.seed)
     cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped

@@ -5,8 +5,9 @@ Locally the runs train in `jobs` worker processes that keep torch imported (lab/
 run after another, each run exactly as its own `archlab train` process would train it; a Slurm task
 (lab/runs/executor.py) runs one `archlab train` subprocess.
 
-A run is done when its folder holds the checkpoint of its last step and metrics.jsonl (or a
-recorded divergence); a stopped run is continued with `--resume`; how a run ended is recorded
+A run is done when its folder holds the checkpoint of its last step and metrics.jsonl (or a recorded
+divergence), or is a finished run's record (lab/runs/records.py: no checkpoint, a clean exit,
+metrics to its last step); a stopped run is continued with `--resume`; how a run ended is recorded
 beside it (measure.STATUS).
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from archlab.checkpoint import latest_checkpoint
 from archlab.lab.measures.measure import STATUS
 from archlab.lab.runs.plan import Plan, RunSpec
+from archlab.lab.runs.records import is_record
 from archlab.lab.runs.store import set_aside, stale_reason
 from archlab.lab.runs.worker import Worker
 from archlab.train.metrics import METRICS
@@ -46,11 +48,14 @@ def final_step(run_dir: Path) -> int:
 
 
 def is_done(run: RunSpec) -> bool:
-    """The checkpoint of the last step and metrics.jsonl exist, or the run stopped on divergence."""
+    """The checkpoint of the last step and metrics.jsonl exist, the run stopped on divergence, or
+    its folder is a finished run's record."""
     status = run.run_dir / STATUS
     if status.is_file() and json.loads(status.read_text(encoding="utf-8")).get("diverged"):
         return True
-    return (run.run_dir / METRICS).is_file() and final_step(run.run_dir) >= run.steps
+    return (
+        (run.run_dir / METRICS).is_file() and final_step(run.run_dir) >= run.steps
+    ) or is_record(run)
 
 
 def has_trained(run: RunSpec) -> bool:
