@@ -18,10 +18,17 @@ its registration holds.
 Each suite runs as `archlab ablate SUITE --budget small --seeds N --out runs/release/SUITE-small
 --store runs/release/store --jobs J --records docs/results/SUITE/runs`: `--records` lays the runs
 committed there by an earlier sitting into the store first (so a fresh machine goes on where the
-last one stopped) and writes every finished run's record (metrics and measures, no checkpoints)
-and the registration there, after the report and on Ctrl-C. Commit docs/results/SUITE/runs/ after
-each sitting. Run it from a clean checkout of the release's commit: each run records its commit and
-whether the checkout had local changes (train/provenance.py), and the page lists them.
+last one stopped) and writes every finished run's record (metrics and measures, no checkpoints) and
+the registration there, after the report and on Ctrl-C. Before the first suite, the records under
+every page are laid into the store, so a run two suites share (the base arm's seeds) is found, not
+trained again. Commit docs/results/*/runs/ after each sitting.
+
+Each run records the commit of the archlab it ran and whether that checkout had local changes
+(train/provenance.py), and the page lists them. To keep a release at one commit across sittings,
+train with the release commit's package and this script from any later one:
+
+    git worktree add ../release 0eb6d2e
+    PYTHONPATH=../release/src python scripts/release_lab.py vocab heads --jobs 2
 """
 
 from __future__ import annotations
@@ -88,6 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.suites if s not in known]
     if unknown:
         parser.error(f"not a built-in suite: {', '.join(unknown)} (one of {', '.join(known)})")
+    # every page's records first: a run two suites share is found, not trained again
+    if not args.seeds_only:
+        laid = sum(
+            Experiment(
+                name,
+                args.budget,
+                store=args.work / "store",
+                out=args.work / f"{name}-{args.budget}",
+            ).read_records(args.docs / name / "runs")
+            for name in known
+        )
+        print(f"{laid} run records of the pages laid into {args.work / 'store'}", flush=True)
     for suite in args.suites or known:
         records = args.docs / suite / "runs"
         seeds = registered_seeds(records)

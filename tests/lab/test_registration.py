@@ -161,3 +161,38 @@ def test_a_claims_role_is_primary_or_secondary(tmp_path: Path) -> None:
         r"'secondary'\) or absent",
     ):
         load_suite(tmp_path / "bad.yaml")
+
+
+def test_a_registration_after_runs_names_the_runs_that_started_before_it() -> None:
+    from archlab.lab.publishing import registered
+
+    entry = {
+        "registered_at": "2026-12-05T08:00:00+00:00",
+        "commit": "0eb6d2e14b9b56ee",
+        "dirty": False,
+        "runs_trained": 2,
+        "before_first_run": False,
+        "claims": [{"text": "a"}],
+    }
+    started = {
+        "base/seed0": "2026-12-05T07:59:59+00:00",
+        "base/seed1": "2026-12-05T07:30:00+00:00",
+        "base/seed2": "2026-12-05T08:00:00+00:00",
+        "other/seed0": "2026-12-05T08:00:01+00:00",
+        "other/seed1": None,
+    }
+    # the same second is not before
+    assert registered.trained_before(entry, started) == ["base/seed0", "base/seed1"]
+    [line] = registered.lines({"registrations": [entry]}, 5, started)
+    assert line.startswith(
+        "Registered at commit 0eb6d2e14b9b, 2026-12-05, after 2 of the plan's runs had trained "
+        "(base/seed0, base/seed1, by their provenance records;"
+    )
+    # a page without start times keeps the count alone
+    [plain] = registered.lines({"registrations": [entry]}, 5)
+    assert plain.startswith(
+        "Registered at commit 0eb6d2e14b9b, 2026-12-05, after 2 of the plan's runs had trained: "
+    )
+    assert registered.lines({"registrations": [{**entry, "before_first_run": True}]}, 5, started)[
+        0
+    ].startswith("Registered at commit 0eb6d2e14b9b, 2026-12-05, before the first run")

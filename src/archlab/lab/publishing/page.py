@@ -367,7 +367,9 @@ def header_lines(record: Record) -> list[str]:
         "`archlab ablate --verify DIR` on this page's folder."
     ]
     lines += registered.lines(
-        record.registration, sum(len(runs) for runs in record.table.runs.values())
+        record.registration,
+        sum(len(runs) for runs in record.table.runs.values()),
+        (p.get(run_provenance.RUNS) or {}).get("started"),
     )
     lines += run_provenance.lines(p.get(run_provenance.RUNS), run_provenance.reconstructed(p))
     judged = p.get("judged_by", {})

@@ -23,9 +23,18 @@ def _when(entry: dict) -> str:
     )
 
 
-def lines(record: dict | None, runs: int) -> list[str]:
+def trained_before(entry: dict, started: dict | None) -> list[str]:
+    """The runs whose first session started before `entry` was registered, by their own provenance
+    records (`started`: run label -> its first session's start, run_provenance.gather); []
+    where not recorded."""
+    when = entry.get("registered_at")
+    return [label for label, at in (started or {}).items() if at and when and at < when]
+
+
+def lines(record: dict | None, runs: int, started: dict | None = None) -> list[str]:
     """The page's registration line(s) from registration.json's record (None: there is none);
-    `runs`: the page's runs."""
+    `runs`: the page's runs; `started`: each run's first start, to name the runs that trained
+    before the registration."""
     if not record or not record.get("registrations"):
         return [
             "Registration: none (this folder predates registrations): its claims, margins and "
@@ -48,9 +57,18 @@ def lines(record: dict | None, runs: int) -> list[str]:
             f"{last.get('runs_trained', runs)} runs (`registration.json`)."
         )
     else:
+        before = trained_before(last, started)
+        named = (
+            (
+                f" ({', '.join(before)}, by their provenance records; in a shared store, runs that "
+                "another suite or an earlier sitting trained)"
+            )
+            if before
+            else ""
+        )
         line = (
             f"Registered at {_when(last)}, after {last.get('runs_trained')} of the plan's runs had "
-            f"trained: the {n} claims as judged here (`registration.json`)."
+            f"trained{named}: the {n} claims as judged here (`registration.json`)."
         )
     if earlier:
         line += (

@@ -56,6 +56,7 @@ def gather(runs: list[tuple[str, Path]]) -> dict:
         "recorded": [],
         "unrecorded": [],
         "resumed": [],
+        "started": {},
         **{section: [] for section in GROUPS},
     }
     for label, run_dir in runs:
@@ -65,6 +66,8 @@ def gather(runs: list[tuple[str, Path]]) -> dict:
             out["unrecorded"].append(label)
             continue
         out["recorded"].append(label)
+        # its first session: set against the registration
+        out["started"][label] = sessions[0].get("started_at")
         out["resumed"] += [
             f"{label} at step {s.get('from_step')}: "
             + ("; ".join(s.get("changed") or []) or "nothing changed")
