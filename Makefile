@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# pyflakes, import order and line length (pyproject.toml [tool.ruff]); .ci/run runs it before the tests
+# the format (`ruff format`), then pyflakes, import order and line length, all at 100 columns (pyproject.toml
+# [tool.ruff]); .ci/run runs it before the tests
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
 # headless Chromium renders the lab's report.html in tests/lab/test_report.py. `make test` never installs it (a test

@@ -1,7 +1,8 @@
-"""Data preparation speed: the built-in stdlib corpus (or any --data) into token memmaps, cold and cached.
+"""Data preparation speed: the built-in stdlib corpus (or any --data) into token memmaps,
+cold and cached.
 
-python benchmarks/bench_data.py                      # stdlib, byte tokenizer (target: under 60 s)
-python benchmarks/bench_data.py --tokenizer bpe      # stdlib, trains an 8192-id byte-level BPE first
+python benchmarks/bench_data.py # stdlib, byte tokenizer (target: under 60 s) python
+benchmarks/bench_data.py --tokenizer bpe # stdlib, trains an 8192-id byte-level BPE first
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def main(argv: list[str] | None = None) -> dict[str, float | int | str]:
     result = bench(args.data, args.tokenizer, args.vocab_size)
     print(f"python {platform.python_version()}, {os.cpu_count()} cores")
     print(
-        f"{result['data']} / {result['tokenizer']}: {result['files']} files, {result['bytes']:,} bytes, "
-        f"{result['tokens']:,} tokens; prepared in {result['seconds_cold']} s "
+        f"{result['data']} / {result['tokenizer']}: {result['files']} files, {result['bytes']:,} "
+        f"bytes, {result['tokens']:,} tokens; prepared in {result['seconds_cold']} s "
         f"({result['tokens_per_s']:,} tokens/s), cache hit in {result['seconds_cached']} s"
     )
     if args.data == "stdlib" and args.tokenizer == "byte":

@@ -1,12 +1,15 @@
-"""How the lab should use a machine's cores at a budget's shape: one run at a time on 1 or N threads, or N runs at
-once on one thread each (what `archlab ablate --jobs N` does), measured as training steps per second of the
-machine, plus the fp32 GEMM ceiling at the step's FFN shape for one thread.
+"""How the lab should use a machine's cores at a budget's shape: one run at a time on 1 or N
+threads, or N runs at once on one thread each (what `archlab ablate --jobs N` does), measured
+as training steps per second of the machine, plus the fp32 GEMM ceiling at the step's FFN shape
+for one thread.
 
-Each configuration trains the budget's model (the suite's first arm) on random tokens for `--steps` timed steps
-after 3 warm-up steps, in fresh processes started together, alternating the configurations `--repeats` times so a
-slow spell of the machine hits each alike; the best repeat of each is kept.
+Each configuration trains the budget's model (the suite's first arm) on random tokens for
+`--steps` timed steps after 3 warm-up steps, in fresh processes started together, alternating the
+configurations `--repeats` times so a slow spell of the machine hits each alike; the best repeat of
+each is kept.
 
-    python benchmarks/bench_lab_concurrency.py [--suite norm-type] [--budget small] [--steps 30] [--repeats 2]
+    python benchmarks/bench_lab_concurrency.py [--suite norm-type] [--budget small] [--steps 30] \\
+        [--repeats 2]
 
 Writes benchmarks/results/lab_concurrency.md and .json. Run it alone on the machine.
 """
@@ -24,9 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def child(suite_name: str, budget_name: str, steps: int, threads: int, compiled: bool = False) -> None:
-    """Train `steps` timed steps of the budget's model on `threads` threads (`compiled`: the lab's `--mode
-    compiled`, torch.compile of the model, compiled in the untimed warm-up); print the seconds per step."""
+def child(
+    suite_name: str, budget_name: str, steps: int, threads: int, compiled: bool = False
+) -> None:
+    """Train `steps` timed steps of the budget's model on `threads` threads (`compiled`: the lab's
+    `--mode compiled`, torch.compile of the model, compiled in the untimed warm-up); print the
+    seconds per step."""
     import torch
 
     from archlab.lab.spec.arms import resolve_arm
@@ -81,16 +87,31 @@ def ceiling(suite_name: str, budget_name: str) -> dict:
         for _ in range(10):
             a @ b
         best = min(best, (time.perf_counter() - start) / 10)
-    return {"gemm_gflops_1_thread": 2 * tokens * model.d_model * model.d_ff / best / 1e9,
-            "step_gflop": flops_per_token(model, train.data.block_size)["training"] * tokens / 1e9}
+    return {
+        "gemm_gflops_1_thread": 2 * tokens * model.d_model * model.d_ff / best / 1e9,
+        "step_gflop": flops_per_token(model, train.data.block_size)["training"] * tokens / 1e9,
+    }
 
 
-def together(args: argparse.Namespace, processes: int, threads: int, compiled: bool = False) -> list[float]:
-    """Seconds per step of each of `processes` processes started together with `threads` threads each."""
+def together(
+    args: argparse.Namespace, processes: int, threads: int, compiled: bool = False
+) -> list[float]:
+    """Seconds per step of each of `processes` processes started together with
+    `threads` threads each."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, __file__, "--child", args.suite, args.budget, str(args.steps), str(threads),
-           str(int(compiled))]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        args.suite,
+        args.budget,
+        str(args.steps),
+        str(threads),
+        str(int(compiled)),
+    ]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(processes)
+    ]
     return [json.loads(p.communicate()[0].strip().splitlines()[-1])["step_s"] for p in procs]
 
 
@@ -108,10 +129,13 @@ def main() -> None:
     args = parser.parse_args()
     from archlab.train.hardware import describe_machine
 
-    configs = {"1 run x 1 thread": (1, 1, False), f"1 run x {args.cores} threads": (1, args.cores, False),
-               f"{args.cores} runs x 1 thread": (args.cores, 1, False),
-               "1 run x 1 thread, --mode compiled": (1, 1, True),
-               f"{args.cores} runs x 1 thread, --mode compiled": (args.cores, 1, True)}
+    configs = {
+        "1 run x 1 thread": (1, 1, False),
+        f"1 run x {args.cores} threads": (1, args.cores, False),
+        f"{args.cores} runs x 1 thread": (args.cores, 1, False),
+        "1 run x 1 thread, --mode compiled": (1, 1, True),
+        f"{args.cores} runs x 1 thread, --mode compiled": (args.cores, 1, True),
+    }
     best: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         for name, (processes, threads, compiled) in configs.items():
@@ -122,22 +146,37 @@ def main() -> None:
     rows = []
     for name, times in best.items():
         per_run = sum(times) / len(times)
-        rows.append({"config": name, "step_s": per_run, "machine_steps_per_s": sum(1 / t for t in times),
-                     "gflops_per_run": limit["step_gflop"] / per_run})
-    lines = [f"{args.suite} at {args.budget}: {limit['step_gflop']:.2f} GFLOP per step; fp32 GEMM ceiling at the FFN "
-             f"shape, 1 thread: {limit['gemm_gflops_1_thread']:.1f} GFLOP/s. {describe_machine()}. "
-             f"Best of {args.repeats} alternating repeats, {args.steps} steps each.", "",
-             "| configuration | s per step (each run) | steps/s of the machine | GFLOP/s per run | of one thread's "
-             "ceiling |", "|---|---:|---:|---:|---:|"]
+        rows.append(
+            {
+                "config": name,
+                "step_s": per_run,
+                "machine_steps_per_s": sum(1 / t for t in times),
+                "gflops_per_run": limit["step_gflop"] / per_run,
+            }
+        )
+    lines = [
+        f"{args.suite} at {args.budget}: {limit['step_gflop']:.2f} GFLOP per step; fp32 "
+        f"GEMM ceiling at the FFN shape, 1 thread: {limit['gemm_gflops_1_thread']:.1f} "
+        f"GFLOP/s. {describe_machine()}. Best of {args.repeats} alternating repeats, "
+        f"{args.steps} steps each.",
+        "",
+        "| configuration | s per step (each run) | steps/s of the machine | GFLOP/s per run | of "
+        "one thread's ceiling |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['config']} | {r['step_s']:.3f} | {r['machine_steps_per_s']:.2f} | "
-                     f"{r['gflops_per_run']:.1f} | {100 * r['gflops_per_run'] / limit['gemm_gflops_1_thread']:.0f}% |")
+        lines.append(
+            f"| {r['config']} | {r['step_s']:.3f} | "
+            f"{r['machine_steps_per_s']:.2f} | {r['gflops_per_run']:.1f} "
+            f"| {100 * r['gflops_per_run'] / limit['gemm_gflops_1_thread']:.0f}% |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "lab_concurrency.md").write_text(text, encoding="utf-8")
-    (args.results / "lab_concurrency.json").write_text(json.dumps({"rows": rows, **limit}, indent=1),
-                                                       encoding="utf-8")
+    (args.results / "lab_concurrency.json").write_text(
+        json.dumps({"rows": rows, **limit}, indent=1), encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":

@@ -1,22 +1,27 @@
-"""Compiled decoding over successive `generate` calls: measured once per model and reused, against eager.
+"""Compiled decoding over successive `generate` calls: measured once per model and
+reused, against eager.
 
-A notebook, an eval loop or a chat loop calls `generate(model, ..., compile_decode=True)` again and again, each
-call opening its own `Decoder`. The decoder's choice (compiled step or eager, and the compiled step's kind) is
-measured on the first call and kept per model (infer/engine.py), so later calls decode at once. Three ways, each
-on a fresh copy of the same model, `--calls` successive calls each, wall-clock seconds per call:
+A notebook, an eval loop or a chat loop calls `generate(model, ..., compile_decode=True)` again and
+again, each call opening its own `Decoder`. The decoder's choice (compiled step or eager, and the
+compiled step's kind) is measured on the first call and kept per model (infer/engine.py), so later
+calls decode at once. Three ways, each on a fresh copy of the same model, `--calls` successive calls
+each, wall-clock seconds per call:
 - eager: `compile_decode=False`;
-- compiled, measured once (now): `compile_decode=True`, the first call compiles and measures, the rest reuse;
-- compiled, measured every call (before): the same, but the per-model record is cleared before each call, as
-  every call re-measured before the record existed (the compiled graphs stay in torch's compile cache, so this
-  row pays the probe, not the compilation, from its second call on).
-Each row starts from an empty compile cache (`torch._dynamo.reset()`), so each pays its own first compile.
-The `picked` column is the mode the decoder chose. Calls 2..N are the ones a loop keeps paying; the first pays
-the one-off compile.
+- compiled, measured once (now): `compile_decode=True`, the first call compiles and measures,
+  the rest reuse;
+- compiled, measured every call (before): the same, but the per-model record is cleared before each
+  call, as every call re-measured before the record existed (the compiled graphs stay in torch's
+  compile cache, so this row pays the probe, not the compilation, from its second call on).
+Each row starts from an empty compile cache (`torch._dynamo.reset()`), so each pays its own first
+compile. The `picked` column is the mode the decoder chose. Calls 2..N are the ones a loop keeps
+paying; the first pays the one-off compile.
 
-    python benchmarks/bench_repeated_generate.py                         # small (256 x 6), 128 new tokens, 5 calls
+    # small (256 x 6), 128 new tokens, 5 calls
+    python benchmarks/bench_repeated_generate.py
     python benchmarks/bench_repeated_generate.py --size llama --new-tokens 256
 
-CPU threads default to 1 (a shared machine); the machine may be loaded: compare the rows of one run, not runs.
+CPU threads default to 1 (a shared machine); the machine may be loaded: compare the rows of one
+run, not runs.
 """
 
 from __future__ import annotations
@@ -46,9 +51,15 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def calls(model: TransformerLM, prompt: list[int], args: argparse.Namespace, compile_decode: bool,
-          forget: bool) -> tuple[list[float], str]:
-    """Seconds of each of `args.calls` successive generate calls, and the mode the last one decoded with."""
+def calls(
+    model: TransformerLM,
+    prompt: list[int],
+    args: argparse.Namespace,
+    compile_decode: bool,
+    forget: bool,
+) -> tuple[list[float], str]:
+    """Seconds of each of `args.calls` successive generate calls, and the mode the last
+    one decoded with."""
     sampling = SamplingConfig(max_new_tokens=args.new_tokens, temperature=0)
     seconds, mode = [], "eager"
     for _ in range(args.calls):
@@ -66,26 +77,47 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     d, n_layers, n_heads, vocab = SIZES[args.size]
     torch.manual_seed(0)
-    model = TransformerLM(ModelConfig(d_model=d, n_layers=n_layers, n_heads=n_heads, vocab_size=vocab,
-                                      max_seq_len=args.prompt_len + args.new_tokens)).eval()
-    prompt = torch.randint(0, vocab, (args.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {args.size} ({d} x {n_layers}, vocab "
-          f"{vocab}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), prompt {args.prompt_len}, "
-          f"{args.new_tokens} new tokens, {args.calls} successive generate() calls\n")
-    rows = [("eager", False, False), ("compiled, measured once (now)", True, False),
-            ("compiled, measured every call (before)", True, True)]
+    model = TransformerLM(
+        ModelConfig(
+            d_model=d,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            vocab_size=vocab,
+            max_seq_len=args.prompt_len + args.new_tokens,
+        )
+    ).eval()
+    prompt = torch.randint(
+        0, vocab, (args.prompt_len,), generator=torch.Generator().manual_seed(1)
+    ).tolist()
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {args.size} ({d} x "
+        f"{n_layers}, vocab {vocab}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+        f"parameters), prompt {args.prompt_len}, {args.new_tokens} new tokens, {args.calls} "
+        "successive generate() calls\n"
+    )
+    rows = [
+        ("eager", False, False),
+        ("compiled, measured once (now)", True, False),
+        ("compiled, measured every call (before)", True, True),
+    ]
     results = {}
     for name, compiled, forget in rows:
-        torch._dynamo.reset()  # each row compiles on its own first call: no graph left by the row before
+        # each row compiles on its own first call: no graph left by the row before
+        torch._dynamo.reset()
         results[name] = calls(copy.deepcopy(model), prompt, args, compiled, forget)
     eager_later = sum(results["eager"][0][1:])
-    print("| decoding | picked | " + " | ".join(f"call {i + 1} s" for i in range(args.calls))
-          + " | calls 2.. s | vs eager (calls 2..) |")
+    print(
+        "| decoding | picked | "
+        + " | ".join(f"call {i + 1} s" for i in range(args.calls))
+        + " | calls 2.. s | vs eager (calls 2..) |"
+    )
     print("|---" * (args.calls + 4) + "|")
     for name, (seconds, mode) in results.items():
         later = sum(seconds[1:])
-        print(f"| {name} | {mode} | " + " | ".join(f"{s:.2f}" for s in seconds) + f" | {later:.2f} | "
-              f"{eager_later / later:.2f}x |")
+        print(
+            f"| {name} | {mode} | " + " | ".join(f"{s:.2f}" for s in seconds) + f" | {later:.2f} | "
+            f"{eager_later / later:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

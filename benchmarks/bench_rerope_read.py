@@ -1,14 +1,18 @@
-"""Reading a model at 8x its training length with ReRoPE / Leaky ReRoPE (Su, kexue.fm/archives/9708): one
-forward of one long window, the eager kernel scoring all queries at once against query chunks of
-`attention_kernels.SCORE_CHUNK` (each chunk over the keys up to its last query), with plain RoPE through SDPA as
-the floor. This is what `eval length` and the `long-context` suite's 8x measures cost per window.
+"""Reading a model at 8x its training length with ReRoPE / Leaky ReRoPE (Su,
+kexue.fm/archives/9708): one forward of one long window, the eager kernel scoring all queries
+at once against query chunks of `attention_kernels.SCORE_CHUNK` (each chunk over the keys up to
+its last query), with plain RoPE through SDPA as the floor. This is what `eval length` and the
+`long-context` suite's 8x measures cost per window.
 
-One Llama-shaped model (seed 0, d 128, 4 layers, trained length N = 256: the suite's `small` shape), read at 8N.
-The settings alternate A B C ... in one process, one thread, so drift hits them alike; a setting's time is its
-best of the rounds (other load only adds time). Chunked and one-pass logits are checked equal first.
+One Llama-shaped model (seed 0, d 128, 4 layers, trained length N = 256: the suite's `small` shape),
+read at 8N. The settings alternate A B C ... in one process, one thread, so drift hits them alike;
+a setting's time is its best of the rounds (other load only adds time). Chunked and one-pass logits
+are checked equal first.
 
-    python benchmarks/bench_rerope_read.py            # 8 x 256 = 2048 tokens, 3 rounds (~2 min, 1 core)
-    python benchmarks/bench_rerope_read.py --quick    # 4 x 128 = 512 tokens, 2 rounds
+    # 8 x 256 = 2048 tokens, 3 rounds (~2 min, 1 core)
+    python benchmarks/bench_rerope_read.py
+    # 4 x 128 = 512 tokens, 2 rounds
+    python benchmarks/bench_rerope_read.py --quick
 
 Writes benchmarks/results/rerope_read.json and .md.
 """
@@ -49,13 +53,17 @@ def main() -> None:
     base = build_preset("llama", "small").replace(max_seq_len=n, n_layers=4)
     torch.manual_seed(0)
     weights = TransformerLM(base).state_dict()
-    x = torch.randint(0, base.vocab_size, (1, factor * n), generator=torch.Generator().manual_seed(1))
+    x = torch.randint(
+        0, base.vocab_size, (1, factor * n), generator=torch.Generator().manual_seed(1)
+    )
     models = {}
     for name, method in METHODS.items():
         models[name] = TransformerLM(inference_config(base, method, factor * n)).eval()
         models[name].load_state_dict(weights)
     chunk = attention_kernels.SCORE_CHUNK
-    settings = [("rope (sdpa)", chunk)] + [(m, c) for m in ("rerope", "leaky rerope") for c in (factor * n, chunk)]
+    settings = [("rope (sdpa)", chunk)] + [
+        (m, c) for m in ("rerope", "leaky rerope") for c in (factor * n, chunk)
+    ]
     for name in ("rerope", "leaky rerope"):  # the two paths agree before anything is timed
         with torch.no_grad():
             attention_kernels.SCORE_CHUNK = factor * n
@@ -70,16 +78,37 @@ def main() -> None:
             best[name, size] = min(best[name, size], forward_s(models[name], x))
     attention_kernels.SCORE_CHUNK = chunk
     floor = best["rope (sdpa)", chunk]
-    rows = [{"method": name, "queries_per_chunk": "sdpa" if name.startswith("rope ") else size,
-             "forward_s": round(best[name, size], 3), "vs_sdpa": round(best[name, size] / floor, 2)}
-            for name, size in settings]
-    result = {"length": factor * n, "trained_length": n, "d_model": base.d_model, "n_layers": base.n_layers,
-              "threads": 1, "rounds": rounds, "machine": platform.processor() or platform.machine(),
-              "torch": torch.__version__, "rows": rows}
-    lines = [f"One forward of {factor * n} tokens (trained at {n}), d {base.d_model}, {base.n_layers} layers, "
-             f"1 thread, best of {rounds} alternating rounds.", "",
-             "| method | queries per chunk | forward (s) | x SDPA RoPE |", "|---|---|---|---|"]
-    lines += [f"| {r['method']} | {r['queries_per_chunk']} | {r['forward_s']} | {r['vs_sdpa']} |" for r in rows]
+    rows = [
+        {
+            "method": name,
+            "queries_per_chunk": "sdpa" if name.startswith("rope ") else size,
+            "forward_s": round(best[name, size], 3),
+            "vs_sdpa": round(best[name, size] / floor, 2),
+        }
+        for name, size in settings
+    ]
+    result = {
+        "length": factor * n,
+        "trained_length": n,
+        "d_model": base.d_model,
+        "n_layers": base.n_layers,
+        "threads": 1,
+        "rounds": rounds,
+        "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "rows": rows,
+    }
+    lines = [
+        f"One forward of {factor * n} tokens (trained at {n}), d {base.d_model}, {base.n_layers} "
+        f"layers, 1 thread, best of {rounds} alternating rounds.",
+        "",
+        "| method | queries per chunk | forward (s) | x SDPA RoPE |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['method']} | {r['queries_per_chunk']} | {r['forward_s']} | {r['vs_sdpa']} |"
+        for r in rows
+    ]
     print("\n".join(lines))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "rerope_read.json").write_text(json.dumps(result, indent=1) + "\n")

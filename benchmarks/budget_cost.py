@@ -1,12 +1,14 @@
-"""What a run costs at each budget on this CPU, measured: `small`, `medium`, and `medium` trained to ~20 tokens per
-parameter (Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models", arXiv 2203.15556).
+"""What a run costs at each budget on this CPU, measured: `small`, `medium`, and `medium` trained
+to ~20 tokens per parameter (Hoffmann et al. 2022, "Training Compute-Optimal Large Language
+Models", arXiv 2203.15556).
 
-In one process, the training step (forward, backward, clipping, AdamW) of each budget's base model (the llama
-preset, as norm-type's base) is timed in interleaved rounds, on one thread and on two, and so is one forward pass
-of an evaluation batch. A run's cost is then its steps x the step, plus its evaluations during training
-(`eval_every`, `eval_batches`), plus the lab's fixed evaluation set and 4x-context windows (`measure_windows`),
-each read once at the forward's speed. Small's figure can be checked against a real run (profile_lab_run.py), so
-the medium figures are scaled from the same measurement, not guessed from FLOPs.
+In one process, the training step (forward, backward, clipping, AdamW) of each budget's base model
+(the llama preset, as norm-type's base) is timed in interleaved rounds, on one thread and on two,
+and so is one forward pass of an evaluation batch. A run's cost is then its steps x the step, plus
+its evaluations during training (`eval_every`, `eval_batches`), plus the lab's fixed evaluation set
+and 4x-context windows (`measure_windows`), each read once at the forward's speed. Small's figure
+can be checked against a real run (profile_lab_run.py), so the medium figures are scaled from the
+same measurement, not guessed from FLOPs.
 
     python benchmarks/budget_cost.py [--rounds 3]
 
@@ -30,7 +32,8 @@ TOKENS_PER_PARAM = 20
 
 
 def shapes() -> dict[str, tuple]:
-    """Budget name -> (model config, batch, block, steps, eval_every, eval_batches, measure_windows)."""
+    """Budget name -> (model config, batch, block, steps,
+    eval_every, eval_batches, measure_windows)."""
     from archlab.lab.spec.arms import resolve_arm
     from archlab.lab.spec.budgets import BUDGETS
     from archlab.lab.spec.suite_file import load_suite
@@ -41,8 +44,15 @@ def shapes() -> dict[str, tuple]:
         budget = BUDGETS[name]
         train, model = resolve_arm(suite, suite.arm("rmsnorm"), budget)
         log = train.logging
-        out[name] = (model, train.data.batch_size, train.data.block_size, train.steps, log.eval_every,
-                     log.eval_batches, budget.measure_windows)
+        out[name] = (
+            model,
+            train.data.batch_size,
+            train.data.block_size,
+            train.steps,
+            log.eval_every,
+            log.eval_batches,
+            budget.measure_windows,
+        )
     return out
 
 
@@ -87,40 +97,68 @@ def measure(rounds: int) -> dict:
                         start = time.perf_counter()
                         fn()
                         times[name][kind].append(time.perf_counter() - start)
-        for name, (model, batch, block, steps, eval_every, eval_batches, windows) in budgets.items():
+        for name, (
+            model,
+            batch,
+            block,
+            steps,
+            eval_every,
+            eval_batches,
+            windows,
+        ) in budgets.items():
             step_s = statistics.median(times[name]["step"])
             forward_s = statistics.median(times[name]["forward"])
             params = fns[name][2]
             tokens = batch * block
-            row = result["budgets"].setdefault(name, {
-                "d_model": model.d_model, "n_layers": model.n_layers, "params": params, "batch": batch,
-                "block": block, "steps": steps, "tokens": steps * tokens,
-                "steps_at_20_tokens_per_param": math.ceil(TOKENS_PER_PARAM * params / tokens)})
+            row = result["budgets"].setdefault(
+                name,
+                {
+                    "d_model": model.d_model,
+                    "n_layers": model.n_layers,
+                    "params": params,
+                    "batch": batch,
+                    "block": block,
+                    "steps": steps,
+                    "tokens": steps * tokens,
+                    "steps_at_20_tokens_per_param": math.ceil(TOKENS_PER_PARAM * params / tokens),
+                },
+            )
             evals = steps // eval_every * eval_batches * forward_s
             measures = (EVAL_SET_TOKENS + 2 * windows * 4 * block) / tokens * forward_s
             row[f"threads_{threads}"] = {
-                "step_s": step_s, "forward_s": forward_s, "train_s": steps * step_s, "evals_s": evals,
-                "measures_s": measures, "run_s": steps * step_s + evals + measures,
+                "step_s": step_s,
+                "forward_s": forward_s,
+                "train_s": steps * step_s,
+                "evals_s": evals,
+                "measures_s": measures,
+                "run_s": steps * step_s + evals + measures,
                 "run_s_at_20_tokens_per_param": row["steps_at_20_tokens_per_param"] * step_s
-                + row["steps_at_20_tokens_per_param"] // eval_every * eval_batches * forward_s + measures}
+                + row["steps_at_20_tokens_per_param"] // eval_every * eval_batches * forward_s
+                + measures,
+            }
     return result
 
 
 def table(r: dict) -> str:
     hours = lambda s: f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min"  # noqa: E731
-    lines = [f"{r['machine']}. The training step and an evaluation forward, median of "
-             "interleaved rounds; a run = steps x step + evaluations + the lab's measures.", "",
-             "| budget | model | params | tokens per run (per param) | threads | step | run | at 20 tokens/param |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"{r['machine']}. The training step and an evaluation forward, median of "
+        "interleaved rounds; a run = steps x step + evaluations + the lab's measures.",
+        "",
+        "| budget | model | params | tokens per run (per param) | threads | step | run | at "
+        "20 tokens/param |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, b in r["budgets"].items():
         for threads in (1, 2):
             t = b[f"threads_{threads}"]
             lines.append(
-                f"| `{name}` | d_model {b['d_model']}, {b['n_layers']} layers | {b['params'] / 1e6:.2f}M | "
-                f"{b['tokens'] / 1e6:.2f}M ({b['tokens'] / b['params']:.1f}) | {threads} | "
-                f"{t['step_s'] * 1e3:.0f} ms | "
-                f"{hours(t['run_s'])} | {hours(t['run_s_at_20_tokens_per_param'])} "
-                f"({b['steps_at_20_tokens_per_param']:,} steps) |")
+                f"| `{name}` | d_model {b['d_model']}, {b['n_layers']} layers "
+                f"| {b['params'] / 1e6:.2f}M | {b['tokens'] / 1e6:.2f}M "
+                f"({b['tokens'] / b['params']:.1f}) | {threads} | {t['step_s'] * 1e3:.0f} "
+                f"ms | {hours(t['run_s'])} | {hours(t['run_s_at_20_tokens_per_param'])} "
+                f"({b['steps_at_20_tokens_per_param']:,} steps) |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -134,7 +172,9 @@ def main() -> None:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "budget_cost.md").write_text(text, encoding="utf-8")
-    (args.out / "budget_cost.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (args.out / "budget_cost.json").write_text(
+        json.dumps(result, indent=1) + "\n", encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":

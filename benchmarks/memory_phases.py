@@ -1,12 +1,13 @@
-"""Where a process's resident memory peaks: `archlab ...` run in this process, its phases timed and sampled.
+"""Where a process's resident memory peaks: `archlab ...` run in this process, its phases
+timed and sampled.
 
-python benchmarks/memory_phases.py train --init-from HF --lora_rank 8 ...    # any archlab command line
+python benchmarks/memory_phases.py train --init-from HF --lora_rank 8 ... # any archlab command line
 
-A thread reads /proc/self/status every millisecond (RssAnon: the process's own memory; RssFile: pages of mapped
-files, e.g. safetensors' memory maps, which count in RSS and in getrusage's peak but belong to the page cache) and
-charges each sample to the innermost phase running: the functions of PHASES, wrapped in place. It prints, per
-phase, the peak RssAnon and RssFile and the peak of their sum, and the kernel's own peak (VmHWM) to check that the
-sampling saw the true one. Linux only.
+A thread reads /proc/self/status every millisecond (RssAnon: the process's own memory; RssFile:
+pages of mapped files, e.g. safetensors' memory maps, which count in RSS and in getrusage's peak but
+belong to the page cache) and charges each sample to the innermost phase running: the functions of
+PHASES, wrapped in place. It prints, per phase, the peak RssAnon and RssFile and the peak of their
+sum, and the kernel's own peak (VmHWM) to check that the sampling saw the true one. Linux only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))  # after PYTHONPATH: another checkout can be measured
+# after PYTHONPATH: another checkout can be measured
+sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))
 
 # (module, attribute path, phase name): wrapped where the caller looks them up
 PHASES = [
@@ -47,7 +49,8 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.stack: list[str] = ["outside these phases (imports, config, between calls)"]
         self.order: list[str] = [self.stack[0]]
-        self.peak: dict[str, tuple[int, int, int]] = defaultdict(lambda: (0, 0, 0))  # total, anon, file at that
+        # total, anon, file at that
+        self.peak: dict[str, tuple[int, int, int]] = defaultdict(lambda: (0, 0, 0))
         self.peak_anon: dict[str, int] = defaultdict(int)
         self.peak_file: dict[str, int] = defaultdict(int)
         self.running = True
@@ -74,7 +77,8 @@ class Sampler(threading.Thread):
     def wrap(self, fn: Callable, name: str) -> Callable:
         @functools.wraps(fn)
         def wrapped(*args: object, **kwargs: object) -> object:
-            label = name if len(self.stack) == 1 else f"{self.stack[-1]} > {name}"  # nested: by their path
+            # nested: by their path
+            label = name if len(self.stack) == 1 else f"{self.stack[-1]} > {name}"
             self.sample()
             self.stack.append(label)
             if label not in self.order:
@@ -84,6 +88,7 @@ class Sampler(threading.Thread):
             finally:
                 self.sample()
                 self.stack.pop()
+
         return wrapped
 
 
@@ -115,10 +120,15 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for phase in sampler.order:
         total, anon, file = sampler.peak[phase]
-        print(f"| {phase} | {total / gb:.2f} | {anon / gb:.2f} + {file / gb:.2f} | {sampler.peak_anon[phase] / gb:.2f} "
-              f"| {sampler.peak_file[phase] / gb:.2f} |")
+        print(
+            f"| {phase} | {total / gb:.2f} | {anon / gb:.2f} + {file / gb:.2f} | "
+            f"{sampler.peak_anon[phase] / gb:.2f} | {sampler.peak_file[phase] / gb:.2f} |"
+        )
     top = max(sampler.peak, key=lambda p: sampler.peak[p][0])
-    print(f"\nsampled peak {sampler.peak[top][0] / gb:.2f} GB in '{top}'; the kernel's VmHWM {vm_hwm() / gb:.2f} GB")
+    print(
+        f"\nsampled peak {sampler.peak[top][0] / gb:.2f} GB in '{top}'; the kernel's "
+        f"VmHWM {vm_hwm() / gb:.2f} GB"
+    )
     return status
 
 

@@ -1,17 +1,22 @@
-"""Where a lab run's wall time goes: one run of a suite at a budget, from process start to its measures.
+"""Where a lab run's wall time goes: one run of a suite at a budget, from process start
+to its measures.
 
-The run is trained as the lab trains it (`archlab train` in a process of its own, one thread as under `--jobs 2`),
-inside a child that times, with wrappers around the library's own functions:
+The run is trained as the lab trains it (`archlab train` in a process of its own, one thread as
+under `--jobs 2`), inside a child that times, with wrappers around the library's own functions:
 - process start and imports (the interpreter alone, then torch and archlab);
 - data: opening the prepared folder, and drawing batches;
-- the training step, split into forward, backward, the optimizer (clipping + step) and the rest of the step;
+- the training step, split into forward, backward, the optimizer (clipping + step) and the rest
+  of the step;
 - evaluation during training, samples, checkpoint and metrics writing, setup (model, optimizer);
-then, in this process, the lab's measures of the finished run (each on its own: loss windows, 4x-context windows,
-...) and the suite's timing pairs (per suite, shown per run). Data preparation is per suite and shown apart.
+then, in this process, the lab's measures of the finished run (each on its own: loss windows,
+4x-context windows, ...) and the suite's timing pairs (per suite, shown per run). Data preparation
+is per suite and shown apart.
 
-    python benchmarks/profile_lab_run.py [--suite norm-type] [--budget small] [--arm ARM] [--out DIR]
+    python benchmarks/profile_lab_run.py [--suite norm-type] [--budget small] [--arm ARM] \\
+        [--out DIR]
 
-Writes benchmarks/results/lab_run_profile.md and .json (with the machine line). Run it alone on the machine.
+Writes benchmarks/results/lab_run_profile.md and .json (with the machine line). Run it alone
+on the machine.
 """
 
 from __future__ import annotations
@@ -30,11 +35,15 @@ REPO = Path(__file__).resolve().parents[1]
 STARTED = time.time()  # the child's first line (after the interpreter started)
 
 
-# ------------------------------------------------------------------------------------------------ the child
+# ---------------------------------------------------------------------------------------- the child
 def child(args: list[str], report: Path) -> None:
-    """Train one run (`archlab train ARGS`) with timers around the library's functions; write them to `report`."""
+    """Train one run (`archlab train ARGS`) with timers around the library's functions; write
+    them to `report`."""
     import torch
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
     imported_torch = time.time()
     from archlab.cli import main
@@ -95,13 +104,25 @@ def child(args: list[str], report: Path) -> None:
     trained = time.time()
     code = main(["train", *args])
     ended = time.time()
-    report.write_text(json.dumps({
-        "code": code, "started": STARTED, "imported_torch": imported_torch, "imported": imported,
-        "trained": trained, "ended": ended, "spent": spent, "steps": steps, "threads": torch.get_num_threads(),
-    }), encoding="utf-8")
+    report.write_text(
+        json.dumps(
+            {
+                "code": code,
+                "started": STARTED,
+                "imported_torch": imported_torch,
+                "imported": imported,
+                "trained": trained,
+                "ended": ended,
+                "spent": spent,
+                "steps": steps,
+                "threads": torch.get_num_threads(),
+            }
+        ),
+        encoding="utf-8",
+    )
 
 
-# ------------------------------------------------------------------------------------------------ the parent
+# --------------------------------------------------------------------------------------- the parent
 def matmul_ceiling(m: int, k: int, n: int, repeats: int = 9) -> float:
     """Best fp32 GFLOP/s of (m, k) @ (k, n) in this process: the step's FFN projection shape."""
     import torch
@@ -140,7 +161,9 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
 
     rows: dict[str, float] = {}
     rows["interpreter start (python -c pass)"] = best_of([sys.executable, "-c", "pass"])
-    plan = plan_suite(load_suite(suite_name), BUDGETS[budget_name], out / "suite", seeds=2, store=out / "store")
+    plan = plan_suite(
+        load_suite(suite_name), BUDGETS[budget_name], out / "suite", seeds=2, store=out / "store"
+    )
     start = time.perf_counter()
     prepare(plan)
     per_suite = {"data preparation (once per suite)": time.perf_counter() - start}
@@ -148,8 +171,12 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
     report = out / "child.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     launched = time.time()
-    done = subprocess.run([sys.executable, __file__, "--child", str(report), "--", *run.command()[2:]], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", str(report), "--", *run.command()[2:]],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         sys.exit(f"the profiled run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     exited = time.time()
@@ -158,18 +185,38 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
     steps = child_["steps"]
     rows["imports: torch"] = child_["imported_torch"] - child_["started"]
     rows["imports: archlab"] = child_["imported"] - child_["imported_torch"]
-    rows["interpreter start (python -c pass)"] = min(rows["interpreter start (python -c pass)"],
-                                                     child_["started"] - launched)
-    step_parts = ("step: forward", "step: backward", "step: optimizer (clip + update)", "data: batches")
+    rows["interpreter start (python -c pass)"] = min(
+        rows["interpreter start (python -c pass)"], child_["started"] - launched
+    )
+    step_parts = (
+        "step: forward",
+        "step: backward",
+        "step: optimizer (clip + update)",
+        "data: batches",
+    )
     rows.update({k: spent.get(k, 0.0) for k in step_parts})
-    rows["step: the rest (lr, loss reduce, metrics rows)"] = sum(steps) - sum(spent.get(k, 0.0) for k in step_parts)
-    for k in ("checks, opening the prepared data", "setup: model, optimizer, run folder", "evaluation during training",
-              "samples during training", "writing: checkpoints"):
+    rows["step: the rest (lr, loss reduce, metrics rows)"] = sum(steps) - sum(
+        spent.get(k, 0.0) for k in step_parts
+    )
+    for k in (
+        "checks, opening the prepared data",
+        "setup: model, optimizer, run folder",
+        "evaluation during training",
+        "samples during training",
+        "writing: checkpoints",
+    ):
         rows[k] = spent.get(k, 0.0)
     run_total = child_["ended"] - child_["trained"]
-    accounted = sum(steps) + sum(spent.get(k, 0.0) for k in (
-        "checks, opening the prepared data", "setup: model, optimizer, run folder", "evaluation during training",
-        "samples during training", "writing: checkpoints"))
+    accounted = sum(steps) + sum(
+        spent.get(k, 0.0)
+        for k in (
+            "checks, opening the prepared data",
+            "setup: model, optimizer, run folder",
+            "evaluation during training",
+            "samples during training",
+            "writing: checkpoints",
+        )
+    )
     rows["train(): the rest (config, checks, logs, progress)"] = run_total - accounted
     rows["process exit"] = exited - child_["ended"]
     process_wall = exited - launched
@@ -178,7 +225,8 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
         start = time.perf_counter()
         measure_run(run.run_dir, [name], plan.budget.measure_windows)
         measures[f"measure: {name}" + (" (timed x3 rounds)" if MEASURES[name].timing else "")] = (
-            (time.perf_counter() - start) * (3 if MEASURES[name].timing else 1))
+            time.perf_counter() - start
+        ) * (3 if MEASURES[name].timing else 1)
     start = time.perf_counter()
     measure_timings(plan)
     pairs = time.perf_counter() - start
@@ -189,35 +237,59 @@ def profile(suite_name: str, budget_name: str, arm: str | None, out: Path) -> di
     ceiling = {"fp32": matmul_ceiling(tokens, model.d_model, model.d_ff, repeats=9)}
     unique_runs = len({r.run_dir for r in plan.runs})
     per_suite["timing pairs (once per suite)"] = pairs
-    return {"suite": suite_name, "budget": budget_name, "arm": run.arm, "machine": describe_machine(),
-            "threads": child_["threads"], "steps": len(steps), "step_median_s": sorted(steps)[len(steps) // 2],
-            "process_wall_s": process_wall, "rows": rows, "measures": measures, "per_suite": per_suite,
-            "runs_in_suite_at_2_seeds": unique_runs, "tokens_per_step": tokens, "step_gflop": step_flops / 1e9,
-            "gemm_ceiling_gflops_1_thread": ceiling,
-            "step_gflops_median": step_flops / 1e9 / sorted(steps)[len(steps) // 2]}
+    return {
+        "suite": suite_name,
+        "budget": budget_name,
+        "arm": run.arm,
+        "machine": describe_machine(),
+        "threads": child_["threads"],
+        "steps": len(steps),
+        "step_median_s": sorted(steps)[len(steps) // 2],
+        "process_wall_s": process_wall,
+        "rows": rows,
+        "measures": measures,
+        "per_suite": per_suite,
+        "runs_in_suite_at_2_seeds": unique_runs,
+        "tokens_per_step": tokens,
+        "step_gflop": step_flops / 1e9,
+        "gemm_ceiling_gflops_1_thread": ceiling,
+        "step_gflops_median": step_flops / 1e9 / sorted(steps)[len(steps) // 2],
+    }
 
 
 def table(result: dict) -> str:
     total_run = result["process_wall_s"]
     measures = sum(result["measures"].values())
-    suite_share = {k: v / result["runs_in_suite_at_2_seeds"] for k, v in result["per_suite"].items()}
+    suite_share = {
+        k: v / result["runs_in_suite_at_2_seeds"] for k, v in result["per_suite"].items()
+    }
     total = total_run + measures + sum(suite_share.values())
-    lines = [f"Suite {result['suite']}, budget {result['budget']}, arm {result['arm']}: {result['steps']} steps at "
-             f"{result['threads']} thread(s), median step {result['step_median_s'] * 1e3:.0f} ms. "
-             f"{result['machine']}.",
-             f"The step does {result['step_gflop']:.2f} GFLOP ({result['tokens_per_step']} tokens): "
-             f"{result['step_gflops_median']:.1f} GFLOP/s at the median step, "
-             f"{100 * result['step_gflops_median'] / result['gemm_ceiling_gflops_1_thread']['fp32']:.0f}% of the "
-             f"fp32 GEMM ceiling at the FFN shape on one thread "
-             f"({result['gemm_ceiling_gflops_1_thread']['fp32']:.1f} GFLOP/s).", "",
-             "| where the time goes | seconds | share |", "|---|---:|---:|"]
+    ceiling = result["gemm_ceiling_gflops_1_thread"]["fp32"]
+    lines = [
+        f"Suite {result['suite']}, budget {result['budget']}, arm {result['arm']}: "
+        f"{result['steps']} steps at {result['threads']} thread(s), median step "
+        f"{result['step_median_s'] * 1e3:.0f} ms. {result['machine']}.",
+        f"The step does {result['step_gflop']:.2f} GFLOP ({result['tokens_per_step']} "
+        f"tokens): {result['step_gflops_median']:.1f} GFLOP/s at the median step, "
+        f"{100 * result['step_gflops_median'] / ceiling:.0f}% of the fp32 GEMM ceiling at the "
+        f"FFN shape on one thread ({ceiling:.1f} GFLOP/s).",
+        "",
+        "| where the time goes | seconds | share |",
+        "|---|---:|---:|",
+    ]
     for k, v in result["rows"].items():
         lines.append(f"| {k} | {v:.2f} | {100 * v / total:.1f}% |")
-    lines.append(f"| **the run's process, start to exit** | **{total_run:.2f}** | **{100 * total_run / total:.1f}%** |")
+    lines.append(
+        f"| **the run's process, start to exit** | **{total_run:.2f}** "
+        f"| **{100 * total_run / total:.1f}%** |"
+    )
     for k, v in result["measures"].items():
         lines.append(f"| {k} | {v:.2f} | {100 * v / total:.1f}% |")
     for k, v in suite_share.items():
-        lines.append(f"| {k}, per run of {result['runs_in_suite_at_2_seeds']} | {v:.2f} | {100 * v / total:.1f}% |")
+        lines.append(
+            f"| {k}, per run of {result['runs_in_suite_at_2_seeds']} | {v:.2f} "
+            f"| {100 * v / total:.1f}% |"
+        )
     lines.append(f"| **in all, per run** | **{total:.2f}** | 100% |")
     return "\n".join(lines) + "\n"
 
@@ -229,8 +301,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", default="norm-type")
     parser.add_argument("--budget", default="small")
-    parser.add_argument("--arm", default=None, help="the arm to profile (default: the suite's first)")
-    parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temp folder)")
+    parser.add_argument(
+        "--arm", default=None, help="the arm to profile (default: the suite's first)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="keep the runs here (default: a temp folder)"
+    )
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -239,7 +315,9 @@ def main() -> None:
     text = table(result)
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "lab_run_profile.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    (args.results / "lab_run_profile.json").write_text(
+        json.dumps(result, indent=1), encoding="utf-8"
+    )
     (args.results / "lab_run_profile.md").write_text(text, encoding="utf-8")
 
 

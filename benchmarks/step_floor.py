@@ -1,19 +1,24 @@
-"""How close a lab run's training step is to what its own kernels allow, and what the candidate levers buy.
+"""How close a lab run's training step is to what its own kernels allow, and what the
+candidate levers buy.
 
-For one arm of a suite at a budget (default: norm-type's rmsnorm at `small`, the run profile_lab_run.py profiles),
-on one thread as under `--jobs 2`:
+For one arm of a suite at a budget (default: norm-type's rmsnorm at `small`, the run
+profile_lab_run.py profiles), on one thread as under `--jobs 2`:
 - the eager step (forward, backward, clipping, AdamW), its median over interleaved rounds;
-- the floor of its kernels: every matrix product the step runs (recorded with their shapes and strides in one
-  forward + backward) timed alone, and every attention call (`F.scaled_dot_product_attention`, same shapes) timed
-  alone forward + backward, with CPU flash attention and with the math backend;
-- the fp32 GEMM ceiling of one thread at the FFN's projection shape (the figure the lab-engine issue states);
+- the floor of its kernels: every matrix product the step runs (recorded with their
+  shapes and strides in one forward + backward) timed alone, and every attention call
+  (`F.scaled_dot_product_attention`, same shapes) timed alone forward + backward, with CPU flash
+  attention and with the math backend;
+- the fp32 GEMM ceiling of one thread at the FFN's projection shape (the figure the
+  lab-engine issue states);
 - `torch.compile` of the model: its compile seconds and its step, interleaved with the eager step;
-- stacking seeds (one batched product over 2 seeds' weights, what `vmap` over stacked modules would run) against
-  the same products run one seed at a time.
+- stacking seeds (one batched product over 2 seeds' weights, what `vmap` over stacked modules would
+  run) against the same products run one seed at a time.
 
-    python benchmarks/step_floor.py [--suite norm-type] [--budget small] [--arm rmsnorm] [--rounds 6]
+    python benchmarks/step_floor.py [--suite norm-type] [--budget small] [--arm rmsnorm] \\
+        [--rounds 6]
 
-Writes benchmarks/results/step_floor.md and .json. Run it alone on the machine; compare ratios within one run.
+Writes benchmarks/results/step_floor.md and .json. Run it alone on the machine; compare ratios
+within one run.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ ATTENTION = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
 
 
 class Recorder(TorchDispatchMode):
-    """Records the shape and strides of every matrix product and attention call a forward + backward runs."""
+    """Records the shape and strides of every matrix product and attention call a forward
+    + backward runs."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,7 +77,8 @@ def strided(shape: tuple, stride: tuple) -> torch.Tensor:
 
 
 def gemm_floor(gemms: Counter) -> dict:
-    """Each recorded product alone (batched ones as torch.bmm), and the same products stacked over 2 seeds."""
+    """Each recorded product alone (batched ones as torch.bmm), and the same products stacked
+    over 2 seeds."""
     alone = stacked = one_by_one = flops = 0.0
     rows = []
     for (sa, ta, sb, tb), n in gemms.items():
@@ -80,14 +87,27 @@ def gemm_floor(gemms: Counter) -> dict:
         t = seconds(lambda: op(a, b))
         f = 2 * sa[-2] * sa[-1] * sb[-1] * (sa[0] if len(sa) == 3 else 1)
         alone, flops = alone + n * t, flops + n * f
-        rows.append({"a": sa, "b": sb, "b_transposed": tb[-2] == 1 and tb[-1] != 1, "calls": n,
-                     "ms": t * 1e3, "gflops": f / t / 1e9})
+        rows.append(
+            {
+                "a": sa,
+                "b": sb,
+                "b_transposed": tb[-2] == 1 and tb[-1] != 1,
+                "calls": n,
+                "ms": t * 1e3,
+                "gflops": f / t / 1e9,
+            }
+        )
         if len(sa) == 2:  # two seeds' weights: one bmm of 2 against 2 mm
             a2, b2 = torch.stack([a, a]), torch.stack([b, b])
             stacked += n * seconds(lambda: torch.bmm(a2, b2))
             one_by_one += n * seconds(lambda: (torch.mm(a2[0], b2[0]), torch.mm(a2[1], b2[1])))
-    return {"seconds": alone, "gflop": flops / 1e9, "rows": rows,
-            "stacked_2_seeds_s": stacked, "two_seeds_in_turn_s": one_by_one}
+    return {
+        "seconds": alone,
+        "gflop": flops / 1e9,
+        "rows": rows,
+        "stacked_2_seeds_s": stacked,
+        "two_seeds_in_turn_s": one_by_one,
+    }
 
 
 def attention_floor(attention: Counter) -> dict:
@@ -149,8 +169,12 @@ def measure(suite_name: str, budget_name: str, arm: str, rounds: int) -> dict:
     eager.zero_grad(set_to_none=True)
     compiled_model = TransformerLM(model_cfg)
     compiled_model.load_state_dict(eager.state_dict())
-    steps = {"eager": make_step(eager, list(eager.parameters()), x, y),
-             "compiled": make_step(torch.compile(compiled_model), list(compiled_model.parameters()), x, y)}
+    steps = {
+        "eager": make_step(eager, list(eager.parameters()), x, y),
+        "compiled": make_step(
+            torch.compile(compiled_model), list(compiled_model.parameters()), x, y
+        ),
+    }
     start = time.perf_counter()
     steps["compiled"]()
     compile_s = time.perf_counter() - start
@@ -168,36 +192,51 @@ def measure(suite_name: str, budget_name: str, arm: str, rounds: int) -> dict:
     gemm = gemm_floor(recorder.gemms)
     attn = attention_floor(recorder.attention)
     ceiling = gemm_ceiling(tokens, model_cfg.d_model, model_cfg.d_ff)
-    return {"suite": suite_name, "budget": budget_name, "arm": arm, "machine": describe_machine(),
-            "torch": torch.__version__, "tokens_per_step": tokens, "step_gflop": step_gflop,
-            "step_s": step_s, "compile_s": compile_s, "gemm": gemm, "attention_s": attn,
-            "gemm_ceiling_gflops": ceiling}
+    return {
+        "suite": suite_name,
+        "budget": budget_name,
+        "arm": arm,
+        "machine": describe_machine(),
+        "torch": torch.__version__,
+        "tokens_per_step": tokens,
+        "step_gflop": step_gflop,
+        "step_s": step_s,
+        "compile_s": compile_s,
+        "gemm": gemm,
+        "attention_s": attn,
+        "gemm_ceiling_gflops": ceiling,
+    }
 
 
 def table(r: dict) -> str:
-    eager, gemm, attn = r["step_s"]["eager"], r["gemm"]["seconds"], r["attention_s"]["flash_attention"]
+    eager, gemm, attn = (
+        r["step_s"]["eager"],
+        r["gemm"]["seconds"],
+        r["attention_s"]["flash_attention"],
+    )
     ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
     ceiling_s = r["step_gflop"] / r["gemm_ceiling_gflops"]
     lines = [
-        f"Suite {r['suite']}, budget {r['budget']}, arm {r['arm']}: one thread, {r['tokens_per_step']} tokens per "
-        f"step, {r['step_gflop']:.2f} GFLOP per step. {r['machine']}.",
+        f"Suite {r['suite']}, budget {r['budget']}, arm {r['arm']}: one thread, "
+        f"{r['tokens_per_step']} tokens per step, {r['step_gflop']:.2f} GFLOP "
+        f"per step. {r['machine']}.",
         "",
         "| per training step | ms | share of the eager step |",
         "|---|---:|---:|",
         f"| the eager step (forward, backward, clipping, AdamW), median | {ms(eager)} | 100% |",
         f"| its matrix products alone ({r['gemm']['gflop']:.2f} GFLOP, "
         f"{r['gemm']['gflop'] / gemm:.1f} GFLOP/s) | {ms(gemm)} | {gemm / eager:.0%} |",
-        f"| its attention calls alone, CPU flash (math backend: {ms(r['attention_s']['math'])}) | {ms(attn)} | "
-        f"{attn / eager:.0%} |",
-        f"| the rest: elementwise ops, norms, RoPE, loss, optimizer, dispatch | {ms(eager - gemm - attn)} | "
-        f"{(eager - gemm - attn) / eager:.0%} |",
-        f"| the step's FLOPs at the FFN-shape GEMM ceiling ({r['gemm_ceiling_gflops']:.1f} GFLOP/s) | "
-        f"{ms(ceiling_s)} | {ceiling_s / eager:.0%} |",
-        f"| `torch.compile(model)`, median (compiling took {r['compile_s']:.1f} s) | {ms(r['step_s']['compiled'])} | "
-        f"{r['step_s']['compiled'] / eager:.0%} |",
-        f"| the 1-D products of 2 seeds stacked (one bmm each) vs in turn | {ms(r['gemm']['stacked_2_seeds_s'])} vs "
-        f"{ms(r['gemm']['two_seeds_in_turn_s'])} | "
-        f"{r['gemm']['stacked_2_seeds_s'] / r['gemm']['two_seeds_in_turn_s']:.2f}x |",
+        f"| its attention calls alone, CPU flash (math backend: {ms(r['attention_s']['math'])}) | "
+        f"{ms(attn)} | {attn / eager:.0%} |",
+        "| the rest: elementwise ops, norms, RoPE, loss, optimizer, dispatch | "
+        f"{ms(eager - gemm - attn)} | {(eager - gemm - attn) / eager:.0%} |",
+        f"| the step's FLOPs at the FFN-shape GEMM ceiling ({r['gemm_ceiling_gflops']:.1f} "
+        f"GFLOP/s) | {ms(ceiling_s)} | {ceiling_s / eager:.0%} |",
+        f"| `torch.compile(model)`, median (compiling took {r['compile_s']:.1f} s) | "
+        f"{ms(r['step_s']['compiled'])} | {r['step_s']['compiled'] / eager:.0%} |",
+        "| the 1-D products of 2 seeds stacked (one bmm each) vs in turn | "
+        f"{ms(r['gemm']['stacked_2_seeds_s'])} vs {ms(r['gemm']['two_seeds_in_turn_s'])} "
+        f"| {r['gemm']['stacked_2_seeds_s'] / r['gemm']['two_seeds_in_turn_s']:.2f}x |",
         "",
         f"The step runs at {ceiling_s / eager:.0%} of the FFN-shape ceiling and at "
         f"{(gemm + attn) / eager:.0%} of its own kernels' floor (products + attention alone).",
@@ -218,7 +257,9 @@ def main() -> None:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "step_floor.md").write_text(text, encoding="utf-8")
-    (args.out / "step_floor.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    (args.out / "step_floor.json").write_text(
+        json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":

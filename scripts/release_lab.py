@@ -1,25 +1,31 @@
-"""Re-run published lab pages for a release: each suite registered before its first run, at the seeds the release
-rule gives, trained on one store, its finished runs' records committed under its page as it goes.
+"""Re-run published lab pages for a release: each suite registered before its first run, at the
+seeds the release rule gives, trained on one store, its finished runs' records committed under its
+page as it goes.
 
-    python scripts/release_lab.py --seeds-only                  each suite's release seeds and why, nothing run
-    python scripts/release_lab.py ffn vocab --jobs 2            train (or continue) these suites, in this order
-    python scripts/publish_results.py runs/release/ffn-small    then publish a finished one (re-collected)
+    # each suite's release seeds and why, nothing run
+    python scripts/release_lab.py --seeds-only
+    # train (or continue) these suites, in this order
+    python scripts/release_lab.py ffn vocab --jobs 2
+    # then publish a finished one (re-collected)
+    python scripts/publish_results.py runs/release/ffn-small
 
-Seeds (the release rule, docs/lab.md "The release"): at least 3 per arm, and more where a claim's registered
-smallest effect needs 8 or fewer at the power plan's 80% (`archlab ablate SUITE --plan`, the spread of the page
-being replaced); a claim that needs more than 8 keeps the suite's seeds and says so on its page (its minimum
-detectable effect). A suite already begun keeps the seeds its registration holds.
+Seeds (the release rule, docs/lab.md "The release"): at least 3 per arm, and more where a claim's
+registered smallest effect needs 8 or fewer at the power plan's 80% (`archlab ablate SUITE --plan`,
+the spread of the page being replaced); a claim that needs more than 8 keeps the suite's seeds
+and says so on its page (its minimum detectable effect). A suite already begun keeps the seeds
+its registration holds.
 
-Each suite runs as `archlab ablate SUITE --budget small --seeds N --out runs/release/SUITE-small --store
-runs/release/store --jobs J --records docs/results/SUITE/runs`: `--records` lays the runs committed there by an
-earlier sitting into the store first (so a fresh machine goes on where the last one stopped) and writes every
-finished run's record (metrics and measures, no checkpoints) and the registration there, after the report and on
-Ctrl-C. Before the first suite, the records under every page are laid into the store, so a run two suites share
-(the base arm's seeds) is found, not trained again. Commit docs/results/*/runs/ after each sitting.
+Each suite runs as `archlab ablate SUITE --budget small --seeds N --out runs/release/SUITE-small
+--store runs/release/store --jobs J --records docs/results/SUITE/runs`: `--records` lays the runs
+committed there by an earlier sitting into the store first (so a fresh machine goes on where the
+last one stopped) and writes every finished run's record (metrics and measures, no checkpoints) and
+the registration there, after the report and on Ctrl-C. Before the first suite, the records under
+every page are laid into the store, so a run two suites share (the base arm's seeds) is found, not
+trained again. Commit docs/results/*/runs/ after each sitting.
 
 Each run records the commit of the archlab it ran and whether that checkout had local changes
-(train/provenance.py), and the page lists them. To keep a release at one commit across sittings, train with the
-release commit's package and this script from any later one:
+(train/provenance.py), and the page lists them. To keep a release at one commit across sittings,
+train with the release commit's package and this script from any later one:
 
     git worktree add ../release 0eb6d2e
     PYTHONPATH=../release/src python scripts/release_lab.py vocab heads --jobs 2
@@ -49,7 +55,8 @@ def registered_seeds(records: Path) -> int | None:
 
 
 def rule_seeds(suite: str, budget: str) -> tuple[int, list[str]]:
-    """The release rule's seeds for `suite`, and one line per claim: the seeds it needs and whether it gets them."""
+    """The release rule's seeds for `suite`, and one line per claim: the seeds it needs and whether
+    it gets them."""
     rows = Experiment(suite, budget, out=ROOT / "runs" / "release" / f"{suite}-{budget}").power()
     needed = [row.seeds for row in rows if row.seeds is not None and row.seeds <= CAP]
     seeds = max([FLOOR, *needed])
@@ -58,41 +65,83 @@ def rule_seeds(suite: str, budget: str) -> tuple[int, list[str]]:
         if row.seeds is None:
             lines.append(f"  -  {row.claim.text}: no t-plan ({row.why})")
         else:
-            got = "gets them" if row.seeds <= seeds else f"needs {row.seeds} > {CAP}: stays at {seeds}"
+            got = (
+                "gets them"
+                if row.seeds <= seeds
+                else f"needs {row.seeds} > {CAP}: stays at {seeds}"
+            )
             lines.append(f"  {row.seeds:3d} seeds  {row.claim.text}: {got}")
     return seeds, lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("suites", nargs="*", help="suites to train, in this order (default: every built-in one)")
+    parser.add_argument(
+        "suites", nargs="*", help="suites to train, in this order (default: every built-in one)"
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--budget", default="small")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "release", help="suite folders and store")
-    parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "results", help="the published pages")
-    parser.add_argument("--seeds-only", action="store_true", help="print each suite's seeds and exit")
+    parser.add_argument(
+        "--work", type=Path, default=ROOT / "runs" / "release", help="suite folders and store"
+    )
+    parser.add_argument(
+        "--docs", type=Path, default=ROOT / "docs" / "results", help="the published pages"
+    )
+    parser.add_argument(
+        "--seeds-only", action="store_true", help="print each suite's seeds and exit"
+    )
     args = parser.parse_args(argv)
     known = [name for name, _, _ in suite_index()]
     unknown = [s for s in args.suites if s not in known]
     if unknown:
         parser.error(f"not a built-in suite: {', '.join(unknown)} (one of {', '.join(known)})")
-    if not args.seeds_only:  # every page's records first: a run two suites share is found, not trained again
-        laid = sum(Experiment(name, args.budget, store=args.work / "store", out=args.work / f"{name}-{args.budget}")
-                   .read_records(args.docs / name / "runs") for name in known)
+    # every page's records first: a run two suites share is found, not trained again
+    if not args.seeds_only:
+        laid = sum(
+            Experiment(
+                name,
+                args.budget,
+                store=args.work / "store",
+                out=args.work / f"{name}-{args.budget}",
+            ).read_records(args.docs / name / "runs")
+            for name in known
+        )
         print(f"{laid} run records of the pages laid into {args.work / 'store'}", flush=True)
     for suite in args.suites or known:
         records = args.docs / suite / "runs"
         seeds = registered_seeds(records)
         if seeds is None:
             seeds, lines = rule_seeds(suite, args.budget)
-            print(f"{suite}: {seeds} seeds per arm (the release rule)\n" + "\n".join(lines), flush=True)
+            print(
+                f"{suite}: {seeds} seeds per arm (the release rule)\n" + "\n".join(lines),
+                flush=True,
+            )
         else:
-            print(f"{suite}: {seeds} seeds per arm (registered in {records / 'registration.json'})", flush=True)
+            print(
+                f"{suite}: {seeds} seeds per arm (registered in {records / 'registration.json'})",
+                flush=True,
+            )
         if args.seeds_only:
             continue
-        command = [sys.executable, "-m", "archlab", "ablate", suite, "--budget", args.budget, "--seeds",
-                   str(seeds), "--out", str(args.work / f"{suite}-{args.budget}"), "--store",
-                   str(args.work / "store"), "--jobs", str(args.jobs), "--records", str(records)]
+        command = [
+            sys.executable,
+            "-m",
+            "archlab",
+            "ablate",
+            suite,
+            "--budget",
+            args.budget,
+            "--seeds",
+            str(seeds),
+            "--out",
+            str(args.work / f"{suite}-{args.budget}"),
+            "--store",
+            str(args.work / "store"),
+            "--jobs",
+            str(args.jobs),
+            "--records",
+            str(records),
+        ]
         print("$ " + " ".join(command[2:]), flush=True)
         code = subprocess.call(command)
         if code != 0:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-# pytest-xdist runs two workers on CI's two cores: one intra-op thread each keeps OpenMP from spin-waiting
-# against the other worker (tests are tiny; threads buy nothing there).
+# pytest-xdist runs two workers on CI's two cores: one intra-op thread each keeps OpenMP from
+# spin-waiting against the other worker (tests are tiny; threads buy nothing there).
 torch.set_num_threads(1)
 
 
@@ -23,7 +23,8 @@ def _seed() -> None:
 
 
 class SmallFilesystem:
-    """A size-capped tmpfs mounted for one test: a disk that really fills up, or is really read-only."""
+    """A size-capped tmpfs mounted for one test: a disk that really fills up, or
+    is really read-only."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -48,24 +49,31 @@ class SmallFilesystem:
 
     def remount(self, mode: str) -> None:
         """`ro` or `rw`: root ignores a folder's permissions, never a read-only mount."""
-        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True, capture_output=True)
+        subprocess.run(
+            ["mount", "-o", f"remount,{mode}", str(self.path)], check=True, capture_output=True
+        )
 
 
 @pytest.fixture
 def small_filesystem(tmp_path: Path) -> Iterator[Callable[[int], SmallFilesystem]]:
-    """`small_filesystem(kib)` mounts a tmpfs of that size under tmp_path (root only: CI runs as root; elsewhere
-    the test skips saying why). Every mount is unmounted when the test ends, passed or failed (lazily if a file
-    on it is still open)."""
+    """`small_filesystem(kib)` mounts a tmpfs of that size under tmp_path (root only: CI runs as
+    root; elsewhere the test skips saying why). Every mount is unmounted when the test ends, passed
+    or failed (lazily if a file on it is still open)."""
     mounted: list[Path] = []
 
     def mount(kib: int) -> SmallFilesystem:
         if os.geteuid() != 0:
-            pytest.skip("a full disk and a read-only folder are tested on a size-capped tmpfs, which only root "
-                        "can mount (CI runs as root)")
+            pytest.skip(
+                "a full disk and a read-only folder are tested on a size-capped tmpfs, which only "
+                "root can mount (CI runs as root)"
+            )
         point = tmp_path / f"fs{len(mounted)}"
         point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k,mode=0755", "tmpfs", str(point)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k,mode=0755", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode})")
         mounted.append(point)
@@ -80,7 +88,8 @@ def small_filesystem(tmp_path: Path) -> Iterator[Callable[[int], SmallFilesystem
 
 
 def randomize_(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:
-    """Re-draw every parameter (norm gains and biases included) so a dropped term cannot hide at 1 or 0."""
+    """Re-draw every parameter (norm gains and biases included) so a dropped term cannot hide at
+    1 or 0."""
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, std)
@@ -90,15 +99,20 @@ def randomize_(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
-    """Every file under `folder` (relative path -> size, sha256): equal snapshots = nothing was changed."""
+    """Every file under `folder` (relative path -> size, sha256): equal snapshots =
+    nothing was changed."""
     if not folder.exists():
         return {}
-    return {str(p.relative_to(folder)): (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
-# Prepended to a script run by `run_without_torch`: records where torch is first imported from (the archlab frames
-# of that import), without stopping it, so a failure names the import that brought torch in.
+# Prepended to a script run by `run_without_torch`: records where torch is first imported from
+# (the archlab frames of that import), without stopping it, so a failure names the import that
+# brought torch in.
 _TRACE_TORCH = """
 import sys, traceback
 class _TorchTrace:
@@ -109,7 +123,7 @@ class _TorchTrace:
             _TorchTrace.chain = " <- ".join(f"{f.filename.rsplit('src/', 1)[-1]}:{f.lineno}" for f in reversed(frames))
         return None
 sys.meta_path.insert(0, _TorchTrace())
-"""
+"""  # noqa: E501
 _CHECK_TORCH = """
 assert "torch" not in sys.modules, f"torch was imported, first by: {_TorchTrace.chain}"
 """
@@ -117,11 +131,18 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def run_without_torch(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter (this checkout's src first on the path) and fail, naming the import chain,
-    if it imported torch; the process's output is returned for the caller's checks."""
+    """Run `code` in a fresh interpreter (this checkout's src first on the path) and fail,
+    naming the import chain, if it imported torch; the process's output is returned for
+    the caller's checks."""
     path = [str(SRC), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    out = subprocess.run([sys.executable, "-c", _TRACE_TORCH + code + _CHECK_TORCH], env=env, cwd=cwd,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _TRACE_TORCH + code + _CHECK_TORCH],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out

@@ -1,5 +1,5 @@
-"""docs/architecture.md matches the tree: every module its tree block names exists, and every module of the
-package is named there (a new module gets its line, a moved one its new place)."""
+"""docs/architecture.md matches the tree: every module its tree block names exists, and every module
+of the package is named there (a new module gets its line, a moved one its new place)."""
 
 from __future__ import annotations
 
@@ -43,18 +43,33 @@ def test_every_named_module_and_folder_exists() -> None:
 
 
 def test_every_module_is_named() -> None:
-    """Every module of src/archlab but the package __init__ files and the one-table-per-family folder (whose
-    entry lists them) has its line."""
+    """Every module of src/archlab but the package __init__ files and the one-table-per-family
+    folder (whose entry lists them) has its line."""
     named = {str(p) for p in named_paths(tree_block(DOC.read_text(encoding="utf-8")))}
     modules = [p.relative_to(ROOT) for p in SRC.rglob("*.py") if p.name != "__init__.py"]
-    grouped = ("src/archlab/interop/families/", "src/archlab/commands/")  # the folder's entry lists them
-    unnamed = sorted(str(m) for m in modules if str(m) not in named and not str(m).startswith(grouped))
+    # the folder's entry lists them
+    grouped = ("src/archlab/interop/families/", "src/archlab/commands/")
+    unnamed = sorted(
+        str(m) for m in modules if str(m) not in named and not str(m).startswith(grouped)
+    )
     assert not unnamed, f"docs/architecture.md has no line for {unnamed}"
 
 
 def test_the_parser_nests_by_indentation() -> None:
-    lines = ["src/archlab/", "  nn/", "    attention/", "      kernels.py   the kernels", "                   more",
-             "    config.py        ModelConfig", "  cli.py   dispatch"]
+    lines = [
+        "src/archlab/",
+        "  nn/",
+        "    attention/",
+        "      kernels.py   the kernels",
+        "                   more",
+        "    config.py        ModelConfig",
+        "  cli.py   dispatch",
+    ]
     assert [str(p) for p in named_paths(lines)] == [
-        "src/archlab", "src/archlab/nn", "src/archlab/nn/attention", "src/archlab/nn/attention/kernels.py",
-        "src/archlab/nn/config.py", "src/archlab/cli.py"]
+        "src/archlab",
+        "src/archlab/nn",
+        "src/archlab/nn/attention",
+        "src/archlab/nn/attention/kernels.py",
+        "src/archlab/nn/config.py",
+        "src/archlab/cli.py",
+    ]

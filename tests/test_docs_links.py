@@ -13,7 +13,8 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def relative_links(text: str) -> list[str]:
-    """Targets of markdown links and images that are not URLs or in-page anchors, without their anchor."""
+    """Targets of markdown links and images that are not URLs or in-page anchors,
+    without their anchor."""
     return [t.split("#", 1)[0] for t in LINK.findall(text) if not re.match(r"[a-z]+:|#", t)]
 
 
@@ -24,5 +25,9 @@ def test_link_pattern_finds_files_and_skips_urls() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path) -> None:
-    missing = [t for t in relative_links(page.read_text(encoding="utf-8")) if not (page.parent / t).exists()]
+    missing = [
+        t
+        for t in relative_links(page.read_text(encoding="utf-8"))
+        if not (page.parent / t).exists()
+    ]
     assert not missing, f"{page.relative_to(ROOT)} links to missing files: {missing}"

@@ -1,4 +1,5 @@
-"""Figures (archlab.plots): `archlab plot rope` and `plot_length` write PNGs; bad scalings fail in one line."""
+"""Figures (archlab.plots): `archlab plot rope` and `plot_length` write PNGs; bad scalings fail
+in one line."""
 
 from __future__ import annotations
 
@@ -14,7 +15,23 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def test_plot_rope_cli_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "rope.png"
-    assert main(["plot", "rope", "--head-dim", "16", "--train-len", "64", "--factor", "4", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                "rope",
+                "--head-dim",
+                "16",
+                "--train-len",
+                "64",
+                "--factor",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes()[:8] == PNG
 
 

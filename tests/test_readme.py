@@ -1,13 +1,18 @@
-"""The README runs as written: its Python quick start, and its command lines in order (litgpt `tests/test_readme.py`).
+"""The README runs as written: its Python quick start, and its command lines in
+order (litgpt `tests/test_readme.py`).
 
-The command lines of the README's ```bash blocks run one after another in a scratch folder, through
-`archlab.cli.main` (one process, so torch is imported once), on tiny settings. The documented subset:
-- every `archlab ...` line runs, except those in SKIPPED (each with the reason and the test that covers it);
-- tiny settings: `--steps 200` / `300` / `400` / `2000` become 4 / 4 / 8 / 4 (so `--resume --steps 400 --extend`
-  still lengthens the run; the passkey recipe's 100 warmup steps become 1), other new runs get `--steps 4`, and
-  all of them `--data.batch_size 4`, 2 eval batches, a metrics row per step, no samples and no TensorBoard;
-  `--max-new-tokens 100` becomes 8; `eval passkey` gets `--trials 1 --depths 0.5`;
-- `path/to/hf_folder` is a tiny random Llama written by transformers with a byte tokenizer (no download);
+The command lines of the README's ```bash blocks run one after another in a scratch folder,
+through `archlab.cli.main` (one process, so torch is imported once), on tiny settings.
+The documented subset:
+- every `archlab ...` line runs, except those in SKIPPED (each with the reason and the test
+  that covers it);
+- tiny settings: `--steps 200` / `300` / `400` / `2000` become 4 / 4 / 8 / 4 (so `--resume --steps
+  400 --extend` still lengthens the run; the passkey recipe's 100 warmup steps become 1), other
+  new runs get `--steps 4`, and all of them `--data.batch_size 4`, 2 eval batches, a metrics row
+  per step, no samples and no TensorBoard; `--max-new-tokens 100` becomes 8; `eval passkey` gets
+  `--trials 1 --depths 0.5`;
+- `path/to/hf_folder` is a tiny random Llama written by transformers with a byte
+  tokenizer (no download);
 - `--interactive` reads one prompt and then EOF from stdin.
 A line that fails stops the test with the line and its exit status.
 """
@@ -29,15 +34,21 @@ SKIPPED = {  # line prefix -> why it does not run here
     "make ": "the Makefile's own targets (CI runs `make test`; `make demo` trains for minutes)",
     "source ": "a shell built-in",
     "torchrun ": "two processes: tests/train/test_distributed.py",
-    "archlab ablate norm-type": "a lab suite trains for minutes: tests/lab/test_runner.py runs a tiny one",
+    "archlab ablate norm-type": "a lab suite trains for minutes: tests/lab/test_runner.py runs "
+    "a tiny one",
     "archlab ablate --verify": "reads the checkout's docs/results, not the scratch folder: "
-                               "tests/lab/test_published.py and tests/cli/test_ablate.py",
-    "archlab generate --checkpoint runs/tiny --prompt 'def ' --compile":
-        "torch.compile needs a C++ compiler and a minute here: tests/infer/test_speed.py",
+    "tests/lab/test_published.py and tests/cli/test_ablate.py",
+    "archlab generate --checkpoint runs/tiny --prompt 'def ' --compile": "torch.compile needs a "
+    "C++ compiler and a minute here: tests/infer/test_speed.py",
 }
-TINY = [("--steps 200", "--steps 4"), ("--steps 300", "--steps 4"), ("--steps 400", "--steps 8"),
-        ("--steps 2000", "--steps 4"), ("--schedule.warmup_steps 100", "--schedule.warmup_steps 1"),
-        ("--max-new-tokens 100", "--max-new-tokens 8")]
+TINY = [
+    ("--steps 200", "--steps 4"),
+    ("--steps 300", "--steps 4"),
+    ("--steps 400", "--steps 8"),
+    ("--steps 2000", "--steps 4"),
+    ("--schedule.warmup_steps 100", "--schedule.warmup_steps 1"),
+    ("--max-new-tokens 100", "--max-new-tokens 8"),
+]
 
 
 def test_python_blocks_of_the_readme_run() -> None:
@@ -60,14 +71,18 @@ def test_the_quoted_config_error_is_the_one_raised() -> None:
 
 
 def test_the_quoted_inspect_figures_are_computed() -> None:
-    """'For `llama`/`small` (4.95M parameters): 11.34 MFLOPs forward per token at context 256, 6.1 KB of bf16 KV cache
-    per token', as archlab.costs (what `archlab inspect` prints) computes them."""
+    """'For `llama`/`small` (4.95M parameters): 11.34 MFLOPs forward per token at context
+    256, 6.1 KB of bf16 KV cache per token', as archlab.costs (what `archlab inspect`
+    prints) computes them."""
     from archlab import build_preset
     from archlab.costs import flops_per_token, kv_cache_bytes, parameter_counts
 
     text = " ".join(README.read_text(encoding="utf-8").split())
-    found = re.search(r"For `(\w+)`/`(\w+)` \(([\d.]+)M parameters\): ([\d.]+) MFLOPs forward per token at context "
-                      r"(\d+), ([\d.]+) KB of bf16 KV cache per token", text)
+    found = re.search(
+        r"For `(\w+)`/`(\w+)` \(([\d.]+)M parameters\): ([\d.]+) MFLOPs forward per token at "
+        r"context (\d+), ([\d.]+) KB of bf16 KV cache per token",
+        text,
+    )
     assert found, "the README quotes inspect's figures for one preset"
     preset, size, params, mflops, context, kv_kb = found.groups()
     config = build_preset(preset, size)
@@ -92,9 +107,21 @@ def tiny_argv(line: str) -> list[str]:
         line = line.replace(old, new)
     argv = shlex.split(line)[1:]  # without `archlab`
     if argv[0] == "train" and "--resume" not in argv:
-        argv += [*([] if "--steps" in argv else ["--steps", "4"]), "--data.batch_size", "4", "--logging.samples", "0",
-                 "--logging.eval_batches", "2", "--logging.log_every", "1", "--logging.tensorboard", "false",
-                 "--logging.progress", "false"]
+        argv += [
+            *([] if "--steps" in argv else ["--steps", "4"]),
+            "--data.batch_size",
+            "4",
+            "--logging.samples",
+            "0",
+            "--logging.eval_batches",
+            "2",
+            "--logging.log_every",
+            "1",
+            "--logging.tensorboard",
+            "false",
+            "--logging.progress",
+            "false",
+        ]
     if argv[:2] == ["eval", "passkey"]:
         argv += ["--trials", "1", "--depths", "0.5", "--no-progress"]
     if argv[:2] == ["eval", "length"]:
@@ -114,20 +141,26 @@ def write_hf_folder(folder: Path) -> None:
     build_tokenizer("byte", 256, None).save(folder)
 
 
-def test_the_readme_command_lines_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture) -> None:
+def test_the_readme_command_lines_run_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     from archlab.cli import main
     from archlab.train.metrics import read_metrics
 
     lines = readme_commands()
-    assert any(line.startswith("archlab train --out runs/tiny --resume --steps 400 --extend") for line in lines)
+    assert any(
+        line.startswith("archlab train --out runs/tiny --resume --steps 400 --extend")
+        for line in lines
+    )
     monkeypatch.chdir(tmp_path)
     write_hf_folder(tmp_path / "path" / "to" / "hf_folder")
     ran = []
     for line in lines:
         if any(line.startswith(prefix) for prefix in SKIPPED):
             continue
-        assert line.startswith("archlab "), f"a README command line that is neither run nor skipped: {line}"
+        assert line.startswith("archlab "), (
+            f"a README command line that is neither run nor skipped: {line}"
+        )
         if "--interactive" in line:
             monkeypatch.setattr(sys, "stdin", io.StringIO("def \n"))
         status = main(tiny_argv(line))
@@ -135,7 +168,10 @@ def test_the_readme_command_lines_run_in_order(tmp_path: Path, monkeypatch: pyte
         assert status == 0, f"README line `{line}` exited {status}: {captured.err.strip()[-500:]}"
         ran.append(line)
     skipped = [line for line in lines if line not in ran]
-    assert all(any(line.startswith(p) for line in skipped) for p in SKIPPED), "SKIPPED names a line that is gone"
+    assert all(any(line.startswith(p) for line in skipped) for p in SKIPPED), (
+        "SKIPPED names a line that is gone"
+    )
     assert len(ran) == len(lines) - len(skipped) >= 18  # the quick start and the Hugging Face block
     lrs = [r["lr"] for r in read_metrics(tmp_path / "runs" / "tiny", "train")]
-    assert len(lrs) == 8 and lrs[4] > lrs[3] and lrs[-1] < lrs[5]  # --extend re-warmed, then decayed again
+    # --extend re-warmed, then decayed again
+    assert len(lrs) == 8 and lrs[4] > lrs[3] and lrs[-1] < lrs[5]

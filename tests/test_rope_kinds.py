@@ -1,8 +1,9 @@
-"""A RoPE scaling kind is one entry of ROPE_KINDS (nn/positions/scaling.py), and the three places that evaluate kinds
-take every entry from there: `archlab eval length` (eval/rope_methods.py), the lab's long-context measures
-(lab/measures/long_context.py) and `archlab plot rope` (plots.py). Every kind goes through all three, and so does a toy
-kind registered at test time, without any of those modules changing: its scaling at a length is `RopeKind.at`, its
-frequencies the function its entry names."""
+"""A RoPE scaling kind is one entry of ROPE_KINDS (nn/positions/scaling.py), and the three places
+that evaluate kinds take every entry from there: `archlab eval length` (eval/rope_methods.py), the
+lab's long-context measures (lab/measures/long_context.py) and `archlab plot rope` (plots.py).
+Every kind goes through all three, and so does a toy kind registered at test time, without any of
+those modules changing: its scaling at a length is `RopeKind.at`, its frequencies the function
+its entry names."""
 
 from __future__ import annotations
 
@@ -45,8 +46,13 @@ def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 def test_the_toy_kind_is_a_config_value_and_builds_its_own_frequencies(toy: str) -> None:
-    config = ModelConfig(d_model=32, n_heads=4, n_layers=1, max_seq_len=16,
-                         rope=dict(scaling={"kind": toy, "factor": 4}))
+    config = ModelConfig(
+        d_model=32,
+        n_heads=4,
+        n_layers=1,
+        max_seq_len=16,
+        rope=dict(scaling={"kind": toy, "factor": 4}),
+    )
     rotary = TransformerLM(config).rotary
     assert CALLS[-1] == RopeScaling(toy, 4.0)
     torch.testing.assert_close(rotary.inv_freq.double(), base_inv_freq(8, 10000.0) / 2.0)
@@ -54,7 +60,8 @@ def test_the_toy_kind_is_a_config_value_and_builds_its_own_frequencies(toy: str)
 
 def test_every_kind_reaches_eval_length(kind: str) -> None:
     entry = ROPE_KINDS[kind]
-    if entry.evaluation is None:  # training-only (inverse Leaky ReRoPE): in eval mode plain RoPE, which `none` is
+    # training-only (inverse Leaky ReRoPE): in eval mode plain RoPE, which `none` is
+    if entry.evaluation is None:
         assert kind not in inference_kinds()
         with pytest.raises(ValueError, match=f"scaling '{kind}' is not allowed: one of none, "):
             method_scaling(kind, 64, 16)
@@ -63,8 +70,9 @@ def test_every_kind_reaches_eval_length(kind: str) -> None:
     assert method_scaling(kind, 64, 16) == entry.at(64, 16)
     model = tiny()
     tokens = np.random.default_rng(0).integers(0, 64, 400)
-    results = evaluate_lengths(model, tokens, [16, 64], [kind], None, n_windows=2, allow_extrapolation=True,
-                               progress=False)
+    results = evaluate_lengths(
+        model, tokens, [16, 64], [kind], None, n_windows=2, allow_extrapolation=True, progress=False
+    )
     assert [(r.method, r.length) for r in results] == [(kind, 16), (kind, 64)]
     assert all(np.isfinite(r.loss) and 0 <= r.accuracy <= 1 for r in results)
 
@@ -72,7 +80,8 @@ def test_every_kind_reaches_eval_length(kind: str) -> None:
 def test_every_kind_reaches_the_lab_long_context_measures(kind: str) -> None:
     names = long_context.measure_names()
     suffix = long_context.SUFFIXES.get(kind, kind)
-    if kind == "none" or ROPE_KINDS[kind].evaluation is None:  # the model as trained: acc_8x_plain itself
+    # the model as trained: acc_8x_plain itself
+    if kind == "none" or ROPE_KINDS[kind].evaluation is None:
         assert not any(method == kind for _, _, method in names.values() if method != "none")
         return
     assert names[f"acc_8x_plain_{suffix}"] == (8, "plain", kind)
@@ -91,23 +100,50 @@ def test_every_kind_reaches_plot_rope(kind: str, tmp_path: Path) -> None:
         return
     CALLS.clear()
     assert plot_rope(16, 10000.0, [kind], 4.0, 64, 32, out).read_bytes()[:4] == b"\x89PNG"
-    if kind == TOY.name:  # a static kind: its wavelengths are drawn from its own function at factor 4
+    # a static kind: its wavelengths are drawn from its own function at factor 4
+    if kind == TOY.name:
         assert CALLS == [RopeScaling(kind, 4.0)]
 
 
-def test_the_toy_kind_is_on_the_command_lines(toy: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["plot", "rope", "--scalings", f"none,{toy}", "--head-dim", "16", "--train-len", "64",
-                 "--out", str(tmp_path / "rope.png")]) == 0
-    assert main(["eval", "length", "--checkpoint", str(tmp_path / "missing"), "--scalings", "nope"]) == 2
-    assert f", {toy} (comma-separated)" in capsys.readouterr().err  # the choices listed, the toy among them
+def test_the_toy_kind_is_on_the_command_lines(
+    toy: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert (
+        main(
+            [
+                "plot",
+                "rope",
+                "--scalings",
+                f"none,{toy}",
+                "--head-dim",
+                "16",
+                "--train-len",
+                "64",
+                "--out",
+                str(tmp_path / "rope.png"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["eval", "length", "--checkpoint", str(tmp_path / "missing"), "--scalings", "nope"])
+        == 2
+    )
+    # the choices listed, the toy among them
+    assert f", {toy} (comma-separated)" in capsys.readouterr().err
 
 
 def test_a_kind_registered_at_import_is_a_lab_measure() -> None:
-    """The lab's MEASURES table is built when lab/measures/measure.py is imported, from the kinds registered then (a
-    real kind is registered in nn/positions/scaling.py, before anything imports it): in a fresh interpreter the toy
-    kind, registered first, is a measure the suites can name."""
-    script = ("from archlab.nn.positions.scaling import ROPE_KINDS\nfrom tests.fixtures.toy_rope_kind import TOY\n"
-              "ROPE_KINDS[TOY.name] = TOY\nfrom archlab.lab.measures.measure import MEASURES\n"
-              "print(sorted(n for n in MEASURES if 'toy' in n))")
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    """The lab's MEASURES table is built when lab/measures/measure.py is imported, from the kinds
+    registered then (a real kind is registered in nn/positions/scaling.py, before anything imports
+    it): in a fresh interpreter the toy kind, registered first, is a measure the suites can name."""
+    script = (
+        "from archlab.nn.positions.scaling import ROPE_KINDS\nfrom "
+        "tests.fixtures.toy_rope_kind import TOY\n"
+        "ROPE_KINDS[TOY.name] = TOY\nfrom archlab.lab.measures.measure import MEASURES\n"
+        "print(sorted(n for n in MEASURES if 'toy' in n))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["['acc_8x_plain_toy_sqrt',", "'acc_8x_repeated_toy_sqrt']"]

@@ -45,8 +45,8 @@ EXIT_STORAGE = 1  # the input was fine; the machine refused a write (the message
 
 
 class UsageError(Exception):
-    """A command line argparse cannot read (an unknown flag, a value of the wrong type, a missing
-    one)."""
+    """A command line argparse cannot read (an unknown flag, a value of the wrong type,
+    a missing one)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -71,8 +71,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _quiet_stdout() -> None:
-    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush does not
-    complain."""
+    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush
+    does not complain."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
 

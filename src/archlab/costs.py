@@ -13,15 +13,15 @@ A GAU layer (block="gau", nn/attention/gau.py; s = head_dim, e = d_ff) has matmu
 + e d and attention 2 (s + e) T_layer (Q K^T over s dims, A V over e dims); its cache holds (s + e)
 values per token and layer.
 
-KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-memory` and the tests
-use it):
+KV-cache bytes (the one formula; `archlab inspect`, `archlab generate --report-memory` and the
+tests use it):
     bytes = batch * 2 (K and V) * n_kv_heads * head_dim * bytes per element * sum_layers slots
 with slots = T for full layers and min(T, window) for sliding-window layers, whose cache is a ring
 of their window (nn/kv_cache.py). Per token, below every window: 2 * n_layers * n_kv_heads *
 head_dim * bytes.
 
-Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0 bytes per
-token:
+Linear attention kernels (`attn_kernel`, docs/linear-attention.md) keep a state instead, 0
+bytes per token:
     favor: batch * n_layers * n_kv_heads * M * (head_dim + 1) * 4    ([S | z], float32, M features)
     vq:    batch * n_layers * (n_kv_heads * tail * (C + head_dim) + heads * C * (head_dim + 1))
            * max(bytes, 4)
@@ -117,8 +117,8 @@ def matmul_params(c: ModelConfig) -> int:
 
 
 def flops_per_token(c: ModelConfig, context: int | None = None) -> dict[str, int]:
-    """Forward and training FLOPs per token at `context` tokens (default max_seq_len); see module
-    doc."""
+    """Forward and training FLOPs per token at `context` tokens (default max_seq_len);
+    see module doc."""
     t = context or c.max_seq_len
     keys = sum(min(t, c.sliding_window) if c.layer_is_sliding(i) else t for i in range(c.n_layers))
     attention = 4 * c.n_heads * c.head_dim * keys
@@ -147,8 +147,8 @@ def kv_cache_slots(c: ModelConfig, context: int) -> int:
 
 
 def _slot_bytes(c: ModelConfig, dtype: str) -> int:
-    """K and V of one layer for one token: 2 * n_kv_heads * head_dim * bytes (a GAU: (s + e) *
-    bytes)."""
+    """K and V of one layer for one token: 2 * n_kv_heads * head_dim * bytes (a GAU: (s +
+    e) * bytes)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r} is not allowed: one of {', '.join(DTYPE_BYTES)}")
     if c.block == "gau":
@@ -159,10 +159,10 @@ def _slot_bytes(c: ModelConfig, dtype: str) -> int:
 def kv_cache_bytes(
     c: ModelConfig, context: int | None = None, dtype: str = "bf16", batch: int = 1
 ) -> dict[str, int]:
-    """Bytes of K and V: per token below every window (2 * layers * kv_heads * head_dim * bytes) and
-    for a `context` of tokens (default max_seq_len) x `batch` sequences, sliding-window layers
-    keeping their window. `context` equals what `KVCache(..., max_len=context)` of the model
-    allocates (`KVCache.nbytes()`)."""
+    """Bytes of K and V: per token below every window (2 * layers * kv_heads * head_dim * bytes)
+    and for a `context` of tokens (default max_seq_len) x `batch` sequences, sliding-window
+    layers keeping their window. `context` equals what `KVCache(..., max_len=context)` of the
+    model allocates (`KVCache.nbytes()`)."""
     t = context or c.max_seq_len
     per_slot = _slot_bytes(c, dtype)
     if c.linear_kernel is not None:
@@ -196,9 +196,9 @@ def state_bytes_bound(c: ModelConfig, dtype: str = "bf16", batch: int = 1) -> in
 
 
 def kv_tokens_within(c: ModelConfig, budget: int, dtype: str = "bf16") -> int | None:
-    """The longest context whose cache for one sequence fits in `budget` bytes, or None when every
-    context does (every layer windowed: the cache stops growing at the window; a linear kernel's
-    fixed state)."""
+    """The longest context whose cache for one sequence fits in `budget` bytes, or None when
+    every context does (every layer windowed: the cache stops growing at the window; a linear
+    kernel's fixed state)."""
     per_slot = _slot_bytes(c, dtype)
     if c.linear_kernel is not None:
         return None

@@ -6,8 +6,8 @@ a base). One set of rules for all of them:
 
 - flags: `--a.b value` or `--a.b=value` -> key `a.b`; dashes in a key become underscores; a value
   never starts with `--`; the last of repeated keys wins.
-- YAML files: mappings flattened to dotted keys (`model: {rope: {scaling: {kind: yarn}}}` ->
-  `model.rope.scaling.kind`).
+- YAML files: mappings flattened to dotted keys (`model: {rope: {scaling: {kind:
+  yarn}}}` -> `model.rope.scaling.kind`).
 - bool: true/false, yes/no, on/off, 1/0 (any case), or a YAML bool.
 - int: an integer, or an integral number (`3.0`, `1e4`); `3.5` is an error.
 - float: any number (`5e5`, `3`), never a bool.
@@ -79,8 +79,8 @@ class _NoMatch(Exception):
 
 # ------------------------------------------------------------------------------------------ sources
 def parse_flags(args: list[str]) -> dict[str, str]:
-    """`--a.b value` / `--a.b=value` pairs -> {"a.b": "value"} (dashes in keys become
-    underscores)."""
+    """`--a.b value` / `--a.b=value` pairs -> {"a.b": "value"} (dashes in
+    keys become underscores)."""
     out: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -186,8 +186,8 @@ def _integer(value: Value) -> int:
 
 
 def coerce(hint: object, value: Value, key: str) -> Value:
-    """`value` (a flag's text or a YAML value) as the declared type `hint` of the field at dotted
-    `key`."""
+    """`value` (a flag's text or a YAML value) as the declared type `hint` of the field
+    at dotted `key`."""
     options = _options(hint)
     if value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS):
         if type(None) in options:
@@ -220,8 +220,8 @@ def _dataclass_in(hint: object) -> type | None:
 
 
 def defaults(cls: type) -> dict[str, Value]:
-    """The field defaults of a dataclass tree as nested dicts, before any __post_init__ resolves
-    them."""
+    """The field defaults of a dataclass tree as nested dicts, before any
+    __post_init__ resolves them."""
     out: dict[str, Value] = {}
     for f in dataclasses.fields(cls):
         if f.default_factory is not dataclasses.MISSING:
@@ -232,9 +232,9 @@ def defaults(cls: type) -> dict[str, Value]:
 
 
 def set_dotted(cls: type, tree: dict[str, Value], key: str, value: Value, prefix: str = "") -> None:
-    """Set `a.b.c` in the nested dict `tree` of dataclass `cls`, typed as the field declares. `tree`
-    may be sparse (only the keys set so far); `prefix` is the dotted path of `cls` itself, for
-    messages."""
+    """Set `a.b.c` in the nested dict `tree` of dataclass `cls`, typed as the field declares.
+    `tree` may be sparse (only the keys set so far); `prefix` is the dotted path of `cls`
+    itself, for messages."""
     head, _, rest = key.partition(".")
     # an old spelling: `favor_features` = `favor.features`
     if head in RENAMED.get(cls, {}) and head not in _hints(cls):
@@ -295,8 +295,8 @@ def _set_switch(tree: dict[str, Value], group: str, on: bool) -> None:
 
 
 def _as_mapping(cls: type, value: Value | object, key: str) -> Mapping[str, Value]:
-    """A value object given as a mapping, a JSON object, an instance, or a string for its first
-    field."""
+    """A value object given as a mapping, a JSON object, an instance, or a string for
+    its first field."""
     if isinstance(value, Mapping):
         return value
     if isinstance(value, cls):
@@ -341,9 +341,9 @@ def build(cls: type[T], tree: Mapping[str, Value]) -> T:
 
 
 def typed_overrides(cls: type, flat: Mapping[str, Value], prefix: str = "") -> dict[str, object]:
-    """{dotted key under `cls`: raw value} -> {field: typed value}, ready for `cls(**...)`, a preset
-    or `replace`; a value object given without its kind is a dict of the fields given (module
-    doc)."""
+    """{dotted key under `cls`: raw value} -> {field: typed value}, ready for `cls(**...)`,
+    a preset or `replace`; a value object given without its kind is a dict of the fields
+    given (module doc)."""
     tree: dict[str, Value] = {}
     for key, value in flat.items():
         set_dotted(cls, tree, key, value, prefix)

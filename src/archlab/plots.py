@@ -140,8 +140,8 @@ def _wavelengths(
 def _positions_fed(
     ax: Axes, at: dict[str, RopeScaling], factor: float, length: float, train_len: int
 ) -> None:
-    """The relative position RoPE, PI and each position-remapping kind feed attention, against the
-    true distance."""
+    """The relative position RoPE, PI and each position-remapping kind feed attention, against
+    the true distance."""
     distance = torch.arange(int(length))[None]
     zero = torch.zeros(1, 1, dtype=torch.long)
     lines = {"RoPE": distance[0].double(), f"PI (/ {factor:g})": distance[0].double() / factor}
@@ -167,8 +167,8 @@ def _positions_fed(
 def plot_passkey(
     rows: Sequence[tuple[int, float, float]], out: str | Path, title: str = ""
 ) -> Path:
-    """(length, depth, accuracy) rows -> a heat map, lengths across and depths down, accuracy in
-    each cell."""
+    """(length, depth, accuracy) rows -> a heat map, lengths across and depths down, accuracy
+    in each cell."""
     plt = _pyplot()
     lengths, depths = sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
     acc = {(n, d): a for n, d, a in rows}
@@ -199,8 +199,8 @@ def plot_arms(
     out: str | Path,
     log_y: bool = False,
 ) -> Path:
-    """One line per seed, one colour per arm (the lab's comparison figures); `curves[arm]` =
-    [(steps, values)]."""
+    """One line per seed, one colour per arm (the lab's comparison figures); `curves[arm]`
+    = [(steps, values)]."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -19,8 +19,8 @@ STEP_DIR = re.compile(r"^step_(\d{7,})$")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is missing, incomplete or corrupt; the message names the folder and
-    file."""
+    """A checkpoint that is missing, incomplete or corrupt; the message names the
+    folder and file."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -58,9 +58,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def read_checkpoint_config(path: str | Path, sections: tuple[str, ...] = ("model",)) -> dict:
-    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap, for
-    checks. `sections` must be there (a run's checkpoint has "train" too; a model saved alone may
-    not)."""
+    """The config.json of checkpoint `path` ({"model": ..., "train": ...}), unverified: cheap,
+    for checks. `sections` must be there (a run's checkpoint has "train" too; a model saved
+    alone may not)."""
     file = Path(path) / "config.json"
     try:
         config = json.loads(file.read_text(encoding="utf-8"))

@@ -69,8 +69,8 @@ def fault_line(err: BaseException) -> str | None:
     if code is None:
         return None
     seen: set[int] = set()
-    while err is not None and id(err) not in seen and not (
-        isinstance(err, OSError) and err.filename
+    while (
+        err is not None and id(err) not in seen and not (isinstance(err, OSError) and err.filename)
     ):
         seen.add(id(err))
         err = err.__cause__ or err.__context__

@@ -83,8 +83,10 @@ def _where(err: yaml.YAMLError) -> str:
     mark, context = getattr(err, "problem_mark", None), getattr(err, "context_mark", None)
     text = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
     text += f": {getattr(err, 'problem', None) or err}"
-    if context is not None and getattr(err, "context", None) and (
-        mark is None or context.line != mark.line
+    if (
+        context is not None
+        and getattr(err, "context", None)
+        and (mark is None or context.line != mark.line)
     ):
         start = f"line {context.line + 1}, column {context.column + 1}"
         text += f" ({err.context} that starts at {start})"

@@ -1,4 +1,5 @@
-"""Helpers of the checkpoint tests: a tokenizer file, a tiny model, one saved checkpoint, a manifest re-hashed."""
+"""Helpers of the checkpoint tests: a tokenizer file, a tiny model, one saved checkpoint,
+a manifest re-hashed."""
 
 from __future__ import annotations
 
@@ -24,12 +25,23 @@ def tiny_model(preset: str = "gpt2") -> TransformerLM:
     return TransformerLM(build_preset(preset, "tiny", d_model=32, n_layers=1))
 
 
-def save(run: Path, step: int, model: TransformerLM, tokenizer_file: Path, val_loss: float | None = None) -> Path:
+def save(
+    run: Path, step: int, model: TransformerLM, tokenizer_file: Path, val_loss: float | None = None
+) -> Path:
     opt = torch.optim.AdamW(model.parameters())
     config = {"model": model.config.to_dict(), "train": {"steps": 10}}
     state = {"step": step, "rng": [capture_rng_state()]}
-    return save_checkpoint(run, step, model.state_dict(), opt.state_dict(), state, config, tokenizer_file,
-                           tied_aliases(model), val_loss)
+    return save_checkpoint(
+        run,
+        step,
+        model.state_dict(),
+        opt.state_dict(),
+        state,
+        config,
+        tokenizer_file,
+        tied_aliases(model),
+        val_loss,
+    )
 
 
 def rehash(path: Path) -> None:
@@ -39,4 +51,3 @@ def rehash(path: Path) -> None:
         data = (path / name).read_bytes()
         entry.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     (path / "manifest.json").write_text(json.dumps(manifest))
-

@@ -18,4 +18,3 @@ def test_rng_state_round_trips_through_a_weights_only_load(tmp_path: Path) -> No
     restore_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     got = (torch.rand(3), random.random(), np.random.rand(2))
     assert torch.equal(want[0], got[0]) and want[1] == got[1] and np.array_equal(want[2], got[2])
-

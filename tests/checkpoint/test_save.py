@@ -1,5 +1,6 @@
-"""Writing checkpoints (checkpoint/save.py): every file and a round trip, atomic writes (a crash's temp folder,
-a full disk), an existing step kept, one file mode, pruning, and the step-0 weights a run may keep."""
+"""Writing checkpoints (checkpoint/save.py): every file and a round trip, atomic writes (a crash's
+temp folder, a full disk), an existing step kept, one file mode, pruning, and the step-0 weights a
+run may keep."""
 
 from __future__ import annotations
 
@@ -33,7 +34,13 @@ def test_checkpoint_holds_every_file_and_round_trips(tmp_path: Path, tokenizer_f
     model = tiny_model("llama")
     path = save(tmp_path / "run", 7, model, tokenizer_file, val_loss=1.5)
     assert sorted(p.name for p in path.iterdir()) == [
-        "config.json", "manifest.json", "model.safetensors", "optimizer.pt", "state.pt", "tokenizer.json"]
+        "config.json",
+        "manifest.json",
+        "model.safetensors",
+        "optimizer.pt",
+        "state.pt",
+        "tokenizer.json",
+    ]
     ckpt = load_checkpoint(path)
     assert ckpt.step == 7 and ckpt.state["step"] == 7
     assert all(torch.equal(ckpt.model[k], v) for k, v in model.state_dict().items())
@@ -41,7 +48,9 @@ def test_checkpoint_holds_every_file_and_round_trips(tmp_path: Path, tokenizer_f
     assert read_run_config(tmp_path / "run")["model"] == model.config.to_dict()
 
 
-def test_a_temp_folder_left_by_a_crash_is_ignored_then_removed(tmp_path: Path, tokenizer_file: Path) -> None:
+def test_a_temp_folder_left_by_a_crash_is_ignored_then_removed(
+    tmp_path: Path, tokenizer_file: Path
+) -> None:
     run = tmp_path / "run"
     save(run, 1, tiny_model(), tokenizer_file)
     crashed = run / "checkpoints" / ".tmp-step_0000002-abc"
@@ -68,7 +77,11 @@ def test_prune_keeps_the_last_n_and_the_best(tmp_path: Path, tokenizer_file: Pat
         save(run, step, model, tokenizer_file, val)
     removed = prune_checkpoints(run, keep_last=2)
     assert [p.name for p in removed] == ["step_0000001", "step_0000003"]
-    assert [p.name for p in list_checkpoints(run)] == ["step_0000002", "step_0000004", "step_0000005"]
+    assert [p.name for p in list_checkpoints(run)] == [
+        "step_0000002",
+        "step_0000004",
+        "step_0000005",
+    ]
 
 
 def test_disk_full_names_the_folder_and_keeps_the_previous_checkpoint(
@@ -79,21 +92,27 @@ def test_disk_full_names_the_folder_and_keeps_the_previous_checkpoint(
     first = save(tmp_path / "run", 1, model, tokenizer_file)
 
     def full(*args: object, **kwargs: object) -> None:
-        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
 
     monkeypatch.setattr("archlab.checkpoint.safetensors_file.save_file", full)
     with pytest.raises(StorageError) as caught:
         save(tmp_path / "run", 2, model, tokenizer_file)
-    assert str(caught.value) == (f"no space left on device at {tmp_path / 'run' / 'checkpoints'}: checkpoint step 2 "
-                                 f"was not written; the previous one ({first}) is still valid; free some space, then "
-                                 "continue with --resume")
+    assert str(caught.value) == (
+        f"no space left on device at {tmp_path / 'run' / 'checkpoints'}: checkpoint step 2 "
+        f"was not written; the previous one ({first}) is still valid; free some space, then "
+        "continue with --resume"
+    )
     assert caught.value.errno == errno.ENOSPC
     assert list_checkpoints(tmp_path / "run") == [first] and verify_checkpoint(first)
-    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == [first.name]  # no temp folder left
+    # no temp folder left
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == [first.name]
 
 
 def _trained(steps: int = 1) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """A tiny model and an AdamW that has stepped: optimizer.pt then holds two tensors per parameter."""
+    """A tiny model and an AdamW that has stepped: optimizer.pt then holds two
+    tensors per parameter."""
     model = tiny_model()
     opt = torch.optim.AdamW(model.parameters())
     for _ in range(steps):
@@ -102,35 +121,53 @@ def _trained(steps: int = 1) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, opt
 
 
-def _save(run: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, tokenizer_file: Path) -> Path:
-    return save_checkpoint(run, step, model.state_dict(), opt.state_dict(), {"step": step}, {"train": {}},
-                           tokenizer_file, tied_aliases(model))
+def _save(
+    run: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, tokenizer_file: Path
+) -> Path:
+    return save_checkpoint(
+        run,
+        step,
+        model.state_dict(),
+        opt.state_dict(),
+        {"step": step},
+        {"train": {}},
+        tokenizer_file,
+        tied_aliases(model),
+    )
 
 
 @pytest.mark.parametrize("failing", ["model.safetensors", "optimizer.pt"])
 def test_a_really_full_disk_mid_checkpoint_is_one_line_and_keeps_the_previous_one(
     failing: str, small_filesystem: Callable[[int], SmallFilesystem], tokenizer_file: Path
 ) -> None:
-    """On a tmpfs that really fills up, inside safetensors (its Rust error) or inside torch.save (the RuntimeError
-    of inline_container.cc): one StorageError naming the folder and the step, the previous checkpoint intact and
-    verified, no temp folder left; once space is freed the same save succeeds."""
+    """On a tmpfs that really fills up, inside safetensors (its Rust error) or inside torch.save
+    (the RuntimeError of inline_container.cc): one StorageError naming the folder and the step,
+    the previous checkpoint intact and verified, no temp folder left; once space is freed the
+    same save succeeds."""
     fs = small_filesystem(2048)
     run = fs.path / "run"
     model, opt = _trained()
     first = _save(run, 1, model, opt, tokenizer_file)
     sizes = {p.name: p.stat().st_size for p in first.iterdir()}
     before = {p.name: p.read_bytes() for p in first.iterdir()}
-    # room for half the weights, or for the weights and half the optimizer state (files take whole 4 KiB pages)
-    room = sizes["model.safetensors"] // 2 if failing == "model.safetensors" else (
-        sizes["model.safetensors"] + 4096 + sizes["optimizer.pt"] // 2)
-    assert sizes["optimizer.pt"] // 2 > 3 * 4096  # so the pages' rounding cannot move the fault to another file
+    # room for half the weights, or for the weights and half the optimizer state (files take whole
+    # 4 KiB pages)
+    room = (
+        sizes["model.safetensors"] // 2
+        if failing == "model.safetensors"
+        else (sizes["model.safetensors"] + 4096 + sizes["optimizer.pt"] // 2)
+    )
+    # so the pages' rounding cannot move the fault to another file
+    assert sizes["optimizer.pt"] // 2 > 3 * 4096
     fs.fill(leave=room)
     with pytest.raises(StorageError) as caught:
         _save(run, 2, model, opt, tokenizer_file)
     raised_by = {"model.safetensors": "SafetensorError", "optimizer.pt": "RuntimeError"}[failing]
     assert type(caught.value.__cause__).__name__ == raised_by, repr(caught.value.__cause__)
-    assert str(caught.value).startswith(f"no space left on device at {run / 'checkpoints'}: checkpoint step 2 was "
-                                        f"not written; the previous one ({first}) is still valid")
+    assert str(caught.value).startswith(
+        f"no space left on device at {run / 'checkpoints'}: checkpoint step 2 was "
+        f"not written; the previous one ({first}) is still valid"
+    )
     assert list_checkpoints(run) == [first] and verify_checkpoint(first)
     assert {p.name: p.read_bytes() for p in first.iterdir()} == before
     assert [p.name for p in (run / "checkpoints").iterdir()] == [first.name]
@@ -154,8 +191,10 @@ def test_initial_weights_round_trip_are_kept_and_never_a_checkpoint(tmp_path: Pa
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
     with torch.no_grad():
         model.embed_tokens.weight.add_(1.0)
-    assert save_initial_weights(run, model.state_dict(), tied_aliases(model)) == path  # the first is kept
-    assert not torch.equal(load_initial_weights(run)["embed_tokens.weight"], model.embed_tokens.weight)
+    # the first is kept
+    assert save_initial_weights(run, model.state_dict(), tied_aliases(model)) == path
+    assert not torch.equal(
+        load_initial_weights(run)["embed_tokens.weight"], model.embed_tokens.weight
+    )
     assert list_checkpoints(run) == [] and latest_checkpoint(run) is None
     assert [p.name for p in run.iterdir()] == ["initial"]  # no temp folder left behind
-

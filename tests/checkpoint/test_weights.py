@@ -1,5 +1,5 @@
-"""A model's weights (checkpoint/weights.py): a tied head stored once and re-tied, unreadable or misfitting
-weights named, and the model built on the meta device with the saved model's logits."""
+"""A model's weights (checkpoint/weights.py): a tied head stored once and re-tied, unreadable or
+misfitting weights named, and the model built on the meta device with the saved model's logits."""
 
 from __future__ import annotations
 
@@ -29,11 +29,16 @@ def test_tied_head_is_stored_once_and_retied_on_load(tmp_path: Path, tokenizer_f
     assert torch.equal(loaded(ids), model.eval()(ids))
 
 
-def test_unreadable_safetensors_is_named_even_with_a_matching_manifest(tmp_path: Path, tokenizer_file: Path) -> None:
+def test_unreadable_safetensors_is_named_even_with_a_matching_manifest(
+    tmp_path: Path, tokenizer_file: Path
+) -> None:
     path = save(tmp_path / "run", 4, tiny_model(), tokenizer_file)
     (path / "model.safetensors").write_bytes(b"\x00" * 16)
     manifest = json.loads((path / "manifest.json").read_text())
-    manifest["files"]["model.safetensors"] = {"bytes": 16, "sha256": hashlib.sha256(b"\x00" * 16).hexdigest()}
+    manifest["files"]["model.safetensors"] = {
+        "bytes": 16,
+        "sha256": hashlib.sha256(b"\x00" * 16).hexdigest(),
+    }
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="model.safetensors cannot be read"):
         load_model(path)
@@ -45,8 +50,11 @@ def test_weights_that_do_not_fit_the_config_are_named(tmp_path: Path, tokenizer_
     config["model"]["d_ff"] = 96  # the weights were built with the default width
     (path / "config.json").write_text(json.dumps(config))
     rehash(path)
-    with pytest.raises(CheckpointError, match=r"layers.0.mlp.up_proj.weight is \[128, 32\] in model.safetensors but "
-                                              r"config.json builds \[96, 32\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"layers.0.mlp.up_proj.weight is \[128, 32\] in model.safetensors but "
+        r"config.json builds \[96, 32\]",
+    ):
         load_model(path)
 
 
@@ -54,27 +62,31 @@ def test_weights_that_do_not_fit_the_config_are_named(tmp_path: Path, tokenizer_
 def test_load_model_builds_without_random_init_and_gives_the_same_logits(
     preset: str, tmp_path: Path, tokenizer_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint's model is built on the meta device: init_weights never touches a real tensor, every buffer
-    (RoPE tables, ALiBi slopes) is computed, a tied head is one tensor, and the logits equal the saved model's."""
+    """A checkpoint's model is built on the meta device: init_weights never touches a real tensor,
+    every buffer (RoPE tables, ALiBi slopes) is computed, a tied head is one tensor, and the logits
+    equal the saved model's."""
     from tests.conftest import randomize_
 
     model = randomize_(tiny_model(preset), 0.2).eval()
     save(tmp_path / "run", 1, model, tokenizer_file)
     real_inits: list[bool] = []
     original = TransformerLM.init_weights
+
     def spy(self: TransformerLM, seed: int | None = None) -> None:
         real_inits.append(not self.embed_tokens.weight.is_meta)
         original(self, seed)
 
     monkeypatch.setattr(TransformerLM, "init_weights", spy)
     loaded, _ = load_model(tmp_path / "run")
-    assert real_inits and not any(real_inits)  # built (on meta), never randomly initialised for real
+    # built (on meta), never randomly initialised for real
+    assert real_inits and not any(real_inits)
     assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])
     if loaded.config.tie_embeddings:
         assert loaded.lm_head.weight is loaded.embed_tokens.weight
     for (name, a), (_, b) in zip(model.named_buffers(), loaded.named_buffers()):
         assert torch.equal(a, b), name
-    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(
+        0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         assert torch.equal(loaded(ids), model(ids))
-

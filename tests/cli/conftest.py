@@ -1,4 +1,5 @@
-"""The CLI tests train tiny runs on the training tests' prepared corpus, and read what a terminal would show."""
+"""The CLI tests train tiny runs on the training tests' prepared corpus, and read what a
+terminal would show."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from tests.train.conftest import one_thread, prepared  # noqa: F401 (fixtures sh
 
 
 class _Stderr(logging.StreamHandler):
-    """A handler on whatever sys.stderr is when a record comes (capsys replaces it between setup and call)."""
+    """A handler on whatever sys.stderr is when a record comes (capsys replaces it between
+    setup and call)."""
 
     @property
     def stream(self) -> object:
@@ -26,7 +28,8 @@ class _Stderr(logging.StreamHandler):
 @pytest.fixture
 def terminal(capsys: pytest.CaptureFixture) -> Iterator[pytest.CaptureFixture]:
     """What a user's terminal shows: stdout, and stderr with the log lines on it (the handler
-    `logging.basicConfig` in `archlab.cli.main` installs outside pytest, whose own handlers make that call a no-op)."""
+    `logging.basicConfig` in `archlab.cli.main` installs outside pytest, whose own handlers make
+    that call a no-op)."""
     handler = _Stderr()
     handler.setFormatter(logging.Formatter("%(message)s"))
     root = logging.getLogger()

@@ -1,5 +1,6 @@
-"""What `archlab ablate` tells the user around a run: the Ctrl-C resume hint reruns the same experiment (parsed by the
-real parser, it gives the same settings, and run as printed it writes the same plan.json)."""
+"""What `archlab ablate` tells the user around a run: the Ctrl-C resume hint reruns the same
+experiment (parsed by the real parser, it gives the same settings, and run as printed it writes
+the same plan.json)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tests.cli.test_ablate import SUITE
 
 
 def interrupted(exp: object) -> None:
-    """A Ctrl-C during training, after the plan was written (as `Experiment.run` writes it first)."""
+    """A Ctrl-C during training, after the plan was written (as `Experiment.run`
+    writes it first)."""
     write_plan(exp.plan())
     raise KeyboardInterrupt
 
@@ -37,19 +39,41 @@ def normal(value: object) -> object:
     return str(Path(value)) if isinstance(value, str) and "/" in value else value
 
 
-@pytest.mark.parametrize("given", [
-    [],
-    ["--store", "{tmp}/elsewhere", "--jobs", "2"],
-    ["--store", "{tmp}/s3", "--jobs", "2", "--records", "{tmp}/records"],
-    ["--budget", "tiny", "--seeds", "3", "--jobs", "3", "--store", "{tmp}/s2", "--sequential", "pocock",
-     "--max-seeds", "6"],
-], ids=["defaults", "store-jobs", "records", "everything"])
+@pytest.mark.parametrize(
+    "given",
+    [
+        [],
+        ["--store", "{tmp}/elsewhere", "--jobs", "2"],
+        ["--store", "{tmp}/s3", "--jobs", "2", "--records", "{tmp}/records"],
+        [
+            "--budget",
+            "tiny",
+            "--seeds",
+            "3",
+            "--jobs",
+            "3",
+            "--store",
+            "{tmp}/s2",
+            "--sequential",
+            "pocock",
+            "--max-seeds",
+            "6",
+        ],
+    ],
+    ids=["defaults", "store-jobs", "records", "everything"],
+)
 def test_the_resume_hint_parses_to_the_settings_it_was_given(
     given: list[str], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = tmp_path / "two-arms.yaml"
     spec.write_text(SUITE, encoding="utf-8")
-    argv = ["ablate", str(spec), "--out", str(tmp_path / "suite"), *(g.format(tmp=tmp_path) for g in given)]
+    argv = [
+        "ablate",
+        str(spec),
+        "--out",
+        str(tmp_path / "suite"),
+        *(g.format(tmp=tmp_path) for g in given),
+    ]
     monkeypatch.setattr(command, "_train", interrupted)
     hint = hint_after_ctrl_c(argv, capsys)
     parser = build_parser("ablate")
@@ -61,10 +85,19 @@ def test_the_resume_hint_parses_to_the_settings_it_was_given(
         assert normal(getattr(again, key)) == normal(getattr(original, key)), key
     # and what the defaults resolved to is written out, so the rerun does not depend on them
     first, second = command._experiment(original).plan(), command._experiment(again).plan()
-    assert (second.out, second.store, second.budget, second.seeds, second.extra) == \
-           (first.out, first.store, first.budget, first.seeds, first.extra)
-    assert (again.jobs, again.executor, again.sequential, again.max_seeds) == \
-           (original.jobs, original.executor, original.sequential, original.max_seeds)
+    assert (second.out, second.store, second.budget, second.seeds, second.extra) == (
+        first.out,
+        first.store,
+        first.budget,
+        first.seeds,
+        first.extra,
+    )
+    assert (again.jobs, again.executor, again.sequential, again.max_seeds) == (
+        original.jobs,
+        original.executor,
+        original.sequential,
+        original.max_seeds,
+    )
     # run as printed: the same plan.json (the same store), and the same hint again
     plan_json = (tmp_path / "suite" / "plan.json").read_text()
     assert json.loads(plan_json)["store"] == str(first.store)

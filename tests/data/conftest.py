@@ -1,4 +1,5 @@
-"""Helpers of the data tests: files written, a prepared folder's tokens, a tokenizer's stream, a corpus."""
+"""Helpers of the data tests: files written, a prepared folder's tokens, a tokenizer's
+stream, a corpus."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def stream(tok: Tokenizer, docs: list[str]) -> list[int]:
 
 @pytest.fixture()
 def folder(tmp_path: Path) -> tuple[Path, list[str]]:
-    """Ten documents, nested so that walk order and sorted order differ, plus files that must be skipped."""
+    """Ten documents, nested so that walk order and sorted order differ, plus files that
+    must be skipped."""
     names = [
         "z.txt",
         "a/9.txt",
@@ -49,4 +51,3 @@ def folder(tmp_path: Path) -> tuple[Path, list[str]]:
     write(root / "blob.bin", b"abc\x00def")
     order = sorted(names)  # "a/10.txt" < "a/9.txt" < "a/b/1.txt" < "b.md" < ...
     return root, [(root / n).read_text() for n in order]
-

@@ -1,5 +1,5 @@
-"""Tests for archlab.data.encode: the memmaps hold exactly the tokenizer's ids, the document split and its tail
-fallback, the memmap dtype."""
+"""Tests for archlab.data.encode: the memmaps hold exactly the tokenizer's ids, the document split
+and its tail fallback, the memmap dtype."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def test_folder_memmaps_equal_tokenizer_ids_with_document_split(
     folder: tuple[Path, list[str]], tmp_path: Path, kind: str
 ) -> None:
     root, docs = folder
-    out = prepare_data(str(root), tmp_path / "out", tokenizer=kind, vocab_size=300, val_fraction=0.2)
+    out = prepare_data(
+        str(root), tmp_path / "out", tokenizer=kind, vocab_size=300, val_fraction=0.2
+    )
     tok = Tokenizer.load(out)
     val_docs = [docs[4], docs[9]]  # every 5th document in sorted order
     train_docs = [d for i, d in enumerate(docs) if i not in (4, 9)]
@@ -35,7 +37,9 @@ def test_folder_memmaps_equal_tokenizer_ids_with_document_split(
         assert tok.eos_id is not None and tokens(out, "train").count(tok.eos_id) == 8
 
 
-def test_split_is_deterministic_and_disjoint(folder: tuple[Path, list[str]], tmp_path: Path) -> None:
+def test_split_is_deterministic_and_disjoint(
+    folder: tuple[Path, list[str]], tmp_path: Path
+) -> None:
     root, docs = folder
     first = prepare_data(str(root), tmp_path / "one", val_fraction=0.2)
     second = prepare_data(str(root), tmp_path / "two", val_fraction=0.2)
@@ -62,11 +66,13 @@ def test_dtype_choice_and_overflow() -> None:
         dtype_for_vocab(2**32 + 1)
     assert to_token_array(np.array([0, 65535]), np.dtype(np.uint16)).dtype == np.uint16
     with pytest.raises(
-        ValueError, match=r"token id 70000 does not fit the memmap dtype uint16 \(ids must be in 0..65535\)"
+        ValueError,
+        match=r"token id 70000 does not fit the memmap dtype uint16 \(ids must be in 0..65535\)",
     ):
         to_token_array(np.array([1, 70000]), np.dtype(np.uint16))
-    with pytest.raises(ValueError, match="token id 4294967296 does not fit the memmap dtype uint32"):
+    with pytest.raises(
+        ValueError, match="token id 4294967296 does not fit the memmap dtype uint32"
+    ):
         to_token_array(np.array([2**32]), np.dtype(np.uint32))
     with pytest.raises(ValueError, match="token id -1 does not fit"):
         to_token_array(np.array([-1, 3]), np.dtype(np.uint32))
-

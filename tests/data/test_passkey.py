@@ -1,5 +1,5 @@
-"""The passkey task (data/passkey.py): prompts of exact length with the needle at the asked depth, and the
-`passkey` corpus: seeded, every document a prompt followed by its own key."""
+"""The passkey task (data/passkey.py): prompts of exact length with the needle at the asked depth,
+and the `passkey` corpus: seeded, every document a prompt followed by its own key."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from archlab.data.passkey import FILLER, QUESTION, PasskeyCorpus, needle, passke
 @pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
 def test_prompt_has_its_length_and_the_needle_at_its_depth(length: int, depth: float) -> None:
     prompt = passkey_prompt(length, depth, "12345")
-    assert len(prompt) == length and prompt.endswith(QUESTION) and prompt.count(needle("12345")) == 1
+    assert (
+        len(prompt) == length and prompt.endswith(QUESTION) and prompt.count(needle("12345")) == 1
+    )
     start, room = prompt.index(needle("12345")), length - len(needle("12345")) - len(QUESTION)
     assert start == round(depth * room)
     assert prompt.replace(needle("12345"), "").removesuffix(QUESTION) == (FILLER * 20)[:room]

@@ -86,8 +86,11 @@ def test_describe_hash_tells_tokenizers_apart(bpe: Tokenizer) -> None:
 
 
 def test_load_hf_folder_reads_eos_from_tokenizer_config(tmp_path: Path, bpe: Tokenizer) -> None:
-    bpe.inner.save(str(tmp_path / "tokenizer.json"))  # an HF folder: tokenizer.json + tokenizer_config.json
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": EOS_TOKEN}}))
+    # an HF folder: tokenizer.json + tokenizer_config.json
+    bpe.inner.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": {"content": EOS_TOKEN}})
+    )
     assert Tokenizer.load(tmp_path).eos_id == bpe.eos_id
     (tmp_path / "tokenizer_config.json").unlink()
     assert Tokenizer.load(tmp_path).eos_id == bpe.eos_id  # found by name

@@ -1,5 +1,5 @@
-"""Tests for archlab.data.tokens: random windows (shift, determinism, rank shards), evenly strided windows,
-bad inputs."""
+"""Tests for archlab.data.tokens: random windows (shift, determinism, rank shards), evenly strided
+windows, bad inputs."""
 
 from __future__ import annotations
 
@@ -34,14 +34,17 @@ def test_get_batch_windows_shift_and_determinism(prepared: Path) -> None:
     x2, y2 = data.get_batch("train", 4, 16, gen)
     assert torch.equal(x, x2) and torch.equal(y, y2)
     assert not torch.equal(data.get_batch("train", 4, 16, gen)[0], x)
-    x, y = data.get_batch("val", 1, data.num_tokens("val") - 1, torch.Generator())  # the one full window
+    # the one full window
+    x, y = data.get_batch("val", 1, data.num_tokens("val") - 1, torch.Generator())
     assert x[0].tolist() + y[0, -1:].tolist() == tokens(prepared, "val")
 
 
 def test_rank_shards_concatenate_to_the_single_process_batch(prepared: Path) -> None:
     single = TokenData(prepared).get_batch("train", 6, 8, torch.Generator().manual_seed(3))
     shards = [
-        TokenData(prepared, rank=r, world_size=2).get_batch("train", 3, 8, torch.Generator().manual_seed(3))
+        TokenData(prepared, rank=r, world_size=2).get_batch(
+            "train", 3, 8, torch.Generator().manual_seed(3)
+        )
         for r in (0, 1)
     ]
     assert torch.equal(torch.cat([s[0] for s in shards]), single[0])
@@ -65,25 +68,33 @@ def test_get_batch_bad_inputs_name_the_value(prepared: Path, tmp_path: Path) -> 
 
 
 def test_strided_windows_span_the_split_evenly_without_a_generator(tmp_path: Path) -> None:
-    out = prepare_data(str(write(tmp_path / "c.txt", "abcdefghij" * 30)), tmp_path / "p", "byte", val_fraction=0.5)
+    out = prepare_data(
+        str(write(tmp_path / "c.txt", "abcdefghij" * 30)), tmp_path / "p", "byte", val_fraction=0.5
+    )
     data = TokenData(out)
     n_val = data.num_tokens("val")  # half of the 302 bytes
     starts = data.strided_windows("val", 7, 10)
-    assert starts.tolist() == [round(i * (n_val - 11) / 6) for i in range(7)]  # first token .. last full window
+    # first token .. last full window
+    assert starts.tolist() == [round(i * (n_val - 11) / 6) for i in range(7)]
     assert data.strided_windows("val", 1, 10).tolist() == [0]
     x, y = data.windows_at("val", starts, 10)
     val = np.asarray(data.splits["val"]).astype(np.int64)
-    assert x.tolist() == [val[s:s + 10].tolist() for s in starts] and y.tolist() == [val[s + 1:s + 11].tolist()
-                                                                                      for s in starts]
-    with pytest.raises(ValueError, match=r"cannot lay 2 windows of block_size 200 over split 'val'"):
+    assert x.tolist() == [val[s : s + 10].tolist() for s in starts] and y.tolist() == [
+        val[s + 1 : s + 11].tolist() for s in starts
+    ]
+    with pytest.raises(
+        ValueError, match=r"cannot lay 2 windows of block_size 200 over split 'val'"
+    ):
         data.strided_windows("val", 2, 200)
 
 
 def test_each_rank_gets_its_slice_of_the_one_draw(tmp_path: Path) -> None:
-    out = prepare_data(str(write(tmp_path / "c.txt", "abcdefghij" * 30)), tmp_path / "p", "byte", val_fraction=0.5)
-    starts = TokenData(out, 0, 2).batch_starts("train", 3, 8, torch.Generator().manual_seed(5))  # 2 ranks x 3
+    out = prepare_data(
+        str(write(tmp_path / "c.txt", "abcdefghij" * 30)), tmp_path / "p", "byte", val_fraction=0.5
+    )
+    # 2 ranks x 3
+    starts = TokenData(out, 0, 2).batch_starts("train", 3, 8, torch.Generator().manual_seed(5))
     train = np.asarray(TokenData(out).splits["train"]).astype(np.int64)
     for rank in (0, 1):
         x, _ = TokenData(out, rank, 2).get_batch("train", 3, 8, torch.Generator().manual_seed(5))
-        assert x.tolist() == [train[s:s + 8].tolist() for s in starts[rank * 3:(rank + 1) * 3]]
-
+        assert x.tolist() == [train[s : s + 8].tolist() for s in starts[rank * 3 : (rank + 1) * 3]]

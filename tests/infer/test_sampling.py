@@ -1,5 +1,6 @@
-"""infer/sampling.py: the sampled distribution against its definition (float64), greedy, and SamplingConfig validation
-(every field rejects values outside its domain, NaN and inf included, in one line)."""
+"""infer/sampling.py: the sampled distribution against its definition (float64), greedy, and
+SamplingConfig validation (every field rejects values outside its domain, NaN and inf included,
+in one line)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,22 @@ import torch
 from archlab.infer.sampling import SamplingConfig, sample_next, sampling_probs
 
 BAD = [
-    ("temperature", math.inf), ("temperature", math.nan), ("temperature", -0.1), ("temperature", True),
-    ("top_p", math.nan), ("top_p", math.inf), ("top_p", 0.0), ("top_p", 1.5),
-    ("top_k", 0), ("top_k", 2.5), ("max_new_tokens", 0), ("max_new_tokens", 1.5), ("max_new_tokens", math.inf),
-    ("seed", 1.5), ("stop", ("",)), ("stop", (3,)),
+    ("temperature", math.inf),
+    ("temperature", math.nan),
+    ("temperature", -0.1),
+    ("temperature", True),
+    ("top_p", math.nan),
+    ("top_p", math.inf),
+    ("top_p", 0.0),
+    ("top_p", 1.5),
+    ("top_k", 0),
+    ("top_k", 2.5),
+    ("max_new_tokens", 0),
+    ("max_new_tokens", 1.5),
+    ("max_new_tokens", math.inf),
+    ("seed", 1.5),
+    ("stop", ("",)),
+    ("stop", (3,)),
 ]
 
 
@@ -26,8 +39,14 @@ def test_bad_values_fail_naming_the_field(field: str, value: object) -> None:
     assert message.startswith(f"SamplingConfig.{field}=") and "\n" not in message
 
 
-@pytest.mark.parametrize("fields", [dict(temperature=0), dict(temperature=0.7, top_k=1, top_p=1.0, seed=0),
-                                    dict(max_new_tokens=1, stop=["\n\n"])])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(temperature=0),
+        dict(temperature=0.7, top_k=1, top_p=1.0, seed=0),
+        dict(max_new_tokens=1, stop=["\n\n"]),
+    ],
+)
 def test_edge_values_are_accepted(fields: dict) -> None:
     config = SamplingConfig(**fields)
     assert config.stop == tuple(fields.get("stop", ()))
@@ -53,14 +72,19 @@ def test_greedy_and_top_k_one_pick_the_argmax() -> None:
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     assert torch.equal(sample_next(logits, SamplingConfig(temperature=0), None), logits.argmax(-1))
     g = torch.Generator().manual_seed(0)
-    assert torch.equal(sample_next(logits, SamplingConfig(temperature=5.0, top_k=1), g), logits.argmax(-1))
+    assert torch.equal(
+        sample_next(logits, SamplingConfig(temperature=5.0, top_k=1), g), logits.argmax(-1)
+    )
 
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (1, 0, 2), (2, 1, 0)])
-def test_top_p_stops_where_the_prefix_mass_equals_top_p_exactly(order: tuple[int, int, int]) -> None:
-    """Nucleus = the smallest set of most likely tokens whose mass reaches top_p: with probabilities 0.5, 0.25,
-    0.25 (exact in binary) and top_p = 0.5 the most likely token alone reaches it, so only it is kept; a
-    strict `>` would keep the next one too. Just above 0.5 the second token is needed (ties: either)."""
+def test_top_p_stops_where_the_prefix_mass_equals_top_p_exactly(
+    order: tuple[int, int, int],
+) -> None:
+    """Nucleus = the smallest set of most likely tokens whose mass reaches top_p: with probabilities
+    0.5, 0.25, 0.25 (exact in binary) and top_p = 0.5 the most likely token alone reaches it, so
+    only it is kept; a strict `>` would keep the next one too. Just above 0.5 the second token is
+    needed (ties: either)."""
     probs = torch.tensor([0.5, 0.25, 0.25])[list(order)]
     logits = probs.log()[None]
     top = order.index(0)

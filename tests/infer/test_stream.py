@@ -1,5 +1,5 @@
-"""infer/stream.py: incremental detokenization never emits half a character or a stop string's prefix, and decodes
-a window that does not grow with the text."""
+"""infer/stream.py: incremental detokenization never emits half a character or a stop string's
+prefix, and decodes a window that does not grow with the text."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def test_text_stream_waits_for_whole_characters_and_holds_back_stop_prefixes(tok
     assert "".join(pieces) == stream.text == "héllo €"
     assert stream.stopped
     bad = TextStream(tokenizer.decode)
-    assert "".join([bad.push(0xE2), bad.push(0x82), bad.finish()]) == "\ufffd"  # a cut-off character
+    # a cut-off character
+    assert "".join([bad.push(0xE2), bad.push(0x82), bad.finish()]) == "\ufffd"
 
 
 def test_text_stream_decodes_a_bounded_window(tokenizer) -> None:
@@ -35,8 +36,9 @@ def test_text_stream_decodes_a_bounded_window(tokenizer) -> None:
 
 @pytest.mark.parametrize("stop", [("ab", "xyz"), ("xyz", "ab")])
 def test_stop_strings_of_different_lengths_each_stop(stop: tuple[str, ...]) -> None:
-    """With stop strings of lengths 2 and 3 the stream must hold back enough text for the longer one: the
-    text stops right before "xyz" (and right before "ab" in the other text), whatever the order."""
+    """With stop strings of lengths 2 and 3 the stream must hold back enough text for the
+    longer one: the text stops right before "xyz" (and right before "ab" in the other text),
+    whatever the order."""
     decode = lambda ids: bytes(ids).decode("utf-8", errors="replace")  # noqa: E731 - one byte per token
 
     def run(text: str) -> tuple[str, int]:
@@ -51,4 +53,5 @@ def test_stop_strings_of_different_lengths_each_stop(stop: tuple[str, ...]) -> N
 
     assert run("hello xyz and more") == ("hello ", len("hello xyz"))
     assert run("hello xy ab xyz") == ("hello xy ", len("hello xy ab"))
-    assert run("x y z a b") == ("x y z a b", len("x y z a b"))  # no stop string: everything, nothing held
+    # no stop string: everything, nothing held
+    assert run("x y z a b") == ("x y z a b", len("x y z a b"))

@@ -1,5 +1,5 @@
-"""Family parity: tiny random transformers models load into archlab with the same logits and the same greedy
-decoding, and `save_hf` writes folders transformers loads with the same logits (litgpt's
+"""Family parity: tiny random transformers models load into archlab with the same logits and the
+same greedy decoding, and `save_hf` writes folders transformers loads with the same logits (litgpt's
 `test_against_hf_*` pattern: built from transformers' config classes, no downloads)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ TOL = 1e-4
 
 
 def randomize_hf_(model: torch.nn.Module, gain_center: float) -> torch.nn.Module:
-    """Every parameter re-drawn: matrices N(0, 0.2^2), 1-D tensors (gains, biases) around `gain_center`, so a
-    dropped bias, a missing (1 + w) or a swapped norm changes the logits."""
+    """Every parameter re-drawn: matrices N(0, 0.2^2), 1-D tensors (gains, biases) around
+    `gain_center`, so a dropped bias, a missing (1 + w) or a swapped norm changes the logits."""
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.2 if p.dim() > 1 else 0.1)
@@ -32,8 +32,11 @@ def randomize_hf_(model: torch.nn.Module, gain_center: float) -> torch.nn.Module
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: c.id)
-def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Case, Path]:
-    """A saved random transformers model of one case (the folder transformers' save_pretrained writes)."""
+def built(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Case, Path]:
+    """A saved random transformers model of one case (the folder
+    transformers' save_pretrained writes)."""
     case: Case = request.param
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(case.config(), dtype=torch.float32)
@@ -44,7 +47,8 @@ def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 def fresh_hf(folder: Path) -> torch.nn.Module:
-    """transformers' model read back from disk: a fresh one per use, since dynamic RoPE keeps state."""
+    """transformers' model read back from disk: a fresh one per use, since dynamic
+    RoPE keeps state."""
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
@@ -65,10 +69,17 @@ def test_greedy_decoding_matches_transformers(built: tuple[Case, Path]) -> None:
     if not case.generate:
         pytest.skip("transformers' dynamic RoPE keeps the longest length seen between calls")
     ours, prompt = from_hf(folder), batch(case)[:1, :8]
-    want = fresh_hf(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                     pad_token_id=0)
-    got = generate(ours, [prompt[0].tolist()], SamplingConfig(max_new_tokens=NEW_TOKENS, temperature=0.0))
-    assert got.tokens[0] == want[0, prompt.shape[1]:].tolist()
+    want = fresh_hf(folder).generate(
+        prompt,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    got = generate(
+        ours, [prompt[0].tolist()], SamplingConfig(max_new_tokens=NEW_TOKENS, temperature=0.0)
+    )
+    assert got.tokens[0] == want[0, prompt.shape[1] :].tolist()
 
 
 def test_save_hf_round_trip(built: tuple[Case, Path], tmp_path: Path) -> None:
@@ -85,8 +96,9 @@ def test_save_hf_round_trip(built: tuple[Case, Path], tmp_path: Path) -> None:
 
 
 def test_fused_parallel_training_forward_matches_transformers(built: tuple[Case, Path]) -> None:
-    """Parallel families (GPT-NeoX, GPT-J, Phi) through the fused block's GEMMs, which run while autograd
-    records: the loaded separate projections, concatenated per call, give transformers' logits."""
+    """Parallel families (GPT-NeoX, GPT-J, Phi) through the fused block's GEMMs, which
+    run while autograd records: the loaded separate projections, concatenated per call,
+    give transformers' logits."""
     case, folder = built
     ours, ids = from_hf(folder), batch(case)
     if ours.config.block != "parallel":

@@ -1,4 +1,5 @@
-"""The Llama weight-name table: transformers' LlamaForCausalLM with our exported weights gives our logits."""
+"""The Llama weight-name table: transformers' LlamaForCausalLM with our exported weights
+gives our logits."""
 
 import pytest
 import torch
@@ -11,12 +12,24 @@ from tests.conftest import randomize_
 
 def test_exported_llama_matches_transformers_logits():
     c = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
-    ours = randomize_(TransformerLM(c), 0.2).eval()  # norm gains away from 1, so a swapped norm shows
-    hf = LlamaForCausalLM(LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
-        max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": c.rope.theta}, pad_token_id=0)).eval()
+    # norm gains away from 1, so a swapped norm shows
+    ours = randomize_(TransformerLM(c), 0.2).eval()
+    hf = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=c.vocab_size,
+            hidden_size=c.d_model,
+            intermediate_size=c.d_ff,
+            num_hidden_layers=c.n_layers,
+            num_attention_heads=c.n_heads,
+            num_key_value_heads=c.n_kv_heads,
+            head_dim=c.head_dim,
+            max_position_embeddings=c.max_seq_len,
+            rms_norm_eps=c.norm_eps,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": c.rope.theta},
+            pad_token_id=0,
+        )
+    ).eval()
     hf.load_state_dict(hf_state_dict(ours, "llama"), strict=True)
     ids = torch.randint(0, 64, (2, 12))
     with torch.no_grad():

@@ -1,5 +1,6 @@
-"""The lab's shared fixture: a real (tiny, in-process) run whose training batches were recorded as the trainer drew
-them, read by the measures' tests (test_measure.py, test_eval_measures.py, test_cost_measures.py, ...)."""
+"""The lab's shared fixture: a real (tiny, in-process) run whose training batches
+were recorded as the trainer drew them, read by the measures' tests (test_measure.py,
+test_eval_measures.py, test_cost_measures.py, ...)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,22 @@ from archlab.train.config import resolve_config
 from archlab.train.launch import train
 
 BLOCK = 32
-SEEN: dict[str, np.ndarray] = {}  # what the fixture's run really drew: token counts of its training inputs
+# what the fixture's run really drew: token counts of its training inputs
+SEEN: dict[str, np.ndarray] = {}
 
 
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real 4-step run (seed 3, 2 accumulation steps, step-0 weights kept) whose training batches are recorded
-    as the trainer draws them, so the lab's replay of the batch stream can be checked against what was seen."""
+    """A real 4-step run (seed 3, 2 accumulation steps, step-0 weights kept) whose training batches
+    are recorded as the trainer draws them, so the lab's replay of the batch stream can be checked
+    against what was seen."""
     root = tmp_path_factory.mktemp("measure")
     text = root / "corpus.txt"
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     text.write_text(
         "".join(
-            (stdlib / name).read_text() for name in ("json/decoder.py", "json/encoder.py", "textwrap.py", "string.py")
+            (stdlib / name).read_text()
+            for name in ("json/decoder.py", "json/encoder.py", "textwrap.py", "string.py")
         )
     )
     data = prepare_data(str(text), root / "data", "byte", val_fraction=0.3)
@@ -54,7 +58,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     counts = np.zeros(256, dtype=np.int64)
     get_batch = TokenData.get_batch
 
-    def recording(self: TokenData, split: str, *args: object, **kwargs: object) -> tuple[torch.Tensor, ...]:
+    def recording(
+        self: TokenData, split: str, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, ...]:
         x, y = get_batch(self, split, *args, **kwargs)
         if split == "train":
             counts[:] += np.bincount(x.numpy().ravel(), minlength=256)

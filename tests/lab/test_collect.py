@@ -1,6 +1,6 @@
-"""Collecting a finished plan: timings taken in rounds over all runs (each run's best kept), untimed measures in a
-pool of fresh processes with the values one process gives, and each `timings:` pair timed once on the arms'
-configs."""
+"""Collecting a finished plan: timings taken in rounds over all runs (each run's best kept), untimed
+measures in a pool of fresh processes with the values one process gives, and each `timings:` pair
+timed once on the arms' configs."""
 
 from __future__ import annotations
 
@@ -50,9 +50,11 @@ def test_timings_are_taken_in_rounds_over_all_runs_keeping_each_runs_best(
     monkeypatch.setattr(collect, "measure_run", fake_measure_run)
     measured = measure_plan(plan)
     assert TIMING_ROUNDS == 3
-    assert calls == [(r.run_dir, ["step_ms"]) for r in order] * TIMING_ROUNDS  # rounds over all runs, in turn
+    # rounds over all runs, in turn
+    assert calls == [(r.run_dir, ["step_ms"]) for r in order] * TIMING_ROUNDS
     for i, run in enumerate(order):
-        assert measured[run] == {"val_loss": 1.0, "step_ms": 100.0 + 10 * i}  # val_loss came from the cache
+        # val_loss came from the cache
+        assert measured[run] == {"val_loss": 1.0, "step_ms": 100.0 + 10 * i}
         assert json.loads((run.run_dir / MEASURED).read_text())["step_ms"] == 100.0 + 10 * i
     calls.clear()
     measure_plan(plan)
@@ -62,13 +64,21 @@ def test_timings_are_taken_in_rounds_over_all_runs_keeping_each_runs_best(
 def test_jobs_measure_runs_in_other_processes_with_the_same_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--jobs 2 takes the untimed measures in a pool of fresh processes: none in this one (its measure_run is
-    replaced by one that fails), each run's own values, cached as one process would have cached them."""
-    (tmp_path / "synthetic.yaml").write_text(TIMED_SUITE.replace("[val_loss, step_ms]", "[val_loss, train_loss]"))
-    plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=2)
+    """--jobs 2 takes the untimed measures in a pool of fresh processes: none in this one (its
+    measure_run is replaced by one that fails), each run's own values, cached as one process would
+    have cached them."""
+    (tmp_path / "synthetic.yaml").write_text(
+        TIMED_SUITE.replace("[val_loss, step_ms]", "[val_loss, train_loss]")
+    )
+    plan = plan_suite(
+        load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out", seeds=2
+    )
     _fake_runs(plan)
     for i, run in enumerate(plan.runs):  # each run its own last three losses: mean 2 + i
-        rows = [{"step": s, "kind": "train", "loss": 2.0 + i + d} for s, d in ((2, -1.0), (4, 0.0), (6, 1.0))]
+        rows = [
+            {"step": s, "kind": "train", "loss": 2.0 + i + d}
+            for s, d in ((2, -1.0), (4, 0.0), (6, 1.0))
+        ]
         (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def in_this_process(*args: object) -> dict:
@@ -78,16 +88,21 @@ def test_jobs_measure_runs_in_other_processes_with_the_same_values(
     measured = measure_plan(plan, jobs=2)
     for i, run in enumerate(plan.runs):
         assert measured[run]["train_loss"] == pytest.approx(2.0 + i)
-        assert json.loads((run.run_dir / MEASURED).read_text())["train_loss"] == pytest.approx(2.0 + i)
+        assert json.loads((run.run_dir / MEASURED).read_text())["train_loss"] == pytest.approx(
+            2.0 + i
+        )
     for run in plan.runs:
         (run.run_dir / MEASURED).unlink()
     with pytest.raises(AssertionError, match="parent process"):  # one job: measured here, as before
         measure_plan(plan, jobs=1)
 
 
-def test_timings_time_each_pair_on_the_arms_configs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A `timings:` entry reaches time_pairs with both arms' models (and the timing's own model keys), the
-    budget's batch and context for a train step, and is kept: a second report times nothing."""
+def test_timings_time_each_pair_on_the_arms_configs_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `timings:` entry reaches time_pairs with both arms' models (and the timing's own
+    model keys), the budget's batch and context for a train step, and is kept: a second
+    report times nothing."""
     (tmp_path / "t.yaml").write_text(
         TIMED_SUITE.replace("measure: [val_loss, step_ms]", "measure: [val_loss]")
         + "timings:\n  - {metric: decode_s, kind: decode, arms: [c, a], pairs: 3, "
@@ -140,8 +155,9 @@ def _sigint_handler() -> object:
 
 
 def test_the_measure_pools_workers_leave_ctrl_c_to_the_lab():
-    """Ctrl-C reaches the whole process group: a measuring worker must ignore it (the lab stops and says how to
-    continue), not die mid-import with a traceback of its own. A plain spawned worker would not ignore it."""
+    """Ctrl-C reaches the whole process group: a measuring worker must ignore it (the lab stops and
+    says how to continue), not die mid-import with a traceback of its own. A plain spawned worker
+    would not ignore it."""
     with measure_pool(1) as pool:
         assert pool.submit(_sigint_handler).result() == signal.SIG_IGN
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -1,6 +1,7 @@
-"""The measures on validation text, on the shared tiny run (tests/lab/conftest.py), each against an independent
-computation: the fixed evaluation set's loss and |log Z| by hand, the trainer's own evaluation windows, and the
-long-context loss on the same targets at every length (n/a for learned positions)."""
+"""The measures on validation text, on the shared tiny run (tests/lab/conftest.py), each against
+an independent computation: the fixed evaluation set's loss and |log Z| by hand, the trainer's
+own evaluation windows, and the long-context loss on the same targets at every length (n/a
+for learned positions)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ from tests.lab.conftest import BLOCK
 
 
 def _strided(data: TokenData, n: int) -> torch.Tensor:
-    """n windows of BLOCK + 1 tokens, evenly spread from the first token to the last full window (by hand)."""
+    """n windows of BLOCK + 1 tokens, evenly spread from the first token to the last full
+    window (by hand)."""
     val = np.asarray(data.splits["val"]).astype(np.int64)
     last = len(val) - BLOCK - 1
-    return torch.from_numpy(np.stack([val[round(i * last / (n - 1)) :][: BLOCK + 1] for i in range(n)]))
+    return torch.from_numpy(
+        np.stack([val[round(i * last / (n - 1)) :][: BLOCK + 1] for i in range(n)])
+    )
 
 
 def _mean_ce(model: TransformerLM, windows: torch.Tensor) -> float:
@@ -37,14 +41,18 @@ def _mean_ce(model: TransformerLM, windows: torch.Tensor) -> float:
 def test_val_loss_scores_the_final_checkpoint_on_the_fixed_set(run_dir: Path) -> None:
     run = measure.RunView(run_dir, windows=4)
     data = run.data()
-    n = min(math.ceil(65_536 / BLOCK), (data.num_tokens("val") - 1) // BLOCK)  # here: the whole split, tiled
+    # here: the whole split, tiled
+    n = min(math.ceil(65_536 / BLOCK), (data.num_tokens("val") - 1) // BLOCK)
     assert n * BLOCK > data.num_tokens("val") - 2 * BLOCK
-    assert eval_measures.val_loss(run) == pytest.approx(_mean_ce(load_model(run_dir)[0], _strided(data, n)), rel=1e-9)
+    assert eval_measures.val_loss(run) == pytest.approx(
+        _mean_ce(load_model(run_dir)[0], _strided(data, n)), rel=1e-9
+    )
 
 
 def test_the_trainers_evaluation_is_on_strided_windows_without_the_seed(run_dir: Path) -> None:
-    """The logged evaluation at step 4: eval_batches x micro-batch (2 x 4 / 2 accumulation steps) = 4 windows
-    evenly strided, whatever the seed (this run's is 3), scored by the step-4 checkpoint."""
+    """The logged evaluation at step 4: eval_batches x micro-batch (2 x 4 / 2 accumulation
+    steps) = 4 windows evenly strided, whatever the seed (this run's is 3), scored by
+    the step-4 checkpoint."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in rows if r["kind"] == "eval"][-1]
     model = load_model(latest_checkpoint(run_dir))[0]
@@ -68,7 +76,8 @@ def test_long_context_loss_is_na_for_learned_positions(run_dir: Path) -> None:
     assert eval_measures.loss_at(run, 4) is not None  # RoPE runs past the training length
     short, long = eval_measures._val_windows(run, BLOCK), eval_measures._val_windows(run, 4 * BLOCK)
     assert short.shape == (8, BLOCK + 1) and long.shape == (2, 4 * BLOCK + 1)
-    assert (short[:, 1:].ravel() == long[:, 1:].ravel()).all()  # the same targets, only the context differs
+    # the same targets, only the context differs
+    assert (short[:, 1:].ravel() == long[:, 1:].ravel()).all()
     learned = build_preset("gpt2", "tiny")
     run = measure.RunView(run_dir, windows=2, _model=TransformerLM(learned))
     assert eval_measures.loss_at(run, 2) is None and eval_measures.loss_at(run, 1) is not None

@@ -1,6 +1,6 @@
-"""The long-context suite's measures (lab/measures/long_context.py): accuracy at 1x / 8x on plain and repeated samples
-against a count over the full logits of the same windows, each inference-time method reaching the config it
-names (and none other), and n/a where a method needs RoPE."""
+"""The long-context suite's measures (lab/measures/long_context.py): accuracy at 1x / 8x on plain
+and repeated samples against a count over the full logits of the same windows, each inference-time
+method reaching the config it names (and none other), and n/a where a method needs RoPE."""
 
 from __future__ import annotations
 
@@ -44,19 +44,32 @@ def test_accuracy_is_a_count_over_the_full_logits(factor: int, samples: str) -> 
     run = Run(tiny(), np.random.default_rng(0).integers(0, 64, 600))
     batch = sample_windows(run.val, factor * 16, 3, samples)
     with torch.no_grad():
-        hits = [(run.model(row[None, :-1])[0].double().argmax(-1) == row[1:]).double().mean() for row in batch]
-    assert long_context.accuracy_at(run, factor, samples) == pytest.approx(float(sum(hits) / 3), abs=1e-12)
+        hits = [
+            (run.model(row[None, :-1])[0].double().argmax(-1) == row[1:]).double().mean()
+            for row in batch
+        ]
+    assert long_context.accuracy_at(run, factor, samples) == pytest.approx(
+        float(sum(hits) / 3), abs=1e-12
+    )
 
 
 def test_each_method_reaches_its_config_and_only_it() -> None:
     config = tiny().config
     assert long_context.inference_config(config, "none", 128) is config
     rerope = long_context.inference_config(config, "rerope", 128)
-    assert rerope.rope.scaling.kind == "rerope" and rerope.rope.scaling.window == 8 and not rerope.attn_logn
+    assert (
+        rerope.rope.scaling.kind == "rerope"
+        and rerope.rope.scaling.window == 8
+        and not rerope.attn_logn
+    )
     mixed = long_context.inference_config(config, "ntk_mixed", 128)
     assert mixed.rope.scaling.kind == "ntk_mixed" and mixed.rope.scaling.factor == 8.0
     logn = long_context.inference_config(config, "logn", 128)
-    assert logn.attn_logn and logn.attn_logn_clip and logn.replace(attn_logn=False, attn_logn_clip=False) == config
+    assert (
+        logn.attn_logn
+        and logn.attn_logn_clip
+        and logn.replace(attn_logn=False, attn_logn_clip=False) == config
+    )
     trained = config.replace(attn_logn=True)
     assert long_context.inference_config(trained, "logn", 128) is trained
     cosine = config.replace(cosine={"scale": "dynamic"})
@@ -73,7 +86,9 @@ def test_a_method_changes_the_8x_accuracy_through_the_rebuilt_model() -> None:
     batch = sample_windows(run.val, 128, 3, "plain")
     with torch.no_grad():
         hits = [(scaled(row[None, :-1])[0].argmax(-1) == row[1:]).double().mean() for row in batch]
-    assert long_context.accuracy_at(run, 8, "plain", "rerope") == pytest.approx(float(sum(hits) / 3))
+    assert long_context.accuracy_at(run, 8, "plain", "rerope") == pytest.approx(
+        float(sum(hits) / 3)
+    )
 
 
 def test_every_measure_is_registered_higher_is_better() -> None:

@@ -1,5 +1,6 @@
-"""What a test showed, in words that follow it (archlab.lab.analysis.outcomes.statement): each outcome and side, the
-"but worse by" of a non-inferiority confirmed beside a significant deficit, and the plan's guard."""
+"""What a test showed, in words that follow it (archlab.lab.analysis.outcomes.statement): each
+outcome and side, the "but worse by" of a non-inferiority confirmed beside a significant deficit,
+and the plan's guard."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ def test_statements_say_what_the_interval_shows() -> None:
     base = [3.0, 3.0, 3.0, 3.0]
     ni = stats.test_claim(worse, base, expect="same", better="lower", margin=0.1)
     assert ni.outcome == stats.CONFIRMED and ni.ci[0] > 0  # inside 0.1, yet significantly worse
-    assert statement(ni, "B").startswith("not worse than B by more than 0.1, but worse by 0.05 (90% CI of the deficit")
+    assert statement(ni, "B").startswith(
+        "not worse than B by more than 0.1, but worse by 0.05 (90% CI of the deficit"
+    )
     tight = stats.test_claim(worse, base, expect="same", better="lower", margin=0.03)
     assert tight.outcome == stats.CONTRADICTED
     assert statement(tight, "B").startswith("worse than B by more than 0.03: by 0.05")
@@ -23,11 +26,17 @@ def test_statements_say_what_the_interval_shows() -> None:
     # higher is better: the same numbers read the other way
     higher = stats.test_claim(worse, base, expect="better", better="higher")
     assert statement(higher, "B").startswith("better than B by 0.05")
-    tost = stats.test_claim([3.001, 2.999, 3.002, 2.998], base, expect="equivalent", better="lower", margin=0.01)
+    tost = stats.test_claim(
+        [3.001, 2.999, 3.002, 2.998], base, expect="equivalent", better="lower", margin=0.01
+    )
     assert statement(tost, "B").startswith("as good as B within +-0.01 (90% CI of the deficit")
     undecided = stats.test_claim([3.0, 3.1, 2.9, 3.05], base, expect="better", better="lower")
-    assert undecided.outcome == stats.INCONCLUSIVE and statement(undecided, "B").startswith("not shown (90% CI of")
+    assert undecided.outcome == stats.INCONCLUSIVE and statement(undecided, "B").startswith(
+        "not shown (90% CI of"
+    )
     tie = stats.test_claim([3.1, 3.2, 3.3], [3.0, 3.1, 3.2], expect="better", better="lower")
-    assert statement(tie, "B").startswith("untestable by this design: the paired differences tie exactly")
+    assert statement(tie, "B").startswith(
+        "untestable by this design: the paired differences tie exactly"
+    )
     one = stats.test_claim([3.0], [3.1], expect="better", better="lower")
     assert statement(one, "B") == stats.INCONCLUSIVE and math.isnan(one.ci[0])

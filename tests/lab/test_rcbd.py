@@ -1,5 +1,5 @@
-"""The randomized complete block fit (archlab.lab.analysis.rcbd) against statsmodels' OLS with arm and seed dummies, and
-its variance components against simulated suites with known truth."""
+"""The randomized complete block fit (archlab.lab.analysis.rcbd) against statsmodels' OLS with arm
+and seed dummies, and its variance components against simulated suites with known truth."""
 
 from __future__ import annotations
 
@@ -30,25 +30,36 @@ def test_residual_sigma_and_contrast_match_statsmodels_ols():
     assert fit.pooled.df == ols.df_resid == (3 - 1) * (4 - 1)
     assert fit.pooled.sigma == pytest.approx(math.sqrt(ols.scale), rel=1e-10)
     term = "C(arm, Treatment('base'))[T.glu]"
-    claim = stats.test_claim(TABLE["glu"], TABLE["base"], expect="better", better="lower", pooled=fit.pooled)
+    claim = stats.test_claim(
+        TABLE["glu"], TABLE["base"], expect="better", better="lower", pooled=fit.pooled
+    )
     assert claim.estimate == pytest.approx(ols.params[term], rel=1e-10)
     assert claim.se == pytest.approx(ols.bse[term], rel=1e-10)
-    assert claim.p == pytest.approx(ols.pvalues[term] / 2, rel=1e-8)  # OLS's two-sided p, halved (t < 0)
+    # OLS's two-sided p, halved (t < 0)
+    assert claim.p == pytest.approx(ols.pvalues[term] / 2, rel=1e-8)
 
 
 def test_two_arms_pooled_equals_the_paired_t():
     two = {"a": TABLE["glu"], "b": TABLE["base"]}
     fit = rcbd(two)
-    pooled = stats.test_claim(two["a"], two["b"], expect="better", better="lower", pooled=fit.pooled)
+    pooled = stats.test_claim(
+        two["a"], two["b"], expect="better", better="lower", pooled=fit.pooled
+    )
     paired = stats.test_claim(two["a"], two["b"], expect="better", better="lower")
     assert pooled.p == pytest.approx(paired.p, rel=1e-10) and pooled.df == paired.df
-    assert fit.spread_ratio == pytest.approx(1.0) and not fit.heteroscedastic  # 2 arms: mirror residuals
+    # 2 arms: mirror residuals
+    assert fit.spread_ratio == pytest.approx(1.0) and not fit.heteroscedastic
 
 
 def test_variance_components_recover_a_known_rho():
     rng = np.random.default_rng(11)
     k, n, tau, omega = 4, 2000, 0.03, 0.01
-    y = 3.0 + np.arange(k)[:, None] * 0.01 + rng.normal(0, tau, (1, n)) + rng.normal(0, omega, (k, n))
+    y = (
+        3.0
+        + np.arange(k)[:, None] * 0.01
+        + rng.normal(0, tau, (1, n))
+        + rng.normal(0, omega, (k, n))
+    )
     fit = rcbd({f"arm{i}": row for i, row in enumerate(y)})
     assert fit.pooled.sigma == pytest.approx(omega, rel=0.03)
     assert fit.tau == pytest.approx(tau, rel=0.05)
@@ -62,8 +73,11 @@ def test_heteroscedastic_arm_is_flagged():
     rng = np.random.default_rng(12)
     n = 40
     u = rng.normal(0, 0.03, n)
-    table = {"base": 3 + u + rng.normal(0, 0.01, n), "glu": 3 + u + rng.normal(0, 0.01, n),
-             "high-lr": 3 + u + rng.normal(0, 0.08, n)}
+    table = {
+        "base": 3 + u + rng.normal(0, 0.01, n),
+        "glu": 3 + u + rng.normal(0, 0.01, n),
+        "high-lr": 3 + u + rng.normal(0, 0.08, n),
+    }
     fit = rcbd(table)
     residual_rows = [fit.residuals[arm] for arm in table]
     assert fit.homogeneity_p == pytest.approx(scipy_stats.bartlett(*residual_rows).pvalue, rel=1e-9)

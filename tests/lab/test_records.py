@@ -1,6 +1,6 @@
-"""Run records (lab/runs/records.py): a suite stopped on one machine, its finished runs' records (no checkpoints)
-carried to a fresh machine, goes on there without training them again and reports what one uninterrupted
-sitting reports."""
+"""Run records (lab/runs/records.py): a suite stopped on one machine, its finished runs' records (no
+checkpoints) carried to a fresh machine, goes on there without training them again and reports what
+one uninterrupted sitting reports."""
 
 from __future__ import annotations
 
@@ -27,12 +27,14 @@ def _results(folder: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_suite_continued_from_records_reports_what_one_sitting_does(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture) -> None:
+def test_a_suite_continued_from_records_reports_what_one_sitting_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     spec, records = tmp_path / "two-arms.yaml", tmp_path / "records"
     spec.write_text(SUITE, encoding="utf-8")
 
-    # machine A: registered, the mha arm trained, then the sitting ends; its finished runs become records
+    # machine A: registered, the mha arm trained, then the sitting ends; its finished
+    # runs become records
     a = Experiment(spec, "tiny", 2, tmp_path / "a" / "store", jobs=2, out=tmp_path / "a" / "suite")
     plan = a.plan()
     registered = a.register()
@@ -43,34 +45,70 @@ def test_a_suite_continued_from_records_reports_what_one_sitting_does(tmp_path: 
     held = record_folders(records)
     assert sorted(p.name for p in held) == sorted(r.run_dir.name for r in mha)
     for folder in held:
-        assert sorted(p.name for p in folder.iterdir()) == sorted(n for n in RECORD_FILES)  # no checkpoints
+        # no checkpoints
+        assert sorted(p.name for p in folder.iterdir()) == sorted(n for n in RECORD_FILES)
         assert "val_loss" in json.loads((folder / MEASURED).read_text())
     assert json.loads((records / "registration.json").read_text())["registrations"] == [registered]
 
     # machine B: a fresh store; the records are laid in, only gqa trains
     b = tmp_path / "b"
-    argv = ["ablate", str(spec), "--budget", "tiny", "--seeds", "2", "--out", str(b / "suite"), "--store",
-            str(b / "store"), "--jobs", "2"]
+    argv = [
+        "ablate",
+        str(spec),
+        "--budget",
+        "tiny",
+        "--seeds",
+        "2",
+        "--out",
+        str(b / "suite"),
+        "--store",
+        str(b / "store"),
+        "--jobs",
+        "2",
+    ]
     assert main([*argv, "--records", str(records)]) == 0
     err = capsys.readouterr().err
-    assert f"{records}: 2 run records laid into {b / 'store'}" in err and f"{records}: 4 run records of 4 runs" in err
+    assert (
+        f"{records}: 2 run records laid into {b / 'store'}" in err
+        and f"{records}: 4 run records of 4 runs" in err
+    )
     for run in mha:
         moved = b / "store" / run.run_dir.name
-        assert not (moved / "checkpoints").exists() and not (moved / "train.log").exists()  # not trained again
+        # not trained again
+        assert not (moved / "checkpoints").exists() and not (moved / "train.log").exists()
         assert (moved / METRICS).read_bytes() == (run.run_dir / METRICS).read_bytes()
     gqa = [b / "store" / r.run_dir.name for r in plan.runs_of("gqa")]
     assert all((d / "checkpoints").is_dir() for d in gqa)
     [kept] = json.loads((b / "suite" / "registration.json").read_text())["registrations"]
-    assert kept == registered and kept["before_first_run"] is True  # A's registration, not a new one after runs
+    # A's registration, not a new one after runs
+    assert kept == registered and kept["before_first_run"] is True
     assert len(record_folders(records)) == 4
 
     # machine C: the whole suite in one sitting gives the same table, run ids and values
     c = tmp_path / "c"
-    assert main(["ablate", str(spec), "--budget", "tiny", "--seeds", "2", "--out", str(c / "suite"), "--store",
-                 str(c / "store"), "--jobs", "2"]) == 0
+    assert (
+        main(
+            [
+                "ablate",
+                str(spec),
+                "--budget",
+                "tiny",
+                "--seeds",
+                "2",
+                "--out",
+                str(c / "suite"),
+                "--store",
+                str(c / "store"),
+                "--jobs",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert _results(b / "suite") == _results(c / "suite")
 
-    # a record lacking a measure the suite asks for cannot be measured again: one line naming run and measure
+    # a record lacking a measure the suite asks for cannot be measured again: one line naming
+    # run and measure
     d = tmp_path / "d"
     shutil.copytree(records, d / "records")
     dropped = d / "records" / mha[0].run_dir.name / MEASURED
@@ -78,7 +116,9 @@ def test_a_suite_continued_from_records_reports_what_one_sitting_does(tmp_path: 
     dropped.write_text(json.dumps({k: v for k, v in values.items() if k != "val_loss"}))
     exp = Experiment(spec, "tiny", 2, d / "store", out=d / "suite")
     assert exp.read_records(d / "records") == 4
-    with pytest.raises(LabError, match=r"1 runs are records without checkpoints .*mha/seed0 .*: val_loss"):
+    with pytest.raises(
+        LabError, match=r"1 runs are records without checkpoints .*mha/seed0 .*: val_loss"
+    ):
         exp.measure()
 
 
@@ -86,16 +126,23 @@ def _record(run_dir: Path, steps: int, last: int, returncode: int = 0) -> RunSpe
     run_dir.mkdir(parents=True)
     rows = [{"step": s, "kind": "train", "loss": 1.0} for s in range(2, last + 1, 2)]
     (run_dir / METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run_dir / STATUS).write_text(json.dumps({"returncode": returncode, "diverged": False, "wall_s": 1.0}))
+    (run_dir / STATUS).write_text(
+        json.dumps({"returncode": returncode, "diverged": False, "wall_s": 1.0})
+    )
     return RunSpec("arm", 0, run_dir, {}, steps)
 
 
-def test_a_record_is_done_only_with_a_clean_exit_and_metrics_to_its_last_step(tmp_path: Path) -> None:
+def test_a_record_is_done_only_with_a_clean_exit_and_metrics_to_its_last_step(
+    tmp_path: Path,
+) -> None:
     assert is_record(run := _record(tmp_path / "full", 24, 24)) and is_done(run)
     assert not is_record(run := _record(tmp_path / "short", 24, 22)) and not is_done(run)
-    assert not is_record(run := _record(tmp_path / "failed", 24, 24, returncode=2)) and not is_done(run)
+    assert not is_record(run := _record(tmp_path / "failed", 24, 24, returncode=2)) and not is_done(
+        run
+    )
     run = _record(tmp_path / "checkpointed", 24, 24)
-    (run.run_dir / "checkpoints").mkdir()  # a run folder, not a record: done only with its last checkpoint
+    # a run folder, not a record: done only with its last checkpoint
+    (run.run_dir / "checkpoints").mkdir()
     assert not is_record(run) and not is_done(run)
 
 
@@ -110,8 +157,11 @@ def test_laying_records_in_keeps_what_the_store_holds(tmp_path: Path) -> None:
     (suite).mkdir()
     (suite / "registration.json").write_text("mine")
     assert read_records(records, store, suite) == 1
-    assert sorted(p.name for p in (store / "aaaa").iterdir()) == ["mine"]  # the store's own run is untouched
+    # the store's own run is untouched
+    assert sorted(p.name for p in (store / "aaaa").iterdir()) == ["mine"]
     assert (store / "bbbb" / METRICS).read_bytes() == (records / "bbbb" / METRICS).read_bytes()
-    assert not (store / "not-a-run").exists() and (suite / "registration.json").read_text() == "mine"
+    assert (
+        not (store / "not-a-run").exists() and (suite / "registration.json").read_text() == "mine"
+    )
     assert read_records(records, store, tmp_path / "fresh") == 0  # laid once
     assert (tmp_path / "fresh" / "registration.json").is_file()

@@ -1,6 +1,7 @@
-"""What one run costs for `--plan` (lab/runs/run_cost.py): training compute against the explicit FLOP formula, the
-scaling with known inputs, and each source in its order (this suite's runs, other suites' runs at the budget in the same
-store, the published page at the same or another budget, the budget's figure), each named in the printout."""
+"""What one run costs for `--plan` (lab/runs/run_cost.py): training compute against the explicit
+FLOP formula, the scaling with known inputs, and each source in its order (this suite's runs, other
+suites' runs at the budget in the same store, the published page at the same or another budget, the
+budget's figure), each named in the printout."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from archlab.train.config import resolve_config
 
 
 def explicit_compute(keys: dict[str, str]) -> float:
-    """steps x batch x block x 3 x (2 x matmul weights + 4 x heads x head_dim x layers x block), by hand."""
+    """steps x batch x block x 3 x (2 x matmul weights + 4 x heads x head_dim x layers x
+    block), by hand."""
     train, model = resolve_config([{k: v for k, v in keys.items() if k != "out"}])
     block = train.data.block_size
     forward = 2 * matmul_params(model) + 4 * model.n_heads * model.head_dim * model.n_layers * block
@@ -42,59 +44,80 @@ def test_scaling_keeps_the_start_and_scales_the_rest_with_compute() -> None:
 
 
 def heads(budget: str, tmp_path: Path, out: str = "heads"):  # noqa: ANN201
-    return plan_suite(load_suite("heads"), BUDGETS[budget], tmp_path / out, store=tmp_path / "store")
+    return plan_suite(
+        load_suite("heads"), BUDGETS[budget], tmp_path / out, store=tmp_path / "store"
+    )
 
 
 def page(docs: Path, budget: str, median: float) -> Path:
     (docs / "heads").mkdir(parents=True, exist_ok=True)
-    (docs / "heads" / "provenance.json").write_text(json.dumps({"budget": budget, "training": {"median_run_s":
-                                                                                               median}}))
+    (docs / "heads" / "provenance.json").write_text(
+        json.dumps({"budget": budget, "training": {"median_run_s": median}})
+    )
     return docs
 
 
 def test_a_page_at_another_budget_is_scaled_by_training_flops(tmp_path: Path) -> None:
-    """The issue's case: heads at tiny from the small page's 355 s per run. Tiny's runs are 1/363 of small's compute:
-    about 7 s a run, where the page's figure as it was said 355 s (18 min for 21 runs at --jobs 2)."""
+    """The issue's case: heads at tiny from the small page's 355 s per run. Tiny's runs are 1/363 of
+    small's compute: about 7 s a run, where the page's figure as it was said 355 s (18 min for 21
+    runs at --jobs 2)."""
     tiny, small = heads("tiny", tmp_path), heads("small", tmp_path, "small")
     c_tiny = statistics.fmean(explicit_compute(r.keys) for r in tiny.runs)
     c_small = statistics.fmean(explicit_compute(r.keys) for r in small.runs)
     assert plan_compute(tiny) == pytest.approx(c_tiny, rel=1e-12)
     docs = page(tmp_path / "docs", "small", 355.0)
     cost = run_cost(tiny, docs)
-    assert cost.seconds == pytest.approx(RUN_START_S + (355.0 - RUN_START_S) * c_tiny / c_small, rel=1e-9)
+    assert cost.seconds == pytest.approx(
+        RUN_START_S + (355.0 - RUN_START_S) * c_tiny / c_small, rel=1e-9
+    )
     assert 5 < cost.seconds < 10 and 300 < c_small / c_tiny < 400
-    assert cost.source.startswith(f"the published page {docs / 'heads'}: 355 s per run at budget small, scaled by "
-                                  "training FLOPs per run")
+    assert cost.source.startswith(
+        f"the published page {docs / 'heads'}: 355 s per run at budget small, scaled by "
+        "training FLOPs per run"
+    )
     text = "\n".join(format_plan(tiny, power_plan(tiny, docs), jobs=2, docs=docs))
     assert f"({cost.seconds:.0f} s per run, the published page" in text
     same = run_cost(small, docs)  # the page's own budget: its figure as measured
-    assert same.seconds == 355.0 and same.source.endswith("355 s per run at budget small, as measured")
+    assert same.seconds == 355.0 and same.source.endswith(
+        "355 s per run at budget small, as measured"
+    )
 
 
 def test_this_suites_runs_then_other_suites_runs_at_the_budget_come_first(tmp_path: Path) -> None:
     docs = page(tmp_path / "docs", "small", 355.0)
     plan = heads("tiny", tmp_path)
     # another suite at tiny in the same store, two finished runs with known walls
-    other = plan_suite(load_suite("norm-type"), BUDGETS["tiny"], tmp_path / "norm-type", store=tmp_path / "store")
+    other = plan_suite(
+        load_suite("norm-type"), BUDGETS["tiny"], tmp_path / "norm-type", store=tmp_path / "store"
+    )
     write_plan(other)
     rates = []
     for run, wall in zip(other.runs[:2], (20.0, 30.0)):
         run.run_dir.mkdir(parents=True)
         train, model = resolve_config([{k: v for k, v in run.keys.items() if k != "out"}])
-        (run.run_dir / "config.json").write_text(json.dumps({"train": train.to_dict(), "model": model.to_dict()}))
+        (run.run_dir / "config.json").write_text(
+            json.dumps({"train": train.to_dict(), "model": model.to_dict()})
+        )
         (run.run_dir / STATUS).write_text(json.dumps({"returncode": 0, "wall_s": wall}))
         rates.append((wall - RUN_START_S) / explicit_compute(run.keys))
     cost = run_cost(plan, docs)
-    assert cost.seconds == pytest.approx(RUN_START_S + statistics.median(rates) * plan_compute(plan), rel=1e-9)
+    assert cost.seconds == pytest.approx(
+        RUN_START_S + statistics.median(rates) * plan_compute(plan), rel=1e-9
+    )
     assert cost.source.startswith(f"2 runs of other suites at budget tiny in {plan.store}")
     # a suite at another budget in the store is not this budget's measurement
     assert "other suites" not in run_cost(heads("small", tmp_path, "small"), docs).source
     # this suite's own finished runs: their median, as measured
     for run, wall in zip(plan.runs[:3], (11.0, 13.0, 40.0)):
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        (run.run_dir / STATUS).write_text(json.dumps({"returncode": 1, "diverged": True, "wall_s": wall}))
+        (run.run_dir / STATUS).write_text(
+            json.dumps({"returncode": 1, "diverged": True, "wall_s": wall})
+        )
     own = run_cost(plan, docs)
-    assert own.seconds == 13.0 and own.source == "the median of this suite's 3 stored runs at budget tiny"
+    assert (
+        own.seconds == 13.0
+        and own.source == "the median of this suite's 3 stored runs at budget tiny"
+    )
 
 
 def test_without_any_measurement_the_budgets_figure_says_so(tmp_path: Path) -> None:

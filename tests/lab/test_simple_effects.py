@@ -1,6 +1,7 @@
-"""Each switch of the screening page at the modern base (archlab.lab.publishing.simple_effects): the runs are found
-by config among the published pages, and each simple effect equals the paired difference written out from that
-page's results.csv; a switch whose runs differ in anything more than its level's keys (and d_ff) is not matched."""
+"""Each switch of the screening page at the modern base (archlab.lab.publishing.simple_effects):
+the runs are found by config among the published pages, and each simple effect equals the paired
+difference written out from that page's results.csv; a switch whose runs differ in anything more
+than its level's keys (and d_ff) is not matched."""
 
 from __future__ import annotations
 
@@ -16,13 +17,25 @@ from scipy import stats as sp
 from archlab.lab.analysis.verdicts import judge
 from archlab.lab.publishing import publish
 from archlab.lab.publishing.record import read_record
-from archlab.lab.publishing.simple_effects import base_row, level_keys, section, shared_runs, simple_effects
+from archlab.lab.publishing.simple_effects import (
+    base_row,
+    level_keys,
+    section,
+    shared_runs,
+    simple_effects,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
 SCREEN = "original-vs-modern-screening"
-SWITCHES = {"norm_position": "modern+post-norm", "norm": "modern+layernorm", "ffn": "modern+relu-mlp",
-            "position": "modern+sinusoidal", "bias": "modern+biases", "dropout": "modern+dropout",
-            "tying": "modern+tied"}
+SWITCHES = {
+    "norm_position": "modern+post-norm",
+    "norm": "modern+layernorm",
+    "ffn": "modern+relu-mlp",
+    "position": "modern+sinusoidal",
+    "bias": "modern+biases",
+    "dropout": "modern+dropout",
+    "tying": "modern+tied",
+}
 
 
 def _values(page: str, arm: str) -> dict[int, float]:
@@ -35,20 +48,25 @@ def test_each_switch_at_the_base_is_the_one_at_a_time_pages_paired_difference():
     base = base_row(record)
     assert base == "pre-rmsnorm-swiglu-rope-no-bias-no-dropout-untied"
     oat = yaml.safe_load((DOCS / "original-vs-modern" / "configs.yaml").read_text(encoding="utf-8"))
-    assert oat["modern"]["config"] == record.configs[base]["config"]  # the same base config on both pages
+    # the same base config on both pages
+    assert oat["modern"]["config"] == record.configs[base]["config"]
     found = simple_effects(DOCS, record, "val_loss")
     assert set(found) == set(SWITCHES)
     modern = _values("original-vs-modern", "modern")
     for factor, arm in SWITCHES.items():
         switched = _values("original-vs-modern", arm)
         d = [modern[s] - switched[s] for s in sorted(modern)]
-        mean, se = sum(d) / len(d), math.sqrt(sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1) / len(d))
+        mean, se = (
+            sum(d) / len(d),
+            math.sqrt(sum((x - sum(d) / len(d)) ** 2 for x in d) / (len(d) - 1) / len(d)),
+        )
         e = found[factor]
         assert (e.page, e.arms, e.n) == ("original-vs-modern", ("modern", arm), 3)
         assert e.estimate == pytest.approx(mean, abs=1e-12) and e.se == pytest.approx(se, rel=1e-12)
         half = sp.t.ppf(0.95, 2) * se
         assert e.ci == pytest.approx((mean - half, mean + half), rel=1e-12)
-    assert found["tying"].estimate == pytest.approx(-0.0222, abs=5e-5)  # untied - tied at the base, nats
+    # untied - tied at the base, nats
+    assert found["tying"].estimate == pytest.approx(-0.0222, abs=5e-5)
     # the keys a level decides are read from the screening's own rows, derived ones included
     keys = level_keys(record)
     assert keys["norm_position"] == {"model.norm_position": "post", "model.final_norm": False}
@@ -63,7 +81,8 @@ def test_a_switch_with_another_difference_is_not_matched_and_the_page_says_so(tm
         shutil.copytree(DOCS / page, docs / page, ignore=shutil.ignore_patterns("*.png"))
     path = docs / "original-vs-modern" / "configs.yaml"
     configs = yaml.safe_load(path.read_text(encoding="utf-8"))
-    configs["modern+tied"]["train"]["optimizer"]["lr"] = 0.001  # tied, and another learning rate: not the switch
+    # tied, and another learning rate: not the switch
+    configs["modern+tied"]["train"]["optimizer"]["lr"] = 0.001
     path.write_text(yaml.safe_dump(configs, sort_keys=False), encoding="utf-8")
     record = read_record(docs / SCREEN)
     found = simple_effects(docs, record, "val_loss")
@@ -73,6 +92,7 @@ def test_a_switch_with_another_difference_is_not_matched_and_the_page_says_so(tm
     assert "not published" in row and "needs the base with tying = tied" in row
     assert "| norm: rmsnorm vs layernorm |" in text and "original-vs-modern's `modern`" in text
     page = publish.page_text(docs, record, judge(record.table))
-    assert "## Each switch at the modern base (from published runs)" in page and row in page  # the page shows it
+    # the page shows it
+    assert "## Each switch at the modern base (from published runs)" in page and row in page
     shutil.rmtree(docs / "original-vs-modern")
     assert simple_effects(docs, record, "val_loss") == {}

@@ -1,5 +1,5 @@
-"""Reading a suite file: claims must name arms and measures (one-line errors), factors make every combination an
-arm, and the torch-free index lists what load_suite loads."""
+"""Reading a suite file: claims must name arms and measures (one-line errors), factors make every
+combination an arm, and the torch-free index lists what load_suite loads."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ factors:
 claims:
   - {text: post needs warmup, metric: val_loss, factor: warmup, arm: "on", versus: "off", within: {norm: post}}
   - {text: pre beats post, metric: val_loss, factor: norm, arm: pre, versus: post}
-"""
+"""  # noqa: E501
 
 
 def test_claims_name_arms_and_measures(tmp_path: Path) -> None:
@@ -38,7 +38,11 @@ def test_claims_name_arms_and_measures(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="no such suite"):
         load_suite("no-such-suite")
     with pytest.raises(SuiteError, match="regimes name arms that do not exist: \\['z'\\]"):
-        _suite(tmp_path, ARMS + "regimes: {hot: [a, z]}\nclaims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n")
+        _suite(
+            tmp_path,
+            ARMS + "regimes: {hot: [a, z]}\nclaims:\n  - {text: x, metric: val_loss, arm: "
+            "a, versus: b}\n",
+        )
     with pytest.raises(SuiteError, match="kind=.gpu.; one of train_step"):
         _suite(
             tmp_path,
@@ -76,70 +80,127 @@ def test_factors_make_every_combination_an_arm(tmp_path: Path) -> None:
     assert suite.cells(warmup, "off") == ["post-off-normal", "post-off-high"]
     assert suite.cells(norm, "post") == [a.name for a in suite.arms[4:]]
     with pytest.raises(SuiteError, match="arm='mid' is not a level of lr"):
-        _suite(tmp_path, FACTORIAL + "  - {text: x, metric: val_loss, factor: lr, arm: mid, versus: high}\n")
+        _suite(
+            tmp_path,
+            FACTORIAL + "  - {text: x, metric: val_loss, factor: lr, arm: mid, versus: high}\n",
+        )
 
 
 def test_the_torch_free_index_lists_what_load_suite_loads() -> None:
     assert suite_index() == [(s.name, len(s.arms), s.title) for s in list_suites()]
 
 
-# ------------------------------------------------------------------------------------- a new user's mistakes
+# ---------------------------------------------------------------------------- a new user's mistakes
 def test_a_yaml_mistake_is_one_line_naming_the_file_line_and_column(tmp_path: Path) -> None:
-    """The same mistake as in `train --config` (one line there too), not PyYAML's traceback: where the parser saw it
-    and where the unclosed construct began."""
+    """The same mistake as in `train --config` (one line there too), not PyYAML's traceback: where
+    the parser saw it and where the unclosed construct began."""
     with pytest.raises(SuiteError) as caught:
         _suite(tmp_path, "arms:\n  a: {}\n  b: {model.norm: layernorm\nclaims: []\n")
-    assert str(caught.value) == (f"suite file {tmp_path / 's.yaml'} is not valid YAML (line 4, column 7): expected ',' "
-                                 "or '}', but got ':' (while parsing a flow mapping that starts at line 3, column 6)")
+    assert str(caught.value) == (
+        f"suite file {tmp_path / 's.yaml'} is not valid YAML (line 4, column 7): expected ',' "
+        "or '}', but got ':' (while parsing a flow mapping that starts at line 3, column 6)"
+    )
     with pytest.raises(SuiteError, match="^suite file .*s.yaml is not UTF-8 text"):
         (tmp_path / "s.yaml").write_bytes(b"name: caf\xe9\n")
         load_suite(tmp_path / "s.yaml")
     (tmp_path / "dir.yaml").mkdir()
-    with pytest.raises(SuiteError, match=f"^suite file {tmp_path / 'dir.yaml'} is a folder, not a YAML file$"):
+    with pytest.raises(
+        SuiteError, match=f"^suite file {tmp_path / 'dir.yaml'} is a folder, not a YAML file$"
+    ):
         load_suite(tmp_path / "dir.yaml")
     with pytest.raises(SuiteError, match="^suite file .*gone.yaml does not exist$"):
         load_suite(tmp_path / "gone.yaml")
 
 
 def test_two_arms_of_one_name_are_refused_not_merged(tmp_path: Path) -> None:
-    """YAML keeps the last of two equal keys without a word: the suite would run one arm where it lists two."""
+    """YAML keeps the last of two equal keys without a word: the suite would run one arm where
+    it lists two."""
     claim = "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n"
     with pytest.raises(SuiteError) as caught:
-        _suite(tmp_path, "arms:\n  a: {}\n  b: {model.norm: layernorm}\n  b: {model.norm: rmsnorm}\n" + claim)
-    assert str(caught.value) == (f"{tmp_path / 's.yaml'}: arm 'b' is named twice (lines 3 and 4): the second would "
-                                 "replace the first; give each its own name")
-    with pytest.raises(SuiteError, match=r": factor norm names level 'pre' twice \(lines 5 and 6\); give each its own"):
-        _suite(tmp_path, FACTORIAL.replace("  norm: {pre: {}, post: {model.norm_position: post}}",
-                                           "  norm:\n    pre: {}\n    pre: {model.norm_position: post}"))
-    with pytest.raises(SuiteError, match=r"the levels \['a-b', 'c'\] and \['a', 'b-c'\] both make arm 'a-b-c'"):
-        _suite(tmp_path, "factors:\n  f: {a-b: {}, a: {model.norm: layernorm}}\n"
-                         "  g: {c: {}, b-c: {optimizer.lr: 0.01}}\n" + claim.replace("arm: a, versus: b",
-                                                                                      "factor: f, arm: a, versus: a-b"))
-    assert [a.name for a in _suite(tmp_path, ARMS + claim).arms] == ["a", "b"]  # distinct names: read as before
+        _suite(
+            tmp_path,
+            "arms:\n  a: {}\n  b: {model.norm: layernorm}\n  b: {model.norm: rmsnorm}\n" + claim,
+        )
+    assert str(caught.value) == (
+        f"{tmp_path / 's.yaml'}: arm 'b' is named twice (lines 3 and 4): the second would "
+        "replace the first; give each its own name"
+    )
+    with pytest.raises(
+        SuiteError,
+        match=r": factor norm names level 'pre' twice \(lines 5 and 6\); give each its own",
+    ):
+        _suite(
+            tmp_path,
+            FACTORIAL.replace(
+                "  norm: {pre: {}, post: {model.norm_position: post}}",
+                "  norm:\n    pre: {}\n    pre: {model.norm_position: post}",
+            ),
+        )
+    with pytest.raises(
+        SuiteError, match=r"the levels \['a-b', 'c'\] and \['a', 'b-c'\] both make arm 'a-b-c'"
+    ):
+        _suite(
+            tmp_path,
+            "factors:\n  f: {a-b: {}, a: {model.norm: layernorm}}\n"
+            "  g: {c: {}, b-c: {optimizer.lr: 0.01}}\n"
+            + claim.replace("arm: a, versus: b", "factor: f, arm: a, versus: a-b"),
+        )
+    # distinct names: read as before
+    assert [a.name for a in _suite(tmp_path, ARMS + claim).arms] == ["a", "b"]
 
 
-@pytest.mark.parametrize(("metric", "extra", "limit", "units"), [
-    ("val_loss", "", 0.3688, "val_loss is in nats per token, not percent, and a margin must be below 0.37 nats (what "
-     "doubling the base's compute buys at the tiny budget; the budgets' own margins are 0.02 to 0.036)"),
-    ("continuation_acc", "", 0.5, "continuation_acc is in a share from 0 to 1, not percent, and a margin must be "
-     "below 0.50 (half the share's range)"),
-    ("step_ms", "timings: [{metric: step_ms, kind: train_step, arms: [a, b]}]\n", 0.6931,
-     "step_ms is in log time ratio, not percent, and a margin must be below 0.69 (ln 2, a 2x speed difference; 5% "
-     "is 0.049)"),
-])
+@pytest.mark.parametrize(
+    ("metric", "extra", "limit", "units"),
+    [
+        (
+            "val_loss",
+            "",
+            0.3688,
+            "val_loss is in nats per token, not percent, and a margin must be below 0.37 nats "
+            "(what doubling the base's compute buys at the tiny budget; the budgets' own margins "
+            "are 0.02 to 0.036)",
+        ),
+        (
+            "continuation_acc",
+            "",
+            0.5,
+            "continuation_acc is in a share from 0 to 1, not percent, and a margin must be "
+            "below 0.50 (half the share's range)",
+        ),
+        (
+            "step_ms",
+            "timings: [{metric: step_ms, kind: train_step, arms: [a, b]}]\n",
+            0.6931,
+            "step_ms is in log time ratio, not percent, and a margin must be below 0.69 (ln 2, a "
+            "2x speed difference; 5% is 0.049)",
+        ),
+    ],
+)
 def test_a_margin_past_what_a_suite_can_see_is_refused_with_its_units(
     tmp_path: Path, metric: str, extra: str, limit: float, units: str
 ) -> None:
-    """`margin: 3` meant as 3%: refused, saying the units and the bound, for a claim's margin and the suite's
-    `margins:`; just under the bound is read, at it refused (the bound computed independently here)."""
-    base = (ARMS.replace("[val_loss, spikes]", f"[val_loss, {metric}]") if metric != "step_ms" else ARMS) + extra
-    claim = base + f"claims:\n  - {{text: as good, metric: {metric}, arm: a, versus: b, expect: same, margin: M}}\n"
+    """`margin: 3` meant as 3%: refused, saying the units and the bound, for a claim's margin
+    and the suite's `margins:`; just under the bound is read, at it refused (the bound
+    computed independently here)."""
+    base = (
+        ARMS.replace("[val_loss, spikes]", f"[val_loss, {metric}]") if metric != "step_ms" else ARMS
+    ) + extra
+    claim = (
+        base + f"claims:\n  - {{text: as good, metric: {metric}, arm: a, versus: b, expect: "
+        "same, margin: M}\n"
+    )
     with pytest.raises(SuiteError) as caught:
         _suite(tmp_path, claim.replace("M", "3"))
-    assert str(caught.value) == f"{tmp_path / 's.yaml'}: claim 'as good': margin=3 is not allowed: {units}, or any " \
-                                "two arms would count as alike"
-    suite_wide = base + f"margins: {{{metric}: 3}}\nclaims:\n  - {{text: x, metric: {metric}, arm: a, versus: b, " \
-                        "expect: same}\n"
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 's.yaml'}: claim 'as good': margin=3 is not allowed: {units}, or any "
+        "two arms would count as alike"
+    )
+    suite_wide = (
+        base
+        + f"margins: {{{metric}: 3}}\nclaims:\n  - {{text: x, metric: {metric}, arm: a, versus: "
+        "b, expect: same}\n"
+    )
     with pytest.raises(SuiteError, match=f": margins.{metric}=3 is not allowed: "):
         _suite(tmp_path, suite_wide)
     under, at = round(limit - 0.001, 4), round(limit + 0.0001, 4)
@@ -149,8 +210,9 @@ def test_a_margin_past_what_a_suite_can_see_is_refused_with_its_units(
 
 
 def test_the_margin_limits_are_what_the_docs_say() -> None:
-    """Independent arithmetic: tiny's margin 0.036 is what 7% more compute buys, b ln 1.07, so doubling buys
-    0.036 ln 2 / ln 1.07; every built-in suite's margins sit under the limits (list_suites loads them all)."""
+    """Independent arithmetic: tiny's margin 0.036 is what 7% more compute buys, b ln 1.07, so
+    doubling buys 0.036 ln 2 / ln 1.07; every built-in suite's margins sit under the limits
+    (list_suites loads them all)."""
     import math
 
     from archlab.lab.spec.budgets import BUDGETS, MARGIN_LIMITS
@@ -161,10 +223,15 @@ def test_the_margin_limits_are_what_the_docs_say() -> None:
     assert all(c.margin is None or c.margin < 0.5 for s in list_suites() for c in s.claims)
 
 
-def test_the_index_refuses_a_suite_naming_an_arm_twice_as_loading_it_does(tmp_path: Path, monkeypatch) -> None:
-    """`archlab ablate --list` reads the built-in suites as `load_suite` does: an arm given twice (YAML would keep the
-    second silently) is one line naming the file and both lines, not a listing with one arm fewer."""
-    (tmp_path / "twice.yaml").write_text("name: twice\narms:\n  a: {}\n  b: {model.norm: layernorm}\n  a: {}\n")
+def test_the_index_refuses_a_suite_naming_an_arm_twice_as_loading_it_does(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`archlab ablate --list` reads the built-in suites as `load_suite` does: an arm given twice
+    (YAML would keep the second silently) is one line naming the file and both lines, not a listing
+    with one arm fewer."""
+    (tmp_path / "twice.yaml").write_text(
+        "name: twice\narms:\n  a: {}\n  b: {model.norm: layernorm}\n  a: {}\n"
+    )
     monkeypatch.setattr(suite_file, "suites_dir", lambda: tmp_path)
     with pytest.raises(SuiteError, match=r"twice.yaml: arm 'a' is named twice \(lines 3 and 5\)"):
         suite_index()

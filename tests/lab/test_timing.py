@@ -1,6 +1,7 @@
-"""The timing harness's wiring, with a fake clock where values matter (no timed assertions): which configs are
-built, A/B interleaving and its balance, warm-up dropped, threads set and restored, and that each kind's
-options reach the measured op (the decode step really reads the stated cache length)."""
+"""The timing harness's wiring, with a fake clock where values matter (no timed assertions):
+which configs are built, A/B interleaving and its balance, warm-up dropped, threads set and
+restored, and that each kind's options reach the measured op (the decode step really reads the
+stated cache length)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ class FakeClock:
 
 
 class FakeKind:
-    """A timing kind whose op advances the fake clock: the first `slow` calls (warm-up) by 1000 s, later ones by
-    the config's `d_model` in seconds; it records which configs were built, with which options, and each call."""
+    """A timing kind whose op advances the fake clock: the first `slow` calls (warm-up) by 1000 s,
+    later ones by the config's `d_model` in seconds; it records which configs were built, with which
+    options, and each call."""
 
     def __init__(self, clock: FakeClock, slow: int) -> None:
         self.clock, self.slow = clock, slow
@@ -73,9 +75,12 @@ def test_pairs_time_each_arm_after_warmup_and_interleave(fake: tuple[FakeClock, 
     times = time_pairs(A, B, kind="fake", pairs=6, warmup=3, number=2, clock=clock, seed=5, width=7)
     assert [c for c, _ in kind.built] == [A, B]  # A's op built from config_a, B's from config_b
     assert all(o == {"seed": 5, "width": 7} for _, o in kind.built)  # options reach the builder
-    assert times.a == [64.0] * 6 and times.b == [128.0] * 6  # warm-up (1000 s calls) dropped; per call
+    # warm-up (1000 s calls) dropped; per call
+    assert times.a == [64.0] * 6 and times.b == [128.0] * 6
     timed = kind.calls[6:]  # after 3 warm-up calls per arm
-    expected = [64 if arm == "a" else 128 for order in times.order for arm in order for _ in range(2)]
+    expected = [
+        64 if arm == "a" else 128 for order in times.order for arm in order for _ in range(2)
+    ]
     assert timed == expected  # A and B alternate pair by pair in the recorded order
     assert kind.calls[:6] == [64] * 3 + [128] * 3
 
@@ -84,14 +89,17 @@ def test_orders_are_balanced_shuffled_and_reproducible() -> None:
     orders = balanced_orders(24, seed=0)
     assert orders.count("ab") == orders.count("ba") == 12
     assert orders == balanced_orders(24, seed=0) and orders != balanced_orders(24, seed=1)
-    assert orders != ["ab"] * 12 + ["ba"] * 12 and orders != ["ab", "ba"] * 12  # shuffled, not a fixed pattern
+    # shuffled, not a fixed pattern
+    assert orders != ["ab"] * 12 + ["ba"] * 12 and orders != ["ab", "ba"] * 12
     odd = balanced_orders(5, seed=3)
     assert sorted(odd) == ["ab", "ab", "ab", "ba", "ba"]
 
 
 def test_threads_are_set_for_the_measurement_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
-    monkeypatch.setitem(TIMINGS, "fake", lambda config, **o: lambda: seen.append(torch.get_num_threads()))
+    monkeypatch.setitem(
+        TIMINGS, "fake", lambda config, **o: lambda: seen.append(torch.get_num_threads())
+    )
     before = torch.get_num_threads()
     time_pairs(A, B, kind="fake", pairs=2, warmup=1, threads=1)
     assert seen and set(seen) == {1}
@@ -99,7 +107,9 @@ def test_threads_are_set_for_the_measurement_and_restored(monkeypatch: pytest.Mo
 
 
 def test_bad_kind_and_counts_fail_before_building(fake: tuple[FakeClock, FakeKind]) -> None:
-    with pytest.raises(ValueError, match="timing kind 'steps' is not allowed: one of train_step, norm_op, decode"):
+    with pytest.raises(
+        ValueError, match="timing kind 'steps' is not allowed: one of train_step, norm_op, decode"
+    ):
         time_pairs(A, B, kind="steps")
     with pytest.raises(ValueError, match="pairs=1"):
         time_pairs(A, B, kind="fake", pairs=1)
@@ -117,7 +127,8 @@ def test_log_ratio_summary_is_the_t_interval_of_the_pair_log_ratios() -> None:
 
 
 def test_norm_step_effect_is_share_times_saving() -> None:
-    assert norm_step_effect(0.2, 2.0) == pytest.approx(0.1)  # the op takes half as long: half its share saved
+    # the op takes half as long: half its share saved
+    assert norm_step_effect(0.2, 2.0) == pytest.approx(0.1)
     assert norm_step_effect(0.3, 1.0) == 0.0
     with pytest.raises(ValueError, match="share=1.5"):
         norm_step_effect(1.5, 2.0)
@@ -142,7 +153,8 @@ def test_decode_step_runs_at_the_stated_cache_length_and_batch() -> None:
     first = step()
     second = step()
     assert step.cache.pos == 40  # rewound: the next step reads the same cache length again
-    assert read == [41] * (2 * config.n_layers)  # every layer of every step reads cache_len + 1 keys
+    # every layer of every step reads cache_len + 1 keys
+    assert read == [41] * (2 * config.n_layers)
     assert torch.equal(first, second) and first.shape == (3, 1, config.vocab_size)
     # the timed step is a real decode step: the full forward over prompt + token gives its logits
     torch.manual_seed(0)
@@ -154,7 +166,8 @@ def test_decode_step_runs_at_the_stated_cache_length_and_batch() -> None:
 
 
 def test_decode_past_the_trained_context_extends_it_for_the_timing() -> None:
-    config = build_preset("llama", "tiny")  # max_seq_len 128: the lab's small budget trains at 128 tokens
+    # max_seq_len 128: the lab's small budget trains at 128 tokens
+    config = build_preset("llama", "tiny")
     step = DecodeStep(config, cache_len=200, batch=1)
     assert step.model.config.max_seq_len == 201 and step.cache.pos == 200
     assert step.model.config == dataclasses.replace(config, max_seq_len=201)  # nothing else changed
@@ -173,27 +186,41 @@ def test_train_step_builds_the_config_at_the_batch_and_steps_the_optimizer() -> 
     assert math.isfinite(loss.item())
     assert all(p.grad is None for p in step.model.parameters())  # zeroed for the next call
     moved = sum(not torch.equal(p, q) for p, q in zip(step.model.parameters(), before))
-    assert moved == len(before)  # the optimizer stepped every parameter (AdamW moves even the norm gains)
+    # the optimizer stepped every parameter (AdamW moves even the norm gains)
+    assert moved == len(before)
 
 
 @pytest.mark.parametrize("norm, bias", [("rmsnorm", False), ("layernorm", True)])
-def test_norm_op_times_the_configs_norm_at_width_d(monkeypatch: pytest.MonkeyPatch, norm: str, bias: bool) -> None:
+def test_norm_op_times_the_configs_norm_at_width_d(
+    monkeypatch: pytest.MonkeyPatch, norm: str, bias: bool
+) -> None:
     config = build_preset("llama", "tiny", norm=norm, norm_bias=bias)
     used: list[tuple[int, ...]] = []
     cls = timing.NORMS[norm]
     formula = cls.formula
-    monkeypatch.setattr(cls, "formula", staticmethod(lambda x, w, b, eps: used.append((*x.shape, b is not None))
-                                                     or formula(x, w, b, eps)))
+    monkeypatch.setattr(
+        cls,
+        "formula",
+        staticmethod(
+            lambda x, w, b, eps: used.append((*x.shape, b is not None)) or formula(x, w, b, eps)
+        ),
+    )
     op = NormOp(config, d=512, rows=10)
     y = op()
-    assert used == [(10, 512, bias)]  # the composite formula of this norm, at (rows, d), with its bias
+    # the composite formula of this norm, at (rows, d), with its bias
+    assert used == [(10, 512, bias)]
     assert op.x.grad is None and y.shape == (10, 512)  # backward ran and its gradients were cleared
-    ref = torch.nn.functional.layer_norm(op.x, (512,)) if norm == "layernorm" else (
-        op.x * torch.rsqrt(op.x.pow(2).mean(-1, keepdim=True) + config.norm_eps))
+    ref = (
+        torch.nn.functional.layer_norm(op.x, (512,))
+        if norm == "layernorm"
+        else (op.x * torch.rsqrt(op.x.pow(2).mean(-1, keepdim=True) + config.norm_eps))
+    )
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
     module_op = NormOp(config, d=512, rows=10, build="module")
     assert type(module_op.fn).__name__ == {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[norm]
-    with pytest.raises(ValueError, match="build='fused' is not allowed: one of composite, compiled, module"):
+    with pytest.raises(
+        ValueError, match="build='fused' is not allowed: one of composite, compiled, module"
+    ):
         NormOp(config, build="fused")
 
 
@@ -202,23 +229,33 @@ SLOW = [0.0131, 0.0140, 0.0149, 0.0137, 0.0139, 0.0135]
 
 
 @pytest.mark.parametrize("first", ["fast", "slow"])
-def test_a_timing_record_is_judged_for_the_claims_arm_whichever_arm_it_lists_first(first: str) -> None:
-    """lab-timings.json lists the timing's arms in the suite's order, which need not be the claim's: the claim's
-    arm's seconds are its own in both orders, and the verdict is the one-sided paired t-test on log seconds
-    (scipy), confirmed for "fast is faster" and contradicted for "slow is faster"."""
+def test_a_timing_record_is_judged_for_the_claims_arm_whichever_arm_it_lists_first(
+    first: str,
+) -> None:
+    """lab-timings.json lists the timing's arms in the suite's order, which need not be the
+    claim's: the claim's arm's seconds are its own in both orders, and the verdict is the one-sided
+    paired t-test on log seconds (scipy), confirmed for "fast is faster" and contradicted for
+    "slow is faster"."""
     from archlab.lab.analysis import stats
     from archlab.lab.analysis.verdicts import _judge_timing
     from archlab.lab.spec.suite import Claim
 
-    record = ({"arms": ["fast", "slow"], "a": FAST, "b": SLOW} if first == "fast"
-              else {"arms": ["slow", "fast"], "a": SLOW, "b": FAST})
+    record = (
+        {"arms": ["fast", "slow"], "a": FAST, "b": SLOW}
+        if first == "fast"
+        else {"arms": ["slow", "fast"], "a": SLOW, "b": FAST}
+    )
     log_fast, log_slow = [math.log(t) for t in FAST], [math.log(t) for t in SLOW]
     claim = Claim(text="fast is faster", metric="step_s", arm="fast", versus="slow")
     got = _judge_timing(claim, record, 0.05)
     assert got.a == pytest.approx(log_fast) and got.b == pytest.approx(log_slow)
     assert got.estimate == pytest.approx(sum(f - s for f, s in zip(log_fast, log_slow)) / len(FAST))
     assert got.outcome == stats.CONFIRMED
-    assert got.p == pytest.approx(scipy_stats.ttest_rel(log_fast, log_slow, alternative="less").pvalue, rel=1e-9)
-    reverse = _judge_timing(Claim(text="slow is faster", metric="step_s", arm="slow", versus="fast"), record, 0.05)
+    assert got.p == pytest.approx(
+        scipy_stats.ttest_rel(log_fast, log_slow, alternative="less").pvalue, rel=1e-9
+    )
+    reverse = _judge_timing(
+        Claim(text="slow is faster", metric="step_s", arm="slow", versus="fast"), record, 0.05
+    )
     assert reverse.a == pytest.approx(log_slow) and reverse.estimate == pytest.approx(-got.estimate)
     assert reverse.outcome == stats.CONTRADICTED

@@ -1,6 +1,7 @@
-"""The machine's load beside every timing (lab/measures/timing_load.py), with a mocked os.getloadavg: read after each
-pair and kept with the times (lab-timings.json, timings.csv and back), shown beside each timing verdict in the terminal,
-in the claim's note and on the page, and one line of warning when it exceeded the machine's CPUs (both sides)."""
+"""The machine's load beside every timing (lab/measures/timing_load.py), with a mocked
+os.getloadavg: read after each pair and kept with the times (lab-timings.json, timings.csv and
+back), shown beside each timing verdict in the terminal, in the claim's note and on the page, and
+one line of warning when it exceeded the machine's CPUs (both sides)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ claims:
 
 
 class LoadAvg:
-    """os.getloadavg returning the given 1-minute loads in turn (5- and 15-minute figures are never read)."""
+    """os.getloadavg returning the given 1-minute loads in turn (5- and 15-minute figures
+    are never read)."""
 
     def __init__(self, loads: list[float]) -> None:
         self.loads, self.calls = list(loads), 0
@@ -49,7 +51,9 @@ class LoadAvg:
         return self.loads.pop(0), -1.0, -1.0
 
 
-def test_the_load_is_read_after_each_pair_with_the_cpus_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_load_is_read_after_each_pair_with_the_cpus_and_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock = FakeClock()
     monkeypatch.setitem(TIMINGS, "fake", FakeKind(clock, slow=0))
     loads = LoadAvg([0.5, 4.7, 1.2, 9.9])
@@ -62,40 +66,61 @@ def test_the_load_is_read_after_each_pair_with_the_cpus_and_threads(monkeypatch:
 def test_note_and_warning_on_both_sides_of_the_cpu_count() -> None:
     record = {"load": [0.5, 2.0, 1.0], "cpus": 2, "threads": 1}
     assert peak_load(record) == 2.0
-    assert load_note(record) == "timed at load 2.0 (1-min average, the highest of its 3 pairs) on 2 CPUs, 1 thread(s)"
-    assert load_warning("norm_s", record) == ""  # at the CPU count: every runnable thread had a core
+    assert (
+        load_note(record)
+        == "timed at load 2.0 (1-min average, the highest of its 3 pairs) on 2 CPUs, 1 thread(s)"
+    )
+    # at the CPU count: every runnable thread had a core
+    assert load_warning("norm_s", record) == ""
     loaded = {**record, "load": [0.5, 4.7, 1.0]}
     assert load_warning("norm_s", loaded) == (
-        "warning: timing norm_s ran at load 4.7 on 2 CPUs: other work competed for the cores, so its times and its "
-        "verdict are not a clean measurement; time it again on a quiet machine (delete its entry in lab-timings.json)")
+        "warning: timing norm_s ran at load 4.7 on 2 CPUs: other work competed for the cores, so "
+        "its times and its verdict are not a clean measurement; time it again on a quiet machine "
+        "(delete its entry in lab-timings.json)"
+    )
     old = {"arms": ["b", "a"], "a": [1.0], "b": [1.0]}  # a record from before loads were kept
     assert peak_load(old) is None and load_note(old) == "" and load_warning("norm_s", old) == ""
     assert peak_load({"load": [float("nan")]}) is None  # a platform without a load average
 
 
-def test_a_loaded_timing_is_recorded_shown_and_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_loaded_timing_is_recorded_shown_and_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "timed.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(tmp_path / "timed.yaml"), BUDGETS["small"], tmp_path / "out")
     monkeypatch.setattr(os, "getloadavg", LoadAvg([1.0, 4.7, 2.0]))
-    monkeypatch.setattr("archlab.lab.measures.timing.cpu_count", lambda: 2)  # the 2-core machine of the issue
+    # the 2-core machine of the issue
+    monkeypatch.setattr("archlab.lab.measures.timing.cpu_count", lambda: 2)
     timings = measure_timings(plan)
     kept = json.loads((plan.out / TIMED).read_text())["norm_s"]
-    assert kept["load"] == [1.0, 4.7, 2.0] and kept["cpus"] == 2 and kept["threads"] == 1 and len(kept["a"]) == 3
+    assert (
+        kept["load"] == [1.0, 4.7, 2.0]
+        and kept["cpus"] == 2
+        and kept["threads"] == 1
+        and len(kept["a"]) == 3
+    )
     # timings.csv keeps them, and a page reads them back
     table = Table(plan.suite, plan.seeds, {"a": [], "b": []}, timings)
     table.write(tmp_path / "page", [])  # results.csv (no runs here) and timings.csv
-    (tmp_path / "page" / "results.csv").write_text("arm,seed,run,config,parameters\na,0,x,,\nb,0,y,,\n")
+    (tmp_path / "page" / "results.csv").write_text(
+        "arm,seed,run,config,parameters\na,0,x,,\nb,0,y,,\n"
+    )
     read = Table.read(tmp_path / "page", plan.suite)
-    assert {k: read.timings["norm_s"][k] for k in ("load", "cpus", "cores", "threads")} == \
-           {k: kept[k] for k in ("load", "cpus", "cores", "threads")}
+    assert {k: read.timings["norm_s"][k] for k in ("load", "cpus", "cores", "threads")} == {
+        k: kept[k] for k in ("load", "cpus", "cores", "threads")
+    }
     # the verdict's note, the terminal's line and warning, the page's table and warning
     (result,) = judge(read)
     note = "timed at load 4.7 (1-min average, the highest of its 3 pairs) on 2 CPUs, 1 thread(s)"
     assert result.note.endswith(f"log time ratio; {note}")
     assert result.outcome in (stats.CONFIRMED, stats.CONTRADICTED, stats.INCONCLUSIVE)
     lines = verdict_lines(plan, [result])  # what `archlab ablate` prints (Experiment.verdict_lines)
-    assert lines[0].startswith(f"{result.outcome:26s} b is faster than a") and f"[{note}]" in lines[0]
-    assert lines[1] == load_warning("norm_s", kept) and lines[1].startswith("warning: timing norm_s ran at load 4.7")
+    assert (
+        lines[0].startswith(f"{result.outcome:26s} b is faster than a") and f"[{note}]" in lines[0]
+    )
+    assert lines[1] == load_warning("norm_s", kept) and lines[1].startswith(
+        "warning: timing norm_s ran at load 4.7"
+    )
     record = type("R", (), {"suite": plan.suite, "table": read})()
     head, rows = timing_table(record)
     assert rows[0][head.index("load (1-min, highest)")] == "4.7 on 2 CPUs"

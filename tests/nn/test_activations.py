@@ -1,4 +1,5 @@
-"""The activations (nn/config/choices.py ACTIVATIONS, nn/activations.py) against their formulas in float64."""
+"""The activations (nn/config/choices.py ACTIVATIONS, nn/activations.py) against their
+formulas in float64."""
 
 from __future__ import annotations
 

@@ -14,8 +14,18 @@ PLACEMENTS = ["pre", "post", "double", "nonresidual_post"]
 
 
 def _block_and_inputs(position: str, block: str, parallel_norms: int):
-    c = ModelConfig(d_model=32, n_layers=1, n_heads=4, norm="layernorm", norm_bias=True, norm_position=position,
-                    block=block, parallel_norms=parallel_norms, position="rope", vocab_size=50)
+    c = ModelConfig(
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        norm="layernorm",
+        norm_bias=True,
+        norm_position=position,
+        block=block,
+        parallel_norms=parallel_norms,
+        position="rope",
+        vocab_size=50,
+    )
     model = randomize_(TransformerLM(c)).double()
     pos = torch.arange(6)[None]
     inputs = model.attention_inputs(pos)[0]
@@ -74,9 +84,17 @@ def test_block_matches_equation(position, block, n_norms):
 
 @pytest.mark.parametrize("n_layers", [1, 3])
 def test_deepnorm_block_is_layernorm_of_alpha_x_plus_sublayer(n_layers):
-    """x <- LN(alpha x + F(x)) per sublayer, alpha = (2N)^(1/4) written out by hand (DeepNet, decoder-only)."""
-    c = ModelConfig(d_model=32, n_layers=n_layers, n_heads=4, norm="layernorm", norm_bias=True,
-                    norm_position="deepnorm", vocab_size=50)
+    """x <- LN(alpha x + F(x)) per sublayer, alpha = (2N)^(1/4) written out by
+    hand (DeepNet, decoder-only)."""
+    c = ModelConfig(
+        d_model=32,
+        n_layers=n_layers,
+        n_heads=4,
+        norm="layernorm",
+        norm_bias=True,
+        norm_position="deepnorm",
+        vocab_size=50,
+    )
     model = randomize_(TransformerLM(c)).double()
     assert model.norm is None  # the last block already normed, as post-norm
     blk, inp = model.layers[-1], model.attention_inputs(torch.arange(6)[None])[0]
@@ -90,30 +108,53 @@ def test_deepnorm_block_is_layernorm_of_alpha_x_plus_sublayer(n_layers):
     x = torch.randn(1, 6, 32, dtype=torch.float64)
     h = ln(blk.attn_norm, alpha * x + blk.attn(x, inp))
     ref = ln(blk.mlp_norm, alpha * h + blk.mlp(h))
-    torch.testing.assert_close(blk(x, inp), ref, rtol=1e-5, atol=1e-5)  # LayerNorm normalises in float32
+    # LayerNorm normalises in float32
+    torch.testing.assert_close(blk(x, inp), ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("position", ["pre", "post", "double", "nonresidual_post", "deepnorm"])
 def test_gau_block_has_one_sublayer_in_every_placement(position):
-    c = ModelConfig(d_model=32, n_layers=2, n_heads=1, head_dim=16, block="gau", norm="layernorm", norm_bias=True,
-                    norm_position=position, vocab_size=50)
+    c = ModelConfig(
+        d_model=32,
+        n_layers=2,
+        n_heads=1,
+        head_dim=16,
+        block="gau",
+        norm="layernorm",
+        norm_bias=True,
+        norm_position=position,
+        vocab_size=50,
+    )
     model = randomize_(TransformerLM(c)).double()
     blk, inp = model.layers[0], model.attention_inputs(torch.arange(6)[None])[0]
     assert blk.mlp is None
     present = {name for name, _ in blk.named_children() if "norm" in name}
-    assert present == {"pre": {"attn_norm"}, "post": {"attn_norm"}, "deepnorm": {"attn_norm"},
-                       "double": {"attn_norm", "attn_out_norm"}, "nonresidual_post": {"attn_out_norm"}}[position]
+    assert (
+        present
+        == {
+            "pre": {"attn_norm"},
+            "post": {"attn_norm"},
+            "deepnorm": {"attn_norm"},
+            "double": {"attn_norm", "attn_out_norm"},
+            "nonresidual_post": {"attn_out_norm"},
+        }[position]
+    )
     G, N = (lambda h: blk.attn(h, inp)), (lambda name: getattr(blk, name))  # noqa: E731
     x = torch.randn(1, 6, 32, dtype=torch.float64)
-    ref = {"pre": lambda: x + G(N("attn_norm")(x)), "post": lambda: N("attn_norm")(x + G(x)),
-           "deepnorm": lambda: N("attn_norm")(4 ** 0.25 * x + G(x)),
-           "double": lambda: x + N("attn_out_norm")(G(N("attn_norm")(x))),
-           "nonresidual_post": lambda: x + N("attn_out_norm")(G(x))}[position]()
+    ref = {
+        "pre": lambda: x + G(N("attn_norm")(x)),
+        "post": lambda: N("attn_norm")(x + G(x)),
+        "deepnorm": lambda: N("attn_norm")(4**0.25 * x + G(x)),
+        "double": lambda: x + N("attn_out_norm")(G(N("attn_norm")(x))),
+        "nonresidual_post": lambda: x + N("attn_out_norm")(G(x)),
+    }[position]()
     torch.testing.assert_close(blk(x, inp), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_deepnorm_refuses_the_parallel_block():
-    with pytest.raises(ValueError, match="norm_position='deepnorm' is not allowed: only with block='serial'"):
+    with pytest.raises(
+        ValueError, match="norm_position='deepnorm' is not allowed: only with block='serial'"
+    ):
         ModelConfig(norm_position="deepnorm", block="parallel")
 
 
@@ -124,7 +165,8 @@ def test_post_norm_has_no_final_norm_and_pre_norm_has_one():
 
 
 def test_prenorm_residual_is_identity_path():
-    """d x_{l+1} / d x_l = I + J_F J_N for pre-norm: with the sublayers' outputs zeroed, the block is x."""
+    """d x_{l+1} / d x_l = I + J_F J_N for pre-norm: with the sublayers' outputs zeroed, the
+    block is x."""
     blk, inp = _block_and_inputs("pre", "serial", 1)
     with torch.no_grad():
         blk.attn.o_proj.weight.zero_()

@@ -1,5 +1,5 @@
-"""ModelConfig: defaults resolved, shorthands, presets, and one clear error per bad value or combination;
-a caller's value always beats a preset, a shorthand or a derivation."""
+"""ModelConfig: defaults resolved, shorthands, presets, and one clear error per bad value or
+combination; a caller's value always beats a preset, a shorthand or a derivation."""
 
 import dataclasses
 import json
@@ -50,11 +50,23 @@ def test_frozen_and_round_trip():
 # ----- a caller's value always wins: shorthands, presets, derivations -----
 
 
-CHOICES = {"norm": NORMS, "norm_position": tuple(NORM_PLACEMENTS), "block": BLOCKS, "ffn": FFNS,
-           "activation": ACTIVATIONS, "position": POSITIONS, "qk_norm": QK_NORMS, "qk_norm_scope": QK_NORM_SCOPES,
-           "embed_scale": EMBED_SCALES, "init": INITS, "window_pattern": ("S", "SF", "FS"),
-           "n_kv_heads": (1, 2, 4), "parallel_norms": (1, 2), "sliding_window": (16, 32),
-           "full_layers": (1, 2, None)}
+CHOICES = {
+    "norm": NORMS,
+    "norm_position": tuple(NORM_PLACEMENTS),
+    "block": BLOCKS,
+    "ffn": FFNS,
+    "activation": ACTIVATIONS,
+    "position": POSITIONS,
+    "qk_norm": QK_NORMS,
+    "qk_norm_scope": QK_NORM_SCOPES,
+    "embed_scale": EMBED_SCALES,
+    "init": INITS,
+    "window_pattern": ("S", "SF", "FS"),
+    "n_kv_heads": (1, 2, 4),
+    "parallel_norms": (1, 2),
+    "sliding_window": (16, 32),
+    "full_layers": (1, 2, None),
+}
 
 
 def _other_value(field: str, current: object) -> object:
@@ -65,7 +77,9 @@ def _other_value(field: str, current: object) -> object:
         return dataclasses.replace(current, theta=current.theta / 2)
     if isinstance(current, bool):
         return not current
-    assert isinstance(current, float), f"add an alternative value for {field}={current!r} to CHOICES"
+    assert isinstance(current, float), (
+        f"add an alternative value for {field}={current!r} to CHOICES"
+    )
     return current / 2
 
 
@@ -76,7 +90,9 @@ def test_saved_configs_and_rope_scaling_dicts_load():
     c = build_preset("llama", rope=dict(scaling=RopeScaling(kind="linear", factor=2.0)))
     saved = json.loads(json.dumps(c.to_dict()))  # what config.json of a checkpoint holds
     assert saved["activation"] == "silu" and ModelConfig.from_dict(saved) == c
-    with pytest.raises(ConfigError, match="rope.scaling has no field 'bogus'; RopeScaling has the fields kind"):
+    with pytest.raises(
+        ConfigError, match="rope.scaling has no field 'bogus'; RopeScaling has the fields kind"
+    ):
         ModelConfig(rope=dict(scaling={"kind": "linear", "bogus": 1}))
 
 
@@ -84,17 +100,30 @@ FLOAT_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if "float" in st
 
 
 # ----- ModelConfig.replace: a built config varied with its derived fields re-derived -----
-REPLACE_CHANGES = [dict(ffn="mlp"), dict(ffn="swiglu"), dict(ffn="geglu"), dict(norm_position="post"), dict(bias=True),
-                   dict(d_model=128), dict(n_heads=4), dict(activation="gelu")]
+REPLACE_CHANGES = [
+    dict(ffn="mlp"),
+    dict(ffn="swiglu"),
+    dict(ffn="geglu"),
+    dict(norm_position="post"),
+    dict(bias=True),
+    dict(d_model=128),
+    dict(n_heads=4),
+    dict(activation="gelu"),
+]
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-@pytest.mark.parametrize("change", REPLACE_CHANGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize(
+    "change", REPLACE_CHANGES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items())
+)
 def test_replace_equals_building_with_the_change(name: str, change: dict) -> None:
-    """Changing a field of a built config gives the config `build_preset` gives with that field as an override,
-    derived fields (d_ff, activation, biases, final_norm, n_kv_heads, head_dim) included."""
+    """Changing a field of a built config gives the config `build_preset` gives with
+    that field as an override, derived fields (d_ff, activation, biases, final_norm,
+    n_kv_heads, head_dim) included."""
     if name in ("gemma2", "qwen3") and "n_heads" in change:
-        pytest.skip("the preset, not ModelConfig, derives n_kv_heads from n_heads: replace cannot know it")
+        pytest.skip(
+            "the preset, not ModelConfig, derives n_kv_heads from n_heads: replace cannot know it"
+        )
     try:
         want = build_preset(name, "small", **change)
     except ConfigError:
@@ -105,22 +134,35 @@ def test_replace_equals_building_with_the_change(name: str, change: dict) -> Non
 
 
 def test_replace_fixes_the_issue_numbers() -> None:
-    """A small Llama switched to an MLP: d_ff 1024 and 4.85M parameters, as built (not the GLU's 704 and 3.87M)."""
+    """A small Llama switched to an MLP: d_ff 1024 and 4.85M parameters, as built (not the GLU's
+    704 and 3.87M)."""
     from archlab.costs import parameter_counts
 
     got = build_preset("llama", "small").replace(ffn="mlp")
     assert got.d_ff == 1024 and got.d_ff == 4 * 256
-    assert parameter_counts(got)["total"] == parameter_counts(build_preset("llama", "small", ffn="mlp"))["total"]
+    assert (
+        parameter_counts(got)["total"]
+        == parameter_counts(build_preset("llama", "small", ffn="mlp"))["total"]
+    )
     assert parameter_counts(got)["total"] == 4_852_992
-    stale = dataclasses.replace(build_preset("llama", "small"), ffn="mlp")  # what the call sites used to do
+    # what the call sites used to do
+    stale = dataclasses.replace(build_preset("llama", "small"), ffn="mlp")
     assert stale.d_ff == 704
 
 
 def test_replace_keeps_explicit_values_and_changed_fields() -> None:
-    """A derived field set away from its derivation is kept; a changed derived field is what it is set to."""
+    """A derived field set away from its derivation is kept; a changed derived field is what it
+    is set to."""
     c = ModelConfig(d_model=64, d_ff=100, n_kv_heads=2, final_norm=False, attn_bias=True)
     r = c.replace(ffn="mlp", norm_position="post", n_heads=8)
-    assert (r.d_ff, r.n_kv_heads, r.final_norm, r.attn_bias, r.mlp_bias, r.head_dim) == (100, 2, False, True, False, 8)
+    assert (r.d_ff, r.n_kv_heads, r.final_norm, r.attn_bias, r.mlp_bias, r.head_dim) == (
+        100,
+        2,
+        False,
+        True,
+        False,
+        8,
+    )
     assert c.replace(d_ff=256).d_ff == 256
     assert c.replace() == c  # nothing changed, nothing re-derived differently
 
@@ -137,8 +179,10 @@ def test_replace_lists_every_derived_field_and_refuses_unknown_fields() -> None:
 
 def test_gau_and_deepnorm_derive_their_widths_and_final_norm():
     gau = ModelConfig(block="gau", n_heads=1, d_model=96)
-    assert (gau.head_dim, gau.d_ff) == (96, 192)  # s = d / 1 head, e = 2 d rounded up to d_ff_multiple_of
-    assert gau.replace(block="serial", n_heads=4).d_ff == ModelConfig(d_model=96).d_ff  # re-derived, not kept
+    # s = d / 1 head, e = 2 d rounded up to d_ff_multiple_of
+    assert (gau.head_dim, gau.d_ff) == (96, 192)
+    # re-derived, not kept
+    assert gau.replace(block="serial", n_heads=4).d_ff == ModelConfig(d_model=96).d_ff
     assert ModelConfig(block="gau", n_heads=1, d_ff=100).d_ff == 100  # an explicit e wins
     deep = ModelConfig(norm_position="deepnorm")
     assert deep.final_norm is False and deep.replace(norm_position="pre").final_norm is True
@@ -146,17 +190,20 @@ def test_gau_and_deepnorm_derive_their_widths_and_final_norm():
 
 def test_building_and_checking_a_config_imports_no_torch():
     """nn/config/ checks its switches against the torch-free registries of its choices.py and
-    nn/positions/scaling.py (lazy references: tests/nn/test_registry.py resolves them), so building every
-    preset, a RoPE scaling, an option group and a refused value never imports torch; nor do the presets, the costs
-    or the override grammar."""
+    nn/positions/scaling.py (lazy references: tests/nn/test_registry.py resolves them), so building
+    every preset, a RoPE scaling, an option group and a refused value never imports torch; nor do
+    the presets, the costs or the override grammar."""
     out = run_without_torch(
-        "import archlab.nn.config, archlab.nn.presets, archlab.costs, archlab.overrides, archlab.train.config\n"
+        "import archlab.nn.config, archlab.nn.presets, "
+        "archlab.costs, archlab.overrides, archlab.train.config\n"
         "from archlab.nn.config import ConfigError, ModelConfig\n"
         "from archlab.nn.presets import PRESETS, SIZES, build_preset\n"
         "from archlab.nn.positions.scaling import RopeScaling\n"
         "from archlab.costs import report\n"
         "n = [report(build_preset(p, s)).params['total'] for p in PRESETS for s in SIZES]\n"
-        "ModelConfig(rope={'scaling': RopeScaling('yarn', 4.0, original_max_seq_len=256)}, ffn='swiglu')\n"
+        "ModelConfig(rope={'scaling': RopeScaling('yarn', 4.0, "
+        "original_max_seq_len=256)}, ffn='swiglu')\n"
         "report(ModelConfig(attn_kernel='vq', vq={'codes': 8}, position='alibi'))\n"
-        "try:\n    ModelConfig(norm='batchnorm')\nexcept ConfigError as err:\n    print(err)\n")
+        "try:\n    ModelConfig(norm='batchnorm')\nexcept ConfigError as err:\n    print(err)\n"
+    )
     assert "ModelConfig.norm='batchnorm' is not allowed: one of rmsnorm, layernorm" in out.stdout

@@ -1,6 +1,6 @@
-"""The checks of ModelConfig.__post_init__ (nn/config/model.py, with the choices of nn/config/choices.py; each
-group's own in test_config_groups.py): each bad value refused in one line naming the field, the value and what is
-allowed; NaN and inf refused before any range check."""
+"""The checks of ModelConfig.__post_init__ (nn/config/model.py, with the choices of
+nn/config/choices.py; each group's own in test_config_groups.py): each bad value refused in one line
+naming the field, the value and what is allowed; NaN and inf refused before any range check."""
 
 from __future__ import annotations
 
@@ -22,9 +22,16 @@ from tests.nn.test_config import FLOAT_FIELDS
         (dict(activation="mish"), ["activation='mish'", "silu"]),
         (dict(position="xpos"), ["position='xpos'", "alibi"]),
         (dict(norm_position="sideways"), ["norm_position='sideways'", "nonresidual_post"]),
-        (dict(rope=dict(fraction=0.3)), ["rope.fraction=0.3", "even"]),  # 16 * 0.3 = 4.8 -> 4 is fine? no: see below
-        (dict(position="learned", rope=dict(theta=5e5)), ["rope=Rope(theta=500000.0", "position='rope'"]),
-        (dict(position="alibi", rope=dict(layout="interleaved")), ["layout='interleaved'", "only with position"]),
+        # 16 * 0.3 = 4.8 -> 4 is fine? no: see below
+        (dict(rope=dict(fraction=0.3)), ["rope.fraction=0.3", "even"]),
+        (
+            dict(position="learned", rope=dict(theta=5e5)),
+            ["rope=Rope(theta=500000.0", "position='rope'"],
+        ),
+        (
+            dict(position="alibi", rope=dict(layout="interleaved")),
+            ["layout='interleaved'", "only with position"],
+        ),
         (dict(dropout=1.5), ["dropout=1.5", "[0, 1)"]),
         (dict(attn_softcap=-1.0), ["attn_softcap=-1.0"]),
         (dict(attn_softcap=50.0, attn_impl="sdpa"), ["attn_impl='sdpa'", "attn_softcap"]),
@@ -37,7 +44,8 @@ from tests.nn.test_config import FLOAT_FIELDS
 )
 def test_bad_values_name_field_value_and_allowed(kwargs, needles):
     if kwargs == dict(rope=dict(fraction=0.3)):
-        kwargs = dict(d_model=64, n_heads=4, rope=dict(fraction=0.3))  # head_dim 16 * 0.3 = 4.8 -> 4: allowed
+        # head_dim 16 * 0.3 = 4.8 -> 4: allowed
+        kwargs = dict(d_model=64, n_heads=4, rope=dict(fraction=0.3))
         assert ModelConfig(**kwargs).rope_dim == 4
         kwargs = dict(d_model=64, n_heads=4, rope=dict(fraction=0.1))  # 1.6 -> 1: odd, not allowed
         needles = ["rope.fraction=0.1", "even"]
@@ -51,10 +59,14 @@ def test_bad_values_name_field_value_and_allowed(kwargs, needles):
 
 def test_shorthand_with_a_contradicting_activation_fails_naming_both():
     assert ModelConfig().activation == DEFAULT_ACTIVATION == "silu"
-    assert (ModelConfig(ffn="mlp", activation=None).activation, ModelConfig(ffn="geglu", activation="gelu").ffn) == (
-        "silu", "glu")
-    for make in (lambda: ModelConfig(ffn="swiglu", activation="gelu"),
-                 lambda: build_preset("gemma2", ffn="swiglu", activation="gelu")):
+    assert (
+        ModelConfig(ffn="mlp", activation=None).activation,
+        ModelConfig(ffn="geglu", activation="gelu").ffn,
+    ) == ("silu", "glu")
+    for make in (
+        lambda: ModelConfig(ffn="swiglu", activation="gelu"),
+        lambda: build_preset("gemma2", ffn="swiglu", activation="gelu"),
+    ):
         with pytest.raises(ConfigError) as err:
             make()
         msg = str(err.value)
@@ -65,12 +77,18 @@ def test_shorthand_with_a_contradicting_activation_fails_naming_both():
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_every_float_field_rejects_nan_and_inf(name: str, value: float) -> None:
     extra = {"sliding_window": 8} if name == "attn_softcap" else {}
-    with pytest.raises(ConfigError, match=rf"^ModelConfig\.{name}=(nan|inf|-inf) is not allowed: a finite number$"):
+    with pytest.raises(
+        ConfigError, match=rf"^ModelConfig\.{name}=(nan|inf|-inf) is not allowed: a finite number$"
+    ):
         ModelConfig(**extra, **{name: value})
 
 
 def test_rope_scaling_floats_and_swish_beta_domain() -> None:
-    with pytest.raises(ConfigError, match=r"^ModelConfig\.rope\.scaling\.factor=inf is not allowed"):
+    with pytest.raises(
+        ConfigError, match=r"^ModelConfig\.rope\.scaling\.factor=inf is not allowed"
+    ):
         ModelConfig(rope=dict(scaling={"kind": "linear", "factor": math.inf}))
-    with pytest.raises(ConfigError, match=r"^ModelConfig\.swish_beta=0\.0 is not allowed: a positive number"):
+    with pytest.raises(
+        ConfigError, match=r"^ModelConfig\.swish_beta=0\.0 is not allowed: a positive number"
+    ):
         ModelConfig(swish_beta=0.0)

@@ -1,6 +1,5 @@
 """FFN and activations: formulas, and the 8/3 rule keeping a GLU at the 4x MLP's parameter count."""
 
-
 import pytest
 import torch
 
@@ -20,12 +19,15 @@ def test_glu_8_3_rule_matches_mlp_params_within_2_percent(d_model):
     """At real model widths the rounded 8/3 rule lands within 2% of the 4x MLP."""
     n_mlp, n_glu = _ffn_params("mlp", d_model, 64), _ffn_params("glu", d_model, 64)
     assert abs(n_glu - n_mlp) / n_mlp <= 0.02
-    assert default_d_ff("glu", d_model) % 64 == 0 and default_d_ff("glu", d_model) >= 8 * d_model / 3
+    assert (
+        default_d_ff("glu", d_model) % 64 == 0 and default_d_ff("glu", d_model) >= 8 * d_model / 3
+    )
 
 
 @pytest.mark.parametrize("d_model", [48, 64, 96, 100, 256, 512])
 def test_glu_rule_error_is_only_rounding(d_model):
-    """Unrounded, 3 * 8/3 d = 2 * 4d up to one unit; rounding to 64 adds at most 3 * 63 * d parameters."""
+    """Unrounded, 3 * 8/3 d = 2 * 4d up to one unit; rounding to 64 adds at most 3 * 63
+    * d parameters."""
     n_mlp = _ffn_params("mlp", d_model, 1)
     assert abs(_ffn_params("glu", d_model, 1) - n_mlp) <= 3 * d_model
     assert 0 <= _ffn_params("glu", d_model, 64) - n_mlp + 3 * d_model <= 3 * 64 * d_model
@@ -51,5 +53,8 @@ def test_gated_mlp_formula():
 def test_mlp_formula_relu():
     f = MLP(8, 32, "relu", bias=True).double()
     x = torch.randn(4, 8, dtype=torch.float64)
-    ref = torch.clamp(x @ f.up_proj.weight.T + f.up_proj.bias, min=0) @ f.down_proj.weight.T + f.down_proj.bias
+    ref = (
+        torch.clamp(x @ f.up_proj.weight.T + f.up_proj.bias, min=0) @ f.down_proj.weight.T
+        + f.down_proj.bias
+    )
     torch.testing.assert_close(f(x), ref)

@@ -54,4 +54,6 @@ def test_eager_attention_matches_float64_formula():
     s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(8)
     s = s.masked_fill(~mask, float("-inf"))
     ref = torch.softmax(s, -1) @ v.double()
-    torch.testing.assert_close(eager_attention(q, k, v, mask=mask).double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        eager_attention(q, k, v, mask=mask).double(), ref, rtol=1e-5, atol=1e-6
+    )

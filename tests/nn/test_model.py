@@ -1,5 +1,6 @@
-"""Whole-model properties: causality for every preset and position type, tied storage, softcap bounds,
-embedding scale, dropout, init statistics, and a sample of the cross product of switches training."""
+"""Whole-model properties: causality for every preset and position type, tied storage,
+softcap bounds, embedding scale, dropout, init statistics, and a sample of the cross product
+of switches training."""
 
 import itertools
 import math
@@ -65,7 +66,9 @@ def test_embed_scale_and_absolute_positions_enter_the_first_layer():
     model(ids)
     from archlab.nn.positions.absolute import sinusoidal_embedding
 
-    expected = model.embed_tokens(ids) * math.sqrt(32) + sinusoidal_embedding(torch.arange(5)[None], 32)
+    expected = model.embed_tokens(ids) * math.sqrt(32) + sinusoidal_embedding(
+        torch.arange(5)[None], 32
+    )
     torch.testing.assert_close(seen["x"], expected)
 
 
@@ -90,7 +93,9 @@ def test_explicit_positions_equal_default():
 def test_rope_logits_invariant_to_a_global_position_shift():
     model = randomize_(TransformerLM(ModelConfig(d_model=32, n_heads=4)), 0.2)
     ids = torch.randint(0, 256, (2, 10))
-    torch.testing.assert_close(model(ids, positions=torch.arange(100, 110)), model(ids), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        model(ids, positions=torch.arange(100, 110)), model(ids), rtol=1e-4, atol=1e-4
+    )
     learned = TransformerLM(ModelConfig(position="learned"))
     assert not torch.allclose(learned(ids, positions=torch.arange(3, 13)), learned(ids))
 
@@ -102,7 +107,9 @@ def test_learned_positions_past_table_raise():
 
 
 def test_sliding_window_hides_tokens_beyond_it():
-    model = randomize_(TransformerLM(ModelConfig(n_layers=1, sliding_window=4, d_model=32, n_heads=4)), 0.3)
+    model = randomize_(
+        TransformerLM(ModelConfig(n_layers=1, sliding_window=4, d_model=32, n_heads=4)), 0.3
+    )
     ids = torch.randint(0, 256, (1, 12))
     changed = ids.clone()
     changed[0, 2] = (ids[0, 2] + 1) % 256
@@ -117,7 +124,8 @@ def test_trunc_normal_init_statistics():
     w = model.layers[0].mlp.down_proj.weight
     std = math.sqrt(2 / (w.shape[0] + w.shape[1]))
     assert w.abs().max() <= 3 * std + 1e-6
-    assert abs(float(w.detach().std()) / (std * 0.986) - 1) < 0.05  # a N(0, s) clipped at 3s has std 0.986 s
+    # a N(0, s) clipped at 3s has std 0.986 s
+    assert abs(float(w.detach().std()) / (std * 0.986) - 1) < 0.05
     e = model.embed_tokens.weight
     assert e.abs().max() <= 3.0 and abs(float(e.detach().std()) - 0.986) < 0.05
 
@@ -125,7 +133,10 @@ def test_trunc_normal_init_statistics():
 def test_gpt2_init_scales_residual_projections():
     model = TransformerLM(ModelConfig(d_model=256, n_heads=4, n_layers=8, init="gpt2"))
     assert abs(float(model.layers[0].attn.qkv_proj.weight.detach().std()) - 0.02 * 0.986) < 2e-3
-    assert abs(float(model.layers[0].attn.o_proj.weight.detach().std()) - 0.02 / math.sqrt(16) * 0.986) < 1e-3
+    assert (
+        abs(float(model.layers[0].attn.o_proj.weight.detach().std()) - 0.02 / math.sqrt(16) * 0.986)
+        < 1e-3
+    )
 
 
 SWITCHES = {
@@ -150,7 +161,9 @@ def _sample_switches(n: int, seed: int = 0) -> list[dict]:
     return [dict(zip(SWITCHES, combo)) for combo in rng.sample(every, n)]
 
 
-@pytest.mark.parametrize("switches", _sample_switches(40), ids=lambda s: "-".join(str(v) for v in s.values()))
+@pytest.mark.parametrize(
+    "switches", _sample_switches(40), ids=lambda s: "-".join(str(v) for v in s.values())
+)
 def test_switch_combinations_train(switches):
     cfg = ModelConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=64, max_seq_len=32, **switches)
     model = TransformerLM(cfg)
@@ -181,11 +194,18 @@ def test_meta_device_build_then_init_equals_eager_build(position):
     torch.testing.assert_close(lazy(ids), eager(ids))
 
 
-@pytest.mark.parametrize(("ids", "message"), [
-    (torch.tensor([[1, 64]]), r"token id 64 is outside the model's vocabulary \(0..63\)"),
-    (torch.tensor([[-1, 3]]), r"token id -1 is outside the model's vocabulary \(0..63\)"),
-    (torch.tensor([[1.0, 2.0]]), "input_ids must hold integer token ids, got dtype torch.float32"),
-], ids=["past-the-end", "negative", "float"])
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (torch.tensor([[1, 64]]), r"token id 64 is outside the model's vocabulary \(0..63\)"),
+        (torch.tensor([[-1, 3]]), r"token id -1 is outside the model's vocabulary \(0..63\)"),
+        (
+            torch.tensor([[1.0, 2.0]]),
+            "input_ids must hold integer token ids, got dtype torch.float32",
+        ),
+    ],
+    ids=["past-the-end", "negative", "float"],
+)
 def test_bad_token_ids_fail_in_one_line(ids: torch.Tensor, message: str) -> None:
     model = TransformerLM(ModelConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2))
     with pytest.raises(ValueError, match=message):
@@ -193,7 +213,8 @@ def test_bad_token_ids_fail_in_one_line(ids: torch.Tensor, message: str) -> None
 
 
 def _trunc_std(std: float) -> float:
-    """Standard deviation of N(0, std^2) truncated at +-3 std: std * sqrt(1 - 2a phi(a) / (2 Phi(a) - 1)), a = 3."""
+    """Standard deviation of N(0, std^2) truncated at +-3 std: std * sqrt(1 - 2a phi(a) / (2 Phi(a)
+    - 1)), a = 3."""
     a = 3.0
     phi = math.exp(-a * a / 2) / math.sqrt(2 * math.pi)
     mass = math.erf(a / math.sqrt(2))  # 2 Phi(a) - 1
@@ -203,7 +224,9 @@ def _trunc_std(std: float) -> float:
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_trunc_normal_std_of_every_matrix_and_the_embedding(tie: bool) -> None:
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=128, n_heads=4, n_layers=2, vocab_size=1024, tie_embeddings=tie, init="trunc_normal")
+    cfg = ModelConfig(
+        d_model=128, n_heads=4, n_layers=2, vocab_size=1024, tie_embeddings=tie, init="trunc_normal"
+    )
     model = TransformerLM(cfg)
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and not (tie and module is model.lm_head):
@@ -212,6 +235,7 @@ def test_trunc_normal_std_of_every_matrix_and_the_embedding(tie: bool) -> None:
             assert float(w.abs().max()) <= 3 * std + 1e-7, name
             assert abs(float(w.std()) / _trunc_std(std) - 1) < 0.04, name
     e = model.embed_tokens.weight.detach().double()
-    std = cfg.d_model**-0.5 if tie else 1.0  # a tied table is also the output matrix: unit-scale logits
+    # a tied table is also the output matrix: unit-scale logits
+    std = cfg.d_model**-0.5 if tie else 1.0
     assert float(e.abs().max()) <= 3 * std + 1e-7
     assert abs(float(e.std()) / _trunc_std(std) - 1) < 0.03

@@ -40,7 +40,9 @@ def test_layernorm_formula(bias):
     x = torch.randn(3, 5, 16) * 4 + 3
     n = LayerNorm(16, 1e-5, bias=bias)
     _random_params(n)
-    torch.testing.assert_close(n(x).double(), ln_ref(x, n.weight, n.bias, 1e-5), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        n(x).double(), ln_ref(x, n.weight, n.bias, 1e-5), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_layernorm_removes_mean_rmsnorm_does_not():
@@ -62,7 +64,9 @@ def test_bf16_input_normalised_in_float32():
     x = (torch.randn(4, 64) * 100).bfloat16()
     y = RMSNorm(64)(x)
     assert y.dtype == torch.bfloat16
-    torch.testing.assert_close(y.double(), rms_ref(x.float(), torch.ones(64), 1e-5), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(
+        y.double(), rms_ref(x.float(), torch.ones(64), 1e-5), rtol=1e-2, atol=1e-2
+    )
 
 
 def test_registry_builds_every_norm():
@@ -71,11 +75,14 @@ def test_registry_builds_every_norm():
 
 
 def test_layernorm_with_a_non_default_eps():
-    # a small-variance input makes eps matter: with eps 1e-5 in place of 0.1 the output would be ~3x larger
+    # a small-variance input makes eps matter: with eps 1e-5 in place of 0.1 the output would
+    # be ~3x larger
     x = torch.randn(3, 16) * 0.05
     n = LayerNorm(16, eps=0.1, bias=True)
     _random_params(n)
-    torch.testing.assert_close(n(x).double(), ln_ref(x, n.weight, n.bias, 0.1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        n(x).double(), ln_ref(x, n.weight, n.bias, 0.1), rtol=1e-5, atol=1e-6
+    )
     assert build_norm("layernorm", 16, 0.1).eps == 0.1
 
 
@@ -84,16 +91,22 @@ def test_rmsnorm_with_a_bias_adds_it_after_the_gain():
     n = RMSNorm(16, 1e-5, bias=True)
     _random_params(n)
     assert n.bias is not None
-    torch.testing.assert_close(n(x).double(), rms_ref(x, n.weight, 1e-5, n.bias), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        n(x).double(), rms_ref(x, n.weight, 1e-5, n.bias), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_composite_formulas_equal_the_float64_references_and_the_modules(kind, with_bias):
-    """Each norm's `formula` (what the norm_op timing builds alike) computes the norm: values and gradients."""
+    """Each norm's `formula` (what the norm_op timing builds alike) computes the norm:
+    values and gradients."""
     torch.manual_seed(0)
     x = torch.randn(6, 48, dtype=torch.float64, requires_grad=True)
-    w, b = torch.randn(48, dtype=torch.float64), torch.randn(48, dtype=torch.float64) if with_bias else None
+    w, b = (
+        torch.randn(48, dtype=torch.float64),
+        torch.randn(48, dtype=torch.float64) if with_bias else None,
+    )
     y = NORMS[kind].formula(x, w, b, 1e-5)
     ref = rms_ref(x, w, 1e-5, b) if kind == "rmsnorm" else ln_ref(x, w, b, 1e-5)
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)

@@ -1,6 +1,6 @@
-"""The fused parallel block (nn/parallel.py): its two GEMMs equal the unfused block's formula in every layout,
-give the same gradients, decode through the cache as the full forward does, and run apart in inference and for
-wrapped projections."""
+"""The fused parallel block (nn/parallel.py): its two GEMMs equal the unfused block's formula in
+every layout, give the same gradients, decode through the cache as the full forward does, and run
+apart in inference and for wrapped projections."""
 
 import pytest
 import torch
@@ -13,28 +13,49 @@ from tests.nn.test_block import _expected
 # ------------------------------------------------------------------------- the fused parallel block
 # (placement, parallel_norms) -> (one input GEMM, one output GEMM) without dropout
 FUSED_LAYOUTS = {
-    ("pre", 1): (True, True), ("pre", 2): (False, True), ("post", 1): (True, True),
-    ("double", 1): (True, False), ("double", 2): (False, False), ("nonresidual_post", 1): (True, False),
+    ("pre", 1): (True, True),
+    ("pre", 2): (False, True),
+    ("post", 1): (True, True),
+    ("double", 1): (True, False),
+    ("double", 2): (False, False),
+    ("nonresidual_post", 1): (True, False),
 }
 VARIANTS = {  # GQA and biases, GLU and not
     "swiglu-mha-nobias": dict(ffn="glu", activation="silu", n_kv_heads=4, bias=False),
     "gelu-gqa-bias": dict(ffn="mlp", activation="gelu", n_kv_heads=2, bias=True),
-    "geglu-mqa-mlpbias": dict(ffn="glu", activation="gelu", n_kv_heads=1, attn_bias=False, mlp_bias=True),
-    "relu-gqa-attnbias": dict(ffn="mlp", activation="relu", n_kv_heads=2, attn_bias=True, mlp_bias=False),
+    "geglu-mqa-mlpbias": dict(
+        ffn="glu", activation="gelu", n_kv_heads=1, attn_bias=False, mlp_bias=True
+    ),
+    "relu-gqa-attnbias": dict(
+        ffn="mlp", activation="relu", n_kv_heads=2, attn_bias=True, mlp_bias=False
+    ),
 }
 B, T = 2, 40
 
 
 def _parallel_model(position: str, n_norms: int, fused: bool = True, **fields) -> TransformerLM:
     torch.manual_seed(0)
-    c = ModelConfig(d_model=32, n_layers=1, n_heads=4, norm="layernorm", norm_bias=True, norm_position=position,
-                    block="parallel", parallel_norms=n_norms, parallel_fused=fused, position="rope",
-                    vocab_size=50, max_seq_len=64, **fields)
+    c = ModelConfig(
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        norm="layernorm",
+        norm_bias=True,
+        norm_position=position,
+        block="parallel",
+        parallel_norms=n_norms,
+        parallel_fused=fused,
+        position="rope",
+        vocab_size=50,
+        max_seq_len=64,
+        **fields,
+    )
     return randomize_(TransformerLM(c)).double()
 
 
 def _projection_calls(blk) -> dict[str, int]:
-    """Calls of each projection's own forward during a block call (a fused GEMM calls none of them)."""
+    """Calls of each projection's own forward during a block call (a fused GEMM calls
+    none of them)."""
     calls = {}
     for name in ("attn.qkv_proj", "attn.o_proj", "mlp.in_proj", "mlp.down_proj"):
         module = blk.get_submodule(name) if name != "mlp.in_proj" else blk.mlp.in_proj
@@ -53,17 +74,26 @@ def test_fused_parallel_block_equals_the_unfused_formula(position, n_norms, vari
     x = torch.randn(B, T, 32, dtype=torch.float64)
     calls = _projection_calls(blk)
     got = blk(x, inp)
-    assert calls == {"attn.qkv_proj": not fuse_in, "mlp.in_proj": not fuse_in, "attn.o_proj": not fuse_out,
-                     "mlp.down_proj": not fuse_out}  # the fused GEMMs really ran
-    ref = _expected(blk, x, inp, position, True, n_norms == 1)  # separate A(h) and M(h): the plain formula
+    assert calls == {
+        "attn.qkv_proj": not fuse_in,
+        "mlp.in_proj": not fuse_in,
+        "attn.o_proj": not fuse_out,
+        "mlp.down_proj": not fuse_out,
+    }  # the fused GEMMs really ran
+    # separate A(h) and M(h): the plain formula
+    ref = _expected(blk, x, inp, position, True, n_norms == 1)
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("variant", ["swiglu-mha-nobias", "gelu-gqa-bias"])
 def test_fused_training_step_gives_the_unfused_gradients(variant):
-    """The training path (hand-written RoPE and SwiGLU backward passes on slices of the fused GEMM) gives the
-    unfused block's loss and gradients, and both blocks hold the same parameters under the same names."""
-    fused, apart = _parallel_model("pre", 1, **VARIANTS[variant]), _parallel_model("pre", 1, False, **VARIANTS[variant])
+    """The training path (hand-written RoPE and SwiGLU backward passes on slices of the fused GEMM)
+    gives the unfused block's loss and gradients, and both blocks hold the same parameters under
+    the same names."""
+    fused, apart = (
+        _parallel_model("pre", 1, **VARIANTS[variant]),
+        _parallel_model("pre", 1, False, **VARIANTS[variant]),
+    )
     apart.load_state_dict(fused.state_dict())
     assert list(fused.state_dict()) == list(apart.state_dict())
     assert fused.num_parameters() == apart.num_parameters()
@@ -78,7 +108,8 @@ def test_fused_training_step_gives_the_unfused_gradients(variant):
 
 @pytest.mark.parametrize("position,n_norms", [("pre", 1), ("pre", 2), ("nonresidual_post", 1)])
 def test_fused_parallel_cached_decoding_equals_the_full_forward(monkeypatch, position, n_norms):
-    """Prefill and one-token steps through a KVCache, every call fused (in inference too, for the test)."""
+    """Prefill and one-token steps through a KVCache, every call fused (in inference too,
+    for the test)."""
     monkeypatch.setattr(block_module, "fusing", lambda attn, mlp: True)
     model = _parallel_model(position, n_norms, **VARIANTS["geglu-mqa-mlpbias"]).eval()
     blk = model.layers[0]
@@ -87,14 +118,17 @@ def test_fused_parallel_cached_decoding_equals_the_full_forward(monkeypatch, pos
     with torch.no_grad():
         full = model(ids)
         cache = KVCache.for_model(model, B, 12)
-        steps = [model(ids[:, :5], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(5, 12)]
-    assert calls["attn.qkv_proj"] == (0 if blk.fuse_in else 9)  # full + prefill + 7 steps, all fused
+        steps = [model(ids[:, :5], cache=cache)] + [
+            model(ids[:, t : t + 1], cache=cache) for t in range(5, 12)
+        ]
+    # full + prefill + 7 steps, all fused
+    assert calls["attn.qkv_proj"] == (0 if blk.fuse_in else 9)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
 
 
 def test_inference_and_wrapped_projections_run_apart():
-    """Without autograd (decoding, evaluation) or with a projection that is not a plain Linear (a LoRA
-    wrapper) the block runs the projections' own forwards: same values."""
+    """Without autograd (decoding, evaluation) or with a projection that is not a plain Linear (a
+    LoRA wrapper) the block runs the projections' own forwards: same values."""
     model = _parallel_model("pre", 1, **VARIANTS["swiglu-mha-nobias"])
     blk = model.layers[0]
     calls = _projection_calls(blk)
@@ -113,4 +147,6 @@ def test_inference_and_wrapped_projections_run_apart():
     calls = _projection_calls(blk)
     got = blk(x, inp)
     assert set(calls.values()) == {1}
-    torch.testing.assert_close(got, _expected(blk, x, inp, "pre", True, True), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        got, _expected(blk, x, inp, "pre", True, True), rtol=1e-12, atol=1e-12
+    )

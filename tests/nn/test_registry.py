@@ -1,5 +1,6 @@
-"""Every variant family is one registry of lazy "module:attr" references (nn/registry.py): each reference
-resolves to the code it names, a lookup imports only then, and the config's names are the registries' keys."""
+"""Every variant family is one registry of lazy "module:attr" references (nn/registry.py): each
+reference resolves to the code it names, a lookup imports only then, and the config's names are
+the registries' keys."""
 
 from __future__ import annotations
 
@@ -23,11 +24,15 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "archlab"
 
 
 def modules_with_registries() -> list[str]:
-    """The modules of src/ that build a Registry (read with ast, so a new one is found without a list here)."""
+    """The modules of src/ that build a Registry (read with ast, so a new one is found without
+    a list here)."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        if any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Registry" for n in ast.walk(tree)):
+        if any(
+            isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Registry"
+            for n in ast.walk(tree)
+        ):
             found.append(".".join(path.relative_to(SRC.parent).with_suffix("").parts))
     return found
 
@@ -40,20 +45,32 @@ def all_registries() -> list[Registry]:
 
 def test_the_registries_are_found_where_they_are_built() -> None:
     assert {"archlab.nn.config.choices", "archlab.train.variants"} <= set(modules_with_registries())
-    assert {r.family for r in all_registries()} >= {"norm", "activation", "ffn", "absolute position",
-                                                    "attention bias", "attn_impl", "favor feature",
-                                                    "linear attention kernel", "schedule", "decay shape"}
+    assert {r.family for r in all_registries()} >= {
+        "norm",
+        "activation",
+        "ffn",
+        "absolute position",
+        "attention bias",
+        "attn_impl",
+        "favor feature",
+        "linear attention kernel",
+        "schedule",
+        "decay shape",
+    }
 
 
 @pytest.mark.parametrize("reg", all_registries(), ids=lambda r: r.family)
 def test_every_reference_resolves_to_code(reg: Registry) -> None:
     for name in reg:
-        assert callable(reg[name]), f"{reg.family} {name!r} -> {reg.references[name]} is not callable"
+        assert callable(reg[name]), (
+            f"{reg.family} {name!r} -> {reg.references[name]} is not callable"
+        )
 
 
 def test_every_rope_kind_names_its_frequency_function_and_real_fields() -> None:
-    """A kind's function takes the current length exactly when the kind is marked length_dependent, and the
-    fields it requires or reads are fields of RopeScaling (a typo would make the kind unusable)."""
+    """A kind's function takes the current length exactly when the kind is marked length_dependent,
+    and the fields it requires or reads are fields of RopeScaling (a typo would make
+    the kind unusable)."""
     known = {f.name for f in dataclasses.fields(RopeScaling)} - {"kind", "factor"}
     for name, kind in ROPE_KINDS.items():
         assert kind.name == name
@@ -98,6 +115,8 @@ def test_a_lookup_imports_the_module_and_names_the_family_when_it_fails() -> Non
 
 
 def test_names_are_read_without_torch() -> None:
-    run_without_torch("from archlab.nn.config.choices import NORMS, ATTENTION_KERNELS\n"
-                      "assert list(NORMS) == ['rmsnorm', 'layernorm'] and 'eager' in ATTENTION_KERNELS\n"
-                      "from archlab.train.variants import OPTIMIZERS\nassert 'lion' in OPTIMIZERS\n")
+    run_without_torch(
+        "from archlab.nn.config.choices import NORMS, ATTENTION_KERNELS\n"
+        "assert list(NORMS) == ['rmsnorm', 'layernorm'] and 'eager' in ATTENTION_KERNELS\n"
+        "from archlab.train.variants import OPTIMIZERS\nassert 'lion' in OPTIMIZERS\n"
+    )

@@ -1,6 +1,7 @@
-"""Tied heads that start right (Su, kexue.fm/archives/9698): the step-0 loss of a tied model with zeroed
-residual branches against log(e^(d sigma) + n - 1), the swap and projection heads near log n + 1/2, the swap
-as an involution, the projection orthogonal, the switch reaching the head only, costs and HF export."""
+"""Tied heads that start right (Su, kexue.fm/archives/9698): the step-0 loss of a tied model with
+zeroed residual branches against log(e^(d sigma) + n - 1), the swap and projection heads near log
+n + 1/2, the swap as an involution, the projection orthogonal, the switch reaching the head only,
+costs and HF export."""
 
 from __future__ import annotations
 
@@ -18,14 +19,25 @@ from archlab.nn.functional import swap_halves
 
 def tied(d: int, n: int, **fields: object) -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(build_preset("llama", "tiny", d_model=d, n_layers=2, n_heads=4, vocab_size=n,
-                                      max_seq_len=64, tie_embeddings=True, **fields))
+    return TransformerLM(
+        build_preset(
+            "llama",
+            "tiny",
+            d_model=d,
+            n_layers=2,
+            n_heads=4,
+            vocab_size=n,
+            max_seq_len=64,
+            tie_embeddings=True,
+            **fields,
+        )
+    )
 
 
 @torch.no_grad()
 def step0_loss(model: TransformerLM) -> float:
-    """Mean CE with o_proj and down_proj zeroed (every block the identity), on random pairs whose target is
-    never the input token (adjacent tokens rarely repeat)."""
+    """Mean CE with o_proj and down_proj zeroed (every block the identity), on random pairs whose
+    target is never the input token (adjacent tokens rarely repeat)."""
     for layer in model.layers:
         layer.attn.o_proj.weight.zero_()
         layer.mlp.down_proj.weight.zero_()
@@ -36,17 +48,20 @@ def step0_loss(model: TransformerLM) -> float:
     return float(model(x, targets=y).ce)
 
 
-# nats: the formula takes the other logits as 0, but they spread (variance d sigma^2) and the table is drawn once;
-# measured off by <= 0.06 at std d^-1/2 and up to 0.16 at log(V)/d (d 64) over draws
+# nats: the formula takes the other logits as 0, but they spread (variance d sigma^2) and the table
+# is drawn once; measured off by <= 0.06 at std d^-1/2 and up to 0.16 at log(V)/d (d 64) over draws
 FORMULA_TOL = {"default": 0.1, "log_n_over_d": 0.25}
 UNIFORM_TOL = 0.1  # nats around log n + 1/2 (unit-variance logits: E log sum e^z = log n + 1/2)
 
 
 @pytest.mark.parametrize(("d", "n"), [(64, 256), (256, 256)])
 @pytest.mark.parametrize("init", ["default", "log_n_over_d"])
-def test_plain_tied_model_starts_at_log_of_e_d_sigma_plus_n_minus_one(d: int, n: int, init: str) -> None:
+def test_plain_tied_model_starts_at_log_of_e_d_sigma_plus_n_minus_one(
+    d: int, n: int, init: str
+) -> None:
     model = tied(d, n, tied_embed_init=init)
-    sigma = float(model.embed_tokens.weight.detach().std())  # the drawn table's std (trunc_normal clips at 3 std)
+    # the drawn table's std (trunc_normal clips at 3 std)
+    sigma = float(model.embed_tokens.weight.detach().std())
     want = {"default": d**-0.5, "log_n_over_d": math.log(n) / d}[init]
     assert sigma == pytest.approx(want, rel=0.05)
     formula = math.log(math.exp(d * sigma) + n - 1)
@@ -58,7 +73,9 @@ def test_plain_tied_model_starts_at_log_of_e_d_sigma_plus_n_minus_one(d: int, n:
 @pytest.mark.parametrize(("d", "n"), [(64, 256), (256, 256)])
 @pytest.mark.parametrize("head", ["swap", "proj"])
 def test_swap_and_proj_heads_start_near_log_n(d: int, n: int, head: str) -> None:
-    assert step0_loss(tied(d, n, tied_head=head)) == pytest.approx(math.log(n) + 0.5, abs=UNIFORM_TOL)
+    assert step0_loss(tied(d, n, tied_head=head)) == pytest.approx(
+        math.log(n) + 0.5, abs=UNIFORM_TOL
+    )
 
 
 def test_swap_is_a_permutation_and_an_involution() -> None:
@@ -94,7 +111,9 @@ def test_the_switch_reaches_the_head_only(head: str) -> None:
     else:
         p = other.head_proj.weight.double()
         torch.testing.assert_close(p.T @ p, torch.eye(32, dtype=torch.float64), rtol=0, atol=1e-6)
-        torch.testing.assert_close(logits, (h @ other.head_proj.weight.T) @ table.T, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            logits, (h @ other.head_proj.weight.T) @ table.T, rtol=1e-5, atol=1e-5
+        )
     assert not torch.allclose(logits, logits_plain, atol=1e-3)
 
 
@@ -105,13 +124,33 @@ def test_projection_counted_in_costs_and_parameters() -> None:
     assert counts["lm_head"] - parameter_counts(tied(32, 64).config)["lm_head"] == 32 * 32
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"tied_head": "swap"}, "ModelConfig.tied_head='swap' is not allowed: only with tie_embeddings=True"),
-    ({"tied_embed_init": "log_n_over_d"}, "ModelConfig.tied_embed_init='log_n_over_d' is not allowed: only with"),
-    ({"tied_head": "mirror", "tie_embeddings": True}, "ModelConfig.tied_head='mirror' is not allowed: one of plain"),
-    ({"tied_head": "swap", "tie_embeddings": True, "d_model": 33, "n_heads": 3, "head_dim": 12},
-     "needs an even d_model"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"tied_head": "swap"},
+            "ModelConfig.tied_head='swap' is not allowed: only with tie_embeddings=True",
+        ),
+        (
+            {"tied_embed_init": "log_n_over_d"},
+            "ModelConfig.tied_embed_init='log_n_over_d' is not allowed: only with",
+        ),
+        (
+            {"tied_head": "mirror", "tie_embeddings": True},
+            "ModelConfig.tied_head='mirror' is not allowed: one of plain",
+        ),
+        (
+            {
+                "tied_head": "swap",
+                "tie_embeddings": True,
+                "d_model": 33,
+                "n_heads": 3,
+                "head_dim": 12,
+            },
+            "needs an even d_model",
+        ),
+    ],
+)
 def test_bad_tied_head_settings_are_one_line_errors(fields: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         build_preset("llama", "tiny", **fields)
@@ -122,5 +161,6 @@ def test_hf_export_refuses_swap_and_proj_and_carries_the_init(tmp_path) -> None:
         with pytest.raises(InteropError, match=f"tied_head='{head}'") as err:
             save_hf(tied(32, 64, tied_head=head), tmp_path / head)
         assert "\n" not in str(err.value) and not (tmp_path / head).exists()
-    save_hf(tied(32, 64, tied_embed_init="log_n_over_d"), tmp_path / "init")  # an init, not a function change
+    # an init, not a function change
+    save_hf(tied(32, 64, tied_embed_init="log_n_over_d"), tmp_path / "init")
     assert (tmp_path / "init" / "config.json").is_file()

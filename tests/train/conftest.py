@@ -23,7 +23,9 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("corpus")
-    words = "def class return import self if else for while in not and or None True print lambda yield".split()
+    words = (
+        "def class return import self if else for while in not and or None True print lambda yield"
+    ).split()
     gen = torch.Generator().manual_seed(0)
     picks = [torch.randint(0, len(words), (8,), generator=gen).tolist() for _ in range(3000)]
     lines = [" ".join(words[i] for i in pick) for pick in picks]

@@ -1,4 +1,5 @@
-"""resolve_config: a prepared folder's own tokenizer is used, and another one asked for is refused."""
+"""resolve_config: a prepared folder's own tokenizer is used, and another one asked
+for is refused."""
 
 from __future__ import annotations
 
@@ -15,12 +16,19 @@ def test_a_prepared_folder_refuses_another_tokenizer_instead_of_ignoring_it(tmp_
     corpus.write_text("def f(x):\n    return x + 1\n\n" * 200)
     folder = prepare_data(str(corpus), tmp_path / "data", "byte", val_fraction=0.2)
     keys = {"data.source": str(folder)}
-    assert resolve_config([keys])[0].data.tokenizer == "byte"  # not asked for: the folder's own is used
-    assert resolve_config([{**keys, "data.tokenizer": "byte"}])[1].vocab_size == 256  # the same one: fine
-    with pytest.raises(ValueError, match=r"^data.tokenizer='bpe' with data.vocab_size=512 is not the tokenizer "
-                                         r".* was prepared with \(byte, 256 ids\)"):
+    # not asked for: the folder's own is used
+    assert resolve_config([keys])[0].data.tokenizer == "byte"
+    # the same one: fine
+    assert resolve_config([{**keys, "data.tokenizer": "byte"}])[1].vocab_size == 256
+    with pytest.raises(
+        ValueError,
+        match=r"^data.tokenizer='bpe' with data.vocab_size=512 is not the tokenizer "
+        r".* was prepared with \(byte, 256 ids\)",
+    ):
         resolve_config([keys, {"data.tokenizer": "bpe", "data.vocab_size": "512"}])
     bpe = prepare_data(str(corpus), tmp_path / "bpe", "bpe", vocab_size=300, val_fraction=0.2)
     resolve_config([{"data.source": str(bpe), "data.tokenizer": "bpe", "data.vocab_size": "300"}])
     with pytest.raises(ValueError, match=r"data.vocab_size=400 is not the tokenizer"):
-        resolve_config([{"data.source": str(bpe), "data.tokenizer": "bpe", "data.vocab_size": "400"}])
+        resolve_config(
+            [{"data.source": str(bpe), "data.tokenizer": "bpe", "data.vocab_size": "400"}]
+        )

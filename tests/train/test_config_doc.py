@@ -1,4 +1,5 @@
-"""`archlab train --help` is generated from the config dataclasses: every key, its default, its comment."""
+"""`archlab train --help` is generated from the config dataclasses: every key, its
+default, its comment."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from archlab.train.config import TrainConfig, resolve_config
 from archlab.train.config_doc import field_comments, key_docs
 
 
-def test_help_lists_every_key_with_its_default_and_description(capsys: pytest.CaptureFixture) -> None:
+def test_help_lists_every_key_with_its_default_and_description(
+    capsys: pytest.CaptureFixture,
+) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     full = capsys.readouterr().out
@@ -31,7 +34,9 @@ def test_help_lists_every_key_with_its_default_and_description(capsys: pytest.Ca
         assert doc in line, key
     steps = next(line for line in text.splitlines() if line.strip().startswith("--steps "))
     assert steps.split()[:2] == ["--steps", "200"]
-    d_model = next(line for line in text.splitlines() if line.strip().startswith("--model.d_model "))
+    d_model = next(
+        line for line in text.splitlines() if line.strip().startswith("--model.d_model ")
+    )
     assert d_model.split()[1] == str(model.d_model)  # the default preset's value, not ModelConfig's
     assert "default runs/{preset}-{size}" in " ".join(full.split())  # --out's real default
 

@@ -1,6 +1,6 @@
-"""One writer per run folder (train/lock.py): a second `archlab train` into a folder in use is refused in one
-line before it writes anything, and the first finishes with its own config, metrics and checkpoints; a lock
-left by a dead process is named and replaced."""
+"""One writer per run folder (train/lock.py): a second `archlab train` into a folder in use is
+refused in one line before it writes anything, and the first finishes with its own config, metrics
+and checkpoints; a lock left by a dead process is named and replaced."""
 
 from __future__ import annotations
 
@@ -34,25 +34,45 @@ def test_a_second_lock_on_a_held_folder_is_refused_naming_the_holder(tmp_path: P
     again.release()
 
 
-def test_a_lock_left_by_a_dead_process_is_named_stale_and_replaced(tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+def test_a_lock_left_by_a_dead_process_is_named_stale_and_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     pid = int(dead.stdout)
     run = tmp_path / "run"
     run.mkdir()
-    (run / LOCK_FILE).write_text(json.dumps({"pid": pid, "host": "h1", "started": 0, "command": "archlab train"}))
+    (run / LOCK_FILE).write_text(
+        json.dumps({"pid": pid, "host": "h1", "started": 0, "command": "archlab train"})
+    )
     with caplog.at_level("WARNING"):
         lock = RunLock(run).acquire()
     assert lock.stale is not None and lock.stale["pid"] == pid
     assert f"stale lock of pid {pid} on host h1" in caplog.text
-    assert json.loads((run / LOCK_FILE).read_text())["pid"] == os.getpid()  # the lock names its new holder
+    # the lock names its new holder
+    assert json.loads((run / LOCK_FILE).read_text())["pid"] == os.getpid()
     lock.release()
 
 
 def _train(prepared: Path, run: Path, preset: str, steps: str) -> list[str]:
-    return [sys.executable, "-m", "archlab", "train",
-            *cli_flags(prepared, run, preset=preset, steps=steps,
-                       **{"checkpoint.save_every": "5", "checkpoint.keep_last": "10", "precision.threads": "1"})]
+    return [
+        sys.executable,
+        "-m",
+        "archlab",
+        "train",
+        *cli_flags(
+            prepared,
+            run,
+            preset=preset,
+            steps=steps,
+            **{
+                "checkpoint.save_every": "5",
+                "checkpoint.keep_last": "10",
+                "precision.threads": "1",
+            },
+        ),
+    ]
 
 
 def test_two_concurrent_trains_into_one_folder_the_second_is_refused_the_first_is_intact(
@@ -60,8 +80,13 @@ def test_two_concurrent_trains_into_one_folder_the_second_is_refused_the_first_i
 ) -> None:
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(_train(prepared, run, "llama", "10"), env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        _train(prepared, run, "llama", "10"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (run / LOCK_FILE).is_file() or not (run / LOCK_FILE).read_text():
@@ -70,8 +95,13 @@ def test_two_concurrent_trains_into_one_folder_the_second_is_refused_the_first_i
             time.sleep(0.02)
         first.send_signal(signal.SIGSTOP)  # hold it mid-run, lock taken, while the second one tries
         before = snapshot(run)
-        second = subprocess.run(_train(prepared, run, "gpt2", "10"), env=env, capture_output=True, text=True,
-                                timeout=120)
+        second = subprocess.run(
+            _train(prepared, run, "gpt2", "10"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert snapshot(run) == before  # refused before writing anything
     finally:
         first.send_signal(signal.SIGCONT)
@@ -83,7 +113,8 @@ def test_two_concurrent_trains_into_one_folder_the_second_is_refused_the_first_i
     config = json.loads((run / "config.json").read_text())
     assert config["train"]["preset"] == "llama"
     rows = [r for r in read_metrics(run) if r["kind"] == "train"]
-    assert [r["step"] for r in rows] == list(range(1, 11))  # one run's rows, no second run interleaved
+    # one run's rows, no second run interleaved
+    assert [r["step"] for r in rows] == list(range(1, 11))
     steps = [int(p.name.removeprefix("step_")) for p in list_checkpoints(run)]
     assert steps == [5, 10]
     for path in list_checkpoints(run):

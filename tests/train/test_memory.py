@@ -1,6 +1,6 @@
-"""The training memory estimate (train/memory.py) against what torch really allocates, the one-line refusal of a
-run that cannot fit, and partial fine-tunes (train/trainable.py): frozen parameters stay bitwise the same and get
-no gradient or optimizer state."""
+"""The training memory estimate (train/memory.py) against what torch really allocates, the one-line
+refusal of a run that cannot fit, and partial fine-tunes (train/trainable.py): frozen parameters
+stay bitwise the same and get no gradient or optimizer state."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from tests.train.test_trainer import cli_flags, make_trainer
 
 
 def saved_activation_bytes(model: TransformerLM, ids: torch.Tensor) -> int:
-    """Bytes of every tensor autograd keeps for the backward of one training forward (distinct storages)."""
+    """Bytes of every tensor autograd keeps for the backward of one training
+    forward (distinct storages)."""
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -34,12 +35,15 @@ def saved_activation_bytes(model: TransformerLM, ids: torch.Tensor) -> int:
 
 
 @pytest.mark.parametrize("preset", ["llama", "gpt2", "qwen3"])
-def test_the_estimate_matches_real_gradients_optimizer_state_and_saved_activations(preset: str) -> None:
+def test_the_estimate_matches_real_gradients_optimizer_state_and_saved_activations(
+    preset: str,
+) -> None:
     torch.manual_seed(0)
     config = build_preset(preset, "tiny", d_model=64, n_layers=3, max_seq_len=64, vocab_size=256)
     model = TransformerLM(config)
     ids = torch.randint(0, 256, (4, 64))
-    activations = saved_activation_bytes(model, ids)  # every layer trains: the whole backward is kept
+    # every layer trains: the whole backward is kept
+    activations = saved_activation_bytes(model, ids)
     model.zero_grad(set_to_none=True)
     trainable = freeze_all_but(model, ("layers.2.*", "norm.*"))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
@@ -47,7 +51,9 @@ def test_the_estimate_matches_real_gradients_optimizer_state_and_saved_activatio
     optimizer.step()
     parts = training_bytes(config, model.num_parameters(), trainable, 4, 64, "adamw", "fp32")
     assert parts["weights"] == 4 * sum(p.numel() for p in model.parameters())
-    assert parts["gradients"] == sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
+    assert parts["gradients"] == sum(
+        p.grad.nbytes for p in model.parameters() if p.grad is not None
+    )
     state = sum(t.nbytes for s in optimizer.state.values() for k, t in s.items() if k != "step")
     assert parts["optimizer"] == state
     assert 0.5 <= parts["activations"] / activations <= 2.0, (parts["activations"], activations)
@@ -68,8 +74,13 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_before_anything_is_allocat
 
 @pytest.mark.kernels
 def test_trainable_patterns_freeze_the_rest_bitwise(prepared: Path, tmp_path: Path) -> None:
-    trainer = make_trainer(tmp_path / "run", prepared, steps="3", trainable="layers.0.attn.*,norm.*",
-                           **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"})
+    trainer = make_trainer(
+        tmp_path / "run",
+        prepared,
+        steps="3",
+        trainable="layers.0.attn.*,norm.*",
+        **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"},
+    )
     before = {n: p.detach().clone() for n, p in trainer.state.raw.named_parameters()}
     trainer.fit()
     train = set(trainable_names(trainer.state.raw, ("layers.0.attn.*", "norm.*")))
@@ -77,7 +88,8 @@ def test_trainable_patterns_freeze_the_rest_bitwise(prepared: Path, tmp_path: Pa
     for name, param in trainer.state.raw.named_parameters():
         changed = not torch.equal(param, before[name])
         assert changed == (name in train), name
-    assert len(trainer.state.optimizer.state) == len(train)  # optimizer state for the trained parameters only
+    # optimizer state for the trained parameters only
+    assert len(trainer.state.optimizer.state) == len(train)
 
 
 def test_a_pattern_that_matches_nothing_and_a_resume_that_changes_them_are_refused(
@@ -85,30 +97,57 @@ def test_a_pattern_that_matches_nothing_and_a_resume_that_changes_them_are_refus
 ) -> None:
     run = tmp_path / "run"
     assert main(["train", *cli_flags(prepared, run, steps="2", trainable="layer.*")]) == 2
-    assert "'layer.*' matches no parameter (names look like embed_tokens.weight" in capsys.readouterr().err
+    assert (
+        "'layer.*' matches no parameter (names look like embed_tokens.weight"
+        in capsys.readouterr().err
+    )
     assert main(["train", *cli_flags(prepared, run, steps="2", trainable="norm.*")]) == 0
-    assert main(["train", "--out", str(run), "--resume", "--steps", "4", "--extend", "--trainable", "*"]) == 2
+    assert (
+        main(
+            ["train", "--out", str(run), "--resume", "--steps", "4", "--extend", "--trainable", "*"]
+        )
+        == 2
+    )
     assert "--resume: trainable '*' differs from the run's 'norm.*'" in capsys.readouterr().err
 
 
-def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(prepared: Path, tmp_path: Path) -> None:
-    """Step 0 of a LoRA run computes the base model exactly (B = 0); after training, the checkpoint (merged
-    W + alpha/r B A under the plain names) loads without peft and gives the adapted model's logits."""
+def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """Step 0 of a LoRA run computes the base model exactly (B = 0); after training, the
+    checkpoint (merged W + alpha/r B A under the plain names) loads without peft and gives the
+    adapted model's logits."""
     from archlab.checkpoint import load_model
 
-    trainer = make_trainer(tmp_path / "run", prepared, steps="3", lora_rank="4", lora_alpha="8",
-                           **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"})
-    base = {n.replace(".base_layer", ""): p.detach().clone() for n, p in trainer.state.raw.named_parameters()
-            if ".lora_" not in n}
-    assert all(not p.requires_grad for n, p in trainer.state.raw.named_parameters() if ".lora_" not in n)
-    adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, _ in trainer.state.raw.named_parameters()
-               if ".lora_" in n}
+    trainer = make_trainer(
+        tmp_path / "run",
+        prepared,
+        steps="3",
+        lora_rank="4",
+        lora_alpha="8",
+        **{"optimizer.lr": "1e-2", "schedule.warmup_steps": "0"},
+    )
+    base = {
+        n.replace(".base_layer", ""): p.detach().clone()
+        for n, p in trainer.state.raw.named_parameters()
+        if ".lora_" not in n
+    }
+    assert all(
+        not p.requires_grad for n, p in trainer.state.raw.named_parameters() if ".lora_" not in n
+    )
+    adapted = {
+        n.split(".lora_")[0].rsplit(".", 1)[-1]
+        for n, _ in trainer.state.raw.named_parameters()
+        if ".lora_" in n
+    }
     assert adapted == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
     from archlab.checkpoint import build_model
 
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():  # B = 0: before training the adapted model is the base model
-        assert torch.equal(trainer.state.raw.eval()(ids), build_model(trainer.state.model_config, base).eval()(ids))
+        assert torch.equal(
+            trainer.state.raw.eval()(ids), build_model(trainer.state.model_config, base).eval()(ids)
+        )
     trainer.state.raw.train()
     trainer.fit()
     for name, param in trainer.state.raw.named_parameters():  # the base stays bitwise the same
@@ -118,18 +157,32 @@ def test_a_lora_run_trains_adapters_only_and_saves_the_merged_weights(prepared: 
     with torch.no_grad():
         adapted, merged = trainer.state.raw.eval()(ids), loaded(ids)
     assert (adapted - merged).abs().max() <= 1e-5
-    assert not torch.equal(loaded.layers[0].attn.qkv_proj.weight, base["layers.0.attn.qkv_proj.weight"])
+    assert not torch.equal(
+        loaded.layers[0].attn.qkv_proj.weight, base["layers.0.attn.qkv_proj.weight"]
+    )
     q = loaded.layers[0].attn.qkv_proj.weight  # W + (8 / 4) B A, from the adapters themselves
     lora = trainer.state.raw.layers[0].attn.qkv_proj
-    want = base["layers.0.attn.qkv_proj.weight"] + 2.0 * lora.lora_B["default"].weight @ lora.lora_A["default"].weight
+    want = (
+        base["layers.0.attn.qkv_proj.weight"]
+        + 2.0 * lora.lora_B["default"].weight @ lora.lora_A["default"].weight
+    )
     assert torch.allclose(q, want, atol=1e-6)
 
 
-@pytest.mark.parametrize(("rank", "targets"), [(4, ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
-                                               (2, ("qkv_proj",)), (8, ("down_proj", "lm_head"))])
-def test_the_lora_estimate_counts_the_adapters_peft_adds(rank: int, targets: tuple[str, ...], tmp_path: Path) -> None:
-    """The memory estimate of a LoRA run: weights are the base plus the adapters, gradients and AdamW's two states
-    the adapters only, as many as peft's injection really adds (counted on the built model)."""
+@pytest.mark.parametrize(
+    ("rank", "targets"),
+    [
+        (4, ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
+        (2, ("qkv_proj",)),
+        (8, ("down_proj", "lm_head")),
+    ],
+)
+def test_the_lora_estimate_counts_the_adapters_peft_adds(
+    rank: int, targets: tuple[str, ...], tmp_path: Path
+) -> None:
+    """The memory estimate of a LoRA run: weights are the base plus the adapters, gradients and
+    AdamW's two states the adapters only, as many as peft's injection really adds (counted on
+    the built model)."""
     from archlab.train import memory
     from archlab.train.config import resolve_config
     from archlab.train.distributed import setup
@@ -141,8 +194,16 @@ def test_the_lora_estimate_counts_the_adapters_peft_adds(rank: int, targets: tup
     add_lora(model, rank, 16.0, targets)
     adapters = sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n)
     assert adapters > 0 and lora_parameter_count(TransformerLM(config), rank, targets) == adapters
-    train, model_config = resolve_config([{"model.n_layers": "3", "lora_rank": str(rank), "lora_targets":
-                                           ",".join(targets), "out": str(tmp_path / "run")}])
+    train, model_config = resolve_config(
+        [
+            {
+                "model.n_layers": "3",
+                "lora_rank": str(rank),
+                "lora_targets": ",".join(targets),
+                "out": str(tmp_path / "run"),
+            }
+        ]
+    )
     parts = memory.memory_estimate(train, model_config, setup("none", "cpu"))
     assert parts["weights"] == 4 * (base + adapters)
     assert (parts["gradients"], parts["optimizer"]) == (4 * adapters, 2 * 4 * adapters)

@@ -1,5 +1,6 @@
-"""Optimizers: weight-decay groups by name, AdamW parity with torch, Lion/Tiger against hand-computed
-float64 steps, global-norm clipping, and the trainer's loss terms (cross entropy + z-loss)."""
+"""Optimizers: weight-decay groups by name, AdamW parity with torch, Lion/Tiger against
+hand-computed float64 steps, global-norm clipping, and the trainer's loss terms (cross
+entropy + z-loss)."""
 
 from __future__ import annotations
 
@@ -12,23 +13,41 @@ import torch
 
 from archlab import TransformerLM, build_preset
 from archlab.train import sign_optim
-from archlab.train.optim import Lion, Tiger, build_optimizer, clip_gradients, param_groups, split_param_names
+from archlab.train.optim import (
+    Lion,
+    Tiger,
+    build_optimizer,
+    clip_gradients,
+    param_groups,
+    split_param_names,
+)
 from archlab.train.sections import OptimizerConfig
 
-LINEAR_WEIGHTS = ("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight", "up_proj.weight", "down_proj.weight")
+LINEAR_WEIGHTS = (
+    "qkv_proj.weight",
+    "o_proj.weight",
+    "gate_up_proj.weight",
+    "up_proj.weight",
+    "down_proj.weight",
+)
 
 
 def tiny(preset: str, **overrides: object) -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(build_preset(preset, "tiny", d_model=32, n_layers=2, vocab_size=64, **overrides))
+    return TransformerLM(
+        build_preset(preset, "tiny", d_model=32, n_layers=2, vocab_size=64, **overrides)
+    )
 
 
 def expected_split(model: TransformerLM, decay_embeddings: bool) -> tuple[set[str], set[str]]:
     """The intended groups, written from the parameter names alone."""
-    names = set(dict(model.named_parameters()))  # the tied head appears once, as embed_tokens.weight
+    # the tied head appears once, as embed_tokens.weight
+    names = set(dict(model.named_parameters()))
     decay = {n for n in names if n.endswith(LINEAR_WEIGHTS) or n == "lm_head.weight"}
     if decay_embeddings:
-        decay |= {n for n in names if n in ("embed_tokens.weight", "pos_embed.weight", "rel_bias.weight")}
+        decay |= {
+            n for n in names if n in ("embed_tokens.weight", "pos_embed.weight", "rel_bias.weight")
+        }
     return decay, names - decay
 
 
@@ -40,7 +59,8 @@ def test_decay_groups_hold_exactly_the_matrices(preset: str, decay_embeddings: b
     want_decay, want_rest = expected_split(model, decay_embeddings)
     assert set(split.decay) == want_decay
     assert set(split.no_decay) == want_rest
-    assert len(split.decay) + len(split.no_decay) == len(want_decay | want_rest)  # nothing listed twice
+    # nothing listed twice
+    assert len(split.decay) + len(split.no_decay) == len(want_decay | want_rest)
 
 
 def test_tied_head_counted_once_and_learned_positions_are_embeddings() -> None:
@@ -68,15 +88,31 @@ def test_adamw_matches_torch_adamw_with_the_same_groups() -> None:
     ours = build_optimizer(ours_model, OptimizerConfig(name="adamw", lr=1e-2, weight_decay=0.1))
     assert isinstance(ours, torch.optim.AdamW)
     assert ours.defaults["betas"] == (0.9, 0.95)
-    assert ours.defaults["fused"]  # the fast path is the one checked against torch's reference loop below
+    # the fast path is the one checked against torch's reference loop below
+    assert ours.defaults["fused"]
     decay, rest = expected_split(ref_model, decay_embeddings=False)
     by_name = dict(ref_model.named_parameters())
-    ref = torch.optim.AdamW([
-        {"params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in decay], "weight_decay": 0.1},
-        {"params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in rest], "weight_decay": 0.0},
-    ], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    ref = torch.optim.AdamW(
+        [
+            {
+                "params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in decay],
+                "weight_decay": 0.1,
+            },
+            {
+                "params": [by_name[n] for n in dict(ours_model.named_parameters()) if n in rest],
+                "weight_decay": 0.0,
+            },
+        ],
+        lr=1e-2,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        foreach=False,
+    )
     assert [(g["kind"], g["weight_decay"]) for g in ours.param_groups] == [
-        ("matrices", 0.1), ("tables", 0.0), ("gains", 0.0)]
+        ("matrices", 0.1),
+        ("tables", 0.0),
+        ("gains", 0.0),
+    ]
     x = torch.randint(0, 64, (2, 16))
     for _ in range(3):  # the same gradients for both, so rounding differences cannot feed back
         ours_model(x).logsumexp(-1).mean().backward()
@@ -91,12 +127,20 @@ def test_adamw_matches_torch_adamw_with_the_same_groups() -> None:
 
 def two_params() -> list[torch.nn.Parameter]:
     gen = torch.Generator().manual_seed(1)
-    return [torch.nn.Parameter(torch.randn(4, 3, generator=gen, dtype=torch.float64)),
-            torch.nn.Parameter(torch.randn(5, generator=gen, dtype=torch.float64))]
+    return [
+        torch.nn.Parameter(torch.randn(4, 3, generator=gen, dtype=torch.float64)),
+        torch.nn.Parameter(torch.randn(5, generator=gen, dtype=torch.float64)),
+    ]
 
 
-def sign_reference(p: list[torch.Tensor], grads: list[list[torch.Tensor]], lr: float, wd: float, b1: float,
-                   b2: float) -> list[torch.Tensor]:
+def sign_reference(
+    p: list[torch.Tensor],
+    grads: list[list[torch.Tensor]],
+    lr: float,
+    wd: float,
+    b1: float,
+    b2: float,
+) -> list[torch.Tensor]:
     """Lion, Algorithm 2 of arXiv 2302.06675, step by step in float64 (Tiger: b1 == b2)."""
     p = [t.detach().clone() for t in p]
     m = [torch.zeros_like(t) for t in p]
@@ -110,16 +154,21 @@ def sign_reference(p: list[torch.Tensor], grads: list[list[torch.Tensor]], lr: f
 
 @pytest.mark.parametrize("foreach", [True, False])
 @pytest.mark.parametrize("kind", ["lion", "tiger"])
-def test_lion_and_tiger_match_their_update_equations(kind: str, foreach: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lion_and_tiger_match_their_update_equations(
+    kind: str, foreach: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sign_optim, "_use_foreach", lambda params: foreach)
     params = two_params()
     gen = torch.Generator().manual_seed(2)
-    grads = [[torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params] for _ in range(3)]
+    grads = [
+        [torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params] for _ in range(3)
+    ]
     lr, wd = 0.01, 0.3
     if kind == "lion":
         opt, b1, b2 = Lion(params, lr=lr, betas=(0.9, 0.99), weight_decay=wd), 0.9, 0.99
     else:
-        opt = Tiger(params, lr=lr, beta=0.945, weight_decay=wd, rms_lr=False, nan_shrink=1.0)  # archlab's flat form
+        # archlab's flat form
+        opt = Tiger(params, lr=lr, beta=0.945, weight_decay=wd, rms_lr=False, nan_shrink=1.0)
         b1 = b2 = 0.945
     want = sign_reference(params, grads, lr, wd, b1, b2)
     for step_grads in grads:
@@ -133,19 +182,31 @@ def test_lion_and_tiger_match_their_update_equations(kind: str, foreach: bool, m
 def test_tiger_default_beta_and_built_by_name() -> None:
     opt = build_optimizer(tiny("llama"), OptimizerConfig(name="tiger", lr=1e-4))
     assert isinstance(opt, Tiger)
-    assert opt.defaults["betas"] == (0.965, 0.965)  # the NLP value of kexue.fm/archives/9512 and bojone/tiger
+    # the NLP value of kexue.fm/archives/9512 and bojone/tiger
+    assert opt.defaults["betas"] == (0.965, 0.965)
     assert opt.defaults["rms_lr"] and opt.defaults["nan_shrink"] == 0.99
     assert [(g["kind"], g["weight_decay"]) for g in opt.param_groups] == [
-        ("matrices", 0.1), ("tables", 0.0), ("gains", 0.0)]
+        ("matrices", 0.1),
+        ("tables", 0.0),
+        ("gains", 0.0),
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"name": "sgdx"}, "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger"),
-    ({"lr": -1.0}, "optimizer.lr=-1.0 is not allowed: a learning rate >= 0"),
-    ({"name": "tiger", "betas": (0.9, 0.99)}, "optimizer.betas=[0.9, 0.99] is not allowed: 1 value(s) in [0, 1) for "
-                                              "tiger"),
-    ({"name": "lion", "betas": (0.9,)}, "optimizer.betas=[0.9] is not allowed: 2 value(s) in [0, 1) for lion"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "sgdx"}, "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger"),
+        ({"lr": -1.0}, "optimizer.lr=-1.0 is not allowed: a learning rate >= 0"),
+        (
+            {"name": "tiger", "betas": (0.9, 0.99)},
+            "optimizer.betas=[0.9, 0.99] is not allowed: 1 value(s) in [0, 1) for tiger",
+        ),
+        (
+            {"name": "lion", "betas": (0.9,)},
+            "optimizer.betas=[0.9] is not allowed: 2 value(s) in [0, 1) for lion",
+        ),
+    ],
+)
 def test_bad_optimizer_arguments_are_named(kwargs: dict, message: str) -> None:
     """The section refuses what `build_optimizer` would be given, before a model is touched."""
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
@@ -154,11 +215,14 @@ def test_bad_optimizer_arguments_are_named(kwargs: dict, message: str) -> None:
 
 @pytest.mark.parametrize("name", ["tiger", "lion"])
 def test_the_optimizers_own_betas_check_stays_for_direct_callers(name: str) -> None:
-    """The builders behind the registry still refuse a wrong count of betas, for callers that skip the section."""
+    """The builders behind the registry still refuse a wrong count of betas, for callers that
+    skip the section."""
     from archlab.train.variants import OPTIMIZERS
 
     with pytest.raises(ValueError, match=f"{name} takes"):
-        OPTIMIZERS[name].build_function()(param_groups(tiny("llama"), 0.1), 1e-3, (0.9, 0.99, 0.999), 1e-8)
+        OPTIMIZERS[name].build_function()(
+            param_groups(tiny("llama"), 0.1), 1e-3, (0.9, 0.99, 0.999), 1e-8
+        )
 
 
 def test_clipping_gives_the_exact_global_norm() -> None:

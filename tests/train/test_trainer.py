@@ -1,6 +1,7 @@
-"""The training loop end to end on tiny models: loss falls for every preset, accumulation, bf16, skipped
-non-finite steps, divergence, exact resume after SIGKILL, clean stop on SIGINT/SIGTERM, the run config
-(layering, YAML files, every bad input's message) and the run's outputs (metrics, TensorBoard, plot)."""
+"""The training loop end to end on tiny models: loss falls for every preset, accumulation, bf16,
+skipped non-finite steps, divergence, exact resume after SIGKILL, clean stop on SIGINT/SIGTERM,
+the run config (layering, YAML files, every bad input's message) and the run's outputs
+(metrics, TensorBoard, plot)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,26 @@ from archlab.train.trainer import Trainer, TrainingDiverged
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {
-    "model.d_model": "32", "model.n_layers": "1", "model.n_heads": "2", "model.max_seq_len": "32",
-    "data.batch_size": "8", "data.block_size": "32", "logging.progress": "false", "logging.tensorboard": "false",
-    "logging.samples": "0", "logging.eval_every": "0", "logging.eval_batches": "2", "logging.log_every": "1",
+    "model.d_model": "32",
+    "model.n_layers": "1",
+    "model.n_heads": "2",
+    "model.max_seq_len": "32",
+    "data.batch_size": "8",
+    "data.block_size": "32",
+    "logging.progress": "false",
+    "logging.tensorboard": "false",
+    "logging.samples": "0",
+    "logging.eval_every": "0",
+    "logging.eval_batches": "2",
+    "logging.log_every": "1",
     "checkpoint.save_every": "0",
 }
 
 
 def make_trainer(run: Path, prepared: Path, **flags: str) -> Trainer:
-    train, model = resolve_config([{**TINY, "data.source": str(prepared), "out": str(run), **flags}])
+    train, model = resolve_config(
+        [{**TINY, "data.source": str(prepared), "out": str(run), **flags}]
+    )
     return Trainer(train, model, setup("none", "cpu"))
 
 
@@ -52,17 +64,23 @@ def cli_flags(prepared: Path, run: Path, **flags: str) -> list[str]:
     return [item for key, value in merged.items() for item in (f"--{key}", value)]
 
 
-# ------------------------------------------------------------------------------------------- learning
+# ----------------------------------------------------------------------------------------- learning
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_loss_falls_for_every_preset(preset: str, prepared: Path, tmp_path: Path) -> None:
-    trainer = make_trainer(tmp_path / "run", prepared, preset=preset, steps="25",
-                           **{"optimizer.lr": "1e-2", "schedule.name": "constant", "schedule.warmup_steps": "3"})
+    trainer = make_trainer(
+        tmp_path / "run",
+        prepared,
+        preset=preset,
+        steps="25",
+        **{"optimizer.lr": "1e-2", "schedule.name": "constant", "schedule.warmup_steps": "3"},
+    )
     losses = [trainer.train_step()["loss"] for _ in range(25)]
     assert sum(losses[-5:]) / 5 < losses[0] - 0.5, losses
 
 
 def test_gradient_accumulation_equals_the_full_batch(prepared: Path, tmp_path: Path) -> None:
-    # 2 micro-batches of 4 draw the same windows as one batch of 8 (one generator, consecutive draws)
+    # 2 micro-batches of 4 draw the same windows as one batch of 8 (one
+    # generator, consecutive draws)
     full = make_trainer(tmp_path / "a", prepared, steps="3")
     accum = make_trainer(tmp_path / "b", prepared, steps="3", **{"optimizer.grad_accum": "2"})
     for _ in range(3):
@@ -73,17 +91,27 @@ def test_gradient_accumulation_equals_the_full_batch(prepared: Path, tmp_path: P
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
 
 
-BF16_CURVE_TOLERANCE = 0.02  # relative: bf16 keeps 8 mantissa bits (~0.4% per rounding), fp32 master weights
+# relative: bf16 keeps 8 mantissa bits (~0.4% per rounding), fp32 master weights
+BF16_CURVE_TOLERANCE = 0.02
 
 
-def test_bf16_autocast_trains_with_fp32_master_weights_and_tracks_the_fp32_curve(prepared: Path,
-                                                                                 tmp_path: Path) -> None:
-    """The same 8 steps in fp32 and in bf16 autocast: each bf16 loss within 2% of the fp32 one. Valid on a
-    CPU without bf16 units too (emulated, hence allow_slow_bf16), just slower."""
+def test_bf16_autocast_trains_with_fp32_master_weights_and_tracks_the_fp32_curve(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """The same 8 steps in fp32 and in bf16 autocast: each bf16 loss within 2% of the fp32 one.
+    Valid on a CPU without bf16 units too (emulated, hence allow_slow_bf16), just slower."""
     curves = {}
     for dtype in ("fp32", "bf16"):
-        trainer = make_trainer(tmp_path / dtype, prepared, steps="8", **{
-            "precision.dtype": dtype, "precision.allow_slow_bf16": "true", "optimizer.lr": "1e-2"})
+        trainer = make_trainer(
+            tmp_path / dtype,
+            prepared,
+            steps="8",
+            **{
+                "precision.dtype": dtype,
+                "precision.allow_slow_bf16": "true",
+                "optimizer.lr": "1e-2",
+            },
+        )
         curves[dtype] = [trainer.train_step()["loss"] for _ in range(8)]
         assert all(p.dtype == torch.float32 for p in trainer.state.raw.parameters())
     fp32, bf16 = curves["fp32"], curves["bf16"]
@@ -94,9 +122,12 @@ def test_bf16_autocast_trains_with_fp32_master_weights_and_tracks_the_fp32_curve
 
 
 class NanForward:
-    """Wraps a model's forward: NaN logits (or NaN loss terms, given targets) on the chosen call numbers (0-based)."""
+    """Wraps a model's forward: NaN logits (or NaN loss terms, given targets) on the chosen
+    call numbers (0-based)."""
 
-    def __init__(self, forward: Callable[..., torch.Tensor | LossOutput], bad: Callable[[int], bool]) -> None:
+    def __init__(
+        self, forward: Callable[..., torch.Tensor | LossOutput], bad: Callable[[int], bool]
+    ) -> None:
         self.forward, self.bad, self.calls = forward, bad, 0
 
     def __call__(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor | LossOutput:
@@ -131,7 +162,13 @@ def test_a_skipped_step_is_logged_and_the_run_goes_on(prepared: Path, tmp_path: 
     assert trainer.fit().step == 5
     skips = read_metrics(tmp_path / "run", "skip")
     assert [r["step"] for r in skips] == [3] and skips[0]["loss"] == "nan"
-    assert [r["skipped"] for r in read_metrics(tmp_path / "run", "train")] == [False, False, True, False, False]
+    assert [r["skipped"] for r in read_metrics(tmp_path / "run", "train")] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_consecutive_non_finite_steps_stop_the_run_naming_the_last_good_checkpoint(
@@ -139,23 +176,34 @@ def test_consecutive_non_finite_steps_stop_the_run_naming_the_last_good_checkpoi
 ) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="20", **{"checkpoint.save_every": "2"})
     trainer.state.model.forward = NanForward(trainer.state.model.forward, lambda call: call >= 2)
-    with pytest.raises(TrainingDiverged, match=r"5 consecutive steps \(up to step 7\) had a non-finite loss or "
-                                               r"gradient; last good checkpoint: .*step_0000002"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"5 consecutive steps \(up to step 7\) had a non-finite loss or "
+        r"gradient; last good checkpoint: .*step_0000002",
+    ):
         trainer.fit()
 
 
-# -------------------------------------------------------------------------------- resume and signals
+# ------------------------------------------------------------------------------- resume and signals
 def launch(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "archlab", "train", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "archlab", "train", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if proc.poll() is not None:
-            raise AssertionError(f"run ended early (rc {proc.returncode}): {proc.stderr.read()[-2000:]}")
+            raise AssertionError(
+                f"run ended early (rc {proc.returncode}): {proc.stderr.read()[-2000:]}"
+            )
         assert time.monotonic() < deadline, "timed out waiting for the run"
         time.sleep(0.01)
 
@@ -172,17 +220,27 @@ def train_rows(run: Path) -> list[tuple]:
 
 @pytest.mark.kernels
 def test_resume_after_sigkill_is_bitwise_identical(prepared: Path, tmp_path: Path) -> None:
-    # Evaluating (100 val batches) and sampling every step make steps slow enough for the kill to land
-    # between checkpoint 5 and the end; neither may touch the training RNG streams, so both runs use them.
-    flags = {"steps": "10", "checkpoint.save_every": "5", "model.dropout": "0.1", "logging.eval_every": "1",
-             "logging.eval_batches": "100", "logging.samples": "1", "logging.sample_tokens": "8"}
+    # Evaluating (100 val batches) and sampling every step make steps slow enough for the kill to
+    # land between checkpoint 5 and the end; neither may touch the training RNG streams, so both
+    # runs use them.
+    flags = {
+        "steps": "10",
+        "checkpoint.save_every": "5",
+        "model.dropout": "0.1",
+        "logging.eval_every": "1",
+        "logging.eval_batches": "100",
+        "logging.samples": "1",
+        "logging.sample_tokens": "8",
+    }
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     proc = launch(cli_flags(prepared, killed, **flags))
     wait_for(lambda: (killed / "checkpoints" / "step_0000005").is_dir(), proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert [p.name for p in list_checkpoints(killed)] == ["step_0000005"], "the kill landed after the end"
+    assert [p.name for p in list_checkpoints(killed)] == ["step_0000005"], (
+        "the kill landed after the end"
+    )
     finish(launch(["--out", str(killed), "--resume"]))  # everything else comes from the checkpoint
     finish(launch(cli_flags(prepared, straight, **flags)))
     a = load_file(straight / "checkpoints" / "step_0000010" / "model.safetensors")
@@ -193,10 +251,14 @@ def test_resume_after_sigkill_is_bitwise_identical(prepared: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_saves_a_checkpoint_and_exits_cleanly(sig: signal.Signals, prepared: Path, tmp_path: Path) -> None:
+def test_signal_saves_a_checkpoint_and_exits_cleanly(
+    sig: signal.Signals, prepared: Path, tmp_path: Path
+) -> None:
     run = tmp_path / "run"
     proc = launch(cli_flags(prepared, run, steps="100000", **{"schedule.warmup_steps": "2"}))
-    wait_for(lambda: (run / "metrics.jsonl").is_file() and len(read_metrics(run, "train")) >= 3, proc)
+    wait_for(
+        lambda: (run / "metrics.jsonl").is_file() and len(read_metrics(run, "train")) >= 3, proc
+    )
     proc.send_signal(sig)
     out = finish(proc)
     assert f"(stopped by {sig.name})" in out
@@ -207,14 +269,28 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(sig: signal.Signals, prepar
     assert out.startswith(f"step {stopped_at + 2}:")
 
 
-# ---------------------------------------------------------------------------------------- run config
+# --------------------------------------------------------------------------------------- run config
 def test_layers_defaults_preset_yaml_flags(tmp_path: Path) -> None:
     yaml_file = tmp_path / "run.yaml"
-    yaml_file.write_text("preset: gpt2\nmodel:\n  n_layers: 3\n  d_model: 48\noptimizer:\n  lr: 1.0e-2\n"
-                         "  betas: [0.8, 0.9]\nsteps: 50\n")
-    train, model = resolve_config([load_yaml(yaml_file), {"optimizer.lr": "2e-2", "model.n_layers": "4"}])
-    assert (train.preset, train.steps, train.optimizer.lr, train.optimizer.betas) == ("gpt2", 50, 2e-2, (0.8, 0.9))
-    assert (model.n_layers, model.d_model, model.position, model.tie_embeddings) == (4, 48, "learned", True)
+    yaml_file.write_text(
+        "preset: gpt2\nmodel:\n  n_layers: 3\n  d_model: 48\noptimizer:\n  lr: 1.0e-2\n"
+        "  betas: [0.8, 0.9]\nsteps: 50\n"
+    )
+    train, model = resolve_config(
+        [load_yaml(yaml_file), {"optimizer.lr": "2e-2", "model.n_layers": "4"}]
+    )
+    assert (train.preset, train.steps, train.optimizer.lr, train.optimizer.betas) == (
+        "gpt2",
+        50,
+        2e-2,
+        (0.8, 0.9),
+    )
+    assert (model.n_layers, model.d_model, model.position, model.tie_embeddings) == (
+        4,
+        48,
+        "learned",
+        True,
+    )
     assert train.out == "runs/gpt2-tiny" and train.data.block_size == model.max_seq_len
     assert resolve_config([{"optimizer.name": "lion"}])[0].optimizer.betas == (0.9, 0.99)
 
@@ -229,20 +305,37 @@ def test_every_yaml_config_loads_and_builds(path: Path) -> None:
 
 
 BAD_INPUTS = [
-    (["--optimizer.name", "sgdx"], "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger"),
+    (
+        ["--optimizer.name", "sgdx"],
+        "optimizer.name='sgdx' is not allowed: one of adamw, lion, tiger",
+    ),
     (["--optimizer.lr", "-1"], "optimizer.lr=-1.0 is not allowed: a learning rate >= 0"),
     (["--steps", "0"], "steps=0 is not allowed: an integer from 1 to 1,000,000,000"),
-    (["--optimizer.lrr", "1"], r"unknown config key 'optimizer.lrr': did you mean optimizer\.lr\? OptimizerConfig has "
-     "the fields name, lr"),
+    (
+        ["--optimizer.lrr", "1"],
+        r"unknown config key 'optimizer.lrr': did you mean optimizer\.lr\? OptimizerConfig has "
+        "the fields name, lr",
+    ),
     (["--optimizer.grad_clip", "abc"], "optimizer.grad_clip='abc' is not allowed: expected float"),
-    (["--optimizer.name", "tiger", "--optimizer.betas", "0.9,0.99"],
-     r"optimizer.betas=\[0.9, 0.99\] is not allowed: 1 value\(s\) in \[0, 1\) for tiger"),
+    (
+        ["--optimizer.name", "tiger", "--optimizer.betas", "0.9,0.99"],
+        r"optimizer.betas=\[0.9, 0.99\] is not allowed: 1 value\(s\) in \[0, 1\) for tiger",
+    ),
     (["--preset", "gpt5"], "preset='gpt5' is not allowed: one of original, gpt2, llama"),
     (["--model.norm", "batchnorm"], "ModelConfig.norm='batchnorm' is not allowed"),
-    (["--model.n_layerz", "2"], r"unknown config key 'model.n_layerz': did you mean model\.n_layers\? ModelConfig has "
-     "the fields vocab_size"),
-    (["--data.block_size", "64"], "data.block_size=64 is not allowed: at most model.max_seq_len=32"),
-    (["--data.batch_size", "6", "--optimizer.grad_accum", "4"], "must divide evenly over 1 ranks x 4"),
+    (
+        ["--model.n_layerz", "2"],
+        r"unknown config key 'model.n_layerz': did you mean model\.n_layers\? ModelConfig has "
+        "the fields vocab_size",
+    ),
+    (
+        ["--data.block_size", "64"],
+        "data.block_size=64 is not allowed: at most model.max_seq_len=32",
+    ),
+    (
+        ["--data.batch_size", "6", "--optimizer.grad_accum", "4"],
+        "must divide evenly over 1 ranks x 4",
+    ),
     (["--config", "missing.yaml"], "config file missing.yaml does not exist"),
     (["--data", "/no/such/corpus.txt"], "corpus path /no/such/corpus.txt does not exist"),
     (["--distributed", "ddp"], "--distributed ddp needs torchrun"),
@@ -253,8 +346,9 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize(("extra", "message"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
-def test_bad_inputs_fail_with_one_clear_line(extra: list[str], message: str, prepared: Path, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture) -> None:
+def test_bad_inputs_fail_with_one_clear_line(
+    extra: list[str], message: str, prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     argv = ["train", *cli_flags(prepared, tmp_path / "run", steps="3"), *extra]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -263,12 +357,19 @@ def test_bad_inputs_fail_with_one_clear_line(extra: list[str], message: str, pre
 
 
 def test_resume_refuses_another_model_a_finished_run_and_a_corrupt_checkpoint(
-        prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     run = tmp_path / "run"
     assert main(["train", *cli_flags(prepared, run, steps="2")]) == 0
     cases = [
-        (["--resume", "--model.n_layers", "2"], "the model config differs from the checkpoint's (n_layers 1 -> 2)"),
-        (["--resume", "--preset", "gpt2"], "--resume: preset 'gpt2' differs from the checkpoint's 'llama'"),
+        (
+            ["--resume", "--model.n_layers", "2"],
+            "the model config differs from the checkpoint's (n_layers 1 -> 2)",
+        ),
+        (
+            ["--resume", "--preset", "gpt2"],
+            "--resume: preset 'gpt2' differs from the checkpoint's 'llama'",
+        ),
         ([], "already holds checkpoints; pass --resume to continue it or choose another --out"),
     ]
     for extra, message in cases:
@@ -277,39 +378,70 @@ def test_resume_refuses_another_model_a_finished_run_and_a_corrupt_checkpoint(
     weights = run / "checkpoints" / "step_0000002" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     assert main(["train", "--out", str(run), "--resume", "--steps", "4"]) == 2
-    assert f"checkpoint {weights.parent} is corrupt: model.safetensors has 100 bytes" in capsys.readouterr().err
+    assert (
+        f"checkpoint {weights.parent} is corrupt: model.safetensors has 100 bytes"
+        in capsys.readouterr().err
+    )
 
 
-# ------------------------------------------------------------------------------------------- outputs
-def test_run_outputs_metrics_tensorboard_config_samples_and_plot(prepared: Path, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture) -> None:
+# ------------------------------------------------------------------------------------------ outputs
+def test_run_outputs_metrics_tensorboard_config_samples_and_plot(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     run = tmp_path / "run"
-    flags = cli_flags(prepared, run, steps="4", **{"logging.tensorboard": "true", "logging.eval_every": "2",
-                                                   "logging.samples": "1", "logging.sample_tokens": "8",
-                                                   "logging.ratio_every": "2", "z_loss_coef": "1e-4"})
+    flags = cli_flags(
+        prepared,
+        run,
+        steps="4",
+        **{
+            "logging.tensorboard": "true",
+            "logging.eval_every": "2",
+            "logging.samples": "1",
+            "logging.sample_tokens": "8",
+            "logging.ratio_every": "2",
+            "z_loss_coef": "1e-4",
+        },
+    )
     assert main(["train", *flags]) == 0
     assert capsys.readouterr().out.startswith("step 4: train loss ")
     kinds = [r["kind"] for r in read_metrics(run)]
     assert kinds.count("train") == 4 and kinds.count("eval") == 2 and kinds.count("sample") == 2
     ratios = read_metrics(run, "ratios")
-    assert [r["step"] for r in ratios] == [2, 4] and {"layers.0", "embed_tokens", "lm_head"} <= set(ratios[0])
+    assert [r["step"] for r in ratios] == [2, 4] and {"layers.0", "embed_tokens", "lm_head"} <= set(
+        ratios[0]
+    )
     assert all(0 < r["z_loss"] < 1e-2 for r in read_metrics(run, "train"))
     assert list((run / "tb").glob("events.out.tfevents.*"))
     saved = json.loads((run / "config.json").read_text())
     assert saved["train"]["z_loss_coef"] == 1e-4 and saved["model"]["n_layers"] == 1
     png = plot_run(run)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main(["plot", "run", str(run), "--out", str(tmp_path / "c.png")]) == 0 and (tmp_path / "c.png").is_file()
+    assert (
+        main(["plot", "run", str(run), "--out", str(tmp_path / "c.png")]) == 0
+        and (tmp_path / "c.png").is_file()
+    )
 
 
 def test_sample_prompt_defaults_to_the_corpus_own_first_characters(tmp_path: Path) -> None:
     corpus = tmp_path / "english.txt"
-    corpus.write_text("\n\n".join(f"Once upon a time there was story number {i}." for i in range(400)))
-    trainer = make_trainer(tmp_path / "run", corpus, steps="2",
-                           **{"logging.samples": "1", "logging.sample_tokens": "8"})
-    val = np.fromfile(tmp_path / "run" / "data" / "val.bin", dtype=np.uint16)  # byte ids: the text's bytes
-    assert trainer.sample_prompt == bytes(val[:4].tolist()).decode() and trainer.sample_prompt != "def "
-    explicit = make_trainer(tmp_path / "run2", corpus, steps="2", **{"logging.sample_prompt": "Once"})
+    corpus.write_text(
+        "\n\n".join(f"Once upon a time there was story number {i}." for i in range(400))
+    )
+    trainer = make_trainer(
+        tmp_path / "run",
+        corpus,
+        steps="2",
+        **{"logging.samples": "1", "logging.sample_tokens": "8"},
+    )
+    # byte ids: the text's bytes
+    val = np.fromfile(tmp_path / "run" / "data" / "val.bin", dtype=np.uint16)
+    assert (
+        trainer.sample_prompt == bytes(val[:4].tolist()).decode()
+        and trainer.sample_prompt != "def "
+    )
+    explicit = make_trainer(
+        tmp_path / "run2", corpus, steps="2", **{"logging.sample_prompt": "Once"}
+    )
     assert explicit.sample_prompt == "Once"
 
 
@@ -318,18 +450,25 @@ def test_a_run_prints_one_summary_line_and_progress_lines_without_a_terminal(
 ) -> None:
     run = tmp_path / "run"
     with caplog.at_level(logging.INFO, logger="archlab"):
-        assert main(["train", *cli_flags(prepared, run, steps="40", **{"logging.progress": "true"})]) == 0
+        assert (
+            main(["train", *cli_flags(prepared, run, steps="40", **{"logging.progress": "true"})])
+            == 0
+        )
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("archlab")]
     assert all("\n" not in m for m in messages), "a multi-line log message (the resolved config?)"
     assert sum("parameters;" in m and "config.yaml" in m for m in messages) == 1
     progress = [m for m in messages if re.match(r"step \d+/40: loss", m)]
-    assert [int(m.split("/")[0].split()[1]) for m in progress] == list(range(2, 41, 2))  # every 5% of the run
-    assert yaml.safe_load((run / "config.yaml").read_text()) == json.loads((run / "config.json").read_text())
+    # every 5% of the run
+    assert [int(m.split("/")[0].split()[1]) for m in progress] == list(range(2, 41, 2))
+    assert yaml.safe_load((run / "config.yaml").read_text()) == json.loads(
+        (run / "config.json").read_text()
+    )
 
 
-# ---------------------------------------------------------------------------------- guards against bugs
-def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+# ------------------------------------------------------------------------------ guards against bugs
+def test_each_step_uses_the_lr_of_its_own_index(
+    prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="6", **{"schedule.warmup_steps": "2"})
     seen: list[float] = []
     step = trainer.state.optimizer.step
@@ -338,16 +477,21 @@ def test_each_step_uses_the_lr_of_its_own_index(prepared: Path, tmp_path: Path,
     for _ in range(6):
         trainer.train_step()
     # update s (0-based) takes warmup lr 1e-3 (s+1)/2, then the cosine to 1e-4 at 6, written out
-    want = [5e-4, 1e-3] + [1e-4 + 0.45e-3 * (1 + math.cos(math.pi * (s - 2) / 4)) for s in range(2, 6)]
+    want = [5e-4, 1e-3] + [
+        1e-4 + 0.45e-3 * (1 + math.cos(math.pi * (s - 2) / 4)) for s in range(2, 6)
+    ]
     assert seen == pytest.approx(want, rel=1e-12)
 
 
-def test_a_finite_loss_with_a_non_finite_gradient_is_skipped(prepared: Path, tmp_path: Path) -> None:
+def test_a_finite_loss_with_a_non_finite_gradient_is_skipped(
+    prepared: Path, tmp_path: Path
+) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="3")
     trainer.train_step()
     before = {n: p.detach().clone() for n, p in trainer.state.raw.named_parameters()}
     weight = trainer.state.raw.layers[0].mlp.down_proj.weight
-    hook = weight.register_hook(lambda g: g * float("inf"))  # the loss stays finite, one gradient does not
+    # the loss stays finite, one gradient does not
+    hook = weight.register_hook(lambda g: g * float("inf"))
     row = trainer.train_step()
     hook.remove()
     assert math.isfinite(row["loss"]) and not math.isfinite(row["grad_norm"]) and row["skipped"]
@@ -358,5 +502,6 @@ def test_a_finite_loss_with_a_non_finite_gradient_is_skipped(prepared: Path, tmp
 
 def test_validation_runs_in_eval_mode(prepared: Path, tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path / "run", prepared, steps="2", **{"model.dropout": "0.5"})
-    first, second = trainer.evaluate(), trainer.evaluate()  # dropout on would draw new masks each time
+    # dropout on would draw new masks each time
+    first, second = trainer.evaluate(), trainer.evaluate()
     assert first == second and trainer.state.raw.training

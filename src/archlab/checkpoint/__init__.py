@@ -14,13 +14,13 @@ renamed: a crash leaves either the old set of checkpoints or the new one, never 
 `step_*` folder. Leftover temp folders are ignored and removed by the next save. `verify_checkpoint`
 re-hashes every file, so truncation or bit rot is reported with the checkpoint and file named.
 
-The package by concept: save.py (atomic writes, pruning, the step-0 weights), manifest.py (the
-files' sizes and sha256, verification), load.py (a checkpoint, a run's config, a trained model and
-its tokenizer), weights.py (model.safetensors with its tied aliases; a model built around weights
-on the meta device), safetensors_file.py (the file's header written in one order: same state, same
-bytes) and rng.py (every random stream a step draws from). Import from here:
-`from archlab.checkpoint import load_model`. Where checkpoints live is run_folder.py (torch-free),
-re-exported here.
+The package by concept: save.py (atomic writes, pruning, the step-0 weights), manifest.py
+(the files' sizes and sha256, verification), load.py (a checkpoint, a run's config, a trained
+model and its tokenizer), weights.py (model.safetensors with its tied aliases; a model built
+around weights on the meta device), safetensors_file.py (the file's header written in one
+order: same state, same bytes) and rng.py (every random stream a step draws from). Import from
+here: `from archlab.checkpoint import load_model`. Where checkpoints live is run_folder.py
+(torch-free), re-exported here.
 """
 
 from archlab.checkpoint.load import (

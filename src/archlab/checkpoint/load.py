@@ -54,8 +54,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
 
 
 def _load_tensors(file: Path) -> dict:
-    """A torch.save'd file of tensors and plain values; anything that would need unpickling code is
-    refused."""
+    """A torch.save'd file of tensors and plain values; anything that would need unpickling
+    code is refused."""
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     # its message advises weights_only=False: exactly what we refuse
@@ -85,8 +85,8 @@ def read_run_config(run_dir: str | Path) -> dict:
 def load_model(
     checkpoint_dir: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[TransformerLM, Tokenizer]:
-    """The trained model (eval mode) and its tokenizer from a checkpoint, or from a run's latest
-    one."""
+    """The trained model (eval mode) and its tokenizer from a checkpoint, or from a
+    run's latest one."""
     path = resolve_checkpoint(checkpoint_dir)
     verify_checkpoint(path)
     config = read_checkpoint_config(path)
@@ -116,7 +116,7 @@ def checkpoint_tokenizer(path: Path, config: dict) -> Tokenizer:
 
 
 def load_initial_weights(run_dir: str | Path) -> dict[str, torch.Tensor] | None:
-    """The step-0 weights `save_initial_weights` kept (tied aliases filled in), or None when the run
-    has none."""
+    """The step-0 weights `save_initial_weights` kept (tied aliases filled in), or None when the
+    run has none."""
     path = Path(run_dir) / INITIAL
     return load_weights(path) if (path / "model.safetensors").is_file() else None

@@ -33,8 +33,8 @@ def read_manifest_if_any(path: Path) -> dict | None:
 
 
 def read_manifest(path: str | Path) -> dict:
-    """The manifest.json of checkpoint `path`, unverified: cheap, for checks (e.g. a LoRA run's base
-    digest)."""
+    """The manifest.json of checkpoint `path`, unverified: cheap, for checks (e.g. a LoRA
+    run's base digest)."""
     manifest = read_manifest_if_any(Path(path))
     if manifest is None:
         raise CheckpointError(
@@ -80,8 +80,8 @@ def verify_checkpoint(path: str | Path) -> dict:
         size = file.stat().st_size
         if size != want["bytes"]:
             raise CheckpointError(
-                f"checkpoint {path} is corrupt: {name} has {size} bytes, expected {want['bytes']} "
-                "(truncated?)"
+                f"checkpoint {path} is corrupt: {name} has {size} bytes, "
+                f"expected {want['bytes']} (truncated?)"
             )
         if sha256(file) != want["sha256"]:
             raise CheckpointError(

@@ -31,8 +31,8 @@ def capture_rng_state() -> dict:
 
 
 def restore_rng_state(state: dict) -> None:
-    """Put back what `capture_rng_state` saved (CUDA states only where this machine has the
-    devices)."""
+    """Put back what `capture_rng_state` saved (CUDA states only where this machine
+    has the devices)."""
     torch.set_rng_state(state["torch"])
     if (
         state["cuda"]

@@ -76,9 +76,9 @@ def save_checkpoint(
     val_loss: float | None = None,
     provenance: dict[str, str] | None = None,
 ) -> Path:
-    """Write checkpoint `step` atomically and return its folder (an existing one for `step` is
-    kept). `provenance` (e.g. {"init_from": folder}) goes into the manifest: where the weights came
-    from."""
+    """Write checkpoint `step` atomically and return its folder (an existing one for `step`
+    is kept). `provenance` (e.g. {"init_from": folder}) goes into the manifest: where the
+    weights came from."""
     root = Path(run_dir) / CHECKPOINTS
     final = root / checkpoint_name(step)
     if final.exists():  # same step, same state (e.g. a signal right after a periodic save)
@@ -136,8 +136,8 @@ def _write_all(
     tokenizer_file: Path,
     provenance: dict[str, str] | None = None,
 ) -> None:
-    """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes it as
-    `final`."""
+    """Every file into `tmp`, fsynced, the manifest last, then the rename that publishes
+    it as `final`."""
     _write_files(tmp, model_state, aliases, optimizer_state, state, config, tokenizer_file)
     files = {}
     for name in FILES:
@@ -162,9 +162,9 @@ def _write_all(
 def save_initial_weights(
     run_dir: str | Path, model_state: dict[str, torch.Tensor], aliases: dict[str, str] | None = None
 ) -> Path:
-    """Write a run's step-0 weights to RUN_DIR/initial/model.safetensors atomically (a temp folder,
-    fsynced, renamed); an existing one is kept. Not a checkpoint: never listed, pruned or resumed
-    from."""
+    """Write a run's step-0 weights to RUN_DIR/initial/model.safetensors atomically (a temp
+    folder, fsynced, renamed); an existing one is kept. Not a checkpoint: never listed, pruned
+    or resumed from."""
     final = Path(run_dir) / INITIAL
     if final.exists():
         return final

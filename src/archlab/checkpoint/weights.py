@@ -57,9 +57,9 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def module_training_state(model: nn.Module) -> dict[str, dict]:
-    """Per module, the training state it keeps outside its tensors (`training_state()`: FAVOR+'s
-    count of training forwards, which decides its redraws), for state.pt; restored through
-    `load_training_state`."""
+    """Per module, the training state it keeps outside its tensors (`training_state()`:
+    FAVOR+'s count of training forwards, which decides its redraws), for state.pt;
+    restored through `load_training_state`."""
     return {
         name: m.training_state()
         for name, m in model.named_modules()
@@ -74,17 +74,17 @@ def build_model(
     path: Path | None = None,
     training_state: dict[str, dict] | None = None,
 ) -> TransformerLM:
-    """The model of `config` holding `weights`, without a random init that the weights would
-    overwrite.
+    """The model of `config` holding `weights`, without a random init that the
+    weights would overwrite.
 
-    Built on the meta device, the weights become its parameters (cast to the dtype the model is
-    built in, float32 unless changed, as load_state_dict would); the computed buffers (RoPE tables,
-    ALiBi slopes) are then made on `device`. For a SmolLM2-135M-shaped checkpoint the random init
-    was over half of the load time (docs/inference.md). `path` names the checkpoint in a misfit's
-    message. `training_state` (`module_training_state` of the model the weights come from, or a
-    checkpoint's state.pt "modules") puts back what lives outside the tensors: a FAVOR+ layer
-    trained with `favor_redraw` then uses the projection its training reached, not its seed's first
-    draw.
+    Built on the meta device, the weights become its parameters (cast to the dtype the model
+    is built in, float32 unless changed, as load_state_dict would); the computed buffers (RoPE
+    tables, ALiBi slopes) are then made on `device`. For a SmolLM2-135M-shaped checkpoint the
+    random init was over half of the load time (docs/inference.md). `path` names the checkpoint
+    in a misfit's message. `training_state` (`module_training_state` of the model the weights
+    come from, or a checkpoint's state.pt "modules") puts back what lives outside the tensors: a
+    FAVOR+ layer trained with `favor_redraw` then uses the projection its training reached, not its
+    seed's first draw.
     """
     with torch.device("meta"):
         model = TransformerLM(config)
@@ -104,16 +104,15 @@ def build_model(
 
 
 def check_weights_fit(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
-    """Every tensor the model expects, with its shape, and nothing else; one line naming the first
-    misfit."""
+    """Every tensor the model expects, with its shape, and nothing else; one line naming
+    the first misfit."""
     expected = model.state_dict()
     missing = [k for k in expected if k not in weights]
     unexpected = [k for k in weights if k not in expected]
     if missing or unexpected:
         raise CheckpointError(
             f"checkpoint {path}: model.safetensors does not fit config.json: missing "
-            f"{missing[:3]}, "
-            f"unexpected {unexpected[:3]}"
+            f"{missing[:3]}, unexpected {unexpected[:3]}"
         )
     for name, tensor in expected.items():
         if tuple(weights[name].shape) != tuple(tensor.shape):

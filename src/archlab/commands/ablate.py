@@ -13,8 +13,8 @@
     archlab ablate --verify docs/results/ffn         a page recomputed from its files; 1 if not
 
 Every arm runs seeds 0..n-1; run folders live in a store shared by suites (--store, default
-runs/ablate/store), named by a hash of the run's resolved config, so an arm two suites share trains
-once.
+runs/ablate/store), named by a hash of the run's resolved config, so an arm two suites
+share trains once.
 """
 
 from __future__ import annotations
@@ -190,9 +190,9 @@ def rerun_argv(args: argparse.Namespace, exp: Experiment, how: bool = True) -> l
     that decide how this invocation ran it (jobs, which also set each run's threads and so its
     timings, the executor, --collect, the Slurm options); the modes of one invocation (--list,
     --verify, --plan, --print-commands) never. Without `how` it is the report's recorded command,
-    the same whether the report came from training or from --collect. Run as printed it reads and
-    writes the same plan.json and store (a hint without --store once rewrote plan.json for the
-    default store)."""
+    the same whether the report came from training or from --collect. Run as printed it reads
+    and writes the same plan.json and store (a hint without --store once rewrote plan.json for
+    the default store)."""
     argv = shlex.split(exp.command(args.sequential, args.max_seeds, execution=how))
     if not how:
         return argv
@@ -216,8 +216,8 @@ def _list() -> int:
 
 
 def _experiment(args: argparse.Namespace) -> Experiment:
-    """The suite planned from the flags, after every flag is checked (one line each, before any
-    work)."""
+    """The suite planned from the flags, after every flag is checked (one line each,
+    before any work)."""
     from archlab.lab import Experiment, SlurmOptions
 
     slurm = SlurmOptions(
@@ -231,21 +231,39 @@ def _experiment(args: argparse.Namespace) -> Experiment:
         raise ValueError(
             f"--max-seeds {args.max_seeds} needs --sequential (it caps the second look)"
         )
-    settings = dict(jobs=args.jobs, executor=args.executor, slurm=slurm,
-                    log=lambda line: print(line, file=sys.stderr))
+    settings = dict(
+        jobs=args.jobs,
+        executor=args.executor,
+        slurm=slurm,
+        log=lambda line: print(line, file=sys.stderr),
+    )
     if args.collect:  # the budget, seeds and store of the folder's plan.json, unless given
-        exp = Experiment.collect(args.collect, args.suite, budget=args.budget, seeds=args.seeds,
-                                 store=args.store, fold_over=args.fold_over or None, mode=args.mode,
-                                 **settings)
+        exp = Experiment.collect(
+            args.collect,
+            args.suite,
+            budget=args.budget,
+            seeds=args.seeds,
+            store=args.store,
+            fold_over=args.fold_over or None,
+            mode=args.mode,
+            **settings,
+        )
     else:
-        exp = Experiment(args.suite, args.budget, args.seeds, args.store, out=args.out,
-                         fold_over=args.fold_over, mode=args.mode or "default", **settings)
+        exp = Experiment(
+            args.suite,
+            args.budget,
+            args.seeds,
+            args.store,
+            out=args.out,
+            fold_over=args.fold_over,
+            mode=args.mode or "default",
+            **settings,
+        )
     exp.plan()
     if args.max_seeds is not None and args.max_seeds <= exp.plan().seeds:
         raise ValueError(
             f"--max-seeds {args.max_seeds} is not allowed: more than the first look's "
-            f"{exp.plan().seeds} "
-            "seeds per arm"
+            f"{exp.plan().seeds} seeds per arm"
         )
     return exp
 

@@ -118,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_hf_source(folder: Path) -> None:
-    """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what to do
-    instead)."""
+    """A Hugging Face folder with its tokenizer, not an archlab run (each refusal names what
+    to do instead)."""
     from archlab.interop.hf_config import read_hf_config
     from archlab.interop.model_folder import ARCHLAB, model_kind
 
@@ -166,8 +166,8 @@ def next_step(out: Path, force: bool) -> int:
 
 
 def check_hf_target(out: Path, force: bool) -> list[Path]:
-    """Refuse a non-empty --to-hf folder without --force; with it, the weight files an export would
-    leave stale."""
+    """Refuse a non-empty --to-hf folder without --force; with it, the weight files an export
+    would leave stale."""
     entries = sorted(out.iterdir()) if out.is_dir() else []
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file: give a folder for the Hugging Face model")
@@ -175,8 +175,7 @@ def check_hf_target(out: Path, force: bool) -> list[Path]:
         names = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise ValueError(
             f"--out {out} is not empty ({names}): choose another folder, or pass --force to "
-            "replace "
-            "its config and weights"
+            "replace its config and weights"
         )
     return [p for p in entries if p.name.endswith((".safetensors", ".safetensors.index.json"))]
 
@@ -190,8 +189,8 @@ def write_chat_template(folder: Path, template: str) -> None:
 
 
 def read_chat_template(folder: Path) -> str | None:
-    """An HF folder's chat template: chat_template.jinja (transformers >= 4.43 writes it) or
-    tokenizer_config.json."""
+    """An HF folder's chat template: chat_template.jinja (transformers >= 4.43 writes
+    it) or tokenizer_config.json."""
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")

@@ -15,8 +15,8 @@ from archlab.train.lock import check_folder
 def default_out_dir(data: str, tokenizer: str, vocab_size: int) -> Path:
     """data/<corpus>-<tokenizer>, e.g. data/stdlib-byte or data/tinystories-bpe8192.
 
-    Two runs that share this folder with different settings rebuild it (the cache key is in
-    meta.json).
+    Two runs that share this folder with different settings rebuild it (the cache key
+    is in meta.json).
     """
     corpus = Path(data.removeprefix("hf:").rstrip("/")).stem or "corpus"
     tok = f"bpe{vocab_size}" if tokenizer == "bpe" else tokenizer
@@ -97,7 +97,6 @@ def run_prepare(args: argparse.Namespace) -> int:
     print(
         f"{folder}: train {meta['tokens']['train']:,} / val {meta['tokens']['val']:,} tokens "
         f"({meta['dtype']}), tokenizer {tok['kind']} vocab {tok['vocab_size']}, {when}; train on "
-        "it with "
-        f"`archlab train --data {folder}`"
+        f"it with `archlab train --data {folder}`"
     )
     return 0

@@ -2,12 +2,12 @@
 
 Prompts come from --prompt (repeatable), --prompt-file (one prompt per line; '-' = stdin), or stdin
 lines when it is piped; --interactive reads one prompt per line until EOF or /quit. --report-memory
-prints, on stderr, the KV-cache bytes per token and for the whole context for MHA / GQA / MQA at
-this model's width, the context length at which the cache outweighs the weights, and the measured
-peak memory.
+prints, on stderr, the KV-cache bytes per token and for the whole context for MHA / GQA / MQA
+at this model's width, the context length at which the cache outweighs the weights, and the
+measured peak memory.
 
-The library (torch) is imported in the functions that run, so `archlab generate --help` answers
-without it.
+The library (torch) is imported in the functions that run, so `archlab generate --help`
+answers without it.
 """
 
 from __future__ import annotations
@@ -42,17 +42,16 @@ DEFAULT_NEW_TOKENS = 128
 def fit_default(
     sampling: SamplingConfig, config: ModelConfig, prompt_len: int, given: bool
 ) -> SamplingConfig:
-    """The default max_new_tokens clipped to the context left after the prompt (with a note on
-    stderr); a value the user gave is kept, so check_context refuses it in one line if it does not
-    fit."""
+    """The default max_new_tokens clipped to the context left after the prompt (with a note
+    on stderr); a value the user gave is kept, so check_context refuses it in one line if it
+    does not fit."""
     limit = config.context_limit
     room = None if limit is None or sampling.past_context != "stop" else limit - prompt_len
     if given or room is None or room >= sampling.max_new_tokens or room < 1:
         return sampling
     sys.stderr.write(
         f"archlab generate: --max-new-tokens {room} (the default {DEFAULT_NEW_TOKENS} clipped to "
-        "the "
-        f"model's {limit}-token context after a {prompt_len}-token prompt)\n"
+        f"the model's {limit}-token context after a {prompt_len}-token prompt)\n"
     )
     return dataclasses.replace(sampling, max_new_tokens=room)
 
@@ -107,9 +106,8 @@ def _add_prompts(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--special-tokens",
         action="store_true",
-        help="show special tokens (<|im_start|>, ...) in the "
-        "text; by default they are left out, and generation stops at the EOS and end-of-turn "
-        "tokens",
+        help="show special tokens (<|im_start|>, ...) in the text; by default they are left out, "
+        "and generation stops at the EOS and end-of-turn tokens",
     )
 
 
@@ -119,8 +117,8 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
         "--max-new-tokens",
         type=int,
         default=None,
-        help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit the model's "
-        "context)",
+        help=f"tokens per prompt (default {DEFAULT_NEW_TOKENS}, clipped to fit "
+        "the model's context)",
     )
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
@@ -156,8 +154,8 @@ def _add_context(p: argparse.ArgumentParser) -> None:
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
-    """--prompt values, then --prompt-file lines, else piped stdin lines; empty lines are
-    skipped."""
+    """--prompt values, then --prompt-file lines, else piped stdin lines; empty
+    lines are skipped."""
     prompts = list(args.prompt)
     if args.prompt_file:
         if args.prompt_file != "-" and not Path(args.prompt_file).is_file():
@@ -227,8 +225,8 @@ def run_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size={args.batch_size} is not allowed: a positive integer")
     if args.token_healing < 0:
         raise ValueError(
-            f"--token-healing={args.token_healing} is not allowed: an integer >= 0 (tokens to back "
-            "off)"
+            f"--token-healing={args.token_healing} is not allowed: an integer >= 0 (tokens "
+            "to back off)"
         )
     prompts = [] if args.interactive else read_prompts(args)  # read before loading: fail fast
     device = resolve_device(args.device)
@@ -268,8 +266,8 @@ def _run(
     if args.interactive:
         if args.compile:
             sys.stderr.write(
-                "archlab generate: the decode step compiles (torch.compile) during the first "
-                "prompt\n"
+                "archlab generate: the decode step compiles (torch.compile) during "
+                "the first prompt\n"
             )
         return _interactive(
             decoder, tokenizer, sampling, given, args.token_healing, args.special_tokens
@@ -286,8 +284,8 @@ def _run(
     # the first batch waits for torch.compile and the measurement: say so, then say what won
     if args.compile:
         sys.stderr.write(
-            "archlab generate: compiling the decode step (torch.compile, once) and timing it "
-            "against eager...\n"
+            "archlab generate: compiling the decode step (torch.compile, once) and timing "
+            "it against eager...\n"
         )
     results = []
     for i in range(0, len(prompts), args.batch_size):
@@ -304,8 +302,7 @@ def _run(
         if args.compile and i == 0:
             sys.stderr.write(
                 f"archlab generate: decoding {decoder.mode} (measured faster here); the first "
-                "batch "
-                f"decoded in {results[0].decode_seconds:.1f} s, compilation included\n"
+                f"batch decoded in {results[0].decode_seconds:.1f} s, compilation included\n"
             )
     return results
 

@@ -5,8 +5,8 @@ vocab_size from its tokenizer, as train resolves them); `--checkpoint PATH` read
 archlab checkpoint (or run folder) or of a Hugging Face folder instead (no weights are read).
 
 Model fields follow as `--FIELD value` or, as `archlab train` spells them, `--model.FIELD value`;
-both go through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig in
-both commands.
+both go through the grammar of archlab/overrides.py, so the same flags give the same ModelConfig
+in both commands.
 
 Nothing here imports torch (nn/config/ validates against torch-free name lists, choices.py;
 costs.py is arithmetic; `--checkpoint` reads config.json through run_folder.py or
@@ -64,8 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="read the config of an archlab checkpoint / run folder or a Hugging Face folder "
-        "instead",
+        help="read the config of an archlab checkpoint / run folder or a Hugging "
+        "Face folder instead",
     )
     p.add_argument(
         "--context",
@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.checkpoint is not None and (args.config or args.preset or args.size):
         raise ValueError(
-            "--checkpoint reads the model from the checkpoint: not with --config, --preset or "
-            "--size"
+            "--checkpoint reads the model from the checkpoint: not with --config, "
+            "--preset or --size"
         )
     if args.config is not None:
         named = {

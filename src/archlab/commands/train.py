@@ -2,10 +2,10 @@
 defaults < preset < --config YAML < flags, the run begun fresh, resumed or from weights, and
 trained) and its printing.
 
-The common case stays short: `archlab train --preset llama --size tiny --data FILE --steps 200 --out
-RUN`. Every other knob is a `--section.field value` flag generated from `TrainConfig`
-(`--optimizer.lr 3e-4`, `--model.n_layers 4`); the few named flags below are aliases for the most
-used keys.
+The common case stays short: `archlab train --preset llama --size tiny --data FILE --steps 200
+--out RUN`. Every other knob is a `--section.field value` flag generated from `TrainConfig`
+(`--optimizer.lr 3e-4`, `--model.n_layers 4`); the few named flags below are aliases for the
+most used keys.
 """
 
 from __future__ import annotations
@@ -57,11 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--init-from",
-        help="start from the weights of a Hugging Face folder or an archlab "
-        "checkpoint (recorded as init_from in the run's config; validated at step 0); "
-        "--model.FIELD "
-        "changes switches where a principled mapping exists (fewer KV heads, RoPE scaling, "
-        "max_seq_len, QK-norm, softcaps, dropout: docs/interop.md)",
+        help="start from the weights of a Hugging Face folder or an archlab checkpoint (recorded "
+        "as init_from in the run's config; validated at step 0); --model.FIELD changes switches "
+        "where a principled mapping exists (fewer KV heads, RoPE scaling, max_seq_len, QK-norm, "
+        "softcaps, dropout: docs/interop.md)",
     )
     parser.set_defaults(func=run, accepts_overrides=True)
 

@@ -4,8 +4,8 @@
   `__pycache__` and binary files -- a NUL byte in the first 8 KiB, git's rule -- are skipped); one
   file is one document;
 - JSONL (`*.jsonl`, alone or inside a folder): one document per line, from the field `text_field`;
-- `stdlib`: the running Python's standard library `.py` files (no site-packages, no test folders),
-  offline;
+- `stdlib`: the running Python's standard library `.py` files (no site-packages, no
+  test folders), offline;
 - `hf:NAME` or `hf:NAME:CONFIG`: the `train` split of a Hugging Face hub dataset (needs `datasets`);
 - `passkey`: synthetic passkey-retrieval documents of 256 characters (data/passkey.py).
 Non-UTF-8 bytes decode to U+FFFD and are counted. `data.py` turns a corpus into token memmaps.
@@ -135,8 +135,8 @@ def _is_binary(file: Path) -> bool:
 
 
 def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) -> list[Path]:
-    """Files under `folder` in sorted relative-path order, skipping hidden, cache and binary
-    files."""
+    """Files under `folder` in sorted relative-path order, skipping hidden, cache
+    and binary files."""
     files, binary = [], 0
     for parent, dirs, names in os.walk(folder):
         # Prune in place so os.walk never descends into site-packages and friends.
@@ -164,8 +164,8 @@ def list_files(folder: Path, suffix: str = "", skip_dirs: Collection[str] = ()) 
 
 
 def stdlib_files(include_tests: bool = False) -> tuple[Path, list[Path]]:
-    """The running Python's standard library `.py` files (root, sorted files): a corpus on any
-    machine."""
+    """The running Python's standard library `.py` files (root, sorted files): a corpus
+    on any machine."""
     root = Path(sysconfig.get_paths()["stdlib"])
     return root, list_files(root, ".py", () if include_tests else STDLIB_TEST_DIRS)
 

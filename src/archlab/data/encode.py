@@ -35,8 +35,8 @@ def dtype_for_vocab(vocab_size: int) -> np.dtype:
     if vocab_size <= UINT32_VOCAB:
         return np.dtype(np.uint32)
     raise ValueError(
-        f"tokenizer vocab_size {vocab_size} does not fit a uint32 token memmap (at most "
-        f"{UINT32_VOCAB})"
+        f"tokenizer vocab_size {vocab_size} does not fit a uint32 token memmap "
+        f"(at most {UINT32_VOCAB})"
     )
 
 
@@ -165,8 +165,8 @@ def _split_tail(
 ) -> str:
     """Fallback split for corpora with too few documents: the plain stream's last tokens become val.
     With BPE-dropout (`train_tok`), the split is made on the plain stream, exactly as without it,
-    and the text before the cut is encoded again with dropout: val.bin is then byte for byte the p =
-    0 folder's."""
+    and the text before the cut is encoded again with dropout: val.bin is then byte for byte the p
+    = 0 folder's."""
     plain = out / (PLAIN_TRAIN if train_tok is not None else "train.bin")
     total = os.path.getsize(plain) // dtype.itemsize
     n_val = math.ceil(val_fraction * total)

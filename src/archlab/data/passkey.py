@@ -30,8 +30,8 @@ def needle(key: str) -> str:
 
 
 def min_length() -> int:
-    """The shortest passkey prompt in characters: the needle of a KEY_DIGITS-digit key and the
-    question."""
+    """The shortest passkey prompt in characters: the needle of a KEY_DIGITS-digit key
+    and the question."""
     return len(needle("0" * KEY_DIGITS)) + len(QUESTION)
 
 
@@ -55,8 +55,8 @@ def random_key(rng: random.Random) -> str:
 
 
 class PasskeyCorpus:
-    """`documents` passkey documents of `length` characters (prompt + key + "."), random depths and
-    keys."""
+    """`documents` passkey documents of `length` characters (prompt + key + "."), random
+    depths and keys."""
 
     def __init__(self, documents: int = 20000, length: int = 256, seed: int = 0) -> None:
         self.spec, self.n_docs, self.length, self.seed = PASSKEY, documents, length, seed

@@ -45,9 +45,9 @@ def check_prepared_dropout(folder: Path, bpe_dropout: float) -> None:
     held = meta.get("request", {}).get("bpe_dropout", 0.0)
     if held != bpe_dropout:
         raise ValueError(
-            f"data.bpe_dropout={bpe_dropout!r} is not the {held!r} {folder} was prepared with: a "
-            "prepared folder trains on its own tokens; drop --data.bpe_dropout, or prepare another "
-            "folder"
+            f"data.bpe_dropout={bpe_dropout!r} is not the {held!r} {folder} was prepared "
+            "with: a prepared folder trains on its own tokens; drop --data.bpe_dropout, or "
+            "prepare another folder"
         )
 
 
@@ -113,9 +113,9 @@ def _is_complete(folder: Path, meta: dict) -> bool:
 
 
 def _leaked(meta: dict) -> bool:
-    """A BPE-dropout folder whose tail split was cut from the dropout stream (before archlab wrote
-    `val_plain`): its val.bin is not the plain encoding, so it is rebuilt (a resumed run refuses it
-    instead)."""
+    """A BPE-dropout folder whose tail split was cut from the dropout stream (before archlab
+    wrote `val_plain`): its val.bin is not the plain encoding, so it is rebuilt (a resumed run
+    refuses it instead)."""
     dropout = meta.get("request", {}).get("bpe_dropout", 0.0)
     return bool(dropout) and meta.get("split_rule") == "tail" and not meta.get("val_plain")
 
@@ -224,8 +224,8 @@ def _build_into(
 
 
 def _refusal(out: Path, meta: dict, data: str, request: dict) -> str:
-    """Why a prepared folder may not be rebuilt for `request`, naming what it holds and what was
-    asked."""
+    """Why a prepared folder may not be rebuilt for `request`, naming what it holds and
+    what was asked."""
     spec, kind = meta.get("source", {}).get("spec", "?"), meta.get("tokenizer", {}).get("kind", "?")
     old = f"{spec} with tokenizer {kind}"
     new = f"{data} with tokenizer {request['tokenizer'].get('kind', '?')}"
@@ -244,9 +244,8 @@ def _check_sizes(spec: str, meta: dict, min_tokens: int) -> None:
         have = meta["tokens"][split]
         if have < need:
             raise ValueError(
-                f"corpus {spec}: {split} split has {have} tokens, need at least {need} "
-                "(one context window + 1); use more text, a smaller block size or another "
-                "val_fraction"
+                f"corpus {spec}: {split} split has {have} tokens, need at least {need} (one "
+                "context window + 1); use more text, a smaller block size or another val_fraction"
             )
 
 
@@ -281,8 +280,8 @@ def prepare_data(
 ) -> Path:
     """Tokenize `data` into the folder `out_dir` (train.bin, val.bin, meta.json, tokenizer.json).
 
-    `bpe_dropout` p > 0 encodes the train split with BPE-dropout (val and tokenizer.json stay
-    plain).
+    `bpe_dropout` p > 0 encodes the train split with BPE-dropout (val and
+    tokenizer.json stay plain).
 
     Cached: when `out_dir/meta.json` records the same source hash, tokenizer request and split, the
     folder is reused as is. Otherwise it is built in a temp folder beside `out_dir` and renamed into

@@ -1,11 +1,11 @@
 """Tokenizers: one small `Tokenizer` class over a `tokenizers.Tokenizer`, and its builders.
 
 Kinds (`build_tokenizer(kind, vocab_size, texts)`):
-- `byte`: 256 ids, id == UTF-8 byte value, no training and no EOS id (`eos_id` is None): documents
-  are separated by the text `DOC_SEPARATOR` ("\\n\\n"). It is saved as a real `tokenizer.json`
-  (byte-level BPE with no merges) so every kind loads the same way, but encode/decode take a byte
-  fast path. Decoding invalid UTF-8 gives U+FFFD replacement characters, as
-  `bytes.decode(errors="replace")`.
+- `byte`: 256 ids, id == UTF-8 byte value, no training and no EOS id (`eos_id` is None):
+  documents are separated by the text `DOC_SEPARATOR` ("\\n\\n"). It is saved as a real
+  `tokenizer.json` (byte-level BPE with no merges) so every kind loads the same way, but
+  encode/decode take a byte fast path. Decoding invalid UTF-8 gives U+FFFD replacement
+  characters, as `bytes.decode(errors="replace")`.
 - `bpe`: byte-level BPE (GPT-2 style) trained with `tokenizers` on the given texts, with `EOS_TOKEN`
   as a special token that ends every document.
 - a path to a `tokenizer.json` file, or to a folder holding one (an HF model folder): loaded as is;
@@ -62,11 +62,11 @@ METASPACE = "\u2581"  # SentencePiece's word-boundary character, a space in the 
 
 @lru_cache(maxsize=1)
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, which byte-level `tokenizers` models spell tokens
-    in.
+    """GPT-2's byte -> printable character map, which byte-level `tokenizers` models
+    spell tokens in.
 
-    Printable Latin-1 bytes map to themselves; the other 68 bytes map to U+0100 onwards, in byte
-    order.
+    Printable Latin-1 bytes map to themselves; the other 68 bytes map to U+0100 onwards,
+    in byte order.
     """
     printable = [
         *range(ord("!"), ord("~") + 1),
@@ -123,8 +123,8 @@ class Tokenizer:
 
     @property
     def stop_ids(self) -> frozenset[int]:
-        """The ids generation stops at: the EOS, the special end-of-document / end-of-turn tokens,
-        the loaders'."""
+        """The ids generation stops at: the EOS, the special end-of-document / end-of-turn
+        tokens, the loaders'."""
         return (
             self._end_ids
             | self.extra_stop_ids
@@ -155,14 +155,14 @@ class Tokenizer:
         return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """Text of `ids`; `skip_special_tokens` leaves special tokens out (what generated text
-        shows)."""
+        """Text of `ids`; `skip_special_tokens` leaves special tokens out (what
+        generated text shows)."""
         ids = [int(i) for i in ids]
         bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
         if bad is not None:
             raise ValueError(
-                f"token id {bad} is out of range for a {self.kind} tokenizer "
-                f"(0..{self.vocab_size - 1})"
+                f"token id {bad} is out of range for a "
+                f"{self.kind} tokenizer (0..{self.vocab_size - 1})"
             )
         if self.kind == "byte":
             return bytes(ids).decode("utf-8", errors="replace")
@@ -170,8 +170,8 @@ class Tokenizer:
 
     def with_dropout(self, p: float) -> Tokenizer:
         """This BPE with BPE-dropout p (Provilkov et al., arXiv 1910.13267): each merge is skipped
-        with probability p while encoding, so one text gets many segmentations that all decode back
-        to it.
+        with probability p while encoding, so one text gets many segmentations that all decode
+        back to it.
 
         Set on the serialised model, after any training: `tokenizers`' trainer rebuilds the BPE
         model and drops a dropout given before (tokenizers issue #201), and `ignore_merges` would
@@ -214,8 +214,8 @@ class Tokenizer:
         return out
 
     def save(self, directory: str | Path) -> Path:
-        """Write `tokenizer.json` (and `tokenizer_config.json` naming the EOS, if any) into
-        `directory`."""
+        """Write `tokenizer.json` (and `tokenizer_config.json` naming the EOS, if
+        any) into `directory`."""
         path = Path(directory) / "tokenizer.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self._json, encoding="utf-8")
@@ -233,8 +233,8 @@ class Tokenizer:
         file = path / "tokenizer.json" if path.is_dir() else path
         if not file.is_file():
             raise FileNotFoundError(
-                f"tokenizer file {file} does not exist (expected a tokenizer.json or a folder "
-                "holding one)"
+                f"tokenizer file {file} does not exist (expected a tokenizer.json or a "
+                "folder holding one)"
             )
         try:
             inner = HFTokenizer.from_file(str(file))
@@ -243,8 +243,8 @@ class Tokenizer:
         return cls(inner, eos_id=_find_eos(inner, file.parent / "tokenizer_config.json"))
 
     def describe(self) -> dict[str, str | int | None]:
-        """What meta.json records: enough to tell two tokenizers apart and size the model's
-        vocab."""
+        """What meta.json records: enough to tell two tokenizers apart and size
+        the model's vocab."""
         digest = hashlib.sha256(self._json.encode("utf-8")).hexdigest()[:16]
         return {
             "kind": self.kind,
@@ -255,8 +255,8 @@ class Tokenizer:
 
 
 def _find_eos(inner: HFTokenizer, config_file: Path) -> int | None:
-    """EOS id of a loaded tokenizer: `eos_token` of tokenizer_config.json, else the first known
-    name."""
+    """EOS id of a loaded tokenizer: `eos_token` of tokenizer_config.json, else the
+    first known name."""
     if config_file.is_file():
         token = json.loads(config_file.read_text(encoding="utf-8")).get("eos_token")
         if isinstance(token, dict):  # older HF configs store an AddedToken dict

@@ -57,17 +57,16 @@ class TokenData:
     def batch_starts(
         self, split: str, batch_size: int, block_size: int, generator: torch.Generator
     ) -> np.ndarray:
-        """The window starts of one draw for all ranks together (batch_size * world_size of them):
-        what `get_batch` slices its rank's windows from, and what a replay of a run's batches draws
-        (lab/measures/drift.py)."""
+        """The window starts of one draw for all ranks together (batch_size * world_size of
+        them): what `get_batch` slices its rank's windows from, and what a replay of a run's
+        batches draws (lab/measures/drift.py)."""
         # start i needs tokens i .. i + block_size inclusive
         n_starts = len(self._split(split)) - block_size
         if batch_size < 1 or block_size < 1 or n_starts < 1:
             raise ValueError(
                 f"cannot draw batch_size {batch_size} x block_size {block_size} from split "
-                f"{split!r} of "
-                f"{self.data_dir} ({len(self._split(split))} tokens; need block_size + 1 and sizes "
-                ">= 1)"
+                f"{split!r} of {self.data_dir} ({len(self._split(split))} tokens; need block_size "
+                "+ 1 and sizes >= 1)"
             )
         return torch.randint(n_starts, (batch_size * self.world_size,), generator=generator).numpy()
 
@@ -106,8 +105,8 @@ class TokenData:
         block_size: int,
         device: str | torch.device = "cpu",
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The windows x (B, T) starting at `starts` and their targets y (x shifted left by one),
-        int64."""
+        """The windows x (B, T) starting at `starts` and their targets y (x shifted left
+        by one), int64."""
         return self._windows(split, np.asarray(starts), block_size, device)
 
     def _windows(

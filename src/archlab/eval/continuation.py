@@ -49,8 +49,7 @@ def cut_offsets(text: bytes, cuts: int, context: int, k: int, seed: int = CUT_SE
     if high - low < cuts:
         raise ValueError(
             f"continuation: {len(text)} bytes of text hold fewer than {cuts} cuts with {context} "
-            "bytes "
-            f"of context and {k} to continue; give more text or fewer cuts"
+            f"bytes of context and {k} to continue; give more text or fewer cuts"
         )
     gen = torch.Generator().manual_seed(seed)
     picks = (low + torch.randperm(high - low, generator=gen)[: cuts * 2]).tolist()
@@ -83,8 +82,8 @@ def continuation_accuracy(
     token_healing: int = 0,
     seed: int = CUT_SEED,
 ) -> Continuation:
-    """Greedy continuation accuracy of `model` on `text` (held-out text) over `cuts` random byte
-    cuts."""
+    """Greedy continuation accuracy of `model` on `text` (held-out text) over `cuts`
+    random byte cuts."""
     if cuts < 1 or context < 1 or k < 1:
         raise ValueError(
             f"continuation: cuts={cuts}, context={context}, k={k} are not allowed: integers >= 1"
@@ -131,8 +130,8 @@ def continuation_table(
 
 
 def continuation_markdown(table: dict[int, Continuation], k: int) -> str:
-    """One row per amount of healing: accuracy, its Wilson 95% interval, hits of cuts (k bytes to
-    match)."""
+    """One row per amount of healing: accuracy, its Wilson 95% interval, hits of cuts (k
+    bytes to match)."""
     lines = [
         f"| healing | continuation accuracy (next {k} bytes) | Wilson 95% interval | hits |",
         "|---|---|---|---|",
@@ -140,7 +139,7 @@ def continuation_markdown(table: dict[int, Continuation], k: int) -> str:
     for n, r in table.items():
         label = "none" if n == 0 else f"{n} token" + ("s" if n > 1 else "")
         lines.append(
-            f"| {label} | {r.accuracy:.3f} | {r.ci[0]:.3f}-{r.ci[1]:.3f} | {sum(r.hits)} of "
-            f"{len(r.hits)} |"
+            f"| {label} | {r.accuracy:.3f} | {r.ci[0]:.3f}-{r.ci[1]:.3f} | {sum(r.hits)} "
+            f"of {len(r.hits)} |"
         )
     return "\n".join(lines)

@@ -63,16 +63,15 @@ def corpus_val_tokens(
 
 
 def check_same_tokenizer(folder: Path, tokenizer: Tokenizer) -> None:
-    """Refuse a prepared folder whose tokenizer is not the model's: its ids would mean other
-    text."""
+    """Refuse a prepared folder whose tokenizer is not the model's: its ids would
+    mean other text."""
     theirs = Tokenizer.load(folder).describe()
     ours = tokenizer.describe()
     if theirs["hash"] != ours["hash"]:
         raise ValueError(
             f"--data {folder} was prepared with another tokenizer ({theirs['kind']}, "
             f"{theirs['vocab_size']} ids) than the model's ({ours['kind']}, {ours['vocab_size']} "
-            "ids): "
-            "give the raw corpus instead (it is encoded with the model's tokenizer)"
+            "ids): give the raw corpus instead (it is encoded with the model's tokenizer)"
         )
 
 

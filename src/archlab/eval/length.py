@@ -143,8 +143,8 @@ def evaluate_lengths(
     check_choices(list(samples))
     if score_last is not None and not 1 <= score_last <= min(lengths):
         raise ValueError(
-            f"score_last={score_last} is not allowed: between 1 and the shortest length "
-            f"{min(lengths)}"
+            f"score_last={score_last} is not allowed: between 1 and the "
+            f"shortest length {min(lengths)}"
         )
     configs = method_configs(
         model.config, methods, lengths, window, allow_extrapolation, leaky_k, logn

@@ -69,9 +69,7 @@ def time_forward(model: TransformerLM, length: int, keep: int, repeats: int = 2)
     return best
 
 
-def estimate_seconds(
-    cost: LengthCost, config: ModelConfig, timings: dict[int, float]
-) -> float:
+def estimate_seconds(cost: LengthCost, config: ModelConfig, timings: dict[int, float]) -> float:
     """The run's seconds from timed windows {length: seconds}: seconds = a per forward + b per FLOP
     through the shortest and the longest (module doc); a and b are never negative, and one timing
     (or two that do not grow with the FLOPs) charges its rate per FLOP alone."""

@@ -56,8 +56,7 @@ def default_passkey_lengths(
     if max(fitting) < min_length():
         raise ValueError(
             f"this model's context of {config.max_seq_len} tokens holds no passkey prompt (at "
-            "least "
-            f"{min_length()} characters): pass --lengths with --allow-extrapolation"
+            f"least {min_length()} characters): pass --lengths with --allow-extrapolation"
         )
     return [n for n in fitting if n >= min_length()]
 
@@ -70,8 +69,8 @@ def passkey_accuracy(
     trials: int,
     seed: int = 0,
 ) -> float:
-    """Share of `trials` prompts of `length` characters, needle at `depth`, that the model answers
-    right."""
+    """Share of `trials` prompts of `length` characters, needle at `depth`, that the
+    model answers right."""
     rng = random.Random(f"{seed}-{length}-{depth}")
     keys = [random_key(rng) for _ in range(trials)]
     prompts = [tokenizer.encode(passkey_prompt(length, depth, key)) for key in keys]
@@ -94,8 +93,8 @@ def evaluate_passkey(
     allow_extrapolation: bool = False,
     progress: bool = True,
 ) -> list[PasskeyResult]:
-    """Accuracy per (length, depth) of `model`'s weights under RoPE method `method`
-    (archlab.eval.rope_methods)."""
+    """Accuracy per (length, depth) of `model`'s weights under RoPE
+    method `method` (archlab.eval.rope_methods)."""
     from tqdm import tqdm
 
     if trials < 1:

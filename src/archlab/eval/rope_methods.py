@@ -2,8 +2,8 @@
 lab's long-context measures): each (method, length)'s config, checked before any compute.
 
 A method is a RoPE kind with an inference-time form; its scaling at target length L is `RopeKind.at`
-(the kind's entry in nn/positions/scaling.py; L_train = the model's max_seq_len, s = max(1, L /
-L_train)):
+(the kind's entry in nn/positions/scaling.py; L_train = the model's max_seq_len, s = max(1,
+L / L_train)):
     none           the model as trained (past L_train this is plain extrapolation)
     linear, ntk    factor s (and ntk_mixed); ntk_by_parts, dynamic, yarn: factor s and
                    original_max_seq_len L_train; llama3: those and Llama 3.1's ramp (1, 4)
@@ -77,9 +77,9 @@ def default_lengths(
 
 
 def trained_only(config: ModelConfig) -> bool:
-    """Whether the model's own scaling holds in training mode only (inverse Leaky ReRoPE): `none`,
-    the model as trained, keeps it, so its context limit (the distances training reached)
-    applies."""
+    """Whether the model's own scaling holds in training mode only (inverse Leaky
+    ReRoPE): `none`, the model as trained, keeps it, so its context limit (the distances
+    training reached) applies."""
     s = own_scaling(config)
     return s is not None and ROPE_KINDS[s.kind].training_only
 
@@ -100,8 +100,8 @@ def applicable_methods(config: ModelConfig) -> list[str]:
 
 
 def _refusal(config: ModelConfig, method: str) -> str | None:
-    """Why `config` cannot take `method`'s scaling (the config's own one-line reason), or None when
-    it can."""
+    """Why `config` cannot take `method`'s scaling (the config's own one-line reason), or None
+    when it can."""
     try:
         scaling = method_scaling(
             method, 2 * config.max_seq_len, config.max_seq_len, own=own_scaling(config)
@@ -127,10 +127,10 @@ def method_configs(
     leaky_k: float | str = "half",
     logn: bool = False,
 ) -> dict[tuple[str, int], ModelConfig]:
-    """Each (method, length)'s config, all checked before any compute: a RoPE scaling needs a RoPE
-    model, and a length past what the method covers needs `allow_extrapolation` (never with learned
-    positions). `logn`: each with the log-n scale at inference
-    (`ModelConfig.with_inference_logn`)."""
+    """Each (method, length)'s config, all checked before any compute: a RoPE
+    scaling needs a RoPE model, and a length past what the method covers needs
+    `allow_extrapolation` (never with learned positions). `logn`: each with the log-n scale
+    at inference (`ModelConfig.with_inference_logn`)."""
     config = config.with_inference_logn() if logn else config
     out = {}
     for method in methods:
@@ -166,8 +166,7 @@ def method_configs(
                 )
                 raise ValueError(
                     f"length {length} is past the {limit} tokens that scaling {method!r} covers "
-                    "for "
-                    f"this model (trained at {config.max_seq_len}): {how}"
+                    f"for this model (trained at {config.max_seq_len}): {how}"
                 )
             out[method, length] = c
     return out

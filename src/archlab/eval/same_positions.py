@@ -102,11 +102,7 @@ def duplicate_methods(
     twins: dict[str, str] = {}
     for method in methods:
         twin = next(
-            (
-                t
-                for t in kept
-                if all(same_scores(a, b) for a, b in zip(scores[method], scores[t]))
-            ),
+            (t for t in kept if all(same_scores(a, b) for a, b in zip(scores[method], scores[t]))),
             None,
         )
         if twin is None:

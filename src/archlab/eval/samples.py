@@ -6,8 +6,8 @@ and only the context before them grows, and a difference between lengths is the 
 (Windows spaced per length score other text at each length: a real SmolLM2-135M, 8k context, read
 3.39 nats at 256 and 3.62 at 512 on one Shakespeare file that way.)
 
-Samples (Su, "Transformer upgrade 9", kexue.fm/archives/9603, and the tables of 9708 / 9728 / 9731 /
-9859):
+Samples (Su, "Transformer upgrade 9", kexue.fm/archives/9603, and the tables of 9708 / 9728 /
+9731 / 9859):
     plain      evenly spaced windows of held-out text (Su's "non-repeated" column; read it first)
     repeated   a text of p = L // 2 tokens concatenated with itself up to L + 1 tokens: token i
                is base[i mod p]. Every target past p was already given p tokens earlier, so this
@@ -26,12 +26,12 @@ from archlab.eval.variants import SAMPLES
 
 
 def windows(tokens: np.ndarray, length: int, count: int) -> torch.Tensor:
-    """`count` windows of length + 1 tokens at evenly spaced starts of `tokens` -> (count, length +
-    1)."""
+    """`count` windows of length + 1 tokens at evenly spaced starts of `tokens` -> (count,
+    length + 1)."""
     if len(tokens) < length + 1:
         raise ValueError(
-            f"held-out text has {len(tokens)} tokens: too few for length {length} (need "
-            f"{length + 1})"
+            f"held-out text has {len(tokens)} tokens: too few for length "
+            f"{length} (need {length + 1})"
         )
     starts = np.linspace(0, len(tokens) - length - 1, count).astype(np.int64)
     return torch.from_numpy(np.stack([tokens[s : s + length + 1] for s in starts]).astype(np.int64))
@@ -40,9 +40,9 @@ def windows(tokens: np.ndarray, length: int, count: int) -> torch.Tensor:
 def repeated_windows(
     tokens: np.ndarray, length: int, count: int, period: int | None = None
 ) -> torch.Tensor:
-    """`count` repeated samples (count, length + 1): a text of `period` tokens (default length // 2)
-    from evenly spaced starts, concatenated with itself: sample[i] = base[i mod period] (module
-    doc)."""
+    """`count` repeated samples (count, length + 1): a text of `period` tokens (default
+    length // 2) from evenly spaced starts, concatenated with itself: sample[i] = base[i mod
+    period] (module doc)."""
     p = max(1, length // 2) if period is None else period
     if not 1 <= p <= length:
         raise ValueError(f"period={p} is not allowed: between 1 and the length {length}")
@@ -70,17 +70,17 @@ def target_ends(n_tokens: int, longest: int, count: int) -> np.ndarray:
     `longest` (the first with `longest` tokens before it) to its last token -> (count,)."""
     if n_tokens < longest + 1:
         raise ValueError(
-            f"held-out text has {n_tokens} tokens: too few for length {longest} (need "
-            f"{longest + 1})"
+            f"held-out text has {n_tokens} tokens: too few for length "
+            f"{longest} (need {longest + 1})"
         )
     return np.linspace(longest, n_tokens - 1, count).astype(np.int64)
 
 
 def paired_windows(tokens: np.ndarray, lengths: list[int], count: int) -> dict[int, torch.Tensor]:
     """Plain windows paired by target: per length L, the L + 1 tokens ending at each of the same
-    `target_ends` -> {L: (count, L + 1)}. The last k tokens of every window, the targets scored with
-    score_last = k <= min length, are the same tokens at every length; only the context before them
-    grows."""
+    `target_ends` -> {L: (count, L + 1)}. The last k tokens of every window, the targets scored
+    with score_last = k <= min length, are the same tokens at every length; only the context
+    before them grows."""
     ends = target_ends(len(tokens), max(lengths), count)
     return {
         n: torch.from_numpy(np.stack([tokens[e - n : e + 1] for e in ends]).astype(np.int64))

@@ -9,9 +9,9 @@ or a prepared data folder (its val split). Without `--data`, an archlab run's ow
 Hugging Face folder has none and must be given one.
 
 Results: `--out` is refused when it is a file, or when it already holds this evaluation's results
-and `--force` is not given; without `--out`, a new folder named by the evaluation, the model and the
-time (`eval-length/tiny-step_0000200-20250101-120000`), so a second run never replaces the first's
-table.
+and `--force` is not given; without `--out`, a new folder named by the evaluation, the model
+and the time (`eval-length/tiny-step_0000200-20250101-120000`), so a second run never replaces
+the first's table.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class EvalSource:
 
     @property
     def name(self) -> str:
-        """A short label of the model for folder names: RUN-step_N, or the Hugging Face folder's
-        name."""
+        """A short label of the model for folder names: RUN-step_N, or the Hugging
+        Face folder's name."""
         if self.checkpoint is None:
             return self.path.resolve().name
         run = (
@@ -78,8 +78,8 @@ def eval_source(path: str, data: str | None = None, needs_data: bool = True) -> 
 
 
 def run_data_folder(path: str, checkpoint: Path | None, saved: dict) -> Path:
-    """The prepared data folder the run of `checkpoint` trained on (its val split is held out), or a
-    refusal."""
+    """The prepared data folder the run of `checkpoint` trained on (its val split is held out),
+    or a refusal."""
     train = saved.get("train") if isinstance(saved.get("train"), dict) else None
     if checkpoint is None or train is None:
         what = (
@@ -122,9 +122,8 @@ def output_folder(
         if held and not force:
             raise ValueError(
                 f"--out {out} already holds {', '.join(held)} of an earlier evaluation: choose "
-                "another "
-                f"--out, leave it out (a new folder under eval-{kind}/), or pass --force to "
-                "replace them"
+                f"another --out, leave it out (a new folder under eval-{kind}/), or pass --force "
+                "to replace them"
             )
         return folder
     base = Path(f"eval-{kind}") / f"{source.name}-{stamp()}"

@@ -1,5 +1,5 @@
-"""The choices of the length evaluation by name, without torch (as nn/config/choices.py is for the
-model).
+"""The choices of the length evaluation by name, without torch (as nn/config/choices.py is
+for the model).
 
 eval/length.py (torch) computes them; `archlab eval --help` lists them, so they live here, where the
 command can read them without importing torch. The module docstrings of eval/length.py (METRICS) and

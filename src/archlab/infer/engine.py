@@ -99,10 +99,10 @@ def _sync(device: torch.device) -> None:
 
 
 class Decoder:
-    """Decodes with `model` (see the module docstring). Use as a context manager, or call `close`.
-    While open it owns the model's weight layout: open one decoder per model at a time (another
-    would see the re-laid weights as the caller's), and do not train the model until it is
-    closed."""
+    """Decodes with `model` (see the module docstring). Use as a context manager, or call
+    `close`. While open it owns the model's weight layout: open one decoder per model at a time
+    (another would see the re-laid weights as the caller's), and do not train the model until
+    it is closed."""
 
     def __init__(
         self, model: TransformerLM, compile_decode: bool | str = False, restore: bool = True
@@ -164,9 +164,9 @@ class Decoder:
         self.laid_out_columns = columns
 
     def _weights_key(self) -> tuple:
-        """What the measured choice depends on besides the batch: each parameter's identity, the
-        caller's tensor (its storage, dtype, device) and its in-place version (a training step bumps
-        it)."""
+        """What the measured choice depends on besides the batch: each parameter's identity,
+        the caller's tensor (its storage, dtype, device) and its in-place version (a training
+        step bumps it)."""
         return tuple(
             (id(p), p._version, t.data_ptr(), t.dtype, t.device.type)
             for p in self.model.parameters()
@@ -224,8 +224,8 @@ class Decoder:
 
     def _choose(self, prompts: list[list[int]]) -> str:
         """The compiled step's kind (reductions where `reduction_gemvs_win` measures them faster),
-        and with compile_decode=True whether it beats eager decoding here: interleaved rounds on the
-        first prompt."""
+        and with compile_decode=True whether it beats eager decoding here: interleaved rounds on
+        the first prompt."""
         if not self.model.static_decode_shape and self.compile_decode != "always":
             # e.g. VQ: its state's tail grows by one token a step (up to two blocks), so every step
             # would recompile
@@ -248,8 +248,8 @@ class Decoder:
         step_ms = {mode: 1e3 * statistics.median(t) for mode, t in times.items()}
         choice = compiled if step_ms[compiled] < step_ms["eager"] else "eager"
         logger.info(
-            "decode: %s (a step took %.2f ms compiled%s, %.2f ms eager, batch %d, median of %d "
-            "rounds)",
+            "decode: %s (a step took %.2f ms compiled%s, %.2f ms eager, batch %d, median "
+            "of %d rounds)",
             choice,
             step_ms[compiled],
             " with reductions" if compiled != "compiled" else "",
@@ -350,8 +350,8 @@ def _decode(
 def _update_ends(
     tokens: list[int], step: int, ends: list[int], stops: frozenset[int], on_step: OnStep | None
 ) -> None:
-    """Close rows that produced a stop id at `step`, then those the callback stops (O(B) Python per
-    step)."""
+    """Close rows that produced a stop id at `step`, then those the callback stops (O(B)
+    Python per step)."""
     active = [end > step for end in ends]
     for row, tok in enumerate(tokens):
         if active[row] and tok in stops:

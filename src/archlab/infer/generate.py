@@ -7,26 +7,26 @@ back as they were.
   row decodes exactly as it would alone.
 - Sampling: greedy (temperature 0), temperature, top-k, top-p (nucleus, Holtzman et al., arXiv
   1904.09751), with a seeded `torch.Generator` of its own, so the same seed gives the same text.
-- Stops: the tokenizer's stop ids (EOS and end-of-turn tokens, one policy for a Hugging Face folder
-  and its converted checkpoint: data/tokenizer.py), stop strings (matched on the decoded text, in
-  O(1) Python work per token), max new tokens; special tokens are left out of the text unless asked
-  for.
-- Streaming: `generate_text` hands each piece of confirmed text to a callback as soon as it is
-  known; it never emits half a UTF-8 character or text that may still turn out to start a stop
-  string.
+- Stops: the tokenizer's stop ids (EOS and end-of-turn tokens, one policy for a Hugging Face
+  folder and its converted checkpoint: data/tokenizer.py), stop strings (matched on the decoded
+  text, in O(1) Python work per token), max new tokens; special tokens are left out of the text
+  unless asked for.
+- Streaming: `generate_text` hands each piece of confirmed text to a callback as soon as it
+  is known; it never emits half a UTF-8 character or text that may still turn out to start
+  a stop string.
 - Token healing (`token_healing=N`): the prompt is backed off by up to N tokens and the first new
   tokens re-spell the removed bytes under a byte-trie constraint (infer/healing.py), so a prompt cut
   mid-token continues as the training text did (Su, kexue.fm/archives/9762).
 - Context limit: prompt + max_new_tokens past the model's context fails before any compute
   (`ModelConfig.context_limit`), unless `SamplingConfig.past_context` asks to extrapolate or to
   slide a window of the last context-limit tokens (infer/window.py).
-- Speed: the decoder reads float32 Linear weights column-major on the CPU, and `compile_decode=True`
-  runs the one-token steps through torch.compile where that measures faster (docs/inference.md,
-  "Decode speed").
+- Speed: the decoder reads float32 Linear weights column-major on the CPU, and
+  `compile_decode=True` runs the one-token steps through torch.compile where that measures faster
+  (docs/inference.md, "Decode speed").
 Every decode step costs the same Python work at any length: the cache is preallocated
 (sliding-window layers keep a ring of their window) and masks, positions and RoPE tables are built
-for the new token only. Callers that decode many times with one model (`archlab generate`) keep one
-`Decoder` instead.
+for the new token only. Callers that decode many times with one model (`archlab generate`) keep
+one `Decoder` instead.
 
 Shapes: B batch, T prompt length (padded), V vocabulary.
 """
@@ -106,8 +106,8 @@ def _healed_generate(
     token_healing: int,
     token_bytes: Sequence[bytes | None] | None,
 ) -> Generation:
-    """`decoder.generate` on the backed-off prompts, with the healing constraint on the first
-    steps."""
+    """`decoder.generate` on the backed-off prompts, with the healing constraint on
+    the first steps."""
     prompts, heal, backed = _heal_prompts(
         prompts, token_healing, token_bytes, decoder.model.config.vocab_size
     )
@@ -124,8 +124,8 @@ def _trie(token_bytes: tuple[bytes | None, ...]) -> ByteTrie:
 def _heal_prompts(
     prompts: list[list[int]], n: int, token_bytes: Sequence[bytes | None] | None, vocab_size: int
 ) -> tuple[list[list[int]], Healing | None, list[int]]:
-    """The prompts backed off for token healing, its state, and the tokens removed per row (n = 0:
-    unchanged)."""
+    """The prompts backed off for token healing, its state, and the tokens removed per row (n
+    = 0: unchanged)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(
             f"token_healing={n!r} is not allowed: an integer >= 0 (tokens to back off; 0 = off)"
@@ -137,8 +137,7 @@ def _heal_prompts(
     if token_bytes is None or len(token_bytes) > vocab_size:
         raise ValueError(
             "token_healing needs token_bytes: each id's raw bytes (Tokenizer.token_bytes()), at "
-            "most "
-            f"the model's {vocab_size} ids"
+            f"most the model's {vocab_size} ids"
         )
     plans = [back_off(p, n, token_bytes) for p in prompts]
     # ids past the tokenizer: never
@@ -156,8 +155,8 @@ def text_generation(
     token_healing: int = 0,
     special_tokens: bool = False,
 ) -> Generation:
-    """`decoder.generate` on text: encode, decode incrementally, apply stop strings, stream
-    `on_text(row, piece)`.
+    """`decoder.generate` on text: encode, decode incrementally, apply stop strings,
+    stream `on_text(row, piece)`.
 
     Rows stop at the tokenizer's stop ids (`stop_ids`: its EOS and end-of-turn tokens,
     data/tokenizer.py; else its `eos_id`), at a stop string, or after max_new_tokens. The text

@@ -10,8 +10,8 @@ re-spell the removed bytes R.
 Which tokens a constrained step allows, with R' the removed bytes not yet re-spelled (`allowed`):
 - every token whose bytes start with R' (it completes R' and may run past it: the healed merge), and
 - every token whose bytes are a proper prefix of R' ending on one of the prompt's own token
-  boundaries (the removed tokens themselves, or merges of whole removed tokens), after which R'
-  shrinks.
+  boundaries (the removed tokens themselves, or merges of whole removed tokens), after
+  which R' shrinks.
 So N = 1 allows exactly the tokens extending the last one (Su's and guidance's rule, the token
 itself included), and a prompt ending on a clean boundary with nothing longer in the vocabulary is
 unchanged. The allowed sets come from a byte-level trie over the vocabulary (`ByteTrie`), keyed by
@@ -37,8 +37,8 @@ class _Node:
 
 
 class ByteTrie:
-    """The vocabulary's byte strings in a trie: which tokens extend a byte string, which are its
-    prefixes."""
+    """The vocabulary's byte strings in a trie: which tokens extend a byte string, which
+    are its prefixes."""
 
     def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
         self.vocab_size = len(token_bytes)
@@ -86,8 +86,8 @@ class _Row:
 
 
 class Healing:
-    """Per-row healing state through the first decode steps: masks the logits, then advances on the
-    sample."""
+    """Per-row healing state through the first decode steps: masks the logits, then advances
+    on the sample."""
 
     def __init__(
         self, trie: ByteTrie, removed: Sequence[bytes], cuts: Sequence[Sequence[int]]
@@ -101,8 +101,8 @@ class Healing:
         return any(row.rest for row in self.rows)
 
     def mask(self) -> torch.Tensor:
-        """(B, V) True where a token is allowed this step (every token for rows that are healed
-        already)."""
+        """(B, V) True where a token is allowed this step (every token for rows that
+        are healed already)."""
         mask = torch.ones(len(self.rows), self.trie.vocab_size, dtype=torch.bool)
         self._consumed = []
         for b, row in enumerate(self.rows):
@@ -116,13 +116,13 @@ class Healing:
         return mask
 
     def constrain(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits (B, V) with the disallowed tokens at -inf: sampling renormalises over the allowed
-        ones."""
+        """logits (B, V) with the disallowed tokens at -inf: sampling renormalises over
+        the allowed ones."""
         return logits.masked_fill(~self.mask().to(logits.device), float("-inf"))  # (B, V)
 
     def advance(self, tokens: list[int]) -> None:
-        """Record each row's sampled token: it consumes a prefix of the removed bytes, or all of
-        them."""
+        """Record each row's sampled token: it consumes a prefix of the removed bytes, or
+        all of them."""
         for row, consumed, token in zip(self.rows, self._consumed, tokens):
             if consumed is None:
                 continue
@@ -134,10 +134,10 @@ class Healing:
 def back_off(
     prompt: list[int], n: int, token_bytes: Sequence[bytes | None]
 ) -> tuple[int, bytes, list[int]]:
-    """How many tokens to remove from `prompt` (at most n, always leaving one), the removed bytes R,
-    and the token boundaries inside R. Special tokens are never removed; the back-off stops short of
-    splitting a UTF-8 character between what stays and R, so R is whole characters of the prompt
-    text."""
+    """How many tokens to remove from `prompt` (at most n, always leaving one), the removed bytes
+    R, and the token boundaries inside R. Special tokens are never removed; the back-off stops
+    short of splitting a UTF-8 character between what stays and R, so R is whole characters of
+    the prompt text."""
     k = 0
     while k < min(n, len(prompt) - 1) and token_bytes[prompt[-k - 1]]:
         k += 1

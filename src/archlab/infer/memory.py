@@ -1,7 +1,7 @@
-"""What generation costs in memory: KV-cache bytes for this model and for MHA / GQA / MQA at its
-width, and the measured peak (`archlab generate --report-memory`). Bytes come from `archlab.costs`,
-the one formula (sliding-window layers keep only their window), which is also what
-`KVCache.nbytes()` allocates.
+"""What generation costs in memory: KV-cache bytes for this model and for MHA / GQA / MQA
+at its width, and the measured peak (`archlab generate --report-memory`). Bytes come from
+`archlab.costs`, the one formula (sliding-window layers keep only their window), which is also
+what `KVCache.nbytes()` allocates.
 """
 
 from __future__ import annotations
@@ -54,15 +54,15 @@ def kv_bytes_table(
 
 
 def _gqa_heads(n_heads: int) -> int | None:
-    """A GQA example for an MHA model: the divisor of n_heads strictly between 1 and n_heads nearest
-    n_heads/4."""
+    """A GQA example for an MHA model: the divisor of n_heads strictly between 1 and
+    n_heads nearest n_heads/4."""
     divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
     return min(divisors, key=lambda k: abs(k - n_heads / 4), default=None)
 
 
 def peak_memory(device: torch.device) -> tuple[str, int]:
-    """The measured peak: CUDA's allocator high-water mark, or on CPU the process's peak resident
-    set."""
+    """The measured peak: CUDA's allocator high-water mark, or on CPU the process's
+    peak resident set."""
     if device.type == "cuda":
         return "peak CUDA memory allocated", torch.cuda.max_memory_allocated(device)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
@@ -70,8 +70,8 @@ def peak_memory(device: torch.device) -> tuple[str, int]:
 
 
 def state_description(config: ModelConfig, dtype: torch.dtype, batch: int = 1) -> str:
-    """What a linear kernel's decoding state holds, and whether its size depends on the context
-    (costs.py)."""
+    """What a linear kernel's decoding state holds, and whether its size depends on
+    the context (costs.py)."""
     bound = state_bytes_bound(config, dtype_name(dtype), batch)
     return config.linear_kernel.describe_state(bound, config.position == "alibi")
 
@@ -90,9 +90,9 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
     linear = config.linear_kernel is not None
     what = f"Decoding state of attn_kernel={config.attn_kernel!r}" if linear else "KV cache"
     lines = [
-        f"{what} ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, context "
-        f"{result.context_len} tokens x batch {batch}{kept}); allocated {result.cache_bytes:,} "
-        "bytes"
+        f"{what} ({dtype}, {config.n_layers} layers, head_dim {config.head_dim}, "
+        f"context {result.context_len} tokens x batch {batch}{kept}); "
+        f"allocated {result.cache_bytes:,} bytes"
     ]
     if linear:
         lines.append("  " + state_description(config, dtype, batch))
@@ -111,10 +111,8 @@ def memory_report(model: TransformerLM, result: Generation, device: torch.device
         outweighs = f"past {fits:,} tokens" if fits is not None else f"at no length ({fixed})"
         lines.append(
             f"  {row['attention']} ({row['n_kv_heads']} KV heads): {row['bytes_per_token']:,} "
-            "B/token, "
-            f"{row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B of "
-            "weights "
-            f"{outweighs}{marker}"
+            f"B/token, {row['context_bytes']:,} B for the context; outweighs the {param_bytes:,} B "
+            f"of weights {outweighs}{marker}"
         )
     label, peak = peak_memory(device)
     lines.append(f"{label}: {peak / 2**20:,.1f} MiB")

@@ -47,8 +47,8 @@ def check_context(
 
 
 def check_prompts(config: ModelConfig, prompts: list[list[int]], sampling: SamplingConfig) -> None:
-    """Non-empty prompts of integer ids inside the vocabulary, fitting the context: one line
-    otherwise."""
+    """Non-empty prompts of integer ids inside the vocabulary, fitting the context:
+    one line otherwise."""
     if not prompts or not all(prompts):
         raise ValueError("generate needs at least one prompt, and every prompt at least one token")
     check_context(
@@ -79,8 +79,8 @@ def check_prompts(config: ModelConfig, prompts: list[list[int]], sampling: Sampl
 def left_pad(
     prompts: list[list[int]], device: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Token lists -> ids (B, T) padded on the left, and the attention mask (B, T) (None if none is
-    padded)."""
+    """Token lists -> ids (B, T) padded on the left, and the attention mask (B, T) (None if
+    none is padded)."""
     longest = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long)
     mask = torch.zeros(len(prompts), longest, dtype=torch.bool)

@@ -61,7 +61,8 @@ class SamplingConfig:
             "stop": (all(isinstance(s, str) and s for s in self.stop), "non-empty strings"),
             "past_context": (
                 isinstance(self.past_context, str) and self.past_context in PAST_CONTEXT,
-                f"one of {', '.join(PAST_CONTEXT)}"),
+                f"one of {', '.join(PAST_CONTEXT)}",
+            ),
         }
         for name, (ok, allowed) in checks.items():
             if not ok:
@@ -81,8 +82,8 @@ def _is_finite(x: object) -> bool:
 
 def sampling_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """logits (B, V) -> the distribution sampled from (B, V): softmax(logits / temperature),
-    restricted to the top-k tokens and then to the top-p nucleus, renormalised. Needs temperature >
-    0."""
+    restricted to the top-k tokens and then to the top-p nucleus, renormalised. Needs
+    temperature > 0."""
     logits = logits.float() / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         kth = logits.topk(sampling.top_k, dim=-1).values[:, -1:]  # (B, 1)
@@ -99,8 +100,8 @@ def sampling_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tens
 def sample_next(
     logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """logits (B, V) -> next token ids (B,): argmax at temperature 0, else a draw from
-    `sampling_probs`."""
+    """logits (B, V) -> next token ids (B,): argmax at temperature 0, else a
+    draw from `sampling_probs`."""
     if sampling.temperature == 0:
         return logits.argmax(dim=-1)
     # (B,)

@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 
 def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
-    """Store each float32 CPU `nn.Linear` weight column-major: same shape and values, strides (1,
-    out).
+    """Store each float32 CPU `nn.Linear` weight column-major: same shape and values,
+    strides (1, out).
 
     `F.linear(x, W)` multiplies by W^T. With W column-major, W^T is a contiguous (in, out) matrix,
     and MKL's one-row product (every decode step at batch 1) streams that layout at close to memory
@@ -55,9 +55,9 @@ def column_major_linears(model: nn.Module) -> list[nn.Parameter]:
 
 
 def row_major_cpu_linears(model: nn.Module) -> list[nn.Parameter]:
-    """The float32 CPU `nn.Linear` weights still row-major (contiguous), each once (a tied head
-    too); none for FSDP-sharded models. What `column_major_linears` re-lays and
-    `reduction_gemvs_win` measures."""
+    """The float32 CPU `nn.Linear` weights still row-major (contiguous), each once (a
+    tied head too); none for FSDP-sharded models. What `column_major_linears` re-lays
+    and `reduction_gemvs_win` measures."""
     if _fsdp_managed(model):
         return []
     weights = (m.weight for m in model.modules() if isinstance(m, nn.Linear))
@@ -85,8 +85,8 @@ def _fsdp_managed(model: nn.Module) -> bool:
 
 
 def row_major_linears(weights: list[nn.Parameter]) -> None:
-    """Put weights re-laid by `column_major_linears` back to the usual contiguous (out, in)
-    layout."""
+    """Put weights re-laid by `column_major_linears` back to the usual contiguous
+    (out, in) layout."""
     with torch.inference_mode(False), torch.no_grad():
         for w in weights:
             w.data = w.data.contiguous()
@@ -119,10 +119,10 @@ PROBE_MARGIN = 0.95  # the reductions must take under this fraction of MKL's tim
 
 
 class _ReductionLinears(TorchFunctionMode):
-    """Inside a compiled step: `F.linear` of one token as `(W * x).sum(-1)`. Inductor turns that
-    into its own vectorized dot products, reading each row-major weight row once, and may fuse the
-    op before it (a norm's scale, SwiGLU's product) into the same loop; everything else runs
-    unchanged."""
+    """Inside a compiled step: `F.linear` of one token as `(W * x).sum(-1)`. Inductor turns
+    that into its own vectorized dot products, reading each row-major weight row once, and may
+    fuse the op before it (a norm's scale, SwiGLU's product) into the same loop; everything
+    else runs unchanged."""
 
     # noqa: ANN001, ANN204 - torch's protocol
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -208,8 +208,8 @@ def reduction_gemvs_win(model: nn.Module) -> bool:
     reduce_s, mkl_s = _gemv_seconds(chosen)
     wins = reduce_s < PROBE_MARGIN * mkl_s
     logger.info(
-        "compiled decode: one-token products as %s (%d weights, %.1f MB: reductions %.2f ms, MKL "
-        "%.2f ms)",
+        "compiled decode: one-token products as %s (%d weights, %.1f MB: reductions %.2f ms, "
+        "MKL %.2f ms)",
         "Inductor reductions" if wins else "MKL GEMVs",
         len(chosen),
         size / 1e6,

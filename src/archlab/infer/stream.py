@@ -1,6 +1,6 @@
 """Streaming detokenization: tokens in, confirmed text out, never half a UTF-8 character and never
-text that may still turn out to start a stop string (stop strings are matched in O(1) Python work
-per token).
+text that may still turn out to start a stop string (stop strings are matched in O(1) Python
+work per token).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class TextStream:
         return self._emit(self.held + self._skipped(text[len(prefix) :]))
 
     def _skipped(self, piece: str) -> str:
-        """`piece` without what is left of the `skip` leading characters (before stop strings are
-        matched)."""
+        """`piece` without what is left of the `skip` leading characters (before stop
+        strings are matched)."""
         cut = min(self.skip, len(piece))
         self.skip -= cut
         return piece[cut:]
@@ -70,8 +70,8 @@ class TextStream:
         return text
 
     def finish(self) -> str:
-        """The row has ended: flush held-back text and any unfinished tail (as replacement
-        characters)."""
+        """The row has ended: flush held-back text and any unfinished tail
+        (as replacement characters)."""
         if self.stopped:
             return ""
         tail = ""

@@ -1,10 +1,10 @@
-"""Hugging Face interop: `from_hf` / `save_hf` read and write checkpoint folders through one engine
-driven by the per-family tables in `families/` (config keys, weight names, and the few transforms
-between them).
+"""Hugging Face interop: `from_hf` / `save_hf` read and write checkpoint folders through one
+engine driven by the per-family tables in `families/` (config keys, weight names, and the few
+transforms between them).
 
-The names below load on first use (PEP 562, as the package root does): the family tables are plain
-data, so `archlab convert --help` lists them without importing torch, which `from_hf` and `save_hf`
-need.
+The names below load on first use (PEP 562, as the package root does): the family tables are
+plain data, so `archlab convert --help` lists them without importing torch, which `from_hf`
+and `save_hf` need.
 """
 
 from __future__ import annotations

@@ -48,17 +48,17 @@ class InteropError(ValueError):
 
 
 def unsupported(family: Family, key: str, value: object, allowed: str) -> InteropError:
-    """The one-line refusal of a config.json value: the key, the value, the family and what is
-    allowed."""
+    """The one-line refusal of a config.json value: the key, the value, the family and
+    what is allowed."""
     return InteropError(
-        f"config.json {key}={value!r} is not supported for model_type {family.model_type!r}: "
-        f"{allowed}"
+        f"config.json {key}={value!r} is not supported for "
+        f"model_type {family.model_type!r}: {allowed}"
     )
 
 
 def shortest_period(pattern: str) -> str:
-    """The shortest string whose repetition, cut to len(pattern), is `pattern` ("SFSFSF" ->
-    "SF")."""
+    """The shortest string whose repetition, cut to len(pattern), is `pattern`
+    ("SFSFSF" -> "SF")."""
     for n in range(1, len(pattern) + 1):
         if all(pattern[i] == pattern[i % n] for i in range(len(pattern))):
             return pattern[:n]
@@ -81,10 +81,10 @@ Default = Any
 class Key:
     """A config.json key that carries a `ModelConfig` field.
 
-    `values` maps HF spellings to ours where they differ (activations); export writes the first HF
-    spelling of our value, or `export_value` when given. `load`/`save` convert values that are not
-    renames (Gemma 2's query_pre_attn_scalar -> attn_scale); `save` returns None where HF cannot say
-    it.
+    `values` maps HF spellings to ours where they differ (activations); export writes the first
+    HF spelling of our value, or `export_value` when given. `load`/`save` convert values that are
+    not renames (Gemma 2's query_pre_attn_scalar -> attn_scale); `save` returns None where HF
+    cannot say it.
     """
 
     field: str
@@ -130,8 +130,8 @@ class RopeKeys:
 
 @dataclass(frozen=True)
 class Rule:
-    """Where one of our parameters lives in the HF state dict: its source key(s) and the
-    transform."""
+    """Where one of our parameters lives in the HF state dict: its source key(s)
+    and the transform."""
 
     kind: str
     sources: tuple[str, ...] = ()
@@ -167,8 +167,8 @@ ZERO = Rule("zero")
 
 
 def linear(ours: str, theirs: str | tuple[str, ...], kind: str = "copy") -> dict[str, Rule]:
-    """Weight and bias rules of one linear (or norm) `ours` stored as `theirs`; a Conv1D bias is a
-    plain copy."""
+    """Weight and bias rules of one linear (or norm) `ours` stored as `theirs`; a Conv1D bias is
+    a plain copy."""
     names = (theirs,) if isinstance(theirs, str) else theirs
     return {
         f"{ours}.weight": Rule(kind, tuple(f"{n}.weight" for n in names)),

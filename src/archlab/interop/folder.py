@@ -1,10 +1,10 @@
 """A Hugging Face model folder on disk: `config.json` and safetensors weights, one file or sharded.
 
 Reading opens every safetensors file as a memory map (`safe_open`) and answers key, shape and dtype
-questions from the headers alone, so a folder is checked completely before any tensor is read; a
-tensor is only copied out of the map when it is asked for. Every failure is one line naming the file
-(and key). Pickled weights (`.bin`, `.pt`) are refused, never unpickled: unpickling runs arbitrary
-code.
+questions from the headers alone, so a folder is checked completely before any tensor is read;
+a tensor is only copied out of the map when it is asked for. Every failure is one line naming
+the file (and key). Pickled weights (`.bin`, `.pt`) are refused, never unpickled: unpickling
+runs arbitrary code.
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ class HFFolder:
         shards = sorted(p.name for p in self.path.glob("model-*-of-*.safetensors"))
         if shards:
             raise InteropError(
-                f"{self.path} has shards ({shards[0]}, ...) but no {INDEX} to say which key is "
-                "where"
+                f"{self.path} has shards ({shards[0]}, ...) but no {INDEX} to say which "
+                "key is where"
             )
         pickles = sorted(p.name for pattern in PICKLES for p in self.path.glob(pattern))
         if pickles:
@@ -128,8 +128,8 @@ class HFFolder:
         name = self.handles[self.file_of[key]].get_slice(key).get_dtype()
         if name not in FLOAT_DTYPES:
             raise InteropError(
-                f"{self.where(key)}: {key!r} is stored as {name}; weights must be one of "
-                f"{', '.join(FLOAT_DTYPES)}"
+                f"{self.where(key)}: {key!r} is stored as {name}; weights must be "
+                f"one of {', '.join(FLOAT_DTYPES)}"
             )
         return FLOAT_DTYPES[name]
 

@@ -38,8 +38,8 @@ DTYPE_NAMES = {
 def from_hf(
     path: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> TransformerLM:
-    """The model of a Hugging Face folder (eval mode), weights as stored or cast to `dtype`, on
-    `device`."""
+    """The model of a Hugging Face folder (eval mode), weights as stored or cast to
+    `dtype`, on `device`."""
     folder = HFFolder(path)
     family = family_of(folder.config)
     config = config_from_hf(folder.config, family)
@@ -51,8 +51,8 @@ def from_hf(
 
 
 def _assign(model: TransformerLM, state: dict[str, torch.Tensor], device: torch.device) -> None:
-    """Make the loaded tensors the parameters (no copy), re-tie the head, and compute the buffers on
-    `device`."""
+    """Make the loaded tensors the parameters (no copy), re-tie the head, and compute the
+    buffers on `device`."""
     for name, tensor in state.items():
         owner, _, leaf = name.rpartition(".")
         model.get_submodule(owner)._parameters[leaf] = nn.Parameter(tensor)
@@ -62,14 +62,13 @@ def _assign(model: TransformerLM, state: dict[str, torch.Tensor], device: torch.
 
 
 def pick_family(config: ModelConfig, name: str | None = None) -> Family:
-    """The family to export `config` as: `name`, or the first in FAMILIES that carries every
-    switch."""
+    """The family to export `config` as: `name`, or the first in FAMILIES that
+    carries every switch."""
     if name is not None:
         if name in READ_ONLY:
             raise InteropError(
                 f"model_type {name!r} is read only ({READ_ONLY[name].architecture} has parts "
-                "archlab "
-                f"does not model): export one of {', '.join(FAMILIES)}"
+                f"archlab does not model): export one of {', '.join(FAMILIES)}"
             )
         family = family_of({"model_type": name})
         diff = config_diff(config, family)

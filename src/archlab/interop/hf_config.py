@@ -74,8 +74,8 @@ TRAINING_ONLY = (
 
 
 def config_from_hf(hf: dict[str, Any], family: Family) -> ModelConfig:
-    """The ModelConfig of a family's config.json; any value the table cannot map exactly is refused
-    by name."""
+    """The ModelConfig of a family's config.json; any value the table cannot map exactly is
+    refused by name."""
     hf = text_part(hf, family)
     fields: dict[str, Any] = dict(family.fixed)
     for key, spec in family.keys.items():
@@ -148,8 +148,8 @@ def _read_key(
 
 
 def _read_window(hf: dict[str, Any], family: Family, n_layers: int) -> dict[str, Any]:
-    """sliding_window and window_pattern: one window on every layer (`all`), or per
-    `layer_types`."""
+    """sliding_window and window_pattern: one window on every layer (`all`),
+    or per `layer_types`."""
     window = hf.get("sliding_window", family.window_default)
     if family.window == "qwen" and not hf.get("use_sliding_window", False):
         # Qwen2/3 configs keep a sliding_window value that applies only with use_sliding_window
@@ -203,8 +203,8 @@ def _read_window(hf: dict[str, Any], family: Family, n_layers: int) -> dict[str,
 
 
 def config_to_hf(config: ModelConfig, family: Family) -> tuple[dict[str, Any], list[str]]:
-    """A family's config.json for `config`, and the switches it could not write (empty when it
-    could)."""
+    """A family's config.json for `config`, and the switches it could not write (empty
+    when it could)."""
     c, problems = config, []
     hf: dict[str, Any] = {
         "architectures": [family.architecture],
@@ -315,8 +315,8 @@ def config_diff(config: ModelConfig, family: Family) -> list[str]:
 
 
 def is_hf_folder(path: str | Path) -> bool:
-    """Whether `path` is a Hugging Face model folder (a config.json with a model_type), not an
-    archlab run."""
+    """Whether `path` is a Hugging Face model folder (a config.json with a model_type), not
+    an archlab run."""
     file = Path(path) / "config.json"
     if not file.is_file():
         return False

@@ -1,18 +1,18 @@
 """RoPE in a Hugging Face `config.json` <-> the `rope` group of `ModelConfig`, for every family.
 
 Three shapes of it exist:
-- one `rope_parameters` dict (transformers 5, `rope_theta` inside) or the older top-level
-  `rope_theta` + `rope_scaling` (which wins, as in transformers): rope.theta, rope.fraction,
-  rope.scaling;
+- one `rope_parameters` dict (transformers 5, `rope_theta` inside) or the older
+  top-level `rope_theta` + `rope_scaling` (which wins, as in transformers):
+  rope.theta, rope.fraction, rope.scaling;
 - Gemma 3: `rope_parameters` keyed by layer type, {"full_attention": {...}, "sliding_attention":
   {...}}, or the legacy `rope_theta` (full layers), `rope_local_base_freq` (window layers) and a
   `rope_scaling` that applies to the full layers only: rope.local_theta and rope.local_scaling
   (window layers unscaled, or scaled alike);
-- SmolLM3: `no_rope_layers`, one 0 (NoPE) or 1 (RoPE) per layer, else a NoPE layer every
-  `no_rope_layer_interval`: rope.pattern.
+- SmolLM3: `no_rope_layers`, one 0 (NoPE) or 1 (RoPE) per layer, else a NoPE layer
+  every `no_rope_layer_interval`: rope.pattern.
 
-Mapping of `RopeScaling.kind` to transformers' `rope_type` (modeling_rope_utils.py,
-ROPE_INIT_FUNCTIONS):
+Mapping of `RopeScaling.kind` to transformers'
+`rope_type` (modeling_rope_utils.py, ROPE_INIT_FUNCTIONS):
     none -> default, linear -> linear, dynamic -> dynamic, yarn -> yarn, llama3 -> llama3,
     ntk_by_parts -> llama3 (the same by-parts formula with alpha/beta as low/high_freq_factor),
     ntk -> default with the stretched base theta * s^(d/(d-2)) (transformers has no static NTK).
@@ -107,22 +107,22 @@ def rope_to_hf(scaling: RopeScaling, theta: float, d_rot: int) -> dict[str, Any]
 
 
 def rope_refusal(scaling: RopeScaling | None) -> str | None:
-    """Why a Hugging Face config.json cannot carry `scaling` (a kind in HF_ROPE_REFUSED), or
-    None."""
+    """Why a Hugging Face config.json cannot carry `scaling` (a kind in
+    HF_ROPE_REFUSED), or None."""
     if scaling is None or scaling.kind not in HF_ROPE_REFUSED:
         return None
     return f"rope.scaling.kind={scaling.kind!r} ({HF_ROPE_REFUSED[scaling.kind]})"
 
 
 def hf_max_position_embeddings(scaling: RopeScaling, max_seq_len: int) -> int:
-    """The `max_position_embeddings` to export: dynamic NTK reads its M from there; others keep
-    ours."""
+    """The `max_position_embeddings` to export: dynamic NTK reads its M from there;
+    others keep ours."""
     return scaling.original_max_seq_len if scaling.kind == "dynamic" else max_seq_len
 
 
 def rope_from_hf(params: dict[str, Any] | None, max_position_embeddings: int) -> RopeScaling:
-    """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers 5 fills
-    them)."""
+    """Read HF `rope_parameters` / legacy `rope_scaling` (defaults filled as transformers
+    5 fills them)."""
     params = dict(params or {})
     hf_type = params.get("rope_type", params.get("type", "default"))
     kinds = {"default": "none", **{v: k for k, v in HF_ROPE_TYPE.items() if k not in READ_AS_OTHER}}
@@ -180,8 +180,8 @@ def read_rope(hf: dict[str, Any], family: Family, fields: dict[str, Any]) -> dic
 def _rope_params(
     hf: dict[str, Any], family: Family
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The full layers' RoPE parameters and, for a family with per-layer-type RoPE, the window
-    layers'."""
+    """The full layers' RoPE parameters and, for a family with per-layer-type RoPE,
+    the window layers'."""
     rope = family.rope
     if rope.local_theta_key is None:
         return dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {}), None
@@ -202,8 +202,8 @@ def _rope_params(
 def _read_fraction(
     hf: dict[str, Any], family: Family, fields: dict[str, Any], fraction: float | None
 ) -> float:
-    """The rotary share of each head: from rope_parameters, the family's legacy key, or GPT-J's
-    rotary_dim."""
+    """The rotary share of each head: from rope_parameters, the family's legacy key,
+    or GPT-J's rotary_dim."""
     rope = family.rope
     if fraction is None and rope.fraction_key is not None:
         fraction = hf.get(rope.fraction_key)
@@ -242,9 +242,9 @@ def _scaling(params: dict[str, Any], family: Family, max_seq_len: int) -> RopeSc
 def _read_local(
     local: dict[str, Any], theta: float, scaling: RopeScaling, family: Family, max_seq_len: int
 ) -> dict[str, Any]:
-    """rope.local_theta and rope.local_scaling from the window layers' parameters: their base, and a
-    scaling that is none (Gemma 3) or the full layers' own; anything else archlab's window layers
-    cannot hold."""
+    """rope.local_theta and rope.local_scaling from the window layers' parameters: their base,
+    and a scaling that is none (Gemma 3) or the full layers' own; anything else archlab's window
+    layers cannot hold."""
     local_theta = float(local.pop("rope_theta"))
     if local.pop("partial_rotary_factor", 1.0) not in (None, 1.0):
         raise unsupported(

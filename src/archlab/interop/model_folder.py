@@ -56,8 +56,8 @@ class ModelFolder:
         return (self.path if self.hf else self.checkpoint) / TOKENIZER
 
     def saved(self) -> dict[str, Any]:
-        """An archlab checkpoint's config.json ({"model": ..., "train": ...}); {} for a Hugging
-        Face folder."""
+        """An archlab checkpoint's config.json ({"model": ..., "train": ...}); {} for a
+        Hugging Face folder."""
         return {} if self.hf else read_checkpoint_config(self.checkpoint)
 
     def config(self) -> ModelConfig:
@@ -67,8 +67,8 @@ class ModelFolder:
         return ModelConfig.from_dict(self.saved()["model"])
 
     def check_tokenizer(self) -> None:
-        """A Hugging Face folder must carry its tokenizer.json (an archlab checkpoint always
-        does)."""
+        """A Hugging Face folder must carry its tokenizer.json (an archlab
+        checkpoint always does)."""
         if self.hf and not self.tokenizer_file.is_file():
             raise FileNotFoundError(
                 f"{self.flag} {self.path}: this Hugging Face folder has no tokenizer.json (the "
@@ -90,8 +90,8 @@ class ModelFolder:
 
 
 def find_model(path: str | Path, flag: str = "--checkpoint") -> ModelFolder:
-    """The model folder at `path`, refused in one line naming `flag` when it does not exist or holds
-    no model."""
+    """The model folder at `path`, refused in one line naming `flag` when it does not exist or
+    holds no model."""
     folder = Path(path)
     if not folder.exists():
         raise FileNotFoundError(f"{flag} {path}: no such file or folder")
@@ -103,6 +103,6 @@ def find_model(path: str | Path, flag: str = "--checkpoint") -> ModelFolder:
 def open_model(
     path: str | Path, flag: str = "--checkpoint", dtype: torch.dtype | None = None
 ) -> tuple[TransformerLM, Tokenizer]:
-    """A model and its tokenizer from a Hugging Face folder or an archlab checkpoint / run
-    folder."""
+    """A model and its tokenizer from a Hugging Face folder or an archlab checkpoint
+    / run folder."""
     return find_model(path, flag).load(dtype)

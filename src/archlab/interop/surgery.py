@@ -1,9 +1,9 @@
 """Model surgery: start from existing weights with changed switches, where a mapping exists.
 
 `adapt(model, config)` returns a new model of `config` carrying `model`'s weights. What may change:
-- `n_kv_heads` down to a divisor of the current count: each group's K and V heads (weights and
-  biases) are mean-pooled into one, the GQA conversion of Ainslie et al. 2023 (arXiv 2305.13245,
-  section 2.2);
+- `n_kv_heads` down to a divisor of the current count: each group's K and V heads (weights
+  and biases) are mean-pooled into one, the GQA conversion of Ainslie et al. 2023 (arXiv
+  2305.13245, section 2.2);
 - `rope.scaling` and `max_seq_len` (RoPE or no absolute positions): same weights, longer context;
 - `qk_norm` added (from none): new gains 1 (0 when stored as 1 + w), biases 0;
 - `attn_softcap`, `final_softcap`: no parameters, the caps act on the same weights;
@@ -39,8 +39,8 @@ MAPPED = ("n_kv_heads", "qk_norm", "qk_norm_scope")
 
 
 def check_changes(old: ModelConfig, new: ModelConfig) -> list[str]:
-    """The changed fields, after refusing those without a principled weight mapping (one line, by
-    name)."""
+    """The changed fields, after refusing those without a principled weight mapping (one
+    line, by name)."""
     changed = changed_fields(old, new)
     for name in changed:
         before, after = _value(old, name), _value(new, name)
@@ -68,8 +68,8 @@ def check_changes(old: ModelConfig, new: ModelConfig) -> list[str]:
             )
         if name in ("attn_bias", "mlp_bias") and "bias" in changed:
             raise InteropError(
-                f"cannot change {name} {before} -> {after}: new biases have no weights to start "
-                "from"
+                f"cannot change {name} {before} -> {after}: new biases have no weights "
+                "to start from"
             )
         if name not in FREE + MAPPED:
             raise InteropError(
@@ -105,8 +105,8 @@ def _value(config: ModelConfig, name: str) -> object:
 
 
 def pool_kv(qkv: torch.Tensor, old: ModelConfig, n_kv: int) -> torch.Tensor:
-    """Fused [q | k | v] rows (weight or bias) with each group of K and V heads mean-pooled into
-    one."""
+    """Fused [q | k | v] rows (weight or bias) with each group of K and V heads
+    mean-pooled into one."""
     q, k, v = qkv.split(
         [old.n_heads * old.head_dim, old.n_kv_heads * old.head_dim, old.n_kv_heads * old.head_dim]
     )
@@ -124,8 +124,8 @@ def pool_kv(qkv: torch.Tensor, old: ModelConfig, n_kv: int) -> torch.Tensor:
 
 
 def adapt(model: TransformerLM, config: ModelConfig) -> TransformerLM:
-    """A model of `config` started from `model`'s weights (see the module docstring for what may
-    change).
+    """A model of `config` started from `model`'s weights (see the module docstring for
+    what may change).
 
     The weights it does not change are `model`'s own tensors, not copies (clone `model` first to
     train one and keep the other): at SmolLM2-135M's shapes a copy of the state plus a randomly

@@ -22,8 +22,8 @@ LAYER = re.compile(r"^layers\.(\d+)\.")
 
 
 def plan(model: TransformerLM, family: Family) -> dict[str, tuple[Rule, tuple[str, ...]]]:
-    """Our parameter name -> (rule, its HF keys), for every parameter the model owns (a tied head
-    once)."""
+    """Our parameter name -> (rule, its HF keys), for every parameter the model owns (a
+    tied head once)."""
     out = {}
     for name in _own_parameters(model):
         layer = LAYER.match(name)
@@ -113,8 +113,8 @@ def _resolve(folder: HFFolder, key: str, family: Family) -> str:
 def check_folder(
     folder: HFFolder, family: Family, model: TransformerLM
 ) -> dict[str, tuple[Rule, tuple[str, ...]]]:
-    """The plan with aliases resolved, after checking every key, shape and dtype against the
-    headers."""
+    """The plan with aliases resolved, after checking every key, shape and dtype
+    against the headers."""
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     resolved, used = {}, set()
     for name, (rule, keys) in plan(model, family).items():
@@ -127,8 +127,8 @@ def check_folder(
                 )
             if folder.shape(key) != want:
                 raise InteropError(
-                    f"{folder.where(key)}: {key!r} has shape {list(folder.shape(key))}, the config "
-                    f"says {list(want)}"
+                    f"{folder.where(key)}: {key!r} has shape {list(folder.shape(key))}, the "
+                    f"config says {list(want)}"
                 )
             folder.dtype(key)
         used |= set(keys)
@@ -153,8 +153,8 @@ def load_state(
     dtype: torch.dtype | None,
     device: torch.device,
 ) -> dict[str, torch.Tensor]:
-    """Our state dict from a checked folder: one parameter at a time, cast to `dtype` (None: as
-    stored)."""
+    """Our state dict from a checked folder: one parameter at a time, cast to `dtype`
+    (None: as stored)."""
     resolved = check_folder(folder, family, model)
     if dtype is None:  # as stored: the embedding's dtype (a file mixing dtypes is cast to it)
         dtype = folder.dtype(resolved["embed_tokens.weight"][1][0])
@@ -175,8 +175,8 @@ def load_state(
 
 
 def export_state(model: TransformerLM, family: Family) -> dict[str, torch.Tensor]:
-    """The model's weights under the family's HF names; a `zero` rule's parameter must be all
-    zeros."""
+    """The model's weights under the family's HF names; a `zero` rule's parameter must
+    be all zeros."""
     c, params = model.config, dict(model.named_parameters())
     out = {}
     for name, (rule, keys) in plan(model, family).items():

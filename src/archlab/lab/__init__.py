@@ -1,16 +1,21 @@
-"""The ablation lab: a lecture's claims as equal-budget experiments with computed verdicts (`archlab ablate`).
+"""The ablation lab: a lecture's claims as equal-budget experiments with computed
+verdicts (`archlab ablate`).
 
-`archlab.lab.Experiment` is the front door (lab/experiment.py). Code outside the lab (commands/, scripts/) imports
-only the names below, never a module of the lab's subpackages (tests/test_layout.py checks it):
+`archlab.lab.Experiment` is the front door (lab/experiment.py). Code outside the lab
+(commands/, scripts/) imports only the names below, never a module of the lab's subpackages
+(tests/test_layout.py checks it):
 
-    spec/         what a suite asks for: the suite file, arms, budgets, designs, the names ablate's flags offer
+    spec/         what a suite asks for: the suite file, arms, budgets, designs, the names
+                  ablate's flags offer
     measures/     what is measured of one run, and the timing pairs
-    analysis/     the table of measured values, the verdict rule and its tests, power, screening, the ladder's fit
-    runs/         the plan, the store, the runner and its worker, executors, collecting, planning seeds
+    analysis/     the table of measured values, the verdict rule and its tests, power, screening,
+                  the ladder's fit
+    runs/         the plan, the store, the runner and its worker, executors, collecting, planning
+                  seeds
     publishing/   the record, the pages, the report, docs/results
 
-Each name is imported when first used, so the torch-free parts (`archlab ablate --help`, `--list`: the budgets,
-the flags' names, the suite index) stay light.
+Each name is imported when first used, so the torch-free parts (`archlab ablate --help`, `--list`:
+the budgets, the flags' names, the suite index) stay light.
 """
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ Block type (`block`):
     serial            x = x + Attn(..x..); x = x + MLP(..x..)  two residual steps
     parallel          x = x + Attn(..x..) + MLP(..x..)         both read the same x (GPT-J, PaLM)
     gau               x = x + GAU(..x..)                       one gated attention unit, no FFN
-For a parallel block, `parallel_norms` = 1 shares one input norm (GPT-J, PaLM), 2 gives each its own
-(NeoX).
+For a parallel block, `parallel_norms` = 1 shares one input norm (GPT-J, PaLM), 2 gives each
+its own (NeoX).
 
-Fused parallel block (`parallel_fused`): one input and one output GEMM where the layout allows, in
-training (nn/parallel.py). Norm names: attn_norm / mlp_norm (the sublayers' input norms, or the post
-norms of `post`), attn_out_norm / mlp_out_norm (the norms on a sublayer's output, `double` and
-`nonresidual_post`).
+Fused parallel block (`parallel_fused`): one input and one output GEMM where the layout allows,
+in training (nn/parallel.py). Norm names: attn_norm / mlp_norm (the sublayers' input norms,
+or the post norms of `post`), attn_out_norm / mlp_out_norm (the norms on a sublayer's output,
+`double` and `nonresidual_post`).
 
 Shapes: x (B, T, D) -> (B, T, D).
 """
@@ -70,8 +70,8 @@ class Block(nn.Module):
         self.fuse_out = fused and c.norm_position in ("pre", "post") and self.drop is None
 
     def _out(self, norm: nn.Module | None, y: torch.Tensor) -> torch.Tensor:
-        """A sublayer's output on its way into the residual: its output norm (if any), then
-        dropout."""
+        """A sublayer's output on its way into the residual: its output norm (if
+        any), then dropout."""
         y = _maybe(norm, y)
         return y if self.drop is None else self.drop(y)
 
@@ -95,8 +95,8 @@ class Block(nn.Module):
                 return x + self._parallel(h, h if self.mlp_norm is None else self.mlp_norm(x), inp)
 
     def _single(self, x: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
-        """A layer of one sublayer F (a GAU), with the same placements as the serial block's each
-        sublayer."""
+        """A layer of one sublayer F (a GAU), with the same placements as the serial
+        block's each sublayer."""
         match self.position:
             case "post" | "deepnorm":  # x = N(alpha x + F(x)), alpha = 1 for post
                 return self.attn_norm(self.alpha * x + self._out(None, self.attn(x, inp)))
@@ -113,8 +113,8 @@ class Block(nn.Module):
         return self.out_sum(heads, hidden)
 
     def out_sum(self, heads: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """The two branches' outputs projected, each through its output norm and dropout, and
-        added."""
+        """The two branches' outputs projected, each through its output norm and
+        dropout, and added."""
         attn, mlp = self.attn, self.mlp
         return self._out(self.attn_out_norm, attn.o_proj(heads)) + self._out(
             self.mlp_out_norm, mlp.down_proj(hidden)

@@ -47,8 +47,8 @@ class MLP(nn.Module):
 
 
 class GatedMLP(nn.Module):
-    """Gated linear unit: down(act(gate(x)) * up(x)); the activation sits on the gate branch
-    only."""
+    """Gated linear unit: down(act(gate(x)) * up(x)); the activation sits on the
+    gate branch only."""
 
     def __init__(
         self, d_model: int, d_ff: int, activation: str, bias: bool, swish_beta: float = 1.0
@@ -64,8 +64,8 @@ class GatedMLP(nn.Module):
         return self.gate_up_proj
 
     def activate(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """The hidden act(gate) * up (B, T, F) from the input projection's output [gate | up] (B, T,
-        2F)."""
+        """The hidden act(gate) * up (B, T, F) from the input projection's output [gate | up]
+        (B, T, 2F)."""
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, F) each
         return self.act(gate) * up  # (B, T, F)
 

@@ -19,8 +19,8 @@ Z_LOSS_COEF = 1e-4  # PaLM (arXiv 2204.02311, sec. 5): 1e-4 * log(Z)^2 keeps log
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax with the max subtracted first, so exp never overflows; rows of all -inf give
-    zeros."""
+    """Softmax with the max subtracted first, so exp never overflows; rows of all
+    -inf give zeros."""
     m = x.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(x - m)
@@ -97,8 +97,8 @@ def attention_from_scores(
     dropout_p: float = 0.0,
     training: bool = False,
 ) -> torch.Tensor:
-    """The rest of `eager_attention` once the scaled scores (B, H, T, S) are known (ReRoPE builds
-    its own)."""
+    """The rest of `eager_attention` once the scaled scores (B, H, T, S) are known (ReRoPE
+    builds its own)."""
     scores = softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
@@ -129,8 +129,8 @@ def causal_mask(
 
 def swap_halves(x: torch.Tensor) -> torch.Tensor:
     """(..., D) -> the last dim's halves swapped, [x[D/2:], x[:D/2]]: a permutation and an
-    involution. After the final norm of a tied model it makes the self-logit S(w_i) . w_i ~ 0 at
-    init instead of ~ d sigma (Su, kexue.fm/archives/9698), like splitting the table into two untied
-    halves."""
+    involution. After the final norm of a tied model it makes the self-logit S(w_i) . w_i ~ 0
+    at init instead of ~ d sigma (Su, kexue.fm/archives/9698), like splitting the table into
+    two untied halves."""
     half = x.shape[-1] // 2
     return torch.cat([x[..., half:], x[..., :half]], dim=-1)  # (..., D)

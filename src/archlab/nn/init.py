@@ -1,6 +1,6 @@
 """How a TransformerLM's parameters start: `init_model(model, seed)`, which
-`TransformerLM.init_weights` calls (also the way to materialise a meta-device build:
-`model.to_empty(device=d); model.init_weights(seed)`).
+`TransformerLM.init_weights` calls (also the way to materialise a meta-device
+build: `model.to_empty(device=d); model.init_weights(seed)`).
 
 | parameter                    | trunc_normal (CS336 lecture notes)       | gpt2                   |
 |------------------------------|------------------------------------------|------------------------|
@@ -44,8 +44,8 @@ TRUNC_STDS = 3.0  # the CS336 lecture notes' trunc_normal clips at +-3 standard 
 
 
 def init_model(model: nn.Module, seed: int | None = None) -> None:
-    """Every parameter and computed buffer of `model` (a TransformerLM) by the table above; safe to
-    call again."""
+    """Every parameter and computed buffer of `model` (a TransformerLM) by the table above; safe
+    to call again."""
     c = model.config
     if seed is None:
         seed = int(torch.randint(0, 2**62, (), device="cpu"))
@@ -122,8 +122,8 @@ def param_seed(seed: int, name: str) -> int:
 
 
 def _trunc_normal(t: torch.Tensor, std: float, seed: int, name: str) -> None:
-    """N(0, std^2) clipped at +-TRUNC_STDS std into `t`, drawn on the CPU from the generator of
-    (seed, name)."""
+    """N(0, std^2) clipped at +-TRUNC_STDS std into `t`, drawn on the CPU from the generator
+    of (seed, name)."""
     if t.is_meta:  # nothing to fill yet (a meta build); `to_empty` + `init_weights` draws it later
         return
     draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
@@ -136,8 +136,8 @@ def _trunc_normal(t: torch.Tensor, std: float, seed: int, name: str) -> None:
 
 
 def _orthogonal(t: torch.Tensor, seed: int, name: str) -> None:
-    """An orthogonal matrix into `t` (nn.init.orthogonal_), drawn on the CPU from the generator of
-    (seed, name)."""
+    """An orthogonal matrix into `t` (nn.init.orthogonal_), drawn on the CPU from the generator
+    of (seed, name)."""
     if t.is_meta:
         return
     draw = t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)

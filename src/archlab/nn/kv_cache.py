@@ -125,8 +125,8 @@ class KVCache:
         )
 
     def set_padding(self, attention_mask: torch.Tensor) -> None:
-        """Record which of the next T slots are real tokens: attention_mask (B, T), 1 = token, 0 =
-        padding.
+        """Record which of the next T slots are real tokens: attention_mask (B, T), 1 = token,
+        0 = padding.
 
         Call it before the forward that writes those slots (e.g. a left-padded prompt)."""
         b, t = attention_mask.shape
@@ -144,8 +144,8 @@ class KVCache:
 
     @property
     def chunk_mask(self) -> torch.Tensor | None:
-        """(B, T) True for the real tokens of the chunk about to be written (set_padding), or None:
-        all real."""
+        """(B, T) True for the real tokens of the chunk about to be written (set_padding), or
+        None: all real."""
         return self._chunk_mask
 
     def positions(self, t: int) -> torch.Tensor:
@@ -244,8 +244,7 @@ class KVCache:
         if not 0 <= pos <= self.pos or self.key_mask is not None or wrapped:
             raise ValueError(
                 f"rewind({pos}) is not allowed: a position in 0..{self.pos} (the slots written) of "
-                "a "
-                "cache without recorded padding whose sliding-window rings have not wrapped"
+                "a cache without recorded padding whose sliding-window rings have not wrapped"
             )
         self.pos = pos
         if pos == 0:  # nothing written is kept: the next forward may write in either mode

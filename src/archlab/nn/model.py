@@ -3,12 +3,12 @@
 One forward serves training, evaluation and decoding: `forward(input_ids, positions=None,
 cache=None)`. Positions default to the cache offset + arange(T); with a KVCache the same forward
 appends the new tokens' keys and values and returns only their logits. Given `targets`, it returns
-the loss instead (`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses such as
-VQ's commitment, each term for the logs); the loss lives in the forward so that DDP, FSDP and
-torch.compile wrap it with the model. What attention needs besides x (masks, RoPE plans, ring slots,
-log-n) is built once per forward per kind of layer by nn/attention/inputs.py. The training fast
-paths (nn/fast/install.py) are installed from outside (`fast.install`); this module runs only the
-formulas.
+the loss instead (`LossOutput`: mean cross entropy + z-loss + the attention kernels' losses such
+as VQ's commitment, each term for the logs); the loss lives in the forward so that DDP, FSDP and
+torch.compile wrap it with the model. What attention needs besides x (masks, RoPE plans, ring
+slots, log-n) is built once per forward per kind of layer by nn/attention/inputs.py. The training
+fast paths (nn/fast/install.py) are installed from outside (`fast.install`); this module runs
+only the formulas.
 
 Shapes: B batch, T new tokens, D d_model, V vocabulary.
 """
@@ -38,9 +38,9 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 class LossOutput(NamedTuple):
-    """What `TransformerLM.forward` returns given targets: `loss` = ce + z, the objective; `ce` and
-    `z` (z_loss_coef * mean log(Z)^2, exactly 0 when off) are for the logs: detach them before
-    keeping them."""
+    """What `TransformerLM.forward` returns given targets: `loss` = ce + z, the objective; `ce`
+    and `z` (z_loss_coef * mean log(Z)^2, exactly 0 when off) are for the logs: detach them
+    before keeping them."""
 
     loss: torch.Tensor
     ce: torch.Tensor
@@ -109,9 +109,9 @@ class TransformerLM(nn.Module):
     @torch.no_grad()
     def materialise_buffers(self, device: torch.device) -> None:
         """After building on the meta device and assigning weights: make every buffer still on meta
-        on `device` and let its module compute it (RoPE tables, ALiBi slopes, FAVOR projections). A
-        module whose buffers all came with the weights (a VQ codebook's statistics) is left as
-        loaded."""
+        on `device` and let its module compute it (RoPE tables, ALiBi slopes, FAVOR projections).
+        A module whose buffers all came with the weights (a VQ codebook's statistics) is
+        left as loaded."""
         for module in self.modules():
             meta = [
                 name
@@ -124,11 +124,11 @@ class TransformerLM(nn.Module):
                 module.reset_buffers()
 
     def init_weights(self, seed: int | None = None) -> None:
-        """Initialise every parameter and computed buffer (nn/init.py has the table); safe to call
-        again, and the way to materialise a model built on the meta device:
-        `model.to_empty(device=d); model.init_weights(seed)`. Each tensor is drawn from its own
-        generator seeded by (`seed`, its name); `seed=None` draws one from torch's global
-        generator."""
+        """Initialise every parameter and computed buffer (nn/init.py has the table);
+        safe to call again, and the way to materialise a model built on the meta device:
+        `model.to_empty(device=d); model.init_weights(seed)`. Each tensor is drawn from
+        its own generator seeded by (`seed`, its name); `seed=None` draws one from
+        torch's global generator."""
         init_model(self, seed)
 
     def forward(
@@ -211,15 +211,13 @@ class TransformerLM(nn.Module):
         raise ValueError(
             f"this KVCache was filled in {modes[0]} mode and is continued in {modes[1]} mode, but "
             f"rope.scaling kind={rotary.scaling.kind!r} remaps positions in {remaps_in} mode only, "
-            "so "
-            "its cached keys mean other positions in the other mode: fill a new cache in the mode "
-            "you "
-            "decode in (model.eval() before the prefill)"
+            "so its cached keys mean other positions in the other mode: fill a new cache in the "
+            "mode you decode in (model.eval() before the prefill)"
         )
 
     def _embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Token embeddings (times the embedding scale), plus absolute positions, then embedding
-        dropout."""
+        """Token embeddings (times the embedding scale), plus absolute positions,
+        then embedding dropout."""
         x = self.embed_tokens(input_ids)  # (B, T, D)
         if self.embed_multiplier != 1.0:
             x = x * self.embed_multipliers.get(x.dtype, self.embed_multiplier)
@@ -228,8 +226,8 @@ class TransformerLM(nn.Module):
         return x if self.drop is None else self.drop(x)
 
     def _tied_head_input(self, x: torch.Tensor) -> torch.Tensor:
-        """What the (tied) head reads: the final hidden states, channel halves swapped, or
-        projected."""
+        """What the (tied) head reads: the final hidden states, channel halves
+        swapped, or projected."""
         match self.config.tied_head:
             case "swap":
                 return swap_halves(x)
@@ -254,8 +252,8 @@ class TransformerLM(nn.Module):
         return LossOutput(ce + z, ce, z)
 
     def _aux_loss(self) -> torch.Tensor | None:
-        """The sum of the linear attention kernels' losses of this forward (VQ's commitment), or
-        None."""
+        """The sum of the linear attention kernels' losses of this forward (VQ's
+        commitment), or None."""
         terms = [
             m.aux_loss
             for m in self.modules()
@@ -276,8 +274,8 @@ class TransformerLM(nn.Module):
 
     @property
     def layer_caches(self) -> list[str]:
-        """What each layer keeps in a KVCache: "keys" (its keys and values) or "state" (a linear
-        kernel's)."""
+        """What each layer keeps in a KVCache: "keys" (its keys and values) or "state"
+        (a linear kernel's)."""
         return ["keys" if layer.attn.linear is None else "state" for layer in self.layers]
 
     @property
@@ -289,8 +287,8 @@ class TransformerLM(nn.Module):
     @property
     def static_decode_shape(self) -> bool:
         """Whether every decode step sees a cache of the same shapes, so a compiled step never
-        recompiles: not with a linear kernel whose state grows and shrinks (VQ's tail of one to two
-        blocks)."""
+        recompiles: not with a linear kernel whose state grows and shrinks (VQ's tail of one
+        to two blocks)."""
         return all(m.static_decode_shape for m in self.modules() if isinstance(m, LinearAttention))
 
     def num_parameters(self) -> int:
@@ -299,15 +297,15 @@ class TransformerLM(nn.Module):
 
 
 def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
-    """Integer ids in 0..vocab_size-1, or one line saying which is not. The range is read only on
-    the CPU (and not while compiling): on an accelerator reading it would sync the host every
-    step."""
+    """Integer ids in 0..vocab_size-1, or one line saying which is not. The range is read
+    only on the CPU (and not while compiling): on an accelerator reading it would sync the
+    host every step."""
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
     if ids.device.type == "cpu" and ids.numel() and not torch.compiler.is_compiling():
         lo, hi = (int(v) for v in torch.aminmax(ids))
         if lo < 0 or hi >= vocab_size:
             raise ValueError(
-                f"token id {hi if hi >= vocab_size else lo} is outside the model's vocabulary "
-                f"(0..{vocab_size - 1})"
+                f"token id {hi if hi >= vocab_size else lo} is outside the "
+                f"model's vocabulary (0..{vocab_size - 1})"
             )

@@ -1,12 +1,12 @@
 """Normalization layers: RMSNorm and LayerNorm (bias optional), plus the QK-norm builder.
 
 Variants
-- `rmsnorm`: x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019, arXiv 1910.07467); no mean, no
-  bias.
-- `layernorm`: (x - mean) / sqrt(var + eps) * w + b (Ba et al. 2016, arXiv 1607.06450); `bias=False`
-  drops b.
-- `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function is
-  the same.
+- `rmsnorm`: x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019, arXiv 1910.07467); no
+  mean, no bias.
+- `layernorm`: (x - mean) / sqrt(var + eps) * w + b (Ba et al. 2016, arXiv 1607.06450);
+  `bias=False` drops b.
+- `unit_offset=True` stores w zero-centred and multiplies by (1 + w), as Gemma does; the function
+  is the same.
 
 Both normalise in float32 and cast back, so bf16 activations keep a well-conditioned statistic.
 (`fast.install` gives RMSNorm a hand-written backward in CPU training: nn/fast/install.py; LayerNorm
@@ -36,8 +36,8 @@ def rms_norm_formula(
 def layer_norm_formula(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float
 ) -> torch.Tensor:
-    """(x - mean) / sqrt(var + eps) * w (+ b), written out in the same style (biased variance, as
-    torch)."""
+    """(x - mean) / sqrt(var + eps) * w (+ b), written out in the same style (biased
+    variance, as torch)."""
     centred = x - x.mean(-1, keepdim=True)
     y = centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps) * weight
     return y if bias is None else y + bias

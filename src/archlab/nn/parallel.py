@@ -29,8 +29,8 @@ from archlab.nn.attention.inputs import AttentionInputs
 
 
 def fusing(attn: nn.Module, mlp: nn.Module) -> bool:
-    """Whether this call runs the fused GEMMs: in training (autograd recording), over plain
-    Linears."""
+    """Whether this call runs the fused GEMMs: in training (autograd recording),
+    over plain Linears."""
     linears = (attn.qkv_proj, attn.o_proj, mlp.in_proj, mlp.down_proj)
     return torch.is_grad_enabled() and all(type(p) is nn.Linear for p in linears)
 

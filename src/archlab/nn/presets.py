@@ -17,8 +17,7 @@ nn/config/model.py: gpt2's norm_bias=True under `norm="rmsnorm"`, olmo2's `rope`
 Every knob of an architecture is a ModelConfig field, so `archlab train --preset hwfa2
 --model.full_layers 2 --model.rope.scaling.window 64` reaches it as `build_preset("hwfa2", size,
 full_layers=2, rope={"scaling": {"window": 64}})` does: a group given as a dict edits the preset's,
-and a scaling given without its kind edits the preset's scaling (`layer_over`,
-nn/config/layers.py).
+and a scaling given without its kind edits the preset's scaling (`layer_over`, nn/config/layers.py).
 
 Architectures follow the papers and the Hugging Face `transformers` implementations
 (models/<family>/ modeling_<family>.py); the training-side choices of each paper (z-loss, optimizer,
@@ -63,8 +62,8 @@ SIZES: dict[str, Fields] = {
 
 
 def _half_kv(shape: Fields) -> int:
-    """The shape's n_kv_heads if it sets one, else GQA with two query heads per K/V head where
-    n_heads allows."""
+    """The shape's n_kv_heads if it sets one, else GQA with two query heads per K/V head
+    where n_heads allows."""
     if shape.get("n_kv_heads") is not None:
         return shape["n_kv_heads"]
     h = shape["n_heads"]
@@ -72,8 +71,8 @@ def _half_kv(shape: Fields) -> int:
 
 
 def original(shape: Fields) -> Fields:
-    """Vaswani et al. 2017 (decoder only): post-norm LayerNorm, ReLU MLP with biases, sinusoids,
-    dropout."""
+    """Vaswani et al. 2017 (decoder only): post-norm LayerNorm, ReLU MLP with
+    biases, sinusoids, dropout."""
     return dict(
         norm="layernorm",
         norm_bias=True,
@@ -89,8 +88,8 @@ def original(shape: Fields) -> Fields:
 
 
 def gpt2(shape: Fields) -> Fields:
-    """Radford et al. 2019: pre-norm LayerNorm, GELU (tanh) MLP with biases, learned positions,
-    tied."""
+    """Radford et al. 2019: pre-norm LayerNorm, GELU (tanh) MLP with biases,
+    learned positions, tied."""
     return dict(
         norm="layernorm",
         norm_bias=True,
@@ -124,8 +123,8 @@ def neox(shape: Fields) -> Fields:
 
 
 def gptj(shape: Fields) -> Fields:
-    """GPT-J: parallel block with one LayerNorm, interleaved partial RoPE, MLP and head biases
-    only."""
+    """GPT-J: parallel block with one LayerNorm, interleaved partial RoPE, MLP and
+    head biases only."""
     return dict(
         norm="layernorm",
         norm_bias=True,
@@ -194,8 +193,8 @@ def olmo2(shape: Fields) -> Fields:
 
 
 def qwen3(shape: Fields) -> Fields:
-    """Qwen3: pre-norm RMSNorm, per-head QK RMSNorm, GQA, SwiGLU, RoPE theta 1M, tied (small
-    models)."""
+    """Qwen3: pre-norm RMSNorm, per-head QK RMSNorm, GQA, SwiGLU, RoPE theta 1M,
+    tied (small models)."""
     return dict(
         norm="rmsnorm",
         norm_eps=1e-6,
@@ -211,12 +210,12 @@ def qwen3(shape: Fields) -> Fields:
 
 
 def hwfa(shape: Fields) -> Fields:
-    """Su's hybrid window-full attention (HWFA; "Transformer upgrade 9: a new idea for global length
-    extrapolation", kexue.fm/archives/9603; with ReRoPE, "Transformer upgrade 14",
-    kexue.fm/archives/9731): Llama blocks whose layers but the last attend within a window (here a
-    quarter of the context) with RoPE; the last attends to everything with no positions (NoPE) and
-    log-n scaling. HWFA + ReRoPE: add rope={"scaling": {"kind": "rerope", "window": ...}}
-    (docs/long-context.md)."""
+    """Su's hybrid window-full attention (HWFA; "Transformer upgrade 9: a new idea for
+    global length extrapolation", kexue.fm/archives/9603; with ReRoPE, "Transformer upgrade
+    14", kexue.fm/archives/9731): Llama blocks whose layers but the last attend within a
+    window (here a quarter of the context) with RoPE; the last attends to everything with no
+    positions (NoPE) and log-n scaling. HWFA + ReRoPE: add rope={"scaling": {"kind": "rerope",
+    "window": ...}} (docs/long-context.md)."""
     n = shape["n_layers"]
     return dict(
         norm="rmsnorm",
@@ -280,8 +279,8 @@ HF_FAMILIES = {
 
 
 def build_preset(name: str, size: str = "tiny", **overrides: Any) -> ModelConfig:
-    """ModelConfig for architecture `name` at `size`; `overrides` win over both (see the module
-    docstring)."""
+    """ModelConfig for architecture `name` at `size`; `overrides` win over both (see
+    the module docstring)."""
     if name not in PRESETS:
         raise ConfigError(f"preset={name!r} is not allowed: one of {', '.join(PRESETS)}")
     if size not in SIZES:

@@ -45,8 +45,8 @@ class Registry(Mapping[str, Any]):
         return name in self.references
 
     def register(self, name: str, reference: str) -> None:
-        """Add (or replace) `name` -> `reference`; a plugin or a test registers a variant this
-        way."""
+        """Add (or replace) `name` -> `reference`; a plugin or a test registers a
+        variant this way."""
         _check_reference(self.family, name, reference)
         self.references[name] = reference
         self._resolved.pop(name, None)

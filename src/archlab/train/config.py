@@ -91,8 +91,7 @@ class TrainConfig:
             "optimizer.tiger_rms_lr",
             o.tiger_rms_lr,
             "false with lora_rank > 0 (LoRA's B starts at 0 and Tiger's rate lr x RMS(B) keeps it "
-            "there: "
-            "nothing would train)",
+            "there: nothing would train)",
         )
         if not self.out:
             self.out = f"runs/{self.preset}-{self.size}"
@@ -118,8 +117,8 @@ class TrainConfig:
 # -------------------------------------------------------------------------------------------
 # resolution
 def tokenizer_vocab_size(data: DataConfig) -> int:
-    """Ids the tokenizer will have, known before the data is prepared: the model's default
-    vocab_size."""
+    """Ids the tokenizer will have, known before the data is prepared: the
+    model's default vocab_size."""
     prepared = Path(data.source) / "meta.json"
     if prepared.is_file():
         return int(json.loads(prepared.read_text(encoding="utf-8"))["tokenizer"]["vocab_size"])
@@ -144,8 +143,8 @@ def resolve_model(
 ) -> ModelConfig:
     """The ModelConfig: preset at size (or a resumed run's saved model), then `model.*` overrides.
 
-    vocab_size follows the tokenizer unless set explicitly. A resumed run must rebuild the same
-    model.
+    vocab_size follows the tokenizer unless set explicitly. A resumed run must rebuild
+    the same model.
     """
     typed = typed_overrides(
         ModelConfig, {k.removeprefix("model."): v for k, v in overrides.items()}, "model."
@@ -166,11 +165,11 @@ def resolve_model(
 def resolve_config(
     layers: list[dict[str, Value]], saved: dict[str, dict[str, Value]] | None = None
 ) -> tuple[TrainConfig, ModelConfig]:
-    """Merge flat dotted layers (YAML file, then flags) over the defaults, or over a resumed run's
-    config.
+    """Merge flat dotted layers (YAML file, then flags) over the defaults, or over a
+    resumed run's config.
 
-    `saved` is a checkpoint's config.json ({"train": ..., "model": ...}); preset and size may not
-    change.
+    `saved` is a checkpoint's config.json ({"train": ..., "model": ...}); preset and size
+    may not change.
     """
     train, model_overrides = _train_config(layers, saved)
     _check_data(train, layers)

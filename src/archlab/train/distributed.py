@@ -6,9 +6,9 @@ or DDP. Process groups use NCCL on GPUs and gloo on CPUs. Checkpoints always hol
 state dicts keyed by parameter name (`torch.distributed.checkpoint.state_dict`), so a run saved
 under FSDP on 8 GPUs resumes on one CPU and vice versa.
 
-Multi-node: launch the same command on every node with torchrun's rendezvous flags, e.g. `torchrun
---nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m archlab train ...`
-(docs/training.md).
+Multi-node: launch the same command on every node with torchrun's rendezvous flags, e.g.
+`torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m archlab
+train ...` (docs/training.md).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on r
 
 @dataclass(frozen=True)
 class DistContext:
-    """Where this process sits: its rank among `world_size` processes and the device it computes
-    on."""
+    """Where this process sits: its rank among `world_size` processes and the device
+    it computes on."""
 
     mode: str  # none | ddp | fsdp
     rank: int
@@ -72,8 +72,8 @@ def setup(mode: str, device: str = "auto") -> DistContext:
     if mode == "none":
         if world > 1:
             raise ValueError(
-                f"launched with {world} processes but distributed='none'; pass --distributed ddp "
-                "or fsdp"
+                f"launched with {world} processes but distributed='none'; pass --distributed "
+                "ddp or fsdp"
             )
         return DistContext("none", 0, 1, 0, resolve_device(device, flag="precision.device"))
     if "RANK" not in os.environ:

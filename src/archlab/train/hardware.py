@@ -50,8 +50,8 @@ def cpu_flags() -> set[str]:
 
 
 def bf16_units(device: torch.device) -> str | None:
-    """What multiplies bf16 natively on `device` (a CPU flag or 'cuda'), or None when it is
-    emulated."""
+    """What multiplies bf16 natively on `device` (a CPU flag or 'cuda'), or None when
+    it is emulated."""
     if device.type == "cuda":
         return "cuda" if torch.cuda.is_bf16_supported(including_emulation=False) else None
     flags = cpu_flags()
@@ -88,8 +88,7 @@ def refuse_emulated_bf16(dtype: str, device: torch.device, allow_slow_bf16: bool
         raise ValueError(
             f"precision.dtype='bf16' is not allowed on this {device.type}: it has no bf16 units "
             f"({' / '.join(BF16_CPU_FLAGS)}), so autocast would run several times slower than "
-            "fp32; "
-            "use fp32, or pass --precision.allow_slow_bf16 true to run it anyway"
+            "fp32; use fp32, or pass --precision.allow_slow_bf16 true to run it anyway"
         )
 
 
@@ -116,11 +115,11 @@ def physical_cores() -> int:
 
 
 def busy_cores(interval: float = 0.3) -> float:
-    """CPUs that other processes keep busy right now: the non-idle share of each CPU this process
-    may run on, over `interval` seconds of /proc/stat while this process sleeps. Where /proc/stat is
-    missing, the 1-minute load average, which lags: it still counts a run that ended seconds ago
-    (two threads measured 1.9x faster than the one such a stale load picked); 0 where neither
-    exists."""
+    """CPUs that other processes keep busy right now: the non-idle share of each CPU this
+    process may run on, over `interval` seconds of /proc/stat while this process sleeps. Where
+    /proc/stat is missing, the 1-minute load average, which lags: it still counts a run that
+    ended seconds ago (two threads measured 1.9x faster than the one such a stale load picked); 0
+    where neither exists."""
     before = cpu_times()
     if before:
         time.sleep(interval)
@@ -133,8 +132,8 @@ def busy_cores(interval: float = 0.3) -> float:
 
 def cpu_times(stat: str | None = None) -> dict[int, tuple[int, int]]:
     """CPU -> (busy, total) jiffies from /proc/stat's per-CPU lines (user nice system idle iowait
-    irq softirq steal; guest time is already inside user), for the CPUs this process may run on; {}
-    where unreadable."""
+    irq softirq steal; guest time is already inside user), for the CPUs this process may run on;
+    {} where unreadable."""
     if stat is None:
         try:
             stat = Path("/proc/stat").read_text()
@@ -166,8 +165,8 @@ def busy_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int,
 
 
 def pick_threads(step_flops: float, requested: int = 0) -> tuple[int, str]:
-    """CPU threads for a training step doing `step_flops` of matmul work, and the reason, for the
-    log."""
+    """CPU threads for a training step doing `step_flops` of matmul work, and the reason,
+    for the log."""
     if requested > 0:
         return requested, "precision.threads"
     omp = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -194,8 +193,8 @@ def cpuinfo_field(key: str) -> str | None:
 
 
 def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo, or the platform's processor string where that is
-    missing."""
+    """The CPU's marketing name from /proc/cpuinfo, or the platform's processor string where
+    that is missing."""
     found = cpuinfo_field("model name") or platform.processor() or platform.machine()
     return found or "unknown CPU"
 
@@ -224,8 +223,8 @@ def cpu_class() -> str:
 
 
 def describe_machine() -> str:
-    """One line for reports: CPU, cores, the vector and bf16 flags that decide speed, torch and
-    Python."""
+    """One line for reports: CPU, cores, the vector and bf16 flags that decide speed,
+    torch and Python."""
     flags = cpu_flags()
     vector = [f for f in ("avx2", "fma", "avx512f", *BF16_CPU_FLAGS) if f in flags]
     missing = [f for f in ("avx512f", *BF16_CPU_FLAGS) if f not in flags]

@@ -7,15 +7,15 @@ file's, then the flags'). There are three ways:
   with the layers on top, checked (train/resume.py), continuing from the checkpoint's step; a run
   already at its end trains nothing (`NothingToTrain`); a LoRA run's frozen base is rebuilt from its
   `init_from` source as the run began (the state checks its sha256 against the checkpoint's);
-- a run from existing weights (`init_from`: a Hugging Face folder or an archlab checkpoint): the
-  source's config under the layers, `data.tokenizer` the source's, its weights adapted to the
-  result (interop/surgery.py).
+- a run from existing weights (`init_from`: a Hugging Face folder or an archlab checkpoint):
+  the source's config under the layers, `data.tokenizer` the source's, its weights adapted to
+  the result (interop/surgery.py).
 
 `plan_run` resolves and checks all of it (`check_request` first: what the request alone decides)
 before any data is prepared, any model of the run built or any folder written, and returns a
 `RunStart`; `train` trains one (the process group, the preflight checks, the CPU threads, the
-`Trainer`). Torch-free at import: `archlab train --help` reads this module; torch comes where a run
-starts.
+`Trainer`). Torch-free at import: `archlab train --help` reads this module; torch comes where
+a run starts.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def plan_run(
     extend: bool = False,
     init_from: str | None = None,
 ) -> RunStart:
-    """How the run begins (module doc), every refusal one line before any data, model or folder is
-    touched."""
+    """How the run begins (module doc), every refusal one line before any data, model or
+    folder is touched."""
     check_request(layers, resume, extend, init_from=bool(init_from))
     if init_from:
         return from_weights(init_from, layers)
@@ -110,8 +110,8 @@ def check_request(
     # a config key alone would record weights never loaded
     if any("init_from" in layer for layer in layers):
         raise ValueError(
-            "init_from is set by --init-from PATH, which also loads the weights; not as a "
-            "config key"
+            "init_from is set by --init-from PATH, which also loads the weights; not as "
+            "a config key"
         )
     if extend and not resume:
         raise ValueError("--extend lengthens a resumed run: use it with --resume")
@@ -187,9 +187,9 @@ def check_settings_early(
 
 
 def lora_base(train_cfg: TrainConfig, model_cfg: ModelConfig) -> TransformerLM | None:
-    """The frozen base a resumed LoRA run from `init_from` continues on, rebuilt from that source as
-    the run began (the state then checks its sha256 against the checkpoint's); None for every
-    other run."""
+    """The frozen base a resumed LoRA run from `init_from` continues on, rebuilt from that source
+    as the run began (the state then checks its sha256 against the checkpoint's); None for
+    every other run."""
     source = train_cfg.init_from
     if not (train_cfg.lora_rank and source):
         return None
@@ -218,11 +218,11 @@ def train(
     init_from: TransformerLM | None = None,
 ) -> TrainResult:
     """Join the process group (if any), check every input, pick CPU threads, train (from
-    `init_from`'s weights if given), and leave it again. Inputs are checked before the first line is
-    logged (preflight.py): first what the settings decide alone (the schedule's end, the batch's
-    split, an emulated bf16, the memory estimate), then the run folder and its checkpoints, a
-    resumed run's checkpoint, metrics file and weights' shapes, the data (prepared here), and the
-    precision's advice."""
+    `init_from`'s weights if given), and leave it again. Inputs are checked before the first
+    line is logged (preflight.py): first what the settings decide alone (the schedule's end, the
+    batch's split, an emulated bf16, the memory estimate), then the run folder and its checkpoints,
+    a resumed run's checkpoint, metrics file and weights' shapes, the data (prepared here), and
+    the precision's advice."""
     import torch
 
     from archlab.train import distributed as dist_utils

@@ -33,8 +33,8 @@ LOCK_FILE = ".lock"
 
 
 class RunLocked(ValueError):
-    """Another live process holds the run folder; the message names it (a ValueError: the CLI exits
-    2)."""
+    """Another live process holds the run folder; the message names it (a ValueError: the
+    CLI exits 2)."""
 
 
 def _describe(holder: dict) -> str:
@@ -65,10 +65,10 @@ def _command() -> str:
 
 
 def check_folder(folder: Path, flag: str = "--out") -> None:
-    """Refuse, in one line, a folder path that names a file, or lies under one (mkdir would raise
-    FileExistsError / NotADirectoryError with a traceback), and one that cannot be written (a
-    read-only file system, no permission: `StorageError`); a missing folder is fine (it will be
-    created)."""
+    """Refuse, in one line, a folder path that names a file, or lies under one (mkdir would
+    raise FileExistsError / NotADirectoryError with a traceback), and one that cannot be written
+    (a read-only file system, no permission: `StorageError`); a missing folder is fine (it
+    will be created)."""
     for path in (folder, *folder.parents):
         if path.exists():
             if not path.is_dir():
@@ -81,8 +81,8 @@ def check_folder(folder: Path, flag: str = "--out") -> None:
 
 
 class RunLock:
-    """The lock of one run folder; `acquire()` takes it or raises `RunLocked`, `release()` gives it
-    back."""
+    """The lock of one run folder; `acquire()` takes it or raises `RunLocked`, `release()`
+    gives it back."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.path = Path(run_dir) / LOCK_FILE
@@ -96,8 +96,8 @@ class RunLock:
         return self._fd is not None
 
     def acquire(self) -> RunLock:
-        """Create the folder if needed and lock it; refuse (one line) while another live process
-        holds it."""
+        """Create the folder if needed and lock it; refuse (one line) while another live
+        process holds it."""
         if self._fd is not None:
             return self
         check_folder(self.path.parent)
@@ -122,8 +122,7 @@ class RunLock:
                 os.close(fd)
                 raise RunLocked(
                     f"{self.path.parent} is in use by {_describe(holder)}: one process writes a "
-                    "run "
-                    "folder at a time; wait for it to finish or choose another --out"
+                    "run folder at a time; wait for it to finish or choose another --out"
                 ) from None
             # the holder may have released and unlinked the file between our open and our flock
             if os.path.exists(self.path) and os.fstat(fd).st_ino == os.stat(self.path).st_ino:
@@ -154,8 +153,8 @@ class RunLock:
         self._fd = fd
 
     def release(self) -> None:
-        """Remove the lock file and let go (idempotent). The unlink comes first, while the lock is
-        still held."""
+        """Remove the lock file and let go (idempotent). The unlink comes first, while the lock
+        is still held."""
         if self._fd is None:
             return
         with contextlib.suppress(FileNotFoundError):
@@ -164,8 +163,8 @@ class RunLock:
         self._fd = None
 
     def discard(self) -> None:
-        """After a refused or failed start: remove the run folder if acquire() made it, then
-        release."""
+        """After a refused or failed start: remove the run folder if acquire() made
+        it, then release."""
         if self._fd is not None and self.created_folder:
             shutil.rmtree(self.path.parent, ignore_errors=True)
         self.release()

@@ -57,8 +57,8 @@ def training_bytes(
 
 
 def available_bytes(device: torch.device) -> int | None:
-    """Memory a run could still allocate: free CUDA memory, or the kernel's MemAvailable (None if
-    unknown)."""
+    """Memory a run could still allocate: free CUDA memory, or the kernel's MemAvailable
+    (None if unknown)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     meminfo = Path("/proc/meminfo")
@@ -72,10 +72,9 @@ def available_bytes(device: torch.device) -> int | None:
 
 def describe(parts: dict[str, int]) -> str:
     return (
-        f"about {parts['total'] / GB:.2f} GB (weights {parts['weights'] / GB:.2f}, gradients "
-        f"{parts['gradients'] / GB:.2f}, optimizer state {parts['optimizer'] / GB:.2f}, "
-        "activations "
-        f"{parts['activations'] / GB:.2f})"
+        f"about {parts['total'] / GB:.2f} GB (weights {parts['weights'] / GB:.2f}, "
+        f"gradients {parts['gradients'] / GB:.2f}, optimizer state "
+        f"{parts['optimizer'] / GB:.2f}, activations {parts['activations'] / GB:.2f})"
     )
 
 
@@ -91,11 +90,10 @@ def check_fits(parts: dict[str, int], device: torch.device, available: int | Non
     ):
         return
     raise ValueError(
-        f"this run needs {describe(parts)} but {device} has {available / GB:.2f} GB available: use "
-        "a "
-        "smaller model or micro-batch (data.batch_size, optimizer.grad_accum), --precision.dtype "
-        "bf16, or "
-        "--trainable to train part of it (ARCHLAB_SKIP_MEMORY_CHECK=1 to try anyway)"
+        f"this run needs {describe(parts)} but {device} has {available / GB:.2f} GB available: "
+        "use a smaller model or micro-batch (data.batch_size, optimizer.grad_accum), "
+        "--precision.dtype bf16, or --trainable to train part of it (ARCHLAB_SKIP_MEMORY_CHECK=1 "
+        "to try anyway)"
     )
 
 

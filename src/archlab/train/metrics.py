@@ -33,8 +33,8 @@ Row = dict[str, float | int | str | bool | None]
 
 
 def read_metrics(run_dir: str | Path, kind: str | None = None) -> list[Row]:
-    """The rows of a run's metrics.jsonl, optionally only those of one kind (`parse_metrics` checks
-    them)."""
+    """The rows of a run's metrics.jsonl, optionally only those of one kind
+    (`parse_metrics` checks them)."""
     path = Path(run_dir) / METRICS
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (is {run_dir} a training run folder?)")
@@ -43,9 +43,9 @@ def read_metrics(run_dir: str | Path, kind: str | None = None) -> list[Row]:
 
 def parse_metrics(path: Path) -> list[Row]:
     """Every row of metrics file `path`; one line naming the file, the line and what is wrong
-    otherwise. A last line without its newline that does not parse is a row a writer was cut off in
-    (a crash, or a run still writing while this reads): it is left out, since no checkpoint can hold
-    its step."""
+    otherwise. A last line without its newline that does not parse is a row a writer was cut off
+    in (a crash, or a run still writing while this reads): it is left out, since no checkpoint can
+    hold its step."""
     raw = path.read_bytes()
     lines = raw.split(b"\n")
     rows = []
@@ -175,11 +175,11 @@ def embedding_signature(
     previous: torch.Tensor | None = None,
     unseen: torch.Tensor | None = None,
 ) -> dict[str, float | int]:
-    """The sign optimizers' embedding outlier signature (Su, kexue.fm/archives/9736) of table E (V,
-    D):
+    """The sign optimizers' embedding outlier signature (Su, kexue.fm/archives/9736) of table
+    E (V, D):
 
-    - `embed_max_abs`: max |E_ij|; under Lion/Tiger with decay lambda it heads for 1/lambda (100 at
-      0.01);
+    - `embed_max_abs`: max |E_ij|; under Lion/Tiger with decay lambda it heads for 1/lambda
+      (100 at 0.01);
     - `embed_near_fixed_point`: the share of entries with ||E_ij| - 1/lambda| <= 1% of 1/lambda
       (decay > 0 only);
     - `embed_unseen_rows`, `embed_unseen_drift`: the rows marked in `unseen` (V,) (seen before, in
@@ -237,8 +237,8 @@ class EmbeddingWatch:
         decay: float,
         reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> dict[str, float | int]:
-        """The signature now, then a new snapshot; `reduce` sums a tensor over the ranks (every rank
-        calls)."""
+        """The signature now, then a new snapshot; `reduce` sums a tensor over the ranks
+        (every rank calls)."""
         full = table.full_tensor() if isinstance(table, DTensor) else table.detach()
         seen = self.seen_since if reduce is None else reduce(self.seen_since.float()) > 0
         unseen = self.seen_before & ~seen

@@ -6,8 +6,8 @@ decay with 0.1 and skip those). `param_groups` splits a model's parameters by wh
 counting a tied embedding / head matrix once, and `build_optimizer(model, cfg)` turns the groups
 into the one of the `OPTIMIZERS` (train/variants.py) that the `optimizer` section names.
 
-- AdamW: `torch.optim.AdamW` (Loshchilov & Hutter, arXiv 1711.05101), fused on CPU and CUDA, foreach
-  elsewhere.
+- AdamW: `torch.optim.AdamW` (Loshchilov & Hutter, arXiv 1711.05101), fused on CPU and
+  CUDA, foreach elsewhere.
 - Lion: sign of an interpolated momentum (Chen et al., arXiv 2302.06675, Algorithm 2). Because every
   coordinate moves by exactly lr, use a 3-10x smaller lr and a 3-10x larger weight decay than AdamW.
 - Tiger: Lion with beta1 == beta2, so a single momentum both decides the sign and is stored (Su
@@ -46,8 +46,8 @@ FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch.optim.AdamW(fused=True) has
 
 @dataclass(frozen=True)
 class ParamGroupNames:
-    """Which parameter names go to which group; each Parameter appears once (tied weights
-    deduplicated)."""
+    """Which parameter names go to which group; each Parameter appears once
+    (tied weights deduplicated)."""
 
     decay: list[str]
     no_decay: list[str]
@@ -84,9 +84,9 @@ def split_param_names(model: nn.Module, decay_embeddings: bool = False) -> Param
 
 
 def param_kind(module: nn.Module, name: str, param: nn.Parameter) -> str:
-    """One of `GROUP_KINDS`: matrices (linear weights), tables (any other matrix), gains (norm
-    weights stored as the gain itself) or biases (every other vector, zero-centred gains
-    included)."""
+    """One of `GROUP_KINDS`: matrices (linear weights), tables (any other matrix),
+    gains (norm weights stored as the gain itself) or biases (every other vector,
+    zero-centred gains included)."""
     if isinstance(module, nn.Linear) and name == "weight":
         return "matrices"
     if param.dim() >= 2:
@@ -109,8 +109,7 @@ def param_groups(
     if embedding_weight_decay is not None and not decay_embeddings:
         raise ValueError(
             f"optimizer.embedding_weight_decay={embedding_weight_decay!r} is not allowed: only "
-            "with "
-            "optimizer.decay_embeddings true (the tables are not decayed)"
+            "with optimizer.decay_embeddings true (the tables are not decayed)"
         )
     by_kind: dict[str, list[nn.Parameter]] = {kind: [] for kind in GROUP_KINDS}
     seen: set[int] = set()
@@ -187,9 +186,9 @@ def _embedding_groups(groups: list[dict], cfg: OptimizerConfig) -> list[dict]:
 
 
 def _check_rms_rate(model: nn.Module, groups: list[dict]) -> None:
-    """Refuse a matrix that is exactly zero under Tiger's rate lr x RMS(theta): it would never move
-    (LoRA's B starts at 0). Sharded tensors are left unchecked: reading them would gather every
-    shard."""
+    """Refuse a matrix that is exactly zero under Tiger's rate lr x RMS(theta): it would
+    never move (LoRA's B starts at 0). Sharded tensors are left unchecked: reading them would
+    gather every shard."""
     matrices = {id(p) for g in groups if g["kind"] == "matrices" for p in g["params"]}
     for param_name, p in model.named_parameters():
         if (
@@ -200,10 +199,8 @@ def _check_rms_rate(model: nn.Module, groups: list[dict]) -> None:
         ):
             raise ValueError(
                 f"optimizer.tiger_rms_lr=True is not allowed here: {param_name} is all zeros, and "
-                "Tiger's "
-                "per-parameter rate lr x RMS(theta) = 0 would never move it (LoRA's B starts at "
-                "0); set "
-                "optimizer.tiger_rms_lr false (rms_lr=False)"
+                "Tiger's per-parameter rate lr x RMS(theta) = 0 would never move it (LoRA's B "
+                "starts at 0); set optimizer.tiger_rms_lr false (rms_lr=False)"
             )
 
 
@@ -211,9 +208,9 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optim
     """The optimizer `cfg` names over `param_groups(model, ...)`, its betas the section's (resolved
     to `DEFAULT_BETAS[name]` when unset). The embedding remedies act on the tables group and
     `embedding_weight_decay` sets its decay; `tiger_rms_lr` / `tiger_nan_shrink` are Tiger's. Each
-    group's lr is the schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables). The
-    section checked its own values; what needs the model (a matrix Tiger's rate cannot move) is
-    refused here."""
+    group's lr is the schedule's lr times its `lr_ratio` (1 except a mixed optimizer's tables).
+    The section checked its own values; what needs the model (a matrix Tiger's rate cannot move)
+    is refused here."""
     groups = _embedding_groups(
         param_groups(model, cfg.weight_decay, cfg.decay_embeddings, cfg.embedding_weight_decay),
         cfg,
@@ -233,15 +230,15 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optim
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Give every group the schedule's lr times its `lr_ratio` (the trainer calls this each
-    step)."""
+    """Give every group the schedule's lr times its `lr_ratio` (the trainer calls
+    this each step)."""
     for group in optimizer.param_groups:
         group["lr"] = lr * group.get("lr_ratio", 1.0)
 
 
 def clip_gradients(parameters: Iterable[torch.Tensor], max_norm: float) -> float:
-    """Scale all gradients together so their global L2 norm is at most `max_norm`; return the norm
-    before.
+    """Scale all gradients together so their global L2 norm is at most `max_norm`; return
+    the norm before.
 
     max_norm 0 turns clipping off but still measures the norm (for the logs). Under FSDP the norm is
     reduced over the shards, so every rank gets the same number.

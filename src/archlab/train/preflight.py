@@ -75,8 +75,8 @@ def check_setup(train: TrainConfig, world_size: int, resume: bool) -> Path | Non
         raise FileNotFoundError(f"--resume: no checkpoint in {run_dir}/checkpoints to resume from")
     if not resume and latest is not None:
         raise ValueError(
-            f"{run_dir} already holds checkpoints; pass --resume to continue it or choose another "
-            "--out"
+            f"{run_dir} already holds checkpoints; pass --resume to continue it or "
+            "choose another --out"
         )
     if resume:
         saved = read_checkpoint_config(latest, ("model", "train"))["train"]

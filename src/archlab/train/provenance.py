@@ -76,8 +76,8 @@ def _git(cwd: Path, *args: str) -> str:
 def source_state(package: Path = PACKAGE) -> dict:
     """The git commit of the checkout `package` (archlab's source) runs from, and whether the
     package has local changes there; "unknown" for both when it does not run from a git checkout
-    that tracks it (an installed wheel, a site-packages inside another repository, no git), never
-    an error."""
+    that tracks it (an installed wheel, a site-packages inside another repository, no git),
+    never an error."""
     try:
         top = Path(_git(package, "rev-parse", "--show-toplevel"))
         _git(

@@ -1,7 +1,7 @@
 """What `--resume` may change in a run, and how `--extend` lengthens its learning-rate schedule.
 
-A resumed run continues exactly: same model, same corpus and tokenizer, same lr curve. So resuming
-refuses
+A resumed run continues exactly: same model, same corpus and tokenizer, same lr curve.
+So resuming refuses
 - another corpus or tokenizer (`data.source`, `data.tokenizer`, `data.vocab_size`,
   `data.val_fraction`, `data.dir`, `data.bpe_dropout`): the weights were trained on the run's token
   ids, and its prepared data is never replaced;
@@ -14,10 +14,10 @@ refuses
   sha256 in the trainer);
 - a `--steps` past the schedule's end, unless `--extend` stretches the schedule to it
   (train/schedule.py says how the lr continues); a smaller `--steps` stops early on the same curve;
-- a `--steps` below the step the run has reached (resuming a finished run to its own end is a
-  no-op).
-Each refusal is one line naming the run's value and the new one. The model config is checked in
-train/config.py (`resolve_model`).
+- a `--steps` below the step the run has reached (resuming a finished run to its own end
+  is a no-op).
+Each refusal is one line naming the run's value and the new one. The model config is checked
+in train/config.py (`resolve_model`).
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ SCHEDULE_KEYS = ("name", "warmup_steps", "min_lr_ratio", "decay_fraction", "deca
 
 
 def saved_horizon(saved: dict) -> int:
-    """The schedule horizon of a saved train config (runs saved before `horizon` existed planned
-    `steps`)."""
+    """The schedule horizon of a saved train config (runs saved before `horizon`
+    existed planned `steps`)."""
     return int(saved["schedule"].get("horizon") or saved["steps"])
 
 
 def extend_schedule(train: TrainConfig, saved: dict, step: int) -> None:
-    """`--extend`: stretch the run's schedule from `step` to end at `train.steps` (recorded in the
-    config)."""
+    """`--extend`: stretch the run's schedule from `step` to end at `train.steps` (recorded
+    in the config)."""
     end = train.schedule.end()
     if train.steps <= end:
         raise ValueError(
@@ -85,16 +85,15 @@ def check_lora(train: TrainConfig, saved: dict) -> None:
         if new != old:
             new, old = (",".join(new), ",".join(old)) if isinstance(new, tuple) else (new, old)
             raise ValueError(
-                f"--resume: {key} {new!r} differs from the run's {old!r}; the adapters and "
-                "their optimizer state belong to it: resume without changing it, or start a new "
-                "run "
+                f"--resume: {key} {new!r} differs from the run's {old!r}; the adapters and their "
+                "optimizer state belong to it: resume without changing it, or start a new run "
                 "with --init-from RUN_DIR"
             )
 
 
 def check_resume(train: TrainConfig, saved: dict, step: int) -> None:
-    """Refuse a resume from checkpoint `step` of a run whose saved train config is `saved`, as
-    listed above."""
+    """Refuse a resume from checkpoint `step` of a run whose saved train config is `saved`,
+    as listed above."""
     _check_data(train, saved)
     check_lora(train, saved)
     _check_optimizer(train, saved)
@@ -117,8 +116,8 @@ def _check_data(train: TrainConfig, saved: dict) -> None:
     if train.trainable != old_trainable:
         raise ValueError(
             f"--resume: trainable {','.join(train.trainable) or '(all)'!r} differs from the run's "
-            f"{','.join(old_trainable) or '(all)'!r}; resume with the same parameters or start a "
-            "new --out"
+            f"{','.join(old_trainable) or '(all)'!r}; resume with the same parameters or start "
+            "a new --out"
         )
 
 
@@ -132,8 +131,8 @@ def _check_optimizer(train: TrainConfig, saved: dict) -> None:
         if new != old:
             raise ValueError(
                 f"--resume: optimizer.{key} {new!r} differs from the run's {old!r}; the "
-                "optimizer's state belongs to its setup: resume without changing it, or start a "
-                "new --out"
+                "optimizer's state belongs to its setup: resume without changing it, or start "
+                "a new --out"
             )
 
 
@@ -165,8 +164,8 @@ def _check_schedule(train: TrainConfig, saved: dict, step: int) -> None:
     if train.steps > end:
         raise ValueError(
             f"--resume: --steps {train.steps} is past the end of the run's lr schedule (step "
-            f"{end}); add --extend to stretch the schedule to {train.steps} steps, or give --steps "
-            f"<= {end}"
+            f"{end}); add --extend to stretch the schedule to {train.steps} steps, or give "
+            f"--steps <= {end}"
         )
 
 

@@ -31,8 +31,8 @@ DEFAULT_SAMPLE_TOKENS = 64
 
 @dataclass
 class RunData:
-    """What `open_run_data` returns: the token folder and its reader, the tokenizer, and the
-    samples' settings."""
+    """What `open_run_data` returns: the token folder and its reader, the tokenizer, and
+    the samples' settings."""
 
     folder: Path
     tokens: TokenData
@@ -42,8 +42,8 @@ class RunData:
 
 
 def data_dir(train: TrainConfig) -> Path:
-    """Where a run's tokens live: a prepared folder given as data.source as it is, else data.dir or
-    RUN_DIR/data."""
+    """Where a run's tokens live: a prepared folder given as data.source as it is, else
+    data.dir or RUN_DIR/data."""
     if (Path(train.data.source) / "meta.json").is_file():
         return Path(train.data.source)
     return Path(train.data.dir) if train.data.dir else Path(train.out) / "data"
@@ -52,8 +52,8 @@ def data_dir(train: TrainConfig) -> Path:
 def open_run_data(
     train: TrainConfig, model: ModelConfig, ctx: dist_utils.DistContext, resume: bool
 ) -> RunData:
-    """Prepare (rank 0; a resumed run's folder is reused, never replaced), open and check the run's
-    data."""
+    """Prepare (rank 0; a resumed run's folder is reused, never replaced), open and check
+    the run's data."""
     d = train.data
     folder = data_dir(train)
     if ctx.is_main and folder != Path(d.source):
@@ -71,8 +71,8 @@ def open_run_data(
     tokens = TokenData(folder, ctx.rank, ctx.world_size)
     if tokens.vocab_size > model.vocab_size:
         raise ValueError(
-            f"model.vocab_size={model.vocab_size} is not allowed: the tokenizer of {folder} has "
-            f"{tokens.vocab_size} ids"
+            f"model.vocab_size={model.vocab_size} is not allowed: the tokenizer of {folder} "
+            f"has {tokens.vocab_size} ids"
         )
     tokenizer = tokens.tokenizer()
     prompt, n_new = sample_settings(train, model, tokens, tokenizer, ctx.is_main)
@@ -110,23 +110,20 @@ def sample_settings(
     if prompt_len >= limit:
         raise ValueError(
             f"logging.sample_prompt={prompt!r} is not allowed: its {prompt_len} tokens leave no "
-            "room "
-            f"for a sample in the model's {limit}-token context"
+            f"room for a sample in the model's {limit}-token context"
         )
     room = limit - prompt_len
     if lg.sample_tokens is not None:  # the user's: kept as given, refused if it does not fit
         if lg.sample_tokens > room:
             raise ValueError(
                 f"logging.sample_tokens={lg.sample_tokens} is not allowed: at most {room} (the "
-                "model's "
-                f"{limit}-token context after the {prompt_len}-token sample prompt)"
+                f"model's {limit}-token context after the {prompt_len}-token sample prompt)"
             )
         return prompt, lg.sample_tokens
     if room < DEFAULT_SAMPLE_TOKENS and log:
         logger.info(
             "logging.sample_tokens: %d (the default %d clipped to the model's %d-token context "
-            "after the "
-            "%d-token sample prompt; --logging.sample_tokens N to set it)",
+            "after the %d-token sample prompt; --logging.sample_tokens N to set it)",
             room,
             DEFAULT_SAMPLE_TOKENS,
             limit,

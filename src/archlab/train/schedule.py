@@ -2,16 +2,16 @@
 
 `step` counts the optimizer updates already taken (0 for the first update). Every schedule starts
 with a linear warmup, `max_lr * (step + 1) / warmup_steps` for `step < warmup_steps`, because Adam's
-second-moment estimate is noisy for the first steps and a full lr then can blow the model up. After
-the warmup:
+second-moment estimate is noisy for the first steps and a full lr then can blow the model up.
+After the warmup:
 
 - cosine: `min_lr + (max_lr - min_lr) * (1 + cos(pi * p)) / 2`, p = (step - warmup) / (total -
   warmup) (GPT-3, LLaMA; nanoGPT's `get_lr`).
 - constant: `max_lr`.
-- wsd (warmup-stable-decay): `max_lr` until the last `decay_steps`, then a cooldown to `min_lr` with
-  p = (step - decay_start) / decay_steps, shaped `linear` (1 - p) or `1-sqrt` (1 - sqrt(p)); the
-  1-sqrt cooldown is from Hägele et al., arXiv 2405.18392. A run can be extended from the stable
-  phase.
+- wsd (warmup-stable-decay): `max_lr` until the last `decay_steps`, then a cooldown to `min_lr`
+  with p = (step - decay_start) / decay_steps, shaped `linear` (1 - p) or `1-sqrt` (1 - sqrt(p));
+  the 1-sqrt cooldown is from Hägele et al., arXiv 2405.18392. A run can be extended from
+  the stable phase.
 
 p is clamped to [0, 1], so steps past the end stay at `min_lr`. `build_schedule(cfg, lr)` is a run's
 schedule from its `ScheduleConfig` section; `lr_schedule` the same from plain arguments.
@@ -99,8 +99,8 @@ def build_schedule(cfg: ScheduleConfig, lr: float) -> Callable[[int], float]:
     if cfg.horizon is None or cfg.warmup_steps is None:
         raise ValueError(
             f"schedule.horizon={cfg.horizon!r}, schedule.warmup_steps={cfg.warmup_steps!r}: "
-            "resolved by the TrainConfig that holds the section; build the schedule from its "
-            "`schedule`"
+            "resolved by the TrainConfig that holds the section; build the schedule "
+            "from its `schedule`"
         )
     return lr_schedule(
         cfg.name,

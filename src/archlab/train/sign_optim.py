@@ -15,8 +15,8 @@ saw a gradient once keeps a non-zero momentum (in float32 with subnormals it nev
 sign(m) keeps moving it by a full step, and with decay lambda it converges to -sign(m) / lambda. A
 param group with `lazy=True` skips parameter, momentum and decay for rows whose gradient is exactly
 zero (LazyAdam's rule); a group with `rule="adamw"` is stepped by AdamW instead (the Lion authors'
-mixed optimizer), in the same optimizer object so that one state dict checkpoints and resumes all of
-it.
+mixed optimizer), in the same optimizer object so that one state dict checkpoints and resumes
+all of it.
 
 Group keys (besides lr / weight_decay): `kind` (matrices | tables | gains | biases: what the RMS
 rule and the NaN guard do), `lazy`, `rule` (sign | adamw), `lr_ratio` (the trainer sets lr =
@@ -39,15 +39,15 @@ ADAMW_BETAS = DEFAULT_BETAS["adamw"]
 
 
 def _use_foreach(params: list[torch.Tensor]) -> bool:
-    """Foreach kernels need plain tensors on one device; FSDP2's DTensors take the per-tensor
-    loop."""
+    """Foreach kernels need plain tensors on one device; FSDP2's DTensors take
+    the per-tensor loop."""
     devices = {p.device for p in params}
     return len(devices) <= 1 and all(type(p.data) is torch.Tensor for p in params)
 
 
 class Lion(torch.optim.Optimizer):
-    """Lion (arXiv 2302.06675, Algorithm 2) with decoupled weight decay; lazy rows and AdamW groups
-    as above.
+    """Lion (arXiv 2302.06675, Algorithm 2) with decoupled weight decay; lazy rows and AdamW
+    groups as above.
 
     c = beta1 * m + (1 - beta1) * g;  p <- p * (1 - lr * wd) - lr * sign(c);  m <- beta2 * m + (1 -
     beta2) * g
@@ -101,8 +101,7 @@ class Lion(torch.optim.Optimizer):
             ):
                 raise ValueError(
                     f"{type(self).__name__}: group kind {group['kind']!r} / rule "
-                    f"{group['rule']!r}; "
-                    f"kinds: auto, {', '.join(GROUP_KINDS)}; rules: sign, adamw"
+                    f"{group['rule']!r}; kinds: auto, {', '.join(GROUP_KINDS)}; rules: sign, adamw"
                 )
             if accum_steps > 1 and (group["lazy"] or group["rule"] != "sign"):
                 raise ValueError(
@@ -111,15 +110,15 @@ class Lion(torch.optim.Optimizer):
 
     @property
     def guards_nan(self) -> bool:
-        """Whether a step with non-finite gradients should still reach this optimizer (Tiger's NaN
-        guard)."""
+        """Whether a step with non-finite gradients should still reach this optimizer
+        (Tiger's NaN guard)."""
         return any(g["nan_shrink"] < 1.0 for g in self.param_groups)
 
     @torch.no_grad()
     def shrink(self) -> None:
-        """The NaN guard on every tensor at once, for a step whose gradients are all unusable (a
-        non-finite loss, or a global norm that clipping turned into NaN or zeros): momenta kept,
-        weights shrunk."""
+        """The NaN guard on every tensor at once, for a step whose gradients are all unusable
+        (a non-finite loss, or a global norm that clipping turned into NaN or zeros): momenta
+        kept, weights shrunk."""
         for group in self.param_groups:
             for p in group["params"]:
                 _shrink(group, p)
@@ -179,8 +178,8 @@ def _plain(group: dict) -> bool:
 
 
 def _kind(group: dict, p: torch.Tensor) -> str:
-    """The group's kind; "auto" (parameters passed without one) reads matrices and biases off the
-    shape."""
+    """The group's kind; "auto" (parameters passed without one) reads matrices and biases
+    off the shape."""
     return group["kind"] if group["kind"] != "auto" else ("matrices" if p.dim() >= 2 else "biases")
 
 
@@ -218,8 +217,8 @@ def _sign_update(
 def _adamw_update(
     group: dict, p: torch.Tensor, g: torch.Tensor, state: dict
 ) -> dict[str, torch.Tensor]:
-    """One AdamW step (arXiv 1711.05101, bias-corrected, decoupled decay) as torch.optim.AdamW
-    computes it."""
+    """One AdamW step (arXiv 1711.05101, bias-corrected, decoupled decay) as
+    torch.optim.AdamW computes it."""
     beta1, beta2 = group["adam_betas"]
     step = float(state["step"]) + 1
     m = torch.lerp(state["exp_avg"], g, 1.0 - beta1)
@@ -240,8 +239,8 @@ def _adamw_update(
 def _apply(
     group: dict, p: torch.Tensor, state: dict, update: Callable[..., dict[str, torch.Tensor]]
 ) -> None:
-    """Apply `update` to p and its state; NaN guard first, and with `lazy` only to rows with a
-    gradient."""
+    """Apply `update` to p and its state; NaN guard first, and with `lazy` only to rows
+    with a gradient."""
     g = p.grad
     # keep m, shrink theta (bojone/tiger)
     if group["nan_shrink"] < 1.0 and not bool(g.isfinite().all()):

@@ -137,23 +137,20 @@ class RunState:
         return raw
 
     def _check_lora_base(self, resume_from: Path, given: bool) -> None:
-        """Refuse (one line) to resume a LoRA run on a base other than the one its adapters were
-        trained on."""
+        """Refuse (one line) to resume a LoRA run on a base other than the one its adapters
+        were trained on."""
         source = self.cfg.init_from
         if source and not given:
             raise ValueError(
                 f"--resume of LoRA run {self.run_dir} needs its base {source}: pass it as "
-                "init_from "
-                "(archlab train --resume loads it from the run's init_from)"
+                "init_from (archlab train --resume loads it from the run's init_from)"
             )
         old = read_manifest(resume_from).get("provenance", {}).get("base_sha256")
         if old is None:
             raise ValueError(
                 f"--resume: checkpoint {resume_from} of LoRA run {self.run_dir} has no adapter "
-                "tensors "
-                "(written before LoRA runs resumed); continue with a new run: --init-from "
-                f"{resume_from} "
-                f"--lora_rank {self.cfg.lora_rank}"
+                "tensors (written before LoRA runs resumed); continue with a new run: --init-from "
+                f"{resume_from} --lora_rank {self.cfg.lora_rank}"
             )
         if self.base_sha256 == old:
             return
@@ -185,10 +182,9 @@ class RunState:
                 f"--seed (the run's seed is {seed})"
             )
         return (
-            f"--resume: {trained}, but this archlab rebuilds it as {self.base_sha256[:16]}... "
-            "(the model's initialisation changed since); its adapters fit that base only: resume "
-            "with the archlab that started the run, or start a new run with --init-from "
-            f"{resume_from}"
+            f"--resume: {trained}, but this archlab rebuilds it as {self.base_sha256[:16]}... (the "
+            "model's initialisation changed since); its adapters fit that base only: resume with "
+            f"the archlab that started the run, or start a new run with --init-from {resume_from}"
         )
 
     def restore(self, ckpt: Checkpoint) -> None:
@@ -209,8 +205,8 @@ class RunState:
         rng = state["rng"]
         if len(rng) != self.ctx.world_size:
             logger.warning(
-                "checkpoint saved by %d ranks, resuming on %d: dropout streams restart from rank "
-                "0's",
+                "checkpoint saved by %d ranks, resuming on %d: dropout streams restart "
+                "from rank 0's",
                 len(rng),
                 self.ctx.world_size,
             )

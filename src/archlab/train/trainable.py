@@ -37,15 +37,14 @@ def trainable_names(model: nn.Module, patterns: tuple[str, ...]) -> list[str]:
             examples = ", ".join(names[:2] + names[-2:])
             raise ValueError(
                 f"trainable={','.join(patterns)!r} is not allowed: {pattern!r} matches no "
-                "parameter "
-                f"(names look like {examples})"
+                f"parameter (names look like {examples})"
             )
     return [name for name in names if any(fnmatchcase(name, p) for p in patterns)]
 
 
 def freeze_all_but(model: nn.Module, patterns: tuple[str, ...]) -> int:
-    """Freeze every parameter not matched by `patterns`; returns how many parameter values still
-    train."""
+    """Freeze every parameter not matched by `patterns`; returns how many parameter
+    values still train."""
     keep = set(trainable_names(model, patterns))
     count = 0
     for name, param in model.named_parameters():
@@ -61,8 +60,8 @@ def select_trainable(
     lora_alpha: float,
     lora_targets: tuple[str, ...],
 ) -> str | None:
-    """Apply `--trainable` or `--lora_rank` to `model` (before wrapping); the line to log, None if
-    all train."""
+    """Apply `--trainable` or `--lora_rank` to `model` (before wrapping); the line to log, None
+    if all train."""
     if not patterns and not lora_rank:
         return None
     total = sum(p.numel() for p in model.parameters())
@@ -156,8 +155,8 @@ def base_digest(model: nn.Module) -> str:
 
 
 def adapter_state(state: dict) -> dict:
-    """The adapter tensors (lora_A, lora_B) of a LoRA model's state dict, unmerged, under peft's
-    names."""
+    """The adapter tensors (lora_A, lora_B) of a LoRA model's state dict, unmerged,
+    under peft's names."""
     return {key: tensor for key, tensor in state.items() if any(k in key for k in LORA_KEYS)}
 
 
@@ -186,10 +185,9 @@ def check_merged(state: dict, merged: dict, rank: int, alpha: float, where: obje
     )
     if differ:
         raise ValueError(
-            f"--resume: checkpoint {where}: its merged weights differ from base + (alpha/r) B A of "
-            "the "
-            f"rebuilt base and its adapters at {', '.join(differ[:3])}: not the base it was "
-            "trained on"
+            f"--resume: checkpoint {where}: its merged weights differ from base + (alpha/r) B A "
+            f"of the rebuilt base and its adapters at {', '.join(differ[:3])}: not the base it "
+            "was trained on"
         )
 
 

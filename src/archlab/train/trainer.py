@@ -2,11 +2,11 @@
 
 One step: the lr from the schedule; `grad_accum` micro-batches (autocast forward, backward, gradient
 sync only on the last); loss and a stop flag all-reduced in one call; global-norm clipping; and,
-only when loss and gradient norm are finite, the optimizer update. A non-finite step is skipped and
-logged; `checkpoint.max_bad_steps` in a row stop the run (`TrainingDiverged`) naming the last good
-checkpoint. SIGINT / SIGTERM finish the current step, save a checkpoint and return. Resuming
-restores weights, optimizer, every RNG stream and the batch generator, so the run continues bit for
-bit.
+only when loss and gradient norm are finite, the optimizer update. A non-finite step is skipped
+and logged; `checkpoint.max_bad_steps` in a row stop the run (`TrainingDiverged`) naming the last
+good checkpoint. SIGINT / SIGTERM finish the current step, save a checkpoint and return. Resuming
+restores weights, optimizer, every RNG stream and the batch generator, so the run continues
+bit for bit.
 """
 
 from __future__ import annotations
@@ -232,13 +232,13 @@ class Trainer:
         return {**row, "skipped": not ok, **({"ratios": ratios} if ratios else {})}
 
     def _due(self, every: int) -> bool:
-        """Whether the step about to finish (state.step + 1) is a multiple of `every` (0 =
-        never)."""
+        """Whether the step about to finish (state.step + 1) is a multiple of `every`
+        (0 = never)."""
         return every > 0 and (self.state.step + 1) % every == 0
 
     def _ratio_step(self) -> dict[str, float]:
-        """The optimizer step, measuring per-layer ||update|| / ||param|| (spikes show up here
-        first)."""
+        """The optimizer step, measuring per-layer ||update|| / ||param|| (spikes show
+        up here first)."""
         params = dict(self.state.raw.named_parameters())
         before = {n: p.detach().clone() for n, p in params.items()}
         self.state.optimizer.step()
@@ -274,8 +274,8 @@ class Trainer:
         return float(total) / (self.cfg.logging.eval_batches * self.ctx.world_size)
 
     def samples(self) -> list[str]:
-        """A few continuations of the sample prompt, decoded with the KV cache
-        (archlab.infer.generate).
+        """A few continuations of the sample prompt, decoded with the
+        KV cache (archlab.infer.generate).
 
         Every rank runs them (FSDP forwards are collective); the sampler's own seeded generator
         leaves the training RNG streams alone, so samples never change the run itself.
@@ -382,8 +382,8 @@ class Trainer:
         return val
 
     def _loop(self, bar: tqdm) -> tuple[dict, float | None, Path | None]:
-        """Steps until the end or a signal; returns the last step's row, the last val loss, the
-        checkpoint."""
+        """Steps until the end or a signal; returns the last step's row, the last val
+        loss, the checkpoint."""
         state, steps, every = self.state, self.cfg.steps, self.cfg.checkpoint.save_every
         row, val, path = {}, None, latest_checkpoint(self.run_dir)
         while state.step < steps:
@@ -407,8 +407,8 @@ class Trainer:
         return row, val, path
 
     def fit(self) -> TrainResult:
-        """Train from the current step up to `train.steps`; checkpoint when due, at the end and on a
-        signal."""
+        """Train from the current step up to `train.steps`; checkpoint when due, at the end and
+        on a signal."""
         previous = self._install_signals()
         show = self.ctx.is_main and self.cfg.logging.progress
         # a log file gets lines, not bar redraws
@@ -440,4 +440,3 @@ class Trainer:
         tokens = (step - start_step) * d.batch_size * d.block_size
         interrupted = (self._signal or "a signal on another rank") if self.stopping else None
         return TrainResult(step, row.get("loss"), val, path, interrupted, tokens / seconds)
-

@@ -1,5 +1,5 @@
-"""The optimizers and lr schedules of train/ by name, and the defaults `TrainConfig` shows, without
-torch.
+"""The optimizers and lr schedules of train/ by name, and the defaults `TrainConfig`
+shows, without torch.
 
 An optimizer is one `OptimizerKind` entry of `OPTIMIZERS`: its builder (torch, named lazily as
 "module:function" and resolved when a run builds it), its default betas and whether it is a sign

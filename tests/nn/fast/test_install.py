@@ -1,6 +1,7 @@
-"""The hand-written backward passes of nn/fast/ (ops, losses, attention) against autograd through the plain
-formulas (float64, so any wrong term shows far above rounding), and the modules `fused.install` puts them into
-against the plain modules (fused equals unfused), only where installed, only on the measured devices."""
+"""The hand-written backward passes of nn/fast/ (ops, losses, attention) against autograd through
+the plain formulas (float64, so any wrong term shows far above rounding), and the modules
+`fused.install` puts them into against the plain modules (fused equals unfused), only where
+installed, only on the measured devices."""
 
 from __future__ import annotations
 
@@ -17,18 +18,22 @@ from archlab.nn.norms import RMSNorm
 
 
 def _grads(out: torch.Tensor, inputs: list[torch.Tensor], seed: int = 0) -> list[torch.Tensor]:
-    upstream = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(seed))
+    upstream = torch.randn(
+        out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(seed)
+    )
     return list(torch.autograd.grad(out, inputs, upstream if out.dim() else None))
 
 
 def _rotate_reference(x: torch.Tensor, angles: torch.Tensor, layout: str) -> torch.Tensor:
-    """The textbook rotation of each pair (a, b) by its angle: (a cos - b sin, b cos + a sin), then the
-    pass-through dims; angles (B, T, 1, d_rot/2)."""
+    """The textbook rotation of each pair (a, b) by its angle: (a cos - b sin, b cos + a sin), then
+    the pass-through dims; angles (B, T, 1, d_rot/2)."""
     d_rot = 2 * angles.size(-1)
     pairs = x[..., :d_rot].unflatten(-1, (2, -1) if layout == "half" else (-1, 2))
     a, b = pairs.unbind(-2 if layout == "half" else -1)
     cos, sin = angles.cos(), angles.sin()
-    rotated = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-2 if layout == "half" else -1)
+    rotated = torch.stack(
+        (a * cos - b * sin, b * cos + a * sin), dim=-2 if layout == "half" else -1
+    )
     return torch.cat((rotated.flatten(-2), x[..., d_rot:]), dim=-1)
 
 
@@ -38,8 +43,8 @@ def installed(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def test_modules_take_the_fused_path_in_training_and_agree_with_the_plain_one() -> None:
-    """RMSNorm, SwiGLU and the loss: fused (grad recorded) equals plain (no grad / the plain module) to fp32
-    rounding; the plain modules never take a fused path."""
+    """RMSNorm, SwiGLU and the loss: fused (grad recorded) equals plain (no grad / the plain module)
+    to fp32 rounding; the plain modules never take a fused path."""
     torch.manual_seed(0)
     norm, mlp = RMSNorm(32, unit_offset=True), GatedMLP(32, 48, "silu", bias=False)
     with torch.no_grad():
@@ -56,17 +61,20 @@ def test_modules_take_the_fused_path_in_training_and_agree_with_the_plain_one() 
         torch.testing.assert_close(fast(x), module(x), rtol=1e-6, atol=1e-6)
     logits = torch.randn(2, 6, 50, requires_grad=True)
     targets = torch.randint(0, 50, (2, 6))
-    torch.testing.assert_close(fused_cross_entropy(logits.flatten(0, 1), targets.flatten()),
-                               cross_entropy(logits, targets))
+    torch.testing.assert_close(
+        fused_cross_entropy(logits.flatten(0, 1), targets.flatten()), cross_entropy(logits, targets)
+    )
     assert "_RMSNormBackward" in _graph(fast_norm(x)) and "_SiluMulBackward" in _graph(fast_mlp(x))
     assert "_RMSNormBackward" not in _graph(norm(x)) and "_SiluMulBackward" not in _graph(mlp(x))
-    assert "_CrossEntropyBackward" not in _graph(cross_entropy(logits, targets))  # the reference is plain
+    # the reference is plain
+    assert "_CrossEntropyBackward" not in _graph(cross_entropy(logits, targets))
 
 
 def test_install_reaches_every_module_it_speeds_up_and_no_other() -> None:
-    """Exact classes only: a LayerNorm (an RMSNorm subclass), a GELU GLU's activation and a softcapped layer's
-    eager kernel stay plain; the model and its attention layers are swapped; a second install changes nothing;
-    a model on a device the kernels were not measured on is left alone."""
+    """Exact classes only: a LayerNorm (an RMSNorm subclass), a GELU GLU's activation and a
+    softcapped layer's eager kernel stay plain; the model and its attention layers are swapped;
+    a second install changes nothing; a model on a device the kernels were not measured on
+    is left alone."""
     from archlab import TransformerLM, build_preset
     from archlab.nn.attention.attention import Attention
     from archlab.nn.config.choices import ATTENTION_KERNELS
@@ -77,24 +85,34 @@ def test_install_reaches_every_module_it_speeds_up_and_no_other() -> None:
     kinds = {type(m) for m in model.modules()}
     assert {fused.FusedRMSNorm, FusedGatedMLP, fused.FusedAttention, LayerNorm} <= kinds
     assert not {RMSNorm, GatedMLP, Attention, TransformerLM} & kinds
-    assert all(isinstance(m.kernel, fused.CausalAttentionKernel) for m in model.modules() if isinstance(m, Attention))
+    assert all(
+        isinstance(m.kernel, fused.CausalAttentionKernel)
+        for m in model.modules()
+        if isinstance(m, Attention)
+    )
     kernel = model.layers[0].attn.kernel
     assert fused.install(model) and model.layers[0].attn.kernel is kernel  # not wrapped twice
     capped = installed(TransformerLM(build_preset("gemma2", "tiny")))
-    assert all(m.kernel is ATTENTION_KERNELS["eager"] for m in capped.modules() if isinstance(m, Attention))
+    assert all(
+        m.kernel is ATTENTION_KERNELS["eager"] for m in capped.modules() if isinstance(m, Attention)
+    )
     on_meta = TransformerLM(build_preset("llama", "tiny")).to("meta")
     assert not fused.install(on_meta) and type(on_meta) is TransformerLM
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(rope=dict(layout="interleaved", fraction=0.5), n_kv_heads=1)])
+@pytest.mark.parametrize(
+    "fields", [dict(), dict(rope=dict(layout="interleaved", fraction=0.5), n_kv_heads=1)]
+)
 def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fields: dict) -> None:
-    """An installed model, whose attention runs rope_qkv, equals a plain one with the same weights (split +
-    apply_rope through autograd), in loss and every gradient; the fast path is taken only when installed and
-    with autograd recording."""
+    """An installed model, whose attention runs rope_qkv, equals a plain one with the same weights
+    (split + apply_rope through autograd), in loss and every gradient; the fast path is taken only
+    when installed and with autograd recording."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = build_preset("llama", "tiny", d_model=32, n_layers=2, n_heads=4, vocab_size=64, **fields)
+    config = build_preset(
+        "llama", "tiny", d_model=32, n_layers=2, n_heads=4, vocab_size=64, **fields
+    )
     plain = TransformerLM(config)
     fast = TransformerLM(config)
     fast.load_state_dict(plain.state_dict())
@@ -111,19 +129,35 @@ def test_attention_takes_rope_qkv_in_training_and_agrees_with_the_plain_path(fie
         torch.testing.assert_close(fast(x), plain(x))
 
 
-@pytest.mark.parametrize("fields", [dict(qk_norm="rmsnorm"), dict(key_norm=True), dict(query_norm=True),
-                                    dict(cosine={}), dict(rope=dict(scaling=dict(kind="rerope", window=4)))])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(qk_norm="rmsnorm"),
+        dict(key_norm=True),
+        dict(query_norm=True),
+        dict(cosine={}),
+        dict(rope=dict(scaling=dict(kind="rerope", window=4))),
+    ],
+)
 def test_attention_keeps_the_plain_path_where_rope_qkv_does_not_apply(fields: dict) -> None:
     from archlab import TransformerLM, build_preset
 
-    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=4, vocab_size=64, **fields)
+    config = build_preset(
+        "llama", "tiny", d_model=32, n_layers=1, n_heads=4, vocab_size=64, **fields
+    )
     model = installed(TransformerLM(config))
     loss = cross_entropy(model(torch.randint(0, 64, (2, 12))), torch.randint(0, 64, (2, 12)))
     assert "_RopeQKVBackward" not in _graph(loss)
 
 
-def _head_loss_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
-                         cap: float | None, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _head_loss_reference(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None,
+    targets: torch.Tensor,
+    cap: float | None,
+    coef: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean CE and coef * mean log(Z)^2 over scored rows, written out in the inputs' dtype."""
     logits = x @ w.t() + (0 if b is None else b)
     logits = logits if cap is None else cap * torch.tanh(logits / cap)
@@ -133,17 +167,25 @@ def _head_loss_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | Non
     return ce, coef * lse.square().mean()
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(final_softcap=3.0, tie_embeddings=True, lm_head_bias=True)])
-def test_model_loss_takes_the_chunked_head_in_training_and_agrees_with_the_logits(fields: dict) -> None:
-    """forward(targets=...) with grad: linear_cross_entropy, equal to CE + z of the model's own logits (float64
-    reference) in value and every gradient; without grad: the logits path, same values."""
+@pytest.mark.parametrize(
+    "fields", [dict(), dict(final_softcap=3.0, tie_embeddings=True, lm_head_bias=True)]
+)
+def test_model_loss_takes_the_chunked_head_in_training_and_agrees_with_the_logits(
+    fields: dict,
+) -> None:
+    """forward(targets=...) with grad: linear_cross_entropy, equal to CE + z of the model's
+    own logits (float64 reference) in value and every gradient; without grad: the logits
+    path, same values."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, **fields)
+    config = build_preset(
+        "llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, **fields
+    )
     model = TransformerLM(config)
     x, y = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
-    assert "_LinearCrossEntropyBackward" not in _graph(model(x, targets=y).loss)  # plain until installed
+    # plain until installed
+    assert "_LinearCrossEntropyBackward" not in _graph(model(x, targets=y).loss)
     installed(model)
     out = model(x, targets=y, z_loss_coef=0.01)
     assert "_LinearCrossEntropyBackward" in _graph(out.loss)
@@ -177,12 +219,14 @@ def _graph(out: torch.Tensor) -> set[str]:
 
 
 def test_compiled_training_step_equals_the_eager_one() -> None:
-    """torch.compile takes the plain formulas (Inductor fuses them); eager takes the hand-written backward.
-    Loss and every gradient agree to fp32 rounding."""
+    """torch.compile takes the plain formulas (Inductor fuses them); eager takes the hand-written
+    backward. Loss and every gradient agree to fp32 rounding."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = build_preset("llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, final_softcap=5.0)
+    config = build_preset(
+        "llama", "tiny", d_model=32, n_layers=1, n_heads=2, vocab_size=64, final_softcap=5.0
+    )
     eager = installed(TransformerLM(config))
     compiled = installed(TransformerLM(config))
     compiled.load_state_dict(eager.state_dict())
@@ -190,7 +234,8 @@ def test_compiled_training_step_equals_the_eager_one() -> None:
     x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
     losses = {
         "logits": lambda model: cross_entropy(model(x), y),
-        "head loss": lambda model: model(x, targets=y).loss,  # eager: the chunked head; compiled: the logits
+        # eager: the chunked head; compiled: the logits
+        "head loss": lambda model: model(x, targets=y).loss,
         "head loss + z": lambda model: model(x, targets=y, z_loss_coef=0.01).loss,
     }
     for what, loss_of in losses.items():
@@ -210,10 +255,12 @@ def _bf16(t: torch.Tensor) -> torch.Tensor:
     return t.detach().bfloat16().double()
 
 
-def test_bf16_autocast_training_takes_the_fused_rope_and_head_and_agrees_with_the_plain_path() -> None:
-    """Under bf16 autocast the model rotates q and k with `rope_qkv` (bf16 tables) and computes the loss with
-    the chunked head in bf16; the same weights in a plain model (split + apply_rope, the (B, T, V) logits) give
-    the same loss and gradients to bf16 rounding."""
+def test_bf16_autocast_training_takes_the_fused_rope_and_head_and_agrees_with_the_plain_path() -> (
+    None
+):
+    """Under bf16 autocast the model rotates q and k with `rope_qkv` (bf16 tables) and computes the
+    loss with the chunked head in bf16; the same weights in a plain model (split + apply_rope, the
+    (B, T, V) logits) give the same loss and gradients to bf16 rounding."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
@@ -258,13 +305,15 @@ def _attention64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
 
 
 def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() -> None:
-    """bf16 autocast training with a causal mask of <= 512 tokens runs `causal_attention`; float32, inference,
-    longer sequences and attention with an additive bias keep SDPA. The bf16 loss and gradients stay those of
-    the float32 model to bf16 rounding."""
+    """bf16 autocast training with a causal mask of <= 512 tokens runs `causal_attention`; float32,
+    inference, longer sequences and attention with an additive bias keep SDPA. The bf16 loss and
+    gradients stay those of the float32 model to bf16 rounding."""
     from archlab import TransformerLM, build_preset
 
     torch.manual_seed(0)
-    config = build_preset("llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=520)
+    config = build_preset(
+        "llama", "tiny", d_model=64, n_layers=2, n_heads=4, vocab_size=96, max_seq_len=520
+    )
     model = installed(TransformerLM(config))
     x, y = torch.randint(0, 96, (2, 24)), torch.randint(0, 96, (2, 24))
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -284,7 +333,12 @@ def test_bf16_training_attention_takes_causal_attention_only_where_it_applies() 
     assert fused_attention.use_causal_attention(q, q)
     with torch.no_grad():
         assert not fused_attention.use_causal_attention(q, q)  # inference keeps SDPA
-    alibi = installed(TransformerLM(build_preset("llama", "tiny", d_model=64, n_layers=1, n_heads=4, vocab_size=96,
-                                                 position="alibi")))
+    alibi = installed(
+        TransformerLM(
+            build_preset(
+                "llama", "tiny", d_model=64, n_layers=1, n_heads=4, vocab_size=96, position="alibi"
+            )
+        )
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert "_CausalAttentionBackward" not in _graph(alibi(x, targets=y).loss)

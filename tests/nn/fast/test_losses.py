@@ -1,5 +1,5 @@
-"""The hand-written losses of nn/fast/losses.py against torch, autograd or float64 math on the same operands:
-values and gradients."""
+"""The hand-written losses of nn/fast/losses.py against torch, autograd or float64 math on the same
+operands: values and gradients."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def test_cross_entropy_refuses_a_second_backward() -> None:
         loss.backward()
 
 
-@pytest.mark.parametrize("cap, coef, bias", [(None, 0.0, False), (None, 0.1, True), (2.0, 0.0, True),
-                                             (2.0, 0.1, False)])
+@pytest.mark.parametrize(
+    "cap, coef, bias", [(None, 0.0, False), (None, 0.1, True), (2.0, 0.0, True), (2.0, 0.1, False)]
+)
 def test_linear_cross_entropy_values_and_gradients_match_autograd_float64(
     monkeypatch: pytest.MonkeyPatch, cap: float | None, coef: float, bias: bool
 ) -> None:
@@ -66,9 +67,9 @@ def test_linear_cross_entropy_values_and_gradients_match_autograd_float64(
 def test_linear_cross_entropy_in_bf16_matches_float64_math_on_bf16_operands(
     monkeypatch: pytest.MonkeyPatch, cap: float | None, coef: float
 ) -> None:
-    """mm_dtype bf16 (autocast's head): the loss is the float64 loss of the bf16-rounded logits of bf16 operands;
-    the float32 gradients are that loss's gradients with each GEMM's operands rounded to bf16 (within bf16
-    rounding of the (c, V) gradient), over several chunks."""
+    """mm_dtype bf16 (autocast's head): the loss is the float64 loss of the bf16-rounded logits of
+    bf16 operands; the float32 gradients are that loss's gradients with each GEMM's operands rounded
+    to bf16 (within bf16 rounding of the (c, V) gradient), over several chunks."""
     monkeypatch.setattr(losses, "MIN_HEAD_CHUNK_ROWS", 8)
     monkeypatch.setattr(losses, "HEAD_CHUNK_ELEMENTS", 1)
     torch.manual_seed(0)
@@ -78,7 +79,8 @@ def test_linear_cross_entropy_in_bf16_matches_float64_math_on_bf16_operands(
     targets[[4, 13]] = -100
     loss, ce, z = linear_cross_entropy(x, w, None, targets, cap, coef, mm_dtype=torch.bfloat16)
     assert loss.dtype == torch.float32
-    logits = (_bf16(x) @ _bf16(w).t()).bfloat16().double().requires_grad_()  # bf16 GEMM: rounded output
+    # bf16 GEMM: rounded output
+    logits = (_bf16(x) @ _bf16(w).t()).bfloat16().double().requires_grad_()
     capped = logits if cap is None else cap * torch.tanh(logits / cap)
     keep = targets != -100
     lse = capped.logsumexp(-1)[keep]

@@ -1,5 +1,5 @@
-"""The hand-written kernels of nn/fast/ops.py against autograd on the same operands (float64): values and
-gradients."""
+"""The hand-written kernels of nn/fast/ops.py against autograd on the same operands (float64):
+values and gradients."""
 
 from __future__ import annotations
 
@@ -29,26 +29,42 @@ def test_silu_mul_values_and_gradients_match_autograd_float64() -> None:
     ref = gate * torch.sigmoid(gate) * up
     out = silu_mul(gate_up)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(_grads(out, [gate_up])[0], _grads(ref, [gate_up])[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(
+        _grads(out, [gate_up])[0], _grads(ref, [gate_up])[0], rtol=1e-10, atol=1e-12
+    )
 
 
-@pytest.mark.parametrize("layout, d_rot, n_kv", [("half", 8, 2), ("interleaved", 8, 4), ("half", 4, 1),
-                                                 ("interleaved", 6, 2)])
-def test_rope_qkv_values_and_gradients_match_autograd_float64(layout: str, d_rot: int, n_kv: int) -> None:
-    """Whole and partial rotary, both layouts, GQA / MHA / MQA; angles per row (B, T) and broadcast (1, T)."""
+@pytest.mark.parametrize(
+    "layout, d_rot, n_kv",
+    [("half", 8, 2), ("interleaved", 8, 4), ("half", 4, 1), ("interleaved", 6, 2)],
+)
+def test_rope_qkv_values_and_gradients_match_autograd_float64(
+    layout: str, d_rot: int, n_kv: int
+) -> None:
+    """Whole and partial rotary, both layouts, GQA / MHA / MQA; angles per row (B, T) and
+    broadcast (1, T)."""
     torch.manual_seed(0)
     H, Dh = 4, 8
     heads = torch.randn(2, 5, H + 2 * n_kv, Dh, dtype=torch.float64, requires_grad=True)
     for rows in (2, 1):
         angles = torch.rand(rows, 5, 1, d_rot // 2, dtype=torch.float64) * 40 - 20  # far past 2 pi
-        cos, sin = full_tables(angles.cos() * 0.9, angles.sin() * 0.9, layout)  # a YaRN-like attention factor
+        # a YaRN-like attention factor
+        cos, sin = full_tables(angles.cos() * 0.9, angles.sin() * 0.9, layout)
         got = rope_qkv(heads, cos, sin, H, n_kv, layout)
         q, k, v = heads.split([H, n_kv, n_kv], dim=2)
-        want = (_rotate_reference(q, angles, layout) * 0.9, _rotate_reference(k, angles, layout) * 0.9, v)
+        want = (
+            _rotate_reference(q, angles, layout) * 0.9,
+            _rotate_reference(k, angles, layout) * 0.9,
+            v,
+        )
         if d_rot < Dh:  # the factor scales only the rotated dims
-            want = tuple(torch.cat((w[..., :d_rot], t[..., d_rot:]), -1) for w, t in zip(want[:2], (q, k))) + (v,)
+            want = tuple(
+                torch.cat((w[..., :d_rot], t[..., d_rot:]), -1) for w, t in zip(want[:2], (q, k))
+            ) + (v,)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
         out = torch.cat([t.flatten() * (i + 1) for i, t in enumerate(got)])
         ref = torch.cat([t.flatten() * (i + 1) for i, t in enumerate(want)])
-        torch.testing.assert_close(_grads(out, [heads])[0], _grads(ref, [heads])[0], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(
+            _grads(out, [heads])[0], _grads(ref, [heads])[0], rtol=1e-10, atol=1e-12
+        )

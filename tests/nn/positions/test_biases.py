@@ -1,5 +1,5 @@
-"""Sinusoidal, relative (T5) and ALiBi positions against their formulas and transformers' T5 reference."""
-
+"""Sinusoidal, relative (T5) and ALiBi positions against their formulas and
+transformers' T5 reference."""
 
 import torch
 
@@ -12,7 +12,9 @@ def test_relative_buckets_match_transformers_t5():
     q = torch.arange(300)[:, None]
     k = torch.arange(300)[None, :]
     ours = relative_bucket(q - k, num_buckets=32, max_distance=128)
-    theirs = T5Attention._relative_position_bucket(k - q, bidirectional=False, num_buckets=32, max_distance=128)
+    theirs = T5Attention._relative_position_bucket(
+        k - q, bidirectional=False, num_buckets=32, max_distance=128
+    )
     assert torch.equal(ours, theirs)
 
 
@@ -28,7 +30,7 @@ def test_relative_bias_is_shared_per_distance():
 def test_alibi_slopes_and_bias():
     torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** (-i) for i in range(1, 9)]))
     s6 = alibi_slopes(6)  # non power of two: 4 geometric slopes, then every other of the 8-head set
-    torch.testing.assert_close(s6, torch.tensor([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3]))
+    torch.testing.assert_close(s6, torch.tensor([2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]))
     d = torch.arange(5)[:, None] - torch.arange(5)[None, :]
     bias = ALiBi(8)(d)
-    torch.testing.assert_close(bias[0, 2, 4, 1], torch.tensor(-3 * 2.0 ** -3))
+    torch.testing.assert_close(bias[0, 2, 4, 1], torch.tensor(-3 * 2.0**-3))

@@ -1,6 +1,7 @@
-"""RoPE frequency schedules (nn/positions/rope.py): each against transformers' own function, the papers' float64
-formulas (YaRN, arXiv 2309.00071) and factor 1 = plain RoPE; the HF mapping; validation; and whole models
-against transformers' Llama with the same weights and rope_parameters."""
+"""RoPE frequency schedules (nn/positions/rope.py): each against transformers' own
+function, the papers' float64 formulas (YaRN, arXiv 2309.00071) and factor 1 = plain RoPE;
+the HF mapping; validation; and whole models against transformers' Llama with the same
+weights and rope_parameters."""
 
 from __future__ import annotations
 
@@ -25,26 +26,42 @@ SCALINGS = {
     "ntk_by_parts": RopeScaling("ntk_by_parts", 4.0, L0),
     "dynamic": RopeScaling("dynamic", 4.0, L0),
     "yarn": RopeScaling("yarn", 4.0, L0),
-    "yarn_deepseek": RopeScaling("yarn", 8.0, L0, beta_fast=16.0, beta_slow=2.0, mscale=1.0, mscale_all_dim=0.7,
-                                 truncate=False),
+    "yarn_deepseek": RopeScaling(
+        "yarn",
+        8.0,
+        L0,
+        beta_fast=16.0,
+        beta_slow=2.0,
+        mscale=1.0,
+        mscale_all_dim=0.7,
+        truncate=False,
+    ),
     "llama3": RopeScaling("llama3", 8.0, L0, low_freq_factor=1.0, high_freq_factor=4.0),
 }
 
+
 def hf_config(scaling: RopeScaling, d_rot: int, **sizes: int) -> LlamaConfig:
-    """A transformers Llama config carrying `scaling` through our exporter, with head_dim HEAD_DIM."""
+    """A transformers Llama config carrying `scaling` through our exporter,
+    with head_dim HEAD_DIM."""
     params = rope_to_hf(scaling, THETA, d_rot)
     if d_rot != sizes.get("head_dim", HEAD_DIM):
         params["partial_rotary_factor"] = d_rot / sizes.get("head_dim", HEAD_DIM)
     defaults = dict(hidden_size=128, num_attention_heads=4, head_dim=HEAD_DIM)
-    return LlamaConfig(**{**defaults, **sizes}, max_position_embeddings=hf_max_position_embeddings(scaling, 4 * L0),
-                       rope_parameters=params)
+    return LlamaConfig(
+        **{**defaults, **sizes},
+        max_position_embeddings=hf_max_position_embeddings(scaling, 4 * L0),
+        rope_parameters=params,
+    )
 
 
 def hf_inv_freq(config: LlamaConfig, seq_len: int | None) -> tuple[torch.Tensor, float]:
     params = config.rope_parameters
-    if params["rope_type"] == "default":  # transformers' formula, over the rotary dims (Llama's ignores partial)
+    # transformers' formula, over the rotary dims (Llama's ignores partial)
+    if params["rope_type"] == "default":
         d_rot = int(config.head_dim * params.get("partial_rotary_factor", 1.0))
-        return 1.0 / (params["rope_theta"] ** (torch.arange(0, d_rot, 2, dtype=torch.float) / d_rot)), 1.0
+        return 1.0 / (
+            params["rope_theta"] ** (torch.arange(0, d_rot, 2, dtype=torch.float) / d_rot)
+        ), 1.0
     return ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu", seq_len=seq_len)
 
 
@@ -66,23 +83,33 @@ def test_matches_transformers(name: str, d_rot: int) -> None:
 def test_factor_one_is_plain_rope(name: str) -> None:
     fields = {k: v for k, v in vars(SCALINGS[name]).items() if k != "factor"}
     scaling = RopeScaling(**fields, factor=1.0)
-    extra = (L0,) if scaling.kind == "dynamic" else ()  # dynamic: up to M; past M see the test below
-    inv_freq, factor = ROPE_KINDS[scaling.kind].frequency_function()(HEAD_DIM, THETA, scaling, *extra)
+    # dynamic: up to M; past M see the test below
+    extra = (L0,) if scaling.kind == "dynamic" else ()
+    inv_freq, factor = ROPE_KINDS[scaling.kind].frequency_function()(
+        HEAD_DIM, THETA, scaling, *extra
+    )
     torch.testing.assert_close(inv_freq, base_inv_freq(HEAD_DIM, THETA), rtol=1e-12, atol=0)
     assert factor == 1.0
 
 
 def test_dynamic_factor_one_is_the_papers_dynamic_ntk() -> None:
-    """transformers' s_eff = factor * l / M - (factor - 1) is the paper's s = l / M only at factor 1."""
+    """transformers' s_eff = factor * l / M - (factor - 1) is the paper's s = l / M only
+    at factor 1."""
     d, ell = HEAD_DIM, 3 * L0
     paper = RopeScaling("dynamic", 1.0, L0)
     ours, _ = ROPE_KINDS["dynamic"].frequency_function()(d, THETA, paper, ell)
-    expected = torch.tensor([(THETA * (ell / L0) ** (d / (d - 2))) ** (-2 * i / d) for i in range(d // 2)],
-                            dtype=torch.float64)
+    expected = torch.tensor(
+        [(THETA * (ell / L0) ** (d / (d - 2))) ** (-2 * i / d) for i in range(d // 2)],
+        dtype=torch.float64,
+    )
     torch.testing.assert_close(ours, expected, rtol=1e-12, atol=0)
-    stretched, _ = ROPE_KINDS["dynamic"].frequency_function()(d, THETA, RopeScaling("dynamic", 2.0, L0), 2 * L0)
+    stretched, _ = ROPE_KINDS["dynamic"].frequency_function()(
+        d, THETA, RopeScaling("dynamic", 2.0, L0), 2 * L0
+    )
     s_eff = 3.0  # factor 2 at l = 2M: the paper would stretch by 2
-    torch.testing.assert_close(stretched, base_inv_freq(d, THETA * s_eff ** (d / (d - 2))), rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        stretched, base_inv_freq(d, THETA * s_eff ** (d / (d - 2))), rtol=1e-12, atol=0
+    )
 
 
 def paper_inv0(d: int) -> list[float]:
@@ -96,8 +123,10 @@ def test_ntk_aware_paper_formula() -> None:
     ours, _ = ROPE_KINDS["ntk"].frequency_function()(d, THETA, SCALINGS["ntk"])
     torch.testing.assert_close(ours, expected, rtol=1e-12, atol=0)
     inv0 = paper_inv0(d)
-    assert ours[0].item() == pytest.approx(inv0[0], rel=1e-12)  # the highest frequency is not interpolated
-    assert ours[-1].item() == pytest.approx(inv0[-1] / s, rel=1e-12)  # the lowest is interpolated by exactly s
+    # the highest frequency is not interpolated
+    assert ours[0].item() == pytest.approx(inv0[0], rel=1e-12)
+    # the lowest is interpolated by exactly s
+    assert ours[-1].item() == pytest.approx(inv0[-1] / s, rel=1e-12)
 
 
 @pytest.mark.parametrize("alpha,beta", [(1.0, 32.0), (2.0, 8.0)])
@@ -110,9 +139,12 @@ def test_ntk_by_parts_paper_formula(alpha: float, beta: float) -> None:
         expected.append((1 - gamma) * w / s + gamma * w)
     scaling = RopeScaling("ntk_by_parts", s, L0, beta_fast=beta, beta_slow=alpha)
     ours, factor = ROPE_KINDS["ntk_by_parts"].frequency_function()(d, THETA, scaling)
-    torch.testing.assert_close(ours, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        ours, torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=0
+    )
     assert factor == 1.0
-    assert 0 < sum(alpha <= L0 * w / (2 * math.pi) <= beta for w in paper_inv0(d)) < d // 2  # ramp is exercised
+    # ramp is exercised
+    assert 0 < sum(alpha <= L0 * w / (2 * math.pi) <= beta for w in paper_inv0(d)) < d // 2
 
 
 def test_yarn_temperature_and_ramp_ends() -> None:
@@ -140,7 +172,8 @@ def test_dynamic_rotary_follows_the_length() -> None:
     angles = positions[1].float()[:, None] * ref.float()
     # half layout: [cos | cos]
     torch.testing.assert_close(cos[1, :, 0, : HEAD_DIM // 2], angles.cos(), atol=1e-5, rtol=0)
-    torch.testing.assert_close(rotary(positions)[1], (cos, sin)[1][1:].expand(2, -1, -1, -1))  # default: max + 1
+    # default: max + 1
+    torch.testing.assert_close(rotary(positions)[1], (cos, sin)[1][1:].expand(2, -1, -1, -1))
 
 
 @pytest.mark.parametrize("name", SCALINGS)
@@ -157,9 +190,13 @@ def test_hf_round_trip(name: str) -> None:
 
 
 def test_from_hf_legacy_keys_and_defaults() -> None:
-    legacy = {"type": "yarn", "factor": 4.0, "beta_fast": None, "beta_slow": 0}  # HF reads these with `or`
+    # HF reads these with `or`
+    legacy = {"type": "yarn", "factor": 4.0, "beta_fast": None, "beta_slow": 0}
     assert rope_from_hf(legacy, 256) == RopeScaling("yarn", 4.0, 256)
-    assert rope_from_hf({"rope_type": "yarn", "original_max_position_embeddings": 64}, 256).factor == 4.0
+    assert (
+        rope_from_hf({"rope_type": "yarn", "original_max_position_embeddings": 64}, 256).factor
+        == 4.0
+    )
     assert rope_from_hf({"rope_type": "dynamic", "factor": 2.0}, 128).original_max_seq_len == 128
     assert rope_from_hf(None, 128) == RopeScaling()
     with pytest.raises(ValueError, match="rope_type='longrope' is not supported"):
@@ -167,14 +204,33 @@ def test_from_hf_legacy_keys_and_defaults() -> None:
 
 
 def llama_pair(scaling: RopeScaling) -> tuple[TransformerLM, LlamaForCausalLM]:
-    """Our Llama and transformers' with the same weights (q/k/v and gate/up are row slices of the fused ones)."""
+    """Our Llama and transformers' with the same weights (q/k/v and gate/up are row slices of
+    the fused ones)."""
     torch.manual_seed(0)
-    c = ModelConfig(vocab_size=64, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=4 * L0,
-                    rope=dict(scaling=scaling))
+    c = ModelConfig(
+        vocab_size=64,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        max_seq_len=4 * L0,
+        rope=dict(scaling=scaling),
+    )
     ours = TransformerLM(c).eval()
-    hf = LlamaForCausalLM(hf_config(scaling, c.rope_dim, hidden_size=c.d_model, num_attention_heads=c.n_heads,
-                                    num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, vocab_size=c.vocab_size,
-                                    intermediate_size=c.d_ff, num_hidden_layers=c.n_layers, rms_norm_eps=c.norm_eps))
+    hf = LlamaForCausalLM(
+        hf_config(
+            scaling,
+            c.rope_dim,
+            hidden_size=c.d_model,
+            num_attention_heads=c.n_heads,
+            num_key_value_heads=c.n_kv_heads,
+            head_dim=c.head_dim,
+            vocab_size=c.vocab_size,
+            intermediate_size=c.d_ff,
+            num_hidden_layers=c.n_layers,
+            rms_norm_eps=c.norm_eps,
+        )
+    )
     hf.load_state_dict(hf_state_dict(ours, "llama"), strict=True)
     return ours, hf.eval()
 
@@ -185,7 +241,8 @@ def test_model_logits_match_transformers(name: str) -> None:
     ours, hf = llama_pair(scaling)
     lengths = (L0 // 2, 2 * L0 + 3) if scaling.kind == "dynamic" else (2 * L0 + 3,)
     for length in lengths:
-        if scaling.kind == "dynamic":  # transformers' dynamic rotary keeps state between calls: start fresh
+        # transformers' dynamic rotary keeps state between calls: start fresh
+        if scaling.kind == "dynamic":
             _, hf = llama_pair(scaling)
         ids = torch.randint(0, 64, (1, length), generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
@@ -193,10 +250,11 @@ def test_model_logits_match_transformers(name: str) -> None:
 
 
 def test_yarn_ramp_clamp_at_the_top_dimension() -> None:
-    """theta 100, L0 4096, d_rot 16: the ramp ends at pairs floor(5.24) = 5 and ceil(11.26) = 12, past the last
-    pair (7) but inside transformers' clamp to d_rot - 1 = 15 (`find_correction_range` clamps to the dimension,
-    not the pair count). So even the top pair is only 2/7 of the way to interpolation: a clamp to d_rot/2 - 1
-    would make it fully interpolated. Checked against float64 math and transformers' own function."""
+    """theta 100, L0 4096, d_rot 16: the ramp ends at pairs floor(5.24) = 5 and ceil(11.26) = 12,
+    past the last pair (7) but inside transformers' clamp to d_rot - 1 = 15 (`find_correction_range`
+    clamps to the dimension, not the pair count). So even the top pair is only 2/7 of the way to
+    interpolation: a clamp to d_rot/2 - 1 would make it fully interpolated. Checked against float64
+    math and transformers' own function."""
     theta, l0, d_rot, s = 100.0, 4096, 16, 4.0
     scaling = RopeScaling("yarn", s, l0)
 
@@ -210,8 +268,13 @@ def test_yarn_ramp_clamp_at_the_top_dimension() -> None:
     assert ramp[-1] == pytest.approx(2 / 7)
     ours, factor = ROPE_KINDS["yarn"].frequency_function()(d_rot, theta, scaling)
     torch.testing.assert_close(ours, inv0 * (1 - ramp) + inv0 / s * ramp, rtol=1e-12, atol=0)
-    config = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=d_rot, max_position_embeddings=4 * l0,
-                         rope_parameters=rope_to_hf(scaling, theta, d_rot))
+    config = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=d_rot,
+        max_position_embeddings=4 * l0,
+        rope_parameters=rope_to_hf(scaling, theta, d_rot),
+    )
     ref, ref_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
     torch.testing.assert_close(ours.float(), ref.float(), rtol=1e-6, atol=0)
     assert factor == pytest.approx(ref_factor)

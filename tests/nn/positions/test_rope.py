@@ -10,14 +10,17 @@ from archlab.nn.positions.frequencies import base_inv_freq
 from archlab.nn.positions.rope import RotaryEmbedding, apply_rope
 
 
-def rotate(x: torch.Tensor, pos: int, d_rot: int, layout: str, theta: float = 10000.0) -> torch.Tensor:
+def rotate(
+    x: torch.Tensor, pos: int, d_rot: int, layout: str, theta: float = 10000.0
+) -> torch.Tensor:
     rope = RotaryEmbedding(d_rot, theta, layout)
     cos, sin = rope(torch.tensor([[pos]]))
     return apply_rope(x.view(1, 1, 1, -1), cos, sin, layout).view(-1)
 
 
 def rotation_matrix(angle_pos: float, d: int, layout: str, theta: float = 10000.0) -> torch.Tensor:
-    """Block-diagonal R(m) in float64, built from the paper's 2x2 blocks, in the given pair layout."""
+    """Block-diagonal R(m) in float64, built from the paper's 2x2 blocks, in the
+    given pair layout."""
     w = base_inv_freq(d, theta)
     R = torch.zeros(d, d, dtype=torch.float64)
     for i in range(d // 2):
@@ -50,7 +53,8 @@ def test_apply_rope_is_the_rotation_matrix(layout):
 def test_rotation_matrix_algebra(layout):
     Ra, Rb = rotation_matrix(3.0, 8, layout), rotation_matrix(11.0, 8, layout)
     torch.testing.assert_close(Ra.T @ Rb, rotation_matrix(8.0, 8, layout))  # R(a)^T R(b) = R(b - a)
-    torch.testing.assert_close(Ra.T @ Ra, torch.eye(8, dtype=torch.float64))  # orthogonal: norms kept
+    # orthogonal: norms kept
+    torch.testing.assert_close(Ra.T @ Ra, torch.eye(8, dtype=torch.float64))
 
 
 def test_partial_rotary_passes_the_tail_through():
@@ -63,7 +67,8 @@ def test_partial_rotary_passes_the_tail_through():
 
 def test_interleaved_equals_half_after_permutation():
     d = 8
-    perm = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])  # interleaved pairs (2i, 2i+1) -> halves (i, i + d/2)
+    # interleaved pairs (2i, 2i+1) -> halves (i, i + d/2)
+    perm = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])
     x = torch.randn(d)
     inter = rotate(x, 5, d, "interleaved")
     half = rotate(x[perm], 5, d, "half")

@@ -1,6 +1,6 @@
 """`archlab eval continuation`: mid-token continuation accuracy on held-out text cut at random
-bytes, with and without token healing (archlab.eval.continuation), as a table and a CSV of every
-cut."""
+bytes, with and without token healing (archlab.eval.continuation), as a table and a CSV
+of every cut."""
 
 from __future__ import annotations
 

@@ -14,10 +14,8 @@ if TYPE_CHECKING:
 
 DATA_HELP = (
     "held-out data, as train --data takes it: a text file (scored as it is), stdlib, a folder, "
-    "JSONL, "
-    "passkey or hf:NAME (their validation documents), or a prepared data folder (its val split); "
-    "default: "
-    "the run's prepared data"
+    "JSONL, passkey or hf:NAME (their validation documents), or a prepared data folder (its val "
+    "split); default: the run's prepared data"
 )
 WINDOW_HELP = (
     "ReRoPE window W (default: the model's own, as an hwfa2 model has one, else max_seq_len / 2; "

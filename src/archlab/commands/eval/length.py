@@ -62,8 +62,8 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
 
 
 def _add_scoring_flags(length: argparse.ArgumentParser) -> None:
-    """What is scored and how: the tokens per window, the metric, the samples, the windows, and the
-    methods' settings."""
+    """What is scored and how: the tokens per window, the metric, the samples, the windows, and
+    the methods' settings."""
     length.add_argument(
         "--score-last",
         default=None,
@@ -121,8 +121,8 @@ def _score_last(text: str | None, lengths: list[int] | None) -> int | None:
         return max(1, min(lengths) // 2)
     if value > min(lengths):
         raise ValueError(
-            f"--score-last {value} is not allowed: at most the shortest length {min(lengths)} (or "
-            "'all')"
+            f"--score-last {value} is not allowed: at most the shortest length "
+            f"{min(lengths)} (or 'all')"
         )
     return value
 
@@ -150,8 +150,8 @@ def _read_flags(
     for method in methods or []:
         if method not in inference_kinds():
             raise ValueError(
-                f"--scalings {method!r} is not allowed: one of {', '.join(inference_kinds())} "
-                "(comma-separated)"
+                f"--scalings {method!r} is not allowed: one "
+                f"of {', '.join(inference_kinds())} (comma-separated)"
             )
     samples = [k.strip() for k in args.samples.split(",") if k.strip()]
     check_choices(samples, args.metric)
@@ -162,8 +162,8 @@ def _read_flags(
 
 
 def run_length(args: argparse.Namespace) -> int:
-    """Every flag, the model's config, the data and the output folder are checked before the model
-    is loaded."""
+    """Every flag, the model's config, the data and the output folder are checked before the
+    model is loaded."""
     from archlab.eval.held_out import held_out_tokens
     from archlab.eval.length import evaluate_lengths
     from archlab.eval.rope_methods import applicable_methods, default_lengths, method_configs
@@ -254,8 +254,9 @@ def _cost_line(
 
     cost = length_cost(configs, len(samples), n_windows)
     ends = sorted({min(lengths), max(lengths)})
-    timings = {n: time_forward(model, n, score_last or n, repeats=2 if n == ends[0] else 1)
-               for n in ends}
+    timings = {
+        n: time_forward(model, n, score_last or n, repeats=2 if n == ends[0] else 1) for n in ends
+    }
     total = estimate_seconds(cost, model.config, timings)
     methods = len({m for m, _ in configs})
     kinds = f" x {len(samples)} samples" if len(samples) > 1 else ""
@@ -288,16 +289,14 @@ def _fit_default_lengths(
         fitting = [n for n in lengths if n < len(tokens)] or [len(tokens) - 1]
         notes.append(
             f"lengths: {', '.join(map(str, fitting))} (the default {', '.join(map(str, lengths))} "
-            "clipped "
-            f"to the {len(tokens)} held-out tokens of {data})"
+            f"clipped to the {len(tokens)} held-out tokens of {data})"
         )
         lengths = fitting
         score_last = None if score_last is None else min(score_last, min(lengths))
     else:
         notes.append(
             f"lengths: {', '.join(map(str, lengths))} (the default: those of 256-4096 that every "
-            "scaling "
-            "covers for this model; --lengths to choose)"
+            "scaling covers for this model; --lengths to choose)"
         )
     return lengths, score_last
 

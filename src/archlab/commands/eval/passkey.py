@@ -75,8 +75,7 @@ def run_passkey(args: argparse.Namespace) -> int:
     if lengths is not None and min(lengths) < min_length():
         raise ValueError(
             f"--lengths {args.lengths} is not allowed: each at least {min_length()} characters "
-            "(the "
-            "needle and the question)"
+            "(the needle and the question)"
         )
     source = eval_source(args.checkpoint, needs_data=False)
     given = lengths is not None

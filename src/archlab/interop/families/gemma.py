@@ -1,7 +1,7 @@
 """Gemma (`GemmaForCausalLM`): Llama's names with (1 + w) RMSNorm (w stored zero-centred), GeGLU
-with the tanh GELU (a legacy `hidden_act="gelu"` means the tanh one too: transformers rewrites it),
-embeddings times sqrt(hidden_size), head_dim 256 and a tied head by default. Reference: transformers
-`models/gemma/modeling_gemma.py`, `configuration_gemma.py`."""
+with the tanh GELU (a legacy `hidden_act="gelu"` means the tanh one too: transformers rewrites
+it), embeddings times sqrt(hidden_size), head_dim 256 and a tied head by default. Reference:
+transformers `models/gemma/modeling_gemma.py`, `configuration_gemma.py`."""
 
 from __future__ import annotations
 

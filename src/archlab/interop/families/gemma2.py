@@ -1,8 +1,8 @@
-"""Gemma 2 (`Gemma2ForCausalLM`): Gemma with sandwich norms (input, post-attention, pre- and
-post-feedforward: archlab's `double`), tanh softcaps on attention scores (50) and final logits (30),
-scores scaled by `query_pre_attn_scalar`^-1/2 (archlab's attn_scale), and sliding windows on the
-even layers (`layer_types`). Reference: transformers `models/gemma2/modeling_gemma2.py`,
-`configuration_gemma2.py`."""
+"""Gemma 2 (`Gemma2ForCausalLM`): Gemma with sandwich norms (input, post-attention,
+pre- and post-feedforward: archlab's `double`), tanh softcaps on attention scores
+(50) and final logits (30), scores scaled by `query_pre_attn_scalar`^-1/2 (archlab's
+attn_scale), and sliding windows on the even layers (`layer_types`). Reference:
+transformers `models/gemma2/modeling_gemma2.py`, `configuration_gemma2.py`."""
 
 from __future__ import annotations
 

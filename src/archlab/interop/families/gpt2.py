@@ -20,8 +20,8 @@ def four_times_width(value: int | None, fields: dict) -> int:
 
 
 def scale_flag(scale: float | None, c: ModelConfig) -> bool:
-    """attn_scale -> scale_attn_weights: None (1/sqrt(head_dim)) is True, 1 is False (others do not
-    re-read)."""
+    """attn_scale -> scale_attn_weights: None (1/sqrt(head_dim)) is True, 1 is False (others
+    do not re-read)."""
     return scale != 1.0
 
 

@@ -1,9 +1,9 @@
 """Llama (`LlamaForCausalLM`): pre-norm RMSNorm, SwiGLU, RoPE with every scaling, optional biases.
 
-The helpers here also build the tables of the families that share Llama's names (Mistral, Qwen,
-Gemma, OLMo 2): `llama_keys` for config.json and `llama_weights` for the tensors, with the
-per-family norm names. Reference: transformers `models/llama/modeling_llama.py`,
-`configuration_llama.py`.
+The helpers here also build the tables of the families that share Llama's
+names (Mistral, Qwen, Gemma, OLMo 2): `llama_keys` for config.json and
+`llama_weights` for the tensors, with the per-family norm names. Reference:
+transformers `models/llama/modeling_llama.py`, `configuration_llama.py`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def llama_keys(
     head_dim: int | None = None,
     kv_heads: int | None = None,
 ) -> dict[str, Key]:
-    """config.json keys of the Llama-named families; `sizes` holds the config class's size defaults,
-    `head_dim` and `kv_heads` its defaults of those (None: derived from the width and the query
-    heads)."""
+    """config.json keys of the Llama-named families; `sizes` holds the config class's size
+    defaults, `head_dim` and `kv_heads` its defaults of those (None: derived from the width and
+    the query heads)."""
     return {
         "vocab_size": Key("vocab_size", sizes["vocab_size"]),
         "hidden_size": Key("d_model", sizes["hidden_size"]),
@@ -55,8 +55,8 @@ def llama_keys(
 def llama_weights(
     norms: dict[str, str] = PRE_NORMS, qk_norm: bool = False, prefix: str = "model."
 ) -> dict[str, Rule]:
-    """Weight table of the Llama-named families: separate q/k/v and gate/up, norms named by
-    `norms`."""
+    """Weight table of the Llama-named families: separate q/k/v and gate/up, norms
+    named by `norms`."""
     layer = prefix + "layers.{i}."
     attn, mlp = layer + "self_attn.", layer + "mlp."
     table = {

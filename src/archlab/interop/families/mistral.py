@@ -1,6 +1,6 @@
-"""Mistral (`MistralForCausalLM`): Llama without bias switches, plus one sliding window on every
-layer (`sliding_window`, null = off). Reference: transformers
-`models/mistral/modeling_mistral.py`."""
+"""Mistral (`MistralForCausalLM`): Llama without bias switches, plus
+one sliding window on every layer (`sliding_window`, null = off).
+Reference: transformers `models/mistral/modeling_mistral.py`."""
 
 from __future__ import annotations
 

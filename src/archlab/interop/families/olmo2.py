@@ -1,8 +1,8 @@
-"""OLMo 2 (`Olmo2ForCausalLM`): no input norms; each sublayer's output is RMS-normed before the
-residual add (archlab's `nonresidual_post`: HF's `post_attention_layernorm` is that output norm
-here, not the MLP input norm it is in Llama), and q/k RMSNorm over the whole projection
-(qk_norm_scope `proj`). Reference: transformers `models/olmo2/modular_olmo2.py`, arXiv
-2501.00656."""
+"""OLMo 2 (`Olmo2ForCausalLM`): no input norms; each sublayer's output is RMS-normed
+before the residual add (archlab's `nonresidual_post`: HF's `post_attention_layernorm`
+is that output norm here, not the MLP input norm it is in Llama), and q/k RMSNorm
+over the whole projection (qk_norm_scope `proj`). Reference: transformers
+`models/olmo2/modular_olmo2.py`, arXiv 2501.00656."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Phi 1 / 1.5 / 2 (`PhiForCausalLM`): a parallel block with one LayerNorm, tanh-GELU MLP (`fc1`,
-`fc2`), biases on every linear including lm_head, partial rotary (`partial_rotary_factor`, default
-0.5), and a final LayerNorm. Its optional `qk_layernorm` is a LayerNorm WITH bias over each head,
-which archlab's QK-norm (no bias) cannot hold: refused. Reference: transformers
-`models/phi/modeling_phi.py`."""
+"""Phi 1 / 1.5 / 2 (`PhiForCausalLM`): a parallel block with one LayerNorm, tanh-GELU
+MLP (`fc1`, `fc2`), biases on every linear including lm_head, partial rotary
+(`partial_rotary_factor`, default 0.5), and a final LayerNorm. Its optional `qk_layernorm` is
+a LayerNorm WITH bias over each head, which archlab's QK-norm (no bias) cannot hold: refused.
+Reference: transformers `models/phi/modeling_phi.py`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Qwen2 (`Qwen2ForCausalLM`): Llama with unconditional q/k/v biases and no o_proj bias, and
-optional sliding windows on the layers from `max_window_layers` on (`use_sliding_window`, stored as
-`layer_types`).
+optional sliding windows on the layers from `max_window_layers` on (`use_sliding_window`,
+stored as `layer_types`).
 
-archlab's `attn_bias` covers q, k, v and o together, so a Qwen2 model loads with attn_bias=True and
-a zero o_proj bias (the same function); export refuses a non-zero one. Reference: transformers
-`models/qwen2/modeling_qwen2.py`, `configuration_qwen2.py`.
+archlab's `attn_bias` covers q, k, v and o together, so a Qwen2 model loads with attn_bias=True
+and a zero o_proj bias (the same function); export refuses a non-zero one. Reference:
+transformers `models/qwen2/modeling_qwen2.py`, `configuration_qwen2.py`.
 """
 
 from __future__ import annotations

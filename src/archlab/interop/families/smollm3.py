@@ -1,8 +1,8 @@
-"""SmolLM3 (`SmolLM3ForCausalLM`): Llama's layout with a NoPE layer every fourth (`no_rope_layers`,
-1 = RoPE, 0 = NoPE, else `no_rope_layer_interval`: archlab's rope.pattern "RRRN"), base 2M, a
-tied head, and optional sliding windows (`use_sliding_window` + `layer_types`; by default on the
-NoPE layers). Reference: transformers `models/smollm3/modeling_smollm3.py`,
-`configuration_smollm3.py`; huggingface.co/blog/smollm3.
+"""SmolLM3 (`SmolLM3ForCausalLM`): Llama's layout with a NoPE layer every fourth
+(`no_rope_layers`, 1 = RoPE, 0 = NoPE, else `no_rope_layer_interval`: archlab's rope.pattern
+"RRRN"), base 2M, a tied head, and optional sliding windows (`use_sliding_window`
++ `layer_types`; by default on the NoPE layers). Reference: transformers
+`models/smollm3/modeling_smollm3.py`, `configuration_smollm3.py`; huggingface.co/blog/smollm3.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""StarCoder2 (`Starcoder2ForCausalLM`): Llama's attention names with LayerNorm (with bias), a plain
-tanh-GELU MLP (`c_fc`, `c_proj`), one `use_bias` switch for every attention and MLP linear, a tied
-head by default, and one sliding window on every layer. Reference: transformers
-`models/starcoder2/modeling_starcoder2.py`."""
+"""StarCoder2 (`Starcoder2ForCausalLM`): Llama's attention names with LayerNorm (with
+bias), a plain tanh-GELU MLP (`c_fc`, `c_proj`), one `use_bias` switch for every
+attention and MLP linear, a tied head by default, and one sliding window on every layer.
+Reference: transformers `models/starcoder2/modeling_starcoder2.py`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Adjusted p-values for a family of tests: Holm's step-down (within a suite), Benjamini-Hochberg's false
-discovery rate (across the published summary, secondary), Dunnett's many-to-one (every arm against one base on
-one pooled residual). Pure functions of p-values; `archlab.lab.analysis.stats.adjust` re-derives outcomes from them.
+"""Adjusted p-values for a family of tests: Holm's step-down (within a suite),
+Benjamini-Hochberg's false discovery rate (across the published summary, secondary), Dunnett's
+many-to-one (every arm against one base on one pooled residual). Pure functions of p-values;
+`archlab.lab.analysis.stats.adjust` re-derives outcomes from them.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special
 
-_DUNNETT_NODES = 64  # Gauss-Hermite x Gauss-Laguerre nodes: agrees with scipy.stats.dunnett to ~1e-5 (its QMC)
+# Gauss-Hermite x Gauss-Laguerre nodes: agrees with scipy.stats.dunnett to ~1e-5 (its QMC)
+_DUNNETT_NODES = 64
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's (1979) step-down adjusted p-values, in the input order; NaN stays NaN and is not counted.
+    """Holm's (1979) step-down adjusted p-values, in the input order; NaN stays NaN and
+    is not counted.
 
-    Sorted ascending, the i-th of m p-values (from 0) is multiplied by m - i, capped at 1, then made non-decreasing.
-    Rejecting where adjusted p < alpha keeps the family-wise error rate at alpha under any dependence.
+    Sorted ascending, the i-th of m p-values (from 0) is multiplied by m - i, capped at 1, then made
+    non-decreasing. Rejecting where adjusted p < alpha keeps the family-wise error rate at alpha
+    under any dependence.
     """
     p = np.asarray(p_values, dtype=np.float64)
     keep = np.nonzero(~np.isnan(p))[0]
@@ -31,11 +35,12 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
-    """Benjamini & Hochberg's (1995) step-up adjusted p-values ("q-values"), in the input order; NaN stays NaN.
+    """Benjamini & Hochberg's (1995) step-up adjusted p-values ("q-values"), in the input order;
+    NaN stays NaN.
 
-    Sorted ascending, the i-th of m (from 1) is p * m / i, then the running minimum from the largest down, capped
-    at 1. Rejecting where adjusted p < q keeps the false discovery rate at q for independent or positively
-    dependent tests.
+    Sorted ascending, the i-th of m (from 1) is p * m / i, then the running minimum from the largest
+    down, capped at 1. Rejecting where adjusted p < q keeps the false discovery rate at q for
+    independent or positively dependent tests.
     """
     p = np.asarray(p_values, dtype=np.float64)
     keep = np.nonzero(~np.isnan(p))[0]
@@ -48,12 +53,14 @@ def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
 
 
 def dunnett(p_values: Sequence[float], df: float) -> list[float]:
-    """Dunnett's (1955) single-step one-sided adjusted p-values for m contrasts of arms against one shared base.
+    """Dunnett's (1955) single-step one-sided adjusted p-values for m contrasts of arms against
+    one shared base.
 
-    Each p is turned back into its t statistic at `df`; the adjusted p is P(max_j T_j >= t) for m contrasts with
-    correlation 1/2 (equal seeds per arm, one pooled residual): with Z_0 the base's standardised mean and S^2 ~
-    chi^2_df / df, P(all T_j < c) = E[Phi(Z_0 + sqrt(2) c S)^m], integrated by Gauss-Hermite in Z_0 and
-    Gauss-Laguerre in S. More powerful than Holm when every claim is an arm against the same base.
+    Each p is turned back into its t statistic at `df`; the adjusted p is P(max_j T_j >= t) for
+    m contrasts with correlation 1/2 (equal seeds per arm, one pooled residual): with Z_0 the
+    base's standardised mean and S^2 ~ chi^2_df / df, P(all T_j < c) = E[Phi(Z_0 + sqrt(2) c S)^m],
+    integrated by Gauss-Hermite in Z_0 and Gauss-Laguerre in S. More powerful than Holm when every
+    claim is an arm against the same base.
     """
     p = np.asarray(p_values, dtype=np.float64)
     m = p.size
@@ -62,6 +69,10 @@ def dunnett(p_values: Sequence[float], df: float) -> list[float]:
     s_values = np.sqrt(2.0 * u / df)
     weights = np.outer(wu / special.gamma(df / 2.0), wx / math.sqrt(2.0 * math.pi))
     t = special.stdtrit(df, 1.0 - p)
-    inside = [float(np.sum(weights * special.ndtr(x[None, :] + math.sqrt(2.0) * c * s_values[:, None]) ** m))
-              for c in t]
+    inside = [
+        float(
+            np.sum(weights * special.ndtr(x[None, :] + math.sqrt(2.0) * c * s_values[:, None]) ** m)
+        )
+        for c in t
+    ]
     return np.clip(1.0 - np.array(inside), p, 1.0).tolist()

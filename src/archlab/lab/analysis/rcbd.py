@@ -1,23 +1,28 @@
-"""A suite's runs as a randomized complete block design: arms are treatments, training seeds are blocks.
+"""A suite's runs as a randomized complete block design: arms are treatments, training
+seeds are blocks.
 
-Model: y[a, s] = mu_a + beta_s + e[a, s], with e ~ N(0, sigma_eps^2) independent (Montgomery, Design and Analysis
-of Experiments, ch. 4). Every arm runs the same seeds 0..n-1, so beta_s (the batch order, evaluation windows and
-init the arms share at seed s) cancels from every contrast, and the residual variance is pooled over all K arms:
+Model: y[a, s] = mu_a + beta_s + e[a, s], with e ~ N(0, sigma_eps^2) independent (Montgomery, Design
+and Analysis of Experiments, ch. 4). Every arm runs the same seeds 0..n-1, so beta_s (the batch
+order, evaluation windows and init the arms share at seed s) cancels from every contrast, and the
+residual variance is pooled over all K arms:
 
-- sigma_eps^2 = SS_residual / ((K - 1)(n - 1)), the residual after removing the arm and the seed means;
+- sigma_eps^2 = SS_residual / ((K - 1)(n - 1)), the residual after removing the arm and
+  the seed means;
 - a contrast mu_A - mu_B has SE sigma_eps * sqrt(2 / n) with (K - 1)(n - 1) df (`Pooled`, passed to
   `stats.test_claim`), instead of the n - 1 df of the pair's own differences;
-- the seed variance component tau^2 = (MS_seed - MS_residual) / K (the ANOVA estimator), the per-run spread
-  sigma_run = sqrt(max(tau^2, 0) + sigma_eps^2) and the between-arm seed correlation rho = tau^2 / (tau^2 +
-  sigma_eps^2) (the intraclass correlation of the seeds; negative when arms disagree more than seeds vary).
+- the seed variance component tau^2 = (MS_seed - MS_residual) / K (the ANOVA estimator), the per-run
+  spread sigma_run = sqrt(max(tau^2, 0) + sigma_eps^2) and the between-arm seed correlation rho
+  = tau^2 / (tau^2 + sigma_eps^2) (the intraclass correlation of the seeds; negative when arms
+  disagree more than seeds vary).
 
-Pooling assumes the arms share sigma_eps. `arm_spreads` estimates each arm's residual sd (Shukla's stability
-variance, Heredity 29:237, 1972), and `heteroscedastic` flags a spread ratio above `HETEROSCEDASTIC_RATIO` that
-Bartlett's test of equal variances (on the residual rows) also finds significant at 5%; callers then judge such
-pairs on their own differences (`test_claim` without `pooled`) or pool within declared regimes. With 2 arms the
-residuals of the two arms are equal and opposite, so the flag cannot fire, and the pooled test equals the paired
-t-test. With 3 seeds each arm's spread rests on ~2 df: a 3x ratio alone occurs by chance in most homoscedastic
-suites, and the test rarely detects a real 4x arm (docs/lab-statistics.md gives both rates), so regimes known in
+Pooling assumes the arms share sigma_eps. `arm_spreads` estimates each arm's residual sd (Shukla's
+stability variance, Heredity 29:237, 1972), and `heteroscedastic` flags a spread ratio above
+`HETEROSCEDASTIC_RATIO` that Bartlett's test of equal variances (on the residual rows) also finds
+significant at 5%; callers then judge such pairs on their own differences (`test_claim` without
+`pooled`) or pool within declared regimes. With 2 arms the residuals of the two arms are equal and
+opposite, so the flag cannot fire, and the pooled test equals the paired t-test. With 3 seeds each
+arm's spread rests on ~2 df: a 3x ratio alone occurs by chance in most homoscedastic suites, and the
+test rarely detects a real 4x arm (docs/lab-statistics.md gives both rates), so regimes known in
 advance (high learning rates) are better declared in the suite than detected.
 """
 
@@ -30,8 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-HETEROSCEDASTIC_RATIO = 3.0  # largest / smallest arm residual sd above which pooling is not trusted ...
-HOMOGENEITY_ALPHA = 0.05  # ... when Bartlett's test also rejects equal spreads (a 3x ratio alone is chance at n = 3)
+# largest / smallest arm residual sd above which pooling is not trusted ...
+HETEROSCEDASTIC_RATIO = 3.0
+# ... when Bartlett's test also rejects equal spreads (a 3x ratio alone is chance at n = 3)
+HOMOGENEITY_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,8 @@ class Rcbd:
     rho: float
     arm_spreads: dict[str, float]
     spread_ratio: float
-    homogeneity_p: float  # Bartlett's test of equal residual variances over the arms (NaN with 2 arms)
+    # Bartlett's test of equal residual variances over the arms (NaN with 2 arms)
+    homogeneity_p: float
     heteroscedastic: bool
 
 
@@ -76,18 +84,27 @@ def _table(table: Mapping[str, Sequence[float]]) -> tuple[tuple[str, ...], np.nd
     y = np.array([list(map(float, v)) for v in table.values()], dtype=np.float64)
     if y.shape[1] < 2:
         raise ValueError(f"rcbd needs at least 2 seeds per arm, got {y.shape[1]}")
-    bad = [(arm, s) for arm, row in zip(table, y, strict=True) for s, v in enumerate(row) if not math.isfinite(v)]
+    bad = [
+        (arm, s)
+        for arm, row in zip(table, y, strict=True)
+        for s, v in enumerate(row)
+        if not math.isfinite(v)
+    ]
     if bad:
-        raise ValueError(f"rcbd got non-finite values at (arm, seed) {bad}: judge diverged runs with rank_test")
+        raise ValueError(
+            f"rcbd got non-finite values at (arm, seed) {bad}: judge diverged runs with rank_test"
+        )
     return tuple(table), y
 
 
 def _arm_spreads(e: np.ndarray, ms_residual: float) -> np.ndarray:
-    """Each arm's residual sd: Shukla's (1972) stability variance, unbiased when only that arm's sigma differs.
+    """Each arm's residual sd: Shukla's (1972) stability variance, unbiased when only that
+    arm's sigma differs.
 
-    A residual mixes every arm's noise through the seed mean, so the arm's own mean square understates a noisy
-    arm and overstates a quiet one; sigma_a^2 = K / ((K - 2)(n - 1)) * sum_s e[a, s]^2 - SS_e / ((K - 1)(K - 2)
-    (n - 1)) undoes that (clipped at 0). With 2 arms the two cannot be told apart: both get the pooled sigma.
+    A residual mixes every arm's noise through the seed mean, so the arm's own mean square
+    understates a noisy arm and overstates a quiet one; sigma_a^2 = K / ((K - 2)(n - 1)) * sum_s
+    e[a, s]^2 - SS_e / ((K - 1)(K - 2) (n - 1)) undoes that (clipped at 0). With 2 arms the two
+    cannot be told apart: both get the pooled sigma.
     """
     k, n = e.shape
     if k == 2:
@@ -98,10 +115,11 @@ def _arm_spreads(e: np.ndarray, ms_residual: float) -> np.ndarray:
 
 
 def _bartlett(e: np.ndarray) -> float:
-    """Bartlett's (1937) test of equal variances over the arms' residual rows, as scipy.stats.bartlett computes it.
+    """Bartlett's (1937) test of equal variances over the arms' residual rows, as
+    scipy.stats.bartlett computes it.
 
-    Written out (equal row lengths) because rcbd runs inside simulations; approximate here, as the rows share the
-    seed means. NaN with 2 arms (mirror rows) or a row without spread.
+    Written out (equal row lengths) because rcbd runs inside simulations; approximate here, as the
+    rows share the seed means. NaN with 2 arms (mirror rows) or a row without spread.
     """
     k, n = e.shape
     var = e.var(axis=1, ddof=1)
@@ -114,7 +132,8 @@ def _bartlett(e: np.ndarray) -> float:
 
 
 def rcbd(table: Mapping[str, Sequence[float]]) -> Rcbd:
-    """Fit y[a, s] = mu_a + beta_s + e from `{arm: values in seed order}` (every arm on the same seeds)."""
+    """Fit y[a, s] = mu_a + beta_s + e from `{arm: values in seed order}` (every arm on
+    the same seeds)."""
     arms, y = _table(table)
     k, n = y.shape
     grand = y.mean()
@@ -131,7 +150,8 @@ def rcbd(table: Mapping[str, Sequence[float]]) -> Rcbd:
     ratio = high / low if low > 0 else (math.inf if high > 0 else 1.0)
     homogeneity = _bartlett(e)
     return Rcbd(
-        arms=arms, n=n,
+        arms=arms,
+        n=n,
         arm_means=dict(zip(arms, map(float, arm_means), strict=True)),
         seed_means=tuple(map(float, seed_means)),
         residuals={a: tuple(map(float, row)) for a, row in zip(arms, e, strict=True)},

@@ -1,16 +1,17 @@
-"""A suite's measured values, the one input of its verdicts: from a finished plan, or read back from the files a
-published page keeps (results.csv, items.csv, timings.csv), so that `archlab ablate --verify` recomputes every
-verdict of a page without its run folders.
+"""A suite's measured values, the one input of its verdicts: from a finished plan, or read back from
+the files a published page keeps (results.csv, items.csv, timings.csv), so that `archlab ablate
+--verify` recomputes every verdict of a page without its run folders.
 
-- results.csv: one row per run: arm, seed, run (the store's folder name, a hash of the run's resolved config),
-  config (a hash of the resolved config written in configs.yaml), parameters, then one column per measure (an
-  empty cell: n/a for that run).
-- items.csv: per-item outcomes of the measures scored on a fixed item set (the vocab suite's continuation cuts, the
-  long-context accuracy windows): arm, seed, run, metric, item, value; every run of a suite scores the same items
-  in the same order, so an item's index pairs it across arms and seeds.
-- timings.csv: one row per interleaved timing pair: timing, pair, arm_a, arm_b, seconds_a, seconds_b, and the
-  machine's 1-minute load after the pair with the timing's CPUs, usable cores and threads (lab/measures/timing_load.py;
-  empty in a page timed before they were recorded).
+- results.csv: one row per run: arm, seed, run (the store's folder name, a hash of the run's
+  resolved config), config (a hash of the resolved config written in configs.yaml), parameters, then
+  one column per measure (an empty cell: n/a for that run).
+- items.csv: per-item outcomes of the measures scored on a fixed item set (the vocab suite's
+  continuation cuts, the long-context accuracy windows): arm, seed, run, metric, item, value;
+  every run of a suite scores the same items in the same order, so an item's index pairs it across
+  arms and seeds.
+- timings.csv: one row per interleaved timing pair: timing, pair, arm_a, arm_b, seconds_a,
+  seconds_b, and the machine's 1-minute load after the pair with the timing's CPUs, usable cores and
+  threads (lab/measures/timing_load.py; empty in a page timed before they were recorded).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from pathlib import Path
 from archlab.lab.spec.suite import Suite
 
 RESULTS, ITEMS, TIMINGS = "results.csv", "items.csv", "timings.csv"
-LOAD_COLUMNS = ("load_1min", "cpus", "cores", "threads")  # timings.csv: the machine during each pair
-FIXED = ("arm", "seed", "run", "config", "parameters")  # the columns of results.csv before the measures
+# timings.csv: the machine during each pair
+LOAD_COLUMNS = ("load_1min", "cpus", "cores", "threads")
+# the columns of results.csv before the measures
+FIXED = ("arm", "seed", "run", "config", "parameters")
 
 
 @dataclass(frozen=True)
@@ -43,19 +46,22 @@ class Run:
 
 @dataclass
 class Table:
-    """Every run of a suite by arm (seed order), and its timings: what the verdicts are computed from."""
+    """Every run of a suite by arm (seed order), and its timings: what the verdicts
+    are computed from."""
 
     suite: Suite
     seeds: int  # the design's seeds per arm (an arm may hold more: --sequential's later looks)
     runs: dict[str, list[Run]]
-    timings: dict[str, dict] = field(default_factory=dict)  # metric -> {"arms", "a", "b", ...} (lab/measures/timing.py)
+    # metric -> {"arms", "a", "b", ...} (lab/measures/timing.py)
+    timings: dict[str, dict] = field(default_factory=dict)
 
     def values(self, arm: str, metric: str, n: int | None = None) -> list[float]:
         """An arm's values on `metric`, one per seed in seed order (the first `n`)."""
         return [r.values.get(metric, math.nan) for r in self.runs.get(arm, [])][:n]
 
     def items(self, arm: str, metric: str, n: int | None = None) -> list[list[float]] | None:
-        """An arm's per-item outcomes on `metric`, seeds x items, or None unless every run has them."""
+        """An arm's per-item outcomes on `metric`, seeds x items, or None unless every
+        run has them."""
         rows = [r.items.get(metric) for r in self.runs.get(arm, [])][:n]
         return rows if rows and all(row is not None for row in rows) else None  # type: ignore[return-value]
 
@@ -67,17 +73,28 @@ class Table:
 
     # ------------------------------------------------------------------------------------- files
     def write(self, folder: Path, measures: list[str]) -> None:
-        """results.csv, items.csv (when any measure has items) and timings.csv (when timed) in `folder`."""
+        """results.csv, items.csv (when any measure has items) and timings.csv (when
+        timed) in `folder`."""
         folder.mkdir(parents=True, exist_ok=True)
         rows = [r for arm in self.runs.values() for r in arm]
-        factors = list(self.suite.factors)  # a factorial suite's levels, for readers (not read back)
+        # a factorial suite's levels, for readers (not read back)
+        factors = list(self.suite.factors)
         with (folder / RESULTS).open("w", newline="", encoding="utf-8") as f:
             out = csv.writer(f)
             out.writerow([*FIXED, *factors, *measures])
             for r in rows:
                 levels = self.suite.arm(r.arm).levels if factors else {}
-                out.writerow([r.arm, r.seed, r.run_id, r.config, "" if r.parameters is None else r.parameters,
-                              *(levels.get(f, "") for f in factors), *(_cell(r.values.get(m)) for m in measures)])
+                out.writerow(
+                    [
+                        r.arm,
+                        r.seed,
+                        r.run_id,
+                        r.config,
+                        "" if r.parameters is None else r.parameters,
+                        *(levels.get(f, "") for f in factors),
+                        *(_cell(r.values.get(m)) for m in measures),
+                    ]
+                )
         itemized = [(r, m) for r in rows for m in measures if m in r.items]
         (folder / ITEMS).unlink(missing_ok=True)
         if itemized:
@@ -85,22 +102,32 @@ class Table:
                 out = csv.writer(f)
                 out.writerow(["arm", "seed", "run", "metric", "item", "value"])
                 for r, m in itemized:
-                    out.writerows([r.arm, r.seed, r.run_id, m, i, repr(float(v))] for i, v in enumerate(r.items[m]))
+                    out.writerows(
+                        [r.arm, r.seed, r.run_id, m, i, repr(float(v))]
+                        for i, v in enumerate(r.items[m])
+                    )
         (folder / TIMINGS).unlink(missing_ok=True)
         if self.timings:
             with (folder / TIMINGS).open("w", newline="", encoding="utf-8") as f:
                 out = csv.writer(f)
-                out.writerow(["timing", "pair", "arm_a", "arm_b", "seconds_a", "seconds_b", *LOAD_COLUMNS])
+                out.writerow(
+                    ["timing", "pair", "arm_a", "arm_b", "seconds_a", "seconds_b", *LOAD_COLUMNS]
+                )
                 for metric, record in self.timings.items():
                     arm_a, arm_b = record["arms"]
                     load = record.get("load") or [None] * len(record["a"])
                     machine = [_count(record.get(k)) for k in LOAD_COLUMNS[1:]]
-                    out.writerows([metric, i, arm_a, arm_b, repr(a), repr(b), _cell(x), *machine]
-                                  for i, (a, b, x) in enumerate(zip(record["a"], record["b"], load, strict=True)))
+                    out.writerows(
+                        [metric, i, arm_a, arm_b, repr(a), repr(b), _cell(x), *machine]
+                        for i, (a, b, x) in enumerate(
+                            zip(record["a"], record["b"], load, strict=True)
+                        )
+                    )
 
     @classmethod
     def read(cls, folder: Path, suite: Suite, seeds: int | None = None) -> Table:
-        """The table a page's files hold (module doc); `seeds`: the design's (default: the fewest any arm ran)."""
+        """The table a page's files hold (module doc); `seeds`: the design's (default: the fewest
+        any arm ran)."""
         with (folder / RESULTS).open(encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
         if not rows:
@@ -109,21 +136,35 @@ class Table:
         if (folder / ITEMS).is_file():
             with (folder / ITEMS).open(encoding="utf-8", newline="") as f:
                 for row in csv.DictReader(f):
-                    items.setdefault((row["run"], row["arm"]), {}).setdefault(row["metric"], []).append(
-                        float(row["value"]))
+                    items.setdefault((row["run"], row["arm"]), {}).setdefault(
+                        row["metric"], []
+                    ).append(float(row["value"]))
         runs: dict[str, list[Run]] = {a.name: [] for a in suite.arms}
         for row in sorted(rows, key=lambda r: int(r["seed"])):
-            values = {k: float(v) if v not in ("", None) else math.nan for k, v in row.items()
-                      if k not in FIXED and k not in suite.factors}
+            values = {
+                k: float(v) if v not in ("", None) else math.nan
+                for k, v in row.items()
+                if k not in FIXED and k not in suite.factors
+            }
             parameters = int(row["parameters"]) if row.get("parameters") else None
-            runs.setdefault(row["arm"], []).append(Run(row["arm"], int(row["seed"]), row["run"], values,
-                                                       items.get((row["run"], row["arm"]), {}), parameters,
-                                                       row.get("config") or ""))
+            runs.setdefault(row["arm"], []).append(
+                Run(
+                    row["arm"],
+                    int(row["seed"]),
+                    row["run"],
+                    values,
+                    items.get((row["run"], row["arm"]), {}),
+                    parameters,
+                    row.get("config") or "",
+                )
+            )
         timings: dict[str, dict] = {}
         if (folder / TIMINGS).is_file():
             with (folder / TIMINGS).open(encoding="utf-8", newline="") as f:
                 for row in csv.DictReader(f):
-                    record = timings.setdefault(row["timing"], {"arms": [row["arm_a"], row["arm_b"]], "a": [], "b": []})
+                    record = timings.setdefault(
+                        row["timing"], {"arms": [row["arm_a"], row["arm_b"]], "a": [], "b": []}
+                    )
                     record["a"].append(float(row["seconds_a"]))
                     record["b"].append(float(row["seconds_b"]))
                     if row.get("load_1min"):
@@ -138,4 +179,8 @@ def _count(value: int | None) -> str:
 
 
 def _cell(value: float | None) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(float(value))
+    return (
+        ""
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else repr(float(value))
+    )

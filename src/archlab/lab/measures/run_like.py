@@ -1,7 +1,7 @@
 """What a measure reads of a run: the protocol `RunView` (lab/measures/measure.py) satisfies.
 
-The measure modules type their argument with it instead of importing `RunView`, which imports them (its registry
-names every measure): one protocol, no import cycle.
+The measure modules type their argument with it instead of importing `RunView`, which imports them
+(its registry names every measure): one protocol, no import cycle.
 """
 
 from __future__ import annotations

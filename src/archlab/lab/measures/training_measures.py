@@ -1,10 +1,11 @@
-"""The lab's measures read from a run's metrics.jsonl: `train_loss`, `spikes`, `diverged`, `max_grad_norm`.
+"""The lab's measures read from a run's metrics.jsonl: `train_loss`,
+`spikes`, `diverged`, `max_grad_norm`.
 
-- A spike is a logged finite train loss above the median of the SPIKE_WINDOW finite logged losses before it
-  (the point itself excluded, so a spike cannot raise its own reference) by more than SPIKE_NATS, or a skipped
-  (non-finite) step.
-- A run diverged when training stopped on non-finite steps, or its final validation loss is not finite or
-  above its first logged train loss.
+- A spike is a logged finite train loss above the median of the SPIKE_WINDOW finite logged losses
+  before it (the point itself excluded, so a spike cannot raise its own reference) by more than
+  SPIKE_NATS, or a skipped (non-finite) step.
+- A run diverged when training stopped on non-finite steps, or its final validation loss is not
+  finite or above its first logged train loss.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ def train_loss(run: RunLike) -> float:
 
 
 def spikes(run: RunLike) -> float:
-    """Skipped steps plus logged losses above the median of the SPIKE_WINDOW finite losses before them by more
-    than SPIKE_NATS (the trailing window excludes the point, so a spike never hides in its own median)."""
-    losses = [v for v in _losses(run) if math.isfinite(v)]  # a skipped step's nan is counted as a skip
+    """Skipped steps plus logged losses above the median of the SPIKE_WINDOW finite losses before
+    them by more than SPIKE_NATS (the trailing window excludes the point, so a spike never hides in
+    its own median)."""
+    # a skipped step's nan is counted as a skip
+    losses = [v for v in _losses(run) if math.isfinite(v)]
     count = len(read_metrics(run.run_dir, "skip"))
     for i in range(SPIKE_WINDOW, len(losses)):
-        if losses[i] > statistics.median(losses[i - SPIKE_WINDOW:i]) + SPIKE_NATS:
+        if losses[i] > statistics.median(losses[i - SPIKE_WINDOW : i]) + SPIKE_NATS:
             count += 1
     return float(count)
 

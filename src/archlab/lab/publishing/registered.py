@@ -1,12 +1,13 @@
-"""What a page says of its registration (lab/spec/registration.py): when its claims, margins and smallest effects
-were fixed, against when its runs trained.
+"""What a page says of its registration (lab/spec/registration.py): when its claims, margins and
+smallest effects were fixed, against when its runs trained.
 
 - registered before the first run: "Registered at commit C, DATE, before the first run";
-- registered again after runs had trained (the claims changed): when, after how many runs, and the earlier
-  registrations, which registration.json keeps;
-- a page published before registrations existed carries the registration made when registrations began, after
-  its runs, with what is known of when its margins and smallest effects were set (`margins_set`,
-  `effects_set`, `note`, from git history): most say "margin set on re-judging, after the runs";
+- registered again after runs had trained (the claims changed): when, after how many runs, and the
+  earlier registrations, which registration.json keeps;
+- a page published before registrations existed carries the registration made when registrations
+  began, after its runs, with what is known of when its margins and smallest effects were set
+  (`margins_set`, `effects_set`, `note`, from git history): most say "margin set on re-judging,
+  after the runs";
 - a folder without registration.json: "not registered".
 """
 
@@ -17,42 +18,72 @@ REGISTERED_BEFORE = "registered before the first run"
 
 def _when(entry: dict) -> str:
     dirty = " (with local changes)" if entry.get("dirty") is True else ""
-    return f"commit {str(entry.get('commit'))[:12]}{dirty}, {str(entry.get('registered_at', ''))[:10]}"
+    return (
+        f"commit {str(entry.get('commit'))[:12]}{dirty}, {str(entry.get('registered_at', ''))[:10]}"
+    )
 
 
 def trained_before(entry: dict, started: dict | None) -> list[str]:
-    """The runs whose first session started before `entry` was registered, by their own provenance records
-    (`started`: run label -> its first session's start, run_provenance.gather); [] where not recorded."""
+    """The runs whose first session started before `entry` was registered, by their own provenance
+    records (`started`: run label -> its first session's start, run_provenance.gather); []
+    where not recorded."""
     when = entry.get("registered_at")
     return [label for label, at in (started or {}).items() if at and when and at < when]
 
 
 def lines(record: dict | None, runs: int, started: dict | None = None) -> list[str]:
-    """The page's registration line(s) from registration.json's record (None: there is none); `runs`: the page's
-    runs; `started`: each run's first start, to name the runs that trained before the registration."""
+    """The page's registration line(s) from registration.json's record (None: there is none);
+    `runs`: the page's runs; `started`: each run's first start, to name the runs that trained
+    before the registration."""
     if not record or not record.get("registrations"):
-        return ["Registration: none (this folder predates registrations): its claims, margins and smallest effects "
-                "were not recorded before its runs."]
+        return [
+            "Registration: none (this folder predates registrations): its claims, margins and "
+            "smallest effects were not recorded before its runs."
+        ]
     *earlier, last = record["registrations"]
     n = len(last["claims"])
     if last.get("before_first_run"):
-        line = f"Registered at {_when(last)}, before the first run: the {n} claims as judged here " \
-               "(`registration.json`)."
+        line = (
+            f"Registered at {_when(last)}, before the first run: the {n} claims as "
+            "judged here (`registration.json`)."
+        )
     elif "effects_set" in last:  # a page published before registrations: what is known, from git
         set_ = ([f"margin set {last['margins_set']}"] if last.get("margins_set") else []) + [
-            f"smallest effects set {last['effects_set']}"]
-        line = (f"Registration: {'; '.join(set_)}. {last.get('note', '')} The {n} claims as judged here were "
-                f"registered at {_when(last)}, after all {last.get('runs_trained', runs)} runs (`registration.json`).")
+            f"smallest effects set {last['effects_set']}"
+        ]
+        line = (
+            f"Registration: {'; '.join(set_)}. {last.get('note', '')} The {n} "
+            f"claims as judged here were registered at {_when(last)}, after all "
+            f"{last.get('runs_trained', runs)} runs (`registration.json`)."
+        )
     else:
         before = trained_before(last, started)
-        named = (f" ({', '.join(before)}, by their provenance records; in a shared store, runs that another suite "
-                 "or an earlier sitting trained)") if before else ""
-        line = (f"Registered at {_when(last)}, after {last.get('runs_trained')} of the plan's runs had trained"
-                f"{named}: the {n} claims as judged here (`registration.json`).")
+        named = (
+            (
+                f" ({', '.join(before)}, by their provenance records; in a shared store, runs that "
+                "another suite or an earlier sitting trained)"
+            )
+            if before
+            else ""
+        )
+        line = (
+            f"Registered at {_when(last)}, after {last.get('runs_trained')} of the plan's runs had "
+            f"trained{named}: the {n} claims as judged here (`registration.json`)."
+        )
     if earlier:
-        line += " Earlier registrations, kept in registration.json: " + "; ".join(
-            f"{_when(e)}, " + ("before the first run" if e.get("before_first_run") else
-                               f"after {e.get('runs_trained')} runs") for e in earlier) + "."
+        line += (
+            " Earlier registrations, kept in registration.json: "
+            + "; ".join(
+                f"{_when(e)}, "
+                + (
+                    "before the first run"
+                    if e.get("before_first_run")
+                    else f"after {e.get('runs_trained')} runs"
+                )
+                for e in earlier
+            )
+            + "."
+        )
     return [" ".join(line.split())]
 
 

@@ -1,12 +1,13 @@
-"""A page's provenance from its runs' own records (RUN/provenance.json, archlab.train.provenance): gathered, never
-reconstructed, and the lines the page shows.
+"""A page's provenance from its runs' own records (RUN/provenance.json, archlab.train.provenance):
+gathered, never reconstructed, and the lines the page shows.
 
-`gather` reads each run's record and groups the runs by what trained them: the code (commit and local changes), the
-versions (archlab, torch, Python), the machine (CPU model and class, threads), the data (the prepared folder's name
-and sha256) and the execution (mode, device, dtype, world size). A run resumed with another value is listed under
-each, its steps named ("ffn/relu/seed0 steps 150-"), and its resumes with what changed are listed apart. The result
-goes into the page's provenance.json under `runs`; `lines` renders it, and says plainly where the runs recorded
-nothing ("provenance not recorded by the runs"): pages made before runs recorded their provenance.
+`gather` reads each run's record and groups the runs by what trained them: the code (commit and
+local changes), the versions (archlab, torch, Python), the machine (CPU model and class, threads),
+the data (the prepared folder's name and sha256) and the execution (mode, device, dtype, world
+size). A run resumed with another value is listed under each, its steps named ("ffn/relu/seed0
+steps 150-"), and its resumes with what changed are listed apart. The result goes into the page's
+provenance.json under `runs`; `lines` renders it, and says plainly where the runs recorded nothing
+("provenance not recorded by the runs"): pages made before runs recorded their provenance.
 """
 
 from __future__ import annotations
@@ -31,24 +32,33 @@ def _value(session: dict, section: str) -> dict:
     found = session.get(section, {})
     value = {key: found.get(key) for key in GROUPS[section]}
     if section == "data" and value["folder"]:
-        value["folder"] = Path(str(value["folder"])).name  # where it lay on that machine is not what it was
+        # where it lay on that machine is not what it was
+        value["folder"] = Path(str(value["folder"])).name
     return value
 
 
 def _named(label: str, sessions: list[dict], section: str) -> list[tuple[str, dict]]:
-    """A run's value of `section` under its label; where a resume changed it, each session's value under the run's
-    label and that session's steps."""
+    """A run's value of `section` under its label; where a resume changed it, each session's value
+    under the run's label and that session's steps."""
     values = [_value(s, section) for s in sessions]
     if all(v == values[0] for v in values):
         return [(label, values[0])]
     ends = [s.get("from_step") for s in sessions[1:]] + [""]
-    return [(f"{label} steps {s.get('from_step')}-{end}", v) for s, end, v in zip(sessions, ends, values)]
+    return [
+        (f"{label} steps {s.get('from_step')}-{end}", v)
+        for s, end, v in zip(sessions, ends, values)
+    ]
 
 
 def gather(runs: list[tuple[str, Path]]) -> dict:
     """The records of `runs` (label, run folder), grouped (module doc)."""
-    out: dict = {"recorded": [], "unrecorded": [], "resumed": [], "started": {},
-                 **{section: [] for section in GROUPS}}
+    out: dict = {
+        "recorded": [],
+        "unrecorded": [],
+        "resumed": [],
+        "started": {},
+        **{section: [] for section in GROUPS},
+    }
     for label, run_dir in runs:
         record = read_record(run_dir)
         sessions = record["sessions"] if record else []
@@ -56,9 +66,13 @@ def gather(runs: list[tuple[str, Path]]) -> dict:
             out["unrecorded"].append(label)
             continue
         out["recorded"].append(label)
-        out["started"][label] = sessions[0].get("started_at")  # its first session: set against the registration
-        out["resumed"] += [f"{label} at step {s.get('from_step')}: "
-                           + ("; ".join(s.get("changed") or []) or "nothing changed") for s in sessions[1:]]
+        # its first session: set against the registration
+        out["started"][label] = sessions[0].get("started_at")
+        out["resumed"] += [
+            f"{label} at step {s.get('from_step')}: "
+            + ("; ".join(s.get("changed") or []) or "nothing changed")
+            for s in sessions[1:]
+        ]
         for section in GROUPS:
             for name, value in _named(label, sessions, section):
                 group = next((g for g in out[section] if g["value"] == value), None)
@@ -75,60 +89,113 @@ def _runs(names: list[str], every: list[str]) -> str:
 
 def _code(value: dict) -> str:
     dirty = value.get("dirty")
-    return f"{value.get('commit')}" + (" (with local changes)" if dirty is True else
-                                       " (local changes unknown)" if dirty not in (True, False) else "")
+    return f"{value.get('commit')}" + (
+        " (with local changes)"
+        if dirty is True
+        else " (local changes unknown)"
+        if dirty not in (True, False)
+        else ""
+    )
 
 
 def lines(runs: dict | None, reconstructed: str = "") -> list[str]:
-    """The page's lines on what trained its runs, from `gather`'s result (None: the page predates run records);
-    `reconstructed`: what a page made before the records says of its training, shown as such."""
+    """The page's lines on what trained its runs, from `gather`'s result (None: the page predates
+    run records); `reconstructed`: what a page made before the records says of its training,
+    shown as such."""
     note = f" Reconstructed afterwards, not a record: {reconstructed}." if reconstructed else ""
     if not runs or not runs.get("recorded"):
         return [f"Trained by: {NOT_RECORDED}.{note}"]
     every = runs["recorded"] + runs["unrecorded"]
-    missing = (f" The other {len(runs['unrecorded'])} runs: {NOT_RECORDED} ({', '.join(runs['unrecorded'])})."
-               if runs["unrecorded"] else "")
+    missing = (
+        f" The other {len(runs['unrecorded'])} "
+        f"runs: {NOT_RECORDED} ({', '.join(runs['unrecorded'])})."
+        if runs["unrecorded"]
+        else ""
+    )
     code = runs["code"]
     if len(code) == 1:
-        head = f"Trained by archlab at commit {_code(code[0]['value'])}: {_runs(code[0]['runs'], every)} (recorded " \
-               "by the runs)."
+        head = (
+            f"Trained by archlab at commit {_code(code[0]['value'])}: "
+            f"{_runs(code[0]['runs'], every)} (recorded by the runs)."
+        )
     else:
-        head = f"Trained at {len(code)} commits (recorded by the runs): " + "; ".join(
-            f"{_code(g['value'])}: {_runs(g['runs'], every)}" for g in code) + "."
+        head = (
+            f"Trained at {len(code)} commits (recorded by the runs): "
+            + "; ".join(f"{_code(g['value'])}: {_runs(g['runs'], every)}" for g in code)
+            + "."
+        )
     out = [head + missing + (note if runs["unrecorded"] else "")]
 
     def grouped(title: str, section: str, show) -> str:  # noqa: ANN001 - value -> its text
         groups = runs[section]
         if len(groups) == 1:
-            return f"{title}: {show(groups[0]['value'])} ({_runs(groups[0]['runs'], runs['recorded'])})."
-        return f"{title}: " + "; ".join(f"{show(g['value'])} ({_runs(g['runs'], [])})" for g in groups) + "."
+            return (
+                f"{title}: {show(groups[0]['value'])} "
+                f"({_runs(groups[0]['runs'], runs['recorded'])})."
+            )
+        return (
+            f"{title}: "
+            + "; ".join(f"{show(g['value'])} ({_runs(g['runs'], [])})" for g in groups)
+            + "."
+        )
 
-    out.append(grouped("Runs' software", "versions", lambda v: f"archlab {v['archlab']}, torch {v['torch']}, "
-                                                              f"Python {v['python']}"))
-    out.append(grouped("Runs' CPU", "machine", lambda v: f"{v['cpu_model']} ({v['cpu_class']}), "
-                                                         f"{v['threads']} thread{'s' if v['threads'] != 1 else ''}"))
-    out.append(grouped("Runs' data (sha256 of the prepared folder each run read)", "data",
-                       lambda v: f"{v['folder']} {str(v['sha256'])[:16]}"))
-    out.append(grouped("Runs' execution", "execution", lambda v: f"{v['mode']} on {v['device']}, {v['dtype']}"
-                       + (f", {v['world_size']} processes" if v["world_size"] != 1 else "")))
+    out.append(
+        grouped(
+            "Runs' software",
+            "versions",
+            lambda v: f"archlab {v['archlab']}, torch {v['torch']}, Python {v['python']}",
+        )
+    )
+    out.append(
+        grouped(
+            "Runs' CPU",
+            "machine",
+            lambda v: (
+                f"{v['cpu_model']} ({v['cpu_class']}), "
+                f"{v['threads']} thread{'s' if v['threads'] != 1 else ''}"
+            ),
+        )
+    )
+    out.append(
+        grouped(
+            "Runs' data (sha256 of the prepared folder each run read)",
+            "data",
+            lambda v: f"{v['folder']} {str(v['sha256'])[:16]}",
+        )
+    )
+    out.append(
+        grouped(
+            "Runs' execution",
+            "execution",
+            lambda v: (
+                f"{v['mode']} on {v['device']}, {v['dtype']}"
+                + (f", {v['world_size']} processes" if v["world_size"] != 1 else "")
+            ),
+        )
+    )
     if runs["resumed"]:
         out.append("Resumed runs: " + "; ".join(runs["resumed"]) + ".")
     return out
 
 
 def reconstructed(p: dict) -> str:
-    """What a page made before the runs recorded their provenance says of its training: the commit the `archlab
-    ablate` session that trained them recorded (its own, not each run's), or its note; "" for a page whose runs
-    recorded theirs."""
+    """What a page made before the runs recorded their provenance says of its training: the commit
+    the `archlab ablate` session that trained them recorded (its own, not each run's), or its note;
+    "" for a page whose runs recorded theirs."""
     if RUNS in p:
         return ""
     trained = p.get("trained_by") or {}
     parts = []
     if trained.get("commit"):
-        parts.append(f"the `archlab ablate` session recorded its own commit, {trained['commit']}"
-                     + (" (with local changes)" if trained.get("dirty") is True else "")
-                     + (f", torch {trained['torch']}, Python {trained.get('python')}" if trained.get("torch")
-                        else ""))
+        parts.append(
+            f"the `archlab ablate` session recorded its own commit, {trained['commit']}"
+            + (" (with local changes)" if trained.get("dirty") is True else "")
+            + (
+                f", torch {trained['torch']}, Python {trained.get('python')}"
+                if trained.get("torch")
+                else ""
+            )
+        )
     if p.get("trained_note"):
         parts.append(p["trained_note"])
     return "; ".join(parts)

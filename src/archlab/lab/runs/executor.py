@@ -1,11 +1,13 @@
-"""Grids that outgrow one machine: one job per run through submitit (Slurm job arrays, or its local executor).
+"""Grids that outgrow one machine: one job per run through submitit (Slurm job arrays, or
+its local executor).
 
-`submit_plan` prepares the data here (tokenizing is quick and every job reads it), then submits every unfinished
-run as one task of a job array (`executor.map_array`), each task running the run's `archlab train` process as
-`archlab ablate` would locally (resumed from its last checkpoint if it has one) and recording how it ended in the
-run folder. Slurm jobs are submitted and left to run (`archlab ablate SUITE --collect DIR` builds the report once
-they finished; running the same submit again resubmits only the unfinished runs); submitit's local executor
-(`cluster="local"`) runs the same tasks as local processes, which is how the tests exercise it.
+`submit_plan` prepares the data here (tokenizing is quick and every job reads it), then submits
+every unfinished run as one task of a job array (`executor.map_array`), each task running the run's
+`archlab train` process as `archlab ablate` would locally (resumed from its last checkpoint if it
+has one) and recording how it ended in the run folder. Slurm jobs are submitted and left to run
+(`archlab ablate SUITE --collect DIR` builds the report once they finished; running the same submit
+again resubmits only the unfinished runs); submitit's local executor (`cluster="local"`) runs the
+same tasks as local processes, which is how the tests exercise it.
 """
 
 from __future__ import annotations
@@ -35,34 +37,47 @@ class SlurmOptions:
     def __post_init__(self) -> None:
         for name, low in (("time_min", 1), ("gpus", 0), ("cpus", 1), ("array_parallelism", 1)):
             if getattr(self, name) < low:
-                raise ValueError(f"--slurm-{name.replace('_min', '').replace('_', '-')} {getattr(self, name)} is "
-                                 f"not allowed: at least {low}")
+                raise ValueError(
+                    f"--slurm-{name.replace('_min', '').replace('_', '-')} {getattr(self, name)} "
+                    f"is not allowed: at least {low}"
+                )
 
 
 def train_task(run: RunSpec, threads: int) -> dict:
-    """One run, inside its job: the run's `archlab train` process with `threads` threads, its end recorded."""
+    """One run, inside its job: the run's `archlab train` process with `threads` threads,
+    its end recorded."""
     proc = _start(run, threads)
     proc.wait()
-    _finish(run, proc.returncode)  # raises LabError (the task fails) on a failure that is not divergence
+    # raises LabError (the task fails) on a failure that is not divergence
+    _finish(run, proc.returncode)
     return {"arm": run.arm, "seed": run.seed, "returncode": proc.returncode}
 
 
 def make_executor(folder: Path, cluster: str, options: SlurmOptions) -> submitit.AutoExecutor:
-    """A submitit executor for the suite: `cluster` "slurm" or "local" (submitit's local processes)."""
+    """A submitit executor for the suite: `cluster` "slurm" or "local"
+    (submitit's local processes)."""
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
-    params: dict[str, object] = {"timeout_min": options.time_min, "cpus_per_task": options.cpus,
-                                 "gpus_per_node": options.gpus, "tasks_per_node": 1, "nodes": 1,
-                                 "name": "archlab-ablate", "slurm_array_parallelism": options.array_parallelism}
+    params: dict[str, object] = {
+        "timeout_min": options.time_min,
+        "cpus_per_task": options.cpus,
+        "gpus_per_node": options.gpus,
+        "tasks_per_node": 1,
+        "nodes": 1,
+        "name": "archlab-ablate",
+        "slurm_array_parallelism": options.array_parallelism,
+    }
     if options.partition:
         params["slurm_partition"] = options.partition
     executor.update_parameters(**params)
     return executor
 
 
-def submit_plan(plan: Plan, cluster: str = "slurm", options: SlurmOptions | None = None,
-                wait: bool = False) -> list[submitit.Job]:
-    """Submit every unfinished run of the plan as one job array; with `wait`, block until all ended and raise
-    LabError naming the first run that failed. Returns the jobs (empty when every run is done)."""
+def submit_plan(
+    plan: Plan, cluster: str = "slurm", options: SlurmOptions | None = None, wait: bool = False
+) -> list[submitit.Job]:
+    """Submit every unfinished run of the plan as one job array; with `wait`, block until all
+    ended and raise LabError naming the first run that failed. Returns the jobs (empty when every
+    run is done)."""
     options = options or SlurmOptions()
     prepare(plan)
     todo = [r for r in {r.run_dir: r for r in plan.runs}.values() if not is_done(r)]
@@ -70,12 +85,17 @@ def submit_plan(plan: Plan, cluster: str = "slurm", options: SlurmOptions | None
         return []
     executor = make_executor(plan.out / "submitit", cluster, options)
     jobs = executor.map_array(train_task, todo, [options.cpus] * len(todo))
-    logger.info("submitted %d runs of %s as job array %s", len(todo), plan.suite.name, jobs[0].job_id)
+    logger.info(
+        "submitted %d runs of %s as job array %s", len(todo), plan.suite.name, jobs[0].job_id
+    )
     if wait:
         for run, job in zip(todo, jobs):
             try:
                 job.result()
-            except Exception as err:  # submitit re-raises the task's error with the job's log around it
-                raise LabError(f"arm {run.arm} seed {run.seed}: job {job.job_id} failed: "
-                               f"{str(err).strip().splitlines()[-1]}; see {job.paths.stderr}") from None
+            # submitit re-raises the task's error with the job's log around it
+            except Exception as err:
+                raise LabError(
+                    f"arm {run.arm} seed {run.seed}: job {job.job_id} failed: "
+                    f"{str(err).strip().splitlines()[-1]}; see {job.paths.stderr}"
+                ) from None
     return jobs

@@ -1,15 +1,17 @@
-"""Run records: a finished run's files without its checkpoints, so a suite that takes more than one sitting can be
-committed where it stopped and continued on a fresh machine.
+"""Run records: a finished run's files without its checkpoints, so a suite that takes more than one
+sitting can be committed where it stopped and continued on a fresh machine.
 
-A record is the run folder's config (config.json, config.yaml), its metrics (metrics.jsonl), how it ended
-(lab-status.json), the lab's measures of it (lab-measures.json) and what it ran on (provenance.json): everything the
-report reads once a run is measured, and ~20 KB at `small` where its checkpoints are megabytes. `write_records`
-copies the finished and measured runs of a plan into RECORDS/<run folder>/ (the folder's name is its store key, so a
-run two suites share is one record) with the plan's registration beside them; `read_records` lays them into a store
-that lacks them, and the registration into the suite's folder, before the plan runs. The runner then counts such a
-run as done (`is_record`: no checkpoint, a clean exit, metrics to the last step) and the measures read their cache;
-a measure a record does not hold cannot be taken again (its checkpoint stayed behind), and `missing_measures` says
-which run and measure, so the lab stops with that line instead of training it again unasked.
+A record is the run folder's config (config.json, config.yaml), its metrics (metrics.jsonl),
+how it ended (lab-status.json), the lab's measures of it (lab-measures.json) and what it ran on
+(provenance.json): everything the report reads once a run is measured, and ~20 KB at `small` where
+its checkpoints are megabytes. `write_records` copies the finished and measured runs of a plan into
+RECORDS/<run folder>/ (the folder's name is its store key, so a run two suites share is one record)
+with the plan's registration beside them; `read_records` lays them into a store that lacks them,
+and the registration into the suite's folder, before the plan runs. The runner then counts such a
+run as done (`is_record`: no checkpoint, a clean exit, metrics to the last step) and the measures
+read their cache; a measure a record does not hold cannot be taken again (its checkpoint stayed
+behind), and `missing_measures` says which run and measure, so the lab stops with that line instead
+of training it again unasked.
 """
 
 from __future__ import annotations
@@ -43,19 +45,24 @@ def last_step(run_dir: Path) -> int:
 def ended_cleanly(run_dir: Path) -> bool:
     """Whether the run's status file records a clean exit (return code 0)."""
     status = run_dir / STATUS
-    return status.is_file() and json.loads(status.read_text(encoding="utf-8")).get("returncode") == 0
+    return (
+        status.is_file() and json.loads(status.read_text(encoding="utf-8")).get("returncode") == 0
+    )
 
 
 def is_record(run: RunSpec) -> bool:
-    """A run folder that holds a finished run's record and no checkpoint: a clean exit and metrics to its last
-    step."""
-    return (not (run.run_dir / CHECKPOINTS).exists() and ended_cleanly(run.run_dir)
-            and last_step(run.run_dir) >= run.steps)
+    """A run folder that holds a finished run's record and no checkpoint: a clean exit and metrics
+    to its last step."""
+    return (
+        not (run.run_dir / CHECKPOINTS).exists()
+        and ended_cleanly(run.run_dir)
+        and last_step(run.run_dir) >= run.steps
+    )
 
 
 def missing_measures(plan: Plan) -> list[str]:
-    """'ARM/seedN (RUN): m1, m2' for each record of the plan that lacks one of the suite's measures (a record cannot
-    be measured again: its checkpoints stayed behind)."""
+    """'ARM/seedN (RUN): m1, m2' for each record of the plan that lacks one of the suite's measures
+    (a record cannot be measured again: its checkpoints stayed behind)."""
     out = []
     for run in {r.run_dir: r for r in plan.runs}.values():
         if (run.run_dir / STATUS).is_file() and not (run.run_dir / CHECKPOINTS).exists():
@@ -67,16 +74,21 @@ def missing_measures(plan: Plan) -> list[str]:
 
 
 def measured_runs(plan: Plan) -> list[RunSpec]:
-    """The plan's runs that hold every measure of the suite in their cache (each run folder once)."""
+    """The plan's runs that hold every measure of the suite in their cache (each
+    run folder once)."""
     unique = {r.run_dir: r for r in plan.runs}.values()
-    return [r for r in unique if (r.run_dir / STATUS).is_file()
-            and all(m in read_measured(r.run_dir) for m in plan.suite.measures)]
+    return [
+        r
+        for r in unique
+        if (r.run_dir / STATUS).is_file()
+        and all(m in read_measured(r.run_dir) for m in plan.suite.measures)
+    ]
 
 
 def write_records(plan: Plan, records: Path) -> list[Path]:
-    """Copy each measured run's record into RECORDS/<run folder>/ and the plan's registration into
-    RECORDS/registration.json; returns the record folders written (a record already there is rewritten, so a run
-    measured again carries its new values)."""
+    """Copy each measured run's record into RECORDS/<run folder>/ and the plan's registration
+    into RECORDS/registration.json; returns the record folders written (a record already there is
+    rewritten, so a run measured again carries its new values)."""
     records.mkdir(parents=True, exist_ok=True)
     written = []
     for run in measured_runs(plan):
@@ -95,12 +107,15 @@ def record_folders(records: Path) -> list[Path]:
     """The run records under RECORDS (folders holding a status file and metrics)."""
     if not records.is_dir():
         return []
-    return sorted(p for p in records.iterdir() if (p / STATUS).is_file() and (p / METRICS).is_file())
+    return sorted(
+        p for p in records.iterdir() if (p / STATUS).is_file() and (p / METRICS).is_file()
+    )
 
 
 def read_records(records: Path, store: Path, suite_folder: Path) -> int:
-    """Lay the records under RECORDS into STORE (each run folder the store lacks; a run it holds is kept as it is)
-    and their registration into SUITE_FOLDER where it has none; returns how many runs were laid in."""
+    """Lay the records under RECORDS into STORE (each run folder the store lacks; a run it holds is
+    kept as it is) and their registration into SUITE_FOLDER where it has none; returns how many runs
+    were laid in."""
     laid = 0
     for record in record_folders(records):
         target = store / record.name

@@ -1,17 +1,19 @@
 """A worker process that keeps torch imported and trains the lab's runs one after another.
 
-Each run is what its `archlab train` command line asks (`RunSpec.keys`, the layer of dotted keys the command's
-flags make), started as the command starts it: the request checked and its configs resolved by
-`archlab.train.launch` (a stopped run resumed from its checkpoint), then `train()`, with the process's stdout and
-stderr (the trainer's log) appended to the run's `train.log`, and the command's exit codes: 0, 1 for a run that
-diverged or a full disk, 2 for a refused input. The trainer seeds every stream from the run's config, so a run's
-values do not depend on the runs the worker trained before it (tests/lab/test_worker.py compares with
-`archlab train` alone, bit for bit). What the worker saves is what a fresh process pays per run: the interpreter,
-importing torch and archlab, torch's meta-device machinery the memory check builds a model with, and the exit.
+Each run is what its `archlab train` command line asks (`RunSpec.keys`, the layer of dotted keys
+the command's flags make), started as the command starts it: the request checked and its configs
+resolved by `archlab.train.launch` (a stopped run resumed from its checkpoint), then `train()`,
+with the process's stdout and stderr (the trainer's log) appended to the run's `train.log`, and
+the command's exit codes: 0, 1 for a run that diverged or a full disk, 2 for a refused input. The
+trainer seeds every stream from the run's config, so a run's values do not depend on the runs the
+worker trained before it (tests/lab/test_worker.py compares with `archlab train` alone, bit for
+bit). What the worker saves is what a fresh process pays per run: the interpreter, importing torch
+and archlab, torch's meta-device machinery the memory check builds a model with, and the exit.
 
-The worker starts with `threads` intra-op threads (OMP_NUM_THREADS / MKL_NUM_THREADS set before torch is imported,
-as the runner sets them for a subprocess) and ignores SIGINT between runs; during a run the trainer's own handlers
-checkpoint on SIGINT / SIGTERM. This module imports no torch: the worker imports it after its environment is set.
+The worker starts with `threads` intra-op threads (OMP_NUM_THREADS / MKL_NUM_THREADS set before
+torch is imported, as the runner sets them for a subprocess) and ignores SIGINT between runs; during
+a run the trainer's own handlers checkpoint on SIGINT / SIGTERM. This module imports no torch: the
+worker imports it after its environment is set.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ EXIT_FAILED, EXIT_REFUSED = 1, 2  # archlab train's exit codes: diverged or a fa
 
 
 def _serve(conn: Connection, threads: int | None) -> None:
-    """The worker's loop: receive (keys, resume, log path), train the run with its output in the log, send back
-    its exit code; None stops it."""
+    """The worker's loop: receive (keys, resume, log path), train the run with its output in the
+    log, send back its exit code; None stops it."""
     if threads is not None:
         os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; a run's trainer handles its own
+    # the parent decides; a run's trainer handles its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # as `archlab train` logs
     import archlab.train.trainer  # noqa: F401 - torch and archlab, once
 
@@ -44,7 +47,8 @@ def _serve(conn: Connection, threads: int | None) -> None:
 
 
 def train_run(keys: dict[str, str], resume: bool) -> int:
-    """One run as `archlab train` runs it (module doc: train/launch.py's `train_run`); its exit code."""
+    """One run as `archlab train` runs it (module doc: train/launch.py's `train_run`);
+    its exit code."""
     from archlab.storage import StorageError
     from archlab.train.launch import NothingToTrain
     from archlab.train.launch import train_run as begin_and_train
@@ -66,14 +70,20 @@ def train_run(keys: dict[str, str], resume: bool) -> int:
         return EXIT_REFUSED
     stopped = f" (stopped by {result.interrupted})" if result.interrupted else ""
     losses = [f"{x:.4f}" if x is not None else "-" for x in (result.train_loss, result.val_loss)]
-    logger.info("step %d%s: train loss %s, val loss %s, %s tokens/s; checkpoint %s", result.step, stopped, *losses,
-                f"{result.tokens_per_s:,.0f}", result.checkpoint)
+    logger.info(
+        "step %d%s: train loss %s, val loss %s, %s tokens/s; checkpoint %s",
+        result.step,
+        stopped,
+        *losses,
+        f"{result.tokens_per_s:,.0f}",
+        result.checkpoint,
+    )
     return 0
 
 
 def _logged(log: Path, run) -> int:  # noqa: ANN001 - a function of no arguments returning an exit code
-    """`run()` with fds 1 and 2 appended to `log` (as a subprocess's would be); its exit code, 1 on an error it
-    did not expect (the traceback in the log)."""
+    """`run()` with fds 1 and 2 appended to `log` (as a subprocess's would be); its exit code, 1 on
+    an error it did not expect (the traceback in the log)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -104,16 +114,25 @@ class Worker:
 
     @classmethod
     def start(cls, threads: int | None) -> Worker:
-        """A worker whose process starts with `threads` intra-op threads (None: torch's choice). The caps are in its
-        environment from the start: a spawned interpreter imports the parent's main module, and so torch and its
-        OpenMP pool, before `_serve` runs; a pool made with every core and cut to one thread later left its
-        other threads spinning (measured: two workers at --jobs 2 trained at 0.44x the speed of two processes)."""
-        ctx = multiprocessing.get_context("spawn")  # a forked copy of a parent that has run torch can hang
+        """A worker whose process starts with `threads` intra-op threads (None: torch's choice). The
+        caps are in its environment from the start: a spawned interpreter imports the parent's main
+        module, and so torch and its OpenMP pool, before `_serve` runs; a pool made with every core
+        and cut to one thread later left its other threads spinning (measured: two workers at --jobs
+        2 trained at 0.44x the speed of two processes)."""
+        # a forked copy of a parent that has run torch can hang
+        ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=_serve, args=(child, threads), daemon=True, name="archlab-lab-worker")
-        caps = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads is not None else {}
+        process = ctx.Process(
+            target=_serve, args=(child, threads), daemon=True, name="archlab-lab-worker"
+        )
+        caps = (
+            {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+            if threads is not None
+            else {}
+        )
         before = {name: os.environ.get(name) for name in caps}
-        os.environ.update(caps)  # the spawned process inherits this environment; this one gets its own back
+        # the spawned process inherits this environment; this one gets its own back
+        os.environ.update(caps)
         try:
             process.start()
         finally:
@@ -131,8 +150,8 @@ class Worker:
         self.conn.send((dict(keys), resume, str(log)))
 
     def result(self, timeout: float = 0.0) -> int | None:
-        """The exit code of the run under way once it ended (None while it trains). A worker that died reports
-        its own exit code, negative for a signal, as a subprocess would."""
+        """The exit code of the run under way once it ended (None while it trains). A worker that
+        died reports its own exit code, negative for a signal, as a subprocess would."""
         if self.conn.poll(timeout):
             try:
                 return int(self.conn.recv())

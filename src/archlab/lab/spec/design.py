@@ -1,20 +1,23 @@
-"""Two-level fractional factorial designs for screening suites: which setting of each factor every run uses.
+"""Two-level fractional factorial designs for screening suites: which setting of each factor
+every run uses.
 
-A 2^(k-p) design sets k two-level factors (coded -1 / +1) in 2^(k-p) runs: k - p base factors run through their
-full factorial and each of the p others is the product of some base columns, its generator (Box, Hunter & Hunter,
-*Statistics for Experimenters*, 2nd ed., ch. 6; NIST/SEMATECH e-Handbook 5.3.3.4). Each generator X = W gives a
-word WX of the defining relation, and the products of those words complete it; an effect is aliased with its
-product with every word. The resolution is the shortest word's length: at III main effects are aliased with
-two-factor interactions, at IV with three-factor ones only (two-factor interactions alias each other), at V
-two-factor interactions are clear of each other. The designs come from pyDOE (`pydoe.fracfact_opt`, an exhaustive
-search for the generators that alias the fewest low-order effects, i.e. minimum aberration, and `fracfact`); this
-module picks the smallest number of runs that reaches the resolution asked for and reads the words and the alias
-chains off the design.
+A 2^(k-p) design sets k two-level factors (coded -1 / +1) in 2^(k-p) runs: k - p base factors run
+through their full factorial and each of the p others is the product of some base columns, its
+generator (Box, Hunter & Hunter, *Statistics for Experimenters*, 2nd ed., ch. 6; NIST/SEMATECH
+e-Handbook 5.3.3.4). Each generator X = W gives a word WX of the defining relation, and the products
+of those words complete it; an effect is aliased with its product with every word. The resolution is
+the shortest word's length: at III main effects are aliased with two-factor interactions, at IV with
+three-factor ones only (two-factor interactions alias each other), at V two-factor interactions are
+clear of each other. The designs come from pyDOE (`pydoe.fracfact_opt`, an exhaustive search for the
+generators that alias the fewest low-order effects, i.e. minimum aberration, and `fracfact`); this
+module picks the smallest number of runs that reaches the resolution asked for and reads the words
+and the alias chains off the design.
 
-Each main effect of an N-run design is the mean of N/2 runs at +1 minus the mean of N/2 at -1, so its standard
-error is 2 sigma / sqrt(N) (sigma: one run's residual sd); one switch at a time, an arm against its base over n
-seeds has sqrt(2) sigma / sqrt(n). At equal runs, N = (K + 1) n for K switches and a base, the design's SE is
-sqrt(2 / (K + 1)) of the one-at-a-time SE (0.47 for K = 8): every run informs every main effect.
+Each main effect of an N-run design is the mean of N/2 runs at +1 minus the mean of N/2 at -1, so
+its standard error is 2 sigma / sqrt(N) (sigma: one run's residual sd); one switch at a time, an
+arm against its base over n seeds has sqrt(2) sigma / sqrt(n). At equal runs, N = (K + 1) n for K
+switches and a base, the design's SE is sqrt(2 / (K + 1)) of the one-at-a-time SE (0.47 for K = 8):
+every run informs every main effect.
 """
 
 from __future__ import annotations
@@ -27,15 +30,18 @@ from dataclasses import dataclass
 import numpy as np
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
-RESOLUTIONS = {"III": 3, "IV": 4, "V": 5, "full": None}  # the suite file's names -> the shortest word's length
+# the suite file's names -> the shortest word's length
+RESOLUTIONS = {"III": 3, "IV": 4, "V": 5, "full": None}
 
 
 @dataclass(frozen=True)
 class Design:
-    """A two-level design: its runs, how its factors are generated, its defining relation and aliases."""
+    """A two-level design: its runs, how its factors are generated, its defining
+    relation and aliases."""
 
     matrix: np.ndarray  # runs x k, entries -1 / +1, columns in the factors' order
-    generators: tuple[str, ...]  # per factor, its column as a product of the base letters ("a", ..., "abc")
+    # per factor, its column as a product of the base letters ("a", ..., "abc")
+    generators: tuple[str, ...]
     words: tuple[str, ...]  # the defining relation I = w1 = w2 = ..., each word sorted
     resolution: int | None  # the shortest word's length; None for a full factorial
 
@@ -55,11 +61,13 @@ class Design:
         return dict(sorted(counts.items()))
 
     def chains(self, order: int = 2) -> list[tuple[str, ...]]:
-        """The alias chains of the effects of at most `order` factors: each chain the effects (letters of the
-        factors in the design's order, "a", "ab", ...) that share one column, main effects first; an effect
-        aliased with none of that order stands alone."""
-        letters = LETTERS[:self.k]
-        effects = [frozenset(c) for r in range(1, order + 1) for c in itertools.combinations(letters, r)]
+        """The alias chains of the effects of at most `order` factors: each chain the effects
+        (letters of the factors in the design's order, "a", "ab", ...) that share one column, main
+        effects first; an effect aliased with none of that order stands alone."""
+        letters = LETTERS[: self.k]
+        effects = [
+            frozenset(c) for r in range(1, order + 1) for c in itertools.combinations(letters, r)
+        ]
         words = [frozenset(w) for w in self.words]
         seen, out = set(), []
         for e in effects:
@@ -67,13 +75,19 @@ class Design:
                 continue
             chain = [e] + [f for f in effects if f != e and (e ^ f) in words]
             seen.update(chain)
-            out.append(tuple("".join(sorted(x)) for x in sorted(chain, key=lambda x: (len(x), sorted(x)))))
+            out.append(
+                tuple("".join(sorted(x)) for x in sorted(chain, key=lambda x: (len(x), sorted(x))))
+            )
         return out
 
     def describe(self) -> list[str]:
         """The design in the textbook's words: runs, generators, defining relation, resolution."""
         base = [g for g in self.generators if len(g) == 1]
-        made = [f"{LETTERS[i].upper()} = {g.upper()}" for i, g in enumerate(self.generators) if len(g) > 1]
+        made = [
+            f"{LETTERS[i].upper()} = {g.upper()}"
+            for i, g in enumerate(self.generators)
+            if len(g) > 1
+        ]
         res = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII"}.get(self.resolution or 0, "full")
         p = self.k - len(base)
         lines = [f"2^({self.k}-{p}) design, {self.runs} runs, resolution {res}"]
@@ -88,8 +102,9 @@ def _resolution(words: list[str]) -> int | None:
 
 
 def _words(generators: list[str]) -> list[str]:
-    """The defining relation of `generators` (letters a, b, ... in the factors' order): every product of the
-    generator words X W (W the generator of factor X), as sorted letter strings, shortest first."""
+    """The defining relation of `generators` (letters a, b, ... in the factors' order):
+    every product of the generator words X W (W the generator of factor X), as sorted letter
+    strings, shortest first."""
     base = [frozenset(g + LETTERS[i]) for i, g in enumerate(generators) if len(g) > 1]
     words = set()
     for r in range(1, len(base) + 1):
@@ -103,7 +118,8 @@ def _words(generators: list[str]) -> list[str]:
 
 
 def _generators(gen: str, k: int) -> list[str]:
-    """pyDOE's generator string ('a b c abc') with its base letters renamed to the factors' own letters."""
+    """pyDOE's generator string ('a b c abc') with its base letters renamed to the
+    factors' own letters."""
     terms = gen.split()
     if len(terms) != k:
         raise ValueError(f"generator string {gen!r} has {len(terms)} terms for {k} factors")
@@ -116,22 +132,27 @@ def _generators(gen: str, k: int) -> list[str]:
 
 @functools.lru_cache(maxsize=64)
 def design(k: int, resolution: str | int = "IV") -> Design:
-    """The fewest-run regular 2^(k-p) design of k factors with resolution at least `resolution` (III, IV, V or
-    "full"), its generators chosen by pyDOE's minimum-aberration search (80 ms for 7 factors: kept per (k,
-    resolution), since every fit of a screening suite asks for it; callers never change the matrix)."""
+    """The fewest-run regular 2^(k-p) design of k factors with resolution at least `resolution`
+    (III, IV, V or "full"), its generators chosen by pyDOE's minimum-aberration search (80 ms for
+    7 factors: kept per (k, resolution), since every fit of a screening suite asks for it; callers
+    never change the matrix)."""
     from pydoe import fracfact, fracfact_opt
 
     if not (isinstance(k, int) and 2 <= k <= 15):
         raise ValueError(f"k={k!r} factors is not allowed: 2 to 15 two-level factors")
     wanted = RESOLUTIONS.get(resolution, resolution) if isinstance(resolution, str) else resolution
     if resolution not in RESOLUTIONS and not (isinstance(wanted, int) and 3 <= wanted <= 8):
-        raise ValueError(f"resolution {resolution!r} is not allowed: one of {', '.join(RESOLUTIONS)}")
+        raise ValueError(
+            f"resolution {resolution!r} is not allowed: one of {', '.join(RESOLUTIONS)}"
+        )
     m = max(1, math.ceil(math.log2(k + 1)))
     while True:
         if wanted is None or m >= k:  # a full factorial (or the fraction has nothing left to alias)
             gens = list(LETTERS[:k])
-            return Design(np.asarray(fracfact(" ".join(gens)), dtype=np.int64), tuple(gens), (), None)
-        if k - m <= 2 ** m - m - 1:
+            return Design(
+                np.asarray(fracfact(" ".join(gens)), dtype=np.int64), tuple(gens), (), None
+            )
+        if k - m <= 2**m - m - 1:
             gen, _, _ = fracfact_opt(k, k - m)
             gens = _generators(gen, k)
             words = _words(gens)
@@ -141,16 +162,21 @@ def design(k: int, resolution: str | int = "IV") -> Design:
         m += 1
 
 
-def fractional_factorial(k: int, resolution: str | int = "IV") -> tuple[np.ndarray, list[str], list[str]]:
-    """(the design matrix in +-1, each factor's generator, the alias chains up to two-factor interactions as
-    "a = bc = de" lines): `design` in the form the suite's tests and printouts read."""
+def fractional_factorial(
+    k: int, resolution: str | int = "IV"
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """(the design matrix in +-1, each factor's generator, the alias chains up to
+    two-factor interactions as "a = bc = de" lines): `design` in the form the suite's tests
+    and printouts read."""
     d = design(k, resolution)
     return d.matrix, list(d.generators), [" = ".join(c) for c in d.chains(2)]
 
 
 def fold_over(d: Design) -> Design:
-    """The design with its mirror image (every sign flipped) appended: the fold-over frees every main effect of
-    two-factor interactions (a resolution III fraction becomes IV), at twice the runs (Box, Hunter & Hunter ch. 6)."""
+    """The design with its mirror image (every sign flipped) appended: the fold-over frees every
+    main effect of two-factor interactions (a resolution III fraction becomes IV), at twice the runs
+    (Box, Hunter & Hunter ch. 6)."""
     matrix = np.concatenate([d.matrix, -d.matrix])
-    words = tuple(w for w in d.words if len(w) % 2 == 0)  # odd words change sign in the mirror: they cancel
+    # odd words change sign in the mirror: they cancel
+    words = tuple(w for w in d.words if len(w) % 2 == 0)
     return Design(matrix, d.generators, words, _resolution(list(words)))

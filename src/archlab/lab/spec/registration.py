@@ -1,23 +1,26 @@
-"""A plan's registration: its claims exactly as they will be judged, recorded before its first run trains.
+"""A plan's registration: its claims exactly as they will be judged, recorded before its
+first run trains.
 
-`registration.json`, in the suite's folder, in the store (`STORE/registrations/SUITE-BUDGET.json`, so a new folder
-planned on the same store finds it) and beside each published page, keeps every registration of the plan, oldest
-first:
+`registration.json`, in the suite's folder, in the store (`STORE/registrations/SUITE-BUDGET.json`,
+so a new folder planned on the same store finds it) and beside each published page, keeps every
+registration of the plan, oldest first:
 
     {"format": 1, "registrations": [{
       "registered_at": "2026-12-06T10:00:00+00:00", "commit": "94d249a...", "dirty": false,
-      "suite": "ffn", "budget": "small", "seeds": 3, "suite_file": "ffn.yaml", "suite_sha256": "...",
+      "suite": "ffn", "budget": "small", "seeds": 3, "suite_file": "ffn.yaml",
+      "suite_sha256": "...",
       "runs_trained": 0, "before_first_run": true, "note": "",
       "claims": [{"text": "SwiGLU beats a ReLU MLP", "metric": "val_loss", "arms": "swiglu vs relu",
                   "expect": "better", "margin": null, "smallest_effect": 0.03, "min_effect": 0.0,
                   "better": "lower", "role": "primary", "tests": "glu-beats-mlp", ...}]}]}
 
-A claim is registered as the verdict will read it: the suite at its budget (`spec.suite.at_budget`: each unstated
-margin and smallest effect filled in), every field of the claim, its good direction resolved, and its standing
-(`role`: primary or secondary) and the lecture claim it tests (`tests`) where the suite states them. A plan whose
-claims differ from its last registration gets a new one, appended: both are kept, and the new one says how many of
-the plan's runs had trained (`runs_trained`, `before_first_run`). `differences` is what the verifier reports: each
-judged claim that is not the one registered, field by field.
+A claim is registered as the verdict will read it: the suite at its budget (`spec.suite.at_budget`:
+each unstated margin and smallest effect filled in), every field of the claim, its good direction
+resolved, and its standing (`role`: primary or secondary) and the lecture claim it tests (`tests`)
+where the suite states them. A plan whose claims differ from its last registration gets a new
+one, appended: both are kept, and the new one says how many of the plan's runs had trained
+(`runs_trained`, `before_first_run`). `differences` is what the verifier reports: each judged claim
+that is not the one registered, field by field.
 """
 
 from __future__ import annotations
@@ -37,8 +40,13 @@ FORMAT = 1
 
 
 def claim_entry(claim: Claim) -> dict:
-    """A claim as it will be judged: every field, the two sides, the direction that is good for `arm`."""
-    return {**dataclasses.asdict(claim), "arms": f"{claim.arm} vs {claim.versus}", "better": claim.better}
+    """A claim as it will be judged: every field, the two sides, the direction that is
+    good for `arm`."""
+    return {
+        **dataclasses.asdict(claim),
+        "arms": f"{claim.arm} vs {claim.versus}",
+        "better": claim.better,
+    }
 
 
 def claims_of(suite: Suite) -> list[dict]:
@@ -47,18 +55,30 @@ def claims_of(suite: Suite) -> list[dict]:
 
 
 def suite_sha256(path: Path | None) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None and path.is_file() else None
+    return (
+        hashlib.sha256(path.read_bytes()).hexdigest()
+        if path is not None and path.is_file()
+        else None
+    )
 
 
 def entry(suite: Suite, budget: str, seeds: int, runs_trained: int, note: str = "") -> dict:
-    """One registration of `suite` (at `budget`), made now at this code's commit; `runs_trained`: the plan's runs
-    that had trained (wholly or partly) when it was made."""
+    """One registration of `suite` (at `budget`), made now at this code's commit; `runs_trained`:
+    the plan's runs that had trained (wholly or partly) when it was made."""
     path = Path(suite.path) if suite.path else None
-    return {"registered_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **source_state(), "suite": suite.name, "budget": budget, "seeds": seeds,
-            "suite_file": path.name if path else None, "suite_sha256": suite_sha256(path),
-            "runs_trained": runs_trained, "before_first_run": runs_trained == 0, "note": note,
-            "claims": claims_of(suite)}
+    return {
+        "registered_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **source_state(),
+        "suite": suite.name,
+        "budget": budget,
+        "seeds": seeds,
+        "suite_file": path.name if path else None,
+        "suite_sha256": suite_sha256(path),
+        "runs_trained": runs_trained,
+        "before_first_run": runs_trained == 0,
+        "note": note,
+        "claims": claims_of(suite),
+    }
 
 
 def read(path: Path) -> dict | None:
@@ -76,8 +96,8 @@ def latest(record: dict | None) -> dict | None:
 
 
 def differences(registered: list[dict], judged: list[dict]) -> list[str]:
-    """Each judged claim that is not the one registered, field by field; claims registered and not judged, and
-    judged and not registered (by their text)."""
+    """Each judged claim that is not the one registered, field by field; claims registered and not
+    judged, and judged and not registered (by their text)."""
     out = []
     before = {c["text"]: c for c in registered}
     now = {c["text"]: c for c in judged}
@@ -88,18 +108,25 @@ def differences(registered: list[dict], judged: list[dict]) -> list[str]:
             continue
         for key in sorted(set(old) | set(claim)):
             if old.get(key) != claim.get(key):
-                out.append(f"{text!r}: {key} {old.get(key)!r} registered, {claim.get(key)!r} judged")
+                out.append(
+                    f"{text!r}: {key} {old.get(key)!r} registered, {claim.get(key)!r} judged"
+                )
     out += [f"{text!r}: registered but not judged" for text in before if text not in now]
     return out
 
 
-def register(suite: Suite, budget: str, seeds: int, runs_trained: int, folders: list[Path]) -> tuple[dict, bool]:
-    """The plan's registration, written into every path of `folders` (registration.json files): a new one when
-    its claims differ from the last one found in any of them (or there is none), appended beside the earlier ones;
-    returns the registration in force and whether it is new."""
+def register(
+    suite: Suite, budget: str, seeds: int, runs_trained: int, folders: list[Path]
+) -> tuple[dict, bool]:
+    """The plan's registration, written into every path of `folders` (registration.json files):
+    a new one when its claims differ from the last one found in any of them (or there is none),
+    appended beside the earlier ones; returns the registration in force and whether it is new."""
     found = [r for path in folders if (r := read(path)) is not None]
-    record = max(found, key=lambda r: len(r["registrations"])) if found else {"format": FORMAT,
-                                                                                 "registrations": []}
+    record = (
+        max(found, key=lambda r: len(r["registrations"]))
+        if found
+        else {"format": FORMAT, "registrations": []}
+    )
     last = latest(record)
     if last is not None and not differences(last["claims"], claims_of(suite)):
         now, new = last, False

@@ -1,11 +1,13 @@
-"""A suite as the lab holds it: a base config, arms (sets of dotted overrides), what to measure, the timings and
-the claims (read from a suite's YAML file by lab/spec/suite_file.py), and the margins a claim gets at a budget.
+"""A suite as the lab holds it: a base config, arms (sets of dotted overrides), what to measure, the
+timings and the claims (read from a suite's YAML file by lab/spec/suite_file.py), and the margins a
+claim gets at a budget.
 
-Claims are superiority (`expect: better`, optionally at least `min_effect`), non-inferiority (`same`: not worse
-by more than `margin`) or equivalence (`equivalent`, TOST), with margins and smallest effects stated before the run
-(the claim's, else the suite's `margins:`, else the budget's: lab/spec/budgets.py). A claim may name a grid (judged at
-its best arm), a factor's levels (a factorial contrast, `within:` some levels of the others), or, in a screening
-suite (`design:` a mapping: lab/spec/design.py, lab/analysis/screening.py), a factor's main effect. lab/spec/arms.py
+Claims are superiority (`expect: better`, optionally at least `min_effect`), non-inferiority
+(`same`: not worse by more than `margin`) or equivalence (`equivalent`, TOST), with margins and
+smallest effects stated before the run (the claim's, else the suite's `margins:`, else the budget's:
+lab/spec/budgets.py). A claim may name a grid (judged at its best arm), a factor's levels (a
+factorial contrast, `within:` some levels of the others), or, in a screening suite (`design:` a
+mapping: lab/spec/design.py, lab/analysis/screening.py), a factor's main effect. lab/spec/arms.py
 turns arms into runs.
 """
 
@@ -16,13 +18,16 @@ from dataclasses import dataclass, field
 
 from archlab.lab.spec.budgets import MARGIN_METRICS, TIMING_SMALLEST_EFFECT, Budget
 
-# MEASURES (lab/measures/measure.py) imports torch: it is imported where a claim's measure is read, so this module and
-# lab/spec/suite_file.py (the suites `archlab ablate --list` lists) stay torch-free
+# MEASURES (lab/measures/measure.py) imports torch: it is imported where a claim's measure
+# is read, so this module and lab/spec/suite_file.py (the suites `archlab ablate --list`
+# lists) stay torch-free
 MATCH_MODES = ("d_ff", "none")
 EXPECTS = ("better", "same", "equivalent")
-PURPOSES = ("lecture", "calibration")  # calibration suites measure the lab's yardstick: outside the lecture's tallies
+# calibration suites measure the lab's yardstick: outside the lecture's tallies
+PURPOSES = ("lecture", "calibration")
 NARANG_FINDINGS = ("better", "same", "worse")
-ROLES = ("primary", "secondary")  # a claim's standing for the lecture claim it tests (registration.json records it)
+# a claim's standing for the lecture claim it tests (registration.json records it)
+ROLES = ("primary", "secondary")
 
 
 class SuiteError(ValueError):
@@ -30,7 +35,8 @@ class SuiteError(ValueError):
 
 
 def is_exact(metric: str) -> bool:
-    """Whether a measure is exact arithmetic (a formula), so that claims on it are "by construction"."""
+    """Whether a measure is exact arithmetic (a formula), so that claims on it
+    are "by construction"."""
     from archlab.lab.measures.measure import MEASURES
 
     return metric in MEASURES and MEASURES[metric].exact
@@ -42,18 +48,28 @@ class Claim:
     metric: str  # a measure name, or a timing's metric
     arm: str  # the arm claimed better (or as good); with `factor`, a level of that factor
     versus: str  # the arm it is compared with (the same arm when two metrics are compared)
-    expect: str = "better"  # better (one-sided superiority) | same (non-inferiority within `margin`)
-    margin: float | None = None  # `same` / `equivalent`: how much worse still counts (metric units); None = default
-    min_effect: float = 0.0  # `better`: the smallest gain that counts (metric units); 0 = any significant gain
-    smallest_effect: float | None = None  # the effect of interest a plan targets (metric units); None = default
-    versus_metric: str | None = None  # compare `metric` of arm with this metric of versus; None = the same metric
-    direction: str | None = None  # higher | lower: the way the claim says arm moves; None = the measure's better
+    # better (one-sided superiority) | same (non-inferiority within `margin`)
+    expect: str = "better"
+    # `same` / `equivalent`: how much worse still counts (metric units); None = default
+    margin: float | None = None
+    # `better`: the smallest gain that counts (metric units); 0 = any significant gain
+    min_effect: float = 0.0
+    # the effect of interest a plan targets (metric units); None = default
+    smallest_effect: float | None = None
+    # compare `metric` of arm with this metric of versus; None = the same metric
+    versus_metric: str | None = None
+    # higher | lower: the way the claim says arm moves; None = the measure's better
+    direction: str | None = None
     narang: str | None = None  # Narang et al. 2021 on the same comparison: better | same | worse
-    untestable: str | None = None  # why this design cannot show the claim here (reported, never tested)
+    # why this design cannot show the claim here (reported, never tested)
+    untestable: str | None = None
     factor: str | None = None  # a factorial contrast of this factor's levels `arm` vs `versus`
-    within: dict[str, str] | None = None  # with `factor`: only the cells at these levels of other factors
-    role: str | None = None  # primary | secondary: this test's standing for the lecture claim it tests; None = unstated
-    tests: str | None = None  # the lecture claim this comparison tests (its id in the claims index); None = unstated
+    # with `factor`: only the cells at these levels of other factors
+    within: dict[str, str] | None = None
+    # primary | secondary: this test's standing for the lecture claim it tests; None = unstated
+    role: str | None = None
+    # the lecture claim this comparison tests (its id in the claims index); None = unstated
+    tests: str | None = None
 
     @property
     def better(self) -> str:
@@ -62,19 +78,23 @@ class Claim:
             return self.direction
         from archlab.lab.measures.measure import MEASURES
 
-        return MEASURES[self.metric].better if self.metric in MEASURES else "lower"  # a timing: less time is good
+        # a timing: less time is good
+        return MEASURES[self.metric].better if self.metric in MEASURES else "lower"
 
 
 @dataclass(frozen=True)
 class Timing:
-    """A speed comparison on freshly initialised models: `pairs` interleaved A/B timings (lab/measures/timing.py)."""
+    """A speed comparison on freshly initialised models: `pairs` interleaved
+    A/B timings (lab/measures/timing.py)."""
 
     metric: str  # the name claims use
     kind: str  # TIMING_KINDS
     arms: tuple[str, str]
     pairs: int = 24
-    options: dict[str, object] = field(default_factory=dict)  # passed to time_pairs (cache_len, batch, d, build)
-    keys: dict[str, object] = field(default_factory=dict)  # dotted model keys for the timed models only
+    # passed to time_pairs (cache_len, batch, d, build)
+    options: dict[str, object] = field(default_factory=dict)
+    # dotted model keys for the timed models only
+    keys: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,8 +104,10 @@ class Arm:
     params: int = 0  # total parameters of the arm's model
     matched: str = ""  # what the lab changed to match parameters ("d_ff 192 -> 171 ...")
     flagged: bool = False  # more than PARAM_TOLERANCE off the base's parameters
-    levels: dict[str, str] = field(default_factory=dict)  # factorial suites: the arm's level of each factor
-    steps_scale: float = 1.0  # the arm trains this many times the budget's steps (warmup alike): a compute ladder
+    # factorial suites: the arm's level of each factor
+    levels: dict[str, str] = field(default_factory=dict)
+    # the arm trains this many times the budget's steps (warmup alike): a compute ladder
+    steps_scale: float = 1.0
 
 
 @dataclass
@@ -107,12 +129,18 @@ class Suite:
     regimes: dict[str, list[str]] = field(default_factory=dict)  # regime -> arms pooled together
     margins: dict[str, float] = field(default_factory=dict)  # the suite's margins per metric
     timings: list[Timing] = field(default_factory=list)
-    seeds: int | None = None  # seeds per arm when the suite needs other than the budget's (a factorial: fewer)
-    budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)  # budget -> keys over the base there
-    alike: list[list[str]] = field(default_factory=list)  # groups of arms built alike: may pool one residual
-    screening: dict[str, object] = field(default_factory=dict)  # a screening design {kind, resolution, fold_over}
-    grids: dict[str, list[str]] = field(default_factory=dict)  # grid -> its arms, ascending in the swept value
-    purpose: str = "lecture"  # PURPOSES: a calibration suite's claims stay outside the lecture's tallies
+    # seeds per arm when the suite needs other than the budget's (a factorial: fewer)
+    seeds: int | None = None
+    # budget -> keys over the base there
+    budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)
+    # groups of arms built alike: may pool one residual
+    alike: list[list[str]] = field(default_factory=list)
+    # a screening design {kind, resolution, fold_over}
+    screening: dict[str, object] = field(default_factory=dict)
+    # grid -> its arms, ascending in the swept value
+    grids: dict[str, list[str]] = field(default_factory=dict)
+    # PURPOSES: a calibration suite's claims stay outside the lecture's tallies
+    purpose: str = "lecture"
 
     @property
     def base_arm(self) -> Arm:
@@ -123,17 +151,27 @@ class Suite:
 
     def timing(self, claim: Claim) -> Timing | None:
         """The timing a claim reads, or None for a claim on the runs' measures."""
-        return next((t for t in self.timings if t.metric == claim.metric
-                     and set(t.arms) == {claim.arm, claim.versus}), None)
+        return next(
+            (
+                t
+                for t in self.timings
+                if t.metric == claim.metric and set(t.arms) == {claim.arm, claim.versus}
+            ),
+            None,
+        )
 
     def cells(self, claim: Claim, level: str) -> list[str]:
-        """The arms a factorial claim averages at one level of its factor (all arms named `level` otherwise; a
-        grid's name: all its arms, of which the judge picks the best)."""
+        """The arms a factorial claim averages at one level of its factor (all arms named `level`
+        otherwise; a grid's name: all its arms, of which the judge picks the best)."""
         if claim.factor is None:
             return list(self.grids[level]) if level in self.grids else [level]
         within = claim.within or {}
-        return [a.name for a in self.arms if a.levels.get(claim.factor) == level
-                and all(a.levels.get(f) == v for f, v in within.items())]
+        return [
+            a.name
+            for a in self.arms
+            if a.levels.get(claim.factor) == level
+            and all(a.levels.get(f) == v for f, v in within.items())
+        ]
 
 
 def screening_design(suite_or_spec: Suite | dict, k: int):  # -> archlab.lab.spec.design.Design
@@ -146,7 +184,8 @@ def screening_design(suite_or_spec: Suite | dict, k: int):  # -> archlab.lab.spe
 
 
 def default_effect(suite: Suite, budget: Budget, metric: str) -> float | None:
-    """The margin / smallest effect a claim on `metric` gets when it states none (module doc), or None."""
+    """The margin / smallest effect a claim on `metric` gets when it states none (module
+    doc), or None."""
     if metric in suite.margins:
         return suite.margins[metric]
     if metric in MARGIN_METRICS:
@@ -157,14 +196,16 @@ def default_effect(suite: Suite, budget: Budget, metric: str) -> float | None:
 
 
 def at_budget(suite: Suite, budget: Budget) -> Suite:
-    """The suite with each claim's unstated margin (`same`, `equivalent`) and smallest effect (all claims) filled
-    in from the suite's and the budget's defaults (`default_effect`)."""
+    """The suite with each claim's unstated margin (`same`, `equivalent`) and smallest effect (all
+    claims) filled in from the suite's and the budget's defaults (`default_effect`)."""
     claims = []
     for c in suite.claims:
         default = default_effect(suite, budget, c.metric)
         if c.expect != "better" and c.margin is None and default is not None:
             c = dataclasses.replace(c, margin=default)
         if c.smallest_effect is None and default is not None:
-            c = dataclasses.replace(c, smallest_effect=c.margin if c.expect != "better" else default)
+            c = dataclasses.replace(
+                c, smallest_effect=c.margin if c.expect != "better" else default
+            )
         claims.append(c)
     return dataclasses.replace(suite, claims=claims)

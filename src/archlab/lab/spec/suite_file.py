@@ -1,32 +1,54 @@
-"""Reading a suite file: a built-in suite by name or a YAML file by path, checked for shape (arms are resolved
-later, by lab/spec/arms.py), into a `Suite` (lab/spec/suite.py).
+"""Reading a suite file: a built-in suite by name or a YAML file by path, checked for shape (arms
+are resolved later, by lab/spec/arms.py), into a `Suite` (lab/spec/suite.py).
 
-    name: norm-type                       # the suite's name (the file name without .yaml for built-ins)
+    # the suite's name (the file name without .yaml for built-ins)
+    name: norm-type
     title: LayerNorm vs RMSNorm
-    source: the CS336 lecture notes ...   # where the claims come from
-    design: the norms are built alike ... # why this design can show its claims (printed on the page)
-    narang: RMSNorm improved ...          # Narang et al. 2021's finding on the same switch, one line (optional)
-    base: {preset: llama, model.norm: rmsnorm}   # train keys and model.* keys, dotted or nested (archlab.overrides)
-    budget_keys: {small: {steps: 2000}}   # keys over the base at one budget only (a longer run where it must be)
-    seeds: 2                              # seeds per arm when not the budget's
-    match_params: d_ff                    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
-    unmatched: [wide]                     # arms that differ in size on purpose (flagged, never adjusted)
-    checkpoints: 8                        # keep this many evenly spaced checkpoints (default: the final one)
-    arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}   # the first arm is the base
-    factors: {norm: {pre: {}, post: {...}}, lr: {...}}        # instead of arms: every combination is an arm
-    design: {kind: fractional, resolution: IV, text: ...}      # with 2-level factors: a screening design's runs
-    regimes: {high-lr: [a, b]}            # arms whose seed-to-seed spread differs: shown apart on the page
-    alike: [[rmsnorm, layernorm]]         # arms built alike (shared init): their claims may pool one residual
-    grids: {adamw: [adamw-1e-3, adamw-3e-3]}   # a sweep in ascending order: a claim may name it (its best arm)
-    purpose: lecture                      # lecture (default) | calibration (the lab's own yardstick, not tallied)
-    margins: {val_loss: 0.02}             # margins and smallest effects per metric (metric units)
-    measure: [val_loss]                   # archlab.lab.measures.measure.MEASURES
-    timings:                              # speed claims on fresh models, interleaved A/B pairs (lab/measures/timing.py)
-      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {}, keys: {}}
+    # where the claims come from
+    source: the CS336 lecture notes ...
+    # why this design can show its claims (printed on the page)
+    design: the norms are built alike ...
+    # Narang et al. 2021's finding on the same switch, one line (optional)
+    narang: RMSNorm improved ...
+    # train keys and model.* keys, dotted or nested (archlab.overrides)
+    base: {preset: llama, model.norm: rmsnorm}
+    # keys over the base at one budget only (a longer run where it must be)
+    budget_keys: {small: {steps: 2000}}
+    # seeds per arm when not the budget's
+    seeds: 2
+    # d_ff: arms off the base by > 2% get d_ff adjusted; none: only flagged
+    match_params: d_ff
+    # arms that differ in size on purpose (flagged, never adjusted)
+    unmatched: [wide]
+    # keep this many evenly spaced checkpoints (default: the final one)
+    checkpoints: 8
+    # the first arm is the base
+    arms: {rmsnorm: {}, layernorm: {model.norm: layernorm}}
+    # instead of arms: every combination is an arm
+    factors: {norm: {pre: {}, post: {...}}, lr: {...}}
+    # with 2-level factors: a screening design's runs
+    design: {kind: fractional, resolution: IV, text: ...}
+    # arms whose seed-to-seed spread differs: shown apart on the page
+    regimes: {high-lr: [a, b]}
+    # arms built alike (shared init): their claims may pool one residual
+    alike: [[rmsnorm, layernorm]]
+    # a sweep in ascending order: a claim may name it (its best arm)
+    grids: {adamw: [adamw-1e-3, adamw-3e-3]}
+    # lecture (default) | calibration (the lab's own yardstick, not tallied)
+    purpose: lecture
+    # margins and smallest effects per metric (metric units)
+    margins: {val_loss: 0.02}
+    # archlab.lab.measures.measure.MEASURES
+    measure: [val_loss]
+    # speed claims on fresh models, interleaved A/B pairs (lab/measures/timing.py)
+    timings:
+      - {metric: step_ms, kind: train_step, arms: [rmsnorm, layernorm], pairs: 24, options: {},
+         keys: {}}
     claims:
       - {text: ..., metric: val_loss, arm: rmsnorm, versus: layernorm, expect: same, margin: 0.02}
       - {text: ..., metric: val_loss, factor: lr, arm: high, versus: normal, within: {norm: post}}
-      - {text: ..., metric: val_loss, arm: lion, versus: adamw, expect: same}   # grids: each at its best rate
+      # grids: each at its best rate
+      - {text: ..., metric: val_loss, arm: lion, versus: adamw, expect: same}
 
 docs/lab.md ("Writing a suite", "Screening suites") states every key.
 """
@@ -58,9 +80,9 @@ from archlab.nn.config import ConfigError
 from archlab.overrides import flatten
 from archlab.yaml_file import DuplicateKey, read_yaml
 
-# MEASURES (lab/measures/measure.py), TIMINGS (lab/measures/timing.py) and the designs (lab/spec/design.py) are
-# imported where a suite's measures, timings and design are checked, so `archlab ablate --list` (suite_index) reads
-# the files without torch
+# MEASURES (lab/measures/measure.py), TIMINGS (lab/measures/timing.py) and the designs
+# (lab/spec/design.py) are imported where a suite's measures, timings and design are checked, so
+# `archlab ablate --list` (suite_index) reads the files without torch
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -74,8 +96,9 @@ def list_suites() -> list[Suite]:
 
 
 def suite_index() -> list[tuple[str, int, str]]:
-    """(name, number of arms, title) of every built-in suite, read without checking its measures and timings
-    against their registries (which import torch): `archlab ablate --list`. `load_suite` checks them all."""
+    """(name, number of arms, title) of every built-in suite, read without checking its measures and
+    timings against their registries (which import torch): `archlab ablate --list`. `load_suite`
+    checks them all."""
     index = []
     for path in sorted(suites_dir().glob("*.yaml")):
         tree = _read(path)  # a built-in suite with a key given twice is refused here too
@@ -85,18 +108,24 @@ def suite_index() -> list[tuple[str, int, str]]:
 
 
 def _read(path: Path) -> object:
-    """The suite file's tree; one line for a folder, a missing file, bad bytes, a syntax error (line and column) or
-    a key given twice (an arm, a factor or a level named twice: YAML would keep the last of them, silently)."""
+    """The suite file's tree; one line for a folder, a missing file, bad bytes, a syntax error (line
+    and column) or a key given twice (an arm, a factor or a level named twice: YAML would keep the
+    last of them, silently)."""
     try:
         return read_yaml(path, "suite file")
     except DuplicateKey as err:
         first, second = err.lines
         if err.path == ("arms",):
-            what = f"arm {err.key!r} is named twice (lines {first} and {second}): the second would replace the first"
+            what = (
+                f"arm {err.key!r} is named twice (lines {first} and {second}): the second would "
+                "replace the first"
+            )
         elif err.path == ("factors",):
             what = f"factor {err.key!r} is named twice (lines {first} and {second})"
         elif len(err.path) == 2 and err.path[0] == "factors":
-            what = f"factor {err.path[1]} names level {err.key!r} twice (lines {first} and {second})"
+            what = (
+                f"factor {err.path[1]} names level {err.key!r} twice (lines {first} and {second})"
+            )
         else:
             raise SuiteError(str(err)) from None
         raise SuiteError(f"{path}: {what}; give each its own name") from None
@@ -111,23 +140,52 @@ def _require(ok: bool, where: str, message: str) -> None:
 
 SCREENING_KEYS = {"kind", "resolution", "fold_over", "text"}
 SCREENING_KINDS = ("fractional",)
-_KEYS = {"name", "title", "source", "design", "narang", "base", "budget_keys", "arms", "factors", "regimes", "margins",
-         "timings", "measure", "claims", "match_params", "unmatched", "checkpoints", "seeds", "alike", "grids",
-         "purpose"}
+_KEYS = {
+    "name",
+    "title",
+    "source",
+    "design",
+    "narang",
+    "base",
+    "budget_keys",
+    "arms",
+    "factors",
+    "regimes",
+    "margins",
+    "timings",
+    "measure",
+    "claims",
+    "match_params",
+    "unmatched",
+    "checkpoints",
+    "seeds",
+    "alike",
+    "grids",
+    "purpose",
+}
 
 
 def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
-    """A built-in suite by name or a suite YAML file by path, checked for shape (arms are resolved later).
-    `fold_over`: for a screening suite, append (True) the mirrored runs whatever its file says."""
+    """A built-in suite by name or a suite YAML file by path, checked for shape (arms are
+    resolved later). `fold_over`: for a screening suite, append (True) the mirrored runs whatever
+    its file says."""
     path = Path(spec)
     if not path.suffix:
         path = suites_dir() / f"{spec}.yaml"
         known = ", ".join(p.stem for p in sorted(suites_dir().glob("*.yaml")))
-        _require(path.is_file(), f"suite {spec!r}", f"no such suite; built-in suites: {known} (or a .yaml path)")
+        _require(
+            path.is_file(),
+            f"suite {spec!r}",
+            f"no such suite; built-in suites: {known} (or a .yaml path)",
+        )
     where = str(path)
     tree = _read(path)
     _require(isinstance(tree, dict), where, "must hold a mapping")
-    _require(not set(tree) - _KEYS, where, f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}")
+    _require(
+        not set(tree) - _KEYS,
+        where,
+        f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}",
+    )
     screening = _screening(tree, where, fold_over)
     factors, arms = _arms(tree, where, screening)
     measures = list(tree.get("measure") or ["val_loss"])
@@ -136,97 +194,184 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
     bad = [m for m in measures if m not in MEASURES]
     _require(not bad, where, f"measure {bad} unknown; one of {', '.join(MEASURES)}")
     match = tree.get("match_params", "d_ff")
-    _require(match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}")
+    _require(
+        match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}"
+    )
     names = [a.name for a in arms]
     timings = [_timing(t, where, names) for t in tree.get("timings") or []]
     timed = {t.metric for t in timings}
-    margins = {str(k): _margin(v, str(k), timed, where, f"margins.{k}")
-               for k, v in (tree.get("margins") or {}).items()}
-    suite = Suite(name=str(tree.get("name") or path.stem), title=str(tree.get("title", "")),
-                  source=str(tree.get("source", "")), narang=str(tree.get("narang", "") or ""),
-                  base=flatten(tree.get("base") or {}), measures=measures, match_params=match, arms=arms, claims=[],
-                  unmatched=[str(a) for a in tree.get("unmatched") or []], checkpoints=tree.get("checkpoints", 1),
-                  path=str(path), design=" ".join(str(screening.get("text") if screening else
-                                                      tree.get("design", "")).split()), factors=factors,
-                  regimes={str(k): [str(a) for a in v] for k, v in (tree.get("regimes") or {}).items()},
-                  margins=margins, timings=timings, seeds=tree.get("seeds"),
-                  budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()},
-                  screening={k: v for k, v in screening.items() if k != "text"})
-    _require(suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2), where,
-             f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)")
-    _require(set(suite.budget_keys) <= set(BUDGETS), where, f"budget_keys names budgets "
-             f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}")
+    margins = {
+        str(k): _margin(v, str(k), timed, where, f"margins.{k}")
+        for k, v in (tree.get("margins") or {}).items()
+    }
+    suite = Suite(
+        name=str(tree.get("name") or path.stem),
+        title=str(tree.get("title", "")),
+        source=str(tree.get("source", "")),
+        narang=str(tree.get("narang", "") or ""),
+        base=flatten(tree.get("base") or {}),
+        measures=measures,
+        match_params=match,
+        arms=arms,
+        claims=[],
+        unmatched=[str(a) for a in tree.get("unmatched") or []],
+        checkpoints=tree.get("checkpoints", 1),
+        path=str(path),
+        design=" ".join(
+            str(screening.get("text") if screening else tree.get("design", "")).split()
+        ),
+        factors=factors,
+        regimes={str(k): [str(a) for a in v] for k, v in (tree.get("regimes") or {}).items()},
+        margins=margins,
+        timings=timings,
+        seeds=tree.get("seeds"),
+        budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()},
+        screening={k: v for k, v in screening.items() if k != "text"},
+    )
+    _require(
+        suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2),
+        where,
+        f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)",
+    )
+    _require(
+        set(suite.budget_keys) <= set(BUDGETS),
+        where,
+        f"budget_keys names budgets "
+        f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}",
+    )
     _check_groups(suite, tree, where, names)
     suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
-    _require(isinstance(suite.checkpoints, int) and suite.checkpoints >= 1, where,
-             f"checkpoints={suite.checkpoints!r}; an integer >= 1")
+    _require(
+        isinstance(suite.checkpoints, int) and suite.checkpoints >= 1,
+        where,
+        f"checkpoints={suite.checkpoints!r}; an integer >= 1",
+    )
     _require(bool(suite.claims), where, "needs at least one claim")
     stray = set(suite.unmatched) - set(names)
     _require(not stray, where, f"unmatched names arms that do not exist: {sorted(stray)}")
     grouped = [a for arms_ in suite.regimes.values() for a in arms_]
-    _require(set(grouped) <= set(names), where, f"regimes name arms that do not exist: "
-             f"{sorted(set(grouped) - set(names))}")
+    _require(
+        set(grouped) <= set(names),
+        where,
+        f"regimes name arms that do not exist: {sorted(set(grouped) - set(names))}",
+    )
     _require(len(grouped) == len(set(grouped)), where, "an arm may sit in one regime only")
     return suite
 
 
 def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> None:
-    """`alike:` (a list of arms, or of lists of arms), `grids:` and `purpose:`, filled into `suite`."""
+    """`alike:` (a list of arms, or of lists of arms), `grids:` and `purpose:`,
+    filled into `suite`."""
     raw = tree.get("alike") or []
     groups = [raw] if raw and all(isinstance(a, str) for a in raw) else raw
-    _require(isinstance(groups, list) and all(isinstance(g, list) and len(g) >= 2 for g in groups), where,
-             f"alike={raw!r}; a list of at least two arm names, or a list of such lists")
+    _require(
+        isinstance(groups, list) and all(isinstance(g, list) and len(g) >= 2 for g in groups),
+        where,
+        f"alike={raw!r}; a list of at least two arm names, or a list of such lists",
+    )
     suite.alike = [[str(a) for a in g] for g in groups]
     flat = [a for g in suite.alike for a in g]
-    _require(set(flat) <= set(names), where, f"alike names arms that do not exist: {sorted(set(flat) - set(names))}")
+    _require(
+        set(flat) <= set(names),
+        where,
+        f"alike names arms that do not exist: {sorted(set(flat) - set(names))}",
+    )
     _require(len(flat) == len(set(flat)), where, "an arm may sit in one alike group only")
     grids = tree.get("grids") or {}
-    _require(isinstance(grids, dict) and all(isinstance(v, list) and len(v) >= 3 for v in grids.values()), where,
-             f"grids={grids!r}; a mapping of grid names to at least three arms (ascending), so an optimum can be "
-             "bracketed")
+    _require(
+        isinstance(grids, dict)
+        and all(isinstance(v, list) and len(v) >= 3 for v in grids.values()),
+        where,
+        f"grids={grids!r}; a mapping of grid names to at least three arms (ascending), so an "
+        "optimum can be bracketed",
+    )
     suite.grids = {str(k): [str(a) for a in v] for k, v in grids.items()}
     stray = {a for v in suite.grids.values() for a in v} - set(names)
     _require(not stray, where, f"grids name arms that do not exist: {sorted(stray)}")
-    _require(not set(suite.grids) & set(names), where, f"grid names {sorted(set(suite.grids) & set(names))} are "
-             "also arm names; give grids names of their own")
+    _require(
+        not set(suite.grids) & set(names),
+        where,
+        f"grid names {sorted(set(suite.grids) & set(names))} are "
+        "also arm names; give grids names of their own",
+    )
     suite.purpose = str(tree.get("purpose", "lecture"))
-    _require(suite.purpose in PURPOSES, where, f"purpose={suite.purpose!r}; one of {', '.join(PURPOSES)}")
+    _require(
+        suite.purpose in PURPOSES, where, f"purpose={suite.purpose!r}; one of {', '.join(PURPOSES)}"
+    )
 
 
 def _screening(tree: dict, where: str, fold_over: bool | None) -> dict:
     """A screening design's spec (`design:` given as a mapping), checked; {} for any other suite."""
     spec = tree.get("design")
     if not isinstance(spec, dict):
-        _require(fold_over is None or not fold_over, where, "--fold-over needs a screening suite (design: {kind: "
-                 "fractional, ...} with two-level factors)")
+        _require(
+            fold_over is None or not fold_over,
+            where,
+            "--fold-over needs a screening suite (design: {kind: "
+            "fractional, ...} with two-level factors)",
+        )
         return {}
-    _require(not set(spec) - SCREENING_KEYS, where, f"design keys {sorted(set(spec) - SCREENING_KEYS)} unknown; "
-             f"allowed: {sorted(SCREENING_KEYS)}")
-    _require(spec.get("kind") in SCREENING_KINDS, where, f"design kind={spec.get('kind')!r}; one of "
-             f"{', '.join(SCREENING_KINDS)}")
+    _require(
+        not set(spec) - SCREENING_KEYS,
+        where,
+        f"design keys {sorted(set(spec) - SCREENING_KEYS)} unknown; "
+        f"allowed: {sorted(SCREENING_KEYS)}",
+    )
+    _require(
+        spec.get("kind") in SCREENING_KINDS,
+        where,
+        f"design kind={spec.get('kind')!r}; one of {', '.join(SCREENING_KINDS)}",
+    )
     from archlab.lab.spec.design import RESOLUTIONS
 
     resolution = str(spec.get("resolution", "IV"))
-    _require(resolution in RESOLUTIONS, where, f"design resolution={resolution!r}; one of {', '.join(RESOLUTIONS)}")
+    _require(
+        resolution in RESOLUTIONS,
+        where,
+        f"design resolution={resolution!r}; one of {', '.join(RESOLUTIONS)}",
+    )
     folded = bool(spec.get("fold_over", False)) if fold_over is None else fold_over
-    _require(isinstance(tree.get("factors"), dict) and all(isinstance(v, dict) and len(v) == 2
-                                                           for v in tree["factors"].values()), where,
-             "a screening design needs factors with exactly two levels each ({low: overrides, high: overrides})")
-    return {"kind": spec["kind"], "resolution": resolution, "fold_over": folded, "text": spec.get("text", "")}
+    _require(
+        isinstance(tree.get("factors"), dict)
+        and all(isinstance(v, dict) and len(v) == 2 for v in tree["factors"].values()),
+        where,
+        "a screening design needs factors with exactly two levels each ({low: "
+        "overrides, high: overrides})",
+    )
+    return {
+        "kind": spec["kind"],
+        "resolution": resolution,
+        "fold_over": folded,
+        "text": spec.get("text", ""),
+    }
 
 
-def _arms(tree: dict, where: str, screening: dict | None = None) -> tuple[dict[str, list[str]], list[Arm]]:
-    """The arms, listed or (with `factors:`) every combination of the factors' levels, or (a screening suite)
-    one per row of its design; named level-level-..."""
+def _arms(
+    tree: dict, where: str, screening: dict | None = None
+) -> tuple[dict[str, list[str]], list[Arm]]:
+    """The arms, listed or (with `factors:`) every combination of the factors' levels, or (a
+    screening suite) one per row of its design; named level-level-..."""
     raw = tree.get("factors")
     if raw is None:
         arms = tree.get("arms") or {}
-        _require(isinstance(arms, dict) and len(arms) >= 2, where, "arms must map at least two arm names to overrides")
+        _require(
+            isinstance(arms, dict) and len(arms) >= 2,
+            where,
+            "arms must map at least two arm names to overrides",
+        )
         return {}, [_arm(str(n), o, where) for n, o in arms.items()]
-    _require("arms" not in tree, where, "give arms or factors, not both (factors make every combination an arm)")
-    _require(isinstance(raw, dict) and len(raw) >= 2 and all(isinstance(v, dict) and len(v) >= 2
-                                                             for v in raw.values()),
-             where, "factors must map at least two factors to at least two levels each ({level: overrides})")
+    _require(
+        "arms" not in tree,
+        where,
+        "give arms or factors, not both (factors make every combination an arm)",
+    )
+    _require(
+        isinstance(raw, dict)
+        and len(raw) >= 2
+        and all(isinstance(v, dict) and len(v) >= 2 for v in raw.values()),
+        where,
+        "factors must map at least two factors to at least two levels each ({level: overrides})",
+    )
     factors = {str(f): [str(level) for level in levels] for f, levels in raw.items()}
     levels_of = [list(levels.items()) for levels in raw.values()]
     if screening:  # one arm per design row: level 0 at -1, level 1 at +1
@@ -239,50 +384,93 @@ def _arms(tree: dict, where: str, screening: dict | None = None) -> tuple[dict[s
         overrides: dict[str, object] = {}
         for _, level_overrides in combo:
             clash = set(overrides) & set(flatten(level_overrides or {}))
-            _require(not clash, where, f"factor levels {[str(n) for n, _ in combo]} both set {sorted(clash)}")
+            _require(
+                not clash,
+                where,
+                f"factor levels {[str(n) for n, _ in combo]} both set {sorted(clash)}",
+            )
             overrides.update(flatten(level_overrides or {}))
         levels = [str(n) for n, _ in combo]
         name = "-".join(levels)
-        # a screening design may repeat a row (the same levels, the same arm); other levels may not share its name
-        _require(made.get(name, levels) == levels, where, f"the levels {made.get(name)} and {levels} both make arm "
-                 f"{name!r} (an arm is named level-level-...); rename a level")
+        # a screening design may repeat a row (the same levels, the same arm); other levels may not
+        # share its name
+        _require(
+            made.get(name, levels) == levels,
+            where,
+            f"the levels {made.get(name)} and {levels} both make arm "
+            f"{name!r} (an arm is named level-level-...); rename a level",
+        )
         made[name] = levels
         arms.append(Arm(name, overrides, levels={f: str(n) for f, (n, _) in zip(factors, combo)}))
     return factors, arms
 
 
 def _arm(name: str, raw: object, where: str) -> Arm:
-    """One listed arm: its dotted overrides, and `steps_scale` (not a train key: a multiple of the budget's steps)."""
+    """One listed arm: its dotted overrides, and `steps_scale` (not a train key: a multiple of
+    the budget's steps)."""
     overrides = flatten(raw or {})
     scale = overrides.pop("steps_scale", 1.0)
-    _require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0,
-             where, f"arm {name}: steps_scale={scale!r}; a number > 0 (a multiple of the budget's steps)")
-    _require("steps" not in overrides or scale == 1.0, where,
-             f"arm {name}: give steps or steps_scale, not both")
+    _require(
+        isinstance(scale, (int, float))
+        and not isinstance(scale, bool)
+        and math.isfinite(scale)
+        and scale > 0,
+        where,
+        f"arm {name}: steps_scale={scale!r}; a number > 0 (a multiple of the budget's steps)",
+    )
+    _require(
+        "steps" not in overrides or scale == 1.0,
+        where,
+        f"arm {name}: give steps or steps_scale, not both",
+    )
     return Arm(name, overrides, steps_scale=float(scale))
 
 
 def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
     _require(isinstance(raw, dict), where, f"a timing must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(Timing)}
-    _require(not set(raw) - names, where, f"timing keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}")
+    _require(
+        not set(raw) - names,
+        where,
+        f"timing keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
+    )
     pair = raw.get("arms") or []
-    _require(len(pair) == 2 and set(pair) <= set(arms), where, f"timing {raw.get('metric')!r}: arms {pair!r} must "
-             f"name two arms ({', '.join(arms)})")
+    _require(
+        len(pair) == 2 and set(pair) <= set(arms),
+        where,
+        f"timing {raw.get('metric')!r}: arms {pair!r} must name two arms ({', '.join(arms)})",
+    )
     from archlab.lab.measures.timing import TIMINGS
 
-    _require(raw.get("kind") in TIMINGS, where, f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; "
-             f"one of {', '.join(TIMINGS)}")
+    _require(
+        raw.get("kind") in TIMINGS,
+        where,
+        f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; one of {', '.join(TIMINGS)}",
+    )
     pairs = raw.get("pairs", 24)
-    _require(isinstance(pairs, int) and pairs >= 2, where, f"timing {raw.get('metric')!r}: pairs={pairs!r}; >= 2")
-    return Timing(str(raw["metric"]), raw["kind"], (str(pair[0]), str(pair[1])), pairs,
-                  dict(raw.get("options") or {}), flatten(raw.get("keys") or {}))
+    _require(
+        isinstance(pairs, int) and pairs >= 2,
+        where,
+        f"timing {raw.get('metric')!r}: pairs={pairs!r}; >= 2",
+    )
+    return Timing(
+        str(raw["metric"]),
+        raw["kind"],
+        (str(pair[0]), str(pair[1])),
+        pairs,
+        dict(raw.get("options") or {}),
+        flatten(raw.get("keys") or {}),
+    )
 
 
 def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     _require(isinstance(raw, dict), where, f"a claim must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(Claim)}
-    _require(not set(raw) - names, where, f"claim keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}")
+    _require(
+        not set(raw) - names,
+        where,
+        f"claim keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
+    )
     try:
         claim = Claim(**raw)
     except TypeError as err:
@@ -292,78 +480,146 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     timed = {t.metric for t in suite.timings}
     for key in ("metric", "versus_metric"):
         value = getattr(claim, key)
-        _require(value is None or value in suite.measures or value in timed, where,
-                 f"{what}: {key} {value!r} is not measured (measure: or timings:)")
-    _require(claim.metric not in timed or suite.timing(claim) is not None, where,
-             f"{what}: no timing of {claim.metric} compares {claim.arm} with {claim.versus}")
-    _require(claim.direction in (None, "higher", "lower"), where,
-             f"{what}: direction={claim.direction!r}; higher, lower or absent")
+        _require(
+            value is None or value in suite.measures or value in timed,
+            where,
+            f"{what}: {key} {value!r} is not measured (measure: or timings:)",
+        )
+    _require(
+        claim.metric not in timed or suite.timing(claim) is not None,
+        where,
+        f"{what}: no timing of {claim.metric} compares {claim.arm} with {claim.versus}",
+    )
+    _require(
+        claim.direction in (None, "higher", "lower"),
+        where,
+        f"{what}: direction={claim.direction!r}; higher, lower or absent",
+    )
     _require(claim.expect in EXPECTS, where, f"{what}: expect={claim.expect!r}; one of {EXPECTS}")
-    _require(claim.narang in (None, *NARANG_FINDINGS), where,
-             f"{what}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent")
-    _require(claim.role in (None, *ROLES), where, f"{what}: role={claim.role!r}; one of {ROLES} or absent")
-    _require(claim.tests is None or (isinstance(claim.tests, str) and claim.tests.strip() != ""), where,
-             f"{what}: tests={claim.tests!r}; the lecture claim's id (a non-empty string) or absent")
-    _require(isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0, where,
-             f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)")
-    _require(claim.smallest_effect is None or (isinstance(claim.smallest_effect, (int, float))
-                                               and 0 < claim.smallest_effect < math.inf), where,
-             f"{what}: smallest_effect={claim.smallest_effect!r}; a number > 0 (metric units)")
-    _require(claim.expect != "better" or claim.margin is None, where,
-             f"{what}: margin applies to expect same or equivalent; a better claim takes min_effect / "
-             "smallest_effect")
+    _require(
+        claim.narang in (None, *NARANG_FINDINGS),
+        where,
+        f"{what}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent",
+    )
+    _require(
+        claim.role in (None, *ROLES),
+        where,
+        f"{what}: role={claim.role!r}; one of {ROLES} or absent",
+    )
+    _require(
+        claim.tests is None or (isinstance(claim.tests, str) and claim.tests.strip() != ""),
+        where,
+        f"{what}: tests={claim.tests!r}; the lecture claim's id (a non-empty string) or absent",
+    )
+    _require(
+        isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0,
+        where,
+        f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)",
+    )
+    _require(
+        claim.smallest_effect is None
+        or (
+            isinstance(claim.smallest_effect, (int, float)) and 0 < claim.smallest_effect < math.inf
+        ),
+        where,
+        f"{what}: smallest_effect={claim.smallest_effect!r}; a number > 0 (metric units)",
+    )
+    _require(
+        claim.expect != "better" or claim.margin is None,
+        where,
+        f"{what}: margin applies to expect same or equivalent; a better claim takes "
+        "min_effect / smallest_effect",
+    )
     if claim.expect != "better" and not is_exact(claim.metric):
         margin = claim.margin if claim.margin is not None else suite.margins.get(claim.metric)
-        if margin is None:  # the budget's loss margin, resolved when the suite is planned at a budget
-            _require(claim.metric in MARGIN_METRICS, where, f"{what}: expect: {claim.expect} needs margin: (how "
-                     f"much worse still counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take the "
-                     "budget's default")
+        # the budget's loss margin, resolved when the suite is planned at a budget
+        if margin is None:
+            _require(
+                claim.metric in MARGIN_METRICS,
+                where,
+                f"{what}: expect: {claim.expect} needs margin: (how much worse still "
+                f"counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take "
+                "the budget's default",
+            )
             return claim
-        claim = dataclasses.replace(claim, margin=_margin(margin, claim.metric, timed, where, f"{what}: margin"))
+        claim = dataclasses.replace(
+            claim, margin=_margin(margin, claim.metric, timed, where, f"{what}: margin")
+        )
     return claim
 
 
 def _margin(value: object, metric: str, timed: set[str], where: str, name: str) -> float:
-    """A margin (`name`: the claim's or the suite's key) in `metric`'s units, > 0, and below the limit of its unit
-    where the lab knows it (lab/spec/budgets.py MARGIN_LIMITS: a margin as large as the effects a suite can see calls
-    anything "as good as")."""
+    """A margin (`name`: the claim's or the suite's key) in `metric`'s units, > 0, and below the
+    limit of its unit where the lab knows it (lab/spec/budgets.py MARGIN_LIMITS: a margin as large
+    as the effects a suite can see calls anything "as good as")."""
     from archlab.lab.measures.measure import MEASURES
 
     scale = "log time ratio" if metric in timed else getattr(MEASURES.get(metric), "scale", None)
-    units = {"nats": "nats per token", "share": "a share from 0 to 1", None: f"{metric} units"}.get(scale, scale)
-    _require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-             where, f"{name}={value!r}; a number > 0 ({units})")
+    units = {"nats": "nats per token", "share": "a share from 0 to 1", None: f"{metric} units"}.get(
+        scale, scale
+    )
+    _require(
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0,
+        where,
+        f"{name}={value!r}; a number > 0 ({units})",
+    )
     limit = MARGIN_LIMITS.get(scale)
     if limit is not None and value >= limit:
         unit = " nats" if scale == "nats" else ""
-        raise SuiteError(f"{where}: {name}={value!r} is not allowed: {metric} is in {units}, not percent, and a "
-                         f"margin must be below {limit:.2f}{unit} ({MARGIN_LIMIT_WHY[scale]}), or any two arms "
-                         "would count as alike")
+        raise SuiteError(
+            f"{where}: {name}={value!r} is not allowed: {metric} is in {units}, not percent, and a "
+            f"margin must be below {limit:.2f}{unit} ({MARGIN_LIMIT_WHY[scale]}), or any two arms "
+            "would count as alike"
+        )
     return float(value)
 
 
 def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
-    """`arm` / `versus` name arms, or with `factor:` levels of that factor (and `within` other factors' levels)."""
+    """`arm` / `versus` name arms, or with `factor:` levels of that factor (and `within`
+    other factors' levels)."""
     what = f"claim {claim.text!r}"
     if claim.factor is None:
         arms = [a.name for a in suite.arms]
-        _require(not suite.screening, where, f"{what}: a screening suite's claims name a factor (factor: and two of "
-                 "its levels)")
+        _require(
+            not suite.screening,
+            where,
+            f"{what}: a screening suite's claims name a factor (factor: and two of its levels)",
+        )
         _require(claim.within is None, where, f"{what}: within: needs factor:")
         for key in ("arm", "versus"):
-            _require(getattr(claim, key) in arms or getattr(claim, key) in suite.grids, where,
-                     f"{what}: {key}={getattr(claim, key)!r} is not an arm ({', '.join(sorted(arms))})"
-                     + (f" or a grid ({', '.join(suite.grids)})" if suite.grids else ""))
+            _require(
+                getattr(claim, key) in arms or getattr(claim, key) in suite.grids,
+                where,
+                f"{what}: {key}={getattr(claim, key)!r} is not an arm ({', '.join(sorted(arms))})"
+                + (f" or a grid ({', '.join(suite.grids)})" if suite.grids else ""),
+            )
         return
-    _require(claim.factor in suite.factors, where, f"{what}: factor={claim.factor!r}; one of "
-             f"{', '.join(suite.factors) or '(the suite has no factors)'}")
-    _require(not suite.screening or claim.within is None, where, f"{what}: within: is not allowed in a screening "
-             "suite (a main effect is estimated from every run; its cells at one level of another factor are not "
-             "balanced)")
+    _require(
+        claim.factor in suite.factors,
+        where,
+        f"{what}: factor={claim.factor!r}; one of "
+        f"{', '.join(suite.factors) or '(the suite has no factors)'}",
+    )
+    _require(
+        not suite.screening or claim.within is None,
+        where,
+        f"{what}: within: is not allowed in a screening suite (a main effect is estimated from "
+        "every run; its cells at one level of another factor are not balanced)",
+    )
     levels = suite.factors[claim.factor]
     for key in ("arm", "versus"):
-        _require(getattr(claim, key) in levels, where, f"{what}: {key}={getattr(claim, key)!r} is not a level of "
-                 f"{claim.factor} ({', '.join(levels)})")
+        _require(
+            getattr(claim, key) in levels,
+            where,
+            f"{what}: {key}={getattr(claim, key)!r} is not a level of "
+            f"{claim.factor} ({', '.join(levels)})",
+        )
     for factor, level in (claim.within or {}).items():
-        _require(factor in suite.factors and factor != claim.factor and level in suite.factors[factor], where,
-                 f"{what}: within {factor}={level!r} is not a level of another factor")
+        _require(
+            factor in suite.factors and factor != claim.factor and level in suite.factors[factor],
+            where,
+            f"{what}: within {factor}={level!r} is not a level of another factor",
+        )

@@ -12,9 +12,9 @@
   log-n factor log(n) / log(max_seq_len / 2), which nn/attention/inputs.py computes per query).
   Every normalisation acts before RoPE, which keeps lengths.
 - attention logit softcapping: cap * tanh(scores / cap) before the mask (Gemma 2).
-- sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2 alternates); its
-  cache keeps only the window (nn/kv_cache.py), and its mask and bias come with its
-  `AttentionInputs`.
+- sliding window: a layer may see only its last `window` keys (Mistral; Gemma 2
+  alternates); its cache keeps only the window (nn/kv_cache.py), and its mask and bias come
+  with its `AttentionInputs`.
 - RoPE (how q and k are rotated is the `PositionPlan` of nn/positions/rope.py, asked at projection
   time and after the cache update), or an additive bias from positions.py (relative, ALiBi), or
   nothing. A plan that computes its own scores (ReRoPE, nn/positions/rerope.py) says so
@@ -88,8 +88,8 @@ class AttentionCore:
         )
 
     def kernel_call(self, inp: AttentionInputs) -> KernelCall:
-        """What the kernel needs besides q, k and v: scale, masks, bias, softcap, dropout, a plan's
-        own scores."""
+        """What the kernel needs besides q, k and v: scale, masks, bias, softcap, dropout, a
+        plan's own scores."""
         rope = inp.rope
         plan = rope if rope is not None and rope.computes_scores else None
         scores, chunk = (
@@ -114,8 +114,8 @@ class AttentionCore:
 
     @staticmethod
     def _rotated_keys(k: torch.Tensor, inp: AttentionInputs) -> torch.Tensor:
-        """Keys the cache holds unrotated (a length-dependent plan), rotated now; others as they
-        are."""
+        """Keys the cache holds unrotated (a length-dependent plan), rotated now; others
+        as they are."""
         rope = inp.rope
         # (B, K, S, Dh)
         return rope.rotate_cached_keys(k) if rope is not None and rope.rotates_cached_keys else k
@@ -160,14 +160,14 @@ class Attention(AttentionCore, nn.Module):
     def project(
         self, x: torch.Tensor, inp: AttentionInputs, qkv: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
-        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied; `qkv`
-        (B, T, (H + 2K) Dh) is the projection when the caller computed it (a fused parallel block's
-        input GEMM).
+        """x (B, T, D) -> q (B, H, T, Dh), k and v (B, K, T, Dh), with norms and RoPE applied;
+        `qkv` (B, T, (H + 2K) Dh) is the projection when the caller computed it (a fused parallel
+        block's input GEMM).
 
-        Norms and RoPE act in the (B, T, heads, Dh) layout that the fused projection gives; when q
-        and k get the same treatment (no norm on either), the plan gets them as one tensor and one
-        RoPE call rotates both. Keys the cache holds unrotated are left for the plan's
-        `rotate_cached_keys`."""
+        Norms and RoPE act in the (B, T, heads, Dh) layout that the fused projection gives;
+        when q and k get the same treatment (no norm on either), the plan gets them as one
+        tensor and one RoPE call rotates both. Keys the cache holds unrotated are left for
+        the plan's `rotate_cached_keys`."""
         B, T, _ = x.shape
         H, K, Dh = self.n_heads, self.n_kv_heads, self.head_dim
         # [q heads | k heads | v heads]

@@ -82,8 +82,8 @@ class GatedAttentionUnit(AttentionCore, nn.Module):
 
     def project(self, x: torch.Tensor, inp: AttentionInputs) -> tuple[torch.Tensor, ...]:
         """x (B, T, D) -> u (B, T, E), and q (B, 1, T, Dk), k (B, 1, T, Dk), v (B, 1, T, E) as the
-        kernel takes them (one head), q and k rotated by the plan (keys it caches unrotated are left
-        for it)."""
+        kernel takes them (one head), q and k rotated by the plan (keys it caches unrotated are
+        left for it)."""
         # (B, T, E), (B, T, E), (B, T, Dk)
         u, v, z = self.act(self.uvz_proj(x)).split([self.e, self.e, self.s], dim=-1)
         z = z[:, :, None]  # (B, T, 1, Dk): one head

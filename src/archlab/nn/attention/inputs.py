@@ -1,14 +1,14 @@
 """`AttentionInputs`: what attention needs besides x, built once per forward per kind of layer.
 
-Layers of one kind (sliding window, RoPE "global" / "local" / None) share one `AttentionInputs`: the
-positions plan (`PositionPlan`, nn/positions/rope.py; the ReRoPE plan of nn/positions/rerope.py
+Layers of one kind (sliding window, RoPE "global" / "local" / None) share one `AttentionInputs`:
+the positions plan (`PositionPlan`, nn/positions/rope.py; the ReRoPE plan of nn/positions/rerope.py
 where the kind remaps positions), the causal / window / padding mask over the key slots the kind
 reads (None where SDPA's is_causal is exact), an additive position bias (T5 relative, ALiBi; a
 linear kernel gets ALiBi's slopes instead, as it never forms the (T, S) scores) and the log-n factor
 per query (Su, kexue.fm/archives/8823; at least 1 with attn_logn_clip, kexue.fm/archives/9708;
-dynamic cosine attention's 4 log n, 9859). How each is chosen: docs/architecture.md, "From config to
-logits". A new way of giving positions is another plan here, not another thread through model and
-attention.
+dynamic cosine attention's 4 log n, 9859). How each is chosen: docs/architecture.md, "From config
+to logits". A new way of giving positions is another plan here, not another thread through
+model and attention.
 
 Shapes: B batch, T new tokens, S keys a layer reads (cache + new), H heads.
 """

@@ -9,14 +9,14 @@ A kernel is a function `(q, k, v, call) -> y` registered in `ATTENTION_KERNELS`:
 `Attention` (nn/attention/attention.py) calls the kernel that `ModelConfig.attn_impl` names ("auto":
 sdpa unless the scores are needed, i.e. softcapping); a position plan that computes its own scores
 takes `eager`, the only kernel that takes `call.scores`. Kernels:
-- `sdpa`: F.scaled_dot_product_attention, is_causal when no mask tensor is needed; one query
-  (decoding) reads a GQA cache in place, the n_rep query heads of a group as that group's query
-  rows.
+- `sdpa`: F.scaled_dot_product_attention, is_causal when no mask tensor is needed; one
+  query (decoding) reads a GQA cache in place, the n_rep query heads of a group as that
+  group's query rows.
 - `eager`: the scores written out (functional.attention_from_scores): the reference every kernel is
   tested against, and the one that supports softcapping and plan-computed scores.
-A new kernel (linear attention, say) is a function here or in its own file, one entry in
-ATTENTION_KERNELS and a test against `eager` (tests/nn/attention/test_kernels.py);
-docs/adding-a-variant.md.
+A new kernel (linear attention, say) is a function here or in
+its own file, one entry in ATTENTION_KERNELS and a test against
+`eager` (tests/nn/attention/test_kernels.py); docs/adding-a-variant.md.
 
 Shapes: B batch, H query heads, K KV heads, T queries, S keys, Dh head dim.
 """
@@ -64,8 +64,8 @@ SCORE_CHUNK = 128
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(B, K, S, Dh) -> (B, K * n_rep, S, Dh), each K/V head serving n_rep consecutive query
-    heads."""
+    """(B, K, S, Dh) -> (B, K * n_rep, S, Dh), each K/V head serving n_rep
+    consecutive query heads."""
     if n_rep == 1:
         return x
     b, k, s, d = x.shape
@@ -101,8 +101,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, call: KernelCall) -> torc
 
 def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: KernelCall) -> torch.Tensor:
     """Scores -> softcap -> + bias -> mask -> softmax -> @ v, written out
-    (functional.attention_from_scores). One query (decoding) reads a GQA cache in place, as `sdpa`
-    does."""
+    (functional.attention_from_scores). One query (decoding) reads a GQA cache in place,
+    as `sdpa` does."""
     B, H, T, Dh = q.shape
     if call.chunk is not None and T > SCORE_CHUNK:
         return merge_heads(
@@ -158,8 +158,8 @@ def _scored_rows(
 def _grouped(
     q: torch.Tensor, n_kv: int, bias: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One query: q (B, H, 1, Dh) -> (B, K, n_rep, Dh), a group's query heads as its rows; bias
-    alike."""
+    """One query: q (B, H, 1, Dh) -> (B, K, n_rep, Dh), a group's query heads as its
+    rows; bias alike."""
     B, H, _, Dh = q.shape
     # (1, K, n_rep, S)
     bias = None if bias is None else bias.reshape(bias.shape[0], n_kv, H // n_kv, -1)

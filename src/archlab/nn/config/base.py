@@ -62,8 +62,8 @@ def value_object(name: str, cls: type, d: dict[str, Any]) -> Any:
     unknown = [k for k in d if k not in known]
     if unknown:
         raise ConfigError(
-            f"ModelConfig.{name} has no field {unknown[0]!r}; {cls.__name__} has the fields "
-            f"{', '.join(known)}"
+            f"ModelConfig.{name} has no field {unknown[0]!r}; {cls.__name__} has "
+            f"the fields {', '.join(known)}"
         )
     return cls(**d)
 

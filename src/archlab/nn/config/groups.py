@@ -1,5 +1,5 @@
-"""The option groups of `ModelConfig`, without torch: each switch's settings as one frozen
-dataclass.
+"""The option groups of `ModelConfig`, without torch: each switch's settings as
+one frozen dataclass.
 
 | switch (ModelConfig) | its group (that field)           | code                                 |
 |----------------------|----------------------------------|--------------------------------------|
@@ -33,8 +33,8 @@ from archlab.nn.positions.scaling import ROPE_KINDS, RopeScaling
 
 @dataclass(frozen=True)
 class GAU(Group):
-    """The gated attention unit (Hua et al., "Transformer Quality in Linear Time", arXiv
-    2202.10447)."""
+    """The gated attention unit (Hua et al., "Transformer Quality in Linear
+    Time", arXiv 2202.10447)."""
 
     # softmax (Su) | relu2: relu(scale q.k)^2 / n, n the keys seen (Hua et al.)
     attention: str = "softmax"
@@ -103,16 +103,16 @@ class Rope(Group):
             raise bad(
                 "rope.fraction",
                 self.fraction,
-                f"must give an even, non-zero rotary dim (head_dim={head_dim} * fraction = "
-                f"{head_dim * self.fraction:g})",
+                f"must give an even, non-zero rotary dim (head_dim={head_dim} * "
+                f"fraction = {head_dim * self.fraction:g})",
             )
         s = self.scaling
         if s is not None and ROPE_KINDS[s.kind].training_only and not s.window < max_seq_len:
             raise bad(
                 "rope.scaling.window",
                 s.window,
-                f"< max_seq_len={max_seq_len} with kind={s.kind!r} (training must reach past the "
-                "window)",
+                f"< max_seq_len={max_seq_len} with kind={s.kind!r} (training must reach "
+                "past the window)",
             )
 
     def rotary_dim(self, head_dim: int) -> int:
@@ -121,8 +121,8 @@ class Rope(Group):
 
     @property
     def local_differs(self) -> bool:
-        """Whether window layers rotate differently from full ones: their own base, or no share of
-        the scaling."""
+        """Whether window layers rotate differently from full ones: their own base, or no share
+        of the scaling."""
         unscaled = not self.local_scaling and self.kind != "none"
         return self.local_theta is not None or unscaled
 

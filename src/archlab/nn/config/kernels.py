@@ -107,8 +107,8 @@ class Favor(LinearKernel):
         )
 
     def attention_flops(self, heads: int, kv_heads: int, head_dim: int, context: int) -> int:
-        """Per token and layer: phi of q and k (M x Dh each), the state update and read (M x Dh
-        each)."""
+        """Per token and layer: phi of q and k (M x Dh each), the state update and read (M
+        x Dh each)."""
         return 4 * (heads + kv_heads) * self.features * head_dim
 
     def state_bytes(
@@ -123,14 +123,13 @@ class Favor(LinearKernel):
     def describe_state(self, bound: int, alibi: bool) -> str:
         return (
             "one size at any context: per layer and K/V head the running sums [S | z] of "
-            f"{self.features} "
-            f"features x (head_dim + 1), {bound:,} bytes"
+            f"{self.features} features x (head_dim + 1), {bound:,} bytes"
         )
 
 
 def default_favor_features(head_dim: int, feature: str) -> int:
-    """round(head_dim ln head_dim), Performer's Theta(d log d) (lucidrains' default), even for
-    hyperbolic."""
+    """round(head_dim ln head_dim), Performer's Theta(d log d) (lucidrains' default),
+    even for hyperbolic."""
     m = max(2, round(head_dim * math.log(head_dim)))
     return m + m % 2 if feature == "hyperbolic" else m
 
@@ -210,10 +209,8 @@ class VQ(LinearKernel):
         sums = "query" if alibi else "K/V"
         return (
             f"bounded, not constant: per layer the exact tail (the last complete block of {L} "
-            "tokens and the "
-            f"current one, {L} to {2 * L - 1} tokens, each held as its assignment row of {C} codes "
-            "and its "
-            f"value) and per {sums} head the {C} codes' value sums and counts; it rises and falls "
-            "with the "
-            f"position in the block, at most {bound:,} bytes at any context"
+            f"tokens and the current one, {L} to {2 * L - 1} tokens, each held as its assignment "
+            f"row of {C} codes and its value) and per {sums} head the {C} codes' value sums and "
+            f"counts; it rises and falls with the position in the block, at most {bound:,} bytes "
+            "at any context"
         )

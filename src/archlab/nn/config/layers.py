@@ -61,8 +61,8 @@ def expand_shorthands(layer: dict[str, Any]) -> dict[str, Any]:
 
 
 def expand_ffn(ffn: str, activation: str | None) -> tuple[str, str | None]:
-    """(ffn, activation) with a GLU shorthand spelled out; a shorthand with another activation
-    fails."""
+    """(ffn, activation) with a GLU shorthand spelled out; a shorthand with
+    another activation fails."""
     if ffn not in GLU_SHORTHANDS:
         return ffn, activation
     kind, act = GLU_SHORTHANDS[ffn]

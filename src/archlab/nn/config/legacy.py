@@ -68,8 +68,8 @@ def legacy_message(key: str) -> str | None:
 
 
 def _group_on(group: str, values: dict[str, Any], switch_defaults: dict[str, Any]) -> bool:
-    """Whether `group` is on in `values`: its switch has its value, or (its own switch) it is
-    set."""
+    """Whether `group` is on in `values`: its switch has its value, or (its own switch)
+    it is set."""
     _, switch, on = GROUPS[group]
     if switch is None:
         return values.get(group) is not None

@@ -3,15 +3,15 @@
 String switches are checked against their choices (nn/config/choices.py: the names of each family's
 registry, the plain lists), the settings of RoPE, a kernel or a block against their option group
 (nn/config/groups.py): a new variant registered there is accepted here, on the CLI and in error
-messages without further edits. Each group checks its own fields; what must agree across fields is
-checked here, beside the fields (`_check_*`). No torch here, so a config is built, checked and
-costed (`archlab inspect`, every `--help`) without it. Derived sizes (n_kv_heads, head_dim, d_ff, a
-FAVOR+ width) are resolved in `__post_init__`, so a saved config holds the numbers the model was
-built with.
+messages without further edits. Each group checks its own fields; what must agree across fields
+is checked here, beside the fields (`_check_*`). No torch here, so a config is built, checked and
+costed (`archlab inspect`, every `--help`) without it. Derived sizes (n_kv_heads, head_dim, d_ff,
+a FAVOR+ width) are resolved in `__post_init__`, so a saved config holds the numbers the model
+was built with.
 
 NOTE: vary a field of a built config with `config.replace(**changes)`, which re-derives every
-derived field that still holds its derived value; `dataclasses.replace` would keep a GLU's d_ff
-after `ffn="mlp"`.
+derived field that still holds its derived value; `dataclasses.replace` would keep a GLU's
+d_ff after `ffn="mlp"`.
 """
 
 from __future__ import annotations
@@ -188,8 +188,8 @@ class ModelConfig:
             self._set(name, group.resolved(self.head_dim) if group is not None else None)
 
     def _default_d_ff(self) -> int:
-        """The FFN's default width, or a GAU's value width e = GAU_EXPANSION * d_model (rounded up
-        alike)."""
+        """The FFN's default width, or a GAU's value width e = GAU_EXPANSION * d_model
+        (rounded up alike)."""
         if self.block == "gau":
             m = self.d_ff_multiple_of
             return -(-int(GAU_EXPANSION * self.d_model) // m) * m
@@ -198,8 +198,8 @@ class ModelConfig:
     # ----- derived properties -----
     @property
     def linear_kernel(self) -> Favor | VQ | None:
-        """The option group of a linear attn_kernel (what it costs, how it is built), or None for
-        softmax."""
+        """The option group of a linear attn_kernel (what it costs, how it is built), or
+        None for softmax."""
         return getattr(self, self.attn_kernel) if self.attn_kernel in LINEAR_KERNELS else None
 
     @property
@@ -314,8 +314,9 @@ class ModelConfig:
                 raise bad(name, value, "None or a positive number")
         if self.attn_softcap is not None and self.attn_impl == "sdpa":
             raise bad(
-                "attn_impl", "sdpa", "auto or eager when attn_softcap is set (SDPA never exposes "
-                "scores)"
+                "attn_impl",
+                "sdpa",
+                "auto or eager when attn_softcap is set (SDPA never exposes scores)",
             )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise bad("sliding_window", self.sliding_window, "None or a positive integer")
@@ -345,8 +346,9 @@ class ModelConfig:
         f = self.full_layers
         if isinstance(f, bool) or not isinstance(f, int) or f not in FULL_LAYER_COUNTS:
             raise bad(
-                "full_layers", f, "None, 1 (layer n_layers/2) or 2 (layers n_layers/3 and 2 "
-                "n_layers/3)"
+                "full_layers",
+                f,
+                "None, 1 (layer n_layers/2) or 2 (layers n_layers/3 and 2 n_layers/3)",
             )
         if self.sliding_window is None:
             raise bad(
@@ -375,8 +377,8 @@ class ModelConfig:
             )
 
     def _check_switches(self) -> None:
-        """QueryNorm, cosine attention, DeepNorm and GAU: combinations that cannot work, refused
-        before compute."""
+        """QueryNorm, cosine attention, DeepNorm and GAU: combinations that cannot work,
+        refused before compute."""
         if self.cosine is not None:
             self._check_cosine()
         if self.query_norm and (self.key_norm or self.qk_norm != "none"):
@@ -431,8 +433,12 @@ class ModelConfig:
                     "its key width s, d_ff its value width e)",
                 )
         # GAU.project makes q and k from Z by a scale and an offset only
-        for name, off in (("qk_norm", "none"), ("key_norm", False), ("query_norm", False),
-                          ("cosine", None)):
+        for name, off in (
+            ("qk_norm", "none"),
+            ("key_norm", False),
+            ("query_norm", False),
+            ("cosine", None),
+        ):
             if getattr(self, name) != off:
                 raise bad(
                     name,
@@ -447,8 +453,8 @@ class ModelConfig:
 
     # ----- construction and serialisation -----
     def derived_values(self) -> dict[str, object]:
-        """What each field of `DERIVED` would be if left unset (None), from this config's other
-        fields."""
+        """What each field of `DERIVED` would be if left unset (None), from this
+        config's other fields."""
         divides = self.d_model % self.n_heads == 0
         return {
             "n_kv_heads": self.n_heads,
@@ -551,8 +557,8 @@ def from_legacy(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def inapplicable_fields(values: dict[str, Any]) -> list[str]:
-    """The fields of `values` set away from their default although their switch (ONLY_WITH) is
-    off."""
+    """The fields of `values` set away from their default although their switch
+    (ONLY_WITH) is off."""
     return [
         name
         for name, (switch, want) in ONLY_WITH.items()

@@ -1,5 +1,5 @@
-"""`install(model)`: the CPU training fast paths of nn/fast/ (ops, losses, attention), put into a
-built model.
+"""`install(model)`: the CPU training fast paths of nn/fast/ (ops, losses, attention), put into
+a built model.
 
 The readable modules (norms.py, ffn.py, attention.py, model.py) run only the formulas; a notebook's
 `TransformerLM(config)` is the plain math. The trainer calls `install` beside `parallelize`
@@ -22,8 +22,8 @@ Every override falls back to the formula outside those conditions (`use_fused`),
 model also evaluates and generates exactly as a plain one; tests/nn/fast/test_install.py checks
 fused equals unfused.
 
-Shapes: x (B, T, D); heads (B, T, H + 2K, Dh); q (B, H, T, Dh), k and v (B, K, S, Dh); logits (B, T,
-V).
+Shapes: x (B, T, D); heads (B, T, H + 2K, Dh); q (B, H, T, Dh), k and v (B, K, S, Dh); logits
+(B, T, V).
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ class CausalAttentionKernel:
 
 
 class FusedTransformerLM(TransformerLM):
-    """The training loss through the chunked head + loss (float32 weights) or the fused cross
-    entropy."""
+    """The training loss through the chunked head + loss (float32 weights) or the
+    fused cross entropy."""
 
     def _loss(self, x: torch.Tensor, targets: torch.Tensor, z_loss_coef: float) -> LossOutput:
         if not use_fused(x):

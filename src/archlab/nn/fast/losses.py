@@ -4,11 +4,11 @@ As ops.py's kernels, these compute the values of the readable formulas (function
 model.py) with fewer passes over memory:
 - `cross_entropy`: saves the log-probabilities and turns them into softmax - onehot in place in the
   backward (no (N, V) zero tensor for nll_loss, no second (N, V) gradient buffer).
-- `linear_cross_entropy`: the LM head, final softcap, cross entropy and z-loss over row chunks, so
-  the (N, V) float32 logits never exist at once: each chunk's gradient (softmax - onehot, through
-  the softcap) goes straight into the hidden states' and the head's gradients in the forward, and
-  the backward only scales them (the chunked loss of Liger-Kernel's fused linear cross entropy,
-  arXiv 2410.10989).
+- `linear_cross_entropy`: the LM head, final softcap, cross entropy and z-loss over row chunks,
+  so the (N, V) float32 logits never exist at once: each chunk's gradient (softmax - onehot,
+  through the softcap) goes straight into the hidden states' and the head's gradients in the
+  forward, and the backward only scales them (the chunked loss of Liger-Kernel's fused linear cross
+  entropy, arXiv 2410.10989).
 Both are tested against the plain formulas (tests/nn/fast/test_losses.py, test_install.py).
 
 Shapes: logits (N, V), targets (N,); hidden (N, D), head weight (V, D).
@@ -60,8 +60,8 @@ class _CrossEntropy(torch.autograd.Function):
 def cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100
 ) -> torch.Tensor:
-    """Mean cross entropy of logits (N, V) at targets (N,), skipping `ignore_index`, differentiated
-    by hand."""
+    """Mean cross entropy of logits (N, V) at targets (N,), skipping `ignore_index`,
+    differentiated by hand."""
     return _CrossEntropy.apply(logits, targets, ignore_index)
 
 
@@ -75,9 +75,9 @@ def _head_chunk_grad(
     z_coef: float,
 ) -> tuple[torch.Tensor, ...]:
     """One chunk (c rows): summed CE and summed log(Z)^2 over kept rows, and d(sum CE + z_coef sum
-    log(Z)^2) / d pre-cap logits (c, V), computed in the logits' own buffer. The head multiplies in
-    x's dtype (bf16 under autocast); the softmax and everything after it run in keep's (float32 or
-    float64)."""
+    log(Z)^2) / d pre-cap logits (c, V), computed in the logits' own buffer. The head multiplies
+    in x's dtype (bf16 under autocast); the softmax and everything after it run in keep's
+    (float32 or float64)."""
     logits = x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())  # (c, V)
     logits = logits if logits.dtype == keep.dtype else logits.to(keep.dtype)
     capped = None
@@ -205,13 +205,13 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     mm_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Hidden states x (N, D), head weight (V, D) and bias, targets (N,) -> (ce + z, ce, z): mean
-    cross entropy of softcap(x W^T + b, cap) skipping `ignore_index`, and z_loss_coef * mean
-    log(Z)^2 over the same rows (PaLM). Only the first output carries a gradient (ce and z are for
-    the logs). x and weight are float32 (or float64); `mm_dtype` bfloat16 multiplies in bf16 as
-    autocast would (bf16 logits, softmax in float32, gradients rounded to bf16 for the two GEMMs,
-    float32 results). The gradients are computed in the forward, so call it only when a backward
-    follows."""
+    """Hidden states x (N, D), head weight (V, D) and bias, targets (N,) -> (ce + z, ce, z):
+    mean cross entropy of softcap(x W^T + b, cap) skipping `ignore_index`, and z_loss_coef *
+    mean log(Z)^2 over the same rows (PaLM). Only the first output carries a gradient (ce and z
+    are for the logs). x and weight are float32 (or float64); `mm_dtype` bfloat16 multiplies in
+    bf16 as autocast would (bf16 logits, softmax in float32, gradients rounded to bf16 for the
+    two GEMMs, float32 results). The gradients are computed in the forward, so call it only when
+    a backward follows."""
     mm_dtype = mm_dtype or x.dtype
     return _LinearCrossEntropy.apply(
         x, weight, bias, targets, cap, z_loss_coef, ignore_index, mm_dtype

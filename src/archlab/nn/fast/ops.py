@@ -168,9 +168,9 @@ def rope_qkv(
     n_kv_heads: int,
     layout: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """heads (B, T, H + 2K, Dh) = [q | k | v] -> q (B, T, H, Dh) and k (B, T, K, Dh) rotated by the
-    full-width tables cos/sin (B|1, T, 1, d_rot) of nn/positions/rope.py (d_rot <= Dh), and v,
-    differentiated by hand. The tables must have the dtype of `heads` (`RopePositions.tables`: bf16
-    heads rotate with bf16 tables, where the plain path of inference rotates in float32 and rounds
-    once)."""
+    """heads (B, T, H + 2K, Dh) = [q | k | v] -> q (B, T, H, Dh) and k (B, T, K, Dh) rotated by
+    the full-width tables cos/sin (B|1, T, 1, d_rot) of nn/positions/rope.py (d_rot <= Dh), and
+    v, differentiated by hand. The tables must have the dtype of `heads` (`RopePositions.tables`:
+    bf16 heads rotate with bf16 tables, where the plain path of inference rotates in float32
+    and rounds once)."""
     return _RopeQKV.apply(heads, cos, sin, n_heads, n_kv_heads, layout)

@@ -1,10 +1,10 @@
 """Attention biases from positions, added to the scores (the value of `ModelConfig.position`).
 
-- `relative`: a learned scalar bias per head and bucket of the distance i - j, shared by all layers,
-  with exact buckets for short distances and log-spaced ones up to `max_distance` (T5, arXiv
-  1910.10683).
-- `alibi`: a fixed bias -m_h * (i - j) with geometric head slopes m_h (Press et al., arXiv
-  2108.12409).
+- `relative`: a learned scalar bias per head and bucket of the distance i - j, shared by all
+  layers, with exact buckets for short distances and log-spaced ones up to `max_distance`
+  (T5, arXiv 1910.10683).
+- `alibi`: a fixed bias -m_h * (i - j) with geometric head slopes m_h (Press et
+  al., arXiv 2108.12409).
 
 Shapes: positions (B, T) int; biases (1, H, T, S) over query i and key j.
 """
@@ -18,8 +18,8 @@ import torch.nn as nn
 
 
 def relative_bucket(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
-    """T5's causal bucket of a distance i - j >= 0: exact below num_buckets/2, then log-spaced to
-    max_distance."""
+    """T5's causal bucket of a distance i - j >= 0: exact below num_buckets/2, then
+    log-spaced to max_distance."""
     n = distance.clamp_min(0)
     exact = num_buckets // 2
     log_ratio = torch.log(n.float().clamp_min(1) / exact) / math.log(max_distance / exact)
@@ -44,8 +44,8 @@ class RelativePositionBias(nn.Module):
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """Head slopes 2^(-8h/n) for h = 1..n; for n not a power of two, the ALiBi paper's
-    interleaving."""
+    """Head slopes 2^(-8h/n) for h = 1..n; for n not a power of two, the
+    ALiBi paper's interleaving."""
 
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
@@ -66,8 +66,8 @@ class ALiBi(nn.Module):
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def reset_buffers(self) -> None:
-        """Recompute the slopes in place (after `to_empty` from the meta device they hold
-        garbage)."""
+        """Recompute the slopes in place (after `to_empty` from the meta device
+        they hold garbage)."""
         self.slopes.copy_(alibi_slopes(self.slopes.numel()))
 
     def forward(self, distance: torch.Tensor) -> torch.Tensor:

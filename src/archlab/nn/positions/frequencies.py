@@ -58,8 +58,8 @@ def ntk_mixed(d_rot: int, theta: float, scaling: RopeScaling) -> tuple[torch.Ten
 
 
 def by_parts(inv0: torch.Tensor, factor: float, l0: int, alpha: float, beta: float) -> torch.Tensor:
-    """YaRN eq. 18: h(w) = (1 - g) w / s + g w, g = clip((r - alpha) / (beta - alpha), 0, 1), r = L0
-    / lambda."""
+    """YaRN eq. 18: h(w) = (1 - g) w / s + g w, g = clip((r - alpha) / (beta - alpha), 0, 1), r =
+    L0 / lambda."""
     r = l0 * inv0 / (2 * math.pi)  # rotations each pair makes over the training length
     gamma = ((r - alpha) / (beta - alpha)).clamp(0, 1)
     return (1 - gamma) * inv0 / factor + gamma * inv0

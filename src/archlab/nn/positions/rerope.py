@@ -93,8 +93,8 @@ class ReRopePositions:
         return q_near, k_near, q_far, k_far
 
     def rows(self, start: int, stop: int, keys: int) -> ReRopePositions:
-        """The plan of queries start:stop attending to the first `keys` keys (the eager kernel's
-        query chunks)."""
+        """The plan of queries start:stop attending to the first `keys` keys (the eager
+        kernel's query chunks)."""
 
         def q(t: torch.Tensor) -> torch.Tensor:
             return t[:, :, start:stop]

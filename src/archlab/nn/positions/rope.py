@@ -4,11 +4,11 @@ Each pair of dimensions of q and k is rotated by the angle p * w_i, w_i = theta^
 q_m . k_n depends only on m - n. Options:
 - layout `half` (rotate_half: pairs (i, i + d_rot/2), as Llama in transformers, NeoX, nanochat) or
   `interleaved` (pairs (2i, 2i+1), as the RoFormer paper and GPT-J);
-- partial rotary: only the first d_rot = fraction * head_dim dims rotate, the rest pass through
-  (NeoX 25%);
-- a frequency schedule per scaling kind (nn/positions/frequencies.py: PI, NTK, by-parts, Dynamic
-  NTK, YaRN, Llama 3, NTK-mixed; ReRoPE's kinds keep the frequencies and remap positions,
-  nn/positions/rerope.py).
+- partial rotary: only the first d_rot = fraction * head_dim dims rotate, the rest pass
+  through (NeoX 25%);
+- a frequency schedule per scaling kind (nn/positions/frequencies.py: PI, NTK, by-parts,
+  Dynamic NTK, YaRN, Llama 3, NTK-mixed; ReRoPE's kinds keep the frequencies and
+  remap positions, nn/positions/rerope.py).
 
 How q and k get their positions in one forward is a `PositionPlan` (the protocol every plan follows;
 attention asks it and never tests its class): `RopePositions`, built by `RotaryEmbedding.plan` for
@@ -37,16 +37,16 @@ MAX_TABLE_POSITIONS = 8192
 
 
 def rope_partner(x: torch.Tensor, layout: str) -> torch.Tensor:
-    """Each dim's partner in its rotation pair: [x2 | x1] for halves, (x1, x0, x3, x2, ...) for
-    pairs."""
+    """Each dim's partner in its rotation pair: [x2 | x1] for halves, (x1, x0, x3, x2,
+    ...) for pairs."""
     if layout == "half":
         return x.roll(x.size(-1) // 2, dims=-1)
     return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """x * cos + partner(x) * sin on the first cos.size(-1) dims of x; the rest pass through
-    unchanged.
+    """x * cos + partner(x) * sin on the first cos.size(-1) dims of x; the rest
+    pass through unchanged.
 
     cos and sin are the full-width tables of `RotaryEmbedding` (sin carries the rotation's minus
     sign), so a rotation costs three tensor ops, where the textbook two-halves form costs ten; the
@@ -73,8 +73,8 @@ def full_tables(
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin of p * inv_freq for given positions; holds no per-length cache, so any position
-    works.
+    """cos/sin of p * inv_freq for given positions; holds no per-length cache, so
+    any position works.
 
     For a length-dependent schedule (`dynamic`) the frequencies are recomputed per call from each
     row's length l_b = seq_len[b] (default: its largest position + 1). transformers uses one l for
@@ -107,8 +107,8 @@ class RotaryEmbedding(nn.Module):
         self.reset_buffers()
 
     def reset_buffers(self) -> None:
-        """Recompute inv_freq and the tables in place (after `to_empty` from the meta device they
-        hold garbage)."""
+        """Recompute inv_freq and the tables in place (after `to_empty` from the meta device
+        they hold garbage)."""
         if self.inv_freq.is_meta:
             return
         inv_freq, _ = self.frequencies(self.d_rot, self.theta, self.scaling)
@@ -215,19 +215,19 @@ class PositionPlan(Protocol):
     def rotate_queries_keys(
         self, q: torch.Tensor, k: torch.Tensor, qk: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q (B, T, H, Dh), k (B, T, K, Dh) at projection time -> as the cache and the kernel should
-        see them."""
+        """q (B, T, H, Dh), k (B, T, K, Dh) at projection time -> as the cache and the kernel
+        should see them."""
         ...
 
     def rotate_cached_keys(self, k: torch.Tensor) -> torch.Tensor:
-        """k (B, K, S, Dh), every key a layer reads after the cache update -> rotated where the plan
-        waited."""
+        """k (B, K, S, Dh), every key a layer reads after the cache update -> rotated where
+        the plan waited."""
         ...
 
     def projection_tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """cos, sin (B, T, 1, d_rot) in `dtype` when rotating q and k at projection time by one pair
-        of tables is all the plan does (a fused split + rotate may then do it: nn/fast/install.py);
-        else None."""
+        """cos, sin (B, T, 1, d_rot) in `dtype` when rotating q and k at projection time
+        by one pair of tables is all the plan does (a fused split + rotate may then do it:
+        nn/fast/install.py); else None."""
         ...
 
 
@@ -239,16 +239,16 @@ class ScoringPlan(PositionPlan, Protocol):
         ...
 
     def rows(self, start: int, stop: int, keys: int) -> ScoringPlan:
-        """The plan of queries start:stop over the first `keys` keys (the eager kernel scores in
-        query chunks)."""
+        """The plan of queries start:stop over the first `keys` keys (the eager kernel scores
+        in query chunks)."""
         ...
 
 
 @dataclass(frozen=True)
 class RopePositions:
-    """How one forward rotates q and k: the new tokens' tables, and, when the cache holds unrotated
-    keys, the tables of every key a layer attends to (`RotaryEmbedding.plan` builds it; attention
-    asks it)."""
+    """How one forward rotates q and k: the new tokens' tables, and, when the cache holds
+    unrotated keys, the tables of every key a layer attends to (`RotaryEmbedding.plan` builds it;
+    attention asks it)."""
 
     cos: torch.Tensor  # (B, T, 1, d_rot) new tokens, for q (and k when keys are cached rotated)
     sin: torch.Tensor
@@ -277,8 +277,8 @@ class RopePositions:
         return self._cast[dtype]
 
     def projection_tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The new tokens' tables in `dtype` when keys are rotated at projection time (else None:
-        they wait)."""
+        """The new tokens' tables in `dtype` when keys are rotated at projection time (else
+        None: they wait)."""
         return None if self.rotates_cached_keys else self.tables(dtype)
 
     def rotate_queries_keys(

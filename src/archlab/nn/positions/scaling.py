@@ -29,8 +29,8 @@ class RopeScaling:
     """How to stretch RoPE's frequencies past the training length; `kind` is a key of ROPE_KINDS.
 
     Each kind reads only the fields its `RopeKind` entry lists (required, optional); setting any
-    other field away from its default is an error, so a typo'd schedule never silently falls back to
-    defaults.
+    other field away from its default is an error, so a typo'd schedule never silently falls
+    back to defaults.
     """
 
     kind: str = "none"  # a key of ROPE_KINDS; "none" keeps theta^(-2i/d)
@@ -130,8 +130,8 @@ def ntk_theta(theta: float, d_rot: int, factor: float) -> float:
 
 
 def stretched_limit(scaling: RopeScaling, max_seq_len: int) -> int | None:
-    """Tokens a model with this scaling handles: the stretched length factor * L0 (at least
-    max_seq_len)."""
+    """Tokens a model with this scaling handles: the stretched length factor * L0
+    (at least max_seq_len)."""
     return max(max_seq_len, int((scaling.original_max_seq_len or max_seq_len) * scaling.factor))
 
 
@@ -279,8 +279,8 @@ class RopeKind:
         refuses in one line."""
         if self.evaluation is None:
             raise ValueError(
-                f"rope.scaling.kind={self.name!r} has no inference-time form (it changes training "
-                "only)"
+                f"rope.scaling.kind={self.name!r} has no inference-time form (it "
+                "changes training only)"
             )
         fields_ = self.evaluation(length, train_len, window, leaky_k)
         return None if fields_ is None else RopeScaling(self.name, **fields_)

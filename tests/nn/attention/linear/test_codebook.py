@@ -1,5 +1,5 @@
-"""The codebook of VQ attention: distances, the nearest code, hard assignment and commitment, and the EMA of
-the codes, against their definitions in float64."""
+"""The codebook of VQ attention: distances, the nearest code, hard assignment and commitment, and
+the EMA of the codes, against their definitions in float64."""
 
 import torch
 
@@ -20,7 +20,10 @@ f64 = torch.float64
 
 def test_ema_update_closed_form():
     g = torch.Generator().manual_seed(3)
-    sums, counts = torch.randn(2, 3, 4, generator=g, dtype=f64), torch.rand(2, 3, generator=g, dtype=f64)
+    sums, counts = (
+        torch.randn(2, 3, 4, generator=g, dtype=f64),
+        torch.rand(2, 3, generator=g, dtype=f64),
+    )
     k = torch.randn(2, 2, 5, 4, generator=g, dtype=f64)
     assign = torch.nn.functional.one_hot(torch.randint(3, (2, 2, 5), generator=g), 3).to(f64)
     new_sums, new_counts = ema_update(sums, counts, k, assign, 0.9)
@@ -35,15 +38,17 @@ def test_ema_update_closed_form():
 
 def test_distances_and_commitment():
     _, k, _, cb = _data()
-    assert torch.allclose(code_distances(k, cb), torch.cdist(k, cb[None].expand(2, 2, 5, 6)) ** 2, atol=1e-10)
+    assert torch.allclose(
+        code_distances(k, cb), torch.cdist(k, cb[None].expand(2, 2, 5, 6)) ** 2, atol=1e-10
+    )
     assign, k_hat, sq = hard_assign(k, cb)
     assert torch.allclose(sq, (k - k_hat).square().sum(-1), atol=1e-12)
 
 
 def test_nearest_codes_and_their_ema_by_index_equal_the_distance_and_one_hot_forms():
-    """The hard path's fast forms against the definitions, in float64: the nearest code is the argmin of the full
-    squared distances; the gathered c_z is the one-hot product; the EMA by index_add / bincount equals the
-    one-hot EMA."""
+    """The hard path's fast forms against the definitions, in float64: the nearest code is the
+    argmin of the full squared distances; the gathered c_z is the one-hot product; the EMA by
+    index_add / bincount equals the one-hot EMA."""
     _, k, _, cb = _data(T=40)
     codes = nearest_codes(k, cb)
     assert torch.equal(codes, code_distances(k, cb).argmin(-1))
@@ -53,4 +58,6 @@ def test_nearest_codes_and_their_ema_by_index_equal_the_distance_and_one_hot_for
     sums, counts = torch.randn(2, 5, 6, dtype=f64), torch.rand(2, 5, dtype=f64)
     by_index = ema_update_codes(sums, counts, k, codes, 0.9)
     by_one_hot = ema_update(sums, counts, k, onehot, 0.9)
-    assert torch.allclose(by_index[0], by_one_hot[0], atol=1e-12) and torch.allclose(by_index[1], by_one_hot[1])
+    assert torch.allclose(by_index[0], by_one_hot[0], atol=1e-12) and torch.allclose(
+        by_index[1], by_one_hot[1]
+    )

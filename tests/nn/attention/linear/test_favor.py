@@ -1,4 +1,5 @@
-"""FAVOR+ against exact softmax math (float64): unbiased estimates, convergence, causality, redraw policy."""
+"""FAVOR+ against exact softmax math (float64): unbiased estimates, convergence,
+causality, redraw policy."""
 
 import math
 
@@ -37,12 +38,14 @@ def _estimate(q, k, w, kind):
 @pytest.mark.parametrize("kind", ["positive", "hyperbolic", "trigonometric"])
 @pytest.mark.parametrize("orthogonal", [False, True])
 def test_estimate_is_unbiased(kind, orthogonal):
-    """Mean of phi(q) . phi(k) over 20k draws is exp(q . k) within 4 standard errors; q and k along one axis,
-    where the unfixed QR's sign bias shows (see the next test)."""
+    """Mean of phi(q) . phi(k) over 20k draws is exp(q . k) within 4 standard errors; q and k along
+    one axis, where the unfixed QR's sign bias shows (see the next test)."""
     d, m, N = 16, 16, 20000
     g = torch.Generator().manual_seed(1)
-    q = torch.zeros(d, dtype=torch.float64); q[0] = 0.7  # noqa: E702
-    k = torch.zeros(d, dtype=torch.float64); k[0] = 0.5  # noqa: E702
+    q = torch.zeros(d, dtype=torch.float64)
+    q[0] = 0.7  # noqa: E702
+    k = torch.zeros(d, dtype=torch.float64)
+    k[0] = 0.5  # noqa: E702
     rows = m if kind == "positive" else m // 2
     w = draw_projection(rows, d, orthogonal, g, draws=N)  # (N, rows, d)
     est = _estimate(q[None, None], k[None, None], w, kind).squeeze(-1)  # (N,)
@@ -51,8 +54,8 @@ def test_estimate_is_unbiased(kind, orthogonal):
 
 
 def test_unfixed_qr_would_be_biased():
-    """The pitfall the sign correction removes: Q from plain QR has Q[0, 0] of one sign, and the estimate along
-    that axis is off by many standard errors; ours has both signs equally often."""
+    """The pitfall the sign correction removes: Q from plain QR has Q[0, 0] of one sign, and the
+    estimate along that axis is off by many standard errors; ours has both signs equally often."""
     d, N = 16, 20000
     g = torch.Generator().manual_seed(2)
     raw, _ = torch.linalg.qr(torch.randn(N, d, d, generator=g, dtype=torch.float64))
@@ -62,7 +65,8 @@ def test_unfixed_qr_would_be_biased():
     assert abs(frac - 0.5) < 4 * math.sqrt(0.25 / N)
     norms = torch.randn(N, d, d, generator=g, dtype=torch.float64).norm(dim=-1, keepdim=True)
     biased = raw.transpose(-1, -2) * norms
-    x = torch.zeros(d, dtype=torch.float64); x[0] = 0.7  # noqa: E702
+    x = torch.zeros(d, dtype=torch.float64)
+    x[0] = 0.7  # noqa: E702
     est = _estimate(x[None, None], x[None, None], biased, "positive").squeeze(-1)
     assert abs(est.mean() - math.exp(x @ x)) > 6 * est.std() / math.sqrt(N)
 
@@ -75,23 +79,28 @@ def test_orthogonal_rows_orthogonal_within_blocks():
 
 
 def test_positive_variance_law():
-    """iid positive features: MSE = (1/m) e^{|z|^2} SM^2 (1 - e^{-|z|^2}), z = q + k (paper, lemma 1); orthogonal
-    features do better."""
+    """iid positive features: MSE = (1/m) e^{|z|^2} SM^2 (1 - e^{-|z|^2}), z = q + k (paper, lemma
+    1); orthogonal features do better."""
     d, m, N = 8, 32, 40000
     g = torch.Generator().manual_seed(3)
     q = torch.randn(d, generator=g, dtype=torch.float64) * 0.4
     k = torch.randn(d, generator=g, dtype=torch.float64) * 0.4
     sm, z2 = math.exp(q @ k), ((q + k) ** 2).sum().item()
     law = math.exp(z2) * sm**2 * (1 - math.exp(-z2)) / m
-    iid = _estimate(q[None], k[None], draw_projection(m, d, False, g, draws=N), "positive").squeeze(-1)
-    ortho = _estimate(q[None], k[None], draw_projection(m, d, True, g, draws=N), "positive").squeeze(-1)
+    iid = _estimate(q[None], k[None], draw_projection(m, d, False, g, draws=N), "positive").squeeze(
+        -1
+    )
+    ortho = _estimate(
+        q[None], k[None], draw_projection(m, d, True, g, draws=N), "positive"
+    ).squeeze(-1)
     mse_iid, mse_ortho = ((iid - sm) ** 2).mean().item(), ((ortho - sm) ** 2).mean().item()
     assert 0.85 < mse_iid / law < 1.15
     assert mse_ortho < mse_iid
 
 
 def test_output_converges_to_softmax():
-    """Mean absolute error against causal softmax attention, averaged over 4 draws, falls as m grows."""
+    """Mean absolute error against causal softmax attention, averaged over 4 draws, falls
+    as m grows."""
     g = torch.Generator().manual_seed(4)
     d, T = 16, 24
     q = torch.randn(1, 2, T, d, generator=g, dtype=torch.float64) * 0.7
@@ -100,16 +109,22 @@ def test_output_converges_to_softmax():
     exact = _softmax_attention(q, k, v, d**-0.5)
     errors = []
     for m in (16, 256, 4096):
-        err = [(favor_attention(q, k, v, draw_projection(m, d, True, g), d**-0.5)[0] - exact).abs().mean()
-               for _ in range(4)]
+        err = [
+            (favor_attention(q, k, v, draw_projection(m, d, True, g), d**-0.5)[0] - exact)
+            .abs()
+            .mean()
+            for _ in range(4)
+        ]
         errors.append(sum(err) / 4)
     assert errors[0] > errors[1] > errors[2]
-    assert errors[0] / errors[2] > 3 and errors[2] < 0.05  # ~ m^-1/2: 0.14, 0.065, 0.024 at this seed
+    # ~ m^-1/2: 0.14, 0.065, 0.024 at this seed
+    assert errors[0] / errors[2] > 3 and errors[2] < 0.05
 
 
 @pytest.mark.parametrize("feature", ["positive", "hyperbolic"])
 def test_query_stabiliser_cancels(feature):
-    """favor_attention (query features divided by their max) equals linear attention over the raw features."""
+    """favor_attention (query features divided by their max) equals linear attention over
+    the raw features."""
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 4, 19, 8, generator=g, dtype=torch.float64) for _ in range(3))
     k, v = k[:, :2], v[:, :2]  # GQA: 4 query heads on 2 K/V heads
@@ -132,8 +147,15 @@ def test_future_key_leaves_past_bit_identical():
 
 
 def _kernel(redraw=None, layer=0):
-    return FavorKernel(head_dim=8, features=32, feature="positive", orthogonal=True, redraw=redraw,
-                       scale=8**-0.5, layer_idx=layer)
+    return FavorKernel(
+        head_dim=8,
+        features=32,
+        feature="positive",
+        orthogonal=True,
+        redraw=redraw,
+        scale=8**-0.5,
+        layer_idx=layer,
+    )
 
 
 def test_decoding_with_state_equals_full_forward():
@@ -144,7 +166,9 @@ def test_decoding_with_state_equals_full_forward():
     out, state = kern(q[:, :, :11], k[:, :, :11], v[:, :, :11], None)
     outs, sizes = [out], []
     for t in range(11, 30):
-        o, state = kern(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], state, decoding=True)
+        o, state = kern(
+            q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state, decoding=True
+        )
         outs.append(o)
         sizes.append(state.nbytes())
     assert (torch.cat(outs, 2) - full).abs().max() < 1e-5
@@ -152,7 +176,8 @@ def test_decoding_with_state_equals_full_forward():
 
 
 def test_redraw_policy():
-    """Same layer, same features; eval never redraws; training redraws every `redraw` calls, not when decoding."""
+    """Same layer, same features; eval never redraws; training redraws every `redraw` calls,
+    not when decoding."""
     q = torch.randn(1, 2, 4, 8)
     a, b = _kernel(redraw=2), _kernel(redraw=2)
     assert torch.equal(a.projection, b.projection)
@@ -174,8 +199,9 @@ def test_redraw_policy():
 
 
 def test_a_restored_call_count_gives_the_projection_training_reached():
-    """After C training forwards, a fresh kernel given the count holds the same projection and redraws at the
-    same later calls (the trainer's resume), for C on and between the redraw points."""
+    """After C training forwards, a fresh kernel given the count holds the same projection
+    and redraws at the same later calls (the trainer's resume), for C on and between
+    the redraw points."""
     q = torch.randn(1, 2, 4, 8)
     for calls in (0, 1, 2, 3, 4, 5, 7):
         trained = _kernel(redraw=2).train()
@@ -183,7 +209,9 @@ def test_a_restored_call_count_gives_the_projection_training_reached():
             trained(q, q, q, None)
         restored = _kernel(redraw=2).train()
         restored.load_training_state(trained.training_state())
-        assert restored.calls == calls and torch.equal(restored.projection, trained.projection), calls
+        assert restored.calls == calls and torch.equal(restored.projection, trained.projection), (
+            calls
+        )
         for _ in range(3):
             trained(q, q, q, None)
             restored(q, q, q, None)

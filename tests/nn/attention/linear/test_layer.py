@@ -1,6 +1,7 @@
-"""attn_kernel favor / vq through TransformerLM: the switch reaches every layer, decoding with the state cache
-equals the full forward, the state does not grow with the context, softmax weights load into FAVOR, the
-commitment loss joins the model's loss, and a tiny model trains through `archlab train`."""
+"""attn_kernel favor / vq through TransformerLM: the switch reaches every layer, decoding with
+the state cache equals the full forward, the state does not grow with the context, softmax
+weights load into FAVOR, the commitment loss joins the model's loss, and a tiny model trains
+through `archlab train`."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ VOCAB = 64
 SMALL = dict(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, max_seq_len=64, vocab_size=VOCAB)
 KERNELS = {
     "favor": dict(attn_kernel="favor", favor=Favor(features=32)),
-    "favor-hyperbolic-iid": dict(attn_kernel="favor", favor=Favor(features=32, feature="hyperbolic",
-                                                                   orthogonal=False)),
+    "favor-hyperbolic-iid": dict(
+        attn_kernel="favor", favor=Favor(features=32, feature="hyperbolic", orthogonal=False)
+    ),
     "vq": dict(attn_kernel="vq", vq=VQ(codes=16, block=4)),
     "vq-soft": dict(attn_kernel="vq", vq=VQ(codes=16, block=4, assign="soft", tau=0.5)),
     "vq-alibi": dict(attn_kernel="vq", vq=VQ(codes=16, block=4), position="alibi"),
@@ -37,11 +39,22 @@ KERNELS = {
 
 
 def dotted(fields: dict[str, object]) -> dict[str, str]:
-    """`model.*` flags of config fields, an option group as one flag per field (`model.favor.features`)."""
+    """`model.*` flags of config fields, an option group as one flag
+    per field (`model.favor.features`)."""
     flags = {}
     for key, value in fields.items():
-        items = dataclasses.asdict(value).items() if dataclasses.is_dataclass(value) else [(None, value)]
-        flags.update({f"model.{key}" + (f".{sub}" if sub else ""): str(v) for sub, v in items if v is not None})
+        items = (
+            dataclasses.asdict(value).items()
+            if dataclasses.is_dataclass(value)
+            else [(None, value)]
+        )
+        flags.update(
+            {
+                f"model.{key}" + (f".{sub}" if sub else ""): str(v)
+                for sub, v in items
+                if v is not None
+            }
+        )
     return flags
 
 
@@ -64,24 +77,40 @@ def test_registry_matches_config_names():
 def test_switch_reaches_every_layer_and_only_with_its_kernel():
     favor = tiny(attn_kernel="favor", favor=Favor(features=32, orthogonal=False))
     kernels = [layer.attn.linear.kernel for layer in favor.layers]
-    assert all(isinstance(k, FavorKernel) and k.projection.shape == (32, 8) and not k.orthogonal for k in kernels)
+    assert all(
+        isinstance(k, FavorKernel) and k.projection.shape == (32, 8) and not k.orthogonal
+        for k in kernels
+    )
     assert not torch.equal(kernels[0].projection, kernels[1].projection)  # one draw per layer
     vq = tiny(**KERNELS["vq-soft"])
-    assert all(isinstance(layer.attn.linear.kernel, VQKernel) and layer.attn.linear.kernel.codebook.shape == (2, 16, 8)
-               and layer.attn.linear.kernel.assign == "soft" for layer in vq.layers)
+    assert all(
+        isinstance(layer.attn.linear.kernel, VQKernel)
+        and layer.attn.linear.kernel.codebook.shape == (2, 16, 8)
+        and layer.attn.linear.kernel.assign == "soft"
+        for layer in vq.layers
+    )
     assert all(layer.attn.linear is None for layer in tiny().layers)
-    assert ModelConfig(**SMALL, attn_kernel="favor").favor.features == round(8 * 2.0794415)  # Dh ln Dh = 17
+    # Dh ln Dh = 17
+    assert ModelConfig(**SMALL, attn_kernel="favor").favor.features == round(8 * 2.0794415)
 
 
-@pytest.mark.parametrize("fields", [
-    dict(attn_kernel="favor", position="alibi"), dict(attn_kernel="favor", position="relative"),
-    dict(attn_kernel="vq", position="relative"),
-    dict(attn_kernel="vq", attn_softcap=30.0), dict(attn_kernel="favor", sliding_window=8),
-    dict(attn_kernel="softmax", favor={"features": 64}), dict(attn_kernel="favor", favor={"feature": "hyperbolic",
-                                                                                           "features": 33}),
-    dict(attn_kernel="vq", vq={"ema": 0.0}), dict(attn_kernel="vq", vq={"assign": "gumbel"}),
-    dict(attn_kernel="linear"), dict(attn_kernel="favor", vq={"codes": 8}), dict(attn_kernel="vq", vq={"code": 8}),
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(attn_kernel="favor", position="alibi"),
+        dict(attn_kernel="favor", position="relative"),
+        dict(attn_kernel="vq", position="relative"),
+        dict(attn_kernel="vq", attn_softcap=30.0),
+        dict(attn_kernel="favor", sliding_window=8),
+        dict(attn_kernel="softmax", favor={"features": 64}),
+        dict(attn_kernel="favor", favor={"feature": "hyperbolic", "features": 33}),
+        dict(attn_kernel="vq", vq={"ema": 0.0}),
+        dict(attn_kernel="vq", vq={"assign": "gumbel"}),
+        dict(attn_kernel="linear"),
+        dict(attn_kernel="favor", vq={"codes": 8}),
+        dict(attn_kernel="vq", vq={"code": 8}),
+    ],
+)
 def test_refused_in_one_line(fields):
     with pytest.raises(ConfigError) as err:
         ModelConfig(**fields)
@@ -90,13 +119,15 @@ def test_refused_in_one_line(fields):
 
 
 @torch.no_grad()
-def cached_logits(model: TransformerLM, ids: torch.Tensor, chunks: tuple[int, ...], max_len: int = 64):
+def cached_logits(
+    model: TransformerLM, ids: torch.Tensor, chunks: tuple[int, ...], max_len: int = 64
+):
     cache = KVCache.for_model(model, ids.shape[0], max_len)
     out, start = [], 0
     for size in chunks:
-        out.append(model(ids[:, start:start + size], cache=cache))
+        out.append(model(ids[:, start : start + size], cache=cache))
         start += size
-    out += [model(ids[:, t:t + 1], cache=cache) for t in range(start, ids.shape[1])]
+    out += [model(ids[:, t : t + 1], cache=cache) for t in range(start, ids.shape[1])]
     return torch.cat(out, 1), cache
 
 
@@ -122,7 +153,10 @@ def test_state_does_not_grow_with_context(name):
         sizes.append(cache.nbytes())
     assert len(set(sizes)) == 1, sizes
     softmax = tiny(max_seq_len=512)
-    assert KVCache.for_model(softmax, 1, 4096).nbytes() == 64 * KVCache.for_model(softmax, 1, 64).nbytes()
+    assert (
+        KVCache.for_model(softmax, 1, 4096).nbytes()
+        == 64 * KVCache.for_model(softmax, 1, 64).nbytes()
+    )
 
 
 @pytest.mark.parametrize("name", ["favor", "vq", "vq-alibi"])
@@ -155,8 +189,11 @@ def test_softmax_weights_load_into_favor_and_approach_it_with_features():
         exact = softmax(ids)
         errors = []
         for m in (8, 512, 8192):
-            favor = TransformerLM(ModelConfig(**SMALL, attn_kernel="favor", favor=Favor(features=m))).eval()
-            favor.load_state_dict(softmax.state_dict())  # strict: the kernel adds no trained parameters
+            favor = TransformerLM(
+                ModelConfig(**SMALL, attn_kernel="favor", favor=Favor(features=m))
+            ).eval()
+            # strict: the kernel adds no trained parameters
+            favor.load_state_dict(softmax.state_dict())
             errors.append((favor(ids).softmax(-1) - exact.softmax(-1)).abs().max().item())
     assert errors[0] > errors[1] > errors[2], errors
 
@@ -164,7 +201,8 @@ def test_softmax_weights_load_into_favor_and_approach_it_with_features():
 def test_commitment_loss_joins_the_loss():
     model = tiny(**KERNELS["vq"]).train()
     for layer in model.layers:
-        layer.attn.linear.kernel.ema = 1.0  # freeze the codebook so the two forwards below see the same codes
+        # freeze the codebook so the two forwards below see the same codes
+        layer.attn.linear.kernel.ema = 1.0
     ids = tokens(2, 16)
     out = model(ids[:, :-1], targets=ids[:, 1:])
     assert out.aux is not None and out.aux > 0
@@ -178,8 +216,13 @@ def test_commitment_loss_joins_the_loss():
 def test_tiny_model_trains_through_the_cli(name, prepared, tmp_path):  # noqa: F811
     flags = dotted(KERNELS[name])
     run = tmp_path / "run"
-    args = cli_flags(prepared, run, steps="30", **flags, **{"optimizer.lr": "1e-2", "schedule.name": "constant",
-                                                              "schedule.warmup_steps": "3"})
+    args = cli_flags(
+        prepared,
+        run,
+        steps="30",
+        **flags,
+        **{"optimizer.lr": "1e-2", "schedule.name": "constant", "schedule.warmup_steps": "3"},
+    )
     assert main(["train", *args]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r and r.get("split", "train") == "train"]
@@ -201,21 +244,28 @@ def test_build_preset_takes_the_kernel():
 def test_replace_rederives_the_feature_count():
     favor = ModelConfig(**SMALL, attn_kernel="favor")
     assert favor.replace(attn_kernel="softmax").favor is None
-    assert favor.replace(d_model=64, n_heads=4).favor.features == round(16 * 2.7725887)  # Dh = 16: 44
+    # Dh = 16: 44
+    assert favor.replace(d_model=64, n_heads=4).favor.features == round(16 * 2.7725887)
     assert favor.replace(favor={"features": 100}).favor.features == 100
-    hyperbolic = favor.replace(favor={"feature": "hyperbolic", "orthogonal": False})  # an edit: features re-derived
-    assert hyperbolic.favor == Favor(features=18, orthogonal=False, feature="hyperbolic")  # 17, even
-    assert hyperbolic.replace(d_model=64, n_heads=4).favor == Favor(features=44, orthogonal=False,
-                                                                   feature="hyperbolic")
+    # an edit: features re-derived
+    hyperbolic = favor.replace(favor={"feature": "hyperbolic", "orthogonal": False})
+    # 17, even
+    assert hyperbolic.favor == Favor(features=18, orthogonal=False, feature="hyperbolic")
+    assert hyperbolic.replace(d_model=64, n_heads=4).favor == Favor(
+        features=44, orthogonal=False, feature="hyperbolic"
+    )
     set_away = favor.replace(favor={"features": 100, "redraw": 5})
-    with pytest.raises(ConfigError, match=r"^ModelConfig.favor=Favor\(features=100.*only with attn_kernel='favor'"):
-        set_away.replace(attn_kernel="softmax")  # an explicit group stays: refused with the switch off
+    with pytest.raises(
+        ConfigError, match=r"^ModelConfig.favor=Favor\(features=100.*only with attn_kernel='favor'"
+    ):
+        # an explicit group stays: refused with the switch off
+        set_away.replace(attn_kernel="softmax")
 
 
 @pytest.mark.parametrize("name", ["favor", "vq"])
 def test_kernels_run_in_float32_under_bf16_autocast(name):
-    """Under autocast the projections run in bf16 but the kernel's sums stay float32: the attention output equals
-    the kernel fed the same (bf16-rounded) q, k, v in float32."""
+    """Under autocast the projections run in bf16 but the kernel's sums stay float32: the attention
+    output equals the kernel fed the same (bf16-rounded) q, k, v in float32."""
     model = tiny(**KERNELS[name])
     attn = model.layers[0].attn.linear
     q, k, v = (torch.randn(1, n, 12, 8).bfloat16() for n in (4, 2, 2))
@@ -228,8 +278,8 @@ def test_kernels_run_in_float32_under_bf16_autocast(name):
 
 @pytest.mark.parametrize("name", ["favor", "vq-soft"])
 def test_generate_decodes_through_the_state(name):
-    """`infer.generate` works unchanged: greedy tokens equal the argmax of repeated full forwards, and the
-    cache bytes it reports are the state's."""
+    """`infer.generate` works unchanged: greedy tokens equal the argmax of repeated full forwards,
+    and the cache bytes it reports are the state's."""
     from archlab.infer.generate import generate
     from archlab.infer.sampling import SamplingConfig
 
@@ -245,8 +295,8 @@ def test_generate_decodes_through_the_state(name):
 
 
 def test_vq_decoding_stays_eager_when_compile_is_asked():
-    """compile_decode=True measures compiled against eager steps; a VQ state changes shape every step (each
-    step would recompile), so the Decoder keeps eager decoding and the same tokens."""
+    """compile_decode=True measures compiled against eager steps; a VQ state changes shape every
+    step (each step would recompile), so the Decoder keeps eager decoding and the same tokens."""
     from archlab.infer.engine import Decoder
     from archlab.infer.sampling import SamplingConfig
 
@@ -254,13 +304,17 @@ def test_vq_decoding_stays_eager_when_compile_is_asked():
     sampling = SamplingConfig(max_new_tokens=6, temperature=0)
     decoder = Decoder(model, compile_decode=True)
     assert decoder._choose([[1, 2, 3]]) == "eager"
-    assert decoder.generate([[1, 2, 3]], sampling).tokens == Decoder(model).generate([[1, 2, 3]], sampling).tokens
+    assert (
+        decoder.generate([[1, 2, 3]], sampling).tokens
+        == Decoder(model).generate([[1, 2, 3]], sampling).tokens
+    )
 
 
 def test_alibi_reaches_the_vq_kernel_as_slopes_and_equals_dense_alibi_attention():
-    """position="alibi" with attn_kernel="vq": the model hands ALiBi's slopes to the kernel (no (T, S) bias is
-    built) and a layer's attention equals float64 softmax over its quantised keys with ALiBi's -m_h (i - j),
-    query head h reading K/V head h // 2; the refusals name why T5's bias and FAVOR cannot."""
+    """position="alibi" with attn_kernel="vq": the model hands ALiBi's slopes to the kernel (no (T,
+    S) bias is built) and a layer's attention equals float64 softmax over its quantised keys with
+    ALiBi's -m_h (i - j), query head h reading K/V head h // 2; the refusals name why T5's bias
+    and FAVOR cannot."""
     model = tiny(**KERNELS["vq-alibi"]).double()
     inputs = model.attention_inputs(torch.arange(21)[None])[0]
     assert inputs.bias is None and torch.equal(inputs.slopes, alibi_slopes(4).double())
@@ -272,21 +326,27 @@ def test_alibi_reaches_the_vq_kernel_as_slopes_and_equals_dense_alibi_attention(
         kernel = attn.linear.kernel
         k_hat = hard_assign(k, kernel.codebook)[1].repeat_interleave(2, 1)  # (B, H, T, Dh)
         i = torch.arange(21)
-        scores = kernel.scale * q @ k_hat.transpose(-1, -2) - alibi_slopes(4).double()[:, None, None] * (
-            i[:, None] - i[None, :])
+        scores = kernel.scale * q @ k_hat.transpose(-1, -2) - alibi_slopes(4).double()[
+            :, None, None
+        ] * (i[:, None] - i[None, :])
         scores = scores.masked_fill(~torch.ones(21, 21, dtype=torch.bool).tril(), float("-inf"))
         want = (torch.softmax(scores, -1) @ v.repeat_interleave(2, 1)).transpose(1, 2).flatten(2)
     assert (got - want).abs().max() < 1e-10
-    with pytest.raises(ConfigError, match="T5's bucketed bias is not a query factor times a key factor"):
+    with pytest.raises(
+        ConfigError, match="T5's bucketed bias is not a query factor times a key factor"
+    ):
         ModelConfig(attn_kernel="vq", position="relative")
-    with pytest.raises(ConfigError, match="not decayed per query head; attn_kernel='vq' takes ALiBi"):
+    with pytest.raises(
+        ConfigError, match="not decayed per query head; attn_kernel='vq' takes ALiBi"
+    ):
         ModelConfig(attn_kernel="favor", position="alibi")
 
 
 def test_favor_rotates_queries_and_keys_before_its_feature_map():
-    """RoPE composes with FAVOR+ (the kernel then estimates exp(q_m . R_(n-m) k_n)): a layer's attention equals
-    favor_attention, with the layer's projection, on q and k rotated by an independent float64 RoPE (halves
-    rotated, theta^(-2i/Dh)), query head h reading K/V head h // 2; without the rotation it does not."""
+    """RoPE composes with FAVOR+ (the kernel then estimates exp(q_m . R_(n-m) k_n)): a layer's
+    attention equals favor_attention, with the layer's projection, on q and k rotated by an
+    independent float64 RoPE (halves rotated, theta^(-2i/Dh)), query head h reading K/V head h // 2;
+    without the rotation it does not."""
     from archlab.nn.attention.linear.favor import favor_attention
 
     model = tiny(**KERNELS["favor"]).double()
@@ -298,17 +358,24 @@ def test_favor_rotates_queries_and_keys_before_its_feature_map():
         got = attn.core(*attn.project(x, inputs), inputs, None)  # (B, T, H*Dh)
         q, k, v = attn.qkv_proj(x).view(1, T, H + 2 * K, Dh).split([H, K, K], dim=2)
         angle = torch.arange(T, dtype=torch.float64)[:, None] * model.config.rope.theta ** (
-            -torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)  # (T, Dh/2)
-        cos, sin = angle.cos().repeat(1, 2)[:, None], angle.sin().repeat(1, 2)[:, None]  # (T, 1, Dh)
+            -torch.arange(0, Dh, 2, dtype=torch.float64) / Dh
+        )  # (T, Dh/2)
+        # (T, 1, Dh)
+        cos, sin = angle.cos().repeat(1, 2)[:, None], angle.sin().repeat(1, 2)[:, None]
 
         def rotate(t: torch.Tensor) -> torch.Tensor:
-            return t * cos + torch.cat((-t[..., Dh // 2:], t[..., : Dh // 2]), -1) * sin
+            return t * cos + torch.cat((-t[..., Dh // 2 :], t[..., : Dh // 2]), -1) * sin
 
         kernel = attn.linear.kernel
         errors = []
         for qq, kk in ((rotate(q), rotate(k)), (q, k)):
-            o, _ = favor_attention(qq.transpose(1, 2), kk.repeat_interleave(2, 2).transpose(1, 2),
-                                   v.repeat_interleave(2, 2).transpose(1, 2), kernel.projection.double(),
-                                   kernel.scale)
+            o, _ = favor_attention(
+                qq.transpose(1, 2),
+                kk.repeat_interleave(2, 2).transpose(1, 2),
+                v.repeat_interleave(2, 2).transpose(1, 2),
+                kernel.projection.double(),
+                kernel.scale,
+            )
             errors.append(float((got - o.transpose(1, 2).flatten(2)).abs().max()))
-    assert errors[0] < 1e-6 < 1e-2 < errors[1], errors  # the model's RoPE tables are float32: 1e-8 here
+    # the model's RoPE tables are float32: 1e-8 here
+    assert errors[0] < 1e-6 < 1e-2 < errors[1], errors

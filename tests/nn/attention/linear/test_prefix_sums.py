@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from archlab.nn.attention.linear.prefix_sums import causal_linear_attention, quadratic_linear_attention
+from archlab.nn.attention.linear.prefix_sums import (
+    causal_linear_attention,
+    quadratic_linear_attention,
+)
 
 
 def _inputs(B=2, H=4, K=2, T=37, M=12, Dv=5, seed=0):
@@ -23,13 +26,16 @@ def test_prefix_sums_equal_quadratic_form(chunk):
 
 
 def test_quadratic_form_against_loop():
-    """The reference itself against the definition, one query at a time, GQA head h reading K/V head h // R."""
+    """The reference itself against the definition, one query at a time, GQA head h reading K/V head
+    h // R."""
     phi_q, phi_k, v = _inputs(B=1, H=2, K=1, T=6)
     ref = quadratic_linear_attention(phi_q, phi_k, v)
     for h in range(2):
         for i in range(6):
             w = phi_k[0, 0, : i + 1] @ phi_q[0, h, i]  # (i+1,)
-            assert torch.allclose(ref[0, h, i], (w[:, None] * v[0, 0, : i + 1]).sum(0) / w.sum(), atol=1e-14)
+            assert torch.allclose(
+                ref[0, h, i], (w[:, None] * v[0, 0, : i + 1]).sum(0) / w.sum(), atol=1e-14
+            )
 
 
 def test_state_continues_the_sequence():
@@ -38,11 +44,15 @@ def test_state_continues_the_sequence():
     phi_q, phi_k, v = _inputs()
     full, state_full = causal_linear_attention(phi_q, phi_k, v, chunk=8)
     a, state = causal_linear_attention(phi_q[:, :, :20], phi_k[:, :, :20], v[:, :, :20], chunk=8)
-    b, state = causal_linear_attention(phi_q[:, :, 20:], phi_k[:, :, 20:], v[:, :, 20:], state, chunk=8)
+    b, state = causal_linear_attention(
+        phi_q[:, :, 20:], phi_k[:, :, 20:], v[:, :, 20:], state, chunk=8
+    )
     assert (torch.cat((a, b), 2) - full).abs().max() < 1e-12
     steps, state = [], None
     for t in range(phi_q.shape[2]):
-        o, state = causal_linear_attention(phi_q[:, :, t:t + 1], phi_k[:, :, t:t + 1], v[:, :, t:t + 1], state)
+        o, state = causal_linear_attention(
+            phi_q[:, :, t : t + 1], phi_k[:, :, t : t + 1], v[:, :, t : t + 1], state
+        )
         steps.append(o)
     assert (torch.cat(steps, 2) - full).abs().max() < 1e-12
     S = torch.einsum("bktm,bktd->bkmd", phi_k, v)

@@ -33,8 +33,8 @@ def nearest_codes(k: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
     """k (B, K, T, d), codebook (K, C, d) -> the nearest code of each key (B, K, T): argmin_c |c|^2
     - 2 k.c (|k|^2 is the same for every code), one batched matmul with the |c|^2 term added in it
     and one argmin, so the (B, K, T, C) scores are written once (the distances of `code_distances`
-    take four more passes over them). Exact ties, which random keys never meet, may pick either
-    code."""
+    take four more passes over them). Exact ties, which random keys never meet, may
+    pick either code."""
     B, K, T, d = k.shape
     keys = k.transpose(0, 1).reshape(K, B * T, d)  # (K, BT, d): small, the big one is the scores
     scores = torch.baddbmm(
@@ -46,15 +46,15 @@ def nearest_codes(k: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
 
 
 def one_hot_rows(codes: torch.Tensor, n_codes: int, dtype: torch.dtype) -> torch.Tensor:
-    """codes (B, K, T) -> one-hot rows (B, K, T, C) in `dtype`, written in place (no int64 one-hot
-    to convert)."""
+    """codes (B, K, T) -> one-hot rows (B, K, T, C) in `dtype`, written in place (no int64
+    one-hot to convert)."""
     rows = torch.zeros(*codes.shape, n_codes, dtype=dtype, device=codes.device)
     return rows.scatter_(-1, codes[..., None], 1.0)
 
 
 def code_vectors(codes: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
-    """codes (B, K, T), codebook (K, C, d) -> each token's code c_z (B, K, T, d), gathered (not a
-    one-hot matmul)."""
+    """codes (B, K, T), codebook (K, C, d) -> each token's code c_z (B, K, T, d), gathered (not
+    a one-hot matmul)."""
     heads = torch.arange(codebook.shape[0], device=codes.device)[None, :, None]
     return codebook[heads, codes]
 
@@ -89,8 +89,8 @@ def ema_update(
     sums: torch.Tensor, counts: torch.Tensor, k: torch.Tensor, assign: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One EMA step of the codebook statistics: sums (K, C, d) <- gamma sums + (1 - gamma) sum_t
-    p_ts k_t, counts (K, C) <- gamma counts + (1 - gamma) sum_t p_ts, over batch and time (k (B, K,
-    T, d))."""
+    p_ts k_t, counts (K, C) <- gamma counts + (1 - gamma) sum_t p_ts, over batch and time (k (B,
+    K, T, d))."""
     # (K, C, d): batched products read the rows transposed in place
     new_sums = (assign.transpose(-1, -2) @ k).sum(0)
     new_counts = assign.sum(-2).sum(0)  # (K, C): the time axis first, then the (small) batch axis
@@ -101,8 +101,8 @@ def ema_update_codes(
     sums: torch.Tensor, counts: torch.Tensor, k: torch.Tensor, codes: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`ema_update` for hard assignments given as code indices (B, K, T): each key added to its
-    code's row (index_add) and the codes counted (bincount), O(B T d) instead of the one-hot's O(B T
-    C d)."""
+    code's row (index_add) and the codes counted (bincount), O(B T d) instead of the one-hot's O(B
+    T C d)."""
     K, C, d = sums.shape
     # (B K T,) into K C rows
     slots = (codes + C * torch.arange(K, device=codes.device)[None, :, None]).reshape(-1)

@@ -8,8 +8,8 @@ unbiased estimate of exp(q . k). The softmax scale s is folded in by feeding sqr
 
 Feature maps (`FAVOR_FEATURES` of nn/config/choices.py, M features each):
 - positive: M^-1/2 exp(W x - |x|^2/2), W of M rows.
-- hyperbolic: M^-1/2 exp(-|x|^2/2) [exp(W x), exp(-W x)], W of M/2 rows; lower variance (paper,
-  lemma 2).
+- hyperbolic: M^-1/2 exp(-|x|^2/2) [exp(W x), exp(-W x)], W of M/2 rows; lower variance
+  (paper, lemma 2).
 `trigonometric_features` (exp(|x|^2/2) [sin, cos], the random Fourier features of the softmax
 kernel) is here for the benchmark's comparison only: it is not positive, and its error blows up
 where exp(q . k) is small.
@@ -21,16 +21,16 @@ draw so that it stays marginally N(0, I_d).
 
 Stabilisers: a query's features are divided by their own maximum (one factor per query, which
 cancels between numerator and denominator). Keys get none: the references' maximum over the whole
-sequence lets a future key change past outputs. Features are computed in float32 (or float64 if the
-input is).
+sequence lets a future key change past outputs. Features are computed in float32 (or float64 if
+the input is).
 
 `FavorKernel` holds one layer's projection (a buffer outside the state dict: the kernel adds no
 trained parameters, so a softmax model's weights load into it), redraws it in training only, and
-runs causal linear attention (nn/attention/linear/prefix_sums.py) with the running state [S | z] for
-decoding.
+runs causal linear attention (nn/attention/linear/prefix_sums.py) with the running state [S |
+z] for decoding.
 
-Shapes: B batch, H query heads, K K/V heads, T tokens, d = Dh head dim, M features, P projection
-rows.
+Shapes: B batch, H query heads, K K/V heads, T tokens, d = Dh head dim, M features,
+P projection rows.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def draw_projection(
     dtype: torch.dtype = torch.float64,
     draws: int | None = None,
 ) -> torch.Tensor:
-    """(rows, d) (or (draws, rows, d)) random feature directions: orthogonal blocks, or iid N(0,
-    I_d) rows."""
+    """(rows, d) (or (draws, rows, d)) random feature directions: orthogonal blocks, or iid
+    N(0, I_d) rows."""
     if orthogonal:
         return orthogonal_gaussian(rows, d, generator, dtype, draws)
     lead = () if draws is None else (draws,)
@@ -92,8 +92,8 @@ def _feature_dtype(x: torch.Tensor) -> torch.dtype:
 
 def positive_features(x: torch.Tensor, w: torch.Tensor, is_query: bool) -> torch.Tensor:
     """x (..., d) already scaled, w (M, d) -> (..., M) = M^-1/2 exp(w . x - |x|^2/2); a query's
-    features are divided by their maximum (cancels in attention; set is_query=False for the raw
-    estimate)."""
+    features are divided by their maximum (cancels in attention; set is_query=False for
+    the raw estimate)."""
     x = x.to(_feature_dtype(x))
     logits = x @ w.to(x.dtype).transpose(-1, -2) - x.square().sum(-1, keepdim=True) / 2  # (..., M)
     if is_query:
@@ -147,8 +147,8 @@ def favor_attention(
 
 
 class FavorState:
-    """Constant-size decoding state of one FAVOR layer: kv = [S | z] (B, K, M, Dv + 1) in
-    float32."""
+    """Constant-size decoding state of one FAVOR layer: kv = [S | z] (B, K, M, Dv +
+    1) in float32."""
 
     def __init__(self, kv: torch.Tensor) -> None:
         self.kv = kv
@@ -158,8 +158,8 @@ class FavorState:
 
 
 class FavorKernel(nn.Module):
-    """One layer's FAVOR+ attention: the projection, its redraw policy, the call into linear
-    attention.
+    """One layer's FAVOR+ attention: the projection, its redraw policy, the call
+    into linear attention.
 
     The projection is drawn from FAVOR_SEED + layer_idx at build time, so two models of one config
     (and two eval forwards) use the same features. With `redraw` = n, every n-th training forward
@@ -192,14 +192,14 @@ class FavorKernel(nn.Module):
         )
 
     def reset_buffers(self) -> None:
-        """The projection of the current draw count (after building on the meta device or loading a
-        state)."""
+        """The projection of the current draw count (after building on the meta device or
+        loading a state)."""
         self.load_training_state({"calls": self.calls})
 
     def training_state(self) -> dict[str, int]:
-        """What the trainer checkpoints beside the weights (state.pt): the training forwards counted
-        so far, so a resumed run redraws where the uninterrupted one would, with the same
-        projection."""
+        """What the trainer checkpoints beside the weights (state.pt): the training forwards
+        counted so far, so a resumed run redraws where the uninterrupted one would, with
+        the same projection."""
         return {"calls": self.calls}
 
     def load_training_state(self, state: dict[str, int]) -> None:

@@ -26,8 +26,8 @@ from archlab.nn.kv_cache import KVCache
 
 
 class LinearAttention(nn.Module):
-    """The state-cache side of a linear kernel: q, k, v of the new tokens in, their attention output
-    out."""
+    """The state-cache side of a linear kernel: q, k, v of the new tokens in, their
+    attention output out."""
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -77,8 +77,7 @@ class LinearAttention(nn.Module):
         if not cache.state_layers[self.layer_idx]:
             raise ValueError(
                 f"layer {self.layer_idx} uses a linear kernel but its cache layer holds keys: "
-                "build "
-                "the cache with KVCache.for_model"
+                "build the cache with KVCache.for_model"
             )
         o, cache.states[self.layer_idx] = self.kernel(
             q, k, v, cache.states[self.layer_idx], cache.chunk_mask, decoding=True, slopes=slopes

@@ -13,8 +13,8 @@ M, Dv + 1).
 GQA: phi(q) has H = K * R heads, phi(k) and v have K; query head h reads K/V head h // R, and the
 state is kept per K/V head only.
 
-Shapes: B batch, H query heads, K K/V heads, R = H / K, T tokens, M features, Dv value dim, C chunk,
-N chunks.
+Shapes: B batch, H query heads, K K/V heads, R = H / K, T tokens, M features, Dv value dim, C
+chunk, N chunks.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def causal_linear_attention(
     state: torch.Tensor | None = None,
     chunk: int = DEFAULT_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """phi_q (B, H, T, M), phi_k (B, K, T, M), v (B, K, T, Dv), state [S | z] (B, K, M, Dv + 1) of
-    the tokens before these (None = none) -> (o (B, H, T, Dv), the state after these tokens).
-    Features must be positive (or the denominator can vanish); the output is in v's dtype, the sums
-    in phi's."""
+    """phi_q (B, H, T, M), phi_k (B, K, T, M), v (B, K, T, Dv), state [S | z] (B, K, M, Dv + 1)
+    of the tokens before these (None = none) -> (o (B, H, T, Dv), the state after these tokens).
+    Features must be positive (or the denominator can vanish); the output is in v's dtype, the
+    sums in phi's."""
     B, H, T, M = phi_q.shape
     K, Dv = phi_k.shape[1], v.shape[-1]
     R = H // K

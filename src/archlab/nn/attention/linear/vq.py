@@ -73,20 +73,20 @@ def _window_bias(bias: torch.Tensor, L: int, K: int) -> tuple[torch.Tensor, torc
 
 
 def alibi_window(slopes: torch.Tensor, L: int, bias: torch.Tensor | None) -> torch.Tensor:
-    """ALiBi inside the two exact blocks as a bias by distance (H, 2L): -m_h d, plus `bias` if
-    any."""
+    """ALiBi inside the two exact blocks as a bias by distance (H, 2L): -m_h d, plus
+    `bias` if any."""
     # (H, 2L)
     decay = -slopes[:, None] * torch.arange(2 * L, device=slopes.device, dtype=slopes.dtype)
     return decay if bias is None else bias + decay
 
 
 def _decayed_cache_term(eq, ab, vb, cache0, slopes, L, cache_grad):
-    """What the compressed cache adds under ALiBi (module doc): query s_n + a of block n reads D_n =
-    sum over keys j before block n - 1 of exp(-m (s_n - j)) Delta_j [v_j | 1], weighted exp(-m a).
-    Each block's sums decayed to its end, E_b, reach block n times exp(-m L (n - 1 - b)); the
-    state's cache0 (decayed to position 0) times exp(-m L n). eq (B, K, R, N, L, C), ab (B, K, N, L,
-    C), vb (B, K, N, L, Dv+1), cache0 (B, K, R, C, Dv+1) or None, slopes (H,) -> (B, K, R, N, L,
-    Dv+1)."""
+    """What the compressed cache adds under ALiBi (module doc): query s_n + a of block n reads D_n
+    = sum over keys j before block n - 1 of exp(-m (s_n - j)) Delta_j [v_j | 1], weighted exp(-m
+    a). Each block's sums decayed to its end, E_b, reach block n times exp(-m L (n - 1 - b)); the
+    state's cache0 (decayed to position 0) times exp(-m L n). eq (B, K, R, N, L, C), ab (B, K,
+    N, L, C), vb (B, K, N, L, Dv+1), cache0 (B, K, R, C, Dv+1) or None, slopes (H,) -> (B, K, R,
+    N, L, Dv+1)."""
     B, K, R, N = eq.shape[:4]
     m = slopes.to(eq.dtype).view(K, R, 1)  # (K, R, 1)
     pos = torch.arange(L, device=eq.device, dtype=eq.dtype)
@@ -106,8 +106,8 @@ def _decayed_cache_term(eq, ab, vb, cache0, slopes, L, cache_grad):
 
 
 def _prepend_tail(q, v, assign, k_hat, codebook, state):
-    """Put the state's tail (a whole number of blocks back) before the new tokens; its queries are
-    dummies."""
+    """Put the state's tail (a whole number of blocks back) before the new tokens; its
+    queries are dummies."""
     r = state.tail_v.shape[2]
     B, H, _, d = q.shape
     q = torch.cat((q.new_zeros(B, H, r, d), q), 2)
@@ -131,12 +131,12 @@ def vq_attention(
     slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, VQState | None]:
     """Blockwise causal VQ attention. q (B, H, T, d) with the softmax scale applied; v (B, K, T,
-    Dv); assign (B, K, T, C) one-hot (hard) or soft rows (all-zero rows are padding); codebook (K,
-    C, d); k_hat (B, K, T, d) the straight-through keys for hard VQ (local scores q . k^, which
-    carry the key gradient), None for soft; state of the tokens before, or None; bias (H, 2L)
-    additive by distance, applied inside the two exact blocks; slopes (H,) ALiBi's m_h, applied to
-    every key (module doc). -> (o (B, H, T, Dv), the state after these tokens, or None without
-    `with_state`)."""
+    Dv); assign (B, K, T, C) one-hot (hard) or soft rows (all-zero rows are padding); codebook
+    (K, C, d); k_hat (B, K, T, d) the straight-through keys for hard VQ (local scores q . k^,
+    which carry the key gradient), None for soft; state of the tokens before, or None; bias (H,
+    2L) additive by distance, applied inside the two exact blocks; slopes (H,) ALiBi's m_h,
+    applied to every key (module doc). -> (o (B, H, T, Dv), the state after these tokens, or
+    None without `with_state`)."""
     if slopes is not None:  # inside the two exact blocks ALiBi is a bias by distance
         bias = alibi_window(slopes, block, bias)
     if state is not None and q.shape[2] == 1:
@@ -240,8 +240,8 @@ def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):
 
 
 def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
-    """exp(score - m) of each query against its own block and the previous one (zero where there is
-    none)."""
+    """exp(score - m) of each query against its own block and the previous one (zero where
+    there is none)."""
     if k_hat is None:  # soft: sum_y p(y|k) exp(q . c_y - m)
         return eq @ ab[:, :, None].transpose(-1, -2), eq @ _shift_blocks(ab)[:, :, None].transpose(
             -1, -2
@@ -256,9 +256,9 @@ def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
 
 def _next_state(assign, v1, cache0, L, slopes=None):
     """The tail (from the start of the block before the next token's) and the cache of everything
-    before it; v1 = [v | 1] (B, K, S, Dv+1). With ALiBi slopes (H,) the cache is per query head,
-    decayed to the new tail's first position `start` (cache0 was decayed to position 0 of these
-    tokens)."""
+    before it; v1 = [v | 1] (B, K, S, Dv+1). With ALiBi slopes (H,) the cache is per query
+    head, decayed to the new tail's first position `start` (cache0 was decayed to position 0
+    of these tokens)."""
     total = assign.shape[2]
     start = max(total // L - 1, 0) * L
     assign, v1 = assign.detach(), v1.detach()
@@ -335,8 +335,8 @@ class VQKernel(nn.Module):
         slopes: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, VQState | None]:
         """q (B, H, T, d), k and v (B, K, T, d) -> (o (B, H, T, d), the new state when `decoding`);
-        slopes (H,) ALiBi's, or None. A training forward leaves its commitment loss in `aux_loss`
-        (None otherwise)."""
+        slopes (H,) ALiBi's, or None. A training forward leaves its commitment loss in
+        `aux_loss` (None otherwise)."""
         learning = self.training and not decoding
         if learning and not bool(self.initialised):
             self._init_from(k.detach().float())
