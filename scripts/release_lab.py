@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,21 @@ def rule_seeds(suite: str, budget: str) -> tuple[int, list[str]]:
     return seeds, lines
 
 
+def release_seeds(suite: str, args: argparse.Namespace) -> int:
+    """The suite's seeds: as registered beside its records, else by the release rule (and why)."""
+    records = args.docs / suite / "runs"
+    seeds = registered_seeds(records)
+    if seeds is None:
+        seeds, lines = rule_seeds(suite, args.budget)
+        print(f"{suite}: {seeds} seeds per arm (the release rule)\n" + "\n".join(lines), flush=True)
+    else:
+        print(
+            f"{suite}: {seeds} seeds per arm (registered in {records / 'registration.json'})",
+            flush=True,
+        )
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -107,22 +123,19 @@ def main(argv: list[str] | None = None) -> int:
             for name in known
         )
         print(f"{laid} run records of the pages laid into {args.work / 'store'}", flush=True)
-    for suite in args.suites or known:
+    seeds = {suite: release_seeds(suite, args) for suite in args.suites or known}
+    if args.seeds_only:
+        return 0
+    # every suite registered before any trains: before its own runs (a run shared with an
+    # earlier suite aside), and committed with the records even where none of it trains now
+    for suite, n in seeds.items():
+        out, records = args.work / f"{suite}-{args.budget}", args.docs / suite / "runs"
+        Experiment(suite, args.budget, n, store=args.work / "store", out=out).register()
+        records.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "registration.json", records / "registration.json")
+    print(f"registered {len(seeds)} suites: {', '.join(seeds)}", flush=True)
+    for suite, n in seeds.items():
         records = args.docs / suite / "runs"
-        seeds = registered_seeds(records)
-        if seeds is None:
-            seeds, lines = rule_seeds(suite, args.budget)
-            print(
-                f"{suite}: {seeds} seeds per arm (the release rule)\n" + "\n".join(lines),
-                flush=True,
-            )
-        else:
-            print(
-                f"{suite}: {seeds} seeds per arm (registered in {records / 'registration.json'})",
-                flush=True,
-            )
-        if args.seeds_only:
-            continue
         command = [
             sys.executable,
             "-m",
@@ -132,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             "--budget",
             args.budget,
             "--seeds",
-            str(seeds),
+            str(n),
             "--out",
             str(args.work / f"{suite}-{args.budget}"),
             "--store",

@@ -22,6 +22,24 @@ from archlab.train.metrics import METRICS
 from tests.cli.test_ablate import SUITE
 
 
+def _ablate(spec: Path, machine: Path) -> list[str]:
+    """`archlab ablate` of the two-arm suite at tiny, 2 seeds, in MACHINE's folder and store."""
+    return [
+        "ablate",
+        str(spec),
+        "--budget",
+        "tiny",
+        "--seeds",
+        "2",
+        "--out",
+        str(machine / "suite"),
+        "--store",
+        str(machine / "store"),
+        "--jobs",
+        "2",
+    ]
+
+
 def _results(folder: Path) -> list[dict]:
     return list(csv.DictReader((folder / "results.csv").open()))
 
@@ -52,21 +70,7 @@ def test_a_suite_continued_from_records_reports_what_one_sitting_does(
 
     # machine B: a fresh store; the records are laid in, only gqa trains
     b = tmp_path / "b"
-    argv = [
-        "ablate",
-        str(spec),
-        "--budget",
-        "tiny",
-        "--seeds",
-        "2",
-        "--out",
-        str(b / "suite"),
-        "--store",
-        str(b / "store"),
-        "--jobs",
-        "2",
-    ]
-    assert main([*argv, "--records", str(records)]) == 0
+    assert main([*_ablate(spec, b), "--records", str(records)]) == 0
     err = capsys.readouterr().err
     assert (
         f"{records}: 2 run records laid into {b / 'store'}" in err
@@ -86,25 +90,7 @@ def test_a_suite_continued_from_records_reports_what_one_sitting_does(
 
     # machine C: the whole suite in one sitting gives the same table, run ids and values
     c = tmp_path / "c"
-    assert (
-        main(
-            [
-                "ablate",
-                str(spec),
-                "--budget",
-                "tiny",
-                "--seeds",
-                "2",
-                "--out",
-                str(c / "suite"),
-                "--store",
-                str(c / "store"),
-                "--jobs",
-                "2",
-            ]
-        )
-        == 0
-    )
+    assert main(_ablate(spec, c)) == 0
     assert _results(b / "suite") == _results(c / "suite")
 
     # a record lacking a measure the suite asks for cannot be measured again: one line naming
