@@ -158,7 +158,13 @@ def test_the_measure_pools_workers_leave_ctrl_c_to_the_lab():
     """Ctrl-C reaches the whole process group: a measuring worker must ignore it (the lab stops and
     says how to continue), not die mid-import with a traceback of its own. A plain spawned worker
     would not ignore it."""
-    with measure_pool(1) as pool:
-        assert pool.submit(_sigint_handler).result() == signal.SIG_IGN
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        assert pool.submit(_sigint_handler).result() == signal.default_int_handler
+    # as from a terminal: a job started in the background with `&` has SIGINT ignored from its
+    # start, and its children would inherit that, the plain worker included
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with measure_pool(1) as pool:
+            assert pool.submit(_sigint_handler).result() == signal.SIG_IGN
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            assert pool.submit(_sigint_handler).result() == signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
