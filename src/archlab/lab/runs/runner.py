@@ -26,7 +26,7 @@ from pathlib import Path
 from archlab.checkpoint import latest_checkpoint
 from archlab.lab.measures.measure import STATUS
 from archlab.lab.runs.plan import Plan, RunSpec
-from archlab.lab.runs.records import is_record
+from archlab.lab.runs.records import is_record, last_step
 from archlab.lab.runs.store import set_aside, stale_reason
 from archlab.lab.runs.worker import Worker
 from archlab.train.metrics import METRICS
@@ -65,15 +65,7 @@ def has_trained(run: RunSpec) -> bool:
 
 def current_step(run: RunSpec) -> int:
     """The last step in the run's metrics.jsonl (0 before the first row)."""
-    path = run.run_dir / METRICS
-    if not path.is_file():
-        return 0
-    for line in reversed(path.read_bytes().splitlines()):
-        try:
-            return int(json.loads(line)["step"])
-        except ValueError:  # a row being written right now: the one before it will do
-            continue
-    return 0
+    return last_step(run.run_dir)
 
 
 # ------------------------------------------------------------------------------------------ running
