@@ -505,21 +505,50 @@ def _needs(row: dict) -> str:
 
 
 def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]]) -> str:
-    """docs/results/README.md: every published comparison once, its verdict, and
-    each page's reading."""
-    first: dict[str, dict] = {}
+    """docs/results/README.md: each lecture claim once by its primary test, what the release
+    changed, every published comparison once with its verdict, each page's reading, and the hashes
+    of the published records."""
     pages = rows_of(books)
-    for name, rows in pages.items():
+    unique = _distinct_comparisons(pages)
+    index = load_index()
+    before = {
+        name: json.loads((docs / name / REJUDGED).read_text(encoding="utf-8"))
+        if (docs / name / REJUDGED).is_file()
+        else rows
+        for name, rows in pages.items()
+    }
+    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, ""]
+    lines += lecture_claims.section(index, pages)  # each lecture claim once, by its primary test
+    lines += lecture_claims.release_section(index, pages, before)
+    lines += _comparison_table(unique)
+    lines += _comparison_tally(unique, books)
+    lines += _readings_section(docs, books)
+    lines += _records_section(docs, books)
+    return "\n".join(lines) + "\n"
+
+
+def _tested(row: dict) -> bool:
+    """Whether a comparison had a test that can decide (not untestable, not by construction)."""
+    return row["test"] is not None and row["outcome"] not in (
+        stats.UNTESTABLE,
+        stats.BY_CONSTRUCTION,
+    )
+
+
+def _distinct_comparisons(pages: dict[str, list[dict]]) -> list[dict]:
+    """Every published comparison once: the first page's row of each key (pages sharing runs
+    publish the same comparison)."""
+    first: dict[str, dict] = {}
+    for rows in pages.values():
         for row in rows:
-            if row["key"] in first:
-                continue
-            first[row["key"]] = row
-    unique = list(first.values())
-    family = [
-        r
-        for r in unique
-        if r["test"] is not None and r["outcome"] not in (stats.UNTESTABLE, stats.BY_CONSTRUCTION)
-    ]
+            first.setdefault(row["key"], row)
+    return list(first.values())
+
+
+def _bh_across_pages(unique: list[dict]) -> dict[int, float]:
+    """Benjamini-Hochberg q across every tested comparison of every page (a secondary column),
+    keyed by the row's id."""
+    family = [r for r in unique if _tested(r)]
     tests = [
         stats.ClaimTest(
             **{
@@ -532,18 +561,13 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
         )
         for r in family
     ]
-    q = {id(row): t.p_adjusted for row, t in zip(family, stats.adjust(tests, method="bh"))}
-    lines = ["# Lab results: the lecture's claims, measured", "", INTRO, ""]
-    index = load_index()
-    lines += lecture_claims.section(index, pages)  # each lecture claim once, by its primary test
-    before = {
-        name: json.loads((docs / name / REJUDGED).read_text(encoding="utf-8"))
-        if (docs / name / REJUDGED).is_file()
-        else rows
-        for name, rows in pages.items()
-    }
-    lines += lecture_claims.release_section(index, pages, before)
-    lines += [
+    return {id(row): t.p_adjusted for row, t in zip(family, stats.adjust(tests, method="bh"))}
+
+
+def _comparison_table(unique: list[dict]) -> list[str]:
+    """The "Every comparison" table: one row per distinct comparison."""
+    q = _bh_across_pages(unique)
+    lines = [
         "## Every comparison",
         "",
         "Every published comparison once (two pages sharing runs have one row), counted "
@@ -565,59 +589,66 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
             else "-"
         )
         kind = " (calibration)" if r["calibration"] else ""
-        qv = q.get(id(r))
         lines.append(
             f"| [{r['suite']}]({r['suite']}.md){kind} | {r['claim']}{also} | {r['metric']} "
             f"| {r['arms']} | {page.fmt(r['estimate'])} | {_fmt_ci(r['ci'])} | {size} | "
             f"{page.fmt(r['p_holm'])} | {r['outcome']} | {r['statement']} | {page.fmt(r['mde'])} | "
-            f"{_needs(r)} | {r['narang']} | {page.fmt(qv)} |"
+            f"{_needs(r)} | {r['narang']} | {page.fmt(q.get(id(r)))} |"
         )
+    return lines
+
+
+def _count_words(outcomes: list[str]) -> str:
+    """ "3 confirmed, 2 inconclusive": each outcome with its count, in first-seen order."""
+    return ", ".join(f"{outcomes.count(v)} {v}" for v in dict.fromkeys(outcomes))
+
+
+def _comparison_tally(unique: list[dict], books: dict) -> list[str]:
+    """The per-comparison tally under the table, and the built-in suites not published yet."""
     lecture = [r for r in unique if not r["calibration"]]
-    tested = [
-        r["outcome"]
-        for r in lecture
-        if r["test"] is not None and r["outcome"] not in (stats.UNTESTABLE, stats.BY_CONSTRUCTION)
-    ]
+    tested = [r["outcome"] for r in lecture if _tested(r)]
     outside = [
         r["outcome"] for r in lecture if r["outcome"] in (stats.UNTESTABLE, stats.BY_CONSTRUCTION)
     ]
     calibration = [r["outcome"] for r in unique if r["calibration"]]
-    counts = ", ".join(f"{tested.count(v)} {v}" for v in dict.fromkeys(tested)) or "none"
     n_rows = sum(len(results) for _, results in books.values())
-    lines += [
-        "",
+    tally = (
         f"{n_rows} claims from {len(books)} suites, {len(unique)} distinct comparisons. Per "
-        f"comparison (not per lecture claim): {len(tested)} tested: {counts}."
-        + (
-            " Outside the family: "
-            + ", ".join(f"{outside.count(v)} {v}" for v in dict.fromkeys(outside))
-            + "."
-            if outside
-            else ""
+        f"comparison (not per lecture claim): {len(tested)} tested: "
+        f"{_count_words(tested) or 'none'}."
+    )
+    if outside:
+        tally += f" Outside the family: {_count_words(outside)}."
+    if calibration:
+        tally += (
+            f" Calibration (not tallied): {len(calibration)} claims, {_count_words(calibration)}."
         )
-        + (
-            f" Calibration (not tallied): {len(calibration)} claims, "
-            + ", ".join(f"{calibration.count(v)} {v}" for v in dict.fromkeys(calibration))
-            + "."
-            if calibration
-            else ""
-        ),
-        "",
-    ]
+    lines = ["", tally, ""]
     from archlab.lab.spec.suite_file import list_suites
 
     missing = sorted({s.name for s in list_suites()} - set(books))
     if missing:
         lines += [f"Built-in suites not published yet: {', '.join(missing)}.", ""]
+    return lines
+
+
+def _readings_section(docs: Path, books: dict) -> list[str]:
+    """ "Reading the numbers": each published page's reading, by page name."""
     readings = [
         (p.parent.name, p.read_text(encoding="utf-8").strip())
         for p in sorted(docs.glob(f"*/{READING}"))
         if p.parent.name in books
     ]
-    if readings:
-        lines += ["## Reading the numbers", ""]
-        lines += [f"**[{name}]({name}.md).** {text}\n" for name, text in readings]
-    lines += [
+    if not readings:
+        return []
+    return ["## Reading the numbers", ""] + [
+        f"**[{name}]({name}.md).** {text}\n" for name, text in readings
+    ]
+
+
+def _records_section(docs: Path, books: dict) -> list[str]:
+    """ "Published records": the sha256 that names each page's hashed record."""
+    lines = [
         "## Published records",
         "",
         "Each page's record (its data, suite, configs, provenance, claims, registration, reading "
@@ -628,12 +659,11 @@ def summary_text(docs: Path, books: dict[str, tuple[Record, list[ClaimResult]]])
         "| page | record | sha256 of the record |",
         "|---|---|---|",
     ]
-    lines += [
+    return lines + [
         f"| [{name}]({name}.md) | [`{HASHES}`]({name}/{HASHES}) "
         f"| {record_digest(docs / name) or 'not hashed'} |"
         for name in books
     ]
-    return "\n".join(lines) + "\n"
 
 
 def _rejudged(folder: Path) -> bool | None:
