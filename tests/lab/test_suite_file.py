@@ -57,6 +57,31 @@ def test_claims_name_arms_and_measures(tmp_path: Path) -> None:
     assert timed.timing(timed.claims[0]).pairs == 20 and timed.claims[0].better == "lower"
 
 
+CLAIM = "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b}\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "refused", "allowed"),
+    [
+        ("seeds: {}", "seeds=1; an integer >= 2", 2),
+        ("checkpoints: {}", "checkpoints=0; an integer >= 1", 1),
+        ("budget_keys: {{{}: {{}}}}", "budget_keys names budgets \\['huge'\\]", "small"),
+        ("unmatched: [{}]", "unmatched names arms that do not exist: \\['z'\\]", "b"),
+        ("regimes: {{hot: [a], cold: [{}]}}", "an arm may sit in one regime only", "b"),
+    ],
+)
+def test_each_run_and_arm_list_key_is_refused_on_one_side_of_its_bound(
+    tmp_path: Path, line: str, refused: str, allowed
+) -> None:
+    """The value just outside what a key allows stops the load with one line naming it; the value
+    just inside loads."""
+    outside = {"seeds": 1, "checkpoints": 0, "budget_keys": "huge", "unmatched": "z"}
+    bad = outside.get(line.split(":")[0], "a")
+    with pytest.raises(SuiteError, match=refused):
+        _suite(tmp_path, ARMS + line.format(bad) + "\n" + CLAIM)
+    assert _suite(tmp_path, ARMS + line.format(allowed) + "\n" + CLAIM).claims
+
+
 def test_factors_make_every_combination_an_arm(tmp_path: Path) -> None:
     suite = _suite(tmp_path, FACTORIAL)
     assert [a.name for a in suite.arms] == [

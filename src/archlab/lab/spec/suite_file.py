@@ -169,15 +169,7 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
     """A built-in suite by name or a suite YAML file by path, checked for shape (arms are
     resolved later). `fold_over`: for a screening suite, append (True) the mirrored runs whatever
     its file says."""
-    path = Path(spec)
-    if not path.suffix:
-        path = suites_dir() / f"{spec}.yaml"
-        known = ", ".join(p.stem for p in sorted(suites_dir().glob("*.yaml")))
-        _require(
-            path.is_file(),
-            f"suite {spec!r}",
-            f"no such suite; built-in suites: {known} (or a .yaml path)",
-        )
+    path = _suite_path(spec)
     where = str(path)
     tree = _read(path)
     _require(isinstance(tree, dict), where, "must hold a mapping")
@@ -228,6 +220,32 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
         budget_keys={str(b): flatten(k or {}) for b, k in (tree.get("budget_keys") or {}).items()},
         screening={k: v for k, v in screening.items() if k != "text"},
     )
+    _check_runs(suite, where)
+    _check_groups(suite, tree, where, names)
+    suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
+    _require(bool(suite.claims), where, "needs at least one claim")
+    _check_arm_lists(suite, where, names)
+    return suite
+
+
+def _suite_path(spec: str | Path) -> Path:
+    """A path as given, or a built-in suite's file by its name (one line naming the built-in
+    suites when there is none by that name)."""
+    path = Path(spec)
+    if path.suffix:
+        return path
+    path = suites_dir() / f"{spec}.yaml"
+    known = ", ".join(p.stem for p in sorted(suites_dir().glob("*.yaml")))
+    _require(
+        path.is_file(),
+        f"suite {spec!r}",
+        f"no such suite; built-in suites: {known} (or a .yaml path)",
+    )
+    return path
+
+
+def _check_runs(suite: Suite, where: str) -> None:
+    """`seeds:`, `budget_keys:` and `checkpoints:`: what each run of the suite is."""
     _require(
         suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2),
         where,
@@ -239,14 +257,15 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
         f"budget_keys names budgets "
         f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}",
     )
-    _check_groups(suite, tree, where, names)
-    suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
     _require(
         isinstance(suite.checkpoints, int) and suite.checkpoints >= 1,
         where,
         f"checkpoints={suite.checkpoints!r}; an integer >= 1",
     )
-    _require(bool(suite.claims), where, "needs at least one claim")
+
+
+def _check_arm_lists(suite: Suite, where: str, names: list[str]) -> None:
+    """`unmatched:` and `regimes:` name arms that exist; an arm sits in one regime at most."""
     stray = set(suite.unmatched) - set(names)
     _require(not stray, where, f"unmatched names arms that do not exist: {sorted(stray)}")
     grouped = [a for arms_ in suite.regimes.values() for a in arms_]
@@ -256,7 +275,6 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
         f"regimes name arms that do not exist: {sorted(set(grouped) - set(names))}",
     )
     _require(len(grouped) == len(set(grouped)), where, "an arm may sit in one regime only")
-    return suite
 
 
 def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> None:
