@@ -55,12 +55,18 @@ def registered_seeds(records: Path) -> int | None:
     return int(registrations[-1]["seeds"]) if registrations else None
 
 
-def rule_seeds(suite: str, budget: str) -> tuple[int, list[str]]:
+def release_rule(needs: list[int | None]) -> int:
+    """The release rule: at least FLOOR seeds per arm, and as many as the most any claim needs
+    where that is CAP or fewer (a claim that needs more keeps what the others give; None: a claim
+    with no t-plan)."""
+    return max([FLOOR, *(n for n in needs if n is not None and n <= CAP)])
+
+
+def rule_seeds(suite: str, budget: str, out: Path) -> tuple[int, list[str]]:
     """The release rule's seeds for `suite`, and one line per claim: the seeds it needs and whether
     it gets them."""
-    rows = Experiment(suite, budget, out=ROOT / "runs" / "release" / f"{suite}-{budget}").power()
-    needed = [row.seeds for row in rows if row.seeds is not None and row.seeds <= CAP]
-    seeds = max([FLOOR, *needed])
+    rows = Experiment(suite, budget, out=out).power()
+    seeds = release_rule([row.seeds for row in rows])
     lines = []
     for row in rows:
         if row.seeds is None:
@@ -80,7 +86,7 @@ def release_seeds(suite: str, args: argparse.Namespace) -> int:
     records = args.docs / suite / "runs"
     seeds = registered_seeds(records)
     if seeds is None:
-        seeds, lines = rule_seeds(suite, args.budget)
+        seeds, lines = rule_seeds(suite, args.budget, args.work / f"{suite}-{args.budget}")
         print(f"{suite}: {seeds} seeds per arm (the release rule)\n" + "\n".join(lines), flush=True)
     else:
         print(
@@ -88,6 +94,51 @@ def release_seeds(suite: str, args: argparse.Namespace) -> int:
             flush=True,
         )
     return seeds
+
+
+def lay_records(known: list[str], args: argparse.Namespace) -> int:
+    """Every page's committed records into the one store, so a run two suites share (the base
+    arm's seeds) is found, not trained again; the number laid."""
+    return sum(
+        Experiment(
+            name, args.budget, store=args.work / "store", out=args.work / f"{name}-{args.budget}"
+        ).read_records(args.docs / name / "runs")
+        for name in known
+    )
+
+
+def register_all(seeds: dict[str, int], args: argparse.Namespace) -> None:
+    """Every listed suite registered before any trains (before its own runs, a run shared with an
+    earlier suite aside), its registration copied beside its records so that it is committed
+    with them even where none of it trains in this sitting."""
+    for suite, n in seeds.items():
+        out, records = args.work / f"{suite}-{args.budget}", args.docs / suite / "runs"
+        Experiment(suite, args.budget, n, store=args.work / "store", out=out).register()
+        records.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "registration.json", records / "registration.json")
+
+
+def ablate_command(suite: str, seeds: int, args: argparse.Namespace) -> list[str]:
+    """The `archlab ablate` that trains (or continues) one suite, its records under its page."""
+    return [
+        sys.executable,
+        "-m",
+        "archlab",
+        "ablate",
+        suite,
+        "--budget",
+        args.budget,
+        "--seeds",
+        str(seeds),
+        "--out",
+        str(args.work / f"{suite}-{args.budget}"),
+        "--store",
+        str(args.work / "store"),
+        "--jobs",
+        str(args.jobs),
+        "--records",
+        str(args.docs / suite / "runs"),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,50 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.suites if s not in known]
     if unknown:
         parser.error(f"not a built-in suite: {', '.join(unknown)} (one of {', '.join(known)})")
-    # every page's records first: a run two suites share is found, not trained again
     if not args.seeds_only:
-        laid = sum(
-            Experiment(
-                name,
-                args.budget,
-                store=args.work / "store",
-                out=args.work / f"{name}-{args.budget}",
-            ).read_records(args.docs / name / "runs")
-            for name in known
-        )
+        laid = lay_records(known, args)
         print(f"{laid} run records of the pages laid into {args.work / 'store'}", flush=True)
     seeds = {suite: release_seeds(suite, args) for suite in args.suites or known}
     if args.seeds_only:
         return 0
-    # every suite registered before any trains: before its own runs (a run shared with an
-    # earlier suite aside), and committed with the records even where none of it trains now
-    for suite, n in seeds.items():
-        out, records = args.work / f"{suite}-{args.budget}", args.docs / suite / "runs"
-        Experiment(suite, args.budget, n, store=args.work / "store", out=out).register()
-        records.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / "registration.json", records / "registration.json")
+    register_all(seeds, args)
     print(f"registered {len(seeds)} suites: {', '.join(seeds)}", flush=True)
     for suite, n in seeds.items():
-        records = args.docs / suite / "runs"
-        command = [
-            sys.executable,
-            "-m",
-            "archlab",
-            "ablate",
-            suite,
-            "--budget",
-            args.budget,
-            "--seeds",
-            str(n),
-            "--out",
-            str(args.work / f"{suite}-{args.budget}"),
-            "--store",
-            str(args.work / "store"),
-            "--jobs",
-            str(args.jobs),
-            "--records",
-            str(records),
-        ]
+        command = ablate_command(suite, n, args)
         print("$ " + " ".join(command[2:]), flush=True)
         code = subprocess.call(command)
         if code != 0:
