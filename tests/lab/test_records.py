@@ -16,7 +16,13 @@ from archlab.cli import main
 from archlab.lab import Experiment, LabError
 from archlab.lab.measures.measure import MEASURED, STATUS
 from archlab.lab.runs.plan import RunSpec, prepare
-from archlab.lab.runs.records import RECORD_FILES, is_record, read_records, record_folders
+from archlab.lab.runs.records import (
+    RECORD_FILES,
+    is_record,
+    last_step,
+    read_records,
+    record_folders,
+)
 from archlab.lab.runs.runner import is_done, run_plan
 from archlab.train.metrics import METRICS
 from tests.cli.test_ablate import SUITE
@@ -151,3 +157,19 @@ def test_laying_records_in_keeps_what_the_store_holds(tmp_path: Path) -> None:
     )
     assert read_records(records, store, tmp_path / "fresh") == 0  # laid once
     assert (tmp_path / "fresh" / "registration.json").is_file()
+
+
+def test_the_last_step_skips_a_row_being_written(tmp_path: Path) -> None:
+    """A run read while it writes: a torn last row (or one without a step) counts as the row
+    before it; no metrics file, or none with a step, is step 0."""
+    assert last_step(tmp_path) == 0
+    rows = [{"step": 48, "kind": "train"}, {"step": 50, "kind": "eval"}]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / METRICS).write_text(text)
+    assert last_step(tmp_path) == 50
+    (tmp_path / METRICS).write_text(text + '{"step": 52, "kind": "tr')
+    assert last_step(tmp_path) == 50
+    (tmp_path / METRICS).write_text(text + '{"kind": "note"}\n')
+    assert last_step(tmp_path) == 50
+    (tmp_path / METRICS).write_text('{"kind": "note"}\n{"step": ')
+    assert last_step(tmp_path) == 0
