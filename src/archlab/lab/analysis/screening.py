@@ -192,6 +192,62 @@ def fit(table: Table, metric: str) -> Fit | None:
     suite = table.suite
     d = screening_design(suite, len(suite.factors))
     seeds = table.seeds
+    observed = _responses(table, metric)
+    if observed is None:
+        return None
+    x, y, seed_of, by_row = observed
+    matrix, terms = _model_matrix(suite, d, x, seed_of, seeds)
+    result = sm.OLS(y, matrix).fit()
+    first = seeds  # the intercept and seeds - 1 block columns come before the effects
+    df = float(result.df_resid)
+    if df < 1:
+        return None
+    names = [a.name for a in suite.arms]
+    check = check_rows(names, by_row) if seeds >= 2 else None
+    coefs, ses, dfs = (
+        np.asarray(result.params),
+        np.asarray(result.bse),
+        np.full(matrix.shape[1], df),
+    )
+    sigma = float(np.sqrt(result.scale))
+    if check is not None and check.unstable:
+        # the flagged rows keep their own variance; the others share the pooled one
+        row_of = np.repeat(np.arange(len(names)), seeds)
+        group = {names.index(n): i + 1 for i, n in enumerate(check.unstable)}
+        groups = np.asarray([group.get(int(r), 0) for r in row_of])
+        own = [check.variance] + list(check.unstable.values())
+        coefs, ses, dfs = _weighted(
+            matrix,
+            y,
+            np.asarray([own[g] for g in groups]),
+            groups,
+            {0: float(check.pooled_df), **{g: float(seeds - 1) for g in group.values()}},
+        )
+        sigma, df = math.sqrt(check.variance), float(check.pooled_df)
+    effects = [
+        _effect(suite, term, chain, main, coefs[first + i], ses[first + i], dfs[first + i])
+        for i, (term, chain, main) in enumerate(terms)
+    ]
+    return Fit(
+        effects,
+        sigma,
+        df,
+        d.runs,
+        seeds,
+        d,
+        metric,
+        check,
+        float(np.sqrt(result.scale)),
+        float(result.df_resid),
+    )
+
+
+def _responses(
+    table: Table, metric: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The coded design rows (one per run), the responses, each run's seed and the responses by row
+    (rows x seeds); None when a run is missing, not finite or diverged."""
+    suite, seeds = table.suite, table.seeds
     rows, y, seed_of, by_row = [], [], [], []
     for arm in suite.arms:
         values = table.values(arm.name, metric, seeds)
@@ -206,7 +262,19 @@ def fit(table: Table, metric: str) -> Fit | None:
             rows.append(coded(suite, arm.name))
             y.append(v)
             seed_of.append(s)
-    x = np.asarray(rows, dtype=np.float64)
+    return (
+        np.asarray(rows, dtype=np.float64),
+        np.asarray(y),
+        np.asarray(seed_of),
+        np.asarray(by_row, dtype=np.float64),
+    )
+
+
+def _model_matrix(
+    suite: Suite, d: Design, x: np.ndarray, seed_of: np.ndarray, seeds: int
+) -> tuple[np.ndarray, list[tuple[str, list[str], bool]]]:
+    """The model matrix (intercept, a block column per seed after the first, the main effects, then
+    one column per two-factor alias chain) and each effect column's (term, alias chain, is main)."""
     chains = d.chains(2)
     columns, terms = [x[:, j] for j in range(x.shape[1])], []
     for chain in chains:
@@ -217,62 +285,19 @@ def fit(table: Table, metric: str) -> Fit | None:
             a, b = (LETTERS.index(c) for c in chain[0])
             columns.append(x[:, a] * x[:, b])
             terms.append((_names(suite, chain[0]), chain, False))
-    blocks = [(np.asarray(seed_of) == s).astype(np.float64) for s in range(1, seeds)]
-    matrix = np.column_stack([np.ones(len(y)), *blocks, *columns])
-    result = sm.OLS(np.asarray(y), matrix).fit()
-    first = 1 + len(blocks)
-    df = float(result.df_resid)
-    if df < 1:
-        return None
-    names = [a.name for a in suite.arms]
-    check = check_rows(names, np.asarray(by_row, dtype=np.float64)) if seeds >= 2 else None
-    coefs, ses, dfs = (
-        np.asarray(result.params),
-        np.asarray(result.bse),
-        np.full(matrix.shape[1], df),
-    )
-    sigma = float(np.sqrt(result.scale))
-    if check is not None and check.unstable:
-        row_of = np.repeat(np.arange(len(names)), seeds)
-        group = {names.index(n): i + 1 for i, n in enumerate(check.unstable)}
-        groups = np.asarray([group.get(int(r), 0) for r in row_of])
-        own = [check.variance] + list(check.unstable.values())
-        coefs, ses, dfs = _weighted(
-            matrix,
-            np.asarray(y),
-            np.asarray([own[g] for g in groups]),
-            groups,
-            {0: float(check.pooled_df), **{g: float(seeds - 1) for g in group.values()}},
-        )
-        sigma, df = math.sqrt(check.variance), float(check.pooled_df)
-    effects = []
-    for i, (term, chain, main) in enumerate(terms):
-        coef, se, effect_df = float(coefs[first + i]), float(ses[first + i]), float(dfs[first + i])
-        p = float(2 * special.stdtr(effect_df, -abs(coef) / se)) if se > 0 else math.nan
-        aliases = " = ".join(_names(suite, w) for w in chain)
-        effects.append(
-            Effect(
-                term,
-                aliases,
-                2 * coef,
-                2 * se,
-                p,
-                main,
-                " = ".join(w.upper() for w in chain),
-                effect_df,
-            )
-        )
-    return Fit(
-        effects,
-        sigma,
-        df,
-        d.runs,
-        seeds,
-        d,
-        metric,
-        check,
-        float(np.sqrt(result.scale)),
-        float(result.df_resid),
+    blocks = [(seed_of == s).astype(np.float64) for s in range(1, seeds)]
+    return np.column_stack([np.ones(len(seed_of)), *blocks, *columns]), terms
+
+
+def _effect(
+    suite: Suite, term: str, chain: list[str], main: bool, coef: float, se: float, df: float
+) -> Effect:
+    """One effect (twice its coefficient, high minus low) with its two-sided t-test."""
+    coef, se, df = float(coef), float(se), float(df)
+    p = float(2 * special.stdtr(df, -abs(coef) / se)) if se > 0 else math.nan
+    aliases = " = ".join(_names(suite, w) for w in chain)
+    return Effect(
+        term, aliases, 2 * coef, 2 * se, p, main, " = ".join(w.upper() for w in chain), df
     )
 
 
