@@ -482,6 +482,8 @@ def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
 
 
 def _claim(raw: dict, where: str, suite: Suite) -> Claim:
+    """One claim of `claims:`, checked key by key (one line naming the claim and the value), its
+    margin resolved in its metric's units."""
     _require(isinstance(raw, dict), where, f"a claim must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(Claim)}
     _require(
@@ -494,8 +496,16 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
     except TypeError as err:
         raise SuiteError(f"{where}: claim {raw!r}: {err}") from None
     what = f"claim {claim.text!r}"
-    _check_sides(claim, where, suite)
     timed = {t.metric for t in suite.timings}
+    _check_sides(claim, where, suite)
+    _check_claim_metrics(claim, where, what, suite, timed)
+    _check_claim_words(claim, where, what)
+    _check_claim_sizes(claim, where, what)
+    return _with_margin(claim, where, what, suite, timed)
+
+
+def _check_claim_metrics(claim: Claim, where: str, what: str, suite: Suite, timed: set) -> None:
+    """`metric:` and `versus_metric:` are measured (or timed, with a timing of these two arms)."""
     for key in ("metric", "versus_metric"):
         value = getattr(claim, key)
         _require(
@@ -508,6 +518,10 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
         where,
         f"{what}: no timing of {claim.metric} compares {claim.arm} with {claim.versus}",
     )
+
+
+def _check_claim_words(claim: Claim, where: str, what: str) -> None:
+    """`direction:`, `expect:`, `narang:`, `role:` and `tests:` take one of their words."""
     _require(
         claim.direction in (None, "higher", "lower"),
         where,
@@ -529,6 +543,10 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
         where,
         f"{what}: tests={claim.tests!r}; the lecture claim's id (a non-empty string) or absent",
     )
+
+
+def _check_claim_sizes(claim: Claim, where: str, what: str) -> None:
+    """`min_effect:` >= 0, `smallest_effect:` > 0 and finite, and no margin on a better claim."""
     _require(
         isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0,
         where,
@@ -548,22 +566,27 @@ def _claim(raw: dict, where: str, suite: Suite) -> Claim:
         f"{what}: margin applies to expect same or equivalent; a better claim takes "
         "min_effect / smallest_effect",
     )
-    if claim.expect != "better" and not is_exact(claim.metric):
-        margin = claim.margin if claim.margin is not None else suite.margins.get(claim.metric)
-        # the budget's loss margin, resolved when the suite is planned at a budget
-        if margin is None:
-            _require(
-                claim.metric in MARGIN_METRICS,
-                where,
-                f"{what}: expect: {claim.expect} needs margin: (how much worse still "
-                f"counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take "
-                "the budget's default",
-            )
-            return claim
-        claim = dataclasses.replace(
-            claim, margin=_margin(margin, claim.metric, timed, where, f"{what}: margin")
+
+
+def _with_margin(claim: Claim, where: str, what: str, suite: Suite, timed: set) -> Claim:
+    """A same / equivalent claim with its margin (its own, else the suite's for its metric) checked
+    in its metric's units; a loss metric without one keeps None (the budget's margin, resolved
+    when the suite is planned at a budget)."""
+    if claim.expect == "better" or is_exact(claim.metric):
+        return claim
+    margin = claim.margin if claim.margin is not None else suite.margins.get(claim.metric)
+    if margin is None:
+        _require(
+            claim.metric in MARGIN_METRICS,
+            where,
+            f"{what}: expect: {claim.expect} needs margin: (how much worse still "
+            f"counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take "
+            "the budget's default",
         )
-    return claim
+        return claim
+    return dataclasses.replace(
+        claim, margin=_margin(margin, claim.metric, timed, where, f"{what}: margin")
+    )
 
 
 def _margin(value: object, metric: str, timed: set[str], where: str, name: str) -> float:
