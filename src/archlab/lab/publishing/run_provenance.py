@@ -12,6 +12,7 @@ provenance.json under `runs`; `lines` renders it, and says plainly where the run
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from archlab.train.provenance import read_record
@@ -105,77 +106,73 @@ def lines(runs: dict | None, reconstructed: str = "") -> list[str]:
     note = f" Reconstructed afterwards, not a record: {reconstructed}." if reconstructed else ""
     if not runs or not runs.get("recorded"):
         return [f"Trained by: {NOT_RECORDED}.{note}"]
-    every = runs["recorded"] + runs["unrecorded"]
     missing = (
         f" The other {len(runs['unrecorded'])} "
         f"runs: {NOT_RECORDED} ({', '.join(runs['unrecorded'])})."
         if runs["unrecorded"]
         else ""
     )
-    code = runs["code"]
-    if len(code) == 1:
-        head = (
-            f"Trained by archlab at commit {_code(code[0]['value'])}: "
-            f"{_runs(code[0]['runs'], every)} (recorded by the runs)."
-        )
-    else:
-        head = (
-            f"Trained at {len(code)} commits (recorded by the runs): "
-            + "; ".join(f"{_code(g['value'])}: {_runs(g['runs'], every)}" for g in code)
-            + "."
-        )
-    out = [head + missing + (note if runs["unrecorded"] else "")]
-
-    def grouped(title: str, section: str, show) -> str:  # noqa: ANN001 - value -> its text
-        groups = runs[section]
-        if len(groups) == 1:
-            return (
-                f"{title}: {show(groups[0]['value'])} "
-                f"({_runs(groups[0]['runs'], runs['recorded'])})."
-            )
-        return (
-            f"{title}: "
-            + "; ".join(f"{show(g['value'])} ({_runs(g['runs'], [])})" for g in groups)
-            + "."
-        )
-
-    out.append(
-        grouped(
-            "Runs' software",
-            "versions",
-            lambda v: f"archlab {v['archlab']}, torch {v['torch']}, Python {v['python']}",
-        )
-    )
-    out.append(
-        grouped(
-            "Runs' CPU",
-            "machine",
-            lambda v: (
-                f"{v['cpu_model']} ({v['cpu_class']}), "
-                f"{v['threads']} thread{'s' if v['threads'] != 1 else ''}"
-            ),
-        )
-    )
-    out.append(
-        grouped(
-            "Runs' data (sha256 of the prepared folder each run read)",
-            "data",
-            lambda v: f"{v['folder']} {str(v['sha256'])[:16]}",
-        )
-    )
-    out.append(
-        grouped(
-            "Runs' execution",
-            "execution",
-            lambda v: (
-                f"{v['mode']} on {v['device']}, {v['dtype']}"
-                + (f", {v['world_size']} processes" if v["world_size"] != 1 else "")
-            ),
-        )
-    )
+    out = [_trained_by(runs) + missing + (note if runs["unrecorded"] else "")]
+    out += [_grouped(runs, title, section, show) for title, section, show in _RECORDED]
     if runs["resumed"]:
         out.append("Resumed runs: " + "; ".join(runs["resumed"]) + ".")
     return out
+
+
+def _trained_by(runs: dict) -> str:
+    """'Trained by archlab at commit C: ...', or each commit with its runs where there are more."""
+    every, code = runs["recorded"] + runs["unrecorded"], runs["code"]
+    if len(code) == 1:
+        return (
+            f"Trained by archlab at commit {_code(code[0]['value'])}: "
+            f"{_runs(code[0]['runs'], every)} (recorded by the runs)."
+        )
+    return (
+        f"Trained at {len(code)} commits (recorded by the runs): "
+        + "; ".join(f"{_code(g['value'])}: {_runs(g['runs'], every)}" for g in code)
+        + "."
+    )
+
+
+def _grouped(runs: dict, title: str, section: str, show: Callable[[dict], str]) -> str:
+    """One recorded section's line: its one value (and which runs), or each value with its runs."""
+    groups = runs[section]
+    if len(groups) == 1:
+        return (
+            f"{title}: {show(groups[0]['value'])} ({_runs(groups[0]['runs'], runs['recorded'])})."
+        )
+    return (
+        f"{title}: "
+        + "; ".join(f"{show(g['value'])} ({_runs(g['runs'], [])})" for g in groups)
+        + "."
+    )
+
+
+def _software(v: dict) -> str:
+    return f"archlab {v['archlab']}, torch {v['torch']}, Python {v['python']}"
+
+
+def _machine(v: dict) -> str:
+    threads = f"{v['threads']} thread{'s' if v['threads'] != 1 else ''}"
+    return f"{v['cpu_model']} ({v['cpu_class']}), {threads}"
+
+
+def _data(v: dict) -> str:
+    return f"{v['folder']} {str(v['sha256'])[:16]}"
+
+
+def _execution(v: dict) -> str:
+    processes = f", {v['world_size']} processes" if v["world_size"] != 1 else ""
+    return f"{v['mode']} on {v['device']}, {v['dtype']}{processes}"
+
+
+# each line after the commit's: its title, the section of `gather`'s result, how a value reads
+_RECORDED = (
+    ("Runs' software", "versions", _software),
+    ("Runs' CPU", "machine", _machine),
+    ("Runs' data (sha256 of the prepared folder each run read)", "data", _data),
+    ("Runs' execution", "execution", _execution),
+)
 
 
 def reconstructed(p: dict) -> str:
