@@ -149,3 +149,31 @@ claims: [{text: b beats a, metric: val_loss, arm: b, versus: a}]
     assert recorded["recorded"] == ["a/seed0", "a/seed1", "b/seed0", "b/seed1"]
     # the page's lines come from the record it keeps
     assert run_provenance.lines(recorded)[0] in page
+
+
+def test_each_recorded_section_lists_every_value_with_its_runs(tmp_path: Path, data: Path) -> None:
+    """Runs on two CPUs, at 1 and 2 threads, one of them in 2 processes: the CPU and execution lines
+    name each value with its runs, in the words a reader reads (thread / threads, processes only
+    where there were several); sections with one value name it once for all runs."""
+    runs = [(f"a/seed{seed}", tmp_path / f"a{seed}") for seed in (0, 1)]
+    for (_, run_dir), (threads, world) in zip(runs, [(1, 1), (2, 2)]):
+        record(run_dir, data, [COMMIT_A])
+        path = run_dir / "provenance.json"
+        text = json.loads(path.read_text())
+        session = text["sessions"][-1]
+        session["machine"].update(cpu_model=f"CPU {threads}", threads=threads)
+        session["execution"]["world_size"] = world
+        path.write_text(json.dumps(text))
+    gathered = run_provenance.gather(runs)
+    page = run_provenance.lines(gathered)
+    cpu = next(line for line in page if line.startswith("Runs' CPU: "))
+    cpu_class = gathered["machine"][0]["value"]["cpu_class"]
+    assert (
+        cpu == f"Runs' CPU: CPU 1 ({cpu_class}), 1 thread (a/seed0); CPU 2 ({cpu_class}), "
+        "2 threads (a/seed1)."
+    )
+    execution = next(line for line in page if line.startswith("Runs' execution: "))
+    assert execution.count("; ") == 1 and execution.endswith(", 2 processes (a/seed1).")
+    assert "processes" not in execution.split("; ")[0]
+    software = next(line for line in page if line.startswith("Runs' software: "))
+    assert software.endswith("(all 2 runs).") and "; " not in software
