@@ -5,8 +5,10 @@ give (`scripts/publish_results.py --check`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,18 @@ def test_a_pages_verdicts_recompute_from_its_files(page: Path, problems: list[st
         assert "Trained by: provenance not recorded by the runs." in page_text, page.name
 
 
+def _suite_sha256_at(entry: dict) -> str | None:
+    """The sha256 of the built-in suite file at the registration's commit, from git (None where
+    that commit does not hold it)."""
+    found = subprocess.run(
+        ["git", "show", f"{entry['commit']}:src/archlab/lab/suites/{entry['suite']}.yaml"],
+        cwd=DOCS.parents[1],
+        capture_output=True,
+        check=False,
+    )
+    return hashlib.sha256(found.stdout).hexdigest() if found.returncode == 0 else None
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> None:
     """Every page has a registration.json whose claims are the ones it judges (verify checks
@@ -83,6 +97,11 @@ def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> 
             "before the first run" if not before else f"had trained ({', '.join(before)}, "
         ) in text
         assert "effects_set" not in entry and "on re-judging" not in text.split("## Against the")[0]
+        committed = "committed before any of its runs trained"
+        if before:  # it says its claims came first only where git shows the commit held them
+            assert (committed in text) == (entry["suite_sha256"] == _suite_sha256_at(entry)), page
+        else:
+            assert committed not in text
         return
     assert not entry["before_first_run"] and entry["runs_trained"] == runs
     if entry["margins_set"] == "on re-judging, after the runs":

@@ -183,7 +183,7 @@ def test_a_registration_after_runs_names_the_runs_that_started_before_it() -> No
     }
     # the same second is not before
     assert registered.trained_before(entry, started) == ["base/seed0", "base/seed1"]
-    [line] = registered.lines({"registrations": [entry]}, 5, started)
+    [line] = registered.lines({"registrations": [entry]}, 5, {"started": started})
     assert line.startswith(
         "Registered at commit 0eb6d2e14b9b, 2026-12-05, after 2 of the plan's runs had trained "
         "(base/seed0, base/seed1, by their provenance records;"
@@ -193,6 +193,49 @@ def test_a_registration_after_runs_names_the_runs_that_started_before_it() -> No
     assert plain.startswith(
         "Registered at commit 0eb6d2e14b9b, 2026-12-05, after 2 of the plan's runs had trained: "
     )
-    assert registered.lines({"registrations": [{**entry, "before_first_run": True}]}, 5, started)[
-        0
-    ].startswith("Registered at commit 0eb6d2e14b9b, 2026-12-05, before the first run")
+    assert registered.lines(
+        {"registrations": [{**entry, "before_first_run": True}]}, 5, {"started": started}
+    )[0].startswith("Registered at commit 0eb6d2e14b9b, 2026-12-05, before the first run")
+
+
+def test_claims_were_committed_first_only_from_a_clean_built_in_file_every_run_ran() -> None:
+    """A registration after runs had trained says its claims came first only when it was made
+    from a clean checkout of the commit every run recorded without local changes, from the built-in
+    suite file; each condition broken alone takes the sentence away."""
+    from archlab.lab.publishing import registered
+
+    entry = {
+        "registered_at": "2026-12-05T08:00:00+00:00",
+        "commit": "c" * 40,
+        "dirty": False,
+        "suite": "heads",
+        "suite_file": "heads.yaml",
+        "runs_trained": 1,
+        "before_first_run": False,
+        "claims": [{"text": "a"}],
+    }
+    clean = {"value": {"commit": "c" * 40, "dirty": False}, "runs": ["base/seed0", "gqa/seed0"]}
+    gathered = {
+        "recorded": ["base/seed0", "gqa/seed0"],
+        "unrecorded": [],
+        "code": [clean],
+        "started": {"base/seed0": "2026-12-05T07:00:00+00:00"},
+    }
+    sentence = "committed before any of its runs trained"
+    assert registered.committed_before_runs(entry, gathered)
+    assert sentence in registered.lines({"registrations": [entry]}, 2, gathered)[0]
+    broken = [
+        ({**entry, "dirty": True}, gathered),
+        ({**entry, "dirty": None}, gathered),  # unknown is not clean
+        ({**entry, "suite_file": "my-heads.yaml"}, gathered),  # not the built-in file
+        ({**entry, "commit": "d" * 40}, gathered),
+        (entry, {**gathered, "code": [{**clean, "value": {"commit": "c" * 40, "dirty": True}}]}),
+        (entry, {**gathered, "code": [clean, {"value": {"commit": "d" * 40, "dirty": False}}]}),
+        (entry, {**gathered, "unrecorded": ["gqa/seed1"]}),
+        (entry, {**gathered, "recorded": []}),
+        (entry, None),
+    ]
+    for bad_entry, bad_gathered in broken:
+        assert not registered.committed_before_runs(bad_entry, bad_gathered)
+        line = registered.lines({"registrations": [bad_entry]}, 2, bad_gathered)[0]
+        assert sentence not in line and "after 1 of the plan's runs had trained" in line

@@ -369,7 +369,7 @@ def header_lines(record: Record) -> list[str]:
     lines += registered.lines(
         record.registration,
         sum(len(runs) for runs in record.table.runs.values()),
-        (p.get(run_provenance.RUNS) or {}).get("started"),
+        p.get(run_provenance.RUNS),
     )
     lines += run_provenance.lines(p.get(run_provenance.RUNS), run_provenance.reconstructed(p))
     judged = p.get("judged_by", {})

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.verdicts import ClaimResult, judge, with_outcome
-from archlab.lab.publishing import lecture_claims, page, simple_effects
+from archlab.lab.publishing import lecture_claims, page, registered, run_provenance, simple_effects
 from archlab.lab.publishing.record import (
     CLAIMS,
     FIRST_RULE,
@@ -254,7 +254,7 @@ def page_text(docs: Path, record: Record, results: list[ClaimResult]) -> str:
     folder = docs / name
     plots = [f"{name}/{p}" for p in PLOTS if (folder / p).is_file()]
     extra = (
-        rejudged_section(folder, results)
+        rejudged_section(folder, record, results)
         + previous_section(folder, results)
         + first_section(folder, results)
     )
@@ -376,7 +376,7 @@ def _then_and_now(old_rows: list[dict], results: list[ClaimResult]) -> list[str]
     return lines
 
 
-def rejudged_section(folder: Path, results: list[ClaimResult]) -> str:
+def rejudged_section(folder: Path, record: Record, results: list[ClaimResult]) -> str:
     """Each claim of the page this re-run replaced (re-judged after its runs, at margins set
     then) beside now."""
     path = folder / REJUDGED
@@ -387,9 +387,9 @@ def rejudged_section(folder: Path, results: list[ClaimResult]) -> str:
         "## Against the re-judged page this re-run replaced",
         "",
         "Before this re-run the page judged runs made before registrations existed, at margins and "
-        "smallest effects set on re-judging, after the runs (docs/lab-statistics.md). This page's "
-        "runs were trained after its claims were registered. Each claim then and now (a changed "
-        "outcome in bold, with what moved it):",
+        "smallest effects set on re-judging, after the runs (docs/lab-statistics.md). "
+        f"{_registered_since(record)} Each claim then and now (a changed outcome in bold, with "
+        "what moved it):",
         "",
         "| claim | re-judged: estimate [90% CI], test, outcome | re-run: estimate [90% CI], test, "
         "outcome | changed: why |",
@@ -399,6 +399,21 @@ def rejudged_section(folder: Path, results: list[ClaimResult]) -> str:
         "\n".join(lines + _then_and_now(json.loads(path.read_text(encoding="utf-8")), results))
         + "\n"
     )
+
+
+def _registered_since(record: Record) -> str:
+    """How the re-run's claims stand against its runs, as its registration line says above."""
+    entry = ((record.registration or {}).get("registrations") or [None])[-1]
+    if entry is None:
+        return "This re-run's claims were not registered."
+    if entry.get("before_first_run"):
+        return "This page's runs were trained after its claims were registered."
+    if registered.committed_before_runs(entry, record.provenance.get(run_provenance.RUNS)):
+        return (
+            "This page's claims were committed before any of its runs trained, and registered "
+            "after the runs named above."
+        )
+    return "This page's claims were registered after the runs named above had trained."
 
 
 def previous_section(folder: Path, results: list[ClaimResult]) -> str:

@@ -9,6 +9,13 @@ smallest effects were fixed, against when its runs trained.
   (`margins_set`, `effects_set`, `note`, from git history): most say "margin set on re-judging,
   after the runs";
 - a folder without registration.json: "not registered".
+
+A registration made after some runs had trained (in a shared store, the base arm's seeds another
+suite trained first) can still show that its claims came first: when it was made from a clean
+checkout of commit C, from the built-in suite file, and every run recorded that it ran C without
+local changes, the claims are the suite file C holds, and a run cannot record a commit that did not
+exist yet (`committed_before_runs`; tests/lab/test_published.py checks each such page's suite file
+hash against C's file in git).
 """
 
 from __future__ import annotations
@@ -31,10 +38,27 @@ def trained_before(entry: dict, started: dict | None) -> list[str]:
     return [label for label, at in (started or {}).items() if at and when and at < when]
 
 
-def lines(record: dict | None, runs: int, started: dict | None = None) -> list[str]:
+def committed_before_runs(entry: dict, gathered: dict | None) -> bool:
+    """Whether `entry`'s claims were committed before any of the page's runs trained (module doc):
+    registered from a clean checkout of commit C, from the built-in suite file, and every run
+    recorded C without local changes (`gathered`: run_provenance.gather's result)."""
+    if not gathered or gathered.get("unrecorded") or not gathered.get("recorded"):
+        return False
+    code = gathered.get("code") or []
+    return (
+        entry.get("dirty") is False
+        and entry.get("suite_file") == f"{entry.get('suite')}.yaml"
+        and len(code) == 1
+        and code[0]["value"].get("commit") == entry.get("commit")
+        and code[0]["value"].get("dirty") is False
+    )
+
+
+def lines(record: dict | None, runs: int, gathered: dict | None = None) -> list[str]:
     """The page's registration line(s) from registration.json's record (None: there is none);
-    `runs`: the page's runs; `started`: each run's first start, to name the runs that trained
-    before the registration."""
+    `runs`: the page's runs; `gathered`: their provenance records (run_provenance.gather), to name
+    the runs that trained before the registration and to show when its claims were committed."""
+    started = (gathered or {}).get("started")
     if not record or not record.get("registrations"):
         return [
             "Registration: none (this folder predates registrations): its claims, margins and "
@@ -70,6 +94,11 @@ def lines(record: dict | None, runs: int, started: dict | None = None) -> list[s
             f"Registered at {_when(last)}, after {last.get('runs_trained')} of the plan's runs had "
             f"trained{named}: the {n} claims as judged here (`registration.json`)."
         )
+        if committed_before_runs(last, gathered):
+            line += (
+                " They are the claims of the built-in suite file at that commit, the code every "
+                "run recorded (without local changes): committed before any of its runs trained."
+            )
     if earlier:
         line += (
             " Earlier registrations, kept in registration.json: "
