@@ -49,6 +49,35 @@ def measure_plan(
     round. With `jobs` > 1 the untimed measures of `jobs` runs are taken at once, each run in a
     process of its own with one thread (as the runs trained); timings always run one at a time in
     this process, so nothing else competes with the clock."""
+    _check_measurable(plan)
+    order = sorted(plan.runs, key=lambda r: r.seed)
+    cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
+    timed = {
+        run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing]
+        for run in order
+    }
+    wanted = {
+        run: [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
+        for run in order
+    }
+    for run in order:
+        if (wanted[run] or timed[run]) and on_run is not None:
+            on_run(run)
+    for run, values in _measured(plan, [r for r in order if wanted[r]], wanted, jobs):
+        cached[run].update(values)
+        write_measured(run.run_dir, cached[run])
+    best = _best_timings(plan, order, timed)
+    for run in order:
+        if timed[run]:
+            cached[run].update(best[run])
+            write_measured(run.run_dir, cached[run])
+    # None: n/a
+    return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}
+
+
+def _check_measurable(plan: Plan) -> None:
+    """One LabError before any measure when a run is unfinished, was trained with another config
+    than today's code resolves, or is a record without checkpoints lacking a measure."""
     missing = [str(r.run_dir) for r in plan.runs if not is_done(r)]
     if missing:
         raise LabError(
@@ -73,22 +102,13 @@ def measure_plan(
             f"{'; '.join(lacking[:3])}{' ...' if len(lacking) > 3 else ''}; move those run folders "
             "aside to train them again"
         )
-    order = sorted(plan.runs, key=lambda r: r.seed)
-    cached = {run: read_measured(run.run_dir) for run in order}  # stale versions dropped
-    timed = {
-        run: [m for m in plan.suite.measures if m not in cached[run] and MEASURES[m].timing]
-        for run in order
-    }
-    wanted = {
-        run: [m for m in plan.suite.measures if m not in cached[run] and not MEASURES[m].timing]
-        for run in order
-    }
-    for run in order:
-        if (wanted[run] or timed[run]) and on_run is not None:
-            on_run(run)
-    for run, values in _measured(plan, [r for r in order if wanted[r]], wanted, jobs):
-        cached[run].update(values)
-        write_measured(run.run_dir, cached[run])
+
+
+def _best_timings(
+    plan: Plan, order: list[RunSpec], timed: dict[RunSpec, list[str]]
+) -> dict[RunSpec, dict]:
+    """Each run's timing measures, taken in TIMING_ROUNDS rounds over the runs in `order` (one at a
+    time, in this process), its best round kept."""
     best: dict[RunSpec, dict] = {run: {} for run in order}
     for _ in range(TIMING_ROUNDS if any(timed.values()) else 0):
         for run in (r for r in order if timed[r]):
@@ -98,12 +118,7 @@ def measure_plan(
                 best[run][name] = (
                     MEASURES[name].best(best[run][name], value) if name in best[run] else value
                 )
-    for run in order:
-        if timed[run]:
-            cached[run].update(best[run])
-            write_measured(run.run_dir, cached[run])
-    # None: n/a
-    return {run: {k: math.nan if v is None else v for k, v in cached[run].items()} for run in order}
+    return best
 
 
 def _ignore_sigint() -> None:
