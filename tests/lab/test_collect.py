@@ -17,6 +17,7 @@ from archlab.lab.measures.timing import PairedTimes
 from archlab.lab.runs import collect
 from archlab.lab.runs.collect import measure_plan, measure_pool
 from archlab.lab.runs.plan import plan_suite
+from archlab.lab.runs.runner import LabError
 from archlab.lab.spec.budgets import BUDGETS
 from archlab.lab.spec.suite_file import load_suite
 from tests.lab.test_report import _fake_runs
@@ -168,3 +169,39 @@ def test_the_measure_pools_workers_leave_ctrl_c_to_the_lab():
             assert pool.submit(_sigint_handler).result() == signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_plan_with_an_unfinished_or_stale_run_is_refused_before_any_measure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unfinished run (its last checkpoint missing) and a run whose stored config resolves to
+    another than the plan's each stop the measures with one line naming it, before any measure is
+    taken; the same plan finished and unchanged is measured."""
+    (tmp_path / "synthetic.yaml").write_text(TIMED_SUITE)
+    plan = plan_suite(load_suite(tmp_path / "synthetic.yaml"), BUDGETS["tiny"], tmp_path / "out")
+    _fake_runs(plan)
+    taken: list[Path] = []
+    monkeypatch.setattr(
+        collect, "measure_run", lambda run_dir, names, windows: taken.append(run_dir) or {}
+    )
+    first = sorted(plan.runs, key=lambda r: r.seed)[0]
+    last = first.run_dir / "checkpoints" / f"step_{first.steps:07d}"
+    last.rename(last.with_name("aside"))
+    with pytest.raises(LabError, match=rf"^1 runs are not finished: {first.run_dir}$"):
+        measure_plan(plan)
+    last.with_name("aside").rename(last)
+    config = json.loads((first.run_dir / "config.json").read_text())
+    plan_z_loss = config["train"]["z_loss_coef"]
+    config["train"]["z_loss_coef"] = 0.5
+    (first.run_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        LabError,
+        match=rf"^1 stored runs were trained with another config .*: {first.arm}/seed0 "
+        r"\(train.z_loss_coef is 0.5 in the stored run",
+    ):
+        measure_plan(plan)
+    assert taken == []
+    config["train"]["z_loss_coef"] = plan_z_loss
+    (first.run_dir / "config.json").write_text(json.dumps(config))
+    measure_plan(plan)
+    assert len(taken) == len(plan.runs) * TIMING_ROUNDS
