@@ -115,7 +115,9 @@ def test_timings_time_each_pair_on_the_arms_configs_once(
 
     def fake(config_a, config_b, *, kind, pairs, **options):  # noqa: ANN001, ANN003, ANN202
         calls.append((config_a, config_b, kind, pairs, options))
-        return PairedTimes([1.0] * pairs, [2.0] * pairs, ["ab"] * pairs, [4.7] * pairs, 2, 2, 1)
+        return PairedTimes(
+            [1.0] * pairs, [2.0] * pairs, ["ab"] * pairs, [4.7] * pairs, 2, 2, 1, [0.25] * pairs
+        )
 
     monkeypatch.setattr(collect, "time_pairs", fake)
     timings = collect.measure_timings(plan)
@@ -143,6 +145,7 @@ def test_timings_time_each_pair_on_the_arms_configs_once(
         "a": [1.0] * 3,
         "b": [2.0] * 3,
         "load": [4.7] * 3,  # the machine's load after each pair, beside its CPUs, cores and threads
+        "others": [0.25] * 3,  # the CPUs other work kept busy during each pair
         "cpus": 2,
         "cores": 2,
         "threads": 1,

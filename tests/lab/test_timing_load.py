@@ -6,7 +6,10 @@ one line of warning when it exceeded the machine's CPUs (both sides)."""
 from __future__ import annotations
 
 import json
+import math
+import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,16 @@ import pytest
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.table import Table
 from archlab.lab.analysis.verdicts import judge
+from archlab.lab.measures import timing_load
 from archlab.lab.measures.timing import TIMINGS, time_pairs
-from archlab.lab.measures.timing_load import load_note, load_warning, peak_load
+from archlab.lab.measures.timing_load import (
+    OtherWork,
+    busy_cpu_seconds,
+    load_note,
+    load_warning,
+    other_work,
+    peak_load,
+)
 from archlab.lab.publishing.page import timing_table, timing_warnings
 from archlab.lab.publishing.report import verdict_lines
 from archlab.lab.runs.collect import TIMED, measure_timings
@@ -89,6 +100,8 @@ def test_a_loaded_timing_is_recorded_shown_and_warned_about(
     (tmp_path / "timed.yaml").write_text(SUITE)
     plan = plan_suite(load_suite(tmp_path / "timed.yaml"), BUDGETS["small"], tmp_path / "out")
     monkeypatch.setattr(os, "getloadavg", LoadAvg([1.0, 4.7, 2.0]))
+    # a machine without /proc/stat: the load average alone speaks (the other-work path: below)
+    monkeypatch.setattr(timing_load, "busy_cpu_seconds", lambda: None)
     # the 2-core machine of the issue
     monkeypatch.setattr("archlab.lab.measures.timing.cpu_count", lambda: 2)
     timings = measure_timings(plan)
@@ -125,3 +138,139 @@ def test_a_loaded_timing_is_recorded_shown_and_warned_about(
     head, rows = timing_table(record)
     assert rows[0][head.index("load (1-min, highest)")] == "4.7 on 2 CPUs"
     assert timing_warnings(record) == [lines[1]]
+
+
+class Counter:
+    """A clock returning the given readings in turn."""
+
+    def __init__(self, readings: list) -> None:
+        self.readings = list(readings)
+
+    def __call__(self):
+        return self.readings.pop(0)
+
+
+def test_other_work_is_the_machines_busy_time_less_this_process_over_the_wall_time(
+    tmp_path: Path,
+) -> None:
+    """/proc/stat's cpu line parsed (idle and iowait apart, guest inside user); other processes'
+    CPUs = (machine busy seconds - own CPU seconds) / wall seconds, NaN where the machine's busy
+    time cannot be read, never below 0 (10 ms ticks)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text(
+        f"cpu  {3 * hz} {hz} {2 * hz} {50 * hz} {7 * hz} 0 {hz} 0 {5 * hz} 0\ncpu0 1 2\n"
+    )
+    assert busy_cpu_seconds(str(stat)) == pytest.approx(7.0)
+    assert busy_cpu_seconds(str(tmp_path / "none")) is None
+    stat.write_text("intr 1 2 3\n")
+    assert busy_cpu_seconds(str(stat)) is None
+    # 3 busy seconds over 2 wall seconds, 1 of them this process's own: 1 CPU of other work
+    watch = OtherWork(busy=Counter([10.0, 13.0]), own=Counter([1.0, 2.0]), wall=Counter([0.0, 2.0]))
+    watch.start()
+    assert watch.stop() == pytest.approx(1.0)
+    # this process alone: none
+    watch = OtherWork(busy=Counter([10.0, 12.0]), own=Counter([1.0, 3.0]), wall=Counter([0.0, 2.0]))
+    watch.start()
+    assert watch.stop() == 0.0
+    # a tick short: 0, not below
+    watch = OtherWork(
+        busy=Counter([10.0, 11.99]), own=Counter([1.0, 3.0]), wall=Counter([0.0, 2.0])
+    )
+    watch.start()
+    assert watch.stop() == 0.0
+    watch = OtherWork(busy=Counter([None, 12.0]), own=Counter([1.0, 3.0]), wall=Counter([0.0, 2.0]))
+    watch.start()
+    assert math.isnan(watch.stop())
+    with pytest.raises(RuntimeError, match="before start"):
+        OtherWork().stop()
+
+
+@pytest.mark.skipif(busy_cpu_seconds() is None, reason="no /proc/stat on this platform")
+def test_a_process_spinning_beside_the_timing_is_counted_and_this_one_is_not() -> None:
+    """A child process spinning for the whole window reads as at least half a CPU of other work
+    (other tests may add to it, never take from it); this process spinning is taken away: at least
+    half a CPU less than the machine's busy time over the same window."""
+    spawn = multiprocessing.get_context("spawn")
+    started, stop = spawn.Event(), spawn.Event()
+    child = spawn.Process(target=_spin, args=(started, stop))
+    watch = OtherWork()
+    child.start()
+    try:
+        assert started.wait(60)
+        watch.start()
+        time.sleep(1.0)
+        with_child = watch.stop()
+    finally:
+        stop.set()
+        child.join(10)
+    assert with_child >= 0.5
+    # this process spinning: the same window read without taking its own time away holds it
+    raw = OtherWork(own=lambda: 0.0)
+    watch.start()
+    raw.start()
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        pass
+    alone, machine = watch.stop(), raw.stop()
+    assert machine - alone >= 0.5
+
+
+def _spin(started, stop) -> None:  # noqa: ANN001 - multiprocessing Events
+    started.set()
+    while not stop.is_set():
+        pass
+
+
+def test_a_timing_records_other_work_per_pair_and_the_note_and_warning_use_its_mean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setitem(TIMINGS, "fake", FakeKind(clock, slow=0))
+    monkeypatch.setattr(os, "getloadavg", LoadAvg([1.9, 1.9, 1.9]))
+
+    class Readings:
+        def __init__(self, values: list[float]) -> None:
+            self.values, self.starts = list(values), 0
+
+        def start(self) -> None:
+            self.starts += 1
+
+        def stop(self) -> float:
+            return self.values.pop(0)
+
+    watch = Readings([0.0, 0.1, float("nan")])
+    times = time_pairs(A, B, kind="fake", pairs=3, warmup=0, clock=clock, other_work=watch)
+    assert times.others[:2] == [0.0, 0.1] and math.isnan(times.others[2]) and watch.starts == 3
+    record = {"load": times.load, "others": times.others, "cpus": 2, "threads": 1}
+    # the lagging load of 1.9 says nothing here: the mean over the readable pairs does
+    assert other_work(record) == pytest.approx(0.05)
+    assert load_note(record) == (
+        "timed with 0.05 CPUs of other work (the mean over its 3 pairs) on 2 CPUs, 1 thread(s)"
+    )
+    # 1 thread on 2 CPUs: other work up to 1 CPU (and the 0.1 of noise) leaves the timing a core
+    assert load_warning("t", {**record, "others": [1.1, 1.1]}) == ""
+    assert load_warning("t", {**record, "others": [1.2, 1.2]}).startswith(
+        "warning: timing t ran with 1.20 CPUs of other work on 2 CPUs: other work competed"
+    )
+    # torch's own threads (every core): any other work beyond the noise competes
+    every = {**record, "threads": None}
+    assert load_warning("t", {**every, "others": [0.1]}) == ""
+    assert load_warning("t", {**every, "others": [0.2]}) != ""
+    assert other_work({"others": [float("nan")]}) is None
+    # timings.csv keeps them pair by pair (an unreadable pair stays NaN), and a page reads them back
+    (tmp_path / "timed.yaml").write_text(SUITE)
+    suite = load_suite(tmp_path / "timed.yaml")
+    kept = {"arms": ["b", "a"], "a": times.a, "b": times.b, **record}
+    Table(suite, 1, {"a": [], "b": []}, {"norm_s": kept}).write(tmp_path / "page", [])
+    (tmp_path / "page" / "results.csv").write_text(
+        "arm,seed,run,config,parameters\na,0,x,,\nb,0,y,,\n"
+    )
+    read = Table.read(tmp_path / "page", suite).timings["norm_s"]
+    assert read["others"][:2] == [0.0, 0.1] and math.isnan(read["others"][2])
+    # a timing from before other work was recorded writes the columns it always had
+    Table(suite, 1, {"a": [], "b": []}, {"norm_s": {**kept, "others": []}}).write(
+        tmp_path / "old", []
+    )
+    assert "other_cpus" not in (tmp_path / "old" / "timings.csv").read_text().splitlines()[0]

@@ -11,7 +11,9 @@ the files a published page keeps (results.csv, items.csv, timings.csv), so that 
   arms and seeds.
 - timings.csv: one row per interleaved timing pair: timing, pair, arm_a, arm_b, seconds_a,
   seconds_b, and the machine's 1-minute load after the pair with the timing's CPUs, usable cores and
-  threads (lab/measures/timing_load.py; empty in a page timed before they were recorded).
+  threads, and the CPUs other processes kept busy during the pair (other_cpus, a column only where
+  the timing recorded it) (lab/measures/timing_load.py; empty in a page timed before they were
+  recorded).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from archlab.lab.spec.suite import Suite
 RESULTS, ITEMS, TIMINGS = "results.csv", "items.csv", "timings.csv"
 # timings.csv: the machine during each pair
 LOAD_COLUMNS = ("load_1min", "cpus", "cores", "threads")
+OTHERS = "other_cpus"  # the CPUs other processes kept busy during the pair
 # the columns of results.csv before the measures
 FIXED = ("arm", "seed", "run", "config", "parameters")
 
@@ -108,19 +111,33 @@ class Table:
                     )
         (folder / TIMINGS).unlink(missing_ok=True)
         if self.timings:
+            # other work's CPUs only where a timing recorded them (older pages' files unchanged)
+            others = [OTHERS] if any(r.get("others") for r in self.timings.values()) else []
             with (folder / TIMINGS).open("w", newline="", encoding="utf-8") as f:
                 out = csv.writer(f)
                 out.writerow(
-                    ["timing", "pair", "arm_a", "arm_b", "seconds_a", "seconds_b", *LOAD_COLUMNS]
+                    [
+                        "timing",
+                        "pair",
+                        "arm_a",
+                        "arm_b",
+                        "seconds_a",
+                        "seconds_b",
+                        *LOAD_COLUMNS,
+                        *others,
+                    ]
                 )
                 for metric, record in self.timings.items():
                     arm_a, arm_b = record["arms"]
-                    load = record.get("load") or [None] * len(record["a"])
+                    n = len(record["a"])
+                    load = record.get("load") or [None] * n
+                    busy = (record.get("others") or [None] * n) if others else [None] * n
                     machine = [_count(record.get(k)) for k in LOAD_COLUMNS[1:]]
                     out.writerows(
                         [metric, i, arm_a, arm_b, repr(a), repr(b), _cell(x), *machine]
-                        for i, (a, b, x) in enumerate(
-                            zip(record["a"], record["b"], load, strict=True)
+                        + ([_cell(o)] if others else [])
+                        for i, (a, b, x, o) in enumerate(
+                            zip(record["a"], record["b"], load, busy, strict=True)
                         )
                     )
 
@@ -170,6 +187,9 @@ class Table:
                     if row.get("load_1min"):
                         record.setdefault("load", []).append(float(row["load_1min"]))
                         record.update({k: int(row[k]) for k in LOAD_COLUMNS[1:] if row.get(k)})
+                    if OTHERS in row:  # a pair where /proc/stat could not be read: NaN
+                        value = float(row[OTHERS]) if row[OTHERS] else math.nan
+                        record.setdefault("others", []).append(value)
         present = [len(v) for v in runs.values() if v]
         return cls(suite, seeds or min(present), runs, timings)
 

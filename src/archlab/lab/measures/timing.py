@@ -42,7 +42,13 @@ import torch
 from scipy import stats as scipy_stats
 
 from archlab.infer.speed import column_major_linears
-from archlab.lab.measures.timing_load import LoadAvg, cpu_count, read_load, usable_cores
+from archlab.lab.measures.timing_load import (
+    LoadAvg,
+    OtherWork,
+    cpu_count,
+    read_load,
+    usable_cores,
+)
 from archlab.nn.config import ModelConfig
 from archlab.nn.config.choices import NORMS
 from archlab.nn.kv_cache import KVCache
@@ -70,6 +76,8 @@ class PairedTimes:
     cpus: int | None = None  # the machine's CPUs, the load's scale
     cores: int | None = None  # the cores this process could run on
     threads: int | None = None  # torch threads the timing ran with (None: torch's own)
+    # the CPUs other processes kept busy during each pair (NaN: not readable here)
+    others: list[float] = field(default_factory=list)
 
     def log_ratios(self) -> list[float]:
         return [math.log(x) - math.log(y) for x, y in zip(self.a, self.b)]
@@ -139,6 +147,7 @@ def time_pairs(
     seed: int = 0,
     clock: Callable[[], float] = time.perf_counter,
     loadavg: LoadAvg | None = None,
+    other_work: OtherWork | None = None,
     **options: object,
 ) -> PairedTimes:
     """Time TIMINGS[kind] built for config_a and for config_b in `pairs` interleaved pairs.
@@ -146,7 +155,8 @@ def time_pairs(
     Each arm's op is built once (a fresh model), called `warmup` times untimed, then per pair
     each arm is timed over `number` consecutive calls (seconds per call), the arm timed first
     chosen by `balanced_orders(pairs, seed)`; the machine's load is read after each pair
-    (`loadavg`, lab/measures/timing_load.py). `options` go to the kind's builder (batch, block,
+    (`loadavg`) and the CPUs other processes kept busy during it (`other_work`; both
+    lab/measures/timing_load.py). `options` go to the kind's builder (batch, block,
     d, cache_len, ...)."""
     if kind not in TIMINGS:
         raise ValueError(f"timing kind {kind!r} is not allowed: one of {', '.join(TIMINGS)}")
@@ -164,12 +174,17 @@ def time_pairs(
             for _ in range(warmup):
                 op()
         times: dict[str, list[float]] = {"a": [], "b": []}
-        orders, load = balanced_orders(pairs, seed), []
+        orders, load, others = balanced_orders(pairs, seed), [], []
+        watch = other_work or OtherWork()
         for order in orders:
+            watch.start()
             for arm in order:
                 times[arm].append(_seconds_per_call(ops[arm], number, clock))
+            others.append(watch.stop())
             load.append(read_load(loadavg))
-    return PairedTimes(times["a"], times["b"], orders, load, cpu_count(), usable_cores(), threads)
+    return PairedTimes(
+        times["a"], times["b"], orders, load, cpu_count(), usable_cores(), threads, others
+    )
 
 
 def _seconds_per_call(op: Op, number: int, clock: Callable[[], float]) -> float:

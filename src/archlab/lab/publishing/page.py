@@ -23,7 +23,7 @@ from archlab.lab.analysis import stats
 from archlab.lab.analysis.ladder import describe, fit_ladder, ladder_values
 from archlab.lab.analysis.verdicts import ClaimResult, factorial_anova, suite_spreads
 from archlab.lab.measures.measure import MEASURES
-from archlab.lab.measures.timing_load import load_warning, peak_load
+from archlab.lab.measures.timing_load import load_warning, other_work, peak_load
 from archlab.lab.publishing import registered, run_provenance
 from archlab.lab.publishing.record import Record
 from archlab.lab.spec.arms import PARAM_TOLERANCE
@@ -245,8 +245,9 @@ def timing_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
             rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a", "n/a"])
             continue
         ratios = sorted(a / b for a, b in zip(timed["a"], timed["b"]))
-        peak = peak_load(timed)
+        peak, others = peak_load(timed), other_work(timed)
         load = "not recorded" if peak is None else f"{peak:.1f} on {timed.get('cpus') or '?'} CPUs"
+        load += "" if others is None else f"; {others:.2f} CPUs of other work"
         rows.append(
             [
                 t.metric,
@@ -267,7 +268,12 @@ def timing_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
         "pairs",
         "median ms (a / b)",
         "median ratio a/b",
-        "load (1-min, highest)",
+        "load (1-min, highest)"
+        + (
+            "; other work (mean over the pairs)"
+            if any("CPUs of other" in r[6] for r in rows)
+            else ""
+        ),
         "options",
     ], rows
 

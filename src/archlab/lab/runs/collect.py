@@ -167,8 +167,8 @@ def measure_timings(
 ) -> dict[str, dict]:
     """Every `timings:` entry of the suite: interleaved A/B pairs on freshly initialised
     models (no training seed: weights do not change speed), kept in SUITE/lab-timings.json
-    as {metric: {"arms", "a", "b", "load", "cpus", "cores", "threads"}} (the load after
-    each pair: lab/measures/timing_load.py)."""
+    as {metric: {"arms", "a", "b", "load", "others", "cpus", "cores", "threads"}} (the load
+    after each pair and the CPUs other work kept busy during it: lab/measures/timing_load.py)."""
     path, cached = plan.out / TIMED, read_timings(plan)
     for timing in plan.suite.timings:
         if timing.metric in cached and cached[timing.metric].get("arms") == list(timing.arms):
@@ -189,6 +189,7 @@ def measure_timings(
             "a": list(times.a),
             "b": list(times.b),
             "load": list(times.load),
+            "others": list(times.others),
             "cpus": times.cpus,
             "cores": times.cores,
             "threads": times.threads,
