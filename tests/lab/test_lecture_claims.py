@@ -151,6 +151,27 @@ def test_the_readme_rebuilt_from_the_files_is_the_committed_one_and_its_tally_re
     rerun = {c.id for c in index if (DOCS / c.primary.suite / "rejudged.json").is_file()}
     shown = [x for x in release.split("\n## ")[0].splitlines() if x.startswith("| `")]
     assert sorted(re.match(r"\| `([a-z0-9-]+)`", x)[1] for x in shown) == sorted(rerun)
+    # the release's "before" recounted from the re-judged rows each re-run page keeps, and each
+    # shown claim's "changed" from the two outcomes
+    rejudged = {
+        (p.name, r["claim"]): r["outcome"]
+        for p in publish.pages(DOCS)
+        if (p / "rejudged.json").is_file()
+        for r in json.loads((p / "rejudged.json").read_text(encoding="utf-8"))
+    }
+    was = [
+        rejudged.get((c.primary.suite, c.primary.claim), now) for c, now in zip(index, primaries)
+    ]
+    old = {o: was.count(o) for o in ("confirmed", "contradicted", "inconclusive")}
+    before = next(x for x in release.splitlines() if x.startswith("- Before the re-runs: "))
+    assert (
+        f"{sum(old.values())} tested: {old['confirmed']} confirmed, {old['contradicted']} "
+        f"contradicted, {old['inconclusive']} inconclusive"
+    ) in before
+    outcomes = dict(zip((c.id for c in index), zip(was, primaries)))
+    for row in shown:
+        then, now = outcomes[re.match(r"\| `([a-z0-9-]+)`", row)[1]]
+        assert row.endswith("| **yes** |" if then != now else "| no |"), row
 
 
 def test_check_lists_an_index_that_does_not_check_instead_of_failing(
