@@ -25,11 +25,15 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from scipy import special
 
 from archlab.lab.publishing.record import CONFIGS, Record, read_record
+
+if TYPE_CHECKING:
+    from archlab.lab.analysis.screening import Fit
 from archlab.overrides import flatten
 
 D_FF = "model.d_ff"
@@ -184,11 +188,57 @@ def shared_runs(docs: Path, record: Record, arm: str) -> list[tuple[str, str]]:
     return out
 
 
+def _switch_row(factor: str, names: list[str], fitted: Fit, at: SimpleEffect | None) -> str:
+    """One switch's row: its main effect here beside its simple effect at the modern base (or
+    what would publish it)."""
+    from archlab.lab.publishing.page import fmt
+
+    e = fitted.effect(factor)
+    t = float(special.stdtrit(e.df, 0.95))
+    main = f"{fmt(e.estimate)} [{fmt(e.estimate - t * e.se)}, {fmt(e.estimate + t * e.se)}]"
+    if at is None:
+        return (
+            f"| {factor}: {names[1]} vs {names[0]} | {main} | not published | - | - | needs "
+            f"the base with {factor} = {names[0]} (a one-switch suite over these levels; "
+            "`--plan` prices it) |"
+        )
+    return (
+        f"| {factor}: {names[1]} vs {names[0]} | {main} | {fmt(at.estimate)} [{fmt(at.ci[0])}, "
+        f"{fmt(at.ci[1])}] | {fmt(at.se)} | {at.n} | [{at.page}]({at.page}.md): {at.arms[0]} "
+        f"vs {at.arms[1]} |"
+    )
+
+
+def _base_runs_line(docs: Path, record: Record, base: str, found: dict[str, SimpleEffect]) -> str:
+    """Which run folders the base row is, the pages that share them, and the switches' base
+    runs."""
+    ids = ", ".join(r.run_id for r in record.table.runs.get(base, []))
+    shared = shared_runs(docs, record, base)
+    where = (
+        ("; the same run folders as " + ", ".join(f"{page}'s `{arm}`" for page, arm in shared))
+        if shared
+        else ""
+    )
+    pages = sorted({(at.page, at.arms[0]) for at in found.values()})
+    return (
+        f"The base row `{base}` here is runs {ids}{where}"
+        + (
+            "; the switches' base runs are "
+            + ", ".join(f"{page}'s `{arm}`" for page, arm in pages)
+            + ", runs of the same config ("
+            + str(record.configs[base].get("config"))
+            + ")"
+            if pages
+            else ""
+        )
+        + "."
+    )
+
+
 def section(docs: Path, record: Record, metric: str) -> str:
     """The screening page's "each switch at the modern base" section (markdown), or ""
     for other suites."""
     from archlab.lab.analysis.screening import fit
-    from archlab.lab.publishing.page import fmt
 
     s = record.suite
     base = base_row(record)
@@ -211,43 +261,8 @@ def section(docs: Path, record: Record, metric: str) -> str:
         "[90% CI] | SE | seeds | runs |",
         "|---|---|---|---|---|---|",
     ]
-    for factor, names in s.factors.items():
-        e = fitted.effect(factor)
-        t = float(special.stdtrit(e.df, 0.95))
-        main = f"{fmt(e.estimate)} [{fmt(e.estimate - t * e.se)}, {fmt(e.estimate + t * e.se)}]"
-        at = found.get(factor)
-        if at is None:
-            lines.append(
-                f"| {factor}: {names[1]} vs {names[0]} | {main} | not published | - | - | needs "
-                f"the base with {factor} = {names[0]} (a one-switch suite over these levels; "
-                "`--plan` prices it) |"
-            )
-            continue
-        lines.append(
-            f"| {factor}: {names[1]} vs {names[0]} | {main} | {fmt(at.estimate)} [{fmt(at.ci[0])}, "
-            f"{fmt(at.ci[1])}] | {fmt(at.se)} | {at.n} | [{at.page}]({at.page}.md): {at.arms[0]} "
-            f"vs {at.arms[1]} |"
-        )
-    ids = ", ".join(r.run_id for r in record.table.runs.get(base, []))
-    shared = shared_runs(docs, record, base)
-    where = (
-        ("; the same run folders as " + ", ".join(f"{page}'s `{arm}`" for page, arm in shared))
-        if shared
-        else ""
-    )
-    pages = sorted({(at.page, at.arms[0]) for at in found.values()})
     lines += [
-        "",
-        f"The base row `{base}` here is runs {ids}{where}"
-        + (
-            "; the switches' base runs are "
-            + ", ".join(f"{page}'s `{arm}`" for page, arm in pages)
-            + ", runs of the same config ("
-            + str(record.configs[base].get("config"))
-            + ")"
-            if pages
-            else ""
-        )
-        + ".",
+        _switch_row(factor, names, fitted, found.get(factor)) for factor, names in s.factors.items()
     ]
+    lines += ["", _base_runs_line(docs, record, base, found)]
     return "\n".join(lines) + "\n"
