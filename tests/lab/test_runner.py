@@ -269,3 +269,43 @@ def test_a_workers_thread_caps_are_in_its_environment_from_its_start(
         finally:
             worker.stop()
         assert "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ
+
+
+@pytest.mark.slow
+def test_a_stopped_plan_checkpoints_its_runs_under_way_and_the_next_call_resumes_them(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C (here raised from the progress callback) while two runs train in two workers: each
+    worker's run gets SIGTERM, checkpoints its current step and returns before the interrupt goes
+    on; the next call resumes each from its checkpoint (its provenance records the resumed session)
+    and finishes the plan."""
+    from tests.cli.test_ablate import SUITE
+
+    (tmp_path / "two-arms.yaml").write_text(SUITE)
+    plan = plan_suite(
+        load_suite(tmp_path / "two-arms.yaml"),
+        BUDGETS["tiny"],
+        tmp_path / "suite",
+        store=tmp_path / "store",
+        seeds=2,
+    )
+    prepare(plan)
+
+    def stop_midway(progress: runner.Progress) -> None:
+        steps = [step for _, _, step, _ in progress.running]
+        if len(steps) == 2 and min(steps) >= 6:  # both workers mid-run
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_plan(plan, jobs=2, on_progress=stop_midway, poll_s=0.05)
+    # the two runs under way, not those finished or still waiting
+    stopped = [r for r in plan.runs if not is_done(r) and (r.run_dir / "checkpoints").is_dir()]
+    assert len(stopped) == 2
+    for run in stopped:
+        saved = sorted((run.run_dir / "checkpoints").glob("step_*"))
+        assert saved and 0 < int(saved[-1].name.split("_")[1]) < run.steps, run.arm
+    runner.run_plan(plan, jobs=2, poll_s=0.05)
+    assert all(is_done(r) for r in plan.runs)
+    for run in stopped:
+        sessions = json.loads((run.run_dir / "provenance.json").read_text())["sessions"]
+        assert len(sessions) == 2 and sessions[1]["from_step"] > 0, run.arm

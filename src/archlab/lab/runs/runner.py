@@ -151,17 +151,7 @@ def run_plan(
     """
     # one run per folder (arms may agree)
     unique = list({r.run_dir: r for r in reversed(plan.runs)}.values())[::-1]
-    # a finished run is reused only as the config it trained (a stopped one: --resume checks)
-    for run in unique:
-        if is_done(run) and (why := stale_reason(run)) is not None:  # set aside, trained anew
-            logger.warning(
-                "%s/seed%d: the stored run %s is stale (%s); moved to %s, training it again",
-                run.arm,
-                run.seed,
-                run.run_dir.name,
-                why,
-                set_aside(run),
-            )
+    _set_aside_stale(unique)
     todo = [r for r in unique if not is_done(r)]
     total, done = len(unique), len(unique) - len(todo)
     start, steps_before = time.perf_counter(), {r: current_step(r) for r in todo}
@@ -189,16 +179,37 @@ def run_plan(
             if running:
                 time.sleep(poll_s)
     except BaseException:
-        for worker in workers:
-            if worker.busy is not None:
-                worker.interrupt()  # SIGTERM: each run checkpoints its current step and returns
-        for worker in workers:
-            if worker.busy is not None:
-                worker.result(timeout=None)
+        _interrupt(workers)
         raise
     finally:
         for worker in workers:
             worker.stop()
+
+
+def _set_aside_stale(runs: list[RunSpec]) -> None:
+    """A finished run is reused only as the config it trained (a stopped one: --resume checks):
+    one whose stored config today's code resolves otherwise is moved aside and trained anew."""
+    for run in runs:
+        if is_done(run) and (why := stale_reason(run)) is not None:
+            logger.warning(
+                "%s/seed%d: the stored run %s is stale (%s); moved to %s, training it again",
+                run.arm,
+                run.seed,
+                run.run_dir.name,
+                why,
+                set_aside(run),
+            )
+
+
+def _interrupt(workers: list[Worker]) -> None:
+    """Stop the runs under way: SIGTERM to each busy worker (its run checkpoints its current step
+    and returns), then wait for every one."""
+    for worker in workers:
+        if worker.busy is not None:
+            worker.interrupt()
+    for worker in workers:
+        if worker.busy is not None:
+            worker.result(timeout=None)
 
 
 def _progress(
