@@ -111,35 +111,39 @@ class Table:
                     )
         (folder / TIMINGS).unlink(missing_ok=True)
         if self.timings:
-            # other work's CPUs only where a timing recorded them (older pages' files unchanged)
-            others = [OTHERS] if any(r.get("others") for r in self.timings.values()) else []
-            with (folder / TIMINGS).open("w", newline="", encoding="utf-8") as f:
-                out = csv.writer(f)
-                out.writerow(
-                    [
-                        "timing",
-                        "pair",
-                        "arm_a",
-                        "arm_b",
-                        "seconds_a",
-                        "seconds_b",
-                        *LOAD_COLUMNS,
-                        *others,
-                    ]
-                )
-                for metric, record in self.timings.items():
-                    arm_a, arm_b = record["arms"]
-                    n = len(record["a"])
-                    load = record.get("load") or [None] * n
-                    busy = (record.get("others") or [None] * n) if others else [None] * n
-                    machine = [_count(record.get(k)) for k in LOAD_COLUMNS[1:]]
-                    out.writerows(
-                        [metric, i, arm_a, arm_b, repr(a), repr(b), _cell(x), *machine]
-                        + ([_cell(o)] if others else [])
-                        for i, (a, b, x, o) in enumerate(
-                            zip(record["a"], record["b"], load, busy, strict=True)
-                        )
+            self._write_timings(folder / TIMINGS)
+
+    def _write_timings(self, path: Path) -> None:
+        """timings.csv: one row per pair of every timing."""
+        # other work's CPUs only where a timing recorded them (older pages' files unchanged)
+        others = [OTHERS] if any(r.get("others") for r in self.timings.values()) else []
+        with path.open("w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            out.writerow(
+                [
+                    "timing",
+                    "pair",
+                    "arm_a",
+                    "arm_b",
+                    "seconds_a",
+                    "seconds_b",
+                    *LOAD_COLUMNS,
+                    *others,
+                ]
+            )
+            for metric, record in self.timings.items():
+                arm_a, arm_b = record["arms"]
+                n = len(record["a"])
+                load = record.get("load") or [None] * n
+                busy = (record.get("others") or [None] * n) if others else [None] * n
+                machine = [_count(record.get(k)) for k in LOAD_COLUMNS[1:]]
+                out.writerows(
+                    [metric, i, arm_a, arm_b, repr(a), repr(b), _cell(x), *machine]
+                    + ([_cell(o)] if others else [])
+                    for i, (a, b, x, o) in enumerate(
+                        zip(record["a"], record["b"], load, busy, strict=True)
                     )
+                )
 
     @classmethod
     def read(cls, folder: Path, suite: Suite, seeds: int | None = None) -> Table:
