@@ -40,7 +40,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from archlab.lab import Experiment, suite_index
+from archlab.lab import BUDGETS, Experiment, suite_index
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR, CAP = 3, 8  # the release rule: at least 3 seeds, more up to 8 where a claim needs them
@@ -158,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         "--seeds-only", action="store_true", help="print each suite's seeds and exit"
     )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs} is not allowed: at least 1 run at a time")
+    if args.budget not in BUDGETS:
+        parser.error(f"--budget {args.budget!r} is not allowed: one of {', '.join(BUDGETS)}")
     known = [name for name, _, _ in suite_index()]
     unknown = [s for s in args.suites if s not in known]
     if unknown:

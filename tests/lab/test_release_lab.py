@@ -114,3 +114,20 @@ def test_an_unknown_suite_is_refused_before_any_work(
     assert stop.value.code == 2
     assert "not a built-in suite: no-such-suite (one of " in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--jobs", "0"], "--jobs 0 is not allowed: at least 1 run at a time"),
+        (["--budget", "huge"], "--budget 'huge' is not allowed: one of tiny, small, medium"),
+    ],
+)
+def test_bad_jobs_or_budget_are_refused_before_any_registration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], line: str
+) -> None:
+    docs = tmp_path / "docs"
+    with pytest.raises(SystemExit) as stop:
+        release_lab.main(["norm-type", *flags, "--work", str(tmp_path / "w"), "--docs", str(docs)])
+    assert stop.value.code == 2 and line in capsys.readouterr().err
+    assert not (tmp_path / "w").exists() and not docs.exists()
