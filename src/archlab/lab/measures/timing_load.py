@@ -93,14 +93,16 @@ class OtherWork:
         own1, wall1 = self.own(), self.wall()
         if busy0 is None or busy1 is None or wall1 <= wall0:
             return math.nan
-        # ticks are 10 ms: a short pair can read a little below 0
-        return max(0.0, ((busy1 - busy0) - (own1 - own0)) / (wall1 - wall0))
+        # busy time counts in 10 ms ticks: a short pair can read below 0 or above the truth, and
+        # only the mean over the pairs (other_work) is unbiased, so no pair is clamped here
+        return ((busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)
 
 
 def other_work(record: dict) -> float | None:
-    """The mean CPUs of other work over a timing's pairs (None when it did not record them)."""
+    """The mean CPUs of other work over a timing's pairs, at least 0 (None when it did not record
+    them)."""
     values = [x for x in record.get("others") or [] if x == x]
-    return sum(values) / len(values) if values else None
+    return max(0.0, sum(values) / len(values)) if values else None
 
 
 def peak_load(record: dict) -> float | None:
