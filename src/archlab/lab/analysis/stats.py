@@ -450,6 +450,21 @@ def _judge(
     )
 
 
+def _tests(fit: _Fit, expect: str, better: str, margin: float, alpha: float):
+    """(p, p_contra, exact_p, exact_p_contra, 90% CI) of a fit, all nan where the fit already
+    decided (`fit.outcome`). Where an exact item test applies, the more conservative of the two
+    p-values decides, each direction apart."""
+    if fit.outcome:
+        return math.nan, math.nan, math.nan, math.nan, (math.nan, math.nan)
+    w = fit.estimate if better == "lower" else -fit.estimate
+    p, p_contra = _p_values(expect, w, fit.se, fit.df, margin)
+    exact_p, exact_contra = _exact_p(fit, expect, better)
+    if not math.isnan(exact_p):
+        p, p_contra = max(p, exact_p), max(p_contra, exact_contra)
+    half = float(special.stdtrit(fit.df, 1.0 - alpha)) * fit.se
+    return p, p_contra, exact_p, exact_contra, (fit.estimate - half, fit.estimate + half)
+
+
 def test_claim(
     a: Sequence[float],
     b: Sequence[float],
@@ -484,17 +499,7 @@ def test_claim(
         fit = _fit_items(a_values, b_values, items, pooled)
     else:
         fit = _fit(a_values, b_values, paired, pooled)
-    p = p_contra = exact_p = exact_contra = math.nan
-    ci = (math.nan, math.nan)
-    if not fit.outcome:
-        w = fit.estimate if better == "lower" else -fit.estimate
-        p, p_contra = _p_values(expect, w, fit.se, fit.df, margin)
-        exact_p, exact_contra = _exact_p(fit, expect, better)
-        # the more conservative of the two decides, each direction apart
-        if not math.isnan(exact_p):
-            p, p_contra = max(p, exact_p), max(p_contra, exact_contra)
-        half = float(special.stdtrit(fit.df, 1.0 - alpha)) * fit.se
-        ci = (fit.estimate - half, fit.estimate + half)
+    p, p_contra, exact_p, exact_contra, ci = _tests(fit, expect, better, margin, alpha)
     test = ClaimTest(
         outcome=fit.outcome,
         p=p,
