@@ -338,3 +338,57 @@ def test_soft_assignment_at_a_finite_temperature_is_the_formula(tau):
     # the kernel attends with these weights
     assert torch.allclose(o, _dense(q, k, want, cb, 4), atol=1e-12)
     assert float(kernel.aux_loss) == pytest.approx(float(expected.mean()), rel=1e-12)
+
+
+def _unheld_favourite(T=16, seed=0):
+    """float32 data where every query's favourite code (q . c 120 nats above the rest) is held by no
+    key: keys lie near code 0 or code 2, never near code 1, the one the queries point at."""
+    g = torch.Generator().manual_seed(seed)
+    cb = torch.tensor([[[1.0, 0.0], [0.0, 30.0], [-1.0, 0.0]]])  # (K=1, C=3, d=2)
+    q = torch.randn(1, 1, T, 2, generator=g) * 0.3
+    q[..., 1] = 4.0  # q . c1 = 120
+    side = torch.where(torch.rand(T, generator=g) < 0.5, 1.0, -1.0)
+    k = (
+        torch.stack((side, torch.zeros(T)), -1)[None, None]
+        + torch.randn(1, 1, T, 2, generator=g) * 0.1
+    )
+    v = torch.randn(1, 1, T, 3, generator=g)
+    return q, k, v, cb
+
+
+def test_hard_weights_are_relative_to_what_the_query_sees():
+    """A query whose best code no visible key holds: relative to the maximum over every code each
+    weight underflowed in float32 (output 0, NaN gradients); relative to the visible maximum the
+    output and the gradients of q and v equal dense float64 attention over the quantised keys, in
+    the exact blocks and through the compressed cache (T = 4 blocks)."""
+    q, k, v, cb = _unheld_favourite()
+    k.requires_grad_(True)
+    assign, k_hat, _ = hard_assign(k, cb)
+    assert set(assign.argmax(-1).flatten().tolist()) == {0, 2}  # code 1 is held by no key
+    q.requires_grad_(True)
+    v.requires_grad_(True)
+    o, _ = vq_attention(q, v, assign, cb, 4, k_hat, cache_grad=True)  # every gradient, as dense
+    (o * torch.linspace(-1, 1, 3)).sum().backward()
+    q64, v64 = q.detach().double().requires_grad_(True), v.detach().double().requires_grad_(True)
+    ref = _dense(q64, v64, assign.double(), cb.double(), 4)
+    (ref * torch.linspace(-1, 1, 3, dtype=f64)).sum().backward()
+    assert (o.double() - ref).abs().max() < 1e-5
+    assert (q.grad.double() - q64.grad).abs().max() < 1e-4
+    assert (v.grad.double() - v64.grad).abs().max() < 1e-5
+    assert torch.isfinite(k.grad).all()
+
+
+def test_hard_decoding_is_relative_to_what_the_query_sees():
+    """The same data decoded one token at a time through the state (tail and cache) gives the
+    dense float64 output."""
+    q, k, v, cb = _unheld_favourite()
+    assign, k_hat, _ = hard_assign(k, cb)
+    ref = _dense(q.double(), v.double(), assign.double(), cb.double(), 4)
+    outs, state = [], None
+    for t in range(16):
+        sl = slice(t, t + 1) if t else slice(0, 1)
+        o, state = vq_attention(
+            q[:, :, sl], v[:, :, sl], assign[:, :, sl], cb, 4, k_hat[:, :, sl], state
+        )
+        outs.append(o)
+    assert (torch.cat(outs, 2).double() - ref).abs().max() < 1e-5

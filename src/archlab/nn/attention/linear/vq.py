@@ -9,8 +9,14 @@ the last two blocks and U, whatever the context length. How keys get their codes
 straight-through estimator, or soft: Su's p(y|k)) and how the codebook follows them (EMA) is
 codebook.py. The cache gets no gradient by default, like Transformer-XL's memory.
 
-All weights are computed relative to m_i = max_y q_i . c_y, one number per query (so nothing of the
-future enters a past output): exp(q . c_z - m) <= 1 for every key a query can see.
+All weights are computed relative to one number per query, m_i, from what the query can see only
+(so nothing of the future enters a past output). With soft rows every key holds every code, and m_i
+= max_y q_i . c_y. With hard rows m_i is the largest score among the keys the query sees exactly and
+the codes its compressed cache holds, so the weights sum to at least 1 (the best key's exp(0), less
+only ALiBi's decay). The maximum over every code is not enough there: a query whose favourite code
+no visible key holds had every weight underflow once that code led by ~87 nats (float32), its output
+became 0 / tiny and its backward overflowed, and a 300-step Transformer-VQ run at lr 3e-3 met NaN
+gradients from step 141 on.
 
 Two position biases: `bias`, additive by distance inside the two exact blocks only (Lingle's
 Transformer-XL bias; the cache gets none, so it changes with the block length), and `slopes`, ALiBi
@@ -158,9 +164,10 @@ def vq_attention(
     qb = q.reshape(B, K, R, N, L, -1)  # (B, K, R, N, L, d)
     ab, vb = assign.reshape(B, K, N, L, C), v1.reshape(B, K, N, L, Dv + 1)
     qc = qb @ codebook[None, :, None, None].transpose(-1, -2)  # (B, K, R, N, L, C)
-    m = qc.amax(-1, keepdim=True).detach()  # per query: cancels between numerator and denominator
-    eq = torch.exp(qc - m)  # (B, K, R, N, L, C), each <= 1
-    w_cur, w_prev = _local_weights(qb, eq, m, ab, k_hat, B, K, N, L)  # (B, K, R, N, L, L) each
+    if k_hat is None:
+        w_cur, w_prev, eq = _soft_weights(qc, ab)  # (B, K, R, N, L, L) twice, (B, K, R, N, L, C)
+    else:
+        w_cur, w_prev, eq = _hard_weights(qb, qc, ab, k_hat, cache0, L)
     if bias is not None:
         e_cur, e_prev = _window_bias(bias.to(eq.dtype), L, K)
         w_cur, w_prev = w_cur * e_cur[None, :, :, None], w_prev * e_prev[None, :, :, None]
@@ -212,14 +219,22 @@ def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):
     )
     qi = q.reshape(B, K, R, 1, d)  # the group's query heads as rows
     qc = qi @ codebook[None, :, None].transpose(-1, -2)  # (B, K, R, 1, C)
-    m = qc.amax(-1, keepdim=True)
-    eq = torch.exp(qc - m)
     if k_hat is None:
+        m = qc.amax(-1, keepdim=True)
+        eq = torch.exp(qc - m)
         w = eq @ a[:, :, None].transpose(-1, -2)  # (B, K, R, 1, S)
-    else:
+    else:  # the largest score among the tail's keys and the cache's codes (module doc)
         # (B, K, S, d)
         keys = torch.cat(((state.tail_assign @ codebook[None]).to(k_hat.dtype), k_hat), 2)
-        w = torch.exp(qi @ keys[:, :, None].transpose(-1, -2) - m) * a.sum(-1)[:, :, None, None, :]
+        s = (qi @ keys[:, :, None].transpose(-1, -2)).masked_fill(
+            ~(a.sum(-1) > 0)[:, :, None, None, :], -torch.inf
+        )  # (B, K, R, 1, S)
+        held = state.cache[..., -1] > 0  # (B, K, C), or (B, K, R, C) with ALiBi
+        s_cache = qc.masked_fill(
+            ~(held[:, :, None] if held.dim() == 3 else held)[..., None, :], -torch.inf
+        )
+        m = torch.maximum(s.amax(-1, keepdim=True), s_cache.amax(-1, keepdim=True))
+        w, eq = torch.exp(s - m), torch.exp(s_cache - m)
     if bias is not None:
         S = a.shape[2]
         w = (
@@ -239,19 +254,49 @@ def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):
     return y, _next_state(a, v1, state.cache, L, slopes)
 
 
-def _local_weights(qb, eq, m, ab, k_hat, B, K, N, L):
-    """exp(score - m) of each query against its own block and the previous one (zero where
-    there is none)."""
-    if k_hat is None:  # soft: sum_y p(y|k) exp(q . c_y - m)
-        return eq @ ab[:, :, None].transpose(-1, -2), eq @ _shift_blocks(ab)[:, :, None].transpose(
-            -1, -2
-        )
+def _soft_weights(qc, ab):
+    """Soft rows: each query's weight of a key is sum_y p(y|k) exp(q . c_y - m), m = max_y q . c_y
+    (every key holds every code). qc (B, K, R, N, L, C), ab (B, K, N, L, C) -> (w_cur, w_prev (B, K,
+    R, N, L, L), eq = exp(qc - m))."""
+    m = qc.amax(-1, keepdim=True).detach()  # per query: cancels between numerator and denominator
+    eq = torch.exp(qc - m)  # each <= 1
+    return (
+        eq @ ab[:, :, None].transpose(-1, -2),
+        eq @ _shift_blocks(ab)[:, :, None].transpose(-1, -2),
+        eq,
+    )
+
+
+def _hard_weights(qb, qc, ab, k_hat, cache0, L):
+    """Hard rows: exp(score - m) of each query against its own block (causal) and the previous one,
+    and exp(q . c - m) of the codes its compressed cache holds (0 for the others), m the largest of
+    those scores (module doc). qb (B, K, R, N, L, d), qc (B, K, R, N, L, C), ab (B, K, N, L, C),
+    k_hat (B, K, T, d), cache0 None or (B, K, C, Dv+1), or (B, K, R, C, Dv+1) with ALiBi ->
+    (w_cur, w_prev (B, K, R, N, L, L), eq (B, K, R, N, L, C))."""
+    B, K, N = ab.shape[:3]
     kb = k_hat.reshape(B, K, N, L, -1)  # (B, K, N, L, d)
-    # (B, K, N, L): exactly 1 for a one-hot row, 0 for padding (and before the first block)
-    real = ab.sum(-1)
-    w_cur = torch.exp(qb @ kb[:, :, None].transpose(-1, -2) - m) * real[:, :, None, :, None, :]
-    w_prev = torch.exp(qb @ _shift_blocks(kb)[:, :, None].transpose(-1, -2) - m)
-    return w_cur, w_prev * _shift_blocks(real)[:, :, None, :, None, :]
+    real = ab.sum(-1) > 0  # (B, K, N, L): False for padding (and before the first block)
+    causal = torch.ones(L, L, dtype=torch.bool, device=qb.device).tril()
+    s_cur = (qb @ kb[:, :, None].transpose(-1, -2)).masked_fill(
+        ~(causal & real[:, :, None, :, None, :]), -torch.inf
+    )
+    s_prev = (qb @ _shift_blocks(kb)[:, :, None].transpose(-1, -2)).masked_fill(
+        ~_shift_blocks(real)[:, :, None, :, None, :], -torch.inf
+    )
+    counts = ab.sum(-2)  # (B, K, N, C): each block's keys per code
+    held = torch.cat((torch.zeros_like(counts[:, :, :2]), counts.cumsum(2)[:, :, : N - 2]), 2)
+    held = (held[:, :, :N] > 0)[:, :, None, :, None, :]  # the codes of every block before n - 1
+    if cache0 is not None:
+        before = cache0[..., -1] > 0  # (B, K, C), or (B, K, R, C) with ALiBi
+        held = held | (before[:, :, None] if before.dim() == 3 else before)[..., None, None, :]
+    s_cache = qc.masked_fill(~held, -torch.inf)
+    m = (
+        torch.stack((s_cur.amax(-1), s_prev.amax(-1), s_cache.amax(-1)), -1)
+        .amax(-1, keepdim=True)
+        .detach()
+    )
+    m = m.nan_to_num(0.0, posinf=0.0, neginf=0.0)  # a query that sees nothing (none in practice)
+    return torch.exp(s_cur - m), torch.exp(s_prev - m), torch.exp(s_cache - m)
 
 
 def _next_state(assign, v1, cache0, L, slopes=None):
