@@ -9,17 +9,19 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from archlab.cli import main
 from archlab.lab import Experiment, LabError
-from archlab.lab.measures.measure import MEASURED, STATUS
+from archlab.lab.measures.measure import MEASURED, STATUS, write_measured
 from archlab.lab.runs.plan import RunSpec, prepare
 from archlab.lab.runs.records import (
     RECORD_FILES,
     is_record,
     last_step,
+    missing_measures,
     read_records,
     record_folders,
 )
@@ -114,12 +116,14 @@ def test_a_suite_continued_from_records_reports_what_one_sitting_does(
         exp.measure()
 
 
-def _record(run_dir: Path, steps: int, last: int, returncode: int = 0) -> RunSpec:
+def _record(
+    run_dir: Path, steps: int, last: int, returncode: int = 0, diverged: bool = False
+) -> RunSpec:
     run_dir.mkdir(parents=True)
     rows = [{"step": s, "kind": "train", "loss": 1.0} for s in range(2, last + 1, 2)]
     (run_dir / METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / STATUS).write_text(
-        json.dumps({"returncode": returncode, "diverged": False, "wall_s": 1.0})
+        json.dumps({"returncode": returncode, "diverged": diverged, "wall_s": 1.0})
     )
     return RunSpec("arm", 0, run_dir, {}, steps)
 
@@ -173,3 +177,21 @@ def test_the_last_step_skips_a_row_being_written(tmp_path: Path) -> None:
     assert last_step(tmp_path) == 50
     (tmp_path / METRICS).write_text('{"kind": "note"}\n{"step": ')
     assert last_step(tmp_path) == 0
+
+
+def test_only_records_lacking_a_checkpoint_measure_stop_the_lab(tmp_path: Path) -> None:
+    """A record (no checkpoint, a clean exit) lacking val_loss is named; the same lacking only
+    metrics measures is not (they are taken from its metrics); a run that diverged before its first
+    checkpoint is no record (its val_loss is n/a), nor is a run that still has its checkpoints."""
+    record = _record(tmp_path / "record", 24, 24)
+    write_measured(record.run_dir, {"diverged": 0.0})
+    metrics_only = _record(tmp_path / "metrics-only", 24, 24)
+    write_measured(metrics_only.run_dir, {"val_loss": 2.0})
+    diverged = _record(tmp_path / "diverged", 24, 13, returncode=1, diverged=True)
+    trained = _record(tmp_path / "trained", 24, 24)
+    (trained.run_dir / "checkpoints").mkdir()
+    plan = SimpleNamespace(
+        runs=[replace(r, seed=i) for i, r in enumerate((record, metrics_only, diverged, trained))],
+        suite=SimpleNamespace(measures=["val_loss", "diverged"]),
+    )
+    assert missing_measures(plan) == [f"arm/seed0 ({record.run_dir}): val_loss"]

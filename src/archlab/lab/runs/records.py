@@ -9,9 +9,10 @@ RECORDS/<run folder>/ (the folder's name is its store key, so a run two suites s
 with the plan's registration beside them; `read_records` lays them into a store that lacks them,
 and the registration into the suite's folder, before the plan runs. The runner then counts such a
 run as done (`is_record`: no checkpoint, a clean exit, metrics to the last step) and the measures
-read their cache; a measure a record does not hold cannot be taken again (its checkpoint stayed
-behind), and `missing_measures` says which run and measure, so the lab stops with that line instead
-of training it again unasked.
+read their cache; a measure read from a checkpoint that a record does not hold cannot be taken
+again (its checkpoints stayed behind), and `missing_measures` says which run and measure, so the lab
+stops with that line instead of training it again unasked. A run that stopped on divergence before
+its first checkpoint is no record: its checkpoint measures are n/a.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
-from archlab.lab.measures.measure import MEASURED, STATUS, read_measured
+from archlab.lab.measures.measure import MEASURED, MEASURES, STATUS, read_measured
 from archlab.lab.runs.plan import Plan, RunSpec
 from archlab.lab.spec.registration import REGISTRATION
 from archlab.train.metrics import METRICS
@@ -62,14 +63,21 @@ def is_record(run: RunSpec) -> bool:
 
 def missing_measures(plan: Plan) -> list[str]:
     """'ARM/seedN (RUN): m1, m2' for each record of the plan that lacks one of the suite's measures
-    (a record cannot be measured again: its checkpoints stayed behind)."""
+    read from a checkpoint (a record cannot be measured from one again: its checkpoints stayed
+    behind; measures of the metrics are taken from the record). A run that stopped on divergence
+    before saving a checkpoint is no record: its checkpoint measures are n/a, as `measure_run`
+    gives them."""
     out = []
     for run in {r.run_dir: r for r in plan.runs}.values():
-        if (run.run_dir / STATUS).is_file() and not (run.run_dir / CHECKPOINTS).exists():
-            held = read_measured(run.run_dir)
-            lacking = [m for m in plan.suite.measures if m not in held]
-            if lacking:
-                out.append(f"{run.arm}/seed{run.seed} ({run.run_dir}): {', '.join(lacking)}")
+        status = run.run_dir / STATUS
+        if not status.is_file() or (run.run_dir / CHECKPOINTS).exists():
+            continue
+        if json.loads(status.read_text(encoding="utf-8")).get("diverged"):
+            continue
+        held = read_measured(run.run_dir)
+        lacking = [m for m in plan.suite.measures if m not in held and MEASURES[m].needs_checkpoint]
+        if lacking:
+            out.append(f"{run.arm}/seed{run.seed} ({run.run_dir}): {', '.join(lacking)}")
     return out
 
 
