@@ -6,6 +6,7 @@ exit code and the worker goes on."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,17 @@ def test_a_refused_run_is_its_exit_code_and_its_line_in_its_log_and_the_worker_g
     finally:
         worker.stop()
     assert not worker.process.is_alive()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_before_it_read_its_run_reports_the_signal(tmp_path: Path) -> None:
+    """SIGTERM to a whole `archlab ablate` (pgrep -f) can reach a worker still starting: it dies
+    with the run's message unread, its end of the pipe resets, and the lab's interrupt path must get
+    the exit code (-9 here), not the pipe's ConnectionResetError."""
+    worker = Worker.start(threads=1)
+    try:
+        worker.submit("run", {"preset": "llama"}, False, tmp_path / "train.log")
+        os.kill(worker.process.pid, signal.SIGKILL)  # still importing: the message is unread
+        assert worker.result(timeout=None) == -signal.SIGKILL
+    finally:
+        worker.stop()

@@ -155,7 +155,8 @@ class Worker:
         if self.conn.poll(timeout):
             try:
                 return int(self.conn.recv())
-            except EOFError:
+            # a worker that died: EOF, or ECONNRESET where a message to it was still unread
+            except (EOFError, ConnectionResetError):
                 pass
         elif self.process.is_alive():
             return None
