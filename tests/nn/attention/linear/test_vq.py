@@ -386,7 +386,7 @@ def test_hard_decoding_is_relative_to_what_the_query_sees():
     ref = _dense(q.double(), v.double(), assign.double(), cb.double(), 4)
     outs, state = [], None
     for t in range(16):
-        sl = slice(t, t + 1) if t else slice(0, 1)
+        sl = slice(t, t + 1)
         o, state = vq_attention(
             q[:, :, sl], v[:, :, sl], assign[:, :, sl], cb, 4, k_hat[:, :, sl], state
         )

@@ -194,12 +194,8 @@ def _cache_term(
     """What each query reads from the compressed cache (without ALiBi): exp(q . c) times the code
     sums of every block before the previous one, plus the state's cache from before the call.
     eq (B, K, R, N, L, C), ab (B, K, N, L, C), vb (B, K, N, L, Dv+1) -> (B, K, R, N, L, Dv+1)."""
-    N = ab.shape[2]
     block_sums = ab.transpose(-1, -2) @ vb  # (B, K, N, C, Dv+1): Delta_b^T [V_b | 1]
-    sums = block_sums if cache_grad else block_sums.detach()
-    older = torch.cat((torch.zeros_like(sums[:, :, :2]), sums.cumsum(2)[:, :, : N - 2]), 2)[
-        :, :, :N
-    ]
+    older = _before_previous(block_sums if cache_grad else block_sums.detach())
     if cache0 is not None:
         # (B, K, N, C, Dv+1): the compressed cache before each block
         older = older + cache0[:, :, None]
@@ -229,10 +225,7 @@ def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):
         s = (qi @ keys[:, :, None].transpose(-1, -2)).masked_fill(
             ~(a.sum(-1) > 0)[:, :, None, None, :], -torch.inf
         )  # (B, K, R, 1, S)
-        held = state.cache[..., -1] > 0  # (B, K, C), or (B, K, R, C) with ALiBi
-        s_cache = qc.masked_fill(
-            ~(held[:, :, None] if held.dim() == 3 else held)[..., None, :], -torch.inf
-        )
+        s_cache = qc.masked_fill(~_held_codes(state.cache)[..., None, :], -torch.inf)
         m = torch.maximum(s.amax(-1, keepdim=True), s_cache.amax(-1, keepdim=True))
         w, eq = torch.exp(s - m), torch.exp(s_cache - m)
     if bias is not None:
@@ -252,6 +245,20 @@ def _decode_step(q, v, assign, codebook, L, k_hat, state, bias, slopes=None):
     out = w @ v1[:, :, None] + cached  # (B, K, R, 1, Dv+1)
     y = (out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)).reshape(B, H, 1, -1)
     return y, _next_state(a, v1, state.cache, L, slopes)
+
+
+def _before_previous(x: torch.Tensor) -> torch.Tensor:
+    """Per block n, the sum of x over every block before n - 1 (zeros for blocks 0 and 1): x (B,
+    K, N, ...) -> (B, K, N, ...)."""
+    N = x.shape[2]
+    return torch.cat((torch.zeros_like(x[:, :, :2]), x.cumsum(2)[:, :, : N - 2]), 2)[:, :, :N]
+
+
+def _held_codes(cache: torch.Tensor) -> torch.Tensor:
+    """The codes a compressed cache holds (a positive count): cache (B, K, C, Dv+1) -> (B, K, 1,
+    C); with ALiBi (B, K, R, C, Dv+1) -> (B, K, R, C)."""
+    held = cache[..., -1] > 0
+    return held[:, :, None] if held.dim() == 3 else held
 
 
 def _soft_weights(qc, ab):
@@ -283,12 +290,10 @@ def _hard_weights(qb, qc, ab, k_hat, cache0, L):
     s_prev = (qb @ _shift_blocks(kb)[:, :, None].transpose(-1, -2)).masked_fill(
         ~_shift_blocks(real)[:, :, None, :, None, :], -torch.inf
     )
-    counts = ab.sum(-2)  # (B, K, N, C): each block's keys per code
-    held = torch.cat((torch.zeros_like(counts[:, :, :2]), counts.cumsum(2)[:, :, : N - 2]), 2)
-    held = (held[:, :, :N] > 0)[:, :, None, :, None, :]  # the codes of every block before n - 1
+    # the codes of every block before n - 1 (each block's keys per code, summed), and the state's
+    held = (_before_previous(ab.sum(-2)) > 0)[:, :, None, :, None, :]
     if cache0 is not None:
-        before = cache0[..., -1] > 0  # (B, K, C), or (B, K, R, C) with ALiBi
-        held = held | (before[:, :, None] if before.dim() == 3 else before)[..., None, None, :]
+        held = held | _held_codes(cache0)[..., None, None, :]
     s_cache = qc.masked_fill(~held, -torch.inf)
     m = (
         torch.stack((s_cur.amax(-1), s_prev.amax(-1), s_cache.amax(-1)), -1)
