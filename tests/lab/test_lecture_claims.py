@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from archlab.lab.analysis import stats
-from archlab.lab.publishing import lecture_claims, publish
+from archlab.lab.publishing import books, lecture_claims, publish, summary
 from archlab.lab.spec.claims_index import (
     ClaimsIndexError,
     Evidence,
@@ -121,13 +121,13 @@ def test_a_claim_tested_on_three_pages_counts_once_by_its_primary() -> None:
 
 
 def test_the_readme_rebuilt_from_the_files_is_the_committed_one_and_its_tally_recounts() -> None:
-    readme = (DOCS / publish.SUMMARY).read_text(encoding="utf-8")
-    assert publish.summary_text(DOCS, publish.judged(DOCS)) == readme
+    readme = (DOCS / summary.SUMMARY).read_text(encoding="utf-8")
+    assert summary.text(DOCS, books.judged(DOCS)) == readme
     # an independent recount: the pages' published claims.json and the index, nothing
     # the summary computed
     published = {
         (r["suite"], r["claim"]): r["outcome"]
-        for p in publish.pages(DOCS)
+        for p in books.pages(DOCS)
         for r in json.loads((p / "claims.json").read_text(encoding="utf-8"))
     }
     index = load_index()
@@ -155,7 +155,7 @@ def test_the_readme_rebuilt_from_the_files_is_the_committed_one_and_its_tally_re
     # shown claim's "changed" from the two outcomes
     rejudged = {
         (p.name, r["claim"]): r["outcome"]
-        for p in publish.pages(DOCS)
+        for p in books.pages(DOCS)
         if (p / "rejudged.json").is_file()
         for r in json.loads((p / "rejudged.json").read_text(encoding="utf-8"))
     }
@@ -182,6 +182,8 @@ def test_check_lists_an_index_that_does_not_check_instead_of_failing(
             Path("claims-index.yaml"), ["'x': no primary test", "'y': the id is given twice"]
         )
 
+    # the summary reads the index, and rebuild reads it first, before any write
+    monkeypatch.setattr(summary, "load_index", broken)
     monkeypatch.setattr(publish, "load_index", broken)
     assert publish.check(tmp_path) == [
         "claims index claims-index.yaml: 'x': no primary test",

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from archlab.lab.publishing import publish
+from archlab.lab.publishing import books, publish
 from archlab.lab.publishing.verify import verify_alone
 from archlab.lab.spec.claims_index import load_index
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
-PAGES = publish.pages(DOCS)
+PAGES = books.pages(DOCS)
 
 
 def test_every_page_is_a_built_in_suite_and_the_summary_names_the_unpublished() -> None:

@@ -23,7 +23,8 @@ from archlab.lab.analysis import stats
 from archlab.lab.analysis.verdicts import ClaimResult, factorial_anova, judge, narang_agreement
 from archlab.lab.experiment import Experiment
 from archlab.lab.measures.measure import write_measured
-from archlab.lab.publishing import publish
+from archlab.lab.publishing import books, publish
+from archlab.lab.publishing.record import read_record
 from archlab.lab.publishing.report import claim_table
 from archlab.lab.runs.collect import TIMED, measure_plan, table_of
 from archlab.lab.runs.plan import Plan, plan_suite, write_plan
@@ -577,15 +578,15 @@ def test_a_comparison_two_pages_share_gets_one_verdict(
     provenance = json.loads((twin / "provenance.json").read_text())
     (twin / "provenance.json").write_text(json.dumps({**provenance, "suite": "twin"}))
     alone = {
-        name: {r.claim.text: r for r in judge(publish.read_record(docs / name).table)}
+        name: {r.claim.text: r for r in judge(read_record(docs / name).table)}
         for name in ("synthetic", "twin")
     }
     shared = "b beats a"
     # 11 claims vs 5
     assert alone["twin"][shared].p_adjusted > alone["synthetic"][shared].p_adjusted
-    books = publish.judged(docs)
+    judged = books.judged(docs)
     both = [
-        next(r for r in books[name][1] if r.claim.text == shared) for name in ("synthetic", "twin")
+        next(r for r in judged[name][1] if r.claim.text == shared) for name in ("synthetic", "twin")
     ]
     assert both[0].outcome == both[1].outcome
     assert both[0].p_adjusted == both[1].p_adjusted == alone["twin"][shared].p_adjusted

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from archlab.lab.experiment import Experiment
     from archlab.lab.measures.measure import MEASURES, measure_run
+    from archlab.lab.publishing.books import pages as published_pages
     from archlab.lab.publishing.legacy import from_legacy, register_published
-    from archlab.lab.publishing.publish import SUMMARY, import_folder
     from archlab.lab.publishing.publish import check as check_pages
-    from archlab.lab.publishing.publish import pages as published_pages
+    from archlab.lab.publishing.publish import import_folder
     from archlab.lab.publishing.publish import rebuild as rebuild_pages
+    from archlab.lab.publishing.summary import SUMMARY
     from archlab.lab.publishing.verify import verify
     from archlab.lab.runs.executor import SlurmOptions
     from archlab.lab.runs.runner import LabError, Progress
@@ -56,8 +57,8 @@ _PUBLIC = {
     "import_folder": ("archlab.lab.publishing.publish", "import_folder"),
     "check_pages": ("archlab.lab.publishing.publish", "check"),
     "rebuild_pages": ("archlab.lab.publishing.publish", "rebuild"),
-    "published_pages": ("archlab.lab.publishing.publish", "pages"),
-    "SUMMARY": ("archlab.lab.publishing.publish", "SUMMARY"),
+    "published_pages": ("archlab.lab.publishing.books", "pages"),
+    "SUMMARY": ("archlab.lab.publishing.summary", "SUMMARY"),
     "from_legacy": ("archlab.lab.publishing.legacy", "from_legacy"),
     "register_published": ("archlab.lab.publishing.legacy", "register_published"),
     # one run's measures, as collecting takes them (scripts/behaviour_hashes.py fingerprints them)

@@ -23,9 +23,9 @@ import yaml
 from archlab.data.prepare import prepared_hash
 from archlab.lab.analysis.ladder import LADDER_SUITE, describe, fit_ladder, ladder_values
 from archlab.lab.analysis.table import Table
-from archlab.lab.publishing.publish import PREVIOUS_RULE
 from archlab.lab.publishing.record import (
     CLAIMS,
+    PREVIOUS_RULE,
     PROVENANCE,
     SUITE_FILE,
     config_hash,

@@ -338,7 +338,7 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-300)
 
 
-# a claims.json row's fields that one verdict across pages sets (publishing/publish.py `unify`):
+# a claims.json row's fields that one verdict across pages sets (publishing/books.py `unify`):
 # a folder verified alone checks a shared comparison on its own family's figures instead
 # (the *_suite fields)
 UNIFIED = ("outcome", "statement", "note", "p_holm", "seeds_needed", "mde", "shared_with", "test")

@@ -30,6 +30,7 @@ from archlab.lab.publishing.record import (
     registered_differences,
     rejudge,
 )
+from archlab.lab.publishing.summary import SUMMARY
 
 PAGES = ("results.md", "report.html")  # what `archlab ablate` renders into a suite's folder
 
@@ -38,11 +39,7 @@ def published_docs(folder: Path) -> Path | None:
     """The docs/results folder `folder` is a page of (it holds the summary and the page's
     SUITE.md), or None."""
     docs = folder.parent
-    return (
-        docs
-        if (docs / publish.SUMMARY).is_file() and (docs / f"{folder.name}.md").is_file()
-        else None
-    )
+    return docs if (docs / SUMMARY).is_file() and (docs / f"{folder.name}.md").is_file() else None
 
 
 def verify(folder: str | Path) -> list[str]:
