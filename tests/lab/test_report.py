@@ -25,7 +25,7 @@ from archlab.lab.experiment import Experiment
 from archlab.lab.measures.measure import write_measured
 from archlab.lab.publishing import books, publish
 from archlab.lab.publishing.record import read_record
-from archlab.lab.publishing.report import claim_table
+from archlab.lab.publishing.tables import claim_table
 from archlab.lab.runs.collect import TIMED, measure_plan, table_of
 from archlab.lab.runs.plan import Plan, plan_suite, write_plan
 from archlab.lab.spec.budgets import BUDGETS

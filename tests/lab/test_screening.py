@@ -161,8 +161,9 @@ def test_effect_p_values_are_two_sided_as_the_page_labels_them(tmp_path: Path) -
     scipy, on the hand contrast and a residual from numpy's least squares over every main effect and
     every two-factor product (the space the fit's chains span); the page's effects table calls it
     two-sided and shows it."""
-    from archlab.lab.publishing.page import fmt, screening_section
     from archlab.lab.publishing.record import Record
+    from archlab.lab.publishing.screening_section import screening_section
+    from archlab.lab.publishing.tables import fmt
 
     suite = _suite(tmp_path)
     table = _table(suite, np.random.default_rng(4), seeds=3, sigma=0.02)

@@ -27,8 +27,8 @@ from archlab.lab.measures.timing_load import (
     other_work,
     peak_load,
 )
-from archlab.lab.publishing.page import timing_table, timing_warnings
 from archlab.lab.publishing.report import verdict_lines
+from archlab.lab.publishing.tables import timing_table, timing_warnings
 from archlab.lab.runs.collect import TIMED, measure_timings
 from archlab.lab.runs.plan import plan_suite
 from archlab.lab.spec.budgets import BUDGETS

@@ -10,8 +10,9 @@ import re
 from pathlib import Path
 
 from archlab.lab.analysis.verdicts import ClaimResult
-from archlab.lab.publishing import page, registered, run_provenance
+from archlab.lab.publishing import registered, run_provenance
 from archlab.lab.publishing.record import FIRST_RULE, PREVIOUS_RULE, REJUDGED, Record
+from archlab.lab.publishing.tables import fmt
 
 
 def sections(folder: Path, record: Record, results: list[ClaimResult]) -> str:
@@ -27,7 +28,7 @@ def sections(folder: Path, record: Record, results: list[ClaimResult]) -> str:
 def fmt_ci(ci: list | tuple) -> str:
     """A 90% CI as the pages print it, '[low, high]', or 'n/a' where there is none."""
     low, high = ci
-    return "n/a" if low is None or math.isnan(low) else f"[{page.fmt(low)}, {page.fmt(high)}]"
+    return "n/a" if low is None or math.isnan(low) else f"[{fmt(low)}, {fmt(high)}]"
 
 
 def why_changed(old: dict, new: ClaimResult) -> str:
@@ -55,8 +56,7 @@ def why_changed(old: dict, new: ClaimResult) -> str:
         and not math.isclose(before, new.estimate, rel_tol=1e-6, abs_tol=1e-12)
     ):
         reasons.append(
-            f"estimate {page.fmt(before)} -> {page.fmt(new.estimate)} (new runs or "
-            "a redefined measure)"
+            f"estimate {fmt(before)} -> {fmt(new.estimate)} (new runs or a redefined measure)"
         )
     return "; ".join(reasons) or "the same test"
 
@@ -74,7 +74,7 @@ def _then_and_now(old_rows: list[dict], results: list[ClaimResult]) -> list[str]
         )
         t_old = old.get("test") or {}
         before = (
-            f"{page.fmt(old.get('estimate'))} {fmt_ci(old.get('ci', [math.nan, math.nan]))}, "
+            f"{fmt(old.get('estimate'))} {fmt_ci(old.get('ci', [math.nan, math.nan]))}, "
             f"{t_old.get('test', '-')}, {old['outcome']}"
         )
         if new is None:
@@ -82,7 +82,7 @@ def _then_and_now(old_rows: list[dict], results: list[ClaimResult]) -> list[str]
             continue
         aliases.pop(new.claim.text, None)
         after = (
-            f"{page.fmt(new.estimate)} {fmt_ci(new.ci)}, "
+            f"{fmt(new.estimate)} {fmt_ci(new.ci)}, "
             f"{new.test.test if new.test else '-'}, {new.outcome}"
         )
         changed = old["outcome"] != new.outcome
@@ -99,8 +99,7 @@ def _then_and_now(old_rows: list[dict], results: list[ClaimResult]) -> list[str]
         if text not in renamed:
             r = now[text]
             lines.append(
-                f"| (new) {text} | - | {page.fmt(r.estimate)} {fmt_ci(r.ci)}, {r.outcome} | "
-                "new claim |"
+                f"| (new) {text} | - | {fmt(r.estimate)} {fmt_ci(r.ci)}, {r.outcome} | new claim |"
             )
     return lines
 
@@ -203,11 +202,11 @@ def first_section(folder: Path, results: list[ClaimResult]) -> str:
     ]
     for old in first:
         new = now.get(old["claim"])
-        before = f"{page.fmt(old.get('difference'))}, {old['verdict']}"
+        before = f"{fmt(old.get('difference'))}, {old['verdict']}"
         after = (
             "(no claim of this text now: dropped or reworded)"
             if new is None
-            else f"{page.fmt(new.estimate)} {fmt_ci(new.ci)}, {new.outcome}"
+            else f"{fmt(new.estimate)} {fmt_ci(new.ci)}, {new.outcome}"
         )
         lines.append(f"| {old['claim']} | {before} | {after} |")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from archlab.lab.analysis import stats
-from archlab.lab.publishing import page
+from archlab.lab.publishing.tables import fmt
 from archlab.lab.spec.claims_index import Evidence, LectureClaim, Source
 
 NOT_TESTED = "not tested"
@@ -74,8 +74,8 @@ def _estimate(row: dict | None) -> str:
     if row is None or row["test"] is None or row["outcome"] not in TESTED:
         return "-"
     low, high = row["ci"]
-    ci = "" if low is None or math.isnan(low) else f" [{page.fmt(low)}, {page.fmt(high)}]"
-    return page.fmt(row["estimate"]) + ci
+    ci = "" if low is None or math.isnan(low) else f" [{fmt(low)}, {fmt(high)}]"
+    return fmt(row["estimate"]) + ci
 
 
 def _test_cell(test: Evidence) -> str:
@@ -139,7 +139,7 @@ def section(index: list[LectureClaim], pages: dict[str, list[dict]]) -> list[str
 
 
 def _mde(row: dict | None) -> str:
-    return "-" if row is None or row.get("mde") is None else page.fmt(row["mde"])
+    return "-" if row is None or row.get("mde") is None else fmt(row["mde"])
 
 
 def release_section(

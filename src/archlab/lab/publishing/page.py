@@ -1,10 +1,10 @@
 """A suite's page from its record (lab/publishing/record.py) and verdicts:
 results.md and report.html.
 
-The page says what each test showed in words that follow it (outcomes.statement), the minimum
-detectable effect at its n, the seeds a stated effect needs, the suite's noise, the tables,
-and where the numbers came from (the commit, versions, machine, data hash, command, scale
-and cost). Nothing here needs the run folders, so a published page is rebuilt from its files
+The page says where the numbers came from (the commit, versions, machine, data hash, command, scale
+and cost), then its sections: the tables and the paragraphs beside them
+(lab/publishing/tables.py; a screening's design and effects: lab/publishing/screening_section.py).
+Nothing here needs the run folders, so a published page is rebuilt from its files
 (`scripts/publish_results.py`), and plots are passed in as files.
 """
 
@@ -13,22 +13,27 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
-import statistics
 from pathlib import Path
 
-from scipy import special
-
 from archlab.lab.analysis import stats
-from archlab.lab.analysis.ladder import describe, fit_ladder, ladder_values
-from archlab.lab.analysis.verdicts import ClaimResult, factorial_anova, suite_spreads
+from archlab.lab.analysis.verdicts import ClaimResult
 from archlab.lab.measures.measure import MEASURES
-from archlab.lab.measures.timing_load import load_warning, other_work, peak_load
 from archlab.lab.publishing import registered, run_provenance
 from archlab.lab.publishing.record import Record
+from archlab.lab.publishing.screening_section import screening_section
+from archlab.lab.publishing.tables import (
+    anova_table,
+    arm_table,
+    claim_table,
+    ladder_section,
+    margin_text,
+    spread_lines,
+    tally,
+    timing_table,
+    timing_warnings,
+)
 from archlab.lab.spec.arms import PARAM_TOLERANCE
 from archlab.lab.spec.budgets import evidence_caveat, evidence_note
-from archlab.lab.spec.suite import Claim
 
 RULE = (
     "Every arm runs the same seeds; a claim compares the arms seed by seed (paired), on the pair's "
@@ -53,309 +58,6 @@ RULE = (
     "outside the family and the tallies; a calibration suite's claims are tested but never tallied "
     "as the lecture's. The rule: docs/lab-statistics.md."
 )
-# metrics in nats, whose margins the ladder prices
-LOSS_METRICS = ("val_loss", "train_loss", "loss_at_1x")
-
-
-# ------------------------------------------------------------------------------------------ tables
-def fmt(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.4g}" if abs(x) < 1e5 else f"{x:,.0f}"
-
-
-def _cell(xs: list[float]) -> str:
-    finite = [x for x in xs if not math.isnan(x)]
-    if not finite:
-        return "n/a"
-    std = statistics.stdev(finite) if len(finite) > 1 else 0.0
-    return f"{fmt(statistics.fmean(finite))} ± {fmt(std)}"
-
-
-def _metrics(claim: Claim) -> str:
-    versus = f" vs {claim.versus_metric}" if claim.versus_metric else ""
-    factor = (
-        f" [{claim.factor}" + "".join(f", {k}={v}" for k, v in (claim.within or {}).items()) + "]"
-        if claim.factor
-        else ""
-    )
-    return f"{claim.metric}{versus} ({claim.better} is better){factor}"
-
-
-def _bound(r: ClaimResult) -> str:
-    low, high = r.ci
-    return "n/a" if math.isnan(low) else f"[{fmt(low)}, {fmt(high)}]"
-
-
-def needed(result: ClaimResult) -> str:
-    """What an inconclusive claim would need at its stated effect: seeds per arm (and items, for a
-    claim scored on a fixed item set), or timed pairs for a timing."""
-    if result.outcome != stats.INCONCLUSIVE or result.test is None:
-        return "-"
-    test = result.test
-    if not result.seeds_needed:
-        if test.against_the_data:
-            return "none: the data point the other way (the interval excludes 0 against the claim)"
-        if test.items_needed:
-            return (
-                f"{test.items_needed} items at {len(result.a)} seeds per arm (no number of "
-                f"seeds decides it at {test.items} items: the items' own variance does not "
-                "shrink with seeds)"
-            )
-        if test.test == stats.ITEM_TEST and stats.planning_effect(test) is not None:
-            return f"out of reach: more than 32 times the {test.items} items and a million seeds"
-        return "none planned: no smallest effect stated" if test.test in stats.T_TESTS else "-"
-    unit = "pairs" if "interleaved pairs" in result.note else "seeds per arm"
-    if test.test == stats.ITEM_TEST:
-        unit = f"seeds per arm at {test.items_needed or test.items} items" + (
-            f" (more seeds alone cannot decide it at {test.items} items, nor more items "
-            f"at {len(result.a)} seeds)"
-            if test.items_needed
-            else ""
-        )
-    had = (
-        f" (it had {len(result.a)}: the estimate, not the n, leaves it open)"
-        if result.seeds_needed <= len(result.a) and not test.items_needed
-        else ""
-    )
-    # what _plan in lab/analysis/stats.py plans for
-    at = {
-        "better": f" at a true gain of {fmt(test.smallest_effect)}",
-        "same": " at a true difference of 0",
-        "equivalent": f" for equivalence within +-{fmt(test.margin)} at a true difference of 0 "
-        "(90% power per side)",
-    }[test.expect]
-    # an exact test on events plans at the observed rates
-    if test.test not in (*stats.T_TESTS, stats.ITEM_TEST):
-        at = " at the observed rates"
-    return f"{result.seeds_needed} {unit}{at}{had}"
-
-
-def claim_table(results: list[ClaimResult], caveat: str = "") -> tuple[list[str], list[list[str]]]:
-    """The claims, one row each; `caveat` (budgets.evidence_caveat) follows each tested outcome."""
-    head = [
-        "claim",
-        "metric",
-        "arm vs",
-        "n",
-        "estimate (arm - vs)",
-        "90% CI",
-        "margin / smallest effect",
-        "test",
-        "p (one-sided)",
-        "p (Holm)",
-        "outcome",
-        "what the test showed",
-        "mde",
-        "needs",
-        "Narang",
-    ]
-    rows = []
-    for r in results:
-        c = r.claim
-        size = (
-            f"margin {fmt(c.margin)}"
-            if c.expect != "better" and c.margin
-            else f"smallest {fmt(c.smallest_effect)}"
-            if c.smallest_effect
-            else "-"
-        )
-        if c.min_effect:
-            size += f"; min {fmt(c.min_effect)}"
-        test = r.note if r.test is None else f"{r.test.test}; {r.note}"
-        # a design: its runs
-        n = r.test.n if r.test is not None and r.test.test == stats.OLS_TEST else len(r.a)
-        outcome = (
-            f"{r.outcome} {caveat}" if caveat and r.outcome != stats.BY_CONSTRUCTION else r.outcome
-        )
-        rows.append(
-            [
-                c.text,
-                _metrics(c),
-                f"{r.arms[0]} vs {r.arms[1]}",
-                str(n),
-                fmt(r.estimate),
-                _bound(r),
-                size,
-                test,
-                fmt(r.p),
-                fmt(r.p_adjusted),
-                outcome,
-                r.statement,
-                fmt(r.mde),
-                needed(r),
-                r.narang,
-            ]
-        )
-    return head, rows
-
-
-def tally(results: list[ClaimResult]) -> str:
-    """The outcome counts of the family, and the claims outside it, in one line."""
-    family = [r.outcome for r in results if r.in_family]
-    outside = [r.outcome for r in results if not r.in_family]
-    counts = ", ".join(f"{family.count(o)} {o}" for o in dict.fromkeys(family)) or "none"
-    extra = ", ".join(f"{outside.count(o)} {o}" for o in dict.fromkeys(outside))
-    calibration = (
-        " These are calibration claims (the lab's yardstick), outside the lecture's tallies."
-        if any(r.calibration for r in results)
-        else ""
-    )
-    return (
-        f"{len(family)} tested claims: {counts}."
-        + (f" Outside the family (not tallied): {extra}." if extra else "")
-        + calibration
-    )
-
-
-def spread_lines(record: Record) -> list[str]:
-    s = record.suite
-    metric = "val_loss" if "val_loss" in s.measures else s.measures[0]
-    lines = []
-    for sp in suite_spreads(record.table, metric):
-        lines.append(
-            f"- {metric}, {sp.regime} ({len(sp.arms)} arms x {sp.seeds} seeds): a run's spread "
-            f"sigma_run {fmt(sp.sigma_run)}, residual sigma_eps {fmt(sp.sigma_eps)} ({sp.df} df), "
-            f"between-arm seed correlation rho {fmt(sp.rho)}"
-        )
-    return (lines or [f"- {metric}: too few finished arms to analyse"]) + [
-        "- The claims use each pair's own paired differences (their own standard error, n - 1 df) "
-        "unless the test column says otherwise; these suite-wide figures describe the noise, they "
-        "do not judge claims."
-    ]
-
-
-def anova_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
-    # a fraction cannot fit every interaction: its effects table replaces the ANOVA
-    if record.suite.screening:
-        return None
-    rows = factorial_anova(record.table, "val_loss") if "val_loss" in record.suite.measures else []
-    if not rows:
-        return None
-    return ["term", "df", "F", "p"], [[t, f"{df:g}", fmt(f), fmt(pv)] for t, df, f, pv in rows]
-
-
-def timing_table(record: Record) -> tuple[list[str], list[list[str]]] | None:
-    if not record.suite.timings:
-        return None
-    rows = []
-    for t in record.suite.timings:
-        timed = record.table.timings.get(t.metric)
-        if timed is None:
-            rows.append([t.metric, t.kind, " vs ".join(t.arms), "0", "n/a", "n/a", "n/a", "n/a"])
-            continue
-        ratios = sorted(a / b for a, b in zip(timed["a"], timed["b"]))
-        peak, others = peak_load(timed), other_work(timed)
-        load = "not recorded" if peak is None else f"{peak:.1f} on {timed.get('cpus') or '?'} CPUs"
-        load += "" if others is None else f"; {others:.2f} CPUs of other work"
-        rows.append(
-            [
-                t.metric,
-                t.kind,
-                " vs ".join(timed["arms"]),
-                str(len(ratios)),
-                f"{1e3 * statistics.median(timed['a']):.4g} / "
-                f"{1e3 * statistics.median(timed['b']):.4g}",
-                fmt(statistics.median(ratios)),
-                load,
-                json.dumps(t.options) if t.options else "-",
-            ]
-        )
-    return [
-        "timing",
-        "kind",
-        "arms (a vs b)",
-        "pairs",
-        "median ms (a / b)",
-        "median ratio a/b",
-        "load (1-min, highest)"
-        + (
-            "; other work (mean over the pairs)"
-            if any("CPUs of other" in r[6] for r in rows)
-            else ""
-        ),
-        "options",
-    ], rows
-
-
-def timing_warnings(record: Record) -> list[str]:
-    """One line per timing run while the machine's load exceeded
-    its CPUs (lab/measures/timing_load.py)."""
-    return [
-        w for metric, timed in record.table.timings.items() if (w := load_warning(metric, timed))
-    ]
-
-
-def param_note(record: Record, arm: str, params: int | None, base: int | None) -> str:
-    meta = record.provenance.get("arms", {}).get(arm, {})
-    parts = [meta["matched"]] if meta.get("matched") else []
-    if params and base and abs(params - base) > PARAM_TOLERANCE * base:
-        why = (
-            "by design"
-            if arm in record.suite.unmatched or record.suite.match_params == "none"
-            else "not matched"
-        )
-        parts.insert(0, f"{(params - base) / base:+.1%} parameters vs the base ({why})")
-    return "; ".join(parts)
-
-
-def arm_table(record: Record) -> tuple[list[str], list[list[str]]]:
-    """Per arm: seeds, parameters, each measure's mean ± sd over seeds, divergences (a rate),
-    the size note."""
-    s, table = record.suite, record.table
-    head = ["arm", "seeds", "parameters", *s.measures, "diverged", "note"]
-    params = {
-        a.name: next((r.parameters for r in table.runs.get(a.name, []) if r.parameters), None)
-        for a in s.arms
-    }
-    base = params[s.base_arm.name]
-    rows = []
-    for a in s.arms:
-        runs = table.runs.get(a.name, [])
-        diverged = sum(r.values.get("diverged", 0.0) == 1.0 for r in runs)
-        rows.append(
-            [
-                a.name,
-                str(len(runs)),
-                f"{params[a.name]:,}" if params[a.name] else "n/a",
-                *(_cell(table.values(a.name, m)) for m in s.measures),
-                f"{diverged}/{len(runs)}",
-                param_note(record, a.name, params[a.name], base),
-            ]
-        )
-    return head, rows
-
-
-def margin_text(record: Record) -> str:
-    """The margins and smallest effects in use, and what the loss margin is worth
-    in compute (provenance)."""
-    used = sorted(
-        {(c.metric, c.margin) for c in record.suite.claims if c.expect != "better" and c.margin}
-    )
-    parts = [f"{m} {margin:g}" + (" nats" if m in LOSS_METRICS else "") for m, margin in used]
-    text = (
-        (f"Margins ({registered.margins_when(record.registration)}): " + ", ".join(parts) + ".")
-        if parts
-        else ""
-    )
-    pricing = record.provenance.get("margins", "")
-    return f"{text} {pricing}".strip()
-
-
-def ladder_section(record: Record) -> tuple[tuple, list[str]] | None:
-    """A suite's own rungs (its base at multiples of the steps): a table and the fit, or None."""
-    values = ladder_values(record.table)
-    fit = fit_ladder(values) if len(values) >= 2 and set(values) != {1.0} else None
-    if fit is None:
-        return None
-    steps = record.provenance.get("rung_steps", {})
-    base = statistics.fmean(values[1.0][: fit.seeds]) if 1.0 in values else math.nan
-    rows = [
-        [f"{x:g}x", str(steps.get(f"{x:g}", "")), fmt(m), fmt(m - base) if x != 1.0 else "0"]
-        for x, m in zip(fit.scales, fit.means)
-    ]
-    margin = record.budget.margin
-    return (["rung", "steps", "val_loss (mean over seeds)", "vs 1x"], rows), [describe(fit, margin)]
 
 
 def header_lines(record: Record) -> list[str]:
@@ -440,108 +142,6 @@ def _html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
     )
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
-    """A screening suite's design (generators, defining relation, alias chains) and
-    its effects table."""
-    from archlab.lab.analysis.screening import fit
-    from archlab.lab.spec.suite import screening_design
-
-    s = record.suite
-    if not s.screening:
-        return None
-    d = screening_design(s, len(s.factors))
-    factors = list(s.factors)
-    lines = d.describe() + [
-        "factors (letter: -1 level / +1 level): "
-        + "; ".join(
-            f"{chr(65 + j)} = {f} ({names[0]} / {names[1]})"
-            for j, (f, names) in enumerate(s.factors.items())
-        ),
-        "alias chains up to two-factor interactions: "
-        + "; ".join(
-            " = ".join(" x ".join(factors[ord(c) - 97] for c in w) for w in chain)
-            for chain in d.chains(2)
-            if len(chain) > 1
-        )
-        + ".",
-    ]
-    metric = "val_loss" if "val_loss" in s.measures else s.measures[0]
-    result = fit(record.table, metric)
-    if result is None:
-        return None, lines + [f"No least-squares fit of {metric}: a run is missing or diverged."]
-    rows = []
-    for e in sorted(result.effects, key=lambda e: -abs(e.estimate)):
-        t = float(special.stdtrit(e.df, 0.95))
-        rows.append(
-            [
-                e.term,
-                e.aliases,
-                fmt(e.estimate),
-                fmt(e.se),
-                f"[{fmt(e.estimate - t * e.se)}, {fmt(e.estimate + t * e.se)}]",
-                f"{e.df:.3g}",
-                fmt(e.p),
-            ]
-        )
-    lines += row_check_lines(result)
-    return (
-        [
-            "effect",
-            "aliases",
-            "estimate (+1 minus -1)",
-            "SE",
-            "90% interval",
-            "df",
-            "p (two-sided)",
-        ],
-        rows,
-    ), lines
-
-
-def row_check_lines(result) -> list[str]:  # result: archlab.lab.analysis.screening.Fit
-    """What the rows' variance check found (Cochran's C) and how the fit's sigma and SEs
-    follow from it."""
-    from archlab.lab.analysis.screening import COCHRAN_ALPHA
-
-    n = result.runs * result.seeds
-    check = result.rows
-    if check is None:
-        return [
-            f"{result.metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df (one "
-            "seed: no row's variance can be checked); each effect is the mean at +1 minus "
-            f"the mean at -1 over {result.runs} rows x {result.seeds} seeds, SE 2 sigma / "
-            f"sqrt(N) = {fmt(2 * result.sigma / math.sqrt(n))}."
-        ]
-    test = (
-        f"Rows' variances before pooling (each row's seeds, the seed block removed, {check.df} "
-        f"df): Cochran's C {fmt(check.c)} against {fmt(check.critical)} at {COCHRAN_ALPHA:g} "
-        "(C_crit = 1 / (1 + (k - 1) / F(alpha / k; df, (k - 1) df)), Cochran 1941)"
-    )
-    if not check.unstable:
-        return [
-            test + ": no row stands out, so one sigma is pooled.",
-            f"{result.metric}: a run's residual sd {fmt(result.sigma)} on {result.df:g} df; "
-            f"each effect is the mean at +1 minus the mean at -1 over {result.runs} rows x "
-            f"{result.seeds} seeds, SE 2 sigma / sqrt(N) = {fmt(2 * result.sigma / math.sqrt(n))}; "
-            "the interval is +-t SE at the residual df.",
-        ]
-    rows = "; ".join(
-        f"{name} (sd {fmt(math.sqrt(v))} over its seeds, {v / check.variance:.0f}x "
-        "the others' variance)"
-        for name, v in check.unstable.items()
-    )
-    return [
-        test
-        + f": unstable, {rows}, holding {check.share:.0%} of the rows' residual sum of squares.",
-        f"{result.metric}: the stable rows' residual sd {fmt(result.sigma)} on "
-        f"{check.pooled_df} df. An unstable row keeps its runs at its own variance: the "
-        "effects are weighted least squares (weights 1 / variance), each SE from both "
-        "variances, its df Satterthwaite's; the interval is +-t SE at those df. Pooled, "
-        f"the residual sd would be {fmt(result.pooled_sigma)} on {result.pooled_df:g} "
-        f"df, SE {fmt(2 * result.pooled_sigma / math.sqrt(n))}.",
-    ]
 
 
 def sections(

@@ -20,7 +20,7 @@ from archlab.lab.analysis.verdicts import ClaimResult
 from archlab.lab.measures.embed_measures import max_embed_row_norm_series
 from archlab.lab.measures.measure import MEASURES
 from archlab.lab.measures.timing_load import load_note, load_warning
-from archlab.lab.publishing import page
+from archlab.lab.publishing import page, tables
 from archlab.lab.publishing.record import (
     Record,
     config_hash,
@@ -43,7 +43,6 @@ from archlab.train.metrics import read_metrics
 
 # in the suite's folder: training wall time over all sessions, jobs, machine, commits
 SUITE_TIME = "lab-time.json"
-claim_table = page.claim_table
 
 
 def record_suite_time(plan: Plan, wall_s: float, jobs: int) -> float:
@@ -87,7 +86,7 @@ def margin_pricing(plan: Plan, table: Table) -> str:
         {
             c.margin
             for c in plan.suite.claims
-            if c.expect != "better" and c.margin and c.metric in page.LOSS_METRICS
+            if c.expect != "better" and c.margin and c.metric in tables.LOSS_METRICS
         }
     )
     budget = plan.budget
@@ -244,7 +243,7 @@ def verdict_lines(plan: Plan, results: list[ClaimResult]) -> list[str]:
     timings = read_timings(plan)
     lines = []
     for result in results:
-        needed = f" (needs {page.needed(result)})" if result.seeds_needed else ""
+        needed = f" (needs {tables.needed(result)})" if result.seeds_needed else ""
         smoke = f" {caveat}" if caveat and result.outcome != BY_CONSTRUCTION else ""
         timed = timings.get(result.claim.metric) if plan.suite.timing(result.claim) else None
         load = f" [{note}]" if timed and (note := load_note(timed)) else ""

@@ -191,7 +191,7 @@ def shared_runs(docs: Path, record: Record, arm: str) -> list[tuple[str, str]]:
 def _switch_row(factor: str, names: list[str], fitted: Fit, at: SimpleEffect | None) -> str:
     """One switch's row: its main effect here beside its simple effect at the modern base (or
     what would publish it)."""
-    from archlab.lab.publishing.page import fmt
+    from archlab.lab.publishing.tables import fmt
 
     e = fitted.effect(factor)
     t = float(special.stdtrit(e.df, 0.95))

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 
 from archlab.lab.analysis import stats
-from archlab.lab.publishing import lecture_claims, page
+from archlab.lab.publishing import lecture_claims
 from archlab.lab.publishing.books import Books, rows_of
 from archlab.lab.publishing.history import fmt_ci
 from archlab.lab.publishing.record import HASHES, READING, REJUDGED, record_digest
+from archlab.lab.publishing.tables import fmt
 from archlab.lab.spec.claims_index import load_index
 
 SUMMARY = "README.md"  # the summary's name in docs/results
@@ -135,18 +136,18 @@ def _comparison_table(unique: list[dict]) -> list[str]:
     for r in unique:
         also = f" (also in {', '.join(r['shared_with'])})" if r["shared_with"] else ""
         size = (
-            f"margin {page.fmt(r['margin'])}"
+            f"margin {fmt(r['margin'])}"
             if r["expect"] != "better" and r["margin"]
-            else f"smallest {page.fmt(r['smallest_effect'])}"
+            else f"smallest {fmt(r['smallest_effect'])}"
             if r["smallest_effect"]
             else "-"
         )
         kind = " (calibration)" if r["calibration"] else ""
         lines.append(
             f"| [{r['suite']}]({r['suite']}.md){kind} | {r['claim']}{also} | {r['metric']} "
-            f"| {r['arms']} | {page.fmt(r['estimate'])} | {fmt_ci(r['ci'])} | {size} | "
-            f"{page.fmt(r['p_holm'])} | {r['outcome']} | {r['statement']} | {page.fmt(r['mde'])} | "
-            f"{_needs(r)} | {r['narang']} | {page.fmt(q.get(id(r)))} |"
+            f"| {r['arms']} | {fmt(r['estimate'])} | {fmt_ci(r['ci'])} | {size} | "
+            f"{fmt(r['p_holm'])} | {r['outcome']} | {r['statement']} | {fmt(r['mde'])} | "
+            f"{_needs(r)} | {r['narang']} | {fmt(q.get(id(r)))} |"
         )
     return lines
 
