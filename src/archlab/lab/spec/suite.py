@@ -34,6 +34,12 @@ class SuiteError(ValueError):
     """A malformed suite file: the message names the file, the key and what is allowed."""
 
 
+def require(ok: bool, where: str, message: str) -> None:
+    """Raise SuiteError(`where: message`) unless `ok`."""
+    if not ok:
+        raise SuiteError(f"{where}: {message}")
+
+
 def is_exact(metric: str) -> bool:
     """Whether a measure is exact arithmetic (a formula), so that claims on it
     are "by construction"."""

@@ -61,21 +61,18 @@ import math
 from importlib import resources
 from pathlib import Path
 
-from archlab.lab.spec.budgets import BUDGETS, MARGIN_LIMIT_WHY, MARGIN_LIMITS, MARGIN_METRICS
+from archlab.lab.spec.budgets import BUDGETS
 from archlab.lab.spec.suite import (
-    EXPECTS,
     MATCH_MODES,
-    NARANG_FINDINGS,
     PURPOSES,
-    ROLES,
     Arm,
-    Claim,
     Suite,
     SuiteError,
     Timing,
-    is_exact,
+    require,
     screening_design,
 )
+from archlab.lab.spec.suite_claims import margin_of, read_claim
 from archlab.nn.config import ConfigError
 from archlab.overrides import flatten
 from archlab.yaml_file import DuplicateKey, read_yaml
@@ -133,11 +130,6 @@ def _read(path: Path) -> object:
         raise SuiteError(str(err)) from None
 
 
-def _require(ok: bool, where: str, message: str) -> None:
-    if not ok:
-        raise SuiteError(f"{where}: {message}")
-
-
 SCREENING_KEYS = {"kind", "resolution", "fold_over", "text"}
 SCREENING_KINDS = ("fractional",)
 _KEYS = {
@@ -172,8 +164,8 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
     path = _suite_path(spec)
     where = str(path)
     tree = _read(path)
-    _require(isinstance(tree, dict), where, "must hold a mapping")
-    _require(
+    require(isinstance(tree, dict), where, "must hold a mapping")
+    require(
         not set(tree) - _KEYS,
         where,
         f"unknown keys {sorted(set(tree) - _KEYS)}; allowed: {sorted(_KEYS)}",
@@ -184,16 +176,14 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
     from archlab.lab.measures.measure import MEASURES
 
     bad = [m for m in measures if m not in MEASURES]
-    _require(not bad, where, f"measure {bad} unknown; one of {', '.join(MEASURES)}")
+    require(not bad, where, f"measure {bad} unknown; one of {', '.join(MEASURES)}")
     match = tree.get("match_params", "d_ff")
-    _require(
-        match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}"
-    )
+    require(match in MATCH_MODES, where, f"match_params={match!r}; one of {', '.join(MATCH_MODES)}")
     names = [a.name for a in arms]
     timings = [_timing(t, where, names) for t in tree.get("timings") or []]
     timed = {t.metric for t in timings}
     margins = {
-        str(k): _margin(v, str(k), timed, where, f"margins.{k}")
+        str(k): margin_of(v, str(k), timed, where, f"margins.{k}")
         for k, v in (tree.get("margins") or {}).items()
     }
     suite = Suite(
@@ -222,8 +212,8 @@ def load_suite(spec: str | Path, fold_over: bool | None = None) -> Suite:
     )
     _check_runs(suite, where)
     _check_groups(suite, tree, where, names)
-    suite.claims = [_claim(c, where, suite) for c in tree.get("claims") or []]
-    _require(bool(suite.claims), where, "needs at least one claim")
+    suite.claims = [read_claim(c, where, suite) for c in tree.get("claims") or []]
+    require(bool(suite.claims), where, "needs at least one claim")
     _check_arm_lists(suite, where, names)
     return suite
 
@@ -236,7 +226,7 @@ def _suite_path(spec: str | Path) -> Path:
         return path
     path = suites_dir() / f"{spec}.yaml"
     known = ", ".join(p.stem for p in sorted(suites_dir().glob("*.yaml")))
-    _require(
+    require(
         path.is_file(),
         f"suite {spec!r}",
         f"no such suite; built-in suites: {known} (or a .yaml path)",
@@ -246,18 +236,18 @@ def _suite_path(spec: str | Path) -> Path:
 
 def _check_runs(suite: Suite, where: str) -> None:
     """`seeds:`, `budget_keys:` and `checkpoints:`: what each run of the suite is."""
-    _require(
+    require(
         suite.seeds is None or (isinstance(suite.seeds, int) and suite.seeds >= 2),
         where,
         f"seeds={suite.seeds!r}; an integer >= 2 (or absent: the budget's)",
     )
-    _require(
+    require(
         set(suite.budget_keys) <= set(BUDGETS),
         where,
         f"budget_keys names budgets "
         f"{sorted(set(suite.budget_keys) - set(BUDGETS))}; one of {', '.join(BUDGETS)}",
     )
-    _require(
+    require(
         isinstance(suite.checkpoints, int) and suite.checkpoints >= 1,
         where,
         f"checkpoints={suite.checkpoints!r}; an integer >= 1",
@@ -267,14 +257,14 @@ def _check_runs(suite: Suite, where: str) -> None:
 def _check_arm_lists(suite: Suite, where: str, names: list[str]) -> None:
     """`unmatched:` and `regimes:` name arms that exist; an arm sits in one regime at most."""
     stray = set(suite.unmatched) - set(names)
-    _require(not stray, where, f"unmatched names arms that do not exist: {sorted(stray)}")
+    require(not stray, where, f"unmatched names arms that do not exist: {sorted(stray)}")
     grouped = [a for arms_ in suite.regimes.values() for a in arms_]
-    _require(
+    require(
         set(grouped) <= set(names),
         where,
         f"regimes name arms that do not exist: {sorted(set(grouped) - set(names))}",
     )
-    _require(len(grouped) == len(set(grouped)), where, "an arm may sit in one regime only")
+    require(len(grouped) == len(set(grouped)), where, "an arm may sit in one regime only")
 
 
 def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> None:
@@ -282,21 +272,21 @@ def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> Non
     filled into `suite`."""
     raw = tree.get("alike") or []
     groups = [raw] if raw and all(isinstance(a, str) for a in raw) else raw
-    _require(
+    require(
         isinstance(groups, list) and all(isinstance(g, list) and len(g) >= 2 for g in groups),
         where,
         f"alike={raw!r}; a list of at least two arm names, or a list of such lists",
     )
     suite.alike = [[str(a) for a in g] for g in groups]
     flat = [a for g in suite.alike for a in g]
-    _require(
+    require(
         set(flat) <= set(names),
         where,
         f"alike names arms that do not exist: {sorted(set(flat) - set(names))}",
     )
-    _require(len(flat) == len(set(flat)), where, "an arm may sit in one alike group only")
+    require(len(flat) == len(set(flat)), where, "an arm may sit in one alike group only")
     grids = tree.get("grids") or {}
-    _require(
+    require(
         isinstance(grids, dict)
         and all(isinstance(v, list) and len(v) >= 3 for v in grids.values()),
         where,
@@ -305,15 +295,15 @@ def _check_groups(suite: Suite, tree: dict, where: str, names: list[str]) -> Non
     )
     suite.grids = {str(k): [str(a) for a in v] for k, v in grids.items()}
     stray = {a for v in suite.grids.values() for a in v} - set(names)
-    _require(not stray, where, f"grids name arms that do not exist: {sorted(stray)}")
-    _require(
+    require(not stray, where, f"grids name arms that do not exist: {sorted(stray)}")
+    require(
         not set(suite.grids) & set(names),
         where,
         f"grid names {sorted(set(suite.grids) & set(names))} are "
         "also arm names; give grids names of their own",
     )
     suite.purpose = str(tree.get("purpose", "lecture"))
-    _require(
+    require(
         suite.purpose in PURPOSES, where, f"purpose={suite.purpose!r}; one of {', '.join(PURPOSES)}"
     )
 
@@ -322,20 +312,20 @@ def _screening(tree: dict, where: str, fold_over: bool | None) -> dict:
     """A screening design's spec (`design:` given as a mapping), checked; {} for any other suite."""
     spec = tree.get("design")
     if not isinstance(spec, dict):
-        _require(
+        require(
             fold_over is None or not fold_over,
             where,
             "--fold-over needs a screening suite (design: {kind: "
             "fractional, ...} with two-level factors)",
         )
         return {}
-    _require(
+    require(
         not set(spec) - SCREENING_KEYS,
         where,
         f"design keys {sorted(set(spec) - SCREENING_KEYS)} unknown; "
         f"allowed: {sorted(SCREENING_KEYS)}",
     )
-    _require(
+    require(
         spec.get("kind") in SCREENING_KINDS,
         where,
         f"design kind={spec.get('kind')!r}; one of {', '.join(SCREENING_KINDS)}",
@@ -343,13 +333,13 @@ def _screening(tree: dict, where: str, fold_over: bool | None) -> dict:
     from archlab.lab.spec.design import RESOLUTIONS
 
     resolution = str(spec.get("resolution", "IV"))
-    _require(
+    require(
         resolution in RESOLUTIONS,
         where,
         f"design resolution={resolution!r}; one of {', '.join(RESOLUTIONS)}",
     )
     folded = bool(spec.get("fold_over", False)) if fold_over is None else fold_over
-    _require(
+    require(
         isinstance(tree.get("factors"), dict)
         and all(isinstance(v, dict) and len(v) == 2 for v in tree["factors"].values()),
         where,
@@ -372,18 +362,18 @@ def _arms(
     raw = tree.get("factors")
     if raw is None:
         arms = tree.get("arms") or {}
-        _require(
+        require(
             isinstance(arms, dict) and len(arms) >= 2,
             where,
             "arms must map at least two arm names to overrides",
         )
         return {}, [_arm(str(n), o, where) for n, o in arms.items()]
-    _require(
+    require(
         "arms" not in tree,
         where,
         "give arms or factors, not both (factors make every combination an arm)",
     )
-    _require(
+    require(
         isinstance(raw, dict)
         and len(raw) >= 2
         and all(isinstance(v, dict) and len(v) >= 2 for v in raw.values()),
@@ -402,7 +392,7 @@ def _arms(
         overrides: dict[str, object] = {}
         for _, level_overrides in combo:
             clash = set(overrides) & set(flatten(level_overrides or {}))
-            _require(
+            require(
                 not clash,
                 where,
                 f"factor levels {[str(n) for n, _ in combo]} both set {sorted(clash)}",
@@ -412,7 +402,7 @@ def _arms(
         name = "-".join(levels)
         # a screening design may repeat a row (the same levels, the same arm); other levels may not
         # share its name
-        _require(
+        require(
             made.get(name, levels) == levels,
             where,
             f"the levels {made.get(name)} and {levels} both make arm "
@@ -428,7 +418,7 @@ def _arm(name: str, raw: object, where: str) -> Arm:
     the budget's steps)."""
     overrides = flatten(raw or {})
     scale = overrides.pop("steps_scale", 1.0)
-    _require(
+    require(
         isinstance(scale, (int, float))
         and not isinstance(scale, bool)
         and math.isfinite(scale)
@@ -436,7 +426,7 @@ def _arm(name: str, raw: object, where: str) -> Arm:
         where,
         f"arm {name}: steps_scale={scale!r}; a number > 0 (a multiple of the budget's steps)",
     )
-    _require(
+    require(
         "steps" not in overrides or scale == 1.0,
         where,
         f"arm {name}: give steps or steps_scale, not both",
@@ -445,28 +435,28 @@ def _arm(name: str, raw: object, where: str) -> Arm:
 
 
 def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
-    _require(isinstance(raw, dict), where, f"a timing must be a mapping, got {raw!r}")
+    require(isinstance(raw, dict), where, f"a timing must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(Timing)}
-    _require(
+    require(
         not set(raw) - names,
         where,
         f"timing keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
     )
     pair = raw.get("arms") or []
-    _require(
+    require(
         len(pair) == 2 and set(pair) <= set(arms),
         where,
         f"timing {raw.get('metric')!r}: arms {pair!r} must name two arms ({', '.join(arms)})",
     )
     from archlab.lab.measures.timing import TIMINGS
 
-    _require(
+    require(
         raw.get("kind") in TIMINGS,
         where,
         f"timing {raw.get('metric')!r}: kind={raw.get('kind')!r}; one of {', '.join(TIMINGS)}",
     )
     pairs = raw.get("pairs", 24)
-    _require(
+    require(
         isinstance(pairs, int) and pairs >= 2,
         where,
         f"timing {raw.get('metric')!r}: pairs={pairs!r}; >= 2",
@@ -479,188 +469,3 @@ def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
         dict(raw.get("options") or {}),
         flatten(raw.get("keys") or {}),
     )
-
-
-def _claim(raw: dict, where: str, suite: Suite) -> Claim:
-    """One claim of `claims:`, checked key by key (one line naming the claim and the value), its
-    margin resolved in its metric's units."""
-    _require(isinstance(raw, dict), where, f"a claim must be a mapping, got {raw!r}")
-    names = {f.name for f in dataclasses.fields(Claim)}
-    _require(
-        not set(raw) - names,
-        where,
-        f"claim keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
-    )
-    try:
-        claim = Claim(**raw)
-    except TypeError as err:
-        raise SuiteError(f"{where}: claim {raw!r}: {err}") from None
-    what = f"claim {claim.text!r}"
-    timed = {t.metric for t in suite.timings}
-    _check_sides(claim, where, suite)
-    _check_claim_metrics(claim, where, what, suite, timed)
-    _check_claim_words(claim, where, what)
-    _check_claim_sizes(claim, where, what)
-    return _with_margin(claim, where, what, suite, timed)
-
-
-def _check_claim_metrics(claim: Claim, where: str, what: str, suite: Suite, timed: set) -> None:
-    """`metric:` and `versus_metric:` are measured (or timed, with a timing of these two arms)."""
-    for key in ("metric", "versus_metric"):
-        value = getattr(claim, key)
-        _require(
-            value is None or value in suite.measures or value in timed,
-            where,
-            f"{what}: {key} {value!r} is not measured (measure: or timings:)",
-        )
-    _require(
-        claim.metric not in timed or suite.timing(claim) is not None,
-        where,
-        f"{what}: no timing of {claim.metric} compares {claim.arm} with {claim.versus}",
-    )
-
-
-def _check_claim_words(claim: Claim, where: str, what: str) -> None:
-    """`direction:`, `expect:`, `narang:`, `role:` and `tests:` take one of their words."""
-    _require(
-        claim.direction in (None, "higher", "lower"),
-        where,
-        f"{what}: direction={claim.direction!r}; higher, lower or absent",
-    )
-    _require(claim.expect in EXPECTS, where, f"{what}: expect={claim.expect!r}; one of {EXPECTS}")
-    _require(
-        claim.narang in (None, *NARANG_FINDINGS),
-        where,
-        f"{what}: narang={claim.narang!r}; one of {NARANG_FINDINGS} or absent",
-    )
-    _require(
-        claim.role in (None, *ROLES),
-        where,
-        f"{what}: role={claim.role!r}; one of {ROLES} or absent",
-    )
-    _require(
-        claim.tests is None or (isinstance(claim.tests, str) and claim.tests.strip() != ""),
-        where,
-        f"{what}: tests={claim.tests!r}; the lecture claim's id (a non-empty string) or absent",
-    )
-
-
-def _check_claim_sizes(claim: Claim, where: str, what: str) -> None:
-    """`min_effect:` >= 0, `smallest_effect:` > 0 and finite, and no margin on a better claim."""
-    _require(
-        isinstance(claim.min_effect, (int, float)) and claim.min_effect >= 0,
-        where,
-        f"{what}: min_effect={claim.min_effect!r}; a number >= 0 (metric units)",
-    )
-    _require(
-        claim.smallest_effect is None
-        or (
-            isinstance(claim.smallest_effect, (int, float)) and 0 < claim.smallest_effect < math.inf
-        ),
-        where,
-        f"{what}: smallest_effect={claim.smallest_effect!r}; a number > 0 (metric units)",
-    )
-    _require(
-        claim.expect != "better" or claim.margin is None,
-        where,
-        f"{what}: margin applies to expect same or equivalent; a better claim takes "
-        "min_effect / smallest_effect",
-    )
-
-
-def _with_margin(claim: Claim, where: str, what: str, suite: Suite, timed: set) -> Claim:
-    """A same / equivalent claim with its margin (its own, else the suite's for its metric) checked
-    in its metric's units; a loss metric without one keeps None (the budget's margin, resolved
-    when the suite is planned at a budget)."""
-    if claim.expect == "better" or is_exact(claim.metric):
-        return claim
-    margin = claim.margin if claim.margin is not None else suite.margins.get(claim.metric)
-    if margin is None:
-        _require(
-            claim.metric in MARGIN_METRICS,
-            where,
-            f"{what}: expect: {claim.expect} needs margin: (how much worse still "
-            f"counts, in {claim.metric} units); only {', '.join(MARGIN_METRICS)} take "
-            "the budget's default",
-        )
-        return claim
-    return dataclasses.replace(
-        claim, margin=_margin(margin, claim.metric, timed, where, f"{what}: margin")
-    )
-
-
-def _margin(value: object, metric: str, timed: set[str], where: str, name: str) -> float:
-    """A margin (`name`: the claim's or the suite's key) in `metric`'s units, > 0, and below the
-    limit of its unit where the lab knows it (lab/spec/budgets.py MARGIN_LIMITS: a margin as large
-    as the effects a suite can see calls anything "as good as")."""
-    from archlab.lab.measures.measure import MEASURES
-
-    scale = "log time ratio" if metric in timed else getattr(MEASURES.get(metric), "scale", None)
-    units = {"nats": "nats per token", "share": "a share from 0 to 1", None: f"{metric} units"}.get(
-        scale, scale
-    )
-    _require(
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0,
-        where,
-        f"{name}={value!r}; a number > 0 ({units})",
-    )
-    limit = MARGIN_LIMITS.get(scale)
-    if limit is not None and value >= limit:
-        unit = " nats" if scale == "nats" else ""
-        raise SuiteError(
-            f"{where}: {name}={value!r} is not allowed: {metric} is in {units}, not percent, and a "
-            f"margin must be below {limit:.2f}{unit} ({MARGIN_LIMIT_WHY[scale]}), or any two arms "
-            "would count as alike"
-        )
-    return float(value)
-
-
-def _check_sides(claim: Claim, where: str, suite: Suite) -> None:
-    """`arm` / `versus` name arms, or with `factor:` levels of that factor (and `within`
-    other factors' levels)."""
-    what = f"claim {claim.text!r}"
-    if claim.factor is None:
-        arms = [a.name for a in suite.arms]
-        _require(
-            not suite.screening,
-            where,
-            f"{what}: a screening suite's claims name a factor (factor: and two of its levels)",
-        )
-        _require(claim.within is None, where, f"{what}: within: needs factor:")
-        for key in ("arm", "versus"):
-            _require(
-                getattr(claim, key) in arms or getattr(claim, key) in suite.grids,
-                where,
-                f"{what}: {key}={getattr(claim, key)!r} is not an arm ({', '.join(sorted(arms))})"
-                + (f" or a grid ({', '.join(suite.grids)})" if suite.grids else ""),
-            )
-        return
-    _require(
-        claim.factor in suite.factors,
-        where,
-        f"{what}: factor={claim.factor!r}; one of "
-        f"{', '.join(suite.factors) or '(the suite has no factors)'}",
-    )
-    _require(
-        not suite.screening or claim.within is None,
-        where,
-        f"{what}: within: is not allowed in a screening suite (a main effect is estimated from "
-        "every run; its cells at one level of another factor are not balanced)",
-    )
-    levels = suite.factors[claim.factor]
-    for key in ("arm", "versus"):
-        _require(
-            getattr(claim, key) in levels,
-            where,
-            f"{what}: {key}={getattr(claim, key)!r} is not a level of "
-            f"{claim.factor} ({', '.join(levels)})",
-        )
-    for factor, level in (claim.within or {}).items():
-        _require(
-            factor in suite.factors and factor != claim.factor and level in suite.factors[factor],
-            where,
-            f"{what}: within {factor}={level!r} is not a level of another factor",
-        )
