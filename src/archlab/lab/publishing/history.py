@@ -45,8 +45,11 @@ def why_changed(old: dict, new: ClaimResult) -> str:
         reasons.append(f"margin {t_old['margin']:g} -> {new.test.margin:g}")
     if t_old.get("test") and t_old["test"] != new.test.test:
         reasons.append(f"{t_old['test']} -> {new.test.test}")
-    if t_old.get("se") and new.test.se and not math.isclose(t_old["se"], new.test.se, rel_tol=1e-6):
-        reasons.append(f"standard error {t_old['se']:.3g} -> {new.test.se:.3g}")
+    se_old, se_new = t_old.get("se"), new.test.se
+    # a count test has no standard error (nan) on either side: nothing moved
+    if se_old and se_new and not (math.isnan(se_old) and math.isnan(se_new)):
+        if not math.isclose(se_old, se_new, rel_tol=1e-6):
+            reasons.append(f"standard error {se_old:.3g} -> {se_new:.3g}")
     if old.get("claim") != new.claim.text:
         reasons.append("claim restated")
     before = old.get("estimate")
