@@ -262,3 +262,31 @@ def test_the_index_refuses_a_suite_naming_an_arm_twice_as_loading_it_does(
         suite_index()
     with pytest.raises(SuiteError, match=r"twice.yaml: arm 'a' is named twice \(lines 3 and 5\)"):
         load_suite(tmp_path / "twice.yaml")
+
+
+TIMING = "timings: [{}]\nclaims:\n  - {{text: x, metric: step_ms, arm: a, versus: b}}\n"
+TIMED = "{metric: step_ms, kind: train_step, arms: [a, b]"
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("claims: [x]", "s.yaml: a claim must be a mapping, got 'x'"),
+        (
+            "claims:\n  - {text: x, metric: val_loss, arm: a, versus: b, arms: [a]}",
+            "claim keys \\['arms'\\] unknown; allowed: \\[",
+        ),
+        (TIMING.format("step_ms"), "s.yaml: a timing must be a mapping, got 'step_ms'"),
+        (TIMING.format(TIMED + ", seeds: 3}"), "timing keys \\['seeds'\\] unknown; allowed: \\["),
+    ],
+)
+def test_a_claim_or_timing_is_a_mapping_of_its_own_keys(
+    tmp_path: Path, text: str, refused: str
+) -> None:
+    """A claim or timing that is no mapping, or names a key its kind does not have, stops the load
+    with one line naming it; the same entry without the stray key loads."""
+    with pytest.raises(SuiteError, match=refused):
+        _suite(tmp_path, ARMS + text + "\n")
+    timed = _suite(tmp_path, ARMS + TIMING.format(TIMED + "}") + "\n")
+    claimed = _suite(tmp_path, ARMS + CLAIM)
+    assert timed.timings[0].metric == "step_ms" and claimed.claims[0].text == "x"

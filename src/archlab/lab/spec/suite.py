@@ -14,6 +14,7 @@ turns arms into runs.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from archlab.lab.spec.budgets import MARGIN_METRICS, TIMING_SMALLEST_EFFECT, Budget
@@ -34,10 +35,32 @@ class SuiteError(ValueError):
     """A malformed suite file: the message names the file, the key and what is allowed."""
 
 
+def is_positive(value: object) -> bool:
+    """A finite number > 0 (True and False are no numbers here)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 def require(ok: bool, where: str, message: str) -> None:
     """Raise SuiteError(`where: message`) unless `ok`."""
     if not ok:
         raise SuiteError(f"{where}: {message}")
+
+
+def require_fields(raw: object, cls: type, where: str, what: str) -> None:
+    """`raw` (a `what` of the suite file) is a mapping whose keys are fields of `cls`; one line
+    naming the unknown keys and the allowed ones otherwise."""
+    require(isinstance(raw, dict), where, f"a {what} must be a mapping, got {raw!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    require(
+        not set(raw) - names,
+        where,
+        f"{what} keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
+    )
 
 
 def is_exact(metric: str) -> bool:

@@ -17,20 +17,16 @@ from archlab.lab.spec.suite import (
     Suite,
     SuiteError,
     is_exact,
+    is_positive,
     require,
+    require_fields,
 )
 
 
 def read_claim(raw: dict, where: str, suite: Suite) -> Claim:
     """One claim of `claims:`, checked key by key (one line naming the claim and the value), its
     margin resolved in its metric's units."""
-    require(isinstance(raw, dict), where, f"a claim must be a mapping, got {raw!r}")
-    names = {f.name for f in dataclasses.fields(Claim)}
-    require(
-        not set(raw) - names,
-        where,
-        f"claim keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
-    )
+    require_fields(raw, Claim, where, "claim")
     try:
         claim = Claim(**raw)
     except TypeError as err:
@@ -140,10 +136,7 @@ def margin_of(value: object, metric: str, timed: set[str], where: str, name: str
         scale, scale
     )
     require(
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0,
+        is_positive(value),
         where,
         f"{name}={value!r}; a number > 0 ({units})",
     )

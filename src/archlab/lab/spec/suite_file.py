@@ -55,9 +55,7 @@ docs/lab.md ("Writing a suite", "Screening suites") states every key.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
 from importlib import resources
 from pathlib import Path
 
@@ -69,7 +67,9 @@ from archlab.lab.spec.suite import (
     Suite,
     SuiteError,
     Timing,
+    is_positive,
     require,
+    require_fields,
     screening_design,
 )
 from archlab.lab.spec.suite_claims import margin_of, read_claim
@@ -419,10 +419,7 @@ def _arm(name: str, raw: object, where: str) -> Arm:
     overrides = flatten(raw or {})
     scale = overrides.pop("steps_scale", 1.0)
     require(
-        isinstance(scale, (int, float))
-        and not isinstance(scale, bool)
-        and math.isfinite(scale)
-        and scale > 0,
+        is_positive(scale),
         where,
         f"arm {name}: steps_scale={scale!r}; a number > 0 (a multiple of the budget's steps)",
     )
@@ -435,13 +432,7 @@ def _arm(name: str, raw: object, where: str) -> Arm:
 
 
 def _timing(raw: dict, where: str, arms: list[str]) -> Timing:
-    require(isinstance(raw, dict), where, f"a timing must be a mapping, got {raw!r}")
-    names = {f.name for f in dataclasses.fields(Timing)}
-    require(
-        not set(raw) - names,
-        where,
-        f"timing keys {sorted(set(raw) - names)} unknown; allowed: {sorted(names)}",
-    )
+    require_fields(raw, Timing, where, "timing")
     pair = raw.get("arms") or []
     require(
         len(pair) == 2 and set(pair) <= set(arms),
