@@ -101,14 +101,12 @@ def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> 
         ) in text
         assert "effects_set" not in entry and "on re-judging" not in text.split("## Against the")[0]
         committed = "committed before any of its runs trained"
-        if (
-            before and len(codes) == 1
-        ):  # its claims came first only where git shows the commit held them
+        # its claims came first only where git shows the one commit every run recorded held them;
+        # not with no run before the registration, nor with runs at several commits
+        if before and len(codes) == 1:
             assert (committed in text) == (entry["suite_sha256"] == _suite_sha256_at(entry)), page
-        elif before:  # runs at several commits: not "the commit every run recorded"
-            assert committed not in text
         else:
-            assert committed not in text
+            assert committed not in text, page
         return
     assert not entry["before_first_run"] and entry["runs_trained"] == runs
     if entry["margins_set"] == "on re-judging, after the runs":
