@@ -75,7 +75,7 @@ INDEX = [
         ("ovm", "SwiGLU beats ReLU"),
         ("screen", "SwiGLU beats a ReLU MLP"),
     ),
-    claim("tying", ("ovm", "tied")),
+    claim("tying", ("ovm", "tied"), ("semi", "tied apart")),
     claim("kv", ("heads", "GQA cuts the KV cache")),
     claim("depth", ("heads", "at depth")),
     claim("unpublished", ("stability", "QK-norm removes loss spikes")),
@@ -112,6 +112,13 @@ def test_a_claim_tested_on_three_pages_counts_once_by_its_primary() -> None:
         "[screen](screen.md): SwiGLU beats a ReLU MLP — *estimand of "
         "screen*: **contradicted**, 0.093" in swiglu[5]
     )
+    # a page not published yet is named, not linked: it has no file to link to
+    assert table[4].split(" | ")[2] == "`stability`: QK-norm removes loss spikes — *at the base*"
+    assert (
+        table[1].split(" | ")[5]
+        == "`semi`: tied apart — *estimand of semi*: **not published yet** |"
+    )
+    assert "stability.md" not in table[4] and "semi.md" not in table[1]
     # the published claims that test none of the index's are named, each once
     assert (
         lines[-2]

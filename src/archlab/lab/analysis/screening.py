@@ -190,7 +190,7 @@ def fit(table: Table, metric: str) -> Fit | None:
     import statsmodels.api as sm
 
     suite = table.suite
-    d = screening_design(suite, len(suite.factors))
+    d = screening_design(suite, suite.factors)
     seeds = table.seeds
     observed = _responses(table, metric)
     if observed is None:

@@ -78,15 +78,19 @@ def _estimate(row: dict | None) -> str:
     return fmt(row["estimate"]) + ci
 
 
-def _test_cell(test: Evidence) -> str:
-    return f"[{test.suite}]({test.suite}.md): {test.claim} — *{test.estimand}*"
+def _test_cell(test: Evidence, published: bool = True) -> str:
+    """A test as the table names it: its page linked (a page not published yet has no file to link:
+    its suite named), its claim and its estimand."""
+    page = f"[{test.suite}]({test.suite}.md)" if published else f"`{test.suite}`"
+    return f"{page}: {test.claim} — *{test.estimand}*"
 
 
 def _secondary(test: Evidence, rows: dict[tuple[str, str], dict]) -> str:
     row = rows.get((test.suite, test.claim))
     outcome = UNPUBLISHED if row is None else row["outcome"]
     estimate = _estimate(row)
-    return f"{_test_cell(test)}: **{outcome}**" + (f", {estimate}" if estimate != "-" else "")
+    cell = _test_cell(test, row is not None)
+    return f"{cell}: **{outcome}**" + (f", {estimate}" if estimate != "-" else "")
 
 
 def section(index: list[LectureClaim], pages: dict[str, list[dict]]) -> list[str]:
@@ -119,7 +123,8 @@ def section(index: list[LectureClaim], pages: dict[str, list[dict]]) -> list[str
         secondary = "<br>".join(_secondary(t, rows) for t in c.secondary) or "-"
         lines.append(
             f"| `{c.id}`: {c.text} | [{_short(c.source)}]({c.source.url}) | "
-            f"{_test_cell(c.primary)} | **{outcome}** | {_estimate(v.row)} | {secondary} |"
+            f"{_test_cell(c.primary, v.row is not None)} | **{outcome}** | {_estimate(v.row)} | "
+            f"{secondary} |"
         )
     indexed = {(t.suite, t.claim) for c in index for t in c.tests}
     others = [

@@ -21,7 +21,7 @@ def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
     s = record.suite
     if not s.screening:
         return None
-    d = screening_design(s, len(s.factors))
+    d = screening_design(s, s.factors)
     factors = list(s.factors)
     lines = d.describe() + [
         "factors (letter: -1 level / +1 level): "
@@ -37,6 +37,13 @@ def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
         )
         + ".",
     ]
+    alone = [c[0] for c in d.chains(2) if len(c) == 1 and len(c[0]) == 2]
+    if alone:  # a fold on one factor: its interactions left their chains
+        lines.append(
+            "two-factor interactions clear of every other: "
+            + ", ".join(" x ".join(factors[ord(c) - 97] for c in w) for w in alone)
+            + "."
+        )
     metric = "val_loss" if "val_loss" in s.measures else s.measures[0]
     result = fit(record.table, metric)
     if result is None:

@@ -105,24 +105,30 @@ def screening_lines(plan: Plan, sigma: float | None = None) -> list[str]:
     """A screening suite's --plan preamble: the design, its alias chains, and each main effect's
     expected SE and mde from a run's residual sd (the budget's planning figure unless given), at
     the plan's seeds."""
+    from archlab.lab.spec.design import main_effect_variances
     from archlab.lab.spec.suite import screening_design
 
     s = plan.suite
     if not s.screening:
         return []
-    d = screening_design(s, len(s.factors))
+    d = screening_design(s, s.factors)
     factors = list(s.factors)
     sigma = plan.budget.sigma if sigma is None else sigma
     n = d.runs * plan.seeds
     df = max(1, (plan.seeds - 1) * (d.runs - 1))
     se = 2 * sigma / math.sqrt(n)
     alpha = stats.ALPHA / family_size(plan)
+    # a semifold's correlated columns: its main effects' SEs at this sigma, largest first
+    worst = sigma * math.sqrt(max(main_effect_variances(d)) / plan.seeds)
     lines = [f"Screening design of {s.name}: " + "; ".join(d.describe()) + "."]
     lines += ["  letters: " + ", ".join(f"{chr(65 + j)} = {f}" for j, f in enumerate(factors))]
     lines += [
         "  alias chains (main effects and two-factor interactions): "
         + "; ".join(" = ".join(w.upper() for w in chain) for chain in d.chains(2) if len(chain) > 1)
     ]
+    alone = [c[0].upper() for c in d.chains(2) if len(c) == 1 and len(c[0]) == 2]
+    if alone:  # a fold on one factor: its interactions left their chains
+        lines += ["  two-factor interactions clear of every other: " + ", ".join(alone)]
     lines.append(
         f"  {d.runs} rows x {plan.seeds} seeds = {n} runs: each main effect's "
         f"SE 2 sigma / sqrt({n}) = {se:.3g} nats at sigma {sigma:g} (budget "
@@ -131,6 +137,12 @@ def screening_lines(plan: Plan, sigma: float | None = None) -> list[str]:
         f"at one-sided alpha {alpha:.3g}. One switch at a time with the same "
         f"runs: SE {math.sqrt(2) * sigma / math.sqrt(n / (len(factors) + 1)):.3g}."
     )
+    if not d.regular:
+        lines.append(
+            f"  A semifold's effect columns are correlated: its main effects' SEs reach "
+            f"{worst:.3g} (4 [(X'X)^-1]_jj sigma^2 / seeds), mde "
+            f"{stats.mde_from_se(worst, df, alpha=alpha):.3g}."
+        )
     return lines
 
 
@@ -291,6 +303,7 @@ def _item_row(
 
 def _screening_row(plan: Plan, claim: Claim, alpha: float) -> PlanRow:
     """A screening claim's replicates (seeds of every row) for 80% power at its stated effect."""
+    from archlab.lab.spec.design import main_effect_variances
     from archlab.lab.spec.suite import screening_design
 
     if claim.untestable:
@@ -298,16 +311,20 @@ def _screening_row(plan: Plan, claim: Claim, alpha: float) -> PlanRow:
     effect = claim.margin if claim.expect != "better" else claim.smallest_effect
     if not effect:
         return PlanRow(claim, None, None, None, "no smallest effect of interest stated")
-    rows, sigma = screening_design(plan.suite, len(plan.suite.factors)).runs, plan.budget.sigma
+    d = screening_design(plan.suite, plan.suite.factors)
+    rows, sigma = d.runs, plan.budget.sigma
+    # the claim's main effect's variance per sigma^2 over one pass of the rows (4 / rows in a
+    # regular fraction)
+    variance = float(main_effect_variances(d)[list(plan.suite.factors).index(claim.factor)])
     power = 0.9 if claim.expect == "equivalent" else POWER
 
     def reaches(seeds: int) -> bool:
-        se, df = 2 * sigma / math.sqrt(rows * seeds), (seeds - 1) * (rows - 1)
+        se, df = sigma * math.sqrt(variance / seeds), (seeds - 1) * (rows - 1)
         return stats.mde_from_se(se, df, alpha=alpha, power=power) <= effect
 
     seeds = next((n for n in range(2, 200) if reaches(n)), None)
     mde = stats.mde_from_se(
-        2 * sigma / math.sqrt(rows * plan.seeds),
+        sigma * math.sqrt(variance / plan.seeds),
         max(1, (plan.seeds - 1) * (rows - 1)),
         alpha=alpha,
         power=power,

@@ -44,6 +44,11 @@ class Design:
     generators: tuple[str, ...]
     words: tuple[str, ...]  # the defining relation I = w1 = w2 = ..., each word sorted
     resolution: int | None  # the shortest word's length; None for a full factorial
+    # how the rows were extended beyond the fraction (`fold_on`, `fold_over`): "" for none
+    fold: str = ""
+    # False for a semifold: its rows are no regular fraction, the words and chains are those of
+    # the full fold whose rows it keeps, and its effect columns are correlated
+    regular: bool = True
 
     @property
     def runs(self) -> int:
@@ -90,10 +95,17 @@ class Design:
         ]
         res = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII"}.get(self.resolution or 0, "full")
         p = self.k - len(base)
-        lines = [f"2^({self.k}-{p}) design, {self.runs} runs, resolution {res}"]
+        if not self.fold:
+            lines = [f"2^({self.k}-{p}) design, {self.runs} runs, resolution {res}"]
+        else:
+            lines = [f"2^({self.k}-{p}) design {self.fold}: {self.runs} runs"]
+            lines[0] += f", resolution {res}" if self.regular else ""
         if made:
-            lines.append("generators: " + ", ".join(made))
-            lines.append("defining relation: I = " + " = ".join(w.upper() for w in self.words))
+            of = " (of the fraction folded)" if self.fold else ""
+            lines.append(f"generators{of}: " + ", ".join(made))
+        if self.words:
+            of = "" if self.regular else " (of the full fold)"
+            lines.append(f"defining relation{of}: I = " + " = ".join(w.upper() for w in self.words))
         return lines
 
 
@@ -179,4 +191,56 @@ def fold_over(d: Design) -> Design:
     matrix = np.concatenate([d.matrix, -d.matrix])
     # odd words change sign in the mirror: they cancel
     words = tuple(w for w in d.words if len(w) % 2 == 0)
-    return Design(matrix, d.generators, words, _resolution(list(words)))
+    return Design(matrix, d.generators, words, _resolution(list(words)), "folded over")
+
+
+def fold_on(d: Design, j: int, keep: int | None = None) -> Design:
+    """The fold-over on one factor: `d` with its rows again, factor `j`'s column mirrored. Every
+    word holding j changes sign in the new rows and cancels, so j's two-factor interactions leave
+    their chains (Montgomery, *Design and Analysis of Experiments*, 8th ed., section 8.6). With
+    `keep` (-1 or +1) the semifold: of the new rows only those with j at `keep`, half the cost
+    (Barnett, Czitrom, John & Leon, "Using fewer wafers to resolve confounding in screening
+    experiments", Quality Engineering 10 (1997) 453). Its rows are no regular fraction: the words
+    and chains are the full fold's, every effect column the full fold estimates is still fitted,
+    and least squares estimates them correlated (`estimable` checks they can be)."""
+    if not 0 <= j < d.k or d.fold:
+        raise ValueError(f"fold_on: factor {j} of a {d.k}-factor design that was not folded yet")
+    mirrored = d.matrix.copy()
+    mirrored[:, j] *= -1
+    letter = LETTERS[j].upper()
+    fold = f"folded on {letter} ({letter}'s column mirrored in {d.runs} more rows)"
+    if keep is not None:
+        if keep not in (-1, 1):
+            raise ValueError(f"fold_on: keep={keep!r}; -1 or +1")
+        mirrored = mirrored[mirrored[:, j] == keep]
+        fold = (
+            f"semifolded on {letter} (of its {d.runs} rows with {letter}'s column mirrored, "
+            f"the {len(mirrored)} at {letter} = {keep:+d})"
+        )
+    words = tuple(w for w in d.words if LETTERS[j] not in w)
+    matrix = np.concatenate([d.matrix, mirrored])
+    return Design(matrix, d.generators, words, _resolution(list(words)), fold, keep is None)
+
+
+def effect_columns(d: Design, x: np.ndarray, order: int = 2) -> list[np.ndarray]:
+    """One column per alias chain of `d` up to `order` factors that holds an effect of that order,
+    main effects first: the product of the chain's first member's factors over the coded rows `x`
+    (runs x k)."""
+    return [
+        np.prod(x[:, [LETTERS.index(c) for c in chain[0]]], axis=1) for chain in d.chains(order)
+    ]
+
+
+def main_effect_variances(d: Design) -> np.ndarray:
+    """Each main effect's variance over sigma^2 when every row is run once and the intercept and
+    the effect columns up to two-factor chains are fitted: 4 [(X'X)^-1]_jj (twice a coefficient).
+    4 / runs for each, in a regular fraction; more where a semifold's columns are correlated."""
+    x = np.column_stack([np.ones(d.runs), *effect_columns(d, d.matrix.astype(float))])
+    return 4 * np.diag(np.linalg.inv(x.T @ x))[1 : d.k + 1]
+
+
+def estimable(d: Design, order: int = 2) -> bool:
+    """Whether the intercept and every effect column of `d` up to `order` factors are linearly
+    independent over its rows: least squares can estimate each of them."""
+    x = np.column_stack([np.ones(d.runs), *effect_columns(d, d.matrix.astype(float), order)])
+    return int(np.linalg.matrix_rank(x)) == x.shape[1]

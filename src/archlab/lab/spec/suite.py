@@ -164,7 +164,7 @@ class Suite:
     budget_keys: dict[str, dict[str, object]] = field(default_factory=dict)
     # groups of arms built alike: may pool one residual
     alike: list[list[str]] = field(default_factory=list)
-    # a screening design {kind, resolution, fold_over}
+    # a screening design {kind, resolution, fold_over, fold_on, keep, text}
     screening: dict[str, object] = field(default_factory=dict)
     # grid -> its arms, ascending in the swept value
     grids: dict[str, list[str]] = field(default_factory=dict)
@@ -203,12 +203,18 @@ class Suite:
         ]
 
 
-def screening_design(suite_or_spec: Suite | dict, k: int):  # -> archlab.lab.spec.design.Design
-    """The Design a screening suite runs (its rows, folded over when asked)."""
-    from archlab.lab.spec.design import design, fold_over
+def screening_design(suite_or_spec: Suite | dict, factors: dict[str, list[str]]):  # -> Design
+    """The Design a screening suite runs over `factors` (name -> its two levels): its rows, folded
+    over, or folded on one factor (`fold_on`), only the new rows at one of its levels kept
+    (`keep`: the semifold), when asked."""
+    from archlab.lab.spec.design import design, fold_on, fold_over
 
     spec = suite_or_spec.screening if isinstance(suite_or_spec, Suite) else suite_or_spec
-    d = design(k, spec["resolution"])
+    d = design(len(factors), spec["resolution"])
+    if spec.get("fold_on"):
+        j = list(factors).index(spec["fold_on"])
+        keep = spec.get("keep")
+        return fold_on(d, j, None if keep is None else factors[spec["fold_on"]].index(keep) * 2 - 1)
     return fold_over(d) if spec.get("fold_over") else d
 
 

@@ -130,7 +130,7 @@ def _read(path: Path) -> object:
         raise SuiteError(str(err)) from None
 
 
-SCREENING_KEYS = {"kind", "resolution", "fold_over", "text"}
+SCREENING_KEYS = {"kind", "resolution", "fold_over", "fold_on", "keep", "text"}
 SCREENING_KINDS = ("fractional",)
 _KEYS = {
     "name",
@@ -346,12 +346,48 @@ def _screening(tree: dict, where: str, fold_over: bool | None) -> dict:
         "a screening design needs factors with exactly two levels each ({low: "
         "overrides, high: overrides})",
     )
-    return {
+    fold_on, keep = _fold_on(spec, tree["factors"], folded, where)
+    checked = {
         "kind": spec["kind"],
         "resolution": resolution,
         "fold_over": folded,
+        # only where given: a suite without them keeps the spec it always had
+        **({"fold_on": fold_on} if fold_on is not None else {}),
+        **({"keep": keep} if keep is not None else {}),
         "text": spec.get("text", ""),
     }
+    if keep is not None:
+        from archlab.lab.spec.design import estimable
+
+        levels = {str(f): [str(n) for n in v] for f, v in tree["factors"].items()}
+        require(
+            estimable(screening_design(checked, levels)),
+            where,
+            f"design fold_on={fold_on!r}, keep={keep!r}: the semifold's rows cannot estimate every "
+            "main effect and two-factor chain of the full fold; fold the full design (no keep)",
+        )
+    return checked
+
+
+def _fold_on(spec: dict, factors: dict, folded: bool, where: str) -> tuple[str | None, str | None]:
+    """A screening design's `fold_on` (a factor's name) and `keep` (one of its levels: the
+    semifold), checked."""
+    fold_on, keep = spec.get("fold_on"), spec.get("keep")
+    if fold_on is None:
+        require(keep is None, where, f"design keep={keep!r} needs fold_on (the factor it folds)")
+        return None, None
+    fold_on = str(fold_on)
+    require(fold_on in factors, where, f"design fold_on={fold_on!r}; one of {', '.join(factors)}")
+    require(
+        not folded, where, "design fold_on (one factor's mirror) and fold_over (every factor's)"
+    )
+    levels = [str(level) for level in factors[fold_on]]
+    require(
+        keep is None or str(keep) in levels,
+        where,
+        f"design keep={keep!r}; one of {fold_on}'s levels {', '.join(levels)} (or no keep)",
+    )
+    return fold_on, None if keep is None else str(keep)
 
 
 def _arms(
@@ -383,7 +419,7 @@ def _arms(
     factors = {str(f): [str(level) for level in levels] for f, levels in raw.items()}
     levels_of = [list(levels.items()) for levels in raw.values()]
     if screening:  # one arm per design row: level 0 at -1, level 1 at +1
-        rows = screening_design(screening, len(factors)).matrix
+        rows = screening_design(screening, factors).matrix
         combos = [tuple(levels_of[j][int(v > 0)] for j, v in enumerate(row)) for row in rows]
     else:
         combos = list(itertools.product(*levels_of))
