@@ -68,6 +68,17 @@ def test_the_record_covers_every_built_in_suite(as_is: dict[str, list[str]]) -> 
     assert sorted(as_is) == sorted(RECORDED)
 
 
+def test_the_semifold_plans_every_run_of_the_screen(
+    as_is: dict[str, list[str]],
+) -> None:
+    """original-vs-modern-semifold is the screen's 16 rows and 8 more: the store reuses every run of
+    the screen, and trains only the new rows."""
+    screen, semifold = as_is["original-vs-modern-screening"], as_is["original-vs-modern-semifold"]
+    # the screen's file runs 16 rows x 2 seeds at small, the semifold's 24 rows x 3
+    assert len(screen) == 16 * 2 and len(semifold) == len(set(semifold)) == 24 * 3
+    assert set(screen) < set(semifold)
+
+
 PAGES = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGE_RECORD = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "page_run_ids.json").read_text()
