@@ -49,7 +49,7 @@ from scipy import stats as sp
 
 from archlab.lab.analysis import stats
 from archlab.lab.analysis.table import Table
-from archlab.lab.spec.design import LETTERS, Design
+from archlab.lab.spec.design import LETTERS, Design, effect_columns
 from archlab.lab.spec.suite import Claim, Suite, screening_design
 
 # a flagged row re-weights the whole fit: test at 1% so that chance flags are rare
@@ -275,16 +275,9 @@ def _model_matrix(
 ) -> tuple[np.ndarray, list[tuple[str, list[str], bool]]]:
     """The model matrix (intercept, a block column per seed after the first, the main effects, then
     one column per two-factor alias chain) and each effect column's (term, alias chain, is main)."""
-    chains = d.chains(2)
-    columns, terms = [x[:, j] for j in range(x.shape[1])], []
-    for chain in chains:
-        if len(chain[0]) == 1:
-            terms.append((list(suite.factors)[LETTERS.index(chain[0])], chain, True))
-    for chain in chains:
-        if len(chain[0]) == 2:
-            a, b = (LETTERS.index(c) for c in chain[0])
-            columns.append(x[:, a] * x[:, b])
-            terms.append((_names(suite, chain[0]), chain, False))
+    # the chains of main effects come first, each named by its factor
+    terms = [(_names(suite, chain[0]), chain, len(chain[0]) == 1) for chain in d.chains(2)]
+    columns = effect_columns(d, x)
     blocks = [(seed_of == s).astype(np.float64) for s in range(1, seeds)]
     return np.column_stack([np.ones(len(seed_of)), *blocks, *columns]), terms
 
