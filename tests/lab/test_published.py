@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from archlab.lab.publishing import books, publish
+from archlab.lab.publishing.registered import made_on_rejudging
 from archlab.lab.publishing.verify import verify_alone
 from archlab.lab.spec.claims_index import load_index
 
@@ -84,8 +85,9 @@ def test_a_page_is_registered_and_says_when_its_margins_were_set(page: Path) -> 
     ]
     text = (page.parent / f"{page.name}.md").read_text()
     runs = len((page / "results.csv").read_text().splitlines()) - 1
-    # re-run after registering: the runs that had trained are named
-    if (page / "rejudged.json").is_file():
+    # re-run after registering, or first published so (a new page): the runs that had trained are
+    # named
+    if (page / "rejudged.json").is_file() or made_on_rejudging(page) is False:
         runs_record = json.loads((page / "provenance.json").read_text())["runs"]
         # every run recorded its commit; the registration's is among them (linear-attention's
         # hard-VQ runs were retrained after a kernel fix, at a later commit the page lists)
@@ -159,10 +161,9 @@ def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_th
     tmp_path: Path,
 ) -> None:
     docs = shutil.copytree(DOCS, tmp_path / "docs")
-    for kept in docs.glob("*/rejudged.json"):  # every page as re-judged, before any re-run
+    for kept in docs.glob("*/rejudged.json"):  # every re-run page as re-judged, before its re-run
         kept.unlink()
-    for name in ("norm-type", "ffn"):
-        _registered(docs / name, rejudged=True)
+        _registered(kept.parent, rejudged=True)
     before = (docs / "norm-type" / "claims.json").read_bytes()
     rerun = _registered(
         shutil.copytree(DOCS / "norm-type", tmp_path / "rerun"),
@@ -187,7 +188,20 @@ def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_th
     release = summary.split("## The release: re-run pages against the re-judged ones")[1].split(
         "\n## "
     )[0]
-    assert "1 of 19 pages were re-run" in release and "[norm-type](norm-type.md)" in release
+    pages = sorted(p.parent.name for p in docs.glob("*/claims.json"))
+    # a page registered for its runs that replaced nothing is new, not re-run: named as such
+    new = [
+        n
+        for n in pages
+        if made_on_rejudging(docs / n) is False and not (docs / n / "rejudged.json").is_file()
+    ]
+    assert new == ["original-vs-modern-semifold"]
+    assert f"1 of {len(pages)} pages were re-run" in release
+    assert (
+        "after registering their claims ([norm-type](norm-type.md)); [original-vs-modern-semifold]"
+        "(original-vs-modern-semifold.md) is a new page, registered for its runs; the others are "
+        "the re-judged pages." in release
+    )
     then, now = (
         line.split(": ", 1)[1]
         for line in release.splitlines()

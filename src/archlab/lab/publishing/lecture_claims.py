@@ -152,11 +152,19 @@ def release_section(
 ) -> list[str]:
     """The lecture tally before and after a release, and each lecture claim whose primary page was
     re-run: its outcome and minimum detectable effect on the re-judged page and on the re-run.
-    `before`: the pages as they were (each re-run page's rejudged.json rows, the others as now).
-    Empty when no page was re-run."""
-    rerun = sorted(name for name in pages if before.get(name) is not pages[name])
+    `before`: the pages as they were (each re-run page's rejudged.json rows, the others as now);
+    a page it lacks is new since the re-judging. Empty when no page was re-run."""
+    rerun = sorted(name for name in before if before[name] is not pages[name])
+    new = sorted(set(pages) - set(before))
     if not rerun:
         return []
+    added = (
+        f"{', '.join(f'[{n}]({n}.md)' for n in new)} "
+        + ("is a new page" if len(new) == 1 else "are new pages")
+        + ", registered for its runs; "
+        if new
+        else ""
+    )
     now_rows, old_rows = by_test(pages), by_test(before)
     now = [verdict(c, now_rows) for c in index]
     old = [verdict(c, old_rows) for c in index]
@@ -164,8 +172,8 @@ def release_section(
         "## The release: re-run pages against the re-judged ones",
         "",
         f"{len(rerun)} of {len(pages)} pages were re-run at their registered seeds after "
-        f"registering their claims ({', '.join(f'[{n}]({n}.md)' for n in rerun)}); the others are "
-        "the re-judged pages. Each re-run page shows its own claims then and now.",
+        f"registering their claims ({', '.join(f'[{n}]({n}.md)' for n in rerun)}); {added}the "
+        "others are the re-judged pages. Each re-run page shows its own claims then and now.",
         "",
         f"- Before the re-runs: {tally(old)}",
         f"- Now: {tally(now)}",

@@ -33,9 +33,9 @@ from archlab.lab.publishing.record import (
     registered_differences,
     write_hashes,
 )
+from archlab.lab.publishing.registered import made_on_rejudging
 from archlab.lab.publishing.summary import SUMMARY
 from archlab.lab.spec.claims_index import ClaimsIndexError, load_index
-from archlab.lab.spec.registration import REGISTRATION
 
 PLOTS = (
     "val_loss.png",
@@ -210,17 +210,6 @@ def page_text(docs: Path, record: Record, results: list[ClaimResult]) -> str:
     )
 
 
-def _rejudged(folder: Path) -> bool | None:
-    """Whether the registration in force in `folder` is one made on re-judging a page published
-    before registrations existed (lab/publishing/registered.py: it says when margins and effects
-    were set); None: no registration."""
-    path = folder / REGISTRATION
-    if not path.is_file():
-        return None
-    registrations = json.loads(path.read_text(encoding="utf-8"))["registrations"]
-    return bool(registrations and "effects_set" in registrations[-1])
-
-
 def import_folder(suite_dir: Path, docs: Path) -> Path:
     """Copy a finished suite folder's record and plots into docs/SUITE/ (its reading and earlier
     rules' verdicts kept; the claims.json it replaces kept as previous-rule.json when it came from
@@ -238,8 +227,8 @@ def import_folder(suite_dir: Path, docs: Path) -> Path:
     if (
         old.is_file()
         and not (folder / REJUDGED).is_file()
-        and _rejudged(folder)
-        and _rejudged(suite_dir) is False
+        and made_on_rejudging(folder)
+        and made_on_rejudging(suite_dir) is False
     ):
         # a registered re-run replaces a page registered on re-judging
         shutil.copyfile(old, folder / REJUDGED)

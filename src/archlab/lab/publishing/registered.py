@@ -20,7 +20,23 @@ hash against C's file in git).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from archlab.lab.spec.registration import REGISTRATION
+
 REGISTERED_BEFORE = "registered before the first run"
+
+
+def made_on_rejudging(folder: Path) -> bool | None:
+    """Whether the registration in force in page folder `folder` is one made on re-judging a page
+    published before registrations existed (it says when margins and effects were set), rather
+    than one made for its runs; None: no registration."""
+    path = folder / REGISTRATION
+    if not path.is_file():
+        return None
+    registrations = json.loads(path.read_text(encoding="utf-8"))["registrations"]
+    return bool(registrations and "effects_set" in registrations[-1])
 
 
 def _when(entry: dict) -> str:

@@ -18,6 +18,7 @@ from archlab.lab.publishing import lecture_claims
 from archlab.lab.publishing.books import Books, rows_of
 from archlab.lab.publishing.history import fmt_ci
 from archlab.lab.publishing.record import HASHES, READING, REJUDGED, record_digest
+from archlab.lab.publishing.registered import made_on_rejudging
 from archlab.lab.publishing.tables import fmt
 from archlab.lab.spec.claims_index import load_index
 
@@ -65,11 +66,14 @@ def text(docs: Path, books: Books) -> str:
     pages = rows_of(books)
     unique = _distinct_comparisons(pages)
     index = load_index()
+    # the pages as re-judged: a re-run page's rejudged.json, the others as now; a page first
+    # published after registrations began (registered for its runs, nothing it replaced) is new
     before = {
         name: json.loads((docs / name / REJUDGED).read_text(encoding="utf-8"))
         if (docs / name / REJUDGED).is_file()
         else rows
         for name, rows in pages.items()
+        if (docs / name / REJUDGED).is_file() or made_on_rejudging(docs / name) is not False
     }
     lines = ["# Lab results: the lecture's claims, measured", "", INTRO, ""]
     lines += lecture_claims.section(index, pages)  # each lecture claim once, by its primary test
