@@ -145,6 +145,38 @@ def test_a_semifold_suite_refuses_what_it_cannot_fold(tmp_path: Path) -> None:
     full = _suite(tmp_path, SEMIFOLD.replace(", keep: rope", ""))
     assert len(full.arms) == 32 and "keep" not in full.screening
     assert "fold_on" not in _suite(tmp_path).screening  # a plain fraction's spec as it was
+    # three factors at resolution III (C = AB, 4 rows), folded on A: the full fold (8 rows) fits its
+    # 6 effects and the mean; the semifold's 6 rows cannot, and the file is refused in one line
+    three = (
+        "name: three\nbase: {preset: llama}\n"
+        "design: {kind: fractional, resolution: III, fold_on: norm, keep: rmsnorm, text: t}\n"
+        "factors:\n"
+        "  norm: {layernorm: {model.norm: layernorm}, rmsnorm: {}}\n"
+        "  ffn: {mlp: {model.ffn: mlp}, swiglu: {}}\n"
+        "  bias: {biases: {model.bias: true}, none: {}}\n"
+        "measure: [val_loss]\n"
+        "claims: [{text: t, metric: val_loss, factor: ffn, arm: swiglu, versus: mlp}]\n"
+    )
+    with pytest.raises(SuiteError, match="the semifold's rows cannot estimate every main effect"):
+        _suite(tmp_path, three)
+    assert len(_suite(tmp_path, three.replace(", keep: rmsnorm", "")).arms) == 8
+
+
+def test_a_semifold_with_fewer_rows_than_columns_is_not_estimable() -> None:
+    """Three factors at resolution III (C = AB), folded on A: the fold's model is the mean, 3 main
+    effects and 3 interactions, 7 columns; the full fold's 8 distinct rows estimate them, a
+    semifold's 6 rows cannot (at either level kept)."""
+    iii = design(3, "III")
+    for d, fits in [
+        (fold_on(iii, 0), True),
+        (fold_on(iii, 0, 1), False),
+        (fold_on(iii, 0, -1), False),
+    ]:
+        columns = effect_columns(d, d.matrix.astype(float))
+        assert len(columns) == 6 and d.runs == (8 if fits else 6)
+        assert len({tuple(row) for row in d.matrix}) == d.runs  # no row repeated
+        assert estimable(d) is fits
+    assert all(estimable(fold_on(design(7, "IV"), j, keep)) for j in range(7) for keep in (-1, 1))
 
 
 def test_the_plan_prices_each_claim_at_the_semifolds_own_variance(tmp_path: Path) -> None:

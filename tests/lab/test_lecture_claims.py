@@ -127,6 +127,23 @@ def test_a_claim_tested_on_three_pages_counts_once_by_its_primary() -> None:
     )
 
 
+def test_the_release_section_names_re_run_pages_and_new_ones_apart() -> None:
+    """`before` holds a re-run page's re-judged rows (another list), an untouched page's own rows,
+    and lacks a page first published after registrations: that one is new, not re-run."""
+    rejudged_ffn = [row("ffn", "SwiGLU beats ReLU at equal parameters", stats.INCONCLUSIVE)]
+    before = {"ffn": rejudged_ffn, "ovm": PAGES["ovm"]}
+    lines = lecture_claims.release_section(INDEX, PAGES, before)
+    assert lines[2] == (
+        "1 of 4 pages were re-run at their registered seeds after registering their claims "
+        "([ffn](ffn.md)); [heads](heads.md), [screen](screen.md) are new pages, registered for "
+        "their runs; the others are the re-judged pages. Each re-run page shows its own claims "
+        "then and now."
+    )
+    one_new = lecture_claims.release_section(INDEX, PAGES, {**before, "heads": PAGES["heads"]})
+    assert "); [screen](screen.md) is a new page, registered for its runs; the others" in one_new[2]
+    assert lecture_claims.release_section(INDEX, PAGES, dict(PAGES)) == []  # nothing re-run
+
+
 def test_the_readme_rebuilt_from_the_files_is_the_committed_one_and_its_tally_recounts() -> None:
     readme = (DOCS / summary.SUMMARY).read_text(encoding="utf-8")
     assert summary.text(DOCS, books.judged(DOCS)) == readme

@@ -158,10 +158,10 @@ def release_section(
     new = sorted(set(pages) - set(before))
     if not rerun:
         return []
+    one = len(new) == 1
     added = (
-        f"{', '.join(f'[{n}]({n}.md)' for n in new)} "
-        + ("is a new page" if len(new) == 1 else "are new pages")
-        + ", registered for its runs; "
+        f"{', '.join(f'[{n}]({n}.md)' for n in new)} {'is a new page' if one else 'are new pages'}"
+        f", registered for {'its' if one else 'their'} runs; "
         if new
         else ""
     )

@@ -37,7 +37,7 @@ def screening_section(record: Record) -> tuple[tuple | None, list[str]] | None:
         )
         + ".",
     ]
-    alone = [c[0] for c in d.chains(2) if len(c) == 1 and len(c[0]) == 2]
+    alone = d.clear_interactions()
     if alone:  # a fold on one factor: its interactions left their chains
         lines.append(
             "two-factor interactions clear of every other: "

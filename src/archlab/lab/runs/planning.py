@@ -118,17 +118,15 @@ def screening_lines(plan: Plan, sigma: float | None = None) -> list[str]:
     df = max(1, (plan.seeds - 1) * (d.runs - 1))
     se = 2 * sigma / math.sqrt(n)
     alpha = stats.ALPHA / family_size(plan)
-    # a semifold's correlated columns: its main effects' SEs at this sigma, largest first
-    worst = sigma * math.sqrt(max(main_effect_variances(d)) / plan.seeds)
     lines = [f"Screening design of {s.name}: " + "; ".join(d.describe()) + "."]
     lines += ["  letters: " + ", ".join(f"{chr(65 + j)} = {f}" for j, f in enumerate(factors))]
     lines += [
         "  alias chains (main effects and two-factor interactions): "
         + "; ".join(" = ".join(w.upper() for w in chain) for chain in d.chains(2) if len(chain) > 1)
     ]
-    alone = [c[0].upper() for c in d.chains(2) if len(c) == 1 and len(c[0]) == 2]
+    alone = d.clear_interactions()
     if alone:  # a fold on one factor: its interactions left their chains
-        lines += ["  two-factor interactions clear of every other: " + ", ".join(alone)]
+        lines += ["  two-factor interactions clear of every other: " + ", ".join(alone).upper()]
     lines.append(
         f"  {d.runs} rows x {plan.seeds} seeds = {n} runs: each main effect's "
         f"SE 2 sigma / sqrt({n}) = {se:.3g} nats at sigma {sigma:g} (budget "
@@ -138,6 +136,8 @@ def screening_lines(plan: Plan, sigma: float | None = None) -> list[str]:
         f"runs: SE {math.sqrt(2) * sigma / math.sqrt(n / (len(factors) + 1)):.3g}."
     )
     if not d.regular:
+        # a semifold's correlated columns: its least precise main effect's SE at this sigma
+        worst = sigma * math.sqrt(max(main_effect_variances(d)) / plan.seeds)
         lines.append(
             f"  A semifold's effect columns are correlated: its main effects' SEs reach "
             f"{worst:.3g} (4 [(X'X)^-1]_jj sigma^2 / seeds), mde "

@@ -85,6 +85,11 @@ class Design:
             )
         return out
 
+    def clear_interactions(self) -> list[str]:
+        """The two-factor interactions aliased with no other effect of at most two factors (a
+        fold on one factor frees that factor's), as letter pairs."""
+        return [c[0] for c in self.chains(2) if len(c) == 1 and len(c[0]) == 2]
+
     def describe(self) -> list[str]:
         """The design in the textbook's words: runs, generators, defining relation, resolution."""
         base = [g for g in self.generators if len(g) == 1]

@@ -346,36 +346,24 @@ def _screening(tree: dict, where: str, fold_over: bool | None) -> dict:
         "a screening design needs factors with exactly two levels each ({low: "
         "overrides, high: overrides})",
     )
-    fold_on, keep = _fold_on(spec, tree["factors"], folded, where)
-    checked = {
+    return {
         "kind": spec["kind"],
         "resolution": resolution,
         "fold_over": folded,
         # only where given: a suite without them keeps the spec it always had
-        **({"fold_on": fold_on} if fold_on is not None else {}),
-        **({"keep": keep} if keep is not None else {}),
+        **_fold_on(spec, resolution, tree["factors"], folded, where),
         "text": spec.get("text", ""),
     }
-    if keep is not None:
-        from archlab.lab.spec.design import estimable
-
-        levels = {str(f): [str(n) for n in v] for f, v in tree["factors"].items()}
-        require(
-            estimable(screening_design(checked, levels)),
-            where,
-            f"design fold_on={fold_on!r}, keep={keep!r}: the semifold's rows cannot estimate every "
-            "main effect and two-factor chain of the full fold; fold the full design (no keep)",
-        )
-    return checked
 
 
-def _fold_on(spec: dict, factors: dict, folded: bool, where: str) -> tuple[str | None, str | None]:
+def _fold_on(spec: dict, resolution: str, factors: dict, folded: bool, where: str) -> dict:
     """A screening design's `fold_on` (a factor's name) and `keep` (one of its levels: the
-    semifold), checked."""
+    semifold), checked, as the spec's keys ({} without them); a semifold must estimate every
+    column of the full fold."""
     fold_on, keep = spec.get("fold_on"), spec.get("keep")
     if fold_on is None:
         require(keep is None, where, f"design keep={keep!r} needs fold_on (the factor it folds)")
-        return None, None
+        return {}
     fold_on = str(fold_on)
     require(fold_on in factors, where, f"design fold_on={fold_on!r}; one of {', '.join(factors)}")
     require(
@@ -387,7 +375,19 @@ def _fold_on(spec: dict, factors: dict, folded: bool, where: str) -> tuple[str |
         where,
         f"design keep={keep!r}; one of {fold_on}'s levels {', '.join(levels)} (or no keep)",
     )
-    return fold_on, None if keep is None else str(keep)
+    if keep is None:
+        return {"fold_on": fold_on}
+    from archlab.lab.spec.design import estimable
+
+    folding = {"resolution": resolution, "fold_on": fold_on, "keep": str(keep)}
+    names = {str(f): [str(n) for n in v] for f, v in factors.items()}
+    require(
+        estimable(screening_design(folding, names)),
+        where,
+        f"design fold_on={fold_on!r}, keep={keep!r}: the semifold's rows cannot estimate every "
+        "main effect and two-factor chain of the full fold; fold the full design (no keep)",
+    )
+    return {"fold_on": fold_on, "keep": str(keep)}
 
 
 def _arms(
