@@ -79,6 +79,31 @@ def test_the_semifold_plans_every_run_of_the_screen(
     assert set(screen) < set(semifold)
 
 
+def test_the_modern_screen_shares_its_serial_mha_rows(
+    as_is: dict[str, list[str]], tmp_path: Path
+) -> None:
+    """modern-screening's rows at the serial block and MHA are models the 2017 screen's semifold trains
+    too (RoPE, pre-norm, SwiGLU with the same norm, biases, tying and dropout; d_ff matched the same
+    way), and its all-modern row is original-vs-modern's `modern` arm: the store reuses those 4 rows
+    x 3 seeds and trains the other 36 runs only."""
+    plan = plan_suite(
+        load_suite(next(s.path for s in list_suites() if Path(s.path).stem == "modern-screening")),
+        BUDGETS["small"],
+        tmp_path / "plan",
+        store=tmp_path / "store",
+    )
+    by_arm = {r.run_dir.name: r.arm for r in plan.runs}
+    screen = as_is["modern-screening"]
+    assert sorted(screen) == sorted(by_arm) and len(set(screen)) == 16 * 3
+    elsewhere = {run for name, runs in as_is.items() if name != "modern-screening" for run in runs}
+    shared = {run for run in screen if run in elsewhere}
+    assert {by_arm[run] for run in shared} == {
+        arm for arm in by_arm.values() if "-serial-mha-" in arm
+    }
+    assert len(shared) == 4 * 3 and shared <= set(as_is["original-vs-modern-semifold"])
+    assert set(as_is["original-vs-modern"][:3]) <= shared  # the `modern` arm, seeds 0-2
+
+
 PAGES = Path(__file__).resolve().parents[2] / "docs" / "results"
 PAGE_RECORD = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "page_run_ids.json").read_text()
