@@ -195,12 +195,13 @@ def test_a_registered_rerun_keeps_the_rejudged_verdicts_it_replaces_and_shows_th
         for n in pages
         if made_on_rejudging(docs / n) is False and not (docs / n / "rejudged.json").is_file()
     ]
-    assert new == ["original-vs-modern-semifold"]
+    assert new == ["modern-screening", "modern-screening-semifold", "original-vs-modern-semifold"]
     assert f"1 of {len(pages)} pages were re-run" in release
     assert (
-        "after registering their claims ([norm-type](norm-type.md)); [original-vs-modern-semifold]"
-        "(original-vs-modern-semifold.md) is a new page, registered for its runs; the others are "
-        "the re-judged pages." in release
+        "after registering their claims ([norm-type](norm-type.md)); [modern-screening]"
+        "(modern-screening.md), [modern-screening-semifold](modern-screening-semifold.md), "
+        "[original-vs-modern-semifold](original-vs-modern-semifold.md) are new pages, registered "
+        "for their runs; the others are the re-judged pages." in release
     )
     then, now = (
         line.split(": ", 1)[1]
