@@ -89,10 +89,10 @@ def test_a_semifold_plans_every_run_of_its_screen(
 def test_the_modern_screen_shares_its_serial_mha_rows(
     as_is: dict[str, list[str]], tmp_path: Path
 ) -> None:
-    """modern-screening's rows at the serial block and MHA are models the 2017 screen's semifold trains
-    too (RoPE, pre-norm, SwiGLU with the same norm, biases, tying and dropout; d_ff matched the same
-    way), and its all-modern row is original-vs-modern's `modern` arm: the store reuses those 4 rows
-    x 3 seeds and trains the other 36 runs only."""
+    """modern-screening's rows at the serial block and MHA are models the 2017 screen's semifold
+    trains too (RoPE, pre-norm, SwiGLU with the same norm, biases, tying and dropout; d_ff matched
+    the same way), and its all-modern row is original-vs-modern's `modern` arm: the store reuses
+    those 4 rows x 3 seeds and trains the other 36 runs only."""
     plan = plan_suite(
         load_suite(next(s.path for s in list_suites() if Path(s.path).stem == "modern-screening")),
         BUDGETS["small"],
@@ -103,7 +103,10 @@ def test_the_modern_screen_shares_its_serial_mha_rows(
     screen = as_is["modern-screening"]
     assert sorted(screen) == sorted(by_arm) and len(set(screen)) == 16 * 3
     elsewhere = {
-        run for name, runs in as_is.items() if not name.startswith("modern-screening") for run in runs
+        run
+        for name, runs in as_is.items()
+        if not name.startswith("modern-screening")
+        for run in runs
     }
     shared = {run for run in screen if run in elsewhere}
     assert {by_arm[run] for run in shared} == {

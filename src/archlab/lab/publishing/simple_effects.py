@@ -2,7 +2,8 @@
 from published runs.
 
 A screening main effect (lab/analysis/screening.py) averages a switch over the other switches'
-levels, half of them at their -1 level; the lecture's claims are about the switch in the modern model.
+levels, half of them at their -1 level; the lecture's claims are about the switch in the modern
+model.
 The simple effect at the base is the row with every factor at its +1 level against the same row
 with one factor at its -1 level. A regular fraction holds no such one-switch row (every factor sits
 in a word of the defining relation), so its runs come from another design: a one-switch-at-a-time
@@ -252,7 +253,8 @@ def section(docs: Path, record: Record, metric: str) -> str:
         "A main effect here averages a switch over the other switches' levels, half of them "
         "at their -1 level. The lecture's claims are about a switch in the modern model: its "
         "simple effect at the base row (every factor at its +1 level), against the base with "
-        "that one switch at -1, a row this fraction does not hold. Published runs of the same configs give it (matched by config: "
+        "that one switch at -1, a row this fraction does not hold. Published runs of the same "
+        "configs give it (matched by config: "
         "the base row's, and the base's with one factor at its -1 level and d_ff matched; "
         "archlab.lab.publishing.simple_effects), paired over their seeds, base minus switched, "
         "beside the main effect. These describe; their own page judges them as claims.",
