@@ -132,6 +132,19 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _short_of_min_effect(test: ClaimTest, versus: str, u: str, gain: str) -> str:
+    """A gain whose interval excludes 0 but whose estimate falls short of the claim's
+    min_effect ("far better"): what held it back, and whether the family's correction did too."""
+    text = (
+        f"better than {versus} by {_num(-test.worse_by)}{u}, short of the claim's minimum "
+        f"effect {_num(test.min_effect)}{u}"
+    )
+    p = test.p if test.p_adjusted is None else test.p_adjusted
+    if not p < test.alpha:
+        text += ", and not shown after the suite's multiplicity correction"
+    return f"{text} {gain}"
+
+
 def statement(test: ClaimTest, versus: str, unit: str = "") -> str:
     """What the test showed, in words that follow it (docs/lab-statistics.md): superiority says by
     how much (with the interval of the gain), non-inferiority "not worse than B by more than m"
@@ -155,6 +168,8 @@ def statement(test: ClaimTest, versus: str, unit: str = "") -> str:
             return f"worse than {versus} by {_num(w)}{u} {deficit}"
         if low > 0:
             return f"not shown; worse than {versus} by {_num(w)}{u} {deficit}"
+        if high < 0 and test.short_of_min_effect:
+            return _short_of_min_effect(test, versus, u, gain)
         if high < 0:  # significant alone, not after the family's correction
             return f"not shown after the suite's multiplicity correction {gain}"
         return f"not shown {gain}"
