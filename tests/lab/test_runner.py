@@ -9,6 +9,7 @@ import json
 import math
 import os
 import statistics
+import time
 from pathlib import Path
 from statistics import NormalDist
 
@@ -308,11 +309,20 @@ def test_a_stopped_plan_checkpoints_its_runs_under_way_and_the_next_call_resumes
     at_stop = [r for r in plan.runs if (r.arm, r.seed) in under_way]
     assert len(at_stop) == 2 and all(r in stopped or is_done(r) for r in at_stop)
     assert stopped and set(stopped) <= set(at_stop)
+    first_wall = {}
     for run in stopped:
         saved = sorted((run.run_dir / "checkpoints").glob("step_*"))
         assert saved and 0 < int(saved[-1].name.split("_")[1]) < run.steps, run.arm
+        # its time so far is recorded, for the resumed session to add to
+        first_wall[run] = run_wall_s(run.run_dir)
+        assert first_wall[run] > 0, run.arm
+    started = time.time()
     runner.run_plan(plan, jobs=2, poll_s=0.05)
+    second_session = time.time() - started
     assert all(is_done(r) for r in plan.runs)
     for run in stopped:
         sessions = json.loads((run.run_dir / "provenance.json").read_text())["sessions"]
         assert len(sessions) == 2 and sessions[1]["from_step"] > 0, run.arm
+        # both sessions' seconds: more than the first's, at most the first's plus the second call's
+        wall = run_wall_s(run.run_dir)
+        assert first_wall[run] < wall <= first_wall[run] + second_session + 0.2, run.arm

@@ -119,8 +119,9 @@ def _start(run: RunSpec, threads: int | None) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def _finish(run: RunSpec, returncode: int) -> None:
-    """Record how a run ended; raise on a failure that is not divergence."""
+def _record_end(run: RunSpec, returncode: int) -> tuple[bool, str]:
+    """Write how a run's session ended and its seconds so far (its earlier sessions' included, so a
+    run stopped and resumed counts every session): (diverged, its log)."""
     log = (run.run_dir / "train.log").read_text(encoding="utf-8", errors="replace")
     diverged = returncode == 1 and DIVERGED_TEXT in log
     started, before = _started.pop(run, (time.time(), 0.0))
@@ -130,6 +131,12 @@ def _finish(run: RunSpec, returncode: int) -> None:
         "wall_s": round(before + time.time() - started, 1),
     }
     (run.run_dir / STATUS).write_text(json.dumps(status), encoding="utf-8")
+    return diverged, log
+
+
+def _finish(run: RunSpec, returncode: int) -> None:
+    """Record how a run ended; raise on a failure that is not divergence."""
+    diverged, log = _record_end(run, returncode)
     if returncode != 0 and not diverged:
         last = next((line for line in reversed(log.splitlines()) if line.strip()), "(empty log)")
         raise LabError(
@@ -203,13 +210,14 @@ def _set_aside_stale(runs: list[RunSpec]) -> None:
 
 def _interrupt(workers: list[Worker]) -> None:
     """Stop the runs under way: SIGTERM to each busy worker (its run checkpoints its current step
-    and returns), then wait for every one."""
+    and returns), then wait for every one and record its time so far (a resumed run adds to
+    it)."""
     for worker in workers:
         if worker.busy is not None:
             worker.interrupt()
     for worker in workers:
         if worker.busy is not None:
-            worker.result(timeout=None)
+            _record_end(worker.busy, worker.result(timeout=None))
 
 
 def _progress(
