@@ -95,6 +95,10 @@ def test_a_suite_continued_from_records_reports_what_one_sitting_does(
     # A's registration, not a new one after runs
     assert kept == registered and kept["before_first_run"] is True
     assert len(record_folders(records)) == 4
+    # B's sitting's wall time is committed with the records (A's ran outside `archlab ablate`)
+    assert json.loads((records / "lab-time.json").read_text()) == json.loads(
+        (b / "suite" / "lab-time.json").read_text()
+    )
 
     # machine C: the whole suite in one sitting gives the same table, run ids and values
     c = tmp_path / "c"

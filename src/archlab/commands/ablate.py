@@ -89,7 +89,8 @@ def _add_actions(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a suite that spans several sittings or machines: first lay the run records under DIR "
         "(finished runs without checkpoints) into the store, then write every finished run's "
-        "record there, measured, with the registration: after the report, and on Ctrl-C",
+        "record there, measured, with the registration and the suite's wall time so far: after "
+        "the report, and on Ctrl-C",
     )
 
 

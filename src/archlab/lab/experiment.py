@@ -37,12 +37,13 @@ import archlab.lab.analysis.stats as stats
 import archlab.lab.runs.planning as planning
 from archlab.lab.analysis.verdicts import ClaimResult, judge
 from archlab.lab.publishing.record import Record
-from archlab.lab.publishing.report import record_of, record_suite_time, verdict_lines, write_report
+from archlab.lab.publishing.report import record_of, verdict_lines, write_report
 from archlab.lab.runs import records
 from archlab.lab.runs.collect import measure_plan, measure_timings
 from archlab.lab.runs.executor import SlurmOptions, submit_plan
 from archlab.lab.runs.plan import Plan, RunSpec, plan_suite, prepare, read_plan, write_plan
 from archlab.lab.runs.runner import Progress, has_trained, is_done, run_plan
+from archlab.lab.runs.suite_time import record_suite_time
 from archlab.lab.spec import registration
 from archlab.lab.spec.arms import param_note
 from archlab.lab.spec.budgets import BUDGETS
@@ -258,7 +259,7 @@ class Experiment:
         try:
             run_plan(plan, self.jobs, on_progress)
         finally:
-            wall = record_suite_time(plan, time.perf_counter() - start, self.jobs)
+            wall = record_suite_time(plan.out, time.perf_counter() - start, self.jobs)
         return wall
 
     def submit(self) -> list:

@@ -113,16 +113,31 @@ def header_lines(record: Record) -> list[str]:
 
 
 def cost_line(p: dict) -> str:
+    """The page's machine and cost: the machine (each, numbered, where the suite's sittings trained
+    on several), the runs' times, and the suite's wall time (each machine's share)."""
     t = p.get("training", {})
-    parts = [f"Machine: {p.get('machine', 'not recorded')}."]
+    machines = t.get("machines", [])
+    parts = [
+        "Machines, in the order the suite's sittings trained on them: "
+        + "; ".join(f"({i}) {m['machine']}" for i, m in enumerate(machines, 1))
+        + "."
+        if machines
+        else f"Machine: {p.get('machine', 'not recorded')}."
+    ]
     if t.get("runs"):
         parts.append(
             f"Training: {t['runs']} runs, median {t['median_run_s']:.0f} s per run (process start "
             f"to exit), {t['run_minutes']:.1f} run-minutes in all."
         )
     if t.get("suite_wall_s"):
+        shares = "; ".join(
+            f"{m['wall_s'] / 60:.1f} min in {m['sittings']} "
+            f"sitting{'s' if m['sittings'] != 1 else ''} on ({i})"
+            for i, m in enumerate(machines, 1)
+        )
         parts.append(
-            f"Suite wall time: {t['suite_wall_s'] / 60:.1f} min with --jobs {t.get('jobs', 1)}."
+            f"Suite wall time: {t['suite_wall_s'] / 60:.1f} min with --jobs {t.get('jobs', 1)}"
+            + (f" ({shares})." if shares else ".")
         )
     if t.get("note"):
         parts.append(t["note"])

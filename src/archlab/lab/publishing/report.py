@@ -9,7 +9,6 @@ embedding row norm where measured).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from archlab.costs import parameter_counts
@@ -33,6 +32,7 @@ from archlab.lab.publishing.run_provenance import RUNS, gather
 from archlab.lab.runs.collect import read_timings, run_config, stored_ladder, table_of
 from archlab.lab.runs.plan import Plan, RunSpec
 from archlab.lab.runs.runner import run_wall_s
+from archlab.lab.runs.suite_time import by_machine, read_suite_time
 from archlab.lab.spec import registration
 from archlab.lab.spec.budgets import evidence_caveat, evidence_note
 from archlab.lab.spec.registration import REGISTRATION
@@ -40,23 +40,6 @@ from archlab.nn.config import ModelConfig
 from archlab.plots import plot_arms
 from archlab.train.hardware import describe_machine
 from archlab.train.metrics import read_metrics
-
-# in the suite's folder: training wall time over all sessions, jobs, machine, commits
-SUITE_TIME = "lab-time.json"
-
-
-def record_suite_time(plan: Plan, wall_s: float, jobs: int) -> float:
-    """Add one session's training wall time to the suite's record; returns the total over all
-    sessions. (What trained each run is the run's own record, lab/publishing/run_provenance.py.)"""
-    path = plan.out / SUITE_TIME
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    record = {
-        "train_wall_s": round(old.get("train_wall_s", 0.0) + wall_s, 1),
-        "jobs": jobs,
-        "machine": describe_machine(),
-    }
-    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return record["train_wall_s"]
 
 
 def trained_params(run: RunSpec) -> int:
@@ -76,6 +59,9 @@ def _training(plan: Plan, timing: dict) -> dict:
         )
     if timing.get("train_wall_s"):
         out.update(suite_wall_s=timing["train_wall_s"], jobs=timing.get("jobs", 1))
+        machines = by_machine(timing)
+        if len(machines) > 1:  # sittings on several machines: each one's share of the wall time
+            out.update(machines=machines)
     return out
 
 
@@ -127,11 +113,7 @@ def record_of(
     table = table_of(
         plan, measured, timings, params, {a: config_hash(c) for a, c in configs.items()}
     )
-    timing = (
-        json.loads((plan.out / SUITE_TIME).read_text("utf-8"))
-        if (plan.out / SUITE_TIME).is_file()
-        else {}
-    )
+    timing = read_suite_time(plan.out)
     order = {a.name: i for i, a in enumerate(plan.suite.arms)}
     runs = sorted(plan.runs, key=lambda r: (order.get(r.arm, len(order)), r.seed))
     provenance = stamp(

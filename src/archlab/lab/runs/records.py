@@ -6,12 +6,14 @@ how it ended (lab-status.json), the lab's measures of it (lab-measures.json) and
 (provenance.json): everything the report reads once a run is measured, and ~20 KB at `small` where
 its checkpoints are megabytes. `write_records` copies the finished and measured runs of a plan into
 RECORDS/<run folder>/ (the folder's name is its store key, so a run two suites share is one record)
-with the plan's registration beside them; `read_records` lays them into a store that lacks them,
-and the registration into the suite's folder, before the plan runs. The runner then counts such a
-run as done (`is_record`: no checkpoint, a clean exit, metrics to the last step) and the measures
-read their cache; a measure read from a checkpoint that a record does not hold cannot be taken
-again (its checkpoints stayed behind), and `missing_measures` says which run and measure, so the lab
-stops with that line instead of training it again unasked. A run that stopped on divergence before
+with the plan's registration and the suite's wall time so far (lab/runs/suite_time.py) beside
+them; `read_records` lays them into a store that lacks them, and the registration and wall time
+into the suite's folder, before the plan runs (the next sitting adds its time to the earlier ones',
+so a page counts every machine's sittings). The runner then counts such a run as done
+(`is_record`: no checkpoint, a clean exit, metrics to the last step) and the measures read their
+cache; a measure read from a checkpoint that a record does not hold cannot be taken again (its
+checkpoints stayed behind), and `missing_measures` says which run and measure, so the lab stops
+with that line instead of training it again unasked. A run that stopped on divergence before
 its first checkpoint is no record: its checkpoint measures are n/a.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from archlab.lab.measures.measure import MEASURED, MEASURES, STATUS, read_measured
 from archlab.lab.runs.plan import Plan, RunSpec
+from archlab.lab.runs.suite_time import SUITE_TIME
 from archlab.lab.spec.registration import REGISTRATION
 from archlab.train.metrics import METRICS
 
@@ -94,9 +97,10 @@ def measured_runs(plan: Plan) -> list[RunSpec]:
 
 
 def write_records(plan: Plan, records: Path) -> list[Path]:
-    """Copy each measured run's record into RECORDS/<run folder>/ and the plan's registration
-    into RECORDS/registration.json; returns the record folders written (a record already there is
-    rewritten, so a run measured again carries its new values)."""
+    """Copy each measured run's record into RECORDS/<run folder>/, and the plan's registration and
+    wall time beside them (RECORDS/registration.json, RECORDS/lab-time.json); returns the record
+    folders written (a record already there is rewritten, so a run measured again carries its new
+    values)."""
     records.mkdir(parents=True, exist_ok=True)
     written = []
     for run in measured_runs(plan):
@@ -106,8 +110,9 @@ def write_records(plan: Plan, records: Path) -> list[Path]:
             if (run.run_dir / name).is_file():
                 shutil.copyfile(run.run_dir / name, folder / name)
         written.append(folder)
-    if (plan.out / REGISTRATION).is_file():
-        shutil.copyfile(plan.out / REGISTRATION, records / REGISTRATION)
+    for name in (REGISTRATION, SUITE_TIME):
+        if (plan.out / name).is_file():
+            shutil.copyfile(plan.out / name, records / name)
     return written
 
 
@@ -122,8 +127,8 @@ def record_folders(records: Path) -> list[Path]:
 
 def read_records(records: Path, store: Path, suite_folder: Path) -> int:
     """Lay the records under RECORDS into STORE (each run folder the store lacks; a run it holds is
-    kept as it is) and their registration into SUITE_FOLDER where it has none; returns how many runs
-    were laid in."""
+    kept as it is) and their registration and wall time into SUITE_FOLDER where it has none; returns
+    how many runs were laid in."""
     laid = 0
     for record in record_folders(records):
         target = store / record.name
@@ -134,8 +139,8 @@ def read_records(records: Path, store: Path, suite_folder: Path) -> int:
             if (record / name).is_file():
                 shutil.copyfile(record / name, target / name)
         laid += 1
-    registration = records / REGISTRATION
-    if registration.is_file() and not (suite_folder / REGISTRATION).is_file():
-        suite_folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(registration, suite_folder / REGISTRATION)
+    for name in (REGISTRATION, SUITE_TIME):
+        if (records / name).is_file() and not (suite_folder / name).is_file():
+            suite_folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(records / name, suite_folder / name)
     return laid
