@@ -23,6 +23,11 @@ the registration there, after the report and on Ctrl-C. Before the first suite, 
 every page are laid into the store, so a run two suites share (the base arm's seeds) is found, not
 trained again. Commit docs/results/*/runs/ after each sitting.
 
+The suite's wall time is kept per sitting with its machine (lab/runs/suite_time.py) in the suite's
+folder and beside its records, laid into a fresh machine's folder first; with 0eb6d2e's package,
+whose lab-time.json holds one total, this script adds each sitting's growth as its entry. Stop a
+sitting with Ctrl-C, or SIGTERM to its `archlab ablate`, so that the script writes it.
+
 Each run records the commit of the archlab it ran and whether that checkout had local changes
 (train/provenance.py), and the page lists them. To keep a release at one commit across sittings,
 train with the release commit's package and this script from any later one:
@@ -34,15 +39,33 @@ train with the release commit's package and this script from any later one:
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from archlab.lab import BUDGETS, Experiment, suite_index
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _this_checkouts(module: str, path: str) -> ModuleType:
+    """A module of this checkout's source, whichever archlab package is imported (the release
+    trains with an earlier commit's, on PYTHONPATH)."""
+    spec = importlib.util.spec_from_file_location(module, ROOT / "src" / "archlab" / path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+# the suite's wall time per sitting (lab/runs/suite_time.py), which 0eb6d2e's package lacks
+suite_time = _this_checkouts("suite_time", "lab/runs/suite_time.py")
+SUITE_TIME, sittings = suite_time.SUITE_TIME, suite_time.sittings
+
 FLOOR, CAP = 3, 8  # the release rule: at least 3 seeds, more up to 8 where a claim needs them
 
 
@@ -118,6 +141,55 @@ def register_all(seeds: dict[str, int], args: argparse.Namespace) -> None:
         shutil.copyfile(out / "registration.json", records / "registration.json")
 
 
+def train_suite(suite: str, seeds: int, args: argparse.Namespace) -> int:
+    """One suite's `archlab ablate` (its exit code), its wall time kept per sitting beside its
+    records (`keep_sittings`)."""
+    folder, records = args.work / f"{suite}-{args.budget}", args.docs / suite / "runs"
+    before = _suite_time(folder) or _suite_time(records)
+    if before and not (folder / SUITE_TIME).is_file():  # a fresh machine: the sittings before it
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / SUITE_TIME).write_text(json.dumps(before, indent=1), encoding="utf-8")
+    command = ablate_command(suite, seeds, args)
+    print("$ " + " ".join(command[2:]), flush=True)
+    try:
+        return subprocess.call(command)
+    finally:  # a sitting stopped with Ctrl-C too
+        keep_sittings(before, folder, records)
+
+
+def _suite_time(folder: Path) -> dict:
+    path = folder / SUITE_TIME
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def keep_sittings(before: dict, folder: Path, records: Path) -> None:
+    """The suite's lab-time.json after a sitting, with each sitting and its machine, into its
+    folder and beside its records. An archlab that keeps sittings (lab/runs/suite_time.py) wrote
+    them; one from before (the release's package, 0eb6d2e) keeps one total and the last machine,
+    so this sitting's entry is the total's growth on that machine, after the sittings before it."""
+    after = _suite_time(folder)
+    if not after:
+        return
+    if "sittings" not in after:
+        done = sittings(before)
+        grown = round(after["train_wall_s"] - sum(s["wall_s"] for s in done), 1)
+        if grown > 0:
+            done.append(
+                {
+                    "wall_s": grown,
+                    "jobs": after.get("jobs", 1),
+                    "machine": after.get("machine"),
+                    "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                        timespec="seconds"
+                    ),
+                }
+            )
+        after = {**after, "sittings": done}
+        (folder / SUITE_TIME).write_text(json.dumps(after, indent=1), encoding="utf-8")
+    records.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / SUITE_TIME, records / SUITE_TIME)
+
+
 def ablate_command(suite: str, seeds: int, args: argparse.Namespace) -> list[str]:
     """The `archlab ablate` that trains (or continues) one suite, its records under its page."""
     return [
@@ -175,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     register_all(seeds, args)
     print(f"registered {len(seeds)} suites: {', '.join(seeds)}", flush=True)
     for suite, n in seeds.items():
-        command = ablate_command(suite, n, args)
-        print("$ " + " ".join(command[2:]), flush=True)
-        code = subprocess.call(command)
+        code = train_suite(suite, n, args)
         if code != 0:
             print(f"{suite}: archlab ablate exited {code}; stopping here", file=sys.stderr)
             return code

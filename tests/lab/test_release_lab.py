@@ -131,3 +131,62 @@ def test_bad_jobs_or_budget_are_refused_before_any_registration(
         release_lab.main(["norm-type", *flags, "--work", str(tmp_path / "w"), "--docs", str(docs)])
     assert stop.value.code == 2 and line in capsys.readouterr().err
     assert not (tmp_path / "w").exists() and not docs.exists()
+
+
+def test_each_sitting_keeps_its_wall_time_and_machine_beside_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh machine's sitting goes on from the sittings committed beside the records; with a
+    package that keeps one total (0eb6d2e's), the total's growth is this sitting's entry, on the
+    machine that package names; with one that keeps sittings, its record is carried as it is; a
+    sitting stopped by Ctrl-C is kept too."""
+    work, docs = tmp_path / "work", tmp_path / "docs"
+    folder, records = work / "tied-head-tiny", docs / "tied-head" / "runs"
+    records.mkdir(parents=True)
+    amd = {"wall_s": 5622.0, "jobs": 2, "machine": "AMD EPYC", "ended_at": "2026-12-06T00:00:00"}
+    (records / "lab-time.json").write_text(
+        json.dumps({"train_wall_s": 5622.0, "jobs": 2, "machine": "AMD EPYC", "sittings": [amd]})
+    )
+    seen: list[dict] = []
+
+    def old_package(command: list[str]) -> int:  # adds to the total, names its machine, no sittings
+        found = json.loads((folder / "lab-time.json").read_text())
+        seen.append(found)
+        total = found["train_wall_s"] + 600.0
+        (folder / "lab-time.json").write_text(
+            json.dumps({"train_wall_s": total, "jobs": 2, "machine": "Intel Xeon"})
+        )
+        return 130
+
+    monkeypatch.setattr(release_lab.subprocess, "call", old_package)
+    argv = ["tied-head", "--budget", "tiny", "--work", str(work), "--docs", str(docs)]
+    assert release_lab.main(argv) == 130
+    assert seen[0]["sittings"] == [amd]  # laid in before the ablate
+    kept = json.loads((records / "lab-time.json").read_text())
+    assert kept == json.loads((folder / "lab-time.json").read_text())
+    assert kept["train_wall_s"] == 6222.0 and kept["sittings"][0] == amd
+    assert {k: v for k, v in kept["sittings"][1].items() if k != "ended_at"} == {
+        "wall_s": 600.0,
+        "jobs": 2,
+        "machine": "Intel Xeon",
+    }
+    # the next sitting on the same machine: its folder's record (not the records') goes on
+    assert release_lab.main(argv) == 130
+    kept = json.loads((records / "lab-time.json").read_text())
+    assert [s["wall_s"] for s in kept["sittings"]] == [5622.0, 600.0, 600.0]
+
+    # a package that keeps sittings: carried as it wrote them; Ctrl-C still keeps them
+    def new_package(command: list[str]) -> int:
+        release_lab.suite_time.record_suite_time(folder, 60.0, 2, machine="AMD EPYC 9004")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release_lab.subprocess, "call", new_package)
+    with pytest.raises(KeyboardInterrupt):
+        release_lab.main(argv)
+    kept = json.loads((records / "lab-time.json").read_text())
+    assert [s["machine"] for s in kept["sittings"]] == [
+        "AMD EPYC",
+        "Intel Xeon",
+        "Intel Xeon",
+        "AMD EPYC 9004",
+    ]
