@@ -39,7 +39,10 @@ def logits_by_method(
 
 
 def same_logits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.allclose(a, b, rtol=0, atol=1e-5)
+    """Equal up to float32 rounding of another kernel path: ReRoPE inside its window computes
+    RoPE's scores through its own two score matrices (no SDPA), 5e-6 to 1.1e-5 off on logits of
+    about 12 here (AVX2 and AVX-512 CPUs), where a kept method differs by 1.8 or more."""
+    return torch.allclose(a, b, rtol=0, atol=1e-4)
 
 
 def check_against_logits(

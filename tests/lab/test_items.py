@@ -136,8 +136,12 @@ def test_the_item_fit_is_statsmodels_mixedlm_reml(kind, negative):
     # statsmodels orders the names
     var = dict(zip(sorted(["item", "seed"]), reml.vcomp, strict=True))
     ours = dict(zip(("seed", "item", "resid"), fit.components, strict=True))
+    # a component at the boundary: statsmodels optimizes its square root (use_sqrt), where the
+    # REML criterion is flat to second order, so Powell stops it at a root of up to ~1e-4 of the
+    # scale's, a variance of ~1e-8 of the scale (1.1e-9 seen on an AVX-512 Xeon, where 1e-9 failed);
+    # the interior components are of the scale's order, held to 1e-6 relative
     for name, theirs in (("seed", var["seed"]), ("item", var["item"]), ("resid", reml.scale)):
-        assert ours[name] == pytest.approx(theirs, rel=1e-6, abs=1e-9 * reml.scale), name
+        assert ours[name] == pytest.approx(theirs, rel=1e-6, abs=1e-8 * reml.scale), name
     assert fit.truncated == negative and all(ours[k] == 0 for k in negative)
     assert fit.se == pytest.approx(float(reml.bse["Intercept"]), rel=1e-6)
     assert fit.estimate == pytest.approx(float(reml.fe_params["Intercept"]), abs=1e-9)
