@@ -170,10 +170,24 @@ def test_each_sitting_keeps_its_wall_time_and_machine_beside_the_records(
         "jobs": 2,
         "machine": "Intel Xeon",
     }
-    # the next sitting on the same machine: its folder's record (not the records') goes on
+    # the next sitting on the same machine: its folder's record goes on, not an older one
+    # beside the records
+    (records / "lab-time.json").write_text(json.dumps({"train_wall_s": 1.0, "sittings": []}))
     assert release_lab.main(argv) == 130
     kept = json.loads((records / "lab-time.json").read_text())
     assert [s["wall_s"] for s in kept["sittings"]] == [5622.0, 600.0, 600.0]
+
+    # a sitting that trained nothing (its total did not grow) adds no entry
+    def nothing_left(command: list[str]) -> int:
+        found = json.loads((folder / "lab-time.json").read_text())
+        (folder / "lab-time.json").write_text(
+            json.dumps({"train_wall_s": found["train_wall_s"], "jobs": 2, "machine": "Intel Xeon"})
+        )
+        return 0
+
+    monkeypatch.setattr(release_lab.subprocess, "call", nothing_left)
+    assert release_lab.main(argv) == 0
+    assert json.loads((records / "lab-time.json").read_text())["sittings"] == kept["sittings"]
 
     # a package that keeps sittings: carried as it wrote them; Ctrl-C still keeps them
     def new_package(command: list[str]) -> int:
