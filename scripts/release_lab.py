@@ -39,7 +39,6 @@ train with the release commit's package and this script from any later one:
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import shutil
@@ -65,6 +64,7 @@ def _this_checkouts(module: str, path: str) -> ModuleType:
 # the suite's wall time per sitting (lab/runs/suite_time.py), which 0eb6d2e's package lacks
 suite_time = _this_checkouts("suite_time", "lab/runs/suite_time.py")
 SUITE_TIME, sittings = suite_time.SUITE_TIME, suite_time.sittings
+read_suite_time, record_suite_time = suite_time.read_suite_time, suite_time.record_suite_time
 
 FLOOR, CAP = 3, 8  # the release rule: at least 3 seeds, more up to 8 where a claim needs them
 
@@ -145,7 +145,7 @@ def train_suite(suite: str, seeds: int, args: argparse.Namespace) -> int:
     """One suite's `archlab ablate` (its exit code), its wall time kept per sitting beside its
     records (`keep_sittings`)."""
     folder, records = args.work / f"{suite}-{args.budget}", args.docs / suite / "runs"
-    before = _suite_time(folder) or _suite_time(records)
+    before = read_suite_time(folder) or read_suite_time(records)
     if before and not (folder / SUITE_TIME).is_file():  # a fresh machine: the sittings before it
         folder.mkdir(parents=True, exist_ok=True)
         (folder / SUITE_TIME).write_text(json.dumps(before, indent=1), encoding="utf-8")
@@ -157,35 +157,20 @@ def train_suite(suite: str, seeds: int, args: argparse.Namespace) -> int:
         keep_sittings(before, folder, records)
 
 
-def _suite_time(folder: Path) -> dict:
-    path = folder / SUITE_TIME
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def keep_sittings(before: dict, folder: Path, records: Path) -> None:
     """The suite's lab-time.json after a sitting, with each sitting and its machine, into its
     folder and beside its records. An archlab that keeps sittings (lab/runs/suite_time.py) wrote
     them; one from before (the release's package, 0eb6d2e) keeps one total and the last machine,
     so this sitting's entry is the total's growth on that machine, after the sittings before it."""
-    after = _suite_time(folder)
-    if not after:
+    after = read_suite_time(folder)
+    if not after.get("train_wall_s"):
         return
     if "sittings" not in after:
-        done = sittings(before)
-        grown = round(after["train_wall_s"] - sum(s["wall_s"] for s in done), 1)
-        if grown > 0:
-            done.append(
-                {
-                    "wall_s": grown,
-                    "jobs": after.get("jobs", 1),
-                    "machine": after.get("machine"),
-                    "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                        timespec="seconds"
-                    ),
-                }
-            )
-        after = {**after, "sittings": done}
-        (folder / SUITE_TIME).write_text(json.dumps(after, indent=1), encoding="utf-8")
+        grown = after["train_wall_s"] - sum(s["wall_s"] for s in sittings(before))
+        path = folder / SUITE_TIME
+        path.write_text(json.dumps({**before, "sittings": sittings(before)}), encoding="utf-8")
+        if round(grown, 1) > 0:
+            record_suite_time(folder, grown, after.get("jobs", 1), after.get("machine"))
     records.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(folder / SUITE_TIME, records / SUITE_TIME)
 
