@@ -168,7 +168,9 @@ def keep_sittings(before: dict, folder: Path, records: Path) -> None:
     if "sittings" not in after:
         grown = after["train_wall_s"] - sum(s["wall_s"] for s in sittings(before))
         path = folder / SUITE_TIME
-        path.write_text(json.dumps({**before, "sittings": sittings(before)}), encoding="utf-8")
+        path.write_text(
+            json.dumps({**before, "sittings": sittings(before)}, indent=1), encoding="utf-8"
+        )
         if round(grown, 1) > 0:
             record_suite_time(folder, grown, after.get("jobs", 1), after.get("machine"))
     records.mkdir(parents=True, exist_ok=True)

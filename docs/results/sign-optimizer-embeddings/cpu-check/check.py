@@ -47,36 +47,52 @@ def interval(d: np.ndarray) -> tuple[float, float, float]:
     return d.mean(), d.mean() - half, d.mean() + half
 
 
-def main() -> None:
+def figures() -> dict:
+    """Every figure the page's reading quotes from this check, computed from the files."""
     page = published()
     tiger = page[("tiger", 0)]
     record, again = train_losses(PAGE / "runs" / tiger["run"]), train_losses(HERE / "runs/tiger0")
-    same = record == again and float(tiger["val_loss"]) == measured("tiger0")["val_loss"]
-    print(
-        f"tiger seed 0, Zen 2 record against Zen 3: {len(again)} logged losses, "
-        f"{'bit for bit' if same else 'different'}"
-    )
     seeds = range(8)
     intel = np.array([float(page[("tiger-lazy", s)]["val_loss"]) for s in seeds])
     amd = np.array([measured(f"lazy{s}")["val_loss"] for s in seeds])
     base = np.array([float(page[("tiger", s)]["val_loss"]) for s in seeds])
     cpu = amd - intel
-    mean, lo, hi = interval(cpu)
+    return {
+        "tiger_losses": len(again),
+        "tiger_same": record == again
+        and float(tiger["val_loss"]) == measured("tiger0")["val_loss"],
+        "cpu": cpu,
+        "cpu_interval": interval(cpu),
+        "tiger_spread": base.std(ddof=1),
+        "intel_claim": interval(intel - base),
+        "amd_claim": interval(amd - base),
+        "amd_shares": [measured(f"lazy{s}")["embed_near_fixed_point"] for s in seeds],
+    }
+
+
+def main() -> None:
+    f = figures()
+    same = "bit for bit" if f["tiger_same"] else "different"
+    print(f"tiger seed 0, Zen 2 record against Zen 3: {f['tiger_losses']} logged losses, {same}")
+    cpu = f["cpu"]
+    mean, lo, hi = f["cpu_interval"]
     print("tiger-lazy val_loss, AMD - Intel per seed:", " ".join(f"{d:+.4f}" for d in cpu))
     print(
         f"  mean {mean:+.4f} (90% CI {lo:+.4f} to {hi:+.4f}), |difference| median "
         f"{np.median(np.abs(cpu)):.4f}, max {np.abs(cpu).max():.4f}; tiger's spread over seeds "
-        f"{base.std(ddof=1):.4f}"
+        f"{f['tiger_spread']:.4f}"
     )
-    for label, lazy in (("the page (lazy on the Intel)", intel), ("AMD runs only", amd)):
-        mean, _, hi = interval(lazy - base)
+    for label, key in (
+        ("the page (lazy on the Intel)", "intel_claim"),
+        ("AMD runs only", "amd_claim"),
+    ):
+        mean, _, hi = f[key]
         verdict = "inside" if hi < MARGIN else "not inside"
         print(
             f"lazy rows cost no loss, {label}: {mean:+.4f}, upper 90% bound of the deficit "
             f"{hi:+.4f}, {verdict} the {MARGIN} margin"
         )
-    shares = [measured(f"lazy{s}")["embed_near_fixed_point"] for s in seeds]
-    print(f"tiger-lazy entries near the fixed point on the AMD: {shares}")
+    print(f"tiger-lazy entries near the fixed point on the AMD: {f['amd_shares']}")
 
 
 if __name__ == "__main__":
